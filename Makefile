@@ -1,0 +1,37 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ASSAY := $(VENV)/bin/assay
+STORE ?= runs/demo
+
+.PHONY: demo test test-fast bench install install-test clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+demo: install
+	$(ASSAY) run examples/quickstart.yaml --store $(STORE) --workers 2
+	$(ASSAY) results --store $(STORE) --by policy,task
+
+test: install-test
+	$(PY) -m pytest -q
+
+test-fast: install-test
+	$(PY) -m pytest -q -m "not slow"
+
+bench: install
+	$(PY) benchmarks/throughput.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

@@ -1,0 +1,49 @@
+"""Assay: closed-loop simulation evaluation for robot policies.
+
+The public surface is what this module names; ``tests/test_public_api.py`` fails
+when it drifts. Layers (imports flow one way)::
+
+    spec → sim, policies → store → run → metrics → cli
+"""
+
+from assay.errors import AssayError, SpecError, StoreError, UnknownPolicyError, UnknownTaskError, UnsupportedError
+from assay.metrics import rate_table, success_interval
+from assay.policies import Policy, PolicyContext, make_policy
+from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
+from assay.sim import SimEnv, TaskRegistry, default_registry, make_env
+from assay.spec import CampaignSpec, EpisodeJob, Perturbation, PolicySpec, TaskSpec, Variant, load_campaign
+from assay.store import EpisodeRecord, Outcome, Store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AssayError",
+    "CampaignSpec",
+    "EpisodeJob",
+    "EpisodeRecord",
+    "InlineExecutor",
+    "LocalExecutor",
+    "Outcome",
+    "Perturbation",
+    "Policy",
+    "PolicyContext",
+    "PolicySpec",
+    "SimEnv",
+    "SpecError",
+    "Store",
+    "StoreError",
+    "TaskRegistry",
+    "TaskSpec",
+    "UnknownPolicyError",
+    "UnknownTaskError",
+    "UnsupportedError",
+    "Variant",
+    "default_registry",
+    "load_campaign",
+    "make_env",
+    "make_policy",
+    "prepare_campaign",
+    "rate_table",
+    "run_campaign",
+    "success_interval",
+]

@@ -1,0 +1,191 @@
+"""The ``assay`` command. User mistakes print one line and exit with status 2."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from assay.cli import render
+from assay.cli.progress import CampaignProgress
+from assay.errors import AssayError
+from assay.metrics import rate_table
+from assay.policies import BUILTIN_POLICIES
+from assay.run import make_executor, prepare_campaign, run_campaign
+from assay.sim import default_registry
+from assay.spec import load_campaign
+from assay.store import Store
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Closed-loop simulation evaluation for robot policies.")
+episodes_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
+app.add_typer(episodes_app, name="episodes")
+
+DEFAULT_STORE = os.environ.get("ASSAY_STORE", "assay-store")
+StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (env ASSAY_STORE).")]
+CatalogOpt = Annotated[Optional[str], typer.Option("--catalog", help="Catalog database URL (default: SQLite in the store).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    try:
+        yield
+    except AssayError as exc:
+        render.err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _open_store(store: Path, catalog: str | None, create: bool = False) -> Store:
+    return Store(store, catalog, create=create)
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+@app.command()
+def run(
+    campaign: Annotated[Path, typer.Argument(help="Campaign YAML file.")],
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes (local executor).")] = 2,
+    executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local")] = "local",
+    json_out: JsonOpt = False,
+) -> None:
+    """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
+    with user_errors():
+        spec = load_campaign(campaign)
+        planned = prepare_campaign(spec)
+        runner = make_executor(executor, store, workers)
+        with _open_store(store, catalog, create=True) as opened:
+            progress = CampaignProgress(render.err_console, enabled=not json_out)
+            with progress:
+                summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record)
+            rows = rate_table(opened.catalog.episodes(campaign=spec.name), by=("policy", "task"))
+            if json_out:
+                render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
+                                   "skipped": summary.skipped, "ran": summary.ran, "outcomes": summary.outcomes,
+                                   "results": [r.to_dict() for r in rows]})
+                return
+            render.console.print(render.rate_table(rows, f"campaign {spec.name}: success by policy × task"))
+            render.console.print(
+                f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store. "
+                f"Results stored in {opened.root} (catalog {opened.catalog.url})", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def tasks(
+    backend: Annotated[Optional[str], typer.Option(help="metaworld | gymnasium")] = None,
+    skill: Annotated[Optional[str], typer.Option()] = None,
+    family: Annotated[Optional[str], typer.Option()] = None,
+    level: Annotated[Optional[str], typer.Option(help="atomic | composite | long-horizon")] = None,
+    contains: Annotated[Optional[str], typer.Option(help="Substring of the id or instruction.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List registered tasks (any gymnasium/<ID> also resolves on demand)."""
+    with user_errors():
+        found = default_registry().list(backend=backend, skill=skill, family=family, level=level, contains=contains)
+        if json_out:
+            render.print_json({"tasks": [render.task_dict(t) for t in found]})
+        else:
+            render.console.print(render.tasks_table(found))
+
+
+@app.command()
+def policies(json_out: JsonOpt = False) -> None:
+    """List built-in policies and their parameters."""
+    rows = []
+    for name, cls in sorted(BUILTIN_POLICIES.items()):
+        params = {field: {"default": info.default, "description": info.description or ""}
+                  for field, info in cls.Params.model_fields.items()}
+        rows.append({"name": name, "version": cls.version, "doc": (cls.__doc__ or "").strip(), "params": params})
+    if json_out:
+        render.print_json({"policies": rows, "entrypoints": "any 'package.module:attr' building an object with reset() and act()"})
+        return
+    table = render.Table(title="built-in policies (or 'package.module:attr')", title_justify="left")
+    for column in ("name", "version", "parameters", "description"):
+        table.add_column(column)
+    for row in rows:
+        params = ", ".join(f"{k}={v['default']}" for k, v in row["params"].items()) or "-"
+        table.add_row(row["name"], row["version"], params, row["doc"])
+    render.console.print(table)
+
+
+@app.command()
+def results(
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    campaign: Annotated[Optional[str], typer.Option(help="Campaign name (default: the latest).")] = None,
+    by: Annotated[str, typer.Option(help="Group by any of policy,task,variant,campaign.")] = "policy,task",
+    json_out: JsonOpt = False,
+) -> None:
+    """Success rates with Wilson 95% intervals, from the catalog."""
+    with user_errors():
+        with _open_store(store, catalog) as opened:
+            name = campaign or opened.catalog.latest_campaign()
+            if name is None:
+                raise AssayError(f"the store {opened.root} holds no campaign yet")
+            if name not in {c["name"] for c in opened.catalog.campaigns()}:
+                known = ", ".join(c["name"] for c in opened.catalog.campaigns())
+                raise AssayError(f"no campaign {name!r} in {opened.root}; known: {known}")
+            rows = rate_table(opened.catalog.episodes(campaign=name), by=_split(by))
+        if json_out:
+            render.print_json({"campaign": name, "by": _split(by), "results": [r.to_dict() for r in rows]})
+        else:
+            render.console.print(render.rate_table(rows, f"campaign {name}"))
+
+
+@episodes_app.command("ls")
+def episodes_ls(
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    campaign: Annotated[Optional[str], typer.Option()] = None,
+    task: Annotated[Optional[str], typer.Option()] = None,
+    policy: Annotated[Optional[str], typer.Option()] = None,
+    outcome: Annotated[Optional[str], typer.Option(help="success | failure | timeout | error")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 50,
+    json_out: JsonOpt = False,
+) -> None:
+    """List episodes with their outcome and reason."""
+    with user_errors():
+        if outcome is not None and outcome not in {"success", "failure", "timeout", "error"}:
+            raise AssayError(f"--outcome {outcome!r} is not valid; valid: success, failure, timeout, error")
+        with _open_store(store, catalog) as opened:
+            found = opened.catalog.episodes(campaign=campaign, task=task, policy=policy, outcome=outcome, limit=limit)
+        if json_out:
+            render.print_json({"episodes": [r.to_dict() for r in found]})
+        else:
+            render.console.print(render.episodes_table(found))
+
+
+@episodes_app.command("show")
+def episodes_show(
+    key: Annotated[str, typer.Argument(help="Episode key or a unique prefix of it.")],
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """One episode's record and a summary of its per-step data."""
+    from assay.cli.episode_view import episode_summary, print_episode
+
+    with user_errors():
+        with _open_store(store, catalog) as opened:
+            record = opened.catalog.episode(key)
+            summary = episode_summary(opened, record)
+        if json_out:
+            render.print_json({"episode": record.to_dict(), "steps": summary})
+        else:
+            print_episode(record, summary)
+
+
+def main() -> None:
+    app(prog_name="assay")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""``assay episodes show``: one episode's record and what its per-step data holds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from assay.cli.render import console
+from assay.store import EpisodeRecord, Store
+
+
+def episode_summary(store: Store, record: EpisodeRecord) -> dict[str, Any]:
+    """Per-column statistics of the step table (vectors summarised by size and norm)."""
+    if record.data_path is None:
+        return {"rows": 0, "columns": {}}
+    table = store.steps(record)
+    columns: dict[str, Any] = {}
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        if pa.types.is_fixed_size_list(column.type):
+            matrix = column.flatten().to_numpy().reshape(len(column), column.type.list_size)
+            norms = np.linalg.norm(matrix, axis=1)
+            columns[name] = {"dims": column.type.list_size, "norm_first": float(norms[0]), "norm_last": float(norms[-1])}
+        elif pa.types.is_boolean(column.type):
+            columns[name] = {"true": int(np.sum(column.to_numpy(zero_copy_only=False)))}
+        else:
+            values = column.to_numpy().astype(np.float64)
+            columns[name] = {"min": float(np.nanmin(values)), "mean": float(np.nanmean(values)), "max": float(np.nanmax(values))}
+    return {"rows": table.num_rows, "path": record.data_path, "sha256": record.data_sha256, "columns": columns}
+
+
+def print_episode(record: EpisodeRecord, summary: dict[str, Any]) -> None:
+    console.print(f"[bold]episode {record.key}[/]  campaign {record.campaign}")
+    fields = {
+        "policy": f"{record.policy_name} ({record.policy_version})",
+        "task": f"{record.task_id} (hash {record.task_hash})",
+        "variant": record.variant_name,
+        "seed": record.seed,
+        "instruction": record.instruction,
+        "outcome": record.outcome.value + (f" ({record.reason})" if record.reason else ""),
+        "steps": record.steps,
+        "return": round(record.total_return, 3),
+        "success step": record.success_step,
+        "trajectory hash": record.trajectory_hash,
+        "initial conditions": json.dumps(record.initial_conditions),
+        "timings": json.dumps(record.timings),
+        "provenance": json.dumps(record.provenance),
+    }
+    for name, value in fields.items():
+        console.print(f"  [cyan]{name:>18}[/] {value}", highlight=False, soft_wrap=True)
+    console.print(f"  [cyan]{'step data':>18}[/] {summary['rows']} rows in {summary.get('path')}")
+    for name, stats in summary["columns"].items():
+        console.print(f"    {name:<28} {json.dumps(stats)}", highlight=False)

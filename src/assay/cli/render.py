@@ -1,0 +1,77 @@
+"""Rendering for the CLI: Rich tables for people, one JSON document for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from assay.metrics import RateRow
+from assay.spec import TaskSpec
+from assay.store import EpisodeRecord
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def print_json(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def fmt_rate(row: RateRow) -> str:
+    if row.rate is None:
+        return "n/a"
+    return f"{row.rate:.2f} [{row.ci_low:.2f}, {row.ci_high:.2f}]"
+
+
+def rate_table(rows: Sequence[RateRow], title: str) -> Table:
+    group_names = list(rows[0].group) if rows else []
+    table = Table(title=title, title_justify="left")
+    for name in group_names:
+        table.add_column(name)
+    table.add_column("success [Wilson 95%]", justify="right")
+    table.add_column("succ/scored", justify="right")
+    table.add_column("timeouts", justify="right")
+    table.add_column("failures", justify="right")
+    table.add_column("errors", justify="right")
+    table.add_column("mean steps", justify="right")
+    for row in rows:
+        table.add_row(
+            *[row.group[name] for name in group_names],
+            fmt_rate(row),
+            f"{row.successes}/{row.scored}",
+            str(row.timeouts),
+            str(row.failures),
+            f"[red]{row.errors}[/red]" if row.errors else "0",
+            f"{row.mean_steps:.0f}" if row.mean_steps is not None else "-",
+        )
+    return table
+
+
+def task_dict(task: TaskSpec) -> dict[str, Any]:
+    return {"id": task.id, "hash": task.content_hash(), **task.model_dump(mode="json")}
+
+
+def tasks_table(tasks: Sequence[TaskSpec]) -> Table:
+    table = Table(title=f"{len(tasks)} tasks", title_justify="left")
+    for column in ("id", "family", "skill", "level", "horizon", "instruction"):
+        table.add_column(column)
+    for task in tasks:
+        table.add_row(task.id, task.family, task.skill, task.level.value, str(task.horizon), task.instruction)
+    return table
+
+
+def episodes_table(records: Sequence[EpisodeRecord]) -> Table:
+    table = Table(title=f"{len(records)} episodes", title_justify="left")
+    for column in ("key", "policy", "task", "variant", "seed", "outcome", "steps", "return", "reason"):
+        table.add_column(column)
+    colors = {"success": "green", "failure": "yellow", "timeout": "yellow", "error": "red"}
+    for r in records:
+        outcome = f"[{colors[r.outcome.value]}]{r.outcome.value}[/]"
+        table.add_row(r.key[:12], r.policy_name, r.task_id, r.variant_name, str(r.seed), outcome, str(r.steps),
+                      f"{r.total_return:.1f}", r.reason[:60])
+    return table

@@ -1,0 +1,85 @@
+"""Success rates with honest intervals, grouped into result tables.
+
+``error`` episodes are infrastructure or policy-contract faults: they are left out
+of the denominator and reported beside it, never scored as failures.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+from scipy.stats import binomtest
+
+from assay.errors import AssayError
+from assay.store import EpisodeRecord, Outcome
+
+GROUP_FIELDS = {"policy": "policy_name", "task": "task_id", "variant": "variant_name", "campaign": "campaign"}
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+
+
+def success_interval(successes: int, trials: int, confidence: float = 0.95, method: str = "wilson") -> Interval | None:
+    """Wilson (default) or Clopper–Pearson (``exact``) interval; None when there are no trials."""
+    if trials == 0:
+        return None
+    ci = binomtest(successes, trials).proportion_ci(confidence_level=confidence, method=method)
+    return Interval(float(ci.low), float(ci.high))
+
+
+@dataclass(frozen=True)
+class RateRow:
+    group: dict[str, str]
+    episodes: int
+    scored: int
+    successes: int
+    failures: int
+    timeouts: int
+    errors: int
+    rate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    mean_return: float | None
+    mean_steps: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _row(group: dict[str, str], records: Sequence[EpisodeRecord], confidence: float) -> RateRow:
+    counts = {o: 0 for o in Outcome}
+    for record in records:
+        counts[record.outcome] += 1
+    scored = len(records) - counts[Outcome.ERROR]
+    interval = success_interval(counts[Outcome.SUCCESS], scored, confidence)
+    valid = [r for r in records if r.outcome is not Outcome.ERROR]
+    return RateRow(
+        group=group,
+        episodes=len(records),
+        scored=scored,
+        successes=counts[Outcome.SUCCESS],
+        failures=counts[Outcome.FAILURE],
+        timeouts=counts[Outcome.TIMEOUT],
+        errors=counts[Outcome.ERROR],
+        rate=counts[Outcome.SUCCESS] / scored if scored else None,
+        ci_low=interval.low if interval else None,
+        ci_high=interval.high if interval else None,
+        mean_return=sum(r.total_return for r in valid) / len(valid) if valid else None,
+        mean_steps=sum(r.steps for r in valid) / len(valid) if valid else None,
+    )
+
+
+def rate_table(records: Iterable[EpisodeRecord], by: Sequence[str] = ("policy", "task"), confidence: float = 0.95) -> list[RateRow]:
+    """One row per group (``by`` from policy, task, variant, campaign), sorted by group."""
+    unknown = [name for name in by if name not in GROUP_FIELDS]
+    if unknown:
+        raise AssayError(f"cannot group by {', '.join(unknown)}; valid: {', '.join(GROUP_FIELDS)}")
+    groups: dict[tuple[str, ...], list[EpisodeRecord]] = defaultdict(list)
+    for record in records:
+        groups[tuple(getattr(record, GROUP_FIELDS[name]) for name in by)].append(record)
+    return [_row(dict(zip(by, key)), groups[key], confidence) for key in sorted(groups)]

@@ -1,0 +1,131 @@
+"""Built-in policies: the scripted expert, uniform random, and a degraded expert.
+
+The degraded expert turns one expert into a population of graded skill (noise,
+latency, bias, frozen steps), so a campaign can rank policies whose true order is
+known. All randomness is per environment, seeded from the episode seed.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from assay.policies.protocol import PolicyContext
+from assay.spec import TaskSpec, derive_seed
+
+
+class _NoParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ExpertPolicy:
+    """Meta-World's scripted expert for the task (ground-truth state in, action out)."""
+
+    Params = _NoParams
+    version = "1"
+
+    def __init__(self) -> None:
+        self._expert: Any = None
+        self._env_name: str | None = None
+
+    @staticmethod
+    def supports(task: TaskSpec) -> str | None:
+        return None if task.backend == "metaworld" else "the scripted expert exists for Meta-World tasks only"
+
+    def reset(self, context: PolicyContext) -> None:
+        if context.task.env_name != self._env_name:
+            from metaworld.policies import ENV_POLICY_MAP
+
+            # The experts' gains are deliberately high; the environment clips actions to [-1, 1].
+            warnings.filterwarnings("ignore", message=r"Constant\(s\) may be too high", category=UserWarning)
+            self._expert = ENV_POLICY_MAP[context.task.env_name]()
+            self._env_name = context.task.env_name
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        return np.stack([self._expert.get_action(state) for state in observations["state"]])
+
+
+class RandomPolicy:
+    """Uniform actions in the task's action box, one generator per environment."""
+
+    Params = _NoParams
+    version = "1"
+
+    def __init__(self) -> None:
+        self._rngs: list[np.random.Generator] = []
+        self._low = self._high = 0.0
+        self._dim = 0
+
+    @staticmethod
+    def supports(task: TaskSpec) -> str | None:
+        return None
+
+    def reset(self, context: PolicyContext) -> None:
+        self._rngs = [np.random.default_rng(derive_seed("random-policy", s)) for s in context.seeds]
+        self._low, self._high, self._dim = context.task.action.low, context.task.action.high, context.task.action.dim
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        return np.stack([self._rngs[i].uniform(self._low, self._high, self._dim) for i in observations["env_ids"]])
+
+
+class DegradedParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    action_noise: float = Field(default=0.0, ge=0.0, description="std of Gaussian noise added to each action")
+    action_delay: int = Field(default=0, ge=0, le=100, description="actions are applied this many steps late")
+    bias: float = Field(default=0.0, ge=-1.0, le=1.0, description="constant offset added to every action dimension")
+    freeze_prob: float = Field(default=0.0, ge=0.0, le=1.0, description="probability of repeating the last action")
+
+
+class DegradedExpertPolicy:
+    """The expert, made worse in controlled, reproducible ways."""
+
+    Params = DegradedParams
+    version = "1"
+
+    def __init__(self, **params: Any) -> None:
+        self.params = DegradedParams(**params)
+        self._expert = ExpertPolicy()
+        self._rngs: list[np.random.Generator] = []
+        self._queues: list[deque[np.ndarray]] = []
+        self._last: list[np.ndarray] = []
+        self._task: TaskSpec | None = None
+
+    supports = staticmethod(ExpertPolicy.supports)
+
+    def reset(self, context: PolicyContext) -> None:
+        self._expert.reset(context)
+        self._task = context.task
+        dim = context.task.action.dim
+        self._rngs = [np.random.default_rng(derive_seed("degraded-expert", s)) for s in context.seeds]
+        self._queues = [deque([np.zeros(dim)] * self.params.action_delay) for _ in context.seeds]
+        self._last = [np.zeros(dim) for _ in context.seeds]
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        assert self._task is not None, "reset() before act()"
+        clean = self._expert.act(observations)
+        p, low, high = self.params, self._task.action.low, self._task.action.high
+        actions = []
+        for row, slot in enumerate(observations["env_ids"]):
+            rng, queue = self._rngs[slot], self._queues[slot]
+            queue.append(np.asarray(clean[row], dtype=np.float64))
+            action = queue.popleft() + p.bias + rng.normal(0.0, p.action_noise, clean.shape[1])
+            # Draw every random number every step so one knob never shifts another's stream.
+            if rng.random() < p.freeze_prob:
+                action = self._last[slot]
+            action = np.clip(action, low, high)
+            self._last[slot] = action
+            actions.append(action)
+        return np.stack(actions)
+
+
+BUILTIN_POLICIES: dict[str, type] = {
+    "expert": ExpertPolicy,
+    "random": RandomPolicy,
+    "degraded-expert": DegradedExpertPolicy,
+}

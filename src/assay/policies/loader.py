@@ -1,0 +1,93 @@
+"""Turning a PolicySpec into a version (at plan time) and a Policy (in a worker).
+
+The only dynamic import in Assay is the ``module:attr`` entrypoint that the user
+names explicitly in a campaign.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from assay.errors import SpecError, UnknownPolicyError, UnsupportedError
+from assay.policies.builtin import BUILTIN_POLICIES
+from assay.policies.protocol import Policy
+from assay.spec import PolicySpec, ResolvedPolicy, TaskSpec
+
+
+def _import_entrypoint(spec: PolicySpec) -> Any:
+    assert spec.entrypoint is not None
+    module_name, attr_path = spec.entrypoint.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownPolicyError(f"policy {spec.name!r}: cannot import module {module_name!r} ({exc})") from None
+    target: Any = module
+    for part in attr_path.split("."):
+        if not hasattr(target, part):
+            raise UnknownPolicyError(f"policy {spec.name!r}: module {module_name!r} has no attribute {attr_path!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise UnknownPolicyError(f"policy {spec.name!r}: {spec.entrypoint} is not a class or factory")
+    return target
+
+
+def _builtin(spec: PolicySpec) -> type:
+    assert spec.builtin is not None
+    try:
+        return BUILTIN_POLICIES[spec.builtin]
+    except KeyError:
+        valid = ", ".join(sorted(BUILTIN_POLICIES))
+        raise UnknownPolicyError(f"policy {spec.name!r}: unknown builtin {spec.builtin!r}; valid: {valid}") from None
+
+
+def _check_params(spec: PolicySpec, params_model: type[BaseModel]) -> None:
+    try:
+        params_model(**spec.params)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "params"
+        valid = ", ".join(params_model.model_fields) or "none"
+        message = "unknown parameter" if first["type"] == "extra_forbidden" else first["msg"]
+        raise SpecError(f"policy {spec.name!r}: params.{field}: {message} (valid parameters: {valid})") from None
+
+
+def _source_version(target: Any) -> str:
+    module = inspect.getmodule(target)
+    try:
+        source = inspect.getsource(module) if module is not None else repr(target)
+    except (OSError, TypeError):
+        source = repr(target)
+    return "src-" + hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def resolve_policy(spec: PolicySpec) -> ResolvedPolicy:
+    """Validate a spec and give it the version that goes into episode keys."""
+    if spec.builtin is not None:
+        cls = _builtin(spec)
+        _check_params(spec, cls.Params)
+        return ResolvedPolicy(spec, spec.version or f"builtin-{cls.version}")
+    target = _import_entrypoint(spec)
+    return ResolvedPolicy(spec, spec.version or _source_version(target))
+
+
+def check_supports(policy: ResolvedPolicy, task: TaskSpec) -> None:
+    """Raise UnsupportedError when the policy's static ``supports(task)`` gives a reason."""
+    target = _builtin(policy.spec) if policy.spec.builtin is not None else _import_entrypoint(policy.spec)
+    supports = getattr(target, "supports", None)
+    reason = supports(task) if callable(supports) else None
+    if reason:
+        raise UnsupportedError(f"policy {policy.name!r} cannot run {task.id}: {reason}")
+
+
+def make_policy(spec: PolicySpec) -> Policy:
+    """Build the policy object (called once per worker and spec)."""
+    factory = _builtin(spec) if spec.builtin is not None else _import_entrypoint(spec)
+    policy = factory(**spec.params)
+    if not (callable(getattr(policy, "reset", None)) and callable(getattr(policy, "act", None))):
+        raise UnknownPolicyError(f"policy {spec.name!r}: {spec.source} did not build an object with reset() and act()")
+    return policy

@@ -1,0 +1,24 @@
+"""Run: the closed-loop episode loop, the recorder, executors and campaign orchestration.
+
+May import ``assay.spec``, ``assay.sim``, ``assay.policies`` and ``assay.store``; never metrics.
+"""
+
+from assay.run.campaign import CampaignPlan, CampaignSummary, prepare_campaign, run_campaign
+from assay.run.executors import Executor, InlineExecutor, LocalExecutor, make_executor
+from assay.run.recorder import EpisodeRecorder
+from assay.run.rollout import rollout
+from assay.run.worker import Worker
+
+__all__ = [
+    "CampaignPlan",
+    "CampaignSummary",
+    "EpisodeRecorder",
+    "Executor",
+    "InlineExecutor",
+    "LocalExecutor",
+    "Worker",
+    "make_executor",
+    "prepare_campaign",
+    "rollout",
+    "run_campaign",
+]

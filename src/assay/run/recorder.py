@@ -1,0 +1,122 @@
+"""The recorder: collects one episode's steps and turns them into a record and a table."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from assay.sim import Transition
+from assay.spec import EpisodeJob
+from assay.store import EpisodeRecord, Outcome
+
+
+class EpisodeRecorder:
+    """Per-step buffers of one episode; cheap appends on the hot path."""
+
+    def __init__(self, job: EpisodeJob) -> None:
+        self.job = job
+        self.states: list[np.ndarray] = []
+        self.actions: list[np.ndarray] = []
+        self.rewards: list[float] = []
+        self.successes: list[bool] = []
+        self.terminated: list[bool] = []
+        self.truncated: list[bool] = []
+        self.latencies_ms: list[float] = []
+        self.infos: list[dict[str, float]] = []
+        self.initial_conditions: dict[str, Any] = {}
+        self.outcome: Outcome | None = None
+        self.reason = ""
+        self.success_step: int | None = None
+        self.reset_s = 0.0
+        self.policy_s = 0.0
+        self.sim_s = 0.0
+        self.duration_s = 0.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.actions)
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None
+
+    def add(self, state: np.ndarray, action: np.ndarray, transition: Transition, latency_ms: float) -> None:
+        self.states.append(state)
+        self.actions.append(action)
+        self.rewards.append(transition.reward)
+        self.successes.append(transition.success)
+        self.terminated.append(transition.terminated)
+        self.truncated.append(transition.truncated)
+        self.latencies_ms.append(latency_ms)
+        self.infos.append(transition.info)
+        if transition.success and self.success_step is None:
+            self.success_step = len(self.actions) - 1
+
+    def finish(self, outcome: Outcome, reason: str = "") -> None:
+        if self.outcome is None:
+            self.outcome, self.reason = outcome, reason
+
+    def columns(self) -> dict[str, np.ndarray]:
+        control_hz = self.job.task.control_hz
+        n = self.steps
+        columns: dict[str, np.ndarray] = {
+            "step": np.arange(n, dtype=np.int32),
+            "t": np.arange(n, dtype=np.float64) / control_hz,
+            "observation.state": np.asarray(self.states, dtype=np.float64).reshape(n, -1),
+            "action": np.asarray(self.actions, dtype=np.float64).reshape(n, -1),
+            "reward": np.asarray(self.rewards, dtype=np.float64),
+            "success": np.asarray(self.successes, dtype=bool),
+            "terminated": np.asarray(self.terminated, dtype=bool),
+            "truncated": np.asarray(self.truncated, dtype=bool),
+            "policy_latency_ms": np.asarray(self.latencies_ms, dtype=np.float64),
+        }
+        keys = sorted({k for info in self.infos for k in info})
+        for key in keys:
+            columns[f"info.{key}"] = np.asarray([info.get(key, np.nan) for info in self.infos], dtype=np.float64)
+        return columns
+
+    def trajectory_hash(self) -> str:
+        """SHA-256 over states, actions and rewards: equal hashes mean equal trajectories."""
+        digest = hashlib.sha256()
+        digest.update(np.asarray(self.states, dtype=np.float64).tobytes())
+        digest.update(np.asarray(self.actions, dtype=np.float64).tobytes())
+        digest.update(np.asarray(self.rewards, dtype=np.float64).tobytes())
+        digest.update((self.outcome.value if self.outcome else "").encode())
+        return digest.hexdigest()[:32]
+
+    def record(self, provenance: dict[str, Any], data_path: str | None, data_sha256: str | None) -> EpisodeRecord:
+        job = self.job
+        assert self.outcome is not None, "finish() before record()"
+        return EpisodeRecord(
+            key=job.key,
+            campaign=job.campaign,
+            task_id=job.task.id,
+            task_hash=job.task.content_hash(),
+            variant_key=job.variant.key,
+            variant_name=job.variant.name,
+            variant=job.variant.model_dump(mode="json"),
+            policy_name=job.policy.name,
+            policy_version=job.policy.version,
+            policy_spec=job.policy.spec.model_dump(mode="json"),
+            seed=job.seed,
+            episode_index=job.episode_index,
+            instruction=job.task.instruction,
+            outcome=self.outcome,
+            reason=self.reason,
+            steps=self.steps,
+            total_return=float(np.sum(self.rewards)) if self.rewards else 0.0,
+            success_step=self.success_step,
+            trajectory_hash=self.trajectory_hash(),
+            initial_conditions=self.initial_conditions,
+            data_path=data_path,
+            data_sha256=data_sha256,
+            timings={
+                "reset_s": round(self.reset_s, 6),
+                "policy_s": round(self.policy_s, 6),
+                "sim_s": round(self.sim_s, 6),
+                "duration_s": round(self.duration_s, 6),
+            },
+            provenance=provenance,
+        )

@@ -1,0 +1,74 @@
+"""A worker: environments and policies built once and reused, batches in, records out.
+
+The worker writes each episode's step file (atomically) and returns its record;
+it never touches the catalog, which only the driver writes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from assay.errors import AssayError
+from assay.policies import Policy, make_policy
+from assay.run.recorder import EpisodeRecorder
+from assay.run.rollout import describe_error, rollout
+from assay.sim import SimEnv, make_env
+from assay.spec import EpisodeJob, PolicySpec, canonical_json
+from assay.store import EpisodeRecord, Outcome, build_table, provenance, write_episode
+
+ENV_CREATION_ATTEMPTS = 3
+
+
+class Worker:
+    def __init__(self, store_root: str | Path) -> None:
+        self.store_root = Path(store_root)
+        self._envs: dict[tuple[str, str], list[SimEnv]] = {}
+        self._policies: dict[str, Policy] = {}
+
+    def _environments(self, job: EpisodeJob, count: int) -> list[SimEnv]:
+        pool = self._envs.setdefault((job.task.id, job.task.content_hash()), [])
+        while len(pool) < count:
+            for attempt in range(1, ENV_CREATION_ATTEMPTS + 1):
+                try:
+                    pool.append(make_env(job.task))
+                    break
+                except AssayError:
+                    raise
+                except Exception:
+                    if attempt == ENV_CREATION_ATTEMPTS:
+                        raise
+                    time.sleep(0.1 * attempt)
+        return pool[:count]
+
+    def _policy(self, spec: PolicySpec) -> Policy:
+        key = canonical_json(spec.model_dump(mode="json"))
+        if key not in self._policies:
+            self._policies[key] = make_policy(spec)
+        return self._policies[key]
+
+    def run_batch(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
+        try:
+            envs = self._environments(jobs[0], len(jobs))
+            policy = self._policy(jobs[0].policy.spec)
+        except Exception as exc:  # noqa: BLE001 - becomes an error outcome for each job
+            recorders = [EpisodeRecorder(job) for job in jobs]
+            for recorder in recorders:
+                recorder.finish(Outcome.ERROR, f"setup failed: {describe_error(exc)}")
+        else:
+            recorders = rollout(envs, policy, jobs)
+        return [self._save(recorder) for recorder in recorders]
+
+    def _save(self, recorder: EpisodeRecorder) -> EpisodeRecord:
+        data_path = data_sha = None
+        if recorder.steps:
+            table = build_table(recorder.columns(), {"episode_key": recorder.job.key, "task_id": recorder.job.task.id})
+            data_path, data_sha = write_episode(self.store_root, recorder.job.key, table)
+        return recorder.record(provenance(), data_path, data_sha)
+
+    def close(self) -> None:
+        for pool in self._envs.values():
+            for env in pool:
+                env.close()
+        self._envs.clear()

@@ -1,0 +1,96 @@
+"""Meta-World v3 backend: the 50 MT1 tasks, with reproducible initial conditions.
+
+Meta-World's ``reset(seed=...)`` does not make an episode reproducible: object
+and goal positions come from a task vector that a task-sampling wrapper cycles
+through. This backend builds the MT1 environment once (``gym.make`` costs ~0.7 s),
+then drives the unwrapped Sawyer environment directly and, at each reset, samples
+the task vector from the environment's own reset space with a generator seeded
+by the episode seed (Meta-World's ``seeded_rand_vec`` path, including its
+rejection loops), then freezes it for the episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from assay.errors import UnsupportedError
+from assay.sim.metaworld_tasks import METAWORLD_TASKS
+from assay.sim.protocol import Observation, Transition
+from assay.spec import ActionSpec, Level, TaskSpec
+
+CONTROL_HZ = 80.0  # timestep 0.0025 s × frame_skip 5
+MAX_PATH_LENGTH = 500
+INFO_KEYS = ("near_object", "grasp_success", "grasp_reward", "in_place_reward", "obj_to_target", "unscaled_reward")
+
+
+def metaworld_task(env_name: str, version: int = 1, horizon: int = MAX_PATH_LENGTH) -> TaskSpec:
+    instruction, skill, family, level = METAWORLD_TASKS[env_name]
+    return TaskSpec(
+        name=f"metaworld/{env_name.removesuffix('-v3')}",
+        version=version,
+        backend="metaworld",
+        env_name=env_name,
+        instructions=(instruction,),
+        horizon=horizon,
+        control_hz=CONTROL_HZ,
+        observations=("state",),
+        state_dim=39,
+        action=ActionSpec(dim=4, low=-1.0, high=1.0, kind="delta_ee_xyz+gripper"),
+        skill=skill,
+        family=family,
+        level=Level(level),
+        tags=("metaworld", "sawyer", family),
+    )
+
+
+class MetaWorldEnv:
+    """One Meta-World MT1 environment, reused across episodes."""
+
+    def __init__(self, task: TaskSpec) -> None:
+        if task.env_name not in METAWORLD_TASKS:
+            raise UnsupportedError(f"{task.id}: {task.env_name!r} is not a Meta-World v3 environment")
+        if task.horizon > MAX_PATH_LENGTH:
+            raise UnsupportedError(f"{task.id}: horizon {task.horizon} exceeds Meta-World's {MAX_PATH_LENGTH}")
+        import gymnasium as gym
+        import metaworld  # noqa: F401  (registers the Meta-World/* ids with gymnasium)
+
+        self.task = task
+        self._wrapped = gym.make("Meta-World/MT1", env_name=task.env_name, seed=0, disable_env_checker=True)
+        self._wrapped.reset(seed=0)  # sets a task (and observability) on the Sawyer env
+        self._env: Any = self._wrapped.unwrapped
+        self._rand_vec: np.ndarray | None = None
+
+    def reset(self, seed: int) -> Observation:
+        env = self._env
+        env.np_random = np.random.default_rng(seed)
+        env._freeze_rand_vec = False
+        env.seeded_rand_vec = True
+        env._did_see_sim_exception = False
+        observation, _ = env.reset()
+        env._freeze_rand_vec = True  # the same vector for the rest of the episode
+        self._rand_vec = np.array(env._last_rand_vec, dtype=np.float64)
+        return {"state": np.asarray(observation, dtype=np.float64)}
+
+    def step(self, action: np.ndarray) -> Transition:
+        observation, reward, terminated, truncated, info = self._env.step(action)
+        return Transition(
+            observation={"state": np.asarray(observation, dtype=np.float64)},
+            reward=float(reward),
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            success=bool(info.get("success", 0.0)),
+            info={key: float(info[key]) for key in INFO_KEYS if key in info},
+        )
+
+    def initial_conditions(self) -> dict[str, Any]:
+        return {"rand_vec": [] if self._rand_vec is None else [float(v) for v in self._rand_vec]}
+
+    @property
+    def unwrapped(self) -> Any:
+        """The Sawyer environment (for scripted experts and, later, perturbations)."""
+        return self._env
+
+    def close(self) -> None:
+        self._wrapped.close()

@@ -1,0 +1,101 @@
+"""The task registry (an explicit object, no import side effects) and ``make_env``.
+
+``default_registry()`` holds the 50 Meta-World v3 tasks. Ids under
+``gymnasium/`` that are not registered are described on demand from Gymnasium
+(``gymnasium/Pusher-v5``), so any Gymnasium Box-action environment can be run.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+
+from assay.errors import SpecError, UnknownTaskError, UnsupportedError
+from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task
+from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
+from assay.sim.metaworld_tasks import METAWORLD_TASKS
+from assay.sim.protocol import SimEnv
+from assay.spec import TaskSpec, parse_task_ref
+
+BACKENDS: dict[str, Callable[[TaskSpec], SimEnv]] = {
+    "metaworld": MetaWorldEnv,
+    "gymnasium": GymnasiumEnv,
+}
+
+
+class TaskRegistry:
+    """Versioned tasks by name; registering the same ``name@version`` twice raises."""
+
+    def __init__(self, tasks: Iterable[TaskSpec] = ()) -> None:
+        self._tasks: dict[str, dict[int, TaskSpec]] = {}
+        for task in tasks:
+            self.register(task)
+
+    def register(self, task: TaskSpec) -> TaskSpec:
+        if task.backend not in BACKENDS:
+            raise SpecError(f"{task.id}: unknown backend {task.backend!r}; valid: {', '.join(sorted(BACKENDS))}")
+        versions = self._tasks.setdefault(task.name, {})
+        if task.version in versions:
+            raise SpecError(f"task {task.id} is already registered")
+        versions[task.version] = task
+        return task
+
+    def get(self, ref: str) -> TaskSpec:
+        """Resolve ``name@version`` (or ``name`` for the latest version)."""
+        name, version = parse_task_ref(ref)
+        if name not in self._tasks and name.startswith("gymnasium/"):
+            self.register(gymnasium_task(name.removeprefix("gymnasium/")))
+        if name not in self._tasks:
+            close = difflib.get_close_matches(name, list(self._tasks), n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else "; `assay tasks` lists them"
+            raise UnknownTaskError(f"unknown task {ref!r}{hint}")
+        versions = self._tasks[name]
+        if version is None:
+            return versions[max(versions)]
+        if version not in versions:
+            valid = ", ".join(f"{name}@{v}" for v in sorted(versions))
+            raise UnknownTaskError(f"task {name} has no version {version}; valid: {valid}")
+        return versions[version]
+
+    def __contains__(self, ref: str) -> bool:
+        try:
+            self.get(ref)
+        except SpecError:
+            return False
+        return True
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._tasks.values())
+
+    def list(
+        self,
+        backend: str | None = None,
+        skill: str | None = None,
+        family: str | None = None,
+        level: str | None = None,
+        contains: str | None = None,
+    ) -> list[TaskSpec]:
+        tasks = [t for versions in self._tasks.values() for t in versions.values()]
+        selected = [
+            t
+            for t in tasks
+            if (backend is None or t.backend == backend)
+            and (skill is None or t.skill == skill)
+            and (family is None or t.family == family)
+            and (level is None or t.level.value == level)
+            and (contains is None or contains in t.id or contains in t.instruction)
+        ]
+        return sorted(selected, key=lambda t: (t.name, t.version))
+
+
+def default_registry() -> TaskRegistry:
+    """A fresh registry with every Meta-World v3 task at version 1."""
+    return TaskRegistry(metaworld_task(name) for name in METAWORLD_TASKS)
+
+
+def make_env(task: TaskSpec) -> SimEnv:
+    try:
+        factory = BACKENDS[task.backend]
+    except KeyError:
+        raise UnsupportedError(f"{task.id}: unknown backend {task.backend!r}") from None
+    return factory(task)

@@ -1,0 +1,48 @@
+"""Specs: frozen, typed records that everything else leans on; pure data, no simulator.
+
+Owns TaskSpec, Perturbation/Variant, PolicySpec, CampaignSpec, EpisodeJob, YAML
+loading with line-numbered errors, canonical JSON and content hashes.
+Imports nothing of assay but ``assay.errors``.
+"""
+
+from assay.spec.campaign import (
+    CampaignSpec,
+    EpisodeJob,
+    ResolvedPolicy,
+    batch_jobs,
+    episode_key,
+    episode_seed,
+    plan,
+)
+from assay.spec.hashing import canonical_json, content_hash, derive_seed
+from assay.spec.loading import campaign_from_data, load_campaign, load_yaml
+from assay.spec.policy import PolicySpec, policy_from_shorthand
+from assay.spec.task import ActionSpec, Level, SuccessMode, TaskSpec, parse_task_ref
+from assay.spec.variant import NOMINAL, Axis, Perturbation, Variant
+
+__all__ = [
+    "ActionSpec",
+    "Axis",
+    "CampaignSpec",
+    "EpisodeJob",
+    "Level",
+    "NOMINAL",
+    "Perturbation",
+    "PolicySpec",
+    "ResolvedPolicy",
+    "SuccessMode",
+    "TaskSpec",
+    "Variant",
+    "batch_jobs",
+    "campaign_from_data",
+    "canonical_json",
+    "content_hash",
+    "derive_seed",
+    "episode_key",
+    "episode_seed",
+    "load_campaign",
+    "load_yaml",
+    "parse_task_ref",
+    "plan",
+    "policy_from_shorthand",
+]

@@ -1,0 +1,128 @@
+"""CampaignSpec (the grid) and EpisodeJob (one cell × one seed), and the planner.
+
+Identity rules, relied on by resume, determinism and paired statistics:
+
+* ``episode_seed = derive_seed(campaign_seed, task_id, episode_index)``: the same
+  seeds for every policy and every variant of a task, so comparisons between
+  policies and between a variant and nominal are *paired* by construction.
+* ``job key = hash(task id, task hash, variant, policy identity, seed)``: the same
+  job has the same key on any machine, worker count or executor; the campaign name
+  is not part of it, so two campaigns that ask for the same episode share it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from assay.spec.hashing import content_hash, derive_seed
+from assay.spec.policy import PolicySpec
+from assay.spec.task import TaskSpec
+from assay.spec.variant import NOMINAL, Variant
+
+
+class CampaignSpec(BaseModel):
+    """The grid: policies × tasks × variants × ``episodes`` seeds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][\w.\-]*$")
+    seed: int = Field(default=0, ge=0)
+    episodes: int = Field(gt=0, le=1_000_000)
+    tasks: tuple[str, ...] = Field(min_length=1)
+    policies: tuple[PolicySpec, ...] = Field(min_length=1)
+    variants: tuple[Variant, ...] = (NOMINAL,)
+    envs_per_worker: int = Field(default=4, gt=0, le=256)
+    description: str = ""
+
+    @field_validator("policies")
+    @classmethod
+    def _unique_policy_names(cls, policies: tuple[PolicySpec, ...]) -> tuple[PolicySpec, ...]:
+        names = [p.name for p in policies]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise ValueError(f"policy name(s) {', '.join(duplicated)} used twice; give each policy its own 'name'")
+        return policies
+
+    def content_hash(self) -> str:
+        return content_hash(self.model_dump(mode="json"))
+
+
+@dataclass(frozen=True)
+class ResolvedPolicy:
+    """A PolicySpec with the version that goes into episode keys."""
+
+    spec: PolicySpec
+    version: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """One episode to run: task × variant × policy × seed, and its key."""
+
+    campaign: str
+    task: TaskSpec
+    variant: Variant
+    policy: ResolvedPolicy
+    episode_index: int
+    seed: int
+    key: str
+
+    @property
+    def cell(self) -> tuple[str, str, str]:
+        """The (policy, task, variant) cell this job belongs to."""
+        return (self.policy.name, self.task.id, self.variant.key)
+
+
+def episode_seed(campaign_seed: int, task: TaskSpec, episode_index: int) -> int:
+    return derive_seed("episode", campaign_seed, task.id, episode_index)
+
+
+def episode_key(task: TaskSpec, variant: Variant, policy: ResolvedPolicy, seed: int) -> str:
+    identity: dict[str, Any] = {
+        "task": task.id,
+        "task_hash": task.content_hash(),
+        "variant": variant.model_dump(mode="json"),
+        "policy": policy.spec.identity(policy.version),
+        "seed": seed,
+    }
+    return content_hash(identity, length=24)
+
+
+def plan(
+    campaign: CampaignSpec, tasks: list[TaskSpec], policies: list[ResolvedPolicy]
+) -> list[EpisodeJob]:
+    """Every job of the campaign, in a fixed order (policy, task, variant, index)."""
+    jobs: list[EpisodeJob] = []
+    for policy in policies:
+        for task in tasks:
+            for variant in campaign.variants:
+                for index in range(campaign.episodes):
+                    seed = episode_seed(campaign.seed, task, index)
+                    key = episode_key(task, variant, policy, seed)
+                    jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key))
+    return jobs
+
+
+def batch_jobs(jobs: list[EpisodeJob], batch_size: int) -> list[tuple[EpisodeJob, ...]]:
+    """Group jobs of one cell into lockstep batches of at most ``batch_size`` environments.
+
+    Results never depend on the grouping (policies keep per-environment state keyed
+    by seed), so resuming with a different set of pending jobs changes nothing.
+    """
+    batches: list[tuple[EpisodeJob, ...]] = []
+    current: list[EpisodeJob] = []
+    for job in jobs:
+        if current and (len(current) == batch_size or current[0].cell != job.cell):
+            batches.append(tuple(current))
+            current = []
+        current.append(job)
+    if current:
+        batches.append(tuple(current))
+    return batches

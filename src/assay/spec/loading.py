@@ -1,0 +1,152 @@
+"""YAML loading with positions: every user mistake is one line, ``file:line: field: what``.
+
+The YAML is composed into nodes first so that each value keeps the line it came
+from; pydantic validates the plain data; the first validation error is mapped back
+to the closest line the user wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from assay.errors import SpecError
+from assay.spec.campaign import CampaignSpec
+from assay.spec.policy import policy_from_shorthand
+from assay.spec.variant import NOMINAL
+
+Path_ = tuple[str | int, ...]
+
+
+def _construct(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> Any:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise SpecError(f"line {key_node.start_mark.line + 1}: mapping keys must be plain words")
+            key = _scalar(key_node)
+            if key in result:
+                raise SpecError(f"line {key_node.start_mark.line + 1}: key {key!r} appears twice")
+            result[key] = _construct(value_node, path + (key,), lines)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_construct(item, path + (i,), lines) for i, item in enumerate(node.value)]
+    return _scalar(node)
+
+
+def _scalar(node: yaml.Node) -> Any:
+    """Type a scalar the way yaml.safe_load would (int, float, bool, null, str)."""
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(node, deep=True)
+    finally:
+        loader.dispose()
+
+
+def load_yaml(text: str, source: str = "<string>") -> tuple[Any, dict[Path_, int]]:
+    """Parse YAML text into plain data plus a map from field path to line number."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"{mark.line + 1}" if mark is not None else "?"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{source}:{line}: malformed YAML: {problem}") from None
+    if node is None:
+        raise SpecError(f"{source}:1: the file is empty")
+    lines: dict[Path_, int] = {}
+    try:
+        data = _construct(node, (), lines)
+    except SpecError as exc:
+        raise SpecError(f"{source}:{str(exc).removeprefix('line ')}") from None
+    return data, lines
+
+
+def _line_for(loc: Path_, lines: dict[Path_, int]) -> int:
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return 1
+
+
+def _dotted(loc: Path_) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def validation_error(exc: ValidationError, source: str, lines: dict[Path_, int], prefix: Path_ = ()) -> SpecError:
+    """The first pydantic error as one ``file:line: field: message`` line."""
+    first = exc.errors()[0]
+    loc = prefix + tuple(p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif first["type"] == "missing":
+        message = "required field is missing"
+    return SpecError(f"{source}:{_line_for(loc, lines)}: {_dotted(loc)}: {message}")
+
+
+def _normalize_policies(raw: Any, source: str, lines: dict[Path_, int]) -> Any:
+    if not isinstance(raw, list):
+        return raw
+    policies: list[Any] = []
+    for i, entry in enumerate(raw):
+        if isinstance(entry, str):
+            try:
+                policies.append(policy_from_shorthand(entry))
+            except ValidationError as exc:
+                raise validation_error(exc, source, lines, ("policies", i)) from None
+        else:
+            policies.append(entry)
+    return policies
+
+
+def _normalize_variants(raw: Any, source: str, lines: dict[Path_, int]) -> Any:
+    if raw is None:
+        return [NOMINAL]
+    if not isinstance(raw, list):
+        return raw
+    variants: list[Any] = []
+    for i, entry in enumerate(raw):
+        if entry == "nominal":
+            variants.append(NOMINAL)
+        else:
+            line = _line_for(("variants", i), lines)
+            raise SpecError(
+                f"{source}:{line}: variants[{i}]: expected 'nominal'; perturbation variants need the "
+                "factor catalog, which this version of Assay does not ship yet"
+            )
+    return variants
+
+
+def campaign_from_data(data: Any, source: str = "<campaign>", lines: dict[Path_, int] | None = None) -> CampaignSpec:
+    """Validate plain data (as loaded from YAML) into a CampaignSpec."""
+    lines = lines or {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}:1: a campaign must be a mapping with name, episodes, tasks and policies")
+    data = dict(data)
+    data["policies"] = _normalize_policies(data.get("policies"), source, lines)
+    data["variants"] = _normalize_variants(data.get("variants"), source, lines)
+    try:
+        return CampaignSpec.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, source, lines) from None
+
+
+def load_campaign(path: str | Path) -> CampaignSpec:
+    """Read a campaign YAML file; errors are one line naming file, line and field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such campaign file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read campaign file: {exc}") from None
+    data, lines = load_yaml(text, str(path))
+    return campaign_from_data(data, str(path), lines)

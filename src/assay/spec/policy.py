@@ -1,0 +1,57 @@
+"""PolicySpec: how a campaign names a policy.
+
+Exactly one source: a ``builtin`` name (``expert``, ``random``, ``degraded-expert``)
+or an ``entrypoint`` ``module:attr`` (a Policy class or a factory taking the params).
+The version is part of every episode key; builtins carry their own, an entrypoint
+without an explicit version is versioned by the hash of its module's source.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from assay.spec.hashing import content_hash
+
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
+
+
+class PolicySpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    builtin: str | None = None
+    entrypoint: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    version: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "PolicySpec":
+        if not _NAME.match(self.name):
+            raise ValueError(f"policy name {self.name!r} may hold letters, digits, '.', '_' and '-' only")
+        if (self.builtin is None) == (self.entrypoint is None):
+            raise ValueError("give exactly one of 'builtin' or 'entrypoint' (module:attr)")
+        if self.entrypoint is not None and not _ENTRYPOINT.match(self.entrypoint):
+            raise ValueError(f"entrypoint {self.entrypoint!r} must look like 'package.module:attr'")
+        return self
+
+    @property
+    def source(self) -> str:
+        return self.builtin if self.builtin is not None else f"entrypoint:{self.entrypoint}"
+
+    def identity(self, resolved_version: str) -> dict[str, Any]:
+        """What makes two policies the same policy: source, params and version (not the display name)."""
+        return {"source": self.source, "params": self.params, "version": resolved_version}
+
+    def params_hash(self) -> str:
+        return content_hash(self.params, length=8)
+
+
+def policy_from_shorthand(value: str) -> PolicySpec:
+    """``'expert'`` is a builtin; ``'pkg.mod:attr'`` is an entrypoint named after its attr."""
+    if ":" in value:
+        return PolicySpec(name=value.rsplit(":", 1)[1], entrypoint=value)
+    return PolicySpec(name=value, builtin=value)

@@ -1,0 +1,94 @@
+"""TaskSpec: what a task is, independent of any simulator object.
+
+A task id reads ``name@version`` (``metaworld/pick-place@1``). A change of
+behaviour (horizon, success semantics, instructions, environment) is a new
+version; the content hash of the whole record is stored with every episode, so a
+silent change without a version bump still never reuses old results.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from assay.errors import SpecError
+from assay.spec.hashing import content_hash
+
+_TASK_REF = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*)(?:@(?P<version>\d+))?$")
+
+
+class SuccessMode(str, Enum):
+    """When success is judged: at any step (ends the episode, the default) or at the end."""
+
+    ANY_STEP = "any_step"
+    AT_END = "at_end"
+    NONE = "none"  # the environment has no success notion; only return is scored
+
+
+class Level(str, Enum):
+    ATOMIC = "atomic"
+    COMPOSITE = "composite"
+    LONG_HORIZON = "long-horizon"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ActionSpec(_Frozen):
+    """The action space: a box of ``dim`` values in [low, high], and what they mean."""
+
+    dim: int = Field(gt=0)
+    low: float = -1.0
+    high: float = 1.0
+    kind: str = "delta_ee_gripper"  # e.g. delta end-effector xyz + gripper effort
+
+
+class TaskSpec(_Frozen):
+    """A versioned task: backend, environment, instructions, horizon, spaces and tags."""
+
+    name: str
+    version: int = Field(ge=1)
+    backend: str
+    env_name: str
+    instructions: tuple[str, ...] = Field(min_length=1)
+    horizon: int = Field(gt=0)
+    control_hz: float = Field(gt=0)
+    observations: tuple[str, ...] = ("state",)
+    state_dim: int = Field(gt=0)
+    action: ActionSpec
+    success: SuccessMode = SuccessMode.ANY_STEP
+    skill: str = ""
+    family: str = ""
+    level: Level = Level.ATOMIC
+    tags: tuple[str, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, name: str) -> str:
+        if not _TASK_REF.match(name) or "@" in name:
+            raise ValueError(f"task name {name!r} must look like 'backend/task-name'")
+        return name
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def instruction(self) -> str:
+        """The nominal instruction (the first template)."""
+        return self.instructions[0]
+
+    def content_hash(self) -> str:
+        return content_hash(self.model_dump(mode="json"))
+
+
+def parse_task_ref(ref: str) -> tuple[str, int | None]:
+    """Split ``'metaworld/pick-place@1'`` into ``('metaworld/pick-place', 1)``; no version gives None."""
+    match = _TASK_REF.match(ref.strip())
+    if not match:
+        raise SpecError(f"task id {ref!r} is malformed: expected 'backend/name' or 'backend/name@VERSION'")
+    version = match.group("version")
+    return match.group("name"), int(version) if version else None

@@ -1,0 +1,24 @@
+"""Store: the data contract (episode records, per-step Parquet), the SQL catalog, provenance.
+
+May import ``assay.spec`` only.
+"""
+
+from assay.store.catalog import Catalog
+from assay.store.episodes import REQUIRED_COLUMNS, build_table, episode_relpath, read_episode, write_episode
+from assay.store.provenance import provenance
+from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
+from assay.store.store import Store
+
+__all__ = [
+    "Catalog",
+    "EpisodeRecord",
+    "Outcome",
+    "REQUIRED_COLUMNS",
+    "SCHEMA_VERSION",
+    "Store",
+    "build_table",
+    "episode_relpath",
+    "provenance",
+    "read_episode",
+    "write_episode",
+]

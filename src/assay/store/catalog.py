@@ -1,0 +1,292 @@
+"""The SQL catalog: one row per episode, keyed by the episode key.
+
+SQLite in the store directory by default; any SQLAlchemy URL (PostgreSQL:
+``postgresql+psycopg://...``) is accepted. Only the driver writes rows, and only
+after the episode's file is complete. The key is the primary key, so a retry or
+a rerun can never duplicate an episode. Campaigns link to episodes through
+``campaign_episodes``; the link carries the campaign's display name for the
+policy, so two campaigns can share an episode under different names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+
+from assay.errors import StoreError
+from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
+
+metadata = sa.MetaData()
+
+episodes = sa.Table(
+    "episodes",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("task_id", sa.String(200), nullable=False, index=True),
+    sa.Column("task_hash", sa.String(64), nullable=False),
+    sa.Column("variant_key", sa.String(64), nullable=False, index=True),
+    sa.Column("variant_name", sa.Text, nullable=False),
+    sa.Column("variant_json", sa.Text, nullable=False),
+    sa.Column("policy_version", sa.String(200), nullable=False),
+    sa.Column("policy_json", sa.Text, nullable=False),
+    sa.Column("seed", sa.BigInteger, nullable=False),
+    sa.Column("episode_index", sa.Integer, nullable=False),
+    sa.Column("instruction", sa.Text, nullable=False),
+    sa.Column("outcome", sa.String(16), nullable=False, index=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("steps", sa.Integer, nullable=False),
+    sa.Column("total_return", sa.Float, nullable=False),
+    sa.Column("success_step", sa.Integer, nullable=True),
+    sa.Column("trajectory_hash", sa.String(64), nullable=False),
+    sa.Column("initial_conditions_json", sa.Text, nullable=False),
+    sa.Column("data_path", sa.Text, nullable=True),
+    sa.Column("data_sha256", sa.String(64), nullable=True),
+    sa.Column("timings_json", sa.Text, nullable=False),
+    sa.Column("provenance_json", sa.Text, nullable=False),
+    sa.Column("schema_version", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+campaigns = sa.Table(
+    "campaigns",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("spec_hash", sa.String(64), nullable=False),
+    sa.Column("spec_json", sa.Text, nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+)
+
+campaign_episodes = sa.Table(
+    "campaign_episodes",
+    metadata,
+    sa.Column("campaign", sa.String(200), primary_key=True),
+    sa.Column("key", sa.String(64), sa.ForeignKey("episodes.key"), primary_key=True),
+    sa.Column("policy_name", sa.String(200), nullable=False),
+)
+
+store_meta = sa.Table(
+    "store_meta",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _row(record: EpisodeRecord) -> dict[str, Any]:
+    return {
+        "key": record.key,
+        "task_id": record.task_id,
+        "task_hash": record.task_hash,
+        "variant_key": record.variant_key,
+        "variant_name": record.variant_name,
+        "variant_json": json.dumps(record.variant, sort_keys=True),
+        "policy_version": record.policy_version,
+        "policy_json": json.dumps(record.policy_spec, sort_keys=True),
+        "seed": record.seed,
+        "episode_index": record.episode_index,
+        "instruction": record.instruction,
+        "outcome": record.outcome.value,
+        "reason": record.reason,
+        "steps": record.steps,
+        "total_return": record.total_return,
+        "success_step": record.success_step,
+        "trajectory_hash": record.trajectory_hash,
+        "initial_conditions_json": json.dumps(record.initial_conditions, sort_keys=True),
+        "data_path": record.data_path,
+        "data_sha256": record.data_sha256,
+        "timings_json": json.dumps(record.timings, sort_keys=True),
+        "provenance_json": json.dumps(record.provenance, sort_keys=True),
+        "schema_version": record.schema_version,
+        "created_at": _now(),
+    }
+
+
+def _record(row: Any) -> EpisodeRecord:
+    m = row._mapping
+    return EpisodeRecord(
+        key=m["key"],
+        campaign=m["campaign"],
+        task_id=m["task_id"],
+        task_hash=m["task_hash"],
+        variant_key=m["variant_key"],
+        variant_name=m["variant_name"],
+        variant=json.loads(m["variant_json"]),
+        policy_name=m["policy_name"],
+        policy_version=m["policy_version"],
+        policy_spec=json.loads(m["policy_json"]),
+        seed=m["seed"],
+        episode_index=m["episode_index"],
+        instruction=m["instruction"],
+        outcome=Outcome(m["outcome"]),
+        reason=m["reason"],
+        steps=m["steps"],
+        total_return=m["total_return"],
+        success_step=m["success_step"],
+        trajectory_hash=m["trajectory_hash"],
+        initial_conditions=json.loads(m["initial_conditions_json"]),
+        data_path=m["data_path"],
+        data_sha256=m["data_sha256"],
+        timings=json.loads(m["timings_json"]),
+        provenance=json.loads(m["provenance_json"]),
+        schema_version=m["schema_version"],
+    )
+
+
+class Catalog:
+    """Episode rows and campaign links behind one SQLAlchemy engine."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        try:
+            self.engine = sa.create_engine(url, future=True)
+            if self.engine.dialect.name == "sqlite":
+                sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+            metadata.create_all(self.engine)
+            with self.engine.begin() as conn:
+                found = conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == "schema_version")).scalar()
+                if found is None:
+                    conn.execute(store_meta.insert().values(name="schema_version", value=str(SCHEMA_VERSION)))
+                elif int(found) != SCHEMA_VERSION:
+                    raise StoreError(f"catalog {url} has schema_version {found}; this Assay reads {SCHEMA_VERSION}")
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open catalog {url}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- writes (driver only) -------------------------------------------------
+    def save_campaign(self, name: str, spec_hash: str, spec: dict[str, Any]) -> None:
+        now = _now()
+        with self.engine.begin() as conn:
+            exists = conn.execute(sa.select(campaigns.c.name).where(campaigns.c.name == name)).first()
+            values = {"spec_hash": spec_hash, "spec_json": json.dumps(spec, sort_keys=True), "updated_at": now}
+            if exists:
+                conn.execute(campaigns.update().where(campaigns.c.name == name).values(**values))
+            else:
+                conn.execute(campaigns.insert().values(name=name, created_at=now, **values))
+
+    def add(self, record: EpisodeRecord) -> bool:
+        """Insert the episode (if new) and link it to its campaign; True if the episode was new."""
+        with self.engine.begin() as conn:
+            new = conn.execute(sa.select(episodes.c.key).where(episodes.c.key == record.key)).first() is None
+            if new:
+                conn.execute(episodes.insert().values(**_row(record)))
+            self._link(conn, record.campaign, [(record.key, record.policy_name)])
+        return new
+
+    def link(self, campaign: str, keys_and_policies: Iterable[tuple[str, str]]) -> None:
+        with self.engine.begin() as conn:
+            self._link(conn, campaign, list(keys_and_policies))
+
+    def _link(self, conn: sa.Connection, campaign: str, pairs: list[tuple[str, str]]) -> None:
+        if not pairs:
+            return
+        keys = [k for k, _ in pairs]
+        present: set[str] = set()
+        for chunk in _chunks(keys, 500):
+            present |= set(
+                conn.execute(
+                    sa.select(campaign_episodes.c.key).where(
+                        campaign_episodes.c.campaign == campaign, campaign_episodes.c.key.in_(chunk)
+                    )
+                ).scalars()
+            )
+        rows = [{"campaign": campaign, "key": k, "policy_name": p} for k, p in pairs if k not in present]
+        if rows:
+            conn.execute(campaign_episodes.insert(), rows)
+
+    # -- reads ----------------------------------------------------------------
+    def existing_keys(self, keys: Iterable[str]) -> set[str]:
+        found: set[str] = set()
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(keys), 500):
+                found |= set(conn.execute(sa.select(episodes.c.key).where(episodes.c.key.in_(chunk))).scalars())
+        return found
+
+    def campaigns(self) -> list[dict[str, Any]]:
+        counts = (
+            sa.select(campaign_episodes.c.campaign, sa.func.count().label("episodes"))
+            .group_by(campaign_episodes.c.campaign)
+            .subquery()
+        )
+        query = (
+            sa.select(campaigns, sa.func.coalesce(counts.c.episodes, 0).label("episodes"))
+            .outerjoin(counts, counts.c.campaign == campaigns.c.name)
+            .order_by(campaigns.c.updated_at.desc(), campaigns.c.name)
+        )
+        with self.engine.connect() as conn:
+            return [
+                {**dict(r._mapping), "spec": json.loads(r._mapping["spec_json"])} for r in conn.execute(query)
+            ]
+
+    def latest_campaign(self) -> str | None:
+        rows = self.campaigns()
+        return rows[0]["name"] if rows else None
+
+    def episodes(
+        self,
+        campaign: str | None = None,
+        task: str | None = None,
+        policy: str | None = None,
+        outcome: str | None = None,
+        limit: int | None = None,
+    ) -> list[EpisodeRecord]:
+        query = sa.select(episodes, campaign_episodes.c.campaign, campaign_episodes.c.policy_name).join(
+            campaign_episodes, campaign_episodes.c.key == episodes.c.key
+        )
+        if campaign is not None:
+            query = query.where(campaign_episodes.c.campaign == campaign)
+        if task is not None:
+            query = query.where(episodes.c.task_id == task)
+        if policy is not None:
+            query = query.where(campaign_episodes.c.policy_name == policy)
+        if outcome is not None:
+            query = query.where(episodes.c.outcome == outcome)
+        query = query.order_by(
+            campaign_episodes.c.campaign, campaign_episodes.c.policy_name, episodes.c.task_id,
+            episodes.c.variant_key, episodes.c.episode_index,
+        )
+        if limit is not None:
+            query = query.limit(limit)
+        with self.engine.connect() as conn:
+            return [_record(r) for r in conn.execute(query)]
+
+    def episode(self, key_prefix: str) -> EpisodeRecord:
+        """The episode whose key starts with ``key_prefix`` (unique prefix required)."""
+        query = (
+            sa.select(episodes, campaign_episodes.c.campaign, campaign_episodes.c.policy_name)
+            .join(campaign_episodes, campaign_episodes.c.key == episodes.c.key)
+            .where(episodes.c.key.startswith(key_prefix, autoescape=True))
+            .limit(10)
+        )
+        with self.engine.connect() as conn:
+            rows = list(conn.execute(query))
+        keys = sorted({r._mapping["key"] for r in rows})
+        if not keys:
+            raise StoreError(f"no episode with key {key_prefix!r} in {self.url}")
+        if len(keys) > 1:
+            raise StoreError(f"key prefix {key_prefix!r} is ambiguous: {', '.join(k[:12] for k in keys[:5])} ...")
+        return _record(rows[0])
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")  # readers (dashboards) never block the writer
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()

@@ -1,0 +1,52 @@
+"""The episode record: one row of the catalog, the per-episode half of the data contract."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Outcome(str, Enum):
+    """How an episode ended. ``error`` is infrastructure or a broken policy, never a skill failure."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"  # ended (terminated) without success
+    TIMEOUT = "timeout"  # horizon reached without success
+    ERROR = "error"  # simulator or policy raised, or an invalid action; see ``reason``
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    key: str
+    campaign: str
+    task_id: str
+    task_hash: str
+    variant_key: str
+    variant_name: str
+    variant: dict[str, Any]
+    policy_name: str
+    policy_version: str
+    policy_spec: dict[str, Any]
+    seed: int
+    episode_index: int
+    instruction: str
+    outcome: Outcome
+    reason: str
+    steps: int
+    total_return: float
+    success_step: int | None
+    trajectory_hash: str
+    initial_conditions: dict[str, Any] = field(default_factory=dict)
+    data_path: str | None = None
+    data_sha256: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        return data

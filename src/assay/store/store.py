@@ -1,0 +1,73 @@
+"""The Store: a directory of episode files plus the catalog that indexes them.
+
+Layout (``schema_version`` 1)::
+
+    STORE/
+      catalog.sqlite                  the catalog (unless a database URL is given)
+      episodes/<key[:2]>/<key>.parquet  per-step data, one file per episode
+      campaigns/<name>/campaign.json  the resolved campaign, saved beside its results
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from assay.errors import StoreError
+from assay.store.catalog import Catalog
+from assay.store.episodes import read_episode, remove_stale_temporaries
+from assay.store.records import SCHEMA_VERSION, EpisodeRecord
+
+
+class Store:
+    def __init__(self, root: str | Path, catalog_url: str | None = None, create: bool = True) -> None:
+        self.root = Path(root).expanduser().resolve()
+        if create:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                probe = self.root / f".write-probe-{os.getpid()}"
+                probe.write_bytes(b"")
+                probe.unlink()
+            except OSError as exc:
+                raise StoreError(f"store directory {self.root} is not writable: {exc.strerror or exc}") from None
+        elif not self.root.is_dir():
+            raise StoreError(f"no store at {self.root} (run a campaign with --store {root} first)")
+        elif catalog_url is None and not (self.root / "catalog.sqlite").exists():
+            raise StoreError(f"{self.root} holds no catalog.sqlite; is it an Assay store?")
+        self.catalog = Catalog(catalog_url or f"sqlite:///{self.root / 'catalog.sqlite'}")
+
+    def close(self) -> None:
+        self.catalog.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def campaign_dir(self, name: str) -> Path:
+        return self.root / "campaigns" / name
+
+    def save_resolved_campaign(self, name: str, spec_hash: str, resolved: dict[str, Any]) -> Path:
+        """Write the resolved campaign beside its results (atomically) and into the catalog."""
+        directory = self.campaign_dir(name)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "campaign.json"
+        tmp = path.with_suffix(f".json.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **resolved}, indent=2, sort_keys=True))
+        os.replace(tmp, path)
+        self.catalog.save_campaign(name, spec_hash, resolved)
+        return path
+
+    def clean_temporaries(self) -> int:
+        return remove_stale_temporaries(self.root)
+
+    def steps(self, record: EpisodeRecord, verify: bool = True) -> pa.Table:
+        """The per-step table of an episode, checked against its recorded checksum."""
+        if record.data_path is None:
+            raise StoreError(f"episode {record.key} has no step data ({record.outcome.value}: {record.reason})")
+        return read_episode(self.root, record.data_path, record.data_sha256 if verify else None)
