@@ -14,7 +14,8 @@ from assay.metrics import RateRow
 from assay.spec import TaskSpec
 from assay.store import EpisodeRecord
 
-console = Console()
+# Without a terminal (CI, pipes) Rich would wrap tables at 80 columns; results tables need more.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 
 
@@ -22,27 +23,23 @@ def print_json(document: Any) -> None:
     sys.stdout.write(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def fmt_rate(row: RateRow) -> str:
-    if row.rate is None:
-        return "n/a"
-    return f"{row.rate:.2f} [{row.ci_low:.2f}, {row.ci_high:.2f}]"
-
-
 def rate_table(rows: Sequence[RateRow], title: str) -> Table:
     group_names = list(rows[0].group) if rows else []
     table = Table(title=title, title_justify="left")
     for name in group_names:
         table.add_column(name)
-    table.add_column("success [Wilson 95%]", justify="right")
-    table.add_column("succ/scored", justify="right")
-    table.add_column("timeouts", justify="right")
-    table.add_column("failures", justify="right")
-    table.add_column("errors", justify="right")
-    table.add_column("mean steps", justify="right")
+    table.add_column("success", justify="right")
+    table.add_column("Wilson 95%", justify="right")
+    table.add_column("succ/n", justify="right")
+    table.add_column("timeout", justify="right")
+    table.add_column("fail", justify="right")
+    table.add_column("error", justify="right")
+    table.add_column("steps", justify="right")
     for row in rows:
         table.add_row(
             *[row.group[name] for name in group_names],
-            fmt_rate(row),
+            f"{row.rate:.2f}" if row.rate is not None else "n/a",
+            f"[{row.ci_low:.2f}, {row.ci_high:.2f}]" if row.ci_low is not None else "-",
             f"{row.successes}/{row.scored}",
             str(row.timeouts),
             str(row.failures),

@@ -1,0 +1,74 @@
+"""Policies and fakes for tests (importable as ``tests.helpers:...`` by worker processes)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from assay.policies import ExpertPolicy, PolicyContext
+from assay.sim import Transition
+from assay.spec import ActionSpec, SuccessMode, TaskSpec
+
+
+class FlakyExpert:
+    """The expert, except: raises on seeds with ``seed % 3 == 0``, returns NaN on ``seed % 3 == 1``."""
+
+    def __init__(self) -> None:
+        self._expert = ExpertPolicy()
+        self._seeds: tuple[int, ...] = ()
+
+    def reset(self, context: PolicyContext) -> None:
+        self._expert.reset(context)
+        self._seeds = context.seeds
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        seeds = [self._seeds[i] for i in observations["env_ids"]]
+        if any(s % 3 == 0 for s in seeds):
+            raise RuntimeError("flaky policy refuses this seed")
+        actions = self._expert.act(observations)
+        for row, seed in enumerate(seeds):
+            if seed % 3 == 1:
+                actions[row] = np.nan
+        return actions
+
+
+def fake_task(horizon: int = 10, success: SuccessMode = SuccessMode.ANY_STEP) -> TaskSpec:
+    return TaskSpec(name="fake/counter", version=1, backend="gymnasium", env_name="Fake-v0", instructions=("count",),
+                    horizon=horizon, control_hz=10.0, state_dim=1, action=ActionSpec(dim=1), success=success)
+
+
+class FunctionEnv:
+    """A SimEnv made of functions (after Gymnasium's GenericTestEnv): the runner without a simulator."""
+
+    def __init__(self, task: TaskSpec, step_fn: Callable[[int, int, np.ndarray], Transition]) -> None:
+        self.task = task
+        self.step_fn = step_fn
+        self.seed = -1
+        self.t = 0
+
+    def reset(self, seed: int) -> dict[str, np.ndarray]:
+        self.seed, self.t = seed, 0
+        return {"state": np.array([float(seed)])}
+
+    def step(self, action: np.ndarray) -> Transition:
+        self.t += 1
+        return self.step_fn(self.seed, self.t, action)
+
+    def initial_conditions(self) -> dict[str, Any]:
+        return {"seed": self.seed}
+
+    def close(self) -> None:
+        pass
+
+
+class ConstantPolicy:
+    def __init__(self, value: float = 0.5) -> None:
+        self.value = value
+
+    def reset(self, context: PolicyContext) -> None:
+        self.context = context
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        return np.full((len(observations["env_ids"]), 1), self.value)

@@ -1,0 +1,132 @@
+"""Campaigns end to end on Meta-World: determinism across executors, resume after a kill, fault isolation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
+from assay.spec import campaign_from_data
+from assay.store import Outcome, Store
+
+pytestmark = pytest.mark.sim
+
+SMALL = {
+    "name": "det",
+    "seed": 7,
+    "episodes": 3,
+    "envs_per_worker": 2,
+    "tasks": ["metaworld/reach@1", "metaworld/drawer-open@1"],
+    "policies": ["expert", {"name": "shaky", "builtin": "degraded-expert",
+                            "params": {"action_noise": 0.8, "action_delay": 3, "freeze_prob": 0.2}}],
+}
+
+
+def _run(tmp_path: Path, executor_name: str, workers: int = 1, data: dict = SMALL):
+    root = tmp_path / f"{executor_name}-{workers}"
+    executor = InlineExecutor(root) if executor_name == "inline" else LocalExecutor(root, workers)
+    with Store(root) as store:
+        summary = run_campaign(prepare_campaign(campaign_from_data(data)), store, executor)
+        records = store.catalog.episodes(campaign=data["name"])
+        # Step data minus wall-clock latency: everything else must be bit-identical.
+        steps = {r.key: store.steps(r).drop_columns(["policy_latency_ms"]) if r.data_path else None for r in records}
+        return summary, {r.key: (r.outcome, r.steps, r.trajectory_hash, steps[r.key]) for r in records}, records
+
+
+@pytest.mark.slow
+def test_same_results_on_any_executor_and_worker_count(tmp_path):
+    _, inline, records = _run(tmp_path, "inline")
+    _, inline_again, _ = _run(tmp_path / "again", "inline")
+    _, local1, _ = _run(tmp_path, "local", 1)
+    _, local2, _ = _run(tmp_path, "local", 2)
+    assert len(inline) == 12
+    assert inline == inline_again == local1 == local2
+    outcomes = {r.outcome for r in records}
+    assert Outcome.SUCCESS in outcomes and len({r.trajectory_hash for r in records}) == 12
+    expert = [r for r in records if r.policy_name == "expert"]
+    assert all(r.outcome is Outcome.SUCCESS for r in expert)
+
+
+def test_rerun_skips_everything_already_done(tmp_path):
+    first, results, _ = _run(tmp_path, "inline")
+    second, again, _ = _run(tmp_path, "inline")
+    assert (first.ran, first.skipped) == (12, 0)
+    assert (second.ran, second.skipped) == (0, 12)
+    assert again == results
+
+
+def test_episodes_are_shared_between_campaigns_not_rerun(tmp_path):
+    _run(tmp_path, "inline")
+    bigger = {**SMALL, "name": "det-bigger", "episodes": 4}
+    summary, results, records = _run(tmp_path, "inline", data=bigger)
+    assert (summary.ran, summary.skipped) == (4, 12)
+    assert len(results) == 16 and {r.campaign for r in records} == {"det-bigger"}
+
+
+def test_a_flaky_policy_yields_error_episodes_and_the_campaign_completes(tmp_path):
+    data = {**SMALL, "name": "flaky", "seed": 2, "episodes": 6, "tasks": ["metaworld/reach@1"],
+            "policies": ["expert", "tests.helpers:FlakyExpert"]}
+    summary, _, records = _run(tmp_path, "local", 2, data)
+    assert summary.ran == 12
+    flaky = [r for r in records if r.policy_name == "FlakyExpert"]
+    for record in flaky:
+        if record.seed % 3 == 0:
+            assert record.outcome is Outcome.ERROR and "flaky policy refuses" in record.reason
+        elif record.seed % 3 == 1:
+            assert record.outcome is Outcome.ERROR and "NaN" in record.reason
+        else:
+            assert record.outcome is Outcome.SUCCESS
+    assert {r.seed % 3 for r in flaky} == {0, 1, 2}, "pick a campaign seed that exercises every branch"
+    assert all(r.outcome is Outcome.SUCCESS for r in records if r.policy_name == "expert")
+
+
+@pytest.mark.slow
+def test_killed_campaign_resumes_with_every_job_exactly_once(tmp_path, write_campaign):
+    path = write_campaign("""
+        name: resume
+        seed: 1
+        episodes: 8
+        envs_per_worker: 1
+        tasks: [metaworld/reach@1, metaworld/drawer-open@1]
+        policies: [expert, random]
+    """)
+    store = tmp_path / "store"
+    command = [sys.executable, "-m", "assay.cli.app", "run", str(path), "--store", str(store), "--executor", "inline"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    done = 0
+    while time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+        try:
+            with sqlite3.connect(store / "catalog.sqlite") as conn:
+                done = conn.execute("select count(*) from episodes").fetchone()[0]
+        except sqlite3.OperationalError:
+            continue
+        if done >= 5:
+            os.killpg(process.pid, signal.SIGKILL)
+            break
+    process.wait()
+    assert 5 <= done < 32, f"the kill should land mid-campaign (saw {done} episodes)"
+
+    with Store(store) as opened:
+        spec = campaign_from_data({"name": "resume", "seed": 1, "episodes": 8, "envs_per_worker": 1,
+                                   "tasks": ["metaworld/reach@1", "metaworld/drawer-open@1"],
+                                   "policies": ["expert", "random"]})
+        planned = prepare_campaign(spec)
+        summary = run_campaign(planned, opened, InlineExecutor(store))
+        records = opened.catalog.episodes(campaign="resume")
+        assert summary.skipped >= 5 and summary.ran + summary.skipped == 32
+        assert sorted(r.key for r in records) == sorted(j.key for j in planned.jobs)
+        for record in records:
+            opened.steps(record)  # every file is complete and matches its checksum
+    leftovers = [p for p in (store / "episodes").rglob("*") if p.is_file() and not p.name.endswith(".parquet")]
+    assert leftovers == []
+    files = list((store / "episodes").rglob("*.parquet"))
+    assert len(files) == 32

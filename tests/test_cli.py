@@ -1,0 +1,112 @@
+"""The CLI in process: listings with --json, results, episodes, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from assay.cli.app import app
+
+runner = CliRunner()
+
+CAMPAIGN = """
+name: cli
+seed: 2
+episodes: 2
+envs_per_worker: 2
+tasks: [metaworld/reach@1]
+policies: [expert, random]
+"""
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_tasks_and_policies_list_and_filter():
+    result = invoke("tasks", "--json", "--family", "open-close")
+    assert result.exit_code == 0
+    ids = [t["id"] for t in json.loads(result.stdout)["tasks"]]
+    assert "metaworld/drawer-open@1" in ids and all(t["family"] == "open-close" for t in json.loads(result.stdout)["tasks"])
+    assert "metaworld/pick-place@1" not in ids
+    result = invoke("policies", "--json")
+    names = {p["name"]: p for p in json.loads(result.stdout)["policies"]}
+    assert set(names) == {"expert", "random", "degraded-expert"}
+    assert "action_noise" in names["degraded-expert"]["params"]
+    assert "drawer-open" in invoke("tasks").stdout
+
+
+@pytest.mark.sim
+def test_run_results_and_episodes(tmp_path, write_campaign):
+    path = write_campaign(CAMPAIGN)
+    store = str(tmp_path / "store")
+    result = invoke("run", str(path), "--store", store, "--executor", "inline", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["ran"], document["skipped"]) == (4, 0)
+    rows = {r["group"]["policy"]: r for r in document["results"]}
+    assert rows["expert"]["successes"] == 2 and rows["random"]["successes"] == 0
+    assert rows["expert"]["ci_low"] == pytest.approx(0.3424, abs=1e-4)  # Wilson 95% for 2/2
+
+    result = invoke("run", str(path), "--store", store, "--executor", "inline")
+    assert result.exit_code == 0 and "0 run now, 4 already in the store" in result.stdout
+
+    result = invoke("results", "--store", store, "--by", "policy", "--json")
+    assert {r["group"]["policy"] for r in json.loads(result.stdout)["results"]} == {"expert", "random"}
+    assert "Wilson 95%" in invoke("results", "--store", store).stdout
+
+    episodes = json.loads(invoke("episodes", "ls", "--store", store, "--outcome", "success", "--json").stdout)["episodes"]
+    assert len(episodes) == 2 and all(e["outcome"] == "success" for e in episodes)
+    shown = invoke("episodes", "show", episodes[0]["key"][:10], "--store", store, "--json")
+    assert shown.exit_code == 0
+    detail = json.loads(shown.stdout)
+    assert detail["steps"]["rows"] == episodes[0]["steps"]
+    assert detail["steps"]["columns"]["observation.state"]["dims"] == 39
+    assert "trajectory hash" in invoke("episodes", "show", episodes[0]["key"], "--store", store).stdout
+
+
+@pytest.mark.parametrize(
+    "campaign, message",
+    [
+        ("name: x\nepisodes: [2\n", "malformed YAML"),
+        ("name: x\nepisodes: 1\ntasks: [metaworld/pick-plac]\npolicies: [expert]\n",
+         "unknown task 'metaworld/pick-plac'; did you mean metaworld/pick-place"),
+        ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [experts]\n",
+         "unknown builtin 'experts'; valid: degraded-expert, expert, random"),
+        ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [no_such_module.sub:Policy]\n",
+         "cannot import module 'no_such_module.sub'"),
+        ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [tests.helpers:Missing]\n",
+         "module 'tests.helpers' has no attribute 'Missing'"),
+        ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies:\n  - {name: s, builtin: degraded-expert, params: {noise: 1}}\n",
+         "params.noise: unknown parameter (valid parameters: action_noise, action_delay, bias, freeze_prob)"),
+        ("name: x\nepisodes: 1\ntasks: [gymnasium/Pusher-v5]\npolicies: [expert]\n",
+         "policy 'expert' cannot run gymnasium/Pusher-v5@1"),
+    ],
+)
+def test_bad_campaigns_are_one_line_errors_with_exit_2(tmp_path, write_campaign, campaign, message):
+    path = write_campaign(campaign)
+    result = invoke("run", str(path), "--store", str(tmp_path / "s"), "--executor", "inline")
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()  # nothing was written for a campaign that never started
+
+
+def test_missing_file_and_unwritable_store_are_one_line_errors(tmp_path, write_campaign):
+    result = invoke("run", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 2 and "no such campaign file" in result.stderr
+    path = write_campaign(CAMPAIGN)
+    blocker = tmp_path / "file"
+    blocker.write_text("a file, not a directory")
+    result = invoke("run", str(path), "--store", str(blocker / "store"), "--executor", "inline")
+    assert result.exit_code == 2 and "is not writable" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_reading_a_missing_store_or_unknown_key_is_one_line(tmp_path):
+    result = invoke("results", "--store", str(tmp_path / "none"))
+    assert result.exit_code == 2 and "no store at" in result.stderr
+    result = invoke("episodes", "ls", "--store", str(tmp_path), "--outcome", "wat")
+    assert result.exit_code == 2 and "valid: success, failure, timeout, error" in result.stderr
