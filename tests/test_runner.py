@@ -15,7 +15,8 @@ from tests.helpers import ConstantPolicy, FunctionEnv, fake_task
 
 def _jobs(task, seeds):
     policy = ResolvedPolicy(PolicySpec(name="p", builtin="random"), "1")
-    return [EpisodeJob("c", task, Variant(), policy, i, s, episode_key(task, Variant(), policy, s)) for i, s in enumerate(seeds)]
+    return [EpisodeJob("c", task, Variant(), policy, i, s, episode_key(task, Variant(), policy, s), task.instruction)
+            for i, s in enumerate(seeds)]
 
 
 def _transition(success=False, terminated=False, truncated=False, reward=1.0):

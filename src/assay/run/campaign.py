@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.errors import SpecError
+from assay.errors import SpecError, UnsupportedError
 from assay.policies import check_supports, resolve_policy
 from assay.run.executors import Executor
-from assay.sim import TaskRegistry, default_registry
-from assay.spec import CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, batch_jobs, plan
+from assay.sim import TaskRegistry, default_registry, paraphrase, resolve_variant, value_of
+from assay.sim.render import VIEWS
+from assay.spec import CameraSpec, CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, Variant, batch_jobs, plan
 from assay.store import EpisodeRecord, Outcome, Store
 
 
@@ -24,6 +25,7 @@ class CampaignPlan:
     spec: CampaignSpec
     tasks: tuple[TaskSpec, ...]
     policies: tuple[ResolvedPolicy, ...]
+    variants: tuple[Variant, ...]
     jobs: tuple[EpisodeJob, ...]
 
     def resolved(self) -> dict[str, Any]:
@@ -32,6 +34,7 @@ class CampaignPlan:
             "campaign": self.spec.model_dump(mode="json"),
             "tasks": [{"id": t.id, "hash": t.content_hash(), "spec": t.model_dump(mode="json")} for t in self.tasks],
             "policies": [{"name": p.name, "version": p.version, "spec": p.spec.model_dump(mode="json")} for p in self.policies],
+            "variants": [{"key": v.key, "name": v.name, "spec": v.model_dump(mode="json")} for v in self.variants],
             "jobs": len(self.jobs),
         }
 
@@ -45,17 +48,37 @@ class CampaignSummary:
     outcomes: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
 
 
+def _with_cameras(task: TaskSpec, cameras: tuple[CameraSpec, ...]) -> TaskSpec:
+    if not cameras:
+        return task
+    unknown = sorted({c.name for c in cameras} - set(VIEWS))
+    if unknown:
+        raise SpecError(f"unknown camera {', '.join(unknown)}; valid: {', '.join(sorted(VIEWS))}")
+    if task.backend != "metaworld":
+        raise UnsupportedError(f"cameras are available for Meta-World tasks only, not {task.id}")
+    return task.model_copy(update={"cameras": cameras})
+
+
+def _instruction(task: TaskSpec, variant: Variant) -> str:
+    return paraphrase(task.instruction, value_of(variant, "instruction.paraphrase"), task.skill)
+
+
 def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -> CampaignPlan:
-    """Resolve tasks and policies and plan every job; all spec errors surface here, before any run."""
+    """Resolve tasks, variants and policies and plan every job; all spec errors surface here, before any run."""
     registry = registry or default_registry()
     if len(set(spec.tasks)) != len(spec.tasks):
         raise SpecError(f"campaign {spec.name!r}: a task is listed twice in 'tasks'")
-    tasks = tuple(registry.get(ref) for ref in spec.tasks)
+    tasks = tuple(_with_cameras(registry.get(ref), spec.cameras) for ref in spec.tasks)
+    variants = [resolve_variant(request, tasks[0]) for request in spec.variants]
+    for task in tasks[1:]:  # every variant must apply to every task's backend
+        for request in spec.variants:
+            resolve_variant(request, task)
     policies = tuple(resolve_policy(p) for p in spec.policies)
     for policy in policies:
         for task in tasks:
             check_supports(policy, task)
-    return CampaignPlan(spec, tasks, policies, tuple(plan(spec, list(tasks), list(policies))))
+    jobs = plan(spec, list(tasks), list(policies), variants, _instruction)
+    return CampaignPlan(spec, tasks, policies, tuple(variants), tuple(jobs))
 
 
 def run_campaign(

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.sim import Transition
+from assay.sim import Observation, Transition
 from assay.spec import EpisodeJob
 from assay.store import EpisodeRecord, Outcome
 
@@ -18,6 +18,7 @@ class EpisodeRecorder:
     def __init__(self, job: EpisodeJob) -> None:
         self.job = job
         self.states: list[np.ndarray] = []
+        self.frames: dict[str, list[np.ndarray]] = {camera.name: [] for camera in job.task.cameras}
         self.actions: list[np.ndarray] = []
         self.rewards: list[float] = []
         self.successes: list[bool] = []
@@ -42,8 +43,11 @@ class EpisodeRecorder:
     def done(self) -> bool:
         return self.outcome is not None
 
-    def add(self, state: np.ndarray, action: np.ndarray, transition: Transition, latency_ms: float) -> None:
-        self.states.append(state)
+    def add(self, observation: Observation, action: np.ndarray, transition: Transition, latency_ms: float) -> None:
+        """Record the observation the policy acted on, its action and what the step returned."""
+        self.states.append(observation["state"])
+        for camera, frames in self.frames.items():
+            frames.append(observation[f"image.{camera}"])
         self.actions.append(action)
         self.rewards.append(transition.reward)
         self.successes.append(transition.success)
@@ -72,6 +76,8 @@ class EpisodeRecorder:
             "truncated": np.asarray(self.truncated, dtype=bool),
             "policy_latency_ms": np.asarray(self.latencies_ms, dtype=np.float64),
         }
+        for camera in self.frames:  # frame i of the camera's video is the image seen at step i
+            columns[f"observation.images.{camera}"] = np.arange(n, dtype=np.int32)
         keys = sorted({k for info in self.infos for k in info})
         for key in keys:
             columns[f"info.{key}"] = np.asarray([info.get(key, np.nan) for info in self.infos], dtype=np.float64)
@@ -102,7 +108,7 @@ class EpisodeRecorder:
             policy_spec=job.policy.spec.model_dump(mode="json"),
             seed=job.seed,
             episode_index=job.episode_index,
-            instruction=job.task.instruction,
+            instruction=job.instruction,
             outcome=self.outcome,
             reason=self.reason,
             steps=self.steps,

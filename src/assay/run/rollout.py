@@ -86,22 +86,23 @@ def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob]) 
             recorders[slot].finish(Outcome.ERROR, f"reset failed: {describe_error(exc)}")
         recorders[slot].reset_s = time.perf_counter() - t0
     try:
-        policy.reset(PolicyContext(task, tuple(j.seed for j in jobs), tuple(task.instruction for _ in jobs)))
+        policy.reset(PolicyContext(task, tuple(j.seed for j in jobs), tuple(j.instruction for j in jobs)))
     except Exception as exc:  # noqa: BLE001
         for slot in active:
             recorders[slot].finish(Outcome.ERROR, f"policy reset raised {describe_error(exc)}")
         active = []
 
-    instruction = task.instruction
     while active:
-        states = [observations[slot]["state"] for slot in active]  # type: ignore[index]
-        batch = {"state": np.stack(states), "instruction": [instruction] * len(active), "env_ids": np.asarray(active)}
+        batch: dict[str, Any] = {name: np.stack([observations[slot][name] for slot in active])  # type: ignore[index]
+                                 for name in observations[active[0]]}  # type: ignore[union-attr]
+        batch["instruction"] = [jobs[slot].instruction for slot in active]
+        batch["env_ids"] = np.asarray(active)
         t0 = time.perf_counter()
         actions = _act(policy, batch, len(active), task.action.dim)
         latency = time.perf_counter() - t0
         share = latency / len(active)
         still_active: list[int] = []
-        for slot, state, action in zip(active, states, actions):
+        for slot, action in zip(active, actions):
             recorder = recorders[slot]
             recorder.policy_s += share
             problem = action if isinstance(action, str) else _check_action(action, task)
@@ -116,7 +117,7 @@ def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob]) 
                 continue
             finally:
                 recorder.sim_s += time.perf_counter() - t1
-            recorder.add(state, action, transition, latency * 1000.0)
+            recorder.add(observations[slot], action, transition, latency * 1000.0)  # type: ignore[arg-type]
             observations[slot] = transition.observation
             outcome = _outcome(task, transition, recorder.steps)
             if outcome is None:

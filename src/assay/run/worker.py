@@ -14,9 +14,9 @@ from assay.errors import AssayError
 from assay.policies import Policy, make_policy
 from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import describe_error, rollout
-from assay.sim import SimEnv, make_env
+from assay.sim import SimEnv, build_part, make_env, perturbed
 from assay.spec import EpisodeJob, PolicySpec, canonical_json
-from assay.store import EpisodeRecord, Outcome, build_table, provenance, write_episode
+from assay.store import EpisodeRecord, Outcome, build_table, provenance, write_episode, write_video
 
 ENV_CREATION_ATTEMPTS = 3
 
@@ -24,15 +24,17 @@ ENV_CREATION_ATTEMPTS = 3
 class Worker:
     def __init__(self, store_root: str | Path) -> None:
         self.store_root = Path(store_root)
-        self._envs: dict[tuple[str, str], list[SimEnv]] = {}
+        self._envs: dict[tuple[str, str, str], list[SimEnv]] = {}
         self._policies: dict[str, Policy] = {}
 
     def _environments(self, job: EpisodeJob, count: int) -> list[SimEnv]:
-        pool = self._envs.setdefault((job.task.id, job.task.content_hash()), [])
+        """``count`` environments for the job's task, built once (per build-time variant) and reused."""
+        build = build_part(job.variant)
+        pool = self._envs.setdefault((job.task.id, job.task.content_hash(), build.key), [])
         while len(pool) < count:
             for attempt in range(1, ENV_CREATION_ATTEMPTS + 1):
                 try:
-                    pool.append(make_env(job.task))
+                    pool.append(make_env(job.task, build))
                     break
                 except AssayError:
                     raise
@@ -50,7 +52,7 @@ class Worker:
 
     def run_batch(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
         try:
-            envs = self._environments(jobs[0], len(jobs))
+            envs = [perturbed(env, jobs[0].variant) for env in self._environments(jobs[0], len(jobs))]
             policy = self._policy(jobs[0].policy.spec)
         except Exception as exc:  # noqa: BLE001 - becomes an error outcome for each job
             recorders = [EpisodeRecorder(job) for job in jobs]
@@ -64,6 +66,8 @@ class Worker:
         data_path = data_sha = None
         if recorder.steps:
             table = build_table(recorder.columns(), {"episode_key": recorder.job.key, "task_id": recorder.job.task.id})
+            for camera, frames in recorder.frames.items():  # videos first: the step file marks completion
+                write_video(self.store_root, recorder.job.key, camera, frames, recorder.job.task.control_hz)
             data_path, data_sha = write_episode(self.store_root, recorder.job.key, table)
         return recorder.record(provenance(), data_path, data_sha)
 

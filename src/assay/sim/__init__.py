@@ -3,13 +3,29 @@
 May import ``assay.spec`` only.
 """
 
-from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task
-from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
-from assay.sim.protocol import Observation, SimEnv, Transition
-from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env
+from assay.sim.render import configure_gl
+
+configure_gl()  # before anything imports mujoco: OSMesa on headless CPU machines, unless chosen otherwise
+
+from assay.sim.factors import FACTORS, Factor, build_part, get_factor, resolve_variant, value_of  # noqa: E402
+from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task  # noqa: E402
+from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task  # noqa: E402
+from assay.sim.paraphrase import paraphrase  # noqa: E402
+from assay.sim.perturbed import PerturbedEnv, perturbed  # noqa: E402
+from assay.sim.protocol import Observation, SimEnv, Transition  # noqa: E402
+from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env  # noqa: E402
 
 __all__ = [
     "BACKENDS",
+    "FACTORS",
+    "Factor",
+    "PerturbedEnv",
+    "build_part",
+    "get_factor",
+    "paraphrase",
+    "perturbed",
+    "resolve_variant",
+    "value_of",
     "GymnasiumEnv",
     "MetaWorldEnv",
     "Observation",

@@ -14,7 +14,7 @@ import numpy as np
 
 from assay.errors import UnknownTaskError, UnsupportedError
 from assay.sim.protocol import Observation, Transition
-from assay.spec import ActionSpec, SuccessMode, TaskSpec
+from assay.spec import ActionSpec, SuccessMode, TaskSpec, Variant
 
 
 def _make(env_id: str) -> Any:
@@ -62,15 +62,20 @@ def gymnasium_task(env_id: str, version: int = 1) -> TaskSpec:
 
 
 class GymnasiumEnv:
-    def __init__(self, task: TaskSpec) -> None:
+    def __init__(self, task: TaskSpec, build: Variant | None = None) -> None:
         import gymnasium as gym
 
+        if build is not None and not build.is_nominal:
+            raise UnsupportedError(f"{task.id}: gymnasium environments take no build-time perturbations")
+        if task.cameras:
+            raise UnsupportedError(f"{task.id}: cameras are available for Meta-World tasks only")
         self.task = task
         self._env = _make(task.env_name)
         self._flatten = lambda obs: np.asarray(gym.spaces.flatten(self._env.observation_space, obs), dtype=np.float64)
         self._seed: int | None = None
 
-    def reset(self, seed: int) -> Observation:
+    def reset(self, seed: int, variant: Variant | None = None) -> Observation:
+        # Only backend-independent factors (applied by PerturbedEnv) reach this backend.
         observation, _ = self._env.reset(seed=seed)
         self._seed = seed
         return {"state": self._flatten(observation)}

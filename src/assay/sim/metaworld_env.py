@@ -16,9 +16,12 @@ from typing import Any
 import numpy as np
 
 from assay.errors import UnsupportedError
+from assay.sim.factors import value_of
+from assay.sim.metaworld_perturb import ModelPerturber, add_distractors, view_for
 from assay.sim.metaworld_tasks import METAWORLD_TASKS
 from assay.sim.protocol import Observation, Transition
-from assay.spec import ActionSpec, Level, TaskSpec
+from assay.sim.render import VIEWS, CameraRenderer, calibration
+from assay.spec import NOMINAL, ActionSpec, Level, TaskSpec, Variant
 
 CONTROL_HZ = 80.0  # timestep 0.0025 s × frame_skip 5
 MAX_PATH_LENGTH = 500
@@ -46,9 +49,13 @@ def metaworld_task(env_name: str, version: int = 1, horizon: int = MAX_PATH_LENG
 
 
 class MetaWorldEnv:
-    """One Meta-World MT1 environment, reused across episodes."""
+    """One Meta-World MT1 environment, reused across episodes.
 
-    def __init__(self, task: TaskSpec) -> None:
+    ``build`` holds the build-time perturbations (distractor objects); reset-time
+    perturbations come with each ``reset(seed, variant)`` and are undone by the next.
+    """
+
+    def __init__(self, task: TaskSpec, build: Variant | None = None) -> None:
         if task.env_name not in METAWORLD_TASKS:
             raise UnsupportedError(f"{task.id}: {task.env_name!r} is not a Meta-World v3 environment")
         if task.horizon > MAX_PATH_LENGTH:
@@ -60,10 +67,28 @@ class MetaWorldEnv:
         self._wrapped = gym.make("Meta-World/MT1", env_name=task.env_name, seed=0, disable_env_checker=True)
         self._wrapped.reset(seed=0)  # sets a task (and observability) on the Sawyer env
         self._env: Any = self._wrapped.unwrapped
+        distractors = int(value_of(build or NOMINAL, "distractor.count"))
+        if distractors:
+            self._rebuild_with_distractors(distractors)
+        self._perturber = ModelPerturber(self._env)
+        self._renderer = CameraRenderer(self._env.model) if task.cameras else None
+        self._calibration = {c.name: calibration(VIEWS[c.name]) for c in task.cameras}
+        self._variant: Variant = NOMINAL
         self._rand_vec: np.ndarray | None = None
 
-    def reset(self, seed: int) -> Observation:
+    def _rebuild_with_distractors(self, count: int) -> None:
+        import mujoco
+
+        spec = mujoco.MjSpec.from_file(self._env.model_name)
+        add_distractors(spec, count)
+        self._env.model = spec.compile()
+        self._env.data = mujoco.MjData(self._env.model)
+        mujoco.mj_forward(self._env.model, self._env.data)
+
+    def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         env = self._env
+        self._variant = variant or NOMINAL
+        self._perturber.apply_before_reset(self._variant)
         env.np_random = np.random.default_rng(seed)
         env._freeze_rand_vec = False
         env.seeded_rand_vec = True
@@ -71,12 +96,28 @@ class MetaWorldEnv:
         observation, _ = env.reset()
         env._freeze_rand_vec = True  # the same vector for the rest of the episode
         self._rand_vec = np.array(env._last_rand_vec, dtype=np.float64)
-        return {"state": np.asarray(observation, dtype=np.float64)}
+        if self._perturber.object_body is None:
+            self._perturber.locate_object(np.asarray(observation[4:7]))
+        self._perturber.apply_after_reset(self._variant)
+        return self._observation(observation)
+
+    def _observation(self, state: np.ndarray) -> Observation:
+        observation = {"state": np.asarray(state, dtype=np.float64)}
+        for camera in self.task.cameras:
+            assert self._renderer is not None
+            rgb, depth, _ = self._renderer.render(self._env.data, view_for(camera.name, self._variant),
+                                                  camera.width, camera.height, camera.depth)
+            observation[f"image.{camera.name}"] = rgb
+            if depth is not None:
+                observation[f"depth.{camera.name}"] = depth
+            # The calibration a robot would have: the nominal pose, even when a variant moves the camera.
+            observation[f"calib.{camera.name}"] = self._calibration[camera.name]
+        return observation
 
     def step(self, action: np.ndarray) -> Transition:
         observation, reward, terminated, truncated, info = self._env.step(action)
         return Transition(
-            observation={"state": np.asarray(observation, dtype=np.float64)},
+            observation=self._observation(observation),
             reward=float(reward),
             terminated=bool(terminated),
             truncated=bool(truncated),
@@ -93,4 +134,6 @@ class MetaWorldEnv:
         return self._env
 
     def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
         self._wrapped.close()

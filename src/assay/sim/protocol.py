@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from assay.spec import TaskSpec
+from assay.spec import TaskSpec, Variant
 
 Observation = dict[str, np.ndarray]
 
@@ -33,8 +33,9 @@ class Transition:
 class SimEnv(Protocol):
     task: TaskSpec
 
-    def reset(self, seed: int) -> Observation:
-        """Start an episode whose initial conditions derive from ``seed`` alone."""
+    def reset(self, seed: int, variant: Variant | None = None) -> Observation:
+        """Start an episode whose initial conditions derive from ``seed`` alone, under ``variant``'s
+        model factors (restoring nominal first; see ``assay.sim.perturbed`` for the rest)."""
 
     def step(self, action: np.ndarray) -> Transition:
         """Apply one action; never called again after an episode has ended."""

@@ -9,6 +9,7 @@ from assay.spec.campaign import (
     CampaignSpec,
     EpisodeJob,
     ResolvedPolicy,
+    VariantRequest,
     batch_jobs,
     episode_key,
     episode_seed,
@@ -17,12 +18,13 @@ from assay.spec.campaign import (
 from assay.spec.hashing import canonical_json, content_hash, derive_seed
 from assay.spec.loading import campaign_from_data, load_campaign, load_yaml
 from assay.spec.policy import PolicySpec, policy_from_shorthand
-from assay.spec.task import ActionSpec, Level, SuccessMode, TaskSpec, parse_task_ref
+from assay.spec.task import ActionSpec, CameraSpec, Level, SuccessMode, TaskSpec, parse_task_ref
 from assay.spec.variant import NOMINAL, Axis, Perturbation, Variant
 
 __all__ = [
     "ActionSpec",
     "Axis",
+    "CameraSpec",
     "CampaignSpec",
     "EpisodeJob",
     "Level",
@@ -33,6 +35,7 @@ __all__ = [
     "SuccessMode",
     "TaskSpec",
     "Variant",
+    "VariantRequest",
     "batch_jobs",
     "campaign_from_data",
     "canonical_json",

@@ -12,6 +12,7 @@ Identity rules, relied on by resume, determinism and paired statistics:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from assay.spec.hashing import content_hash, derive_seed
 from assay.spec.policy import PolicySpec
-from assay.spec.task import TaskSpec
-from assay.spec.variant import NOMINAL, Variant
+from assay.spec.task import CameraSpec, TaskSpec
+from assay.spec.variant import Variant
+
+# A variant as a campaign asks for it: factor -> value ({} is nominal). The factor catalog
+# (in assay.sim) resolves each request into a Variant with axes and checks the values.
+VariantRequest = dict[str, Any]
 
 
 class CampaignSpec(BaseModel):
@@ -33,7 +38,8 @@ class CampaignSpec(BaseModel):
     episodes: int = Field(gt=0, le=1_000_000)
     tasks: tuple[str, ...] = Field(min_length=1)
     policies: tuple[PolicySpec, ...] = Field(min_length=1)
-    variants: tuple[Variant, ...] = (NOMINAL,)
+    variants: tuple[VariantRequest, ...] = ({},)
+    cameras: tuple[CameraSpec, ...] = ()
     envs_per_worker: int = Field(default=4, gt=0, le=256)
     description: str = ""
 
@@ -73,6 +79,7 @@ class EpisodeJob:
     episode_index: int
     seed: int
     key: str
+    instruction: str
 
     @property
     def cell(self) -> tuple[str, str, str]:
@@ -84,7 +91,10 @@ def episode_seed(campaign_seed: int, task: TaskSpec, episode_index: int) -> int:
     return derive_seed("episode", campaign_seed, task.id, episode_index)
 
 
-def episode_key(task: TaskSpec, variant: Variant, policy: ResolvedPolicy, seed: int) -> str:
+def episode_key(
+    task: TaskSpec, variant: Variant, policy: ResolvedPolicy, seed: int, instruction: str | None = None
+) -> str:
+    """The job's identity; ``instruction`` counts only when it differs from the task's own."""
     identity: dict[str, Any] = {
         "task": task.id,
         "task_hash": task.content_hash(),
@@ -92,21 +102,33 @@ def episode_key(task: TaskSpec, variant: Variant, policy: ResolvedPolicy, seed: 
         "policy": policy.spec.identity(policy.version),
         "seed": seed,
     }
+    if instruction is not None and instruction != task.instruction:
+        identity["instruction"] = instruction
     return content_hash(identity, length=24)
 
 
 def plan(
-    campaign: CampaignSpec, tasks: list[TaskSpec], policies: list[ResolvedPolicy]
+    campaign: CampaignSpec,
+    tasks: list[TaskSpec],
+    policies: list[ResolvedPolicy],
+    variants: list[Variant] | None = None,
+    instruction_for: Callable[[TaskSpec, Variant], str] | None = None,
 ) -> list[EpisodeJob]:
-    """Every job of the campaign, in a fixed order (policy, task, variant, index)."""
+    """Every job of the campaign, in a fixed order (policy, task, variant, index).
+
+    ``variants`` are the resolved variants (nominal only when None); ``instruction_for``
+    gives the instruction an episode runs under (semantic perturbations change it).
+    """
+    variants = variants if variants is not None else [Variant()]
     jobs: list[EpisodeJob] = []
     for policy in policies:
         for task in tasks:
-            for variant in campaign.variants:
+            for variant in variants:
+                instruction = instruction_for(task, variant) if instruction_for else task.instruction
                 for index in range(campaign.episodes):
                     seed = episode_seed(campaign.seed, task, index)
-                    key = episode_key(task, variant, policy, seed)
-                    jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key))
+                    key = episode_key(task, variant, policy, seed, instruction)
+                    jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction))
     return jobs
 
 

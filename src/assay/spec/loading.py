@@ -7,6 +7,7 @@ to the closest line the user wrote.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,8 @@ from pydantic import ValidationError
 
 from assay.errors import SpecError
 from assay.spec.campaign import CampaignSpec
+from assay.spec.hashing import canonical_json
 from assay.spec.policy import policy_from_shorthand
-from assay.spec.variant import NOMINAL
 
 Path_ = tuple[str | int, ...]
 
@@ -107,21 +108,44 @@ def _normalize_policies(raw: Any, source: str, lines: dict[Path_, int]) -> Any:
     return policies
 
 
+def _expand_variant(entry: Any, where: str) -> list[dict[str, Any]]:
+    """``nominal`` | ``{factor: value, ...}`` | ``{sweep: {factor: [values]}}`` | ``{grid: {f: [..], g: [..]}}``."""
+    if entry == "nominal" or entry == {}:
+        return [{}]
+    if not isinstance(entry, dict):
+        raise SpecError(f"{where}: expected 'nominal', a mapping factor: value, or sweep:/grid: of lists")
+    if set(entry) & {"sweep", "grid"}:
+        if len(entry) != 1:
+            raise SpecError(f"{where}: 'sweep' or 'grid' must stand alone in its variant entry")
+        kind, body = next(iter(entry.items()))
+        if not isinstance(body, dict) or not body:
+            raise SpecError(f"{where}.{kind}: expected a mapping factor: [values]")
+        for factor, values in body.items():
+            if not isinstance(values, list) or not values:
+                raise SpecError(f"{where}.{kind}.{factor}: expected a non-empty list of values")
+        if kind == "sweep":
+            return [{factor: value} for factor, values in body.items() for value in values]
+        return [dict(zip(body, combo)) for combo in itertools.product(*body.values())]
+    return [dict(entry)]
+
+
 def _normalize_variants(raw: Any, source: str, lines: dict[Path_, int]) -> Any:
     if raw is None:
-        return [NOMINAL]
+        return [{}]
     if not isinstance(raw, list):
         return raw
-    variants: list[Any] = []
+    variants: list[dict[str, Any]] = []
+    seen: set[str] = set()
     for i, entry in enumerate(raw):
-        if entry == "nominal":
-            variants.append(NOMINAL)
-        else:
-            line = _line_for(("variants", i), lines)
-            raise SpecError(
-                f"{source}:{line}: variants[{i}]: expected 'nominal'; perturbation variants need the "
-                "factor catalog, which this version of Assay does not ship yet"
-            )
+        try:
+            expanded = _expand_variant(entry, f"variants[{i}]")
+        except SpecError as exc:
+            raise SpecError(f"{source}:{_line_for(('variants', i), lines)}: {exc}") from None
+        for variant in expanded:
+            text = canonical_json(variant)
+            if text not in seen:
+                seen.add(text)
+                variants.append(variant)
     return variants
 
 

@@ -46,6 +46,22 @@ class ActionSpec(_Frozen):
     kind: str = "delta_ee_gripper"  # e.g. delta end-effector xyz + gripper effort
 
 
+class CameraSpec(_Frozen):
+    """A rendered view: frames come back as ``image.<name>`` (and ``depth.<name>``) observations."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    width: int = Field(default=128, ge=16, le=1024)
+    height: int = Field(default=128, ge=16, le=1024)
+    depth: bool = False
+
+    @field_validator("width", "height")
+    @classmethod
+    def _even(cls, size: int) -> int:
+        if size % 2:
+            raise ValueError(f"camera size {size} must be even (H.264 video)")
+        return size
+
+
 class TaskSpec(_Frozen):
     """A versioned task: backend, environment, instructions, horizon, spaces and tags."""
 
@@ -57,6 +73,7 @@ class TaskSpec(_Frozen):
     horizon: int = Field(gt=0)
     control_hz: float = Field(gt=0)
     observations: tuple[str, ...] = ("state",)
+    cameras: tuple[CameraSpec, ...] = ()
     state_dim: int = Field(gt=0)
     action: ActionSpec
     success: SuccessMode = SuccessMode.ANY_STEP

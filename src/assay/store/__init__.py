@@ -8,6 +8,7 @@ from assay.store.episodes import REQUIRED_COLUMNS, build_table, episode_relpath,
 from assay.store.provenance import provenance
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.store import Store
+from assay.store.video import read_video, video_relpath, write_video
 
 __all__ = [
     "Catalog",
@@ -20,5 +21,8 @@ __all__ = [
     "episode_relpath",
     "provenance",
     "read_episode",
+    "read_video",
+    "video_relpath",
     "write_episode",
+    "write_video",
 ]

@@ -1,0 +1,160 @@
+"""The factor catalog: every perturbation factor declared once.
+
+A factor has a name, an axis (visual, behavioral, semantic), a unit, a valid
+range, a default (the nominal value), the stage at which it applies (``build``:
+the environment is rebuilt; ``reset``: applied at each reset and undone before
+the next) and the backends it applies to. ``resolve_variant`` turns a campaign's
+request (``{factor: value}``) into a validated :class:`~assay.spec.Variant`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from assay.errors import SpecError, UnsupportedError
+from assay.spec import Axis, Perturbation, TaskSpec, Variant
+
+
+class Stage(str, Enum):
+    BUILD = "build"
+    RESET = "reset"
+
+
+class Kind(str, Enum):
+    FLOAT = "float"
+    INT = "int"
+    RGB = "rgb"  # three floats in [low, high]
+    CHOICE = "choice"
+
+
+ALL_BACKENDS = frozenset({"metaworld", "gymnasium"})
+METAWORLD = frozenset({"metaworld"})
+
+
+@dataclass(frozen=True)
+class Factor:
+    name: str
+    axis: Axis
+    kind: Kind
+    unit: str
+    low: float
+    high: float
+    default: Any
+    stage: Stage
+    description: str
+    backends: frozenset[str] = METAWORLD
+    choices: tuple[str, ...] = ()
+
+    @property
+    def valid(self) -> str:
+        if self.kind is Kind.CHOICE:
+            return "one of " + ", ".join(self.choices)
+        if self.kind is Kind.RGB:
+            return f"[r, g, b] with each in [{self.low:g}, {self.high:g}]"
+        return f"[{self.low:g}, {self.high:g}] {self.unit}".rstrip()
+
+    def validate(self, value: Any) -> float | int | str | tuple[float, ...]:
+        """The value in canonical form, or a one-line SpecError naming the valid range."""
+        problem = f"factor {self.name}: value {value!r} is not valid; valid: {self.valid}"
+        if self.kind is Kind.CHOICE:
+            if value not in self.choices:
+                raise SpecError(problem)
+            return str(value)
+        if self.kind is Kind.RGB:
+            if not isinstance(value, (list, tuple)) or len(value) != 3:
+                raise SpecError(problem)
+            values = tuple(self._number(v, problem) for v in value)
+            if any(not self.low <= v <= self.high for v in values):
+                raise SpecError(problem)
+            return values
+        number = self._number(value, problem)
+        if self.kind is Kind.INT:
+            if number != int(number):
+                raise SpecError(problem)
+            number = int(number)
+        if not self.low <= number <= self.high:
+            raise SpecError(problem)
+        return number
+
+    @staticmethod
+    def _number(value: Any, problem: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(problem)
+        return float(value)
+
+
+def _f(name, axis, kind, unit, low, high, default, stage, description, backends=METAWORLD, choices=()):
+    return Factor(name, Axis(axis), Kind(kind), unit, low, high, default, Stage(stage), description, backends, choices)
+
+
+PARAPHRASE_STYLES = ("nominal", "synonym", "reorder", "terse", "verbose", "distractor", "typos", "indirect")
+
+FACTORS: dict[str, Factor] = {
+    f.name: f
+    for f in (
+        # visual
+        _f("light.intensity", "visual", "float", "x nominal", 0.0, 5.0, 1.0, "reset", "scale of every light's diffuse and specular"),
+        _f("light.azimuth", "visual", "float", "deg", -180.0, 180.0, 0.0, "reset", "rotation of every light's direction about the vertical"),
+        _f("light.color", "visual", "rgb", "x nominal", 0.0, 3.0, (1.0, 1.0, 1.0), "reset", "per-channel scale of the lights' diffuse colour"),
+        _f("camera.yaw", "visual", "float", "deg", -60.0, 60.0, 0.0, "reset", "rendered camera's azimuth offset about the table centre"),
+        _f("camera.pitch", "visual", "float", "deg", -30.0, 30.0, 0.0, "reset", "rendered camera's elevation offset"),
+        _f("camera.distance", "visual", "float", "m", -0.6, 0.8, 0.0, "reset", "rendered camera's distance offset from the table centre"),
+        _f("camera.fovy", "visual", "float", "deg", 20.0, 90.0, 45.0, "reset", "rendered camera's vertical field of view"),
+        _f("table.color", "visual", "rgb", "rgb", 0.0, 1.0, (1.0, 1.0, 1.0), "reset", "table material colour (multiplies its texture)"),
+        _f("object.color", "visual", "rgb", "rgb", 0.0, 1.0, (1.0, 0.0, 0.0), "reset", "colour of the manipulated object's geoms"),
+        _f("background.color", "visual", "rgb", "rgb", 0.0, 1.0, (0.5, 0.5, 0.5), "reset", "colour of floor and walls"),
+        _f("distractor.count", "visual", "int", "objects", 0, 3, 0, "build", "coloured non-colliding blocks placed on the table"),
+        # behavioral
+        _f("object.init_range", "behavioral", "float", "x nominal", 0.25, 2.0, 1.0, "reset", "scale of the object/goal initial-position range about its centre"),
+        _f("object.mass", "behavioral", "float", "x nominal", 0.1, 10.0, 1.0, "reset", "mass (and inertia) of the manipulated object"),
+        _f("friction", "behavioral", "float", "x nominal", 0.1, 3.0, 1.0, "reset", "sliding friction of every geom"),
+        _f("joint.damping", "behavioral", "float", "x nominal", 0.0, 10.0, 1.0, "reset", "damping of every joint"),
+        _f("control.gain", "behavioral", "float", "x nominal", 0.25, 4.0, 1.0, "reset", "end-effector displacement per unit action (the controller's gain)"),
+        _f("control.frame_skip", "behavioral", "int", "physics steps", 1, 20, 5, "reset", "physics steps per action (control rate = 1 / (frame_skip x 2.5 ms))"),
+        _f("action.noise", "behavioral", "float", "std", 0.0, 1.0, 0.0, "reset", "Gaussian noise added to each applied action", ALL_BACKENDS),
+        _f("observation.noise", "behavioral", "float", "std", 0.0, 0.2, 0.0, "reset", "Gaussian noise added to the state the policy sees", ALL_BACKENDS),
+        _f("control.latency", "behavioral", "int", "steps", 0, 10, 0, "reset", "actions are applied this many steps late", ALL_BACKENDS),
+        # semantic
+        _f("instruction.paraphrase", "semantic", "choice", "", 0, 0, "nominal", "reset",
+           "instruction rewritten in a fixed style, ordered by distance from the template", ALL_BACKENDS, PARAPHRASE_STYLES),
+    )
+}
+
+
+def get_factor(name: str) -> Factor:
+    try:
+        return FACTORS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(FACTORS), n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise SpecError(f"unknown factor {name!r}; {hint}`assay factors` lists all {len(FACTORS)}") from None
+
+
+def resolve_variant(request: dict[str, Any], task: TaskSpec) -> Variant:
+    """Validate a ``{factor: value}`` request against the catalog and the task's backend."""
+    perturbations = []
+    for name, value in request.items():
+        factor = get_factor(str(name))
+        if task.backend not in factor.backends:
+            raise UnsupportedError(
+                f"factor {factor.name} does not apply to {task.id} (backend {task.backend}); "
+                f"it applies to: {', '.join(sorted(factor.backends))}"
+            )
+        perturbations.append(Perturbation(axis=factor.axis, factor=factor.name, value=factor.validate(value)))
+    return Variant(perturbations=tuple(perturbations))
+
+
+def build_part(variant: Variant) -> Variant:
+    """The build-time perturbations of a variant (environments are cached per build part)."""
+    return Variant(perturbations=tuple(p for p in variant.perturbations if FACTORS[p.factor].stage is Stage.BUILD))
+
+
+def value_of(variant: Variant, name: str) -> Any:
+    """The variant's value for a factor, or the factor's default."""
+    for perturbation in variant.perturbations:
+        if perturbation.factor == name:
+            return perturbation.value
+    return FACTORS[name].default

@@ -1,0 +1,63 @@
+"""Applying a variant to a reused environment, and the backend-independent control factors.
+
+``perturbed(env, variant)`` is a thin per-batch wrapper: each ``reset(seed)``
+hands the variant to the backend (which restores its nominal model, then applies
+model factors) and seeds the wrapper's own noise generator from the episode seed;
+each ``step`` applies control latency, action noise and observation noise.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from assay.sim.factors import value_of
+from assay.sim.protocol import Observation, SimEnv, Transition
+from assay.spec import Variant, derive_seed
+
+
+class PerturbedEnv:
+    def __init__(self, env: SimEnv, variant: Variant) -> None:
+        self.env = env
+        self.task = env.task
+        self.variant = variant
+        self._action_noise = float(value_of(variant, "action.noise"))
+        self._observation_noise = float(value_of(variant, "observation.noise"))
+        self._latency = int(value_of(variant, "control.latency"))
+        self._rng = np.random.default_rng(0)
+        self._queue: deque[np.ndarray] = deque()
+
+    def reset(self, seed: int) -> Observation:
+        observation = self.env.reset(seed, self.variant)  # type: ignore[call-arg]
+        self._rng = np.random.default_rng(derive_seed("perturbation", seed))
+        self._queue = deque([np.zeros(self.task.action.dim)] * self._latency)
+        return self._noisy(observation)
+
+    def step(self, action: np.ndarray) -> Transition:
+        self._queue.append(np.asarray(action, dtype=np.float64))
+        applied = self._queue.popleft()
+        noise = self._rng.normal(0.0, self._action_noise, applied.shape) if self._action_noise else 0.0
+        applied = np.clip(applied + noise, self.task.action.low, self.task.action.high)
+        transition = self.env.step(applied)
+        return Transition(self._noisy(transition.observation), transition.reward, transition.terminated,
+                          transition.truncated, transition.success, transition.info)
+
+    def _noisy(self, observation: Observation) -> Observation:
+        if not self._observation_noise:
+            return observation
+        noisy = dict(observation)
+        noisy["state"] = observation["state"] + self._rng.normal(0.0, self._observation_noise, observation["state"].shape)
+        return noisy
+
+    def initial_conditions(self) -> dict[str, Any]:
+        return self.env.initial_conditions()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def perturbed(env: SimEnv, variant: Variant) -> SimEnv:
+    """The environment under ``variant`` (a pass-through wrapper for nominal)."""
+    return PerturbedEnv(env, variant)
