@@ -8,7 +8,7 @@ import pytest
 from assay.errors import UnknownTaskError, UnsupportedError
 from assay.policies import ExpertPolicy, PolicyContext
 from assay.sim import TaskRegistry, default_registry, make_env, metaworld_task
-from assay.sim.metaworld_tasks import METAWORLD_TASKS
+from assay.spec.metaworld_catalog import METAWORLD_TASKS
 
 pytestmark = pytest.mark.sim
 REGISTRY = default_registry()

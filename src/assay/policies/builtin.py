@@ -124,8 +124,15 @@ class DegradedExpertPolicy:
         return np.stack(actions)
 
 
-BUILTIN_POLICIES: dict[str, type] = {
-    "expert": ExpertPolicy,
-    "random": RandomPolicy,
-    "degraded-expert": DegradedExpertPolicy,
-}
+def _builtins() -> dict[str, type]:
+    from assay.policies.perception import PerceptionExpertPolicy
+
+    return {
+        "expert": ExpertPolicy,
+        "random": RandomPolicy,
+        "degraded-expert": DegradedExpertPolicy,
+        "perception-expert": PerceptionExpertPolicy,
+    }
+
+
+BUILTIN_POLICIES: dict[str, type] = _builtins()

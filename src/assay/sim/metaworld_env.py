@@ -18,7 +18,7 @@ import numpy as np
 from assay.errors import UnsupportedError
 from assay.sim.factors import value_of
 from assay.sim.metaworld_perturb import ModelPerturber, add_distractors, view_for
-from assay.sim.metaworld_tasks import METAWORLD_TASKS
+from assay.spec.metaworld_catalog import METAWORLD_TASKS
 from assay.sim.protocol import Observation, Transition
 from assay.sim.render import VIEWS, CameraRenderer, calibration
 from assay.spec import NOMINAL, ActionSpec, Level, TaskSpec, Variant
@@ -72,6 +72,9 @@ class MetaWorldEnv:
             self._rebuild_with_distractors(distractors)
         self._perturber = ModelPerturber(self._env)
         self._renderer = CameraRenderer(self._env.model) if task.cameras else None
+        if task.cameras:  # Meta-World's red fingertip markers are debugging aids a real camera would not see
+            for name in ("rightEndEffector", "leftEndEffector"):
+                self._env.model.site_rgba[self._env.model.site(name).id, 3] = 0.0
         self._calibration = {c.name: calibration(VIEWS[c.name]) for c in task.cameras}
         self._variant: Variant = NOMINAL
         self._rand_vec: np.ndarray | None = None
@@ -95,6 +98,8 @@ class MetaWorldEnv:
         env._did_see_sim_exception = False
         observation, _ = env.reset()
         env._freeze_rand_vec = True  # the same vector for the rest of the episode
+        for site in env._target_site_config:  # Meta-World moves its goal markers only in step()
+            env._set_pos_site(*site)
         self._rand_vec = np.array(env._last_rand_vec, dtype=np.float64)
         if self._perturber.object_body is None:
             self._perturber.locate_object(np.asarray(observation[4:7]))

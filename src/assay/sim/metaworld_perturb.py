@@ -18,7 +18,7 @@ from assay.spec import Variant
 
 _ROBOT_PREFIXES = ("right_", "hand", "leftclaw", "rightclaw", "leftpad", "rightpad", "mocap", "world", "base",
                    "controller_box", "pedestal", "torso", "head", "screen", "tablelink", "RetainingWall")
-_SAVED = ("light_diffuse", "light_specular", "light_dir", "light_pos", "geom_rgba", "mat_rgba", "body_mass",
+_SAVED = ("light_diffuse", "light_specular", "light_ambient", "light_dir", "light_pos", "geom_rgba", "mat_rgba", "body_mass",
           "body_inertia", "geom_friction", "dof_damping", "geom_matid")
 
 
@@ -38,6 +38,8 @@ class ModelPerturber:
         self.env = env
         model = env.model
         self._nominal = {name: getattr(model, name).copy() for name in _SAVED}
+        headlight = model.vis.headlight
+        self._headlight = (headlight.ambient.copy(), headlight.diffuse.copy(), headlight.specular.copy())
         self._action_scale = env.action_scale
         self._frame_skip = env.frame_skip
         self._reset_space = (env._random_reset_space.low.copy(), env._random_reset_space.high.copy())
@@ -68,6 +70,8 @@ class ModelPerturber:
         model = self.env.model
         for name, values in self._nominal.items():
             getattr(model, name)[:] = values
+        headlight = model.vis.headlight
+        headlight.ambient[:], headlight.diffuse[:], headlight.specular[:] = self._headlight
         self.env.action_scale = self._action_scale
         self.env.frame_skip = self._frame_skip
         self.env._random_reset_space.low[:], self.env._random_reset_space.high[:] = self._reset_space
@@ -89,6 +93,11 @@ class ModelPerturber:
         color = np.asarray(value_of(variant, "light.color"), dtype=np.float64)
         model.light_diffuse[:] = n["light_diffuse"] * intensity * color[None]
         model.light_specular[:] = n["light_specular"] * intensity
+        model.light_ambient[:] = n["light_ambient"] * intensity * color[None]
+        ambient, diffuse, specular = self._headlight  # the viewer's headlight lights the scene too
+        model.vis.headlight.ambient[:] = ambient * intensity * color
+        model.vis.headlight.diffuse[:] = diffuse * intensity * color
+        model.vis.headlight.specular[:] = specular * intensity
         azimuth = value_of(variant, "light.azimuth")
         if azimuth:
             model.light_dir[:] = _rotate_z(n["light_dir"], azimuth)

@@ -1,4 +1,4 @@
-"""The 50 Meta-World v3 tasks: instruction, skill, family and level for each.
+"""The 50 Meta-World v3 tasks as data: instruction, skill, family and level for each.
 
 Instructions are written for people and language-conditioned policies alike; the
 family groups tasks whose failures look alike (used by failure categories).
