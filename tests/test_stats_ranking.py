@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from assay.metrics import leaderboard, outcome_grid
 from assay.metrics.ranking import competition_ranks
 from tests.stats_fixtures import records
-
-import numpy as np
 
 
 def test_competition_ranks_share_the_better_rank():
