@@ -134,10 +134,13 @@ def results(
                 known = ", ".join(c["name"] for c in opened.catalog.campaigns())
                 raise AssayError(f"no campaign {name!r} in {opened.root}; known: {known}")
             rows = rate_table(opened.catalog.episodes(campaign=name), by=_split(by))
+            extras = stats_commands.results_extras(opened, name)
         if json_out:
-            render.print_json({"campaign": name, "by": _split(by), "results": [r.to_dict() for r in rows]})
+            render.print_json({"campaign": name, "by": _split(by), "results": [r.to_dict() for r in rows],
+                               **extras.document})
         else:
             render.console.print(render.rate_table(rows, f"campaign {name}"))
+            extras.print()
 
 
 @episodes_app.command("ls")
@@ -181,6 +184,11 @@ def episodes_show(
             render.print_json({"episode": record.to_dict(), "steps": summary})
         else:
             print_episode(record, summary)
+
+
+from assay.cli import stats_commands  # noqa: E402  (registers compare, budget, correlate, ...)
+
+stats_commands.register(app)
 
 
 def main() -> None:

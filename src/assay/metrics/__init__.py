@@ -1,8 +1,38 @@
-"""Metrics: success rates and intervals, and (as they land) comparisons, rankings, correlation.
+"""Metrics: success rates and intervals, paired comparisons, rankings with uncertainty,
+episode budgets, real-to-sim correlation, the sign-off gate and open-loop scores.
 
-May import ``assay.spec`` and ``assay.store`` only; reads the catalog, never the runner.
+May import ``assay.spec`` and ``assay.store`` only; reads the catalog, never the
+runner, and never builds a policy (open-loop scoring takes a predictor).
+See docs/STATISTICS.md for every formula and edge case.
 """
 
-from assay.metrics.rates import GROUP_FIELDS, Interval, RateRow, rate_table, success_interval
+from assay.metrics.budget import Budget, episode_budget
+from assay.metrics.calibration import (
+    NOT_VALIDATED,
+    CalibrationRecord,
+    Signoff,
+    Thresholds,
+    load_calibration,
+    load_thresholds,
+    records_from_report,
+    save_calibration,
+    signoff,
+)
+from assay.metrics.comparisons import Comparison, Pairing, Verdict, compare, holm, mcnemar_exact, newcombe_interval
+from assay.metrics.correlation import CorrelationReport, correlate, correlation, mmrv
+from assay.metrics.openloop import OpenLoopRow, Predictor, Trajectory, load_trajectories, openloop_table, rank_agreement
+from assay.metrics.outcomes import OutcomeGrid, outcome_grid
+from assay.metrics.ranking import Leaderboard, leaderboard
+from assay.metrics.rates import GROUP_FIELDS, INTERVAL_METHODS, Interval, RateRow, rate_table, success_interval
+from assay.metrics.results_csv import RateEntry, ResultsCsvError, entries_from_records, read_results_csv
+from assay.metrics.stability import Stability, stability
 
-__all__ = ["GROUP_FIELDS", "Interval", "RateRow", "rate_table", "success_interval"]
+__all__ = [
+    "Budget", "CalibrationRecord", "Comparison", "CorrelationReport", "GROUP_FIELDS", "INTERVAL_METHODS", "Interval",
+    "Leaderboard", "NOT_VALIDATED", "OpenLoopRow", "OutcomeGrid", "Pairing", "Predictor", "RateEntry", "RateRow",
+    "ResultsCsvError", "Signoff", "Stability", "Thresholds", "Trajectory", "Verdict", "compare", "correlate",
+    "correlation", "entries_from_records", "episode_budget", "holm", "leaderboard", "load_calibration",
+    "load_thresholds", "load_trajectories", "mcnemar_exact", "mmrv", "newcombe_interval", "openloop_table",
+    "outcome_grid", "rank_agreement", "rate_table", "read_results_csv", "records_from_report", "save_calibration",
+    "signoff", "stability", "success_interval",
+]

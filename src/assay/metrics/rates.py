@@ -15,6 +15,7 @@ from scipy.stats import binomtest
 from assay.errors import AssayError
 from assay.store import EpisodeRecord, Outcome
 
+INTERVAL_METHODS = ("wilson", "exact")
 GROUP_FIELDS = {"policy": "policy_name", "task": "task_id", "variant": "variant_name", "campaign": "campaign"}
 
 
@@ -26,6 +27,8 @@ class Interval:
 
 def success_interval(successes: int, trials: int, confidence: float = 0.95, method: str = "wilson") -> Interval | None:
     """Wilson (default) or Clopper–Pearson (``exact``) interval; None when there are no trials."""
+    if method not in INTERVAL_METHODS:
+        raise AssayError(f"interval method {method!r} is not valid; valid: {', '.join(INTERVAL_METHODS)}")
     if trials == 0:
         return None
     ci = binomtest(successes, trials).proportion_ci(confidence_level=confidence, method=method)
@@ -51,12 +54,12 @@ class RateRow:
         return asdict(self)
 
 
-def _row(group: dict[str, str], records: Sequence[EpisodeRecord], confidence: float) -> RateRow:
+def _row(group: dict[str, str], records: Sequence[EpisodeRecord], confidence: float, method: str) -> RateRow:
     counts = {o: 0 for o in Outcome}
     for record in records:
         counts[record.outcome] += 1
     scored = len(records) - counts[Outcome.ERROR]
-    interval = success_interval(counts[Outcome.SUCCESS], scored, confidence)
+    interval = success_interval(counts[Outcome.SUCCESS], scored, confidence, method)
     valid = [r for r in records if r.outcome is not Outcome.ERROR]
     return RateRow(
         group=group,
@@ -74,12 +77,18 @@ def _row(group: dict[str, str], records: Sequence[EpisodeRecord], confidence: fl
     )
 
 
-def rate_table(records: Iterable[EpisodeRecord], by: Sequence[str] = ("policy", "task"), confidence: float = 0.95) -> list[RateRow]:
-    """One row per group (``by`` from policy, task, variant, campaign), sorted by group."""
+def rate_table(records: Iterable[EpisodeRecord], by: Sequence[str] = ("policy", "task"), confidence: float = 0.95,
+               method: str = "wilson") -> list[RateRow]:
+    """One row per group (``by`` from policy, task, variant, campaign), sorted by group.
+
+    ``method`` is ``wilson`` (default) or ``exact`` (Clopper–Pearson).
+    """
+    if method not in INTERVAL_METHODS:
+        raise AssayError(f"interval method {method!r} is not valid; valid: {', '.join(INTERVAL_METHODS)}")
     unknown = [name for name in by if name not in GROUP_FIELDS]
     if unknown:
         raise AssayError(f"cannot group by {', '.join(unknown)}; valid: {', '.join(GROUP_FIELDS)}")
     groups: dict[tuple[str, ...], list[EpisodeRecord]] = defaultdict(list)
     for record in records:
         groups[tuple(getattr(record, GROUP_FIELDS[name]) for name in by)].append(record)
-    return [_row(dict(zip(by, key)), groups[key], confidence) for key in sorted(groups)]
+    return [_row(dict(zip(by, key)), groups[key], confidence, method) for key in sorted(groups)]

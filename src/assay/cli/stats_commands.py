@@ -1,0 +1,325 @@
+"""Statistics commands: compare, leaderboard, budget, correlate, stability, openloop.
+
+Every command takes ``--json`` and prints one JSON document with the figures of
+its tables (per task and averaged). ``results_extras`` adds the leaderboard with
+rank intervals and the sign-off gate to ``assay results``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from assay.cli import render
+from assay.cli import stats_render as show
+from assay.errors import AssayError
+from assay.metrics import (
+    Pairing,
+    RateEntry,
+    Thresholds,
+    compare,
+    correlate,
+    entries_from_records,
+    episode_budget,
+    leaderboard,
+    load_calibration,
+    load_thresholds,
+    outcome_grid,
+    rate_table,
+    read_results_csv,
+    records_from_report,
+    save_calibration,
+    signoff,
+    stability,
+)
+from assay.store import EpisodeRecord, Store
+
+# Same options as cli/app.py, declared here because app.py imports this module (and `python -m
+# assay.cli.app` would otherwise import app.py twice in a cycle).
+DEFAULT_STORE = os.environ.get("ASSAY_STORE", "assay-store")
+StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (env ASSAY_STORE).")]
+CatalogOpt = Annotated[Optional[str], typer.Option("--catalog", help="Catalog database URL (default: SQLite in the store).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+ConfidenceOpt = Annotated[float, typer.Option("--confidence", help="Interval level.")]
+ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Bootstrap seed (same seed, same intervals).")]
+CampaignOpt = Annotated[Optional[str], typer.Option("--campaign", help="Campaign name (default: the latest).")]
+TasksOpt = Annotated[Optional[str], typer.Option("--tasks", help="Comma-separated task ids (default: all).")]
+VariantOpt = Annotated[Optional[str], typer.Option("--variant", help="Only this variant (default: all, paired).")]
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """The CLI's one-line error handling (imported when a command runs, to keep imports acyclic)."""
+    from assay.cli.app import user_errors as app_user_errors
+
+    with app_user_errors():
+        yield
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _campaign(store: Store, name: str | None) -> str:
+    known = [c["name"] for c in store.catalog.campaigns()]
+    if not known:
+        raise AssayError(f"the store {store.root} holds no campaign yet")
+    if name is None:
+        return known[0]
+    if name not in known:
+        raise AssayError(f"no campaign {name!r} in {store.root}; known: {', '.join(known)}")
+    return name
+
+
+def _episodes(store: Path, catalog: str | None, campaign: str | None) -> tuple[str, Path, list[EpisodeRecord]]:
+    with Store(store, catalog, create=False) as opened:
+        name = _campaign(opened, campaign)
+        return name, opened.root, opened.catalog.episodes(campaign=name)
+
+
+def _thresholds(root: Path | None, min_pearson: float | None, max_mmrv: float | None,
+                min_policies: int | None) -> Thresholds:
+    base = load_thresholds(root)
+    given = {"min_pearson": min_pearson, "max_mmrv": max_mmrv, "min_policies": min_policies}
+    return Thresholds(**{**asdict(base), **{k: v for k, v in given.items() if v is not None}})
+
+
+@dataclass
+class Extras:
+    """What ``assay results`` shows beside its rate table."""
+
+    document: dict[str, Any]
+    tables: list[Any] = field(default_factory=list)
+
+    def print(self) -> None:
+        for table in self.tables:
+            render.console.print(table)
+
+
+def results_extras(store: Store, campaign: str, records: Sequence[EpisodeRecord] | None = None) -> Extras:
+    """Leaderboard (suite score, CI, rank interval) and sign-off status of each task of a campaign."""
+    records = list(records) if records is not None else store.catalog.episodes(campaign=campaign)
+    grid = outcome_grid(records)
+    board = leaderboard(grid)
+    gate = signoff(grid.task_ids, load_calibration(store.root), load_thresholds(store.root))
+    return Extras({"leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate]},
+                  [show.leaderboard_table(board, f"campaign {campaign}: leaderboard (rank [95% interval])"),
+                   show.signoff_table(gate)])
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_command)
+    app.command("leaderboard")(leaderboard_command)
+    app.command("budget")(budget_command)
+    app.command("correlate")(correlate_command)
+    app.command("stability")(stability_command)
+    app.command("openloop")(openloop_command)
+
+
+def compare_command(
+    a: Annotated[str, typer.Argument(help="Policy A (the checkpoint under test).")],
+    others: Annotated[list[str], typer.Argument(help="Policy B, or several (Holm-corrected).")],
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    campaign: CampaignOpt = None,
+    tasks: TasksOpt = None,
+    variant: VariantOpt = None,
+    unpaired: Annotated[bool, typer.Option("--unpaired", help="Newcombe/Fisher instead of paired tests.")] = False,
+    alpha: Annotated[float, typer.Option("--alpha", help="Significance level after Holm.")] = 0.05,
+    confidence: ConfidenceOpt = 0.95,
+    resamples: ResamplesOpt = 2000,
+    seed: SeedOpt = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Per-task and suite differences A − B with intervals, p-values and verdicts."""
+    with user_errors():
+        name, _, records = _episodes(store, catalog, campaign)
+        grid = outcome_grid(records, _split(tasks) if tasks else None, variant)
+        rows = compare(grid, a, others, Pairing.UNPAIRED if unpaired else Pairing.PAIRED, alpha, confidence,
+                       resamples, seed)
+        if json_out:
+            render.print_json({"campaign": name, "a": a, "others": others, "alpha": alpha, "confidence": confidence,
+                               "seed": seed, "n_resamples": resamples,
+                               "comparisons": [r.to_dict() for r in rows]})
+            return
+        render.console.print(show.comparison_table(rows, f"campaign {name}: {a} (A) vs {', '.join(others)} (B)"))
+
+
+def leaderboard_command(
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    campaign: CampaignOpt = None,
+    tasks: TasksOpt = None,
+    variant: VariantOpt = None,
+    confidence: ConfidenceOpt = 0.95,
+    resamples: ResamplesOpt = 2000,
+    seed: SeedOpt = 0,
+    min_pearson: Annotated[Optional[float], typer.Option(help="Sign-off: least Pearson r.")] = None,
+    max_mmrv: Annotated[Optional[float], typer.Option(help="Sign-off: largest MMRV.")] = None,
+    min_policies: Annotated[Optional[int], typer.Option(help="Sign-off: fewest calibration policies.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Suite scores with bootstrap intervals, rank intervals, P(A better than B) and the sign-off gate."""
+    with user_errors():
+        name, root, records = _episodes(store, catalog, campaign)
+        grid = outcome_grid(records, _split(tasks) if tasks else None, variant)
+        board = leaderboard(grid, confidence, resamples, seed)
+        thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies)
+        gate = signoff(grid.task_ids, load_calibration(root), thresholds)
+        if json_out:
+            render.print_json({"campaign": name, "leaderboard": board.to_dict(), "thresholds": asdict(thresholds),
+                               "signoff": [s.to_dict() for s in gate]})
+            return
+        render.console.print(show.leaderboard_table(board, f"campaign {name}: leaderboard"))
+        render.console.print(show.p_better_table(board))
+        render.console.print(show.signoff_table(gate))
+
+
+def budget_command(
+    delta: Annotated[float, typer.Option("--delta", help="Difference in success rate to detect.")],
+    power: Annotated[float, typer.Option("--power", help="Probability of detecting it.")] = 0.8,
+    baseline: Annotated[Optional[float], typer.Option("--baseline", help="Expected rate (default 0.5).")] = None,
+    paired: Annotated[bool, typer.Option("--paired", help="Same seeds for both (McNemar).")] = False,
+    alpha: Annotated[float, typer.Option("--alpha")] = 0.05,
+    comparisons: Annotated[int, typer.Option("--comparisons", help="Comparisons in the family (Holm).")] = 1,
+    discordance: Annotated[Optional[float], typer.Option(help="Paired: P(pair discordant), if known.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """How many episodes per cell detect a difference of --delta with --power."""
+    with user_errors():
+        budget = episode_budget(delta, power, baseline, paired, alpha, comparisons, discordance)
+        if json_out:
+            render.print_json(budget.to_dict())
+            return
+        mode = "paired (same seeds)" if paired else "unpaired"
+        render.console.print(
+            f"{budget.episodes_per_cell} episodes per cell detect {budget.baseline:.2f} vs {budget.alternative:.2f} "
+            f"(delta {delta}) with power {power}, alpha {alpha}"
+            + (f" over {comparisons} comparisons" if comparisons > 1 else "") + f"; {mode}, {budget.formula}"
+            + (f", discordance {budget.discordance:.3f}" if budget.discordance is not None else ""),
+            highlight=False, soft_wrap=True)
+
+
+def _campaign_entries(store: Path, catalog: str | None, campaign: str, variant: str | None = None) -> list[RateEntry]:
+    name, _, records = _episodes(store, catalog, campaign)
+    if variant is not None:
+        names = sorted({r.variant_name for r in records})
+        if variant not in names:
+            raise AssayError(f"campaign {name!r} has no variant {variant!r}; valid: {', '.join(names)}")
+        records = [r for r in records if r.variant_name == variant]
+    return entries_from_records(records, f"campaign {name}" + (f":{variant}" if variant else ""))
+
+
+def correlate_command(
+    real: Annotated[Path, typer.Option("--real", help="Real-world results CSV (task,policy,successes,trials).")],
+    sim: Annotated[Optional[Path], typer.Option("--sim", help="Sim results CSV.")] = None,
+    campaign: Annotated[Optional[str], typer.Option("--campaign", help="Or: a campaign in --store.")] = None,
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    record: Annotated[bool, typer.Option("--record", help="Save per-task calibration records in --store.")] = False,
+    confidence: ConfidenceOpt = 0.95,
+    resamples: ResamplesOpt = 2000,
+    seed: SeedOpt = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Pearson, Spearman, Kendall and MMRV between real and sim success rates, per task and averaged."""
+    with user_errors():
+        if (sim is None) == (campaign is None):
+            raise AssayError("give exactly one of --sim SIM.csv or --campaign NAME (with --store)")
+        reference = read_results_csv(real)
+        other = read_results_csv(sim) if sim is not None else _campaign_entries(store, catalog, campaign)
+        report = correlate(reference, other, ("real", "sim"), confidence, resamples, seed)
+        saved = None
+        if record:
+            source = f"real {real.name} vs " + (f"sim {sim.name}" if sim is not None else f"campaign {campaign}")
+            saved = save_calibration(Store(store, catalog, create=True).root, records_from_report(report, source))
+        if json_out:
+            render.print_json({**report.to_dict(), "calibration_file": str(saved) if saved else None})
+            return
+        render.console.print(show.correlation_table(report, "real-to-sim agreement (95% bootstrap intervals)"))
+        if report.unmatched:
+            render.console.print(f"sim cells without a real counterpart (ignored): {', '.join(report.unmatched)}",
+                                 highlight=False, soft_wrap=True)
+        if saved:
+            render.console.print(f"calibration records saved to {saved}", highlight=False)
+
+
+def _source(value: str, store: Path, catalog: str | None) -> list[RateEntry]:
+    if value.endswith(".csv"):
+        return read_results_csv(value)
+    name, _, variant = value.partition(":")
+    return _campaign_entries(store, catalog, name, variant or None)
+
+
+def stability_command(
+    first: Annotated[str, typer.Argument(help="Reference leaderboard: CAMPAIGN, CAMPAIGN:VARIANT or a results CSV.")],
+    second: Annotated[str, typer.Argument(help="The other leaderboard, in the same forms.")],
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    confidence: ConfidenceOpt = 0.95,
+    resamples: ResamplesOpt = 2000,
+    seed: SeedOpt = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Kendall τ and MMRV between two leaderboards (two seed sets, variants or twin versions)."""
+    with user_errors():
+        result = stability(_source(first, store, catalog), _source(second, store, catalog), (first, second),
+                           confidence, resamples, seed)
+        if json_out:
+            render.print_json(result.to_dict())
+            return
+        render.console.print(show.correlation_table(result.report, f"ranking stability: {first} vs {second}"))
+        suite = ", ".join(f"{k} {v['value']:.3f}" if v["value"] is not None else f"{k} {v['reason']}"
+                          for k, v in result.suite.items())
+        render.console.print(f"suite scores over {len(result.suite_policies)} policies: {suite}", highlight=False,
+                             soft_wrap=True)
+
+
+def openloop_command(
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    campaign: CampaignOpt = None,
+    reference: Annotated[str, typer.Option("--reference", help="Policy whose recorded episodes are replayed.")] = "expert",
+    policies: Annotated[Optional[str], typer.Option("--policies", help="Policies to score (default: all).")] = None,
+    episodes: Annotated[Optional[int], typer.Option("--episodes", min=1, help="At most this many per task.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Action MSE and R² of policies on recorded observations, beside the closed-loop ranking."""
+    from assay.cli.stats_openloop import predictor
+    from assay.metrics import load_trajectories, openloop_table, rank_agreement
+    from assay.spec import PolicySpec, TaskSpec
+
+    with user_errors():
+        with Store(store, catalog, create=False) as opened:
+            name = _campaign(opened, campaign)
+            resolved = next(c["spec"] for c in opened.catalog.campaigns() if c["name"] == name)
+            specs = {p["name"]: PolicySpec(**p["spec"]) for p in resolved["policies"]}
+            tasks = {t["id"]: TaskSpec(**t["spec"]) for t in resolved["tasks"]}
+            if reference not in specs:
+                raise AssayError(f"--reference {reference!r} is not a policy of campaign {name}; valid: {', '.join(specs)}")
+            chosen = _split(policies) if policies else list(specs)
+            unknown = [p for p in chosen if p not in specs]
+            if unknown:
+                raise AssayError(f"unknown policy {', '.join(unknown)} in campaign {name}; valid: {', '.join(specs)}")
+            records = opened.catalog.episodes(campaign=name)
+            recorded = [r for r in records if r.policy_name == reference]
+            if episodes is not None:
+                recorded = [r for r in recorded if r.episode_index < episodes]
+            trajectories = load_trajectories(opened, recorded)
+        rows = openloop_table(trajectories, {p: predictor(specs[p], tasks) for p in chosen})
+        closed = {(r.group["policy"], r.group["task"]): r.rate for r in rate_table(records) if r.rate is not None}
+        agreement = rank_agreement(rows, closed)
+        if json_out:
+            render.print_json({"campaign": name, "reference": reference, "openloop": [r.to_dict() for r in rows],
+                               "closed_loop": [{"policy": p, "task": t, "rate": v} for (p, t), v in sorted(closed.items())],
+                               "agreement": [asdict(a) for a in agreement]})
+            return
+        for table in show.openloop_tables(rows, agreement, reference):
+            render.console.print(table)

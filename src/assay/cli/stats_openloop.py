@@ -1,0 +1,50 @@
+"""Calling policies on recorded observations, for ``assay openloop`` (metrics never builds policies).
+
+The trajectories of one task are replayed in lockstep: the policy is reset once
+with the episodes' seeds, and at step t it gets the recorded states of the
+episodes that are that long, keyed by ``env_ids``, exactly as in a closed-loop
+batch; so a stateful policy (delays, per-environment noise) behaves as it would
+closed loop, given the same observations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from assay.errors import AssayError
+from assay.metrics import Predictor, Trajectory
+from assay.policies import PolicyContext, make_policy
+from assay.spec import PolicySpec, TaskSpec
+
+
+def replay(policy: Any, task: TaskSpec, trajectories: Sequence[Trajectory]) -> list[np.ndarray]:
+    seeds = tuple(t.record.seed for t in trajectories)
+    instructions = tuple(t.record.instruction for t in trajectories)
+    policy.reset(PolicyContext(task, seeds, instructions))
+    predicted = [np.zeros_like(t.actions) for t in trajectories]
+    for step in range(max(len(t.actions) for t in trajectories)):
+        active = [i for i, t in enumerate(trajectories) if len(t.actions) > step]
+        batch = {"state": np.stack([trajectories[i].observations[step] for i in active]),
+                 "instruction": [instructions[i] for i in active], "env_ids": np.asarray(active)}
+        actions = np.asarray(policy.act(batch), dtype=np.float64)
+        if actions.shape != (len(active), task.action.dim):
+            raise AssayError(f"policy returned actions of shape {actions.shape}; expected {(len(active), task.action.dim)}")
+        for row, i in enumerate(active):
+            predicted[i][step] = actions[row]
+    return predicted
+
+
+def predictor(spec: PolicySpec, tasks: Mapping[str, TaskSpec]) -> Predictor:
+    """A Predictor that builds the policy once and replays each task's trajectories with it."""
+    policy = make_policy(spec)
+
+    def predict(trajectories: Sequence[Trajectory]) -> list[np.ndarray]:
+        task_id = trajectories[0].record.task_id
+        if task_id not in tasks:
+            raise AssayError(f"task {task_id} is not in the campaign's resolved spec")
+        return replay(policy, tasks[task_id], trajectories)
+
+    return predict

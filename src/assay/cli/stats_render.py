@@ -1,0 +1,105 @@
+"""Rich tables for the statistics commands (the JSON documents carry the same figures)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from assay.metrics import Comparison, CorrelationReport, Leaderboard, OpenLoopRow, Signoff, Verdict
+from assay.metrics.correlation import STATISTICS, Estimate
+from assay.metrics.openloop import RankAgreement
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ci(low: float | None, high: float | None, digits: int = 2) -> str:
+    return "-" if low is None or high is None else f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+VERDICT_STYLE = {Verdict.BETTER: "green", Verdict.WORSE: "red", Verdict.NO_DIFFERENCE: "dim"}
+
+
+def comparison_table(rows: Sequence[Comparison], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("B", "task", "test", "A", "B rate", "A − B", "95% CI", "n", "p", "p (Holm)", "verdict"):
+        table.add_column(column, justify="left" if column in ("B", "task", "test", "verdict") else "right")
+    for r in rows:
+        test = f"McNemar {r.a_only}:{r.b_only}" if r.pairing.value == "paired" else "Fisher/Newcombe"
+        n = str(r.pairs) if r.pairing.value == "paired" else f"{r.a_n}/{r.b_n}"
+        style = "bold" if r.task == "suite" else ""
+        table.add_row(r.b, r.task, test, _num(r.a_rate), _num(r.b_rate), _num(r.difference, 3),
+                      _ci(r.ci_low, r.ci_high, 3), n, f"{r.p_value:.3g}", f"{r.p_adjusted:.3g}",
+                      f"[{VERDICT_STYLE[r.verdict]}]{r.verdict.value}[/]", style=style)
+    return table
+
+
+def leaderboard_table(board: Leaderboard, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("rank", "policy", "suite score", f"{board.confidence:.0%} CI", "scored", "errors"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for row in board.rows:
+        table.add_row(row.rank_text, row.policy, _num(row.score), _ci(row.ci_low, row.ci_high), str(row.scored),
+                      f"[red]{row.errors}[/]" if row.errors else "0")
+    return table
+
+
+def p_better_table(board: Leaderboard) -> Table:
+    ranked = [r.policy for r in board.rows if r.rank is not None]
+    table = Table(title="P(row better than column), paired bootstrap", title_justify="left")
+    table.add_column("")
+    for policy in ranked:
+        table.add_column(policy, justify="right")
+    for a in ranked:
+        table.add_row(a, *["-" if a == b else f"{board.p_better[a][b]:.2f}" for b in ranked])
+    return table
+
+
+def signoff_table(rows: Sequence[Signoff]) -> Table:
+    table = Table(title="sign-off gate", title_justify="left")
+    for column in ("task", "status", "reason"):
+        table.add_column(column)
+    for row in rows:
+        status = f"[green]{row.label}[/]" if row.validated else f"[yellow]{row.label}[/]"
+        table.add_row(row.task, status, row.reason)
+    return table
+
+
+def _estimate(e: Estimate, digits: int = 3) -> str:
+    if e.value is None:
+        return f"[yellow]{e.reason}[/]"
+    return f"{e.value:.{digits}f} {_ci(e.ci_low, e.ci_high, digits)}"
+
+
+def correlation_table(report: CorrelationReport, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("task", "policies", "resampling", *STATISTICS):
+        table.add_column(column, justify="left" if column in ("task", "resampling") else "right")
+    for t in report.tasks:
+        name = t.task if t.task == t.other_task else f"{t.task} ~ {t.other_task}"
+        table.add_row(name, str(len(t.policies)), t.resampling, *[_estimate(t.stats[k]) for k in STATISTICS])
+    counts = report.tasks_averaged
+    table.add_row("[bold]mean over tasks[/]", "", "", *[
+        f"{_estimate(report.average[k])} ({counts[k]} tasks)" for k in STATISTICS])
+    return table
+
+
+def openloop_tables(rows: Sequence[OpenLoopRow], agreement: Sequence[RankAgreement], reference: str) -> list[Table]:
+    scores = Table(title=f"open-loop on {reference}'s recorded trajectories", title_justify="left")
+    for column in ("policy", "task", "episodes", "steps", "action MSE", "R²"):
+        scores.add_column(column, justify="left" if column in ("policy", "task") else "right")
+    for r in rows:
+        scores.add_row(r.policy, r.task, str(r.episodes), str(r.steps), f"{r.mse:.4g}",
+                       _num(r.r2, 3) if r.r2 is not None else f"[yellow]{r.r2_reason}[/]")
+    side = Table(title="open-loop vs closed-loop ranking", title_justify="left")
+    for column in ("task", "closed-loop order (success)", "open-loop order (MSE)", "Kendall τ", "MMRV"):
+        side.add_column(column)
+    for a in agreement:
+        closed = sorted(zip(a.policies, a.closed_loop), key=lambda x: (-x[1], x[0]))
+        opened = sorted(zip(a.policies, a.open_loop_mse), key=lambda x: (x[1], x[0]))
+        side.add_row(a.task, " > ".join(f"{p} {v:.2f}" for p, v in closed),
+                     " > ".join(f"{p} {v:.3g}" for p, v in opened),
+                     _num(a.kendall, 3) if a.kendall is not None else str(a.kendall_reason), f"{a.mmrv:.3f}")
+    return [scores, side]

@@ -1,0 +1,235 @@
+"""Real-to-sim (or any reference-to-other) agreement of policy rates: Pearson, Spearman, Kendall, MMRV.
+
+For one task, N policies have reference rates R (real, or the first leaderboard)
+and other rates S (sim). Statistics, each with a seeded bootstrap interval:
+
+* Pearson r (``scipy.stats.pearsonr``), Spearman ρ (Pearson of average ranks, as
+  ``scipy.stats.spearmanr``), Kendall τ-b (``scipy.stats.kendalltau``). When
+  either side is constant, or N < 2, the value is ``None`` with a ``reason``
+  ("undefined: ..."), never 0 or NaN.
+* MMRV, the Mean Maximum Rank Violation of SIMPLER (Li et al. 2024)::
+
+      MMRV = (1/N) Σ_i max_j |R_i − R_j| · 1[(S_i < S_j) ≠ (R_i < R_j)]
+
+  implemented literally. Ties: ``<`` is strict, so a pair tied on one side and
+  ordered on the other counts as a violation from the endpoint whose strict
+  comparison flips (if S_i = S_j but R_i < R_j, then (S_i < S_j) = False ≠ True
+  for i, while for j both comparisons are False): a tie in sim that hides a real
+  gap is penalised once, by the gap. Pairs tied on both sides never count.
+  Example: S = [0.5, 0.5, 0.2], R = [0.9, 0.1, 0.5] gives (0 + 0.8 + 0.4) / 3 = 0.4.
+
+Intervals: when every rate of the task carries counts (successes, trials), each
+resample redraws every (policy, side) cell's episodes with replacement, i.e.
+Binomial(trials, observed rate); otherwise policies are resampled with
+replacement. Resamples where a statistic is undefined are left out of its
+interval and counted (``undefined_resamples``). The averaged figures are the
+mean over tasks of the per-task values (tasks where a value is undefined are
+skipped and counted), with the interval of the same mean over the resamples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.stats import kendalltau, pearsonr, rankdata
+
+from assay.metrics.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, check_settings, generator, percentile_interval
+from assay.metrics.results_csv import RateEntry, ResultsCsvError
+
+STATISTICS = ("pearson", "spearman", "kendall", "mmrv")
+
+
+def mmrv(real: Sequence[float], sim: Sequence[float]) -> float:
+    """MMRV of ``sim`` against the reference ``real`` (see the module docstring for ties)."""
+    r, s = np.asarray(real, dtype=np.float64), np.asarray(sim, dtype=np.float64)
+    return float(_mmrv_rows(r[None, :], s[None, :])[0])
+
+
+def _mmrv_rows(r: np.ndarray, s: np.ndarray) -> np.ndarray:
+    violated = (s[:, :, None] < s[:, None, :]) != (r[:, :, None] < r[:, None, :])
+    gaps = np.abs(r[:, :, None] - r[:, None, :])
+    return (gaps * violated).max(axis=2).mean(axis=1)
+
+
+def _undefined(real: np.ndarray, sim: np.ndarray, labels: tuple[str, str]) -> str | None:
+    if real.size < 2:
+        return f"undefined: needs at least 2 policies, got {real.size}"
+    for values, label in ((real, labels[0]), (sim, labels[1])):
+        if np.all(values == values[0]):
+            return f"undefined: {label} success rates are all {values[0]:.3g} (constant)"
+    return None
+
+
+def correlation(kind: str, real: Sequence[float], sim: Sequence[float],
+                labels: tuple[str, str] = ("real", "sim")) -> tuple[float | None, str | None]:
+    """(value, None) or (None, reason) for ``pearson``, ``spearman``, ``kendall`` or ``mmrv``."""
+    r, s = np.asarray(real, dtype=np.float64), np.asarray(sim, dtype=np.float64)
+    if kind == "mmrv":
+        return (mmrv(r, s), None) if r.size else (None, "undefined: no policies")
+    reason = _undefined(r, s, labels)
+    if reason:
+        return None, reason
+    if kind == "kendall":
+        return float(kendalltau(r, s).statistic), None
+    if kind == "spearman":
+        r, s = rankdata(r), rankdata(s)
+    return float(pearsonr(r, s).statistic), None
+
+
+def _rows(kind: str, r: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """The statistic for each resample row; NaN where it is undefined."""
+    if kind == "mmrv":
+        return _mmrv_rows(r, s)
+    out = np.full(r.shape[0], np.nan)
+    ok = ~(np.all(r == r[:, :1], axis=1) | np.all(s == s[:, :1], axis=1)) if r.shape[1] >= 2 else np.zeros(len(r), bool)
+    if not ok.any():
+        return out
+    if kind == "kendall":
+        out[ok] = _kendall_rows(r[ok], s[ok])
+        return out
+    a, b = (rankdata(r[ok], axis=1), rankdata(s[ok], axis=1)) if kind == "spearman" else (r[ok], s[ok])
+    out[ok] = pearsonr(a, b, axis=1).statistic
+    return out
+
+
+def _kendall_rows(r: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Kendall τ-b of each row pair, vectorized (scipy's kendalltau takes one pair per call, too slow for
+    thousands of resamples); the tests check it against ``scipy.stats.kendalltau``."""
+    n = r.shape[1]
+    sr = np.sign(r[:, :, None] - r[:, None, :])
+    ss = np.sign(s[:, :, None] - s[:, None, :])
+    pairs = n * (n - 1) / 2
+    concordance = (sr * ss).sum(axis=(1, 2)) / 2  # C − D (each pair counted twice in the full matrix)
+    tied_r = ((sr == 0).sum(axis=(1, 2)) - n) / 2
+    tied_s = ((ss == 0).sum(axis=(1, 2)) - n) / 2
+    return concordance / np.sqrt((pairs - tied_r) * (pairs - tied_s))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float | None
+    reason: str | None
+    ci_low: float | None
+    ci_high: float | None
+    undefined_resamples: int
+
+
+@dataclass(frozen=True)
+class TaskCorrelation:
+    task: str
+    other_task: str
+    policies: tuple[str, ...]
+    reference_rates: tuple[float, ...]
+    other_rates: tuple[float, ...]
+    resampling: str  # "episodes" or "policies"
+    stats: dict[str, Estimate]
+
+
+@dataclass(frozen=True)
+class CorrelationReport:
+    labels: tuple[str, str]
+    tasks: tuple[TaskCorrelation, ...]
+    average: dict[str, Estimate]
+    tasks_averaged: dict[str, int]
+    unmatched: tuple[str, ...]  # other-side (task, policy) cells with no reference
+    confidence: float
+    n_resamples: int
+    seed: int
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+Aligned = list[tuple[str, str, list[tuple[RateEntry, RateEntry]]]]
+
+
+def _match_task(task: str, other_tasks: set[str]) -> str | None:
+    if task in other_tasks:
+        return task
+    name = task.split("@")[0]
+    same = sorted(t for t in other_tasks if t.split("@")[0] == name)
+    return same[0] if len(same) == 1 else None
+
+
+def align(reference: Sequence[RateEntry], other: Sequence[RateEntry], labels: tuple[str, str]) -> tuple[Aligned, list[str]]:
+    """Pair each reference (task, policy) with the other side's; tasks match by id, or by name when unique."""
+    other_cells = {(e.task, e.policy): e for e in other}
+    other_tasks = {e.task for e in other}
+    aligned: dict[str, tuple[str, list[tuple[RateEntry, RateEntry]]]] = {}
+    for entry in reference:
+        matched = _match_task(entry.task, other_tasks)
+        if matched is None:
+            raise ResultsCsvError(f"{entry.where()}: unknown task {entry.task!r}; {labels[1]} results have "
+                                  f"{', '.join(sorted(other_tasks)) or 'no tasks'}")
+        partner = other_cells.get((matched, entry.policy))
+        if partner is None:
+            have = sorted(p for t, p in other_cells if t == matched)
+            raise ResultsCsvError(f"{entry.where()}: policy {entry.policy!r} has no {labels[1]} result on {matched}; "
+                                  f"{labels[1]} has {', '.join(have)}")
+        aligned.setdefault(entry.task, (matched, []))[1].append((entry, partner))
+    used = {(o.task, o.policy) for _, pairs in aligned.values() for _, o in pairs}
+    unmatched = sorted(f"{t}/{p}" for t, p in other_cells if (t, p) not in used)
+    return [(task, matched, sorted(pairs, key=lambda p: p[0].policy))
+            for task, (matched, pairs) in sorted(aligned.items())], unmatched
+
+
+def _resample(pairs: list[tuple[RateEntry, RateEntry]], rng: np.random.Generator,
+              n_resamples: int) -> tuple[str, np.ndarray, np.ndarray]:
+    r = np.array([a.rate for a, _ in pairs])
+    s = np.array([b.rate for _, b in pairs])
+    if all(a.has_counts and b.has_counts for a, b in pairs):
+        def draw(entries: list[RateEntry]) -> np.ndarray:
+            return np.stack([rng.binomial(e.trials, e.rate, n_resamples) / e.trials for e in entries], axis=1)
+        return "episodes", draw([a for a, _ in pairs]), draw([b for _, b in pairs])
+    idx = rng.integers(0, len(pairs), size=(n_resamples, len(pairs)))
+    return "policies", r[idx], s[idx]
+
+
+def _estimate(value: float | None, reason: str | None, samples: np.ndarray, confidence: float) -> Estimate:
+    interval = percentile_interval(samples, confidence)
+    return Estimate(value, reason, interval.low if interval else None, interval.high if interval else None,
+                    int(np.isnan(samples).sum()))
+
+
+def correlate(
+    reference: Sequence[RateEntry],
+    other: Sequence[RateEntry],
+    labels: tuple[str, str] = ("real", "sim"),
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> CorrelationReport:
+    check_settings(confidence, n_resamples)
+    aligned, unmatched = align(reference, other, labels)
+    rng = generator(seed)
+    tasks: list[TaskCorrelation] = []
+    samples: dict[str, list[np.ndarray]] = {k: [] for k in STATISTICS}
+    values: dict[str, list[float]] = {k: [] for k in STATISTICS}
+    for task, matched, pairs in aligned:
+        r = [a.rate for a, _ in pairs]
+        s = [b.rate for _, b in pairs]
+        mode, rb, sb = _resample(pairs, rng, n_resamples)
+        stats = {}
+        for kind in STATISTICS:
+            value, reason = correlation(kind, r, s, labels)
+            boot = _rows(kind, rb, sb)
+            stats[kind] = _estimate(value, reason, boot, confidence)
+            if value is not None:
+                values[kind].append(value)
+                samples[kind].append(boot)
+        tasks.append(TaskCorrelation(task, matched, tuple(a.policy for a, _ in pairs), tuple(r), tuple(s), mode, stats))
+    average = {}
+    for kind in STATISTICS:
+        if not values[kind]:
+            average[kind] = Estimate(None, f"undefined on every task ({len(tasks)})", None, None, n_resamples)
+            continue
+        stacked = np.stack(samples[kind])
+        defined = ~np.isnan(stacked)
+        counts = defined.sum(axis=0)
+        with np.errstate(invalid="ignore"):
+            mean = np.where(counts > 0, np.where(defined, stacked, 0.0).sum(axis=0) / np.maximum(counts, 1), np.nan)
+        average[kind] = _estimate(float(np.mean(values[kind])), None, mean, confidence)
+    return CorrelationReport(labels, tuple(tasks), average, {k: len(v) for k, v in values.items()}, tuple(unmatched),
+                             confidence, n_resamples, seed)

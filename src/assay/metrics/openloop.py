@@ -1,0 +1,138 @@
+"""Open-loop metrics: how well a policy's actions match recorded ones on recorded observations.
+
+Each recorded episode is replayed *open loop*: the policy sees the recorded
+``observation.state`` of every step (never the consequences of its own actions)
+and its predicted action is compared with the recorded ``action``. Over all
+steps of all episodes of a (policy, task):
+
+* ``mse`` = mean over steps and action dimensions of (â − a)²;
+* ``r2`` = mean over action dimensions of 1 − SS_res / SS_tot (``uniform
+  average``); dimensions whose recorded action never varies (SS_tot = 0) are
+  skipped and counted; if all are, R² is ``None`` with a reason.
+
+This module scores; calling the policy is the caller's job (a ``Predictor``), so
+metrics never imports policies. ``rank_agreement`` puts an open-loop ranking
+beside the closed-loop one: Kendall τ and MMRV with closed-loop success as the
+reference and −MSE as the other score (lower MSE ranks higher).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from assay.errors import AssayError
+from assay.metrics.correlation import correlation
+from assay.store import EpisodeRecord, Store
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    record: EpisodeRecord
+    observations: np.ndarray  # (steps, state_dim)
+    actions: np.ndarray  # (steps, action_dim)
+
+
+# trajectories of one task -> the policy's action at every recorded step, one array per trajectory
+Predictor = Callable[[Sequence[Trajectory]], list[np.ndarray]]
+
+
+def _matrix(table: object, column: str, key: str) -> np.ndarray:
+    names = table.column_names  # type: ignore[attr-defined]
+    if column not in names:
+        raise AssayError(f"episode {key[:12]} has no column {column!r}; open-loop needs observation.state and action")
+    chunked = table.column(column).combine_chunks()  # type: ignore[attr-defined]
+    width = chunked.type.list_size
+    return np.asarray(chunked.flatten(), dtype=np.float64).reshape(len(chunked), width)
+
+
+def load_trajectories(store: Store, records: Sequence[EpisodeRecord]) -> list[Trajectory]:
+    """Recorded observations and actions of every record that has step data (checksums verified)."""
+    out = []
+    for record in records:
+        if record.data_path is None:
+            continue
+        table = store.steps(record)
+        out.append(Trajectory(record, _matrix(table, "observation.state", record.key),
+                              _matrix(table, "action", record.key)))
+    return out
+
+
+def action_mse(predicted: np.ndarray, recorded: np.ndarray) -> float:
+    return float(np.mean((np.asarray(predicted) - np.asarray(recorded)) ** 2))
+
+
+def r_squared(predicted: np.ndarray, recorded: np.ndarray) -> tuple[float | None, str | None, int]:
+    """(R², reason, constant dimensions skipped); R² averaged uniformly over varying dimensions."""
+    predicted, recorded = np.asarray(predicted, dtype=np.float64), np.asarray(recorded, dtype=np.float64)
+    ss_tot = ((recorded - recorded.mean(axis=0)) ** 2).sum(axis=0)
+    ss_res = ((recorded - predicted) ** 2).sum(axis=0)
+    varying = ss_tot > 0
+    skipped = int((~varying).sum())
+    if not varying.any():
+        return None, "undefined: the recorded action is constant in every dimension", skipped
+    return float(np.mean(1.0 - ss_res[varying] / ss_tot[varying])), None, skipped
+
+
+@dataclass(frozen=True)
+class OpenLoopRow:
+    policy: str
+    task: str
+    episodes: int
+    steps: int
+    mse: float
+    r2: float | None
+    r2_reason: str | None
+    constant_dims: int
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def openloop_table(trajectories: Sequence[Trajectory], predictors: Mapping[str, Predictor]) -> list[OpenLoopRow]:
+    """One row per (policy, task), in sorted order."""
+    if not trajectories:
+        raise AssayError("no recorded trajectories with step data to replay")
+    by_task: dict[str, list[Trajectory]] = {}
+    for trajectory in trajectories:
+        by_task.setdefault(trajectory.record.task_id, []).append(trajectory)
+    rows = []
+    for policy in sorted(predictors):
+        for task in sorted(by_task):
+            group = by_task[task]
+            predicted = predictors[policy](group)
+            for trajectory, actions in zip(group, predicted):
+                if actions.shape != trajectory.actions.shape:
+                    raise AssayError(f"policy {policy!r} predicted actions of shape {actions.shape} for episode "
+                                     f"{trajectory.record.key[:12]}; recorded {trajectory.actions.shape}")
+            pred, true = np.concatenate(predicted), np.concatenate([t.actions for t in group])
+            r2, reason, constant = r_squared(pred, true)
+            rows.append(OpenLoopRow(policy, task, len(group), len(true), action_mse(pred, true), r2, reason, constant))
+    return rows
+
+
+@dataclass(frozen=True)
+class RankAgreement:
+    task: str
+    policies: tuple[str, ...]
+    closed_loop: tuple[float, ...]
+    open_loop_mse: tuple[float, ...]
+    kendall: float | None
+    kendall_reason: str | None
+    mmrv: float
+
+
+def rank_agreement(rows: Sequence[OpenLoopRow], closed_rates: Mapping[tuple[str, str], float]) -> list[RankAgreement]:
+    """Per task: Kendall τ and MMRV of the open-loop order (−MSE) against closed-loop success rates."""
+    result = []
+    for task in sorted({r.task for r in rows}):
+        cells = [r for r in rows if r.task == task and (r.policy, task) in closed_rates]
+        closed = [closed_rates[(r.policy, task)] for r in cells]
+        score = [-r.mse for r in cells]
+        tau, reason = correlation("kendall", closed, score, ("closed-loop", "open-loop"))
+        value, _ = correlation("mmrv", closed, score)
+        result.append(RankAgreement(task, tuple(r.policy for r in cells), tuple(closed), tuple(r.mse for r in cells),
+                                    tau, reason, value or 0.0))
+    return result

@@ -1,0 +1,44 @@
+"""Ranking stability: do two leaderboards (two seed sets, variants or twin versions) agree?
+
+The first leaderboard is the reference. Per task and averaged over tasks, the
+statistics of :mod:`assay.metrics.correlation` (Kendall τ and MMRV above all,
+Pearson and Spearman beside them) with their bootstrap intervals; plus the same
+figures on the suite scores (mean over the common tasks of each policy's rates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from assay.metrics.correlation import STATISTICS, CorrelationReport, correlate, correlation
+from assay.metrics.results_csv import RateEntry
+
+
+@dataclass(frozen=True)
+class Stability:
+    report: CorrelationReport
+    suite_policies: tuple[str, ...]
+    suite_reference: tuple[float, ...]
+    suite_other: tuple[float, ...]
+    suite: dict[str, dict[str, object]]  # statistic -> {"value", "reason"}
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def stability(reference: Sequence[RateEntry], other: Sequence[RateEntry], labels: tuple[str, str],
+              confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> Stability:
+    report = correlate(reference, other, labels, confidence, n_resamples, seed)
+    # Suite scores over the policies present on every common task.
+    common = set(report.tasks[0].policies) if report.tasks else set()
+    for task in report.tasks:
+        common &= set(task.policies)
+    policies = tuple(sorted(common))
+    ref = tuple(sum(t.reference_rates[t.policies.index(p)] for t in report.tasks) / len(report.tasks) for p in policies)
+    oth = tuple(sum(t.other_rates[t.policies.index(p)] for t in report.tasks) / len(report.tasks) for p in policies)
+    suite = {}
+    for kind in STATISTICS:
+        value, reason = correlation(kind, ref, oth, labels)
+        suite[kind] = {"value": value, "reason": reason}
+    return Stability(report, policies, ref, oth, suite)

@@ -1,0 +1,94 @@
+"""Pearson, Spearman, Kendall and MMRV by hand; MMRV ties; undefined cases; bootstrap determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import kendalltau, pearsonr, spearmanr
+
+from assay.metrics import RateEntry, correlate, correlation, mmrv
+from assay.metrics.correlation import _rows
+
+
+def test_mmrv_hand_checked_case_from_the_issue():
+    assert mmrv(real=[0.9, 0.1, 0.5], sim=[0.5, 0.5, 0.2]) == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("real, sim, expected", [
+    ([0.1, 0.5, 0.9], [0.2, 0.4, 0.8], 0.0),               # same order
+    ([0.1, 0.5, 0.9], [0.9, 0.5, 0.1], (0.8 + 0.4 + 0.8) / 3),  # reversed
+    ([0.2, 0.6], [0.3, 0.3], 0.4 / 2),                    # sim tie hiding a real gap: counted once
+    ([0.5, 0.5], [0.1, 0.9], 0.0),                        # real tie: the gap is 0, so no cost
+    ([0.5, 0.5], [0.3, 0.3], 0.0),                        # tied on both sides
+    ([0.7], [0.1], 0.0),                                  # one policy
+])
+def test_mmrv_ties_and_edges(real, sim, expected):
+    assert mmrv(real, sim) == pytest.approx(expected)
+
+
+def test_correlations_by_hand():
+    x, y = [0.0, 0.5, 1.0], [0.0, 1.0, 1.0]
+    assert correlation("pearson", x, y)[0] == pytest.approx(0.5 / np.sqrt(0.5 * 2 / 3))
+    assert correlation("spearman", x, y)[0] == pytest.approx(1.5 / np.sqrt(2 * 1.5))
+    assert correlation("kendall", x, y)[0] == pytest.approx(2 / np.sqrt(3 * 2))  # tau-b with one tie in y
+
+
+@pytest.mark.parametrize("kind", ["pearson", "spearman", "kendall"])
+def test_constant_vectors_and_single_policies_are_undefined_not_nan(kind):
+    value, reason = correlation(kind, [0.2, 0.2, 0.2], [0.1, 0.5, 0.9])
+    assert value is None and reason == "undefined: real success rates are all 0.2 (constant)"
+    value, reason = correlation(kind, [0.1, 0.5], [0.3, 0.3])
+    assert value is None and "sim success rates are all 0.3" in reason
+    assert correlation(kind, [0.1], [0.3]) == (None, "undefined: needs at least 2 policies, got 1")
+
+
+def test_vectorized_resample_statistics_agree_with_scipy():
+    rng = np.random.default_rng(7)
+    r = rng.integers(0, 5, size=(50, 4)) / 4
+    s = rng.integers(0, 5, size=(50, 4)) / 4
+    for kind, reference in (("pearson", pearsonr), ("spearman", spearmanr), ("kendall", kendalltau)):
+        got = _rows(kind, r, s)
+        for i in range(len(r)):
+            if np.ptp(r[i]) == 0 or np.ptp(s[i]) == 0:
+                assert np.isnan(got[i])
+            else:
+                assert got[i] == pytest.approx(reference(r[i], s[i]).statistic)
+    assert _rows("mmrv", r, s) == pytest.approx([mmrv(a, b) for a, b in zip(r, s)])
+
+
+def _entries(rates: dict[tuple[str, str], tuple[int, int]], source: str) -> list[RateEntry]:
+    return [RateEntry(t, p, k / n, k, n, i + 2, source) for i, ((t, p), (k, n)) in enumerate(rates.items())]
+
+
+REAL = {("t1", "a"): (18, 20), ("t1", "b"): (10, 20), ("t1", "c"): (2, 20),
+        ("t2", "a"): (15, 20), ("t2", "b"): (16, 20), ("t2", "c"): (4, 20)}
+SIM = {("t1@1", "a"): (45, 50), ("t1@1", "b"): (30, 50), ("t1@1", "c"): (5, 50),
+       ("t2@1", "a"): (40, 50), ("t2@1", "b"): (30, 50), ("t2@1", "c"): (10, 50)}
+
+
+def test_correlate_per_task_and_averaged_with_episode_resampling():
+    report = correlate(_entries(REAL, "real.csv"), _entries(SIM, "sim.csv"))
+    t1, t2 = report.tasks
+    assert (t1.task, t1.other_task, t1.policies, t1.resampling) == ("t1", "t1@1", ("a", "b", "c"), "episodes")
+    assert t1.stats["mmrv"].value == 0.0 and t1.stats["kendall"].value == pytest.approx(1.0)
+    # t2: real b (0.8) > a (0.75) but sim a > b: i=a violated by |0.75-0.8|, i=b by the same gap.
+    assert t2.stats["mmrv"].value == pytest.approx((0.05 + 0.05 + 0.0) / 3)
+    assert t2.stats["pearson"].value == pytest.approx(pearsonr([0.75, 0.8, 0.2], [0.8, 0.6, 0.2]).statistic)
+    for kind in ("pearson", "spearman", "kendall", "mmrv"):
+        expected = (t1.stats[kind].value + t2.stats[kind].value) / 2
+        assert report.average[kind].value == pytest.approx(expected)
+        assert report.average[kind].ci_low <= report.average[kind].ci_high
+    assert t2.stats["pearson"].ci_low <= t2.stats["pearson"].value <= t2.stats["pearson"].ci_high
+    assert correlate(_entries(REAL, "real.csv"), _entries(SIM, "sim.csv")) == report
+    assert correlate(_entries(REAL, "real.csv"), _entries(SIM, "sim.csv"), seed=5) != report
+
+
+def test_rates_without_counts_resample_policies():
+    real = [RateEntry("t", p, r, row=i + 2, source="real.csv") for i, (p, r) in enumerate(zip("abcd", [0.9, 0.6, 0.4, 0.1]))]
+    sim = [RateEntry("t", p, r, row=i + 2, source="sim.csv") for i, (p, r) in enumerate(zip("abcd", [0.8, 0.7, 0.2, 0.3]))]
+    report = correlate(real, sim, n_resamples=500)
+    (task,) = report.tasks
+    assert task.resampling == "policies"
+    # Drawing the same policy 4 times gives a constant vector: such resamples are counted, not NaN'd into the CI.
+    assert task.stats["pearson"].undefined_resamples > 0
+    assert report.unmatched == ()

@@ -1,0 +1,51 @@
+"""Leaderboards: suite scores, bootstrap rank intervals and P(A better than B)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from assay.metrics import leaderboard, outcome_grid
+from assay.metrics.ranking import competition_ranks
+from tests.stats_fixtures import records
+
+
+def test_competition_ranks_share_the_better_rank():
+    assert competition_ranks(np.array([0.5, 0.9, 0.5, 0.1])).tolist() == [2, 1, 2, 4]
+
+
+def test_clear_order_has_point_intervals_and_certain_probabilities():
+    table = {("a", "t1@1"): "S" * 10, ("b", "t1@1"): "SSSSSFFFFF", ("c", "t1@1"): "F" * 10,
+             ("a", "t2@1"): "S" * 10, ("b", "t2@1"): "SSSSSSSFFF", ("c", "t2@1"): "F" * 10}
+    board = leaderboard(outcome_grid(records(table)))
+    rows = {r.policy: r for r in board.rows}
+    assert [r.policy for r in board.rows] == ["a", "b", "c"]
+    assert rows["b"].score == pytest.approx((0.5 + 0.7) / 2)
+    assert rows["b"].task_rates == {"t1@1": 0.5, "t2@1": 0.7}
+    assert (rows["a"].rank_low, rows["a"].rank_high) == (1, 1)
+    assert (rows["c"].rank, rows["c"].rank_low, rows["c"].rank_high) == (3, 3, 3)
+    assert rows["b"].ci_low < rows["b"].score < rows["b"].ci_high
+    assert board.p_better["a"]["c"] == 1.0 and board.p_better["c"]["a"] == 0.0
+
+
+def test_close_policies_get_overlapping_rank_intervals_and_probabilities_sum_to_one():
+    table = {("a", "t@1"): "SSSSSSFFFF", ("b", "t@1"): "SSSSSFSFFF", ("c", "t@1"): "SSFSSFSFFF"}
+    board = leaderboard(outcome_grid(records(table)), seed=3)
+    rows = {r.policy: r for r in board.rows}
+    assert rows["a"].rank == 1 and rows["b"].rank == 1  # tied at 0.6: shared rank
+    assert rows["c"].rank == 3 and rows["c"].rank_low == 1  # 0.5 could well be first
+    for x in "abc":
+        for y in "abc":
+            if x != y:
+                assert board.p_better[x][y] + board.p_better[y][x] == pytest.approx(1.0)
+    assert board.p_better["a"]["b"] == pytest.approx(0.5, abs=0.1)
+    assert leaderboard(outcome_grid(records(table)), seed=3) == board
+
+
+def test_errors_leave_the_denominator_and_a_policy_without_scored_task_is_unranked():
+    table = {("a", "t1@1"): "SSEE", ("a", "t2@1"): "SFSF", ("b", "t1@1"): "EEEE", ("b", "t2@1"): "SSSS"}
+    board = leaderboard(outcome_grid(records(table)))
+    rows = {r.policy: r for r in board.rows}
+    assert rows["a"].score == pytest.approx((1.0 + 0.5) / 2) and rows["a"].errors == 2 and rows["a"].scored == 6
+    assert rows["b"].score is None and rows["b"].rank is None and board.rows[-1].policy == "b"
+    assert board.p_better == {"a": {}}
