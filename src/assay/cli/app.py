@@ -183,6 +183,11 @@ def episodes_show(
             print_episode(record, summary)
 
 
+from assay.cli import serve_commands  # noqa: E402
+
+serve_commands.register(app)
+
+
 def main() -> None:
     app(prog_name="assay")
 

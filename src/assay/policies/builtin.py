@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from assay.policies.mlp import MLPPolicy
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec, derive_seed
 
@@ -128,4 +129,5 @@ BUILTIN_POLICIES: dict[str, type] = {
     "expert": ExpertPolicy,
     "random": RandomPolicy,
     "degraded-expert": DegradedExpertPolicy,
+    "mlp": MLPPolicy,
 }

@@ -8,6 +8,7 @@ Imports nothing of assay but ``assay.errors``.
 from assay.spec.campaign import (
     CampaignSpec,
     EpisodeJob,
+    Pipeline,
     ResolvedPolicy,
     batch_jobs,
     episode_key,
@@ -28,6 +29,7 @@ __all__ = [
     "Level",
     "NOMINAL",
     "Perturbation",
+    "Pipeline",
     "PolicySpec",
     "ResolvedPolicy",
     "SuccessMode",

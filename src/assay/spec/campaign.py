@@ -13,6 +13,7 @@ Identity rules, relied on by resume, determinism and paired statistics:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -21,6 +22,18 @@ from assay.spec.hashing import content_hash, derive_seed
 from assay.spec.policy import PolicySpec
 from assay.spec.task import TaskSpec
 from assay.spec.variant import NOMINAL, Variant
+
+
+class Pipeline(str, Enum):
+    """How a worker interleaves simulation and inference (never changes results).
+
+    ``lockstep``: all environments wait for one policy call, then all step.
+    ``decoupled``: the environments form two groups; while one group's request is
+    in flight (a remote server computing), the other group steps.
+    """
+
+    LOCKSTEP = "lockstep"
+    DECOUPLED = "decoupled"
 
 
 class CampaignSpec(BaseModel):
@@ -35,6 +48,10 @@ class CampaignSpec(BaseModel):
     policies: tuple[PolicySpec, ...] = Field(min_length=1)
     variants: tuple[Variant, ...] = (NOMINAL,)
     envs_per_worker: int = Field(default=4, gt=0, le=256)
+    replan_every: int | None = Field(
+        default=None, gt=0, le=10_000,
+        description="execute at most this many actions of each returned chunk before asking again (default: all)")
+    pipeline: Pipeline = Pipeline.LOCKSTEP
     description: str = ""
 
     @field_validator("policies")
@@ -73,6 +90,8 @@ class EpisodeJob:
     episode_index: int
     seed: int
     key: str
+    replan_every: int | None = None
+    pipeline: Pipeline = Pipeline.LOCKSTEP
 
     @property
     def cell(self) -> tuple[str, str, str]:
@@ -84,7 +103,9 @@ def episode_seed(campaign_seed: int, task: TaskSpec, episode_index: int) -> int:
     return derive_seed("episode", campaign_seed, task.id, episode_index)
 
 
-def episode_key(task: TaskSpec, variant: Variant, policy: ResolvedPolicy, seed: int) -> str:
+def episode_key(task: TaskSpec, variant: Variant, policy: ResolvedPolicy, seed: int,
+                replan_every: int | None = None) -> str:
+    """The job's identity; ``replan_every`` changes behaviour, so it is part of it when set."""
     identity: dict[str, Any] = {
         "task": task.id,
         "task_hash": task.content_hash(),
@@ -92,6 +113,8 @@ def episode_key(task: TaskSpec, variant: Variant, policy: ResolvedPolicy, seed: 
         "policy": policy.spec.identity(policy.version),
         "seed": seed,
     }
+    if replan_every is not None:
+        identity["replan_every"] = replan_every
     return content_hash(identity, length=24)
 
 
@@ -105,8 +128,9 @@ def plan(
             for variant in campaign.variants:
                 for index in range(campaign.episodes):
                     seed = episode_seed(campaign.seed, task, index)
-                    key = episode_key(task, variant, policy, seed)
-                    jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key))
+                    key = episode_key(task, variant, policy, seed, campaign.replan_every)
+                    jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key,
+                                           campaign.replan_every, campaign.pipeline))
     return jobs
 
 
