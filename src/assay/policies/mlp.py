@@ -110,6 +110,8 @@ class MLPPolicy:
         state = np.asarray(observations["state"], dtype=np.float32)
         if state.ndim != 2 or state.shape[1] != p.state_dim:
             raise ValueError(f"mlp expects state of shape (B, {p.state_dim}), got {state.shape}")
+        if p.threads is not None and torch.get_num_threads() != p.threads:
+            torch.set_num_threads(p.threads)  # the setting is per OS thread: a server's inference thread is new
         with torch.inference_mode():
             out = self.model(torch.from_numpy(np.ascontiguousarray(state))).numpy()
         if p.chunk == 1:

@@ -114,8 +114,8 @@ class _Loop:
         self.thread = threading.Thread(target=self.loop.run_forever, name="assay-remote-policy", daemon=True)
         self.thread.start()
 
-    def run(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+    def run(self, coroutine: Any, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -169,6 +169,9 @@ class RemotePolicy:
         return rows
 
     async def _round(self, requests: list[dict[str, Any]]) -> list[Any]:
+        from websockets.protocol import State
+
+        self._idle = [ws for ws in self._idle if ws.state is State.OPEN]  # a restarted server left stale ones
         while len(self._idle) < len(requests):
             missing = len(requests) - len(self._idle)
             opened = await asyncio.gather(*(_connect(self.url, self.params) for _ in range(missing)))
@@ -218,21 +221,18 @@ class RemotePolicy:
         return actions
 
     def close(self) -> None:
-        if self._loop is not None:
+        """Close the connections and stop the client's event loop thread."""
+        if self._loop is not None and self._loop.thread.is_alive():
             idle, self._idle = self._idle, []
 
             async def close_all() -> None:
                 await asyncio.gather(*(ws.close() for ws in idle), return_exceptions=True)
 
-            self._loop.run(close_all())
-            self._loop.stop()
-            self._loop = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+            try:
+                self._loop.run(close_all(), timeout=5)
+            finally:
+                self._loop.stop()
+        self._loop = None
 
 
 def _stack(replies: list[np.ndarray], url: str) -> np.ndarray:
