@@ -14,15 +14,18 @@ from assay.spec import PolicySpec
 from tests.remote_support import SMALL_MLP, state_task
 
 
-def test_weights_are_deterministic_from_the_seed_and_rows_are_independent():
+@pytest.mark.parametrize("params", [SMALL_MLP, {}], ids=["small", "default-size"])
+def test_weights_are_deterministic_from_the_seed_and_rows_are_independent(params):
     states = np.random.default_rng(1).normal(size=(16, 39))
-    a, b, c = MLPPolicy(**SMALL_MLP), MLPPolicy(**SMALL_MLP), MLPPolicy(**SMALL_MLP, seed=1)
+    a, b, c = MLPPolicy(**params), MLPPolicy(**params), MLPPolicy(**params, seed=1)
     batched = a.act({"state": states})
     assert batched.shape == (16, 4) and batched.dtype == np.float32 and np.all(np.abs(batched) <= 1)
     np.testing.assert_array_equal(batched, b.act({"state": states}))
     assert not np.allclose(batched, c.act({"state": states}))
     one_by_one = np.concatenate([a.act({"state": states[i : i + 1]}) for i in range(16)])
-    np.testing.assert_allclose(one_by_one, batched, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(one_by_one, batched)  # bit for bit: batching never changes a result
+    for size in (3, 5, 13):
+        np.testing.assert_array_equal(a.act({"state": states[:size]}), batched[:size])
 
 
 def test_chunk_output_shape():
@@ -83,3 +86,15 @@ def test_missing_torch_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(UnsupportedError, match=r"pip install torch==2\.13\.0"):
         MLPPolicy(**SMALL_MLP)
+
+
+def test_prepare_campaign_refuses_a_local_mlp_that_does_not_fit():
+    from assay.run import prepare_campaign
+    from assay.spec import CampaignSpec
+
+    spec = CampaignSpec(name="c", episodes=1, tasks=("metaworld/reach@1",),
+                        policies=(PolicySpec(name="m", builtin="mlp", params={**SMALL_MLP, "action_dim": 6}),))
+    with pytest.raises(ContractError, match=r"policy 'm' does not fit task metaworld/reach@1: action dim: policy 6, task 4"):
+        prepare_campaign(spec)
+    ok = spec.model_copy(update={"policies": (PolicySpec(name="m", builtin="mlp", params=SMALL_MLP),)})
+    assert len(prepare_campaign(ok).jobs) == 1

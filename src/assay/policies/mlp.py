@@ -4,9 +4,12 @@ It maps ``observation/state`` (float32, ``state_dim``) to an action, or to a chu
 of ``chunk`` actions, squashed by ``tanh`` into [-1, 1]. Weights are random from
 ``seed`` (deterministic, the same on every machine) or read from ``weights``, a
 ``state_dict`` saved with ``torch.save`` and loaded with ``weights_only=True``
-(never unpickles code). Rows are independent, so results never depend on how
-environments are batched; one batched forward costs little more than one row,
-which is what a policy server's dynamic batcher exploits.
+(never unpickles code). Rows are independent, and results never depend on how
+environments are batched, bit for bit: CPU GEMM kernels round differently for
+different row counts (a 1-row call takes another path than an 8-row one), so by
+default every forward runs on a multiple of ``PAD_ROWS`` rows, zero-padded (tests
+check the invariance exactly). One batched forward costs far less per row than
+single calls, which is what a policy server's dynamic batcher exploits.
 
 torch is imported lazily; without it the policy says how to install it.
 """
@@ -33,6 +36,7 @@ from assay.policies.contract import (
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec
 
+PAD_ROWS = 8
 TORCH_HINT = "the 'mlp' policy needs torch: pip install 'assay[torch]' (or pip install torch==2.13.0)"
 
 
@@ -55,6 +59,8 @@ class MLPParams(BaseModel):
     weights: str | None = Field(default=None, description="a state_dict file saved with torch.save")
     control_hz: float | None = Field(default=None, gt=0, description="the rate the weights were trained at")
     threads: int | None = Field(default=None, gt=0, description="torch intra-op threads (default: torch's)")
+    batch_invariant: bool = Field(default=True, description="pad batches to a multiple of 8 rows so each row's "
+                                  "result is bitwise independent of its batch-mates")
 
 
 class MLPPolicy:
@@ -112,11 +118,14 @@ class MLPPolicy:
             raise ValueError(f"mlp expects state of shape (B, {p.state_dim}), got {state.shape}")
         if p.threads is not None and torch.get_num_threads() != p.threads:
             torch.set_num_threads(p.threads)  # the setting is per OS thread: a server's inference thread is new
+        rows = len(state)
+        if p.batch_invariant and rows % PAD_ROWS:
+            state = np.concatenate([state, np.zeros((PAD_ROWS - rows % PAD_ROWS, p.state_dim), np.float32)])
         with torch.inference_mode():
-            out = self.model(torch.from_numpy(np.ascontiguousarray(state))).numpy()
+            out = self.model(torch.from_numpy(np.ascontiguousarray(state))).numpy()[:rows]
         if p.chunk == 1:
             return out
-        return out.reshape(len(state), p.chunk, p.action_dim)
+        return out.reshape(rows, p.chunk, p.action_dim)
 
 
 def build_model(params: MLPParams) -> Any:
