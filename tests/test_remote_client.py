@@ -164,3 +164,20 @@ def test_contract_mismatch_with_a_server_is_a_hard_error_before_episode_one():
     message = str(error.value)
     assert "observation 'observation/state': policy expects shape (40,), task gives (39,)" in message
     assert "action dim: policy 3, task 4" in message
+
+
+def test_client_sends_the_api_key_from_the_environment(monkeypatch):
+    task = state_task()
+    with serving(MLPPolicy(**SMALL_MLP), task, api_key="s3cret") as server:
+        obs = {"state": np.zeros((2, 39)), "instruction": ["x", "y"], "env_ids": np.arange(2)}
+        monkeypatch.setenv("ASSAY_API_KEY", "s3cret")
+        policy = RemotePolicy(server.url, timeout_s=5)
+        assert policy.act(obs).shape == (2, 1, 4)
+        policy.close()
+        monkeypatch.setenv("ASSAY_API_KEY", "wrong")
+        envs = [FunctionEnv(state_task(), lambda s, t, a: _transition())]
+        refused = RemotePolicy(server.url, timeout_s=5)
+        recorders = rollout(envs, refused, jobs_for(task, [1]))
+        refused.close()
+    assert recorders[0].outcome is Outcome.ERROR
+    assert "refused the API key (HTTP 401); set the key in $ASSAY_API_KEY" in recorders[0].reason
