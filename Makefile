@@ -15,6 +15,8 @@ $(VENV)/.installed: pyproject.toml
 
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[test]'
+	# The real openpi client, to prove wire compatibility. Its metadata pins numpy<2; it works with ours.
+	$(PY) -m pip install -q --no-deps openpi-client==0.1.2
 	touch $@
 
 install: $(VENV)/.installed

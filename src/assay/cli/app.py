@@ -189,6 +189,9 @@ def episodes_show(
 from assay.cli import stats_commands  # noqa: E402  (registers compare, budget, correlate, ...)
 
 stats_commands.register(app)
+from assay.cli import serve_commands  # noqa: E402
+
+serve_commands.register(app)
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from assay.policies.mlp import MLPPolicy
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec, derive_seed
 
@@ -125,13 +126,14 @@ class DegradedExpertPolicy:
 
 
 def _builtins() -> dict[str, type]:
-    from assay.policies.perception import PerceptionExpertPolicy
+    from assay.policies.perception import PerceptionExpertPolicy  # it builds on ExpertPolicy, defined above
 
     return {
         "expert": ExpertPolicy,
         "random": RandomPolicy,
         "degraded-expert": DegradedExpertPolicy,
         "perception-expert": PerceptionExpertPolicy,
+        "mlp": MLPPolicy,
     }
 
 

@@ -15,8 +15,10 @@ from pydantic import BaseModel, ValidationError
 
 from assay.errors import SpecError, UnknownPolicyError, UnsupportedError
 from assay.policies.builtin import BUILTIN_POLICIES
+from assay.policies.contract import PolicyContract, check_contract
 from assay.policies.protocol import Policy
-from assay.spec import PolicySpec, ResolvedPolicy, TaskSpec
+from assay.policies.remote.client import RemoteParams, RemotePolicy, fetch_metadata
+from assay.spec import PolicySpec, ResolvedPolicy, TaskSpec, content_hash
 
 
 def _import_entrypoint(spec: PolicySpec) -> Any:
@@ -70,13 +72,23 @@ def resolve_policy(spec: PolicySpec) -> ResolvedPolicy:
     if spec.builtin is not None:
         cls = _builtin(spec)
         _check_params(spec, cls.Params)
-        return ResolvedPolicy(spec, spec.version or f"builtin-{cls.version}")
+        resolve_version = getattr(cls, "resolve_version", None)
+        version = resolve_version(spec.params) if callable(resolve_version) else f"builtin-{cls.version}"
+        return ResolvedPolicy(spec, spec.version or version)
+    if spec.remote is not None:
+        # The server's identity (policy, params, version) is what the episodes depend on, not its URL.
+        _check_params(spec, RemoteParams)
+        served = fetch_metadata(spec.remote, **spec.params).get("assay", {})
+        identity = {k: served.get(k) for k in ("policy", "source", "params", "version")}
+        return ResolvedPolicy(spec, spec.version or "remote-" + content_hash(identity, length=12))
     target = _import_entrypoint(spec)
     return ResolvedPolicy(spec, spec.version or _source_version(target))
 
 
 def check_supports(policy: ResolvedPolicy, task: TaskSpec) -> None:
     """Raise UnsupportedError when the policy's static ``supports(task)`` gives a reason."""
+    if policy.spec.remote is not None:
+        return
     target = _builtin(policy.spec) if policy.spec.builtin is not None else _import_entrypoint(policy.spec)
     supports = getattr(target, "supports", None)
     reason = supports(task) if callable(supports) else None
@@ -84,8 +96,27 @@ def check_supports(policy: ResolvedPolicy, task: TaskSpec) -> None:
         raise UnsupportedError(f"policy {policy.name!r} cannot run {task.id}: {reason}")
 
 
+def policy_contract(policy: ResolvedPolicy) -> PolicyContract | None:
+    """The policy's declared contract: a class's static ``contract(params)``, or a server's metadata."""
+    spec = policy.spec
+    if spec.remote is not None:
+        return PolicyContract.from_metadata(fetch_metadata(spec.remote, **spec.params))
+    target = _builtin(spec) if spec.builtin is not None else _import_entrypoint(spec)
+    declare = getattr(target, "contract", None)
+    return declare(spec.params) if callable(declare) else None
+
+
+def check_policy_contract(policy: ResolvedPolicy, task: TaskSpec) -> None:
+    """The handshake: ContractError (a SpecError) with a precise diff, or ContractWarnings for ranges."""
+    contract = policy_contract(policy)
+    if contract is not None:
+        check_contract(contract, task).raise_or_warn(policy.name, task)
+
+
 def make_policy(spec: PolicySpec) -> Policy:
     """Build the policy object (called once per worker and spec)."""
+    if spec.remote is not None:
+        return RemotePolicy(spec.remote, **spec.params)
     factory = _builtin(spec) if spec.builtin is not None else _import_entrypoint(spec)
     policy = factory(**spec.params)
     if not (callable(getattr(policy, "reset", None)) and callable(getattr(policy, "act", None))):

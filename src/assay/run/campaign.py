@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assay.errors import SpecError, UnsupportedError
-from assay.policies import check_supports, resolve_policy
+from assay.policies import check_policy_contract, check_supports, resolve_policy
 from assay.run.executors import Executor
 from assay.sim import TaskRegistry, default_registry, paraphrase, resolve_variant, value_of
 from assay.sim.render import VIEWS
@@ -64,7 +64,11 @@ def _instruction(task: TaskSpec, variant: Variant) -> str:
 
 
 def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -> CampaignPlan:
-    """Resolve tasks, variants and policies and plan every job; all spec errors surface here, before any run."""
+    """Resolve tasks, variants and policies and plan every job; all spec errors surface here, before any run.
+
+    Each policy's contract is checked against each task: a mismatch that would give
+    garbage raises ContractError with the diff, a range mismatch warns (ContractWarning).
+    """
     registry = registry or default_registry()
     if len(set(spec.tasks)) != len(spec.tasks):
         raise SpecError(f"campaign {spec.name!r}: a task is listed twice in 'tasks'")
@@ -77,6 +81,7 @@ def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -
     for policy in policies:
         for task in tasks:
             check_supports(policy, task)
+            check_policy_contract(policy, task)  # the handshake: before episode 1, never during
     jobs = plan(spec, list(tasks), list(policies), variants, _instruction)
     return CampaignPlan(spec, tasks, policies, tuple(variants), tuple(jobs))
 

@@ -1,4 +1,9 @@
-"""The recorder: collects one episode's steps and turns them into a record and a table."""
+"""The recorder: collects one episode's steps and turns them into a record and a table.
+
+Step columns include the action-chunk bookkeeping: ``chunk_id`` (the n-th policy
+request of this episode), ``chunk_index`` (the action's position in that chunk)
+and ``policy_latency_ms`` (the latency of the request that produced the chunk).
+"""
 
 from __future__ import annotations
 
@@ -25,6 +30,8 @@ class EpisodeRecorder:
         self.terminated: list[bool] = []
         self.truncated: list[bool] = []
         self.latencies_ms: list[float] = []
+        self.chunk_ids: list[int] = []
+        self.chunk_indices: list[int] = []
         self.infos: list[dict[str, float]] = []
         self.initial_conditions: dict[str, Any] = {}
         self.outcome: Outcome | None = None
@@ -43,7 +50,8 @@ class EpisodeRecorder:
     def done(self) -> bool:
         return self.outcome is not None
 
-    def add(self, observation: Observation, action: np.ndarray, transition: Transition, latency_ms: float) -> None:
+    def add(self, observation: Observation, action: np.ndarray, transition: Transition, latency_ms: float,
+            chunk_id: int = 0, chunk_index: int = 0) -> None:
         """Record the observation the policy acted on, its action and what the step returned."""
         self.states.append(observation["state"])
         for camera, frames in self.frames.items():
@@ -54,6 +62,8 @@ class EpisodeRecorder:
         self.terminated.append(transition.terminated)
         self.truncated.append(transition.truncated)
         self.latencies_ms.append(latency_ms)
+        self.chunk_ids.append(chunk_id)
+        self.chunk_indices.append(chunk_index)
         self.infos.append(transition.info)
         if transition.success and self.success_step is None:
             self.success_step = len(self.actions) - 1
@@ -75,6 +85,8 @@ class EpisodeRecorder:
             "terminated": np.asarray(self.terminated, dtype=bool),
             "truncated": np.asarray(self.truncated, dtype=bool),
             "policy_latency_ms": np.asarray(self.latencies_ms, dtype=np.float64),
+            "chunk_id": np.asarray(self.chunk_ids, dtype=np.int32),
+            "chunk_index": np.asarray(self.chunk_indices, dtype=np.int32),
         }
         for camera in self.frames:  # frame i of the camera's video is the image seen at step i
             columns[f"observation.images.{camera}"] = np.arange(n, dtype=np.int32)

@@ -1,25 +1,41 @@
-"""The closed-loop episode loop: several environments in lockstep, one policy call per step.
+"""The closed-loop episode loop: several environments, batched policy calls, action chunks.
+
+A policy answers each row with one action ``(A,)`` or a chunk ``(H, A)``; the
+runner executes the first ``replan_every`` actions of a chunk (all of it by
+default) before asking again for that environment. Every step records its chunk
+id, its index within the chunk, and the latency of the request that produced it.
 
 Faults are outcomes, not exceptions: a reset or step that raises, a policy that
-raises, or an action that is not a finite ``(action_dim,)`` vector ends *that*
-episode as ``error`` with the reason, and the others go on. When a batched
-``act`` raises, each environment is asked again alone, so one bad seed never
-takes its batch-mates down (and results do not depend on how jobs were batched).
+raises, or an action that is not a finite floating-point ``(A,)`` / ``(H, A)``
+array ends *that* episode as ``error`` with the reason, and the others go on.
+When a batched ``act`` raises, each environment is asked again alone, so one bad
+seed never takes its batch-mates down (and results do not depend on batching);
+a policy server that is gone fails the batch at once, without asking row by row.
 A finished environment is never stepped again.
+
+Pipelines: ``lockstep`` asks for every environment that needs actions in one
+call. ``decoupled`` splits the environments into two groups and keeps one
+group's request in flight (on a thread) while the other group steps, so neither
+the simulator nor a remote policy server sits idle. Both give identical
+trajectories for a policy whose rows are independent.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from assay.policies import Policy, PolicyContext
+from assay.policies.remote import PolicyUnavailableError
 from assay.run.recorder import EpisodeRecorder
 from assay.sim import Observation, SimEnv, Transition
-from assay.spec import EpisodeJob, SuccessMode, TaskSpec
+from assay.spec import EpisodeJob, Pipeline, SuccessMode, TaskSpec
 from assay.store import Outcome
 
 
@@ -28,10 +44,14 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _check_action(action: np.ndarray, task: TaskSpec) -> str | None:
-    if action.shape != (task.action.dim,):
-        return f"invalid action: shape {action.shape}, expected ({task.action.dim},)"
-    if not np.all(np.isfinite(action)):
+def _check_chunk(chunk: np.ndarray, task: TaskSpec) -> str | None:
+    dim = task.action.dim
+    if chunk.dtype.kind != "f":
+        return f"invalid action: dtype {chunk.dtype}, expected floating point"
+    if not (chunk.ndim == 1 and chunk.shape == (dim,)) and not (chunk.ndim == 2 and chunk.shape[1] == dim
+                                                                  and chunk.shape[0] > 0):
+        return f"invalid action: shape {chunk.shape}, expected ({dim},) or a chunk (H, {dim})"
+    if not np.all(np.isfinite(chunk)):
         return "invalid action: contains NaN or infinity"
     return None
 
@@ -51,9 +71,11 @@ def _outcome(task: TaskSpec, transition: Transition, steps: int) -> Outcome | No
 
 
 def _act(policy: Policy, batch: dict[str, Any], rows: int, action_dim: int) -> list[np.ndarray | str]:
-    """One action (or an error string) per row; if the batched call raises, ask each row alone."""
+    """One action or chunk (or an error string) per row; if the batched call raises, ask each row alone."""
     try:
-        actions = np.asarray(policy.act(batch), dtype=np.float64)
+        actions = np.asarray(policy.act(batch))
+    except PolicyUnavailableError as exc:
+        return [f"policy unavailable: {exc}"] * rows
     except Exception as exc:  # noqa: BLE001 - any policy fault becomes an outcome
         if rows == 1:
             return [f"policy raised {describe_error(exc)}"]
@@ -62,71 +84,162 @@ def _act(policy: Policy, batch: dict[str, Any], rows: int, action_dim: int) -> l
             single = {name: values[row : row + 1] for name, values in batch.items()}
             results.extend(_act(policy, single, 1, action_dim))
         return results
-    if actions.ndim == 2 and actions.shape[0] == rows:
+    if actions.ndim in (2, 3) and actions.shape[0] == rows:
         return list(actions)
-    if rows == 1 and actions.size == action_dim:
-        return [actions.reshape(-1)]
-    return [f"invalid action batch: shape {actions.shape}, expected ({rows}, {action_dim})"] * rows
+    if rows == 1 and actions.ndim == 1 and actions.size == action_dim:
+        return [actions]
+    return [f"invalid action batch: shape {actions.shape}, expected ({rows}, {action_dim}) or ({rows}, H, {action_dim})"] * rows
 
 
-def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecorder]:
-    """Run ``jobs`` (one cell) on ``envs`` in lockstep; every recorder comes back finished."""
-    task = jobs[0].task
-    recorders = [EpisodeRecorder(job) for job in jobs]
-    observations: list[Observation | None] = [None] * len(jobs)
-    started = time.perf_counter()
-    active: list[int] = []
-    for slot, (env, job) in enumerate(zip(envs, jobs)):
-        t0 = time.perf_counter()
+@dataclass
+class _Slot:
+    """One environment's queue of actions still to execute from its latest chunk."""
+
+    queue: deque[tuple[np.ndarray, int, int, float]] = field(default_factory=deque)
+    chunks: int = 0
+
+
+class _Episodes:
+    """The state of one batch of episodes; ``request`` and ``step`` work on any subset of slots."""
+
+    def __init__(self, envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob]) -> None:
+        self.envs, self.policy, self.jobs = envs, policy, jobs
+        self.task = jobs[0].task
+        self.replan_every = jobs[0].replan_every
+        self.recorders = [EpisodeRecorder(job) for job in jobs]
+        self.observations: list[Observation | None] = [None] * len(jobs)
+        self.slots = [_Slot() for _ in jobs]
+        self.started = time.perf_counter()
+
+    def reset(self) -> list[int]:
+        active: list[int] = []
+        for slot, (env, job) in enumerate(zip(self.envs, self.jobs)):
+            t0 = time.perf_counter()
+            try:
+                self.observations[slot] = env.reset(job.seed)
+                self.recorders[slot].initial_conditions = env.initial_conditions()
+                active.append(slot)
+            except Exception as exc:  # noqa: BLE001
+                self.recorders[slot].finish(Outcome.ERROR, f"reset failed: {describe_error(exc)}")
+            self.recorders[slot].reset_s = time.perf_counter() - t0
+        task = self.task
         try:
-            observations[slot] = env.reset(job.seed)
-            recorders[slot].initial_conditions = env.initial_conditions()
-            active.append(slot)
+            self.policy.reset(PolicyContext(task, tuple(j.seed for j in self.jobs),
+                                            tuple(job.instruction for job in self.jobs)))
         except Exception as exc:  # noqa: BLE001
-            recorders[slot].finish(Outcome.ERROR, f"reset failed: {describe_error(exc)}")
-        recorders[slot].reset_s = time.perf_counter() - t0
-    try:
-        policy.reset(PolicyContext(task, tuple(j.seed for j in jobs), tuple(j.instruction for j in jobs)))
-    except Exception as exc:  # noqa: BLE001
-        for slot in active:
-            recorders[slot].finish(Outcome.ERROR, f"policy reset raised {describe_error(exc)}")
-        active = []
+            for slot in active:
+                self.recorders[slot].finish(Outcome.ERROR, f"policy reset raised {describe_error(exc)}")
+            active = []
+        return active
 
-    while active:
-        batch: dict[str, Any] = {name: np.stack([observations[slot][name] for slot in active])  # type: ignore[index]
-                                 for name in observations[active[0]]}  # type: ignore[union-attr]
-        batch["instruction"] = [jobs[slot].instruction for slot in active]
-        batch["env_ids"] = np.asarray(active)
+    def needing(self, slots: Sequence[int]) -> list[int]:
+        return [s for s in slots if not self.recorders[s].done and not self.slots[s].queue]
+
+    def ask(self, slots: Sequence[int]) -> tuple[list[np.ndarray | str], float]:
+        """Call the policy for ``slots`` (thread-safe: touches nothing shared)."""
+        first = self.observations[slots[0]]
+        assert first is not None
+        batch: dict[str, Any] = {name: np.stack([self.observations[slot][name] for slot in slots])  # type: ignore[index]
+                                 for name in first}
+        batch["instruction"] = [self.jobs[slot].instruction for slot in slots]
+        batch["env_ids"] = np.asarray(slots)
         t0 = time.perf_counter()
-        actions = _act(policy, batch, len(active), task.action.dim)
-        latency = time.perf_counter() - t0
-        share = latency / len(active)
-        still_active: list[int] = []
-        for slot, action in zip(active, actions):
-            recorder = recorders[slot]
-            recorder.policy_s += share
-            problem = action if isinstance(action, str) else _check_action(action, task)
+        answers = _act(self.policy, batch, len(slots), self.task.action.dim)
+        return answers, time.perf_counter() - t0
+
+    def accept(self, slots: Sequence[int], answers: list[np.ndarray | str], latency: float) -> None:
+        """Queue each slot's chunk (its first ``replan_every`` actions) or end the episode on a bad answer."""
+        for slot, answer in zip(slots, answers):
+            recorder, state = self.recorders[slot], self.slots[slot]
+            recorder.policy_s += latency / len(slots)
+            problem = answer if isinstance(answer, str) else _check_chunk(answer, self.task)
             if problem is not None:
                 recorder.finish(Outcome.ERROR, f"step {recorder.steps}: {problem}")
                 continue
+            assert isinstance(answer, np.ndarray)
+            chunk = answer.reshape(-1, self.task.action.dim).astype(np.float64)
+            keep = chunk[: self.replan_every] if self.replan_every else chunk
+            for index, action in enumerate(keep):
+                state.queue.append((action, state.chunks, index, latency * 1000.0))
+            state.chunks += 1
+
+    def step(self, slots: Sequence[int]) -> None:
+        """Execute the next queued action of every live slot in ``slots``."""
+        for slot in slots:
+            recorder, queue = self.recorders[slot], self.slots[slot].queue
+            if recorder.done or not queue:
+                continue
+            action, chunk_id, index, latency_ms = queue.popleft()
+            observation = self.observations[slot]
             t1 = time.perf_counter()
             try:
-                transition = envs[slot].step(action)
+                transition = self.envs[slot].step(action)
             except Exception as exc:  # noqa: BLE001
                 recorder.finish(Outcome.ERROR, f"step {recorder.steps}: simulator raised {describe_error(exc)}")
                 continue
             finally:
                 recorder.sim_s += time.perf_counter() - t1
-            recorder.add(observations[slot], action, transition, latency * 1000.0)  # type: ignore[arg-type]
-            observations[slot] = transition.observation
-            outcome = _outcome(task, transition, recorder.steps)
-            if outcome is None:
-                still_active.append(slot)
-            else:
+            recorder.add(observation, action, transition, latency_ms, chunk_id, index)  # type: ignore[arg-type]
+            self.observations[slot] = transition.observation
+            outcome = _outcome(self.task, transition, recorder.steps)
+            if outcome is not None:
                 recorder.finish(outcome)
-                recorder.duration_s = time.perf_counter() - started
-        active = still_active
-    for recorder in recorders:
-        if recorder.duration_s == 0.0:
-            recorder.duration_s = time.perf_counter() - started
-    return recorders
+                recorder.duration_s = time.perf_counter() - self.started
+                queue.clear()
+
+    def live(self, slots: Sequence[int]) -> list[int]:
+        return [s for s in slots if not self.recorders[s].done]
+
+    def finish(self) -> list[EpisodeRecorder]:
+        for recorder in self.recorders:
+            if recorder.duration_s == 0.0:
+                recorder.duration_s = time.perf_counter() - self.started
+        return self.recorders
+
+
+def _lockstep(episodes: _Episodes, active: list[int]) -> None:
+    while active:
+        need = episodes.needing(active)
+        if need:
+            episodes.accept(need, *episodes.ask(need))
+        episodes.step(active)
+        active = episodes.live(active)
+
+
+def _decoupled(episodes: _Episodes, active: list[int]) -> None:
+    """Two groups; group A's request is in flight while group B executes its actions, then swap."""
+    if len(active) < 2:
+        _lockstep(episodes, active)
+        return
+    groups = [active[0::2], active[1::2]]
+    with ThreadPoolExecutor(1, thread_name_prefix="assay-decoupled") as pool:
+        need = episodes.needing(groups[0])
+        episodes.accept(need, *episodes.ask(need))
+        turn = 1
+        while any(groups):
+            asking, stepping = groups[turn], groups[1 - turn]
+            need = episodes.needing(asking)
+            future = pool.submit(episodes.ask, need) if need else None
+            episodes.step(stepping)  # overlaps the request in flight
+            if future is not None:
+                episodes.accept(need, *future.result())
+            groups[1 - turn] = episodes.live(stepping)
+            groups[turn] = episodes.live(asking)
+            turn = 1 - turn
+            if not groups[turn] and groups[1 - turn]:
+                # one group is done: the other goes on alone in lockstep
+                _lockstep(episodes, groups[1 - turn])
+                return
+
+
+def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob],
+            pipeline: Pipeline | None = None) -> list[EpisodeRecorder]:
+    """Run ``jobs`` (one cell) on ``envs``; every recorder comes back finished.
+
+    ``pipeline`` defaults to the jobs' own (the campaign's ``pipeline`` field).
+    """
+    episodes = _Episodes(envs, policy, jobs)
+    active = episodes.reset()
+    mode = pipeline or jobs[0].pipeline
+    (_decoupled if mode is Pipeline.DECOUPLED else _lockstep)(episodes, active)
+    return episodes.finish()

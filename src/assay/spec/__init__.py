@@ -8,6 +8,7 @@ Imports nothing of assay but ``assay.errors``.
 from assay.spec.campaign import (
     CampaignSpec,
     EpisodeJob,
+    Pipeline,
     ResolvedPolicy,
     VariantRequest,
     batch_jobs,
@@ -30,6 +31,7 @@ __all__ = [
     "Level",
     "NOMINAL",
     "Perturbation",
+    "Pipeline",
     "PolicySpec",
     "ResolvedPolicy",
     "SuccessMode",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -26,6 +27,18 @@ from assay.spec.variant import Variant
 # A variant as a campaign asks for it: factor -> value ({} is nominal). The factor catalog
 # (in assay.sim) resolves each request into a Variant with axes and checks the values.
 VariantRequest = dict[str, Any]
+
+
+class Pipeline(str, Enum):
+    """How a worker interleaves simulation and inference (never changes results).
+
+    ``lockstep``: all environments wait for one policy call, then all step.
+    ``decoupled``: the environments form two groups; while one group's request is
+    in flight (a remote server computing), the other group steps.
+    """
+
+    LOCKSTEP = "lockstep"
+    DECOUPLED = "decoupled"
 
 
 class CampaignSpec(BaseModel):
@@ -41,6 +54,10 @@ class CampaignSpec(BaseModel):
     variants: tuple[VariantRequest, ...] = ({},)
     cameras: tuple[CameraSpec, ...] = ()
     envs_per_worker: int = Field(default=4, gt=0, le=256)
+    replan_every: int | None = Field(
+        default=None, gt=0, le=10_000,
+        description="execute at most this many actions of each returned chunk before asking again (default: all)")
+    pipeline: Pipeline = Pipeline.LOCKSTEP
     description: str = ""
 
     @field_validator("policies")
@@ -80,6 +97,8 @@ class EpisodeJob:
     seed: int
     key: str
     instruction: str
+    replan_every: int | None = None
+    pipeline: Pipeline = Pipeline.LOCKSTEP
 
     @property
     def cell(self) -> tuple[str, str, str]:
@@ -92,9 +111,15 @@ def episode_seed(campaign_seed: int, task: TaskSpec, episode_index: int) -> int:
 
 
 def episode_key(
-    task: TaskSpec, variant: Variant, policy: ResolvedPolicy, seed: int, instruction: str | None = None
+    task: TaskSpec,
+    variant: Variant,
+    policy: ResolvedPolicy,
+    seed: int,
+    instruction: str | None = None,
+    replan_every: int | None = None,
 ) -> str:
-    """The job's identity; ``instruction`` counts only when it differs from the task's own."""
+    """The job's identity. ``instruction`` counts when it differs from the task's own, and
+    ``replan_every`` when set (both change behaviour), so nominal keys stay as they were."""
     identity: dict[str, Any] = {
         "task": task.id,
         "task_hash": task.content_hash(),
@@ -104,6 +129,8 @@ def episode_key(
     }
     if instruction is not None and instruction != task.instruction:
         identity["instruction"] = instruction
+    if replan_every is not None:
+        identity["replan_every"] = replan_every
     return content_hash(identity, length=24)
 
 
@@ -127,8 +154,9 @@ def plan(
                 instruction = instruction_for(task, variant) if instruction_for else task.instruction
                 for index in range(campaign.episodes):
                     seed = episode_seed(campaign.seed, task, index)
-                    key = episode_key(task, variant, policy, seed, instruction)
-                    jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction))
+                    key = episode_key(task, variant, policy, seed, instruction, campaign.replan_every)
+                    jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
+                                           campaign.replan_every, campaign.pipeline))
     return jobs
 
 

@@ -1,7 +1,8 @@
 """PolicySpec: how a campaign names a policy.
 
-Exactly one source: a ``builtin`` name (``expert``, ``random``, ``degraded-expert``)
-or an ``entrypoint`` ``module:attr`` (a Policy class or a factory taking the params).
+Exactly one source: a ``builtin`` name (``expert``, ``random``, ``degraded-expert``, ``mlp``),
+an ``entrypoint`` ``module:attr`` (a Policy class or a factory taking the params), or a
+``remote`` policy server URL (``ws://host:port``, openpi's wire protocol).
 The version is part of every episode key; builtins carry their own, an entrypoint
 without an explicit version is versioned by the hash of its module's source.
 """
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from assay.spec.hashing import content_hash
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_REMOTE = re.compile(r"^wss?://[A-Za-z0-9.\-\[\]:]+:\d{1,5}(/[\w\-./]*)?$")
 _NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
 
 
@@ -25,6 +27,7 @@ class PolicySpec(BaseModel):
     name: str
     builtin: str | None = None
     entrypoint: str | None = None
+    remote: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     version: str | None = None
 
@@ -32,14 +35,18 @@ class PolicySpec(BaseModel):
     def _one_source(self) -> "PolicySpec":
         if not _NAME.match(self.name):
             raise ValueError(f"policy name {self.name!r} may hold letters, digits, '.', '_' and '-' only")
-        if (self.builtin is None) == (self.entrypoint is None):
-            raise ValueError("give exactly one of 'builtin' or 'entrypoint' (module:attr)")
+        if sum(source is not None for source in (self.builtin, self.entrypoint, self.remote)) != 1:
+            raise ValueError("give exactly one of 'builtin', 'entrypoint' (module:attr) or 'remote' (ws://host:port)")
+        if self.remote is not None and not _REMOTE.match(self.remote):
+            raise ValueError(f"remote {self.remote!r} must look like 'ws://host:port' (or wss://)")
         if self.entrypoint is not None and not _ENTRYPOINT.match(self.entrypoint):
             raise ValueError(f"entrypoint {self.entrypoint!r} must look like 'package.module:attr'")
         return self
 
     @property
     def source(self) -> str:
+        if self.remote is not None:
+            return f"remote:{self.remote}"
         return self.builtin if self.builtin is not None else f"entrypoint:{self.entrypoint}"
 
     def identity(self, resolved_version: str) -> dict[str, Any]:
@@ -51,7 +58,12 @@ class PolicySpec(BaseModel):
 
 
 def policy_from_shorthand(value: str) -> PolicySpec:
-    """``'expert'`` is a builtin; ``'pkg.mod:attr'`` is an entrypoint named after its attr."""
+    """``'expert'`` is a builtin; ``'pkg.mod:attr'`` an entrypoint named after its attr;
+    ``'remote:ws://host:port'`` a policy server, named ``remote-host-port``."""
+    if value.startswith("remote:"):
+        url = value[len("remote:"):]
+        name = "remote-" + re.sub(r"[^\w.\-]+", "-", url.split("://", 1)[-1]).strip("-")
+        return PolicySpec(name=name, remote=url)
     if ":" in value:
         return PolicySpec(name=value.rsplit(":", 1)[1], entrypoint=value)
     return PolicySpec(name=value, builtin=value)

@@ -1,0 +1,66 @@
+"""``assay serve-policy``: serve any Assay policy over openpi's websocket protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Annotated, Optional
+
+import typer
+
+from assay.cli import render
+from assay.errors import AssayError, SpecError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve-policy")(serve_policy)
+
+
+def serve_policy(
+    policy: Annotated[str, typer.Argument(help="A builtin (mlp, expert, ...) or package.module:attr.")],
+    host: Annotated[str, typer.Option(help="Interface to bind; 0.0.0.0 exposes the server to the network.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
+    max_batch: Annotated[int, typer.Option("--max-batch", min=1, max=4096, help="Largest batch of requests.")] = 32,
+    max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", min=0.0, help="Longest wait to fill a batch.")] = 5.0,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Require 'Authorization: Api-Key KEY' "
+                                                   "(env ASSAY_API_KEY).")] = None,
+    task: Annotated[str, typer.Option(help="The task the policy is reset for.")] = "metaworld/pick-place@1",
+    params: Annotated[str, typer.Option(help="Policy parameters as a JSON object.")] = "{}",
+    max_message_mb: Annotated[float, typer.Option("--max-message-mb", min=0.001, help="Cap on one frame.")] = 16.0,
+) -> None:
+    """Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all connections."""
+    from assay.cli.app import user_errors
+    from assay.policies import make_policy, resolve_policy
+    from assay.policies.remote import PolicyServer, ServerConfig
+    from assay.sim import default_registry
+    from assay.spec import PolicySpec, policy_from_shorthand
+
+    with user_errors():
+        try:
+            parsed = json.loads(params)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"--params is not valid JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise SpecError("--params must be a JSON object like '{\"hidden\": [256, 256]}'")
+        base = policy_from_shorthand(policy)
+        if base.remote is not None:
+            raise SpecError("serve-policy serves a local policy; a remote: URL is already served")
+        spec = PolicySpec(**{**base.model_dump(), "params": parsed})
+        resolved = resolve_policy(spec)
+        served_task = default_registry().get(task)
+        config = ServerConfig(host=host, port=port, max_batch=max_batch, max_wait_ms=max_wait_ms,
+                              api_key=api_key or os.environ.get("ASSAY_API_KEY") or None,
+                              max_message_bytes=int(max_message_mb * 1024 * 1024))
+        identity = {"policy": spec.name, "source": spec.source, "params": spec.params, "version": resolved.version}
+        server = PolicyServer(make_policy(spec), served_task, config, identity)
+        render.err_console.print(
+            f"serving {spec.name} ({resolved.version}) for {served_task.id} on ws://{host}:{port} — max batch "
+            f"{max_batch}, max wait {max_wait_ms:g} ms{', API key required' if config.api_key else ''}; "
+            "GET /healthz for health", highlight=False, soft_wrap=True)
+        try:
+            asyncio.run(server.serve())
+        except OSError as exc:
+            raise AssayError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+        except KeyboardInterrupt:
+            pass

@@ -1,0 +1,183 @@
+"""The contract handshake: what a policy expects, checked against a task before episode 1.
+
+A policy (local, or a server in its metadata frame) may declare a
+:class:`PolicyContract`: its observation keys and shapes (openpi's wire names,
+``observation/state``, ``observation/image`` ...), image size and layout, state
+layout, action space (dimension, absolute or delta, gripper polarity, range),
+chunk length and control rate. :func:`check_contract` compares it with a
+:class:`TaskSpec`:
+
+* a mismatch that would feed the policy or the simulator garbage (a missing key, a
+  wrong shape, another state layout, another action dimension, delta vs absolute,
+  the gripper's sign flipped) is an *error*: the campaign does not start;
+* a mismatch of ranges (action bounds, control rate) is a *warning*.
+
+Fields left out of a contract (``None``) are not checked.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from assay.errors import SpecError
+from assay.spec import TaskSpec
+
+STATE_KEY = "observation/state"
+PROMPT_KEY = "prompt"
+
+
+class ContractError(SpecError):
+    """A policy's contract does not fit a task in a way that would produce garbage."""
+
+
+class ContractWarning(UserWarning):
+    """A range mismatch between a policy's contract and a task (the campaign still runs)."""
+
+
+class ActionMode(str, Enum):
+    DELTA = "delta"
+    ABSOLUTE = "absolute"
+
+
+class GripperPolarity(str, Enum):
+    POSITIVE_CLOSES = "positive_closes"
+    POSITIVE_OPENS = "positive_opens"
+    NONE = "none"
+
+
+class ImageLayout(str, Enum):
+    HWC = "HWC"
+    CHW = "CHW"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ArraySpec(_Frozen):
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+class ImageSpec(_Frozen):
+    height: int = Field(gt=0)
+    width: int = Field(gt=0)
+    channels: int = Field(default=3, gt=0)
+    layout: ImageLayout = ImageLayout.HWC
+
+
+class ActionContract(_Frozen):
+    dim: int = Field(gt=0)
+    mode: ActionMode | None = None
+    gripper: GripperPolarity | None = None
+    low: float | None = None
+    high: float | None = None
+
+
+class PolicyContract(_Frozen):
+    """What a policy consumes and produces. ``observations`` maps wire keys to array specs."""
+
+    observations: dict[str, ArraySpec]
+    images: dict[str, ImageSpec] = Field(default_factory=dict)
+    state_layout: str | None = None
+    action: ActionContract
+    chunk_length: int = Field(default=1, gt=0)
+    control_hz: float | None = Field(default=None, gt=0)
+
+    @classmethod
+    def from_metadata(cls, metadata: Any) -> "PolicyContract | None":
+        """The contract inside a server's metadata frame (key ``contract``), or None when it has none."""
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("contract"), dict):
+            return None
+        return cls.model_validate(metadata["contract"])
+
+
+@dataclass(frozen=True)
+class TaskInterface:
+    """What a task gives a policy and expects back, in the contract's terms."""
+
+    observations: dict[str, tuple[int, ...]]
+    state_layout: str
+    action_dim: int
+    mode: ActionMode | None
+    gripper: GripperPolarity | None
+    low: float
+    high: float
+    control_hz: float
+
+
+# What each action kind of a TaskSpec means; a kind not listed leaves mode and polarity unchecked.
+_ACTION_KINDS: dict[str, tuple[ActionMode, GripperPolarity]] = {
+    "delta_ee_gripper": (ActionMode.DELTA, GripperPolarity.POSITIVE_CLOSES),
+}
+
+
+def task_interface(task: TaskSpec) -> TaskInterface:
+    mode, gripper = _ACTION_KINDS.get(task.action.kind, (None, None))
+    observations = {STATE_KEY: (task.state_dim,)}
+    layout = f"{task.backend}/state-{task.state_dim}" if task.backend == "metaworld" else f"{task.backend}/{task.env_name}"
+    return TaskInterface(observations, layout, task.action.dim, mode, gripper, task.action.low, task.action.high,
+                         task.control_hz)
+
+
+@dataclass(frozen=True)
+class ContractReport:
+    errors: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    def raise_or_warn(self, policy: str, task: TaskSpec) -> None:
+        """Raise ContractError listing every error; otherwise emit each warning as a ContractWarning."""
+        if self.errors:
+            diff = "; ".join(self.errors)
+            raise ContractError(f"policy {policy!r} does not fit task {task.id}: {diff}")
+        for message in self.warnings:
+            warnings.warn(f"policy {policy!r} on task {task.id}: {message}", ContractWarning, stacklevel=3)
+
+
+def check_contract(contract: PolicyContract, task: TaskSpec) -> ContractReport:
+    """Compare a contract with a task; every difference is one ``field: policy X, task Y`` line."""
+    given = task_interface(task)
+    errors: list[str] = []
+    found: list[str] = []
+    for key, spec in contract.observations.items():
+        if key == PROMPT_KEY:
+            continue
+        if key not in given.observations:
+            errors.append(f"observation {key!r}: policy requires it, task gives only {sorted(given.observations)}")
+        elif tuple(spec.shape) != given.observations[key]:
+            errors.append(f"observation {key!r}: policy expects shape {tuple(spec.shape)}, task gives {given.observations[key]}")
+        elif key == STATE_KEY and _kind(spec.dtype) != "f":
+            errors.append(f"observation {key!r}: policy expects dtype {spec.dtype}, task gives floating-point state")
+    for key in contract.images:
+        if key not in given.observations:
+            errors.append(f"image {key!r}: policy requires it, task renders no images")
+    if contract.state_layout is not None and contract.state_layout != given.state_layout:
+        errors.append(f"state layout: policy {contract.state_layout!r}, task {given.state_layout!r}")
+    action = contract.action
+    if action.dim != given.action_dim:
+        errors.append(f"action dim: policy {action.dim}, task {given.action_dim}")
+    if action.mode is not None and given.mode is not None and action.mode != given.mode:
+        errors.append(f"action mode: policy {action.mode.value}, task {given.mode.value}")
+    if action.gripper is not None and given.gripper is not None and action.gripper != given.gripper:
+        errors.append(f"gripper polarity: policy {action.gripper.value}, task {given.gripper.value}")
+    if action.low is not None and action.low < given.low:
+        found.append(f"action low: policy {action.low}, task {given.low} (actions below are clipped)")
+    if action.high is not None and action.high > given.high:
+        found.append(f"action high: policy {action.high}, task {given.high} (actions above are clipped)")
+    if contract.control_hz is not None and abs(contract.control_hz - given.control_hz) > 1e-6 * given.control_hz:
+        found.append(f"control rate: policy {contract.control_hz:g} Hz, task {given.control_hz:g} Hz")
+    return ContractReport(tuple(errors), tuple(found))
+
+
+def _kind(dtype: str) -> str:
+    try:
+        import numpy as np
+
+        return np.dtype(dtype).kind
+    except TypeError:
+        return "?"

@@ -1,0 +1,84 @@
+"""The dynamic batcher: requests from every connection, one batched ``act`` call.
+
+A batch closes when it holds ``max_batch`` requests or when its oldest request
+has waited ``max_wait_s``; inference runs on one thread off the event loop, and
+requests that arrive meanwhile form the next batch. ``max_batch=1`` is openpi's
+serial behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+Infer = Callable[[list[Any]], list[Any]]
+"""Rows in, one result per row out (a value, or an exception instance for a row that failed)."""
+
+
+@dataclass
+class _Pending:
+    request: Any
+    future: asyncio.Future[tuple[Any, dict[str, float]]]
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+class DynamicBatcher:
+    def __init__(self, infer: Infer, max_batch: int = 32, max_wait_s: float = 0.005) -> None:
+        if max_batch < 1 or max_wait_s < 0:
+            raise ValueError("max_batch must be >= 1 and max_wait_s >= 0")
+        self.infer, self.max_batch, self.max_wait_s = infer, max_batch, max_wait_s
+        self._pending: list[_Pending] = []
+        self._arrived: asyncio.Event | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="assay-infer")
+        self.batches = 0
+        self.rows = 0
+
+    async def submit(self, request: Any) -> tuple[Any, dict[str, float]]:
+        """The row's result and its ``server_timing`` (queue_ms, batch_size, infer_ms)."""
+        assert self._arrived is not None, "run() the batcher first"
+        pending = _Pending(request, asyncio.get_running_loop().create_future())
+        self._pending.append(pending)
+        self._arrived.set()
+        return await pending.future
+
+    async def run(self) -> None:
+        """The batching loop; runs until cancelled."""
+        self._arrived = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                while not self._pending:
+                    self._arrived.clear()
+                    await self._arrived.wait()
+                deadline = self._pending[0].enqueued + self.max_wait_s
+                while len(self._pending) < self.max_batch:
+                    remaining = deadline - time.perf_counter()
+                    if remaining <= 0:
+                        break
+                    self._arrived.clear()
+                    try:
+                        await asyncio.wait_for(self._arrived.wait(), remaining)
+                    except TimeoutError:
+                        break
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+                started = time.perf_counter()
+                results = await loop.run_in_executor(self._pool, self.infer, [p.request for p in batch])
+                infer_ms = (time.perf_counter() - started) * 1000.0
+                self.batches += 1
+                self.rows += len(batch)
+                for pending, result in zip(batch, results):
+                    if pending.future.done():
+                        continue  # the connection went away meanwhile
+                    timing = {"queue_ms": (started - pending.enqueued) * 1000.0, "batch_size": len(batch),
+                              "infer_ms": infer_ms}
+                    if isinstance(result, BaseException):
+                        pending.future.set_exception(result)
+                    else:
+                        pending.future.set_result((result, timing))
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,243 @@
+"""The remote policy client: a campaign's ``remote:ws://host:port`` policy.
+
+Each environment row becomes one openpi request (``observation/state``,
+``prompt``, plus any other observation the server's contract names); the rows of
+a batch travel concurrently on a pool of connections (openpi's protocol answers
+one request per connection at a time), so a server with a dynamic batcher can
+gather them, and those of other workers, into one forward pass. The reply's
+``actions`` is one action ``(A,)`` or a chunk ``(H, A)``.
+
+Connections are opened with retries and exponential backoff; every request has
+a timeout. A server that is gone (refused, closed, timed out) raises
+:class:`PolicyUnavailableError`, which the runner turns into ``error`` episodes
+for the whole batch at once; a traceback frame (the server's policy raised)
+raises :class:`RemotePolicyError` for the batch, and the runner asks each row
+alone, so only the row that provokes it fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from assay.errors import EpisodeError, SpecError
+from assay.policies.contract import PROMPT_KEY, STATE_KEY, PolicyContract
+from assay.policies.protocol import PolicyContext
+from assay.policies.remote.wire import MAX_MESSAGE_BYTES, WireError, packb, unpackb
+
+
+class PolicyUnavailableError(EpisodeError):
+    """The policy server cannot be reached, closed the connection, or did not answer in time."""
+
+
+class RemotePolicyError(EpisodeError):
+    """The server answered with an error (a traceback frame) or with a malformed reply."""
+
+
+class RemoteParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timeout_s: float = Field(default=30.0, gt=0, description="per-request timeout")
+    connect_attempts: int = Field(default=4, ge=1, le=20, description="connection attempts before giving up")
+    backoff_s: float = Field(default=0.1, ge=0, description="first retry delay; doubles each attempt")
+    api_key_env: str = Field(default="ASSAY_API_KEY", description="environment variable holding the API key")
+    max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, gt=0)
+
+
+def _headers(params: RemoteParams) -> dict[str, str] | None:
+    key = os.environ.get(params.api_key_env)
+    return {"Authorization": f"Api-Key {key}"} if key else None
+
+
+def _refused(exc: BaseException, params: RemoteParams) -> str | None:
+    """A reason not worth retrying (the server answered, and said no), else None."""
+    from websockets.exceptions import InvalidStatus
+
+    if isinstance(exc, InvalidStatus):
+        status = exc.response.status_code
+        if status in (401, 403):
+            return f"the server refused the API key (HTTP {status}); set the key in ${params.api_key_env}"
+        return f"the server answered HTTP {status} instead of a websocket"
+    return None
+
+
+async def _connect(url: str, params: RemoteParams) -> tuple[Any, dict[str, Any]]:
+    """Open one connection and read its metadata frame, retrying with exponential backoff."""
+    from websockets.asyncio.client import connect
+
+    delay, last = params.backoff_s, "no attempt"
+    for attempt in range(1, params.connect_attempts + 1):
+        try:
+            ws = await asyncio.wait_for(
+                connect(url, additional_headers=_headers(params), max_size=params.max_message_bytes,
+                        compression=None, open_timeout=None, ping_interval=None),
+                params.timeout_s)
+            metadata = unpackb(await asyncio.wait_for(ws.recv(), params.timeout_s), params.max_message_bytes)
+            return ws, metadata if isinstance(metadata, dict) else {}
+        except Exception as exc:  # noqa: BLE001 - each failure is retried or reported
+            refused = _refused(exc, params)
+            if refused is not None:
+                raise PolicyUnavailableError(f"policy server {url}: {refused}") from None
+            last = f"{type(exc).__name__}: {exc}".strip()
+        if attempt < params.connect_attempts:
+            await asyncio.sleep(delay)
+            delay *= 2
+    raise PolicyUnavailableError(f"policy server {url} unreachable after {params.connect_attempts} attempts ({last})")
+
+
+def fetch_metadata(url: str, **params: Any) -> dict[str, Any]:
+    """Connect once, read the server's metadata frame, close (used before a campaign starts)."""
+    settings = RemoteParams(**params)
+
+    async def fetch() -> dict[str, Any]:
+        ws, metadata = await _connect(url, settings)
+        await ws.close()
+        return metadata
+
+    try:
+        return asyncio.run(fetch())
+    except PolicyUnavailableError as exc:
+        raise SpecError(f"{exc}; start it with `assay serve-policy POLICY --port PORT`") from None
+
+
+class _Loop:
+    """An asyncio event loop in a daemon thread: the client's connections live there."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="assay-remote-policy", daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine: Any, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        self.loop.close()
+
+
+class RemotePolicy:
+    """A Policy whose ``act`` is answered by an openpi-protocol server."""
+
+    Params = RemoteParams
+    version = "1"
+
+    def __init__(self, url: str, **params: Any) -> None:
+        self.url = url
+        self.params = RemoteParams(**params)
+        self.metadata: dict[str, Any] = {}
+        self.contract: PolicyContract | None = None
+        self._loop: _Loop | None = None
+        self._idle: list[Any] = []
+
+    @staticmethod
+    def supports(task: Any) -> str | None:
+        return None
+
+    def reset(self, context: PolicyContext) -> None:
+        pass  # openpi servers have no reset; the served policy is a function of its observation
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        if self._loop is None:
+            self._loop = _Loop()
+        requests = self._requests(observations)
+        replies = self._loop.run(self._round(requests))
+        return _stack(replies, self.url)
+
+    def _requests(self, observations: Mapping[str, Any]) -> list[dict[str, Any]]:
+        state = np.asarray(observations["state"])
+        dtype = np.float32
+        if self.contract is not None and STATE_KEY in self.contract.observations:
+            dtype = np.dtype(self.contract.observations[STATE_KEY].dtype)
+        extra = [k for k in (self.contract.observations if self.contract else {}) if k not in (STATE_KEY, PROMPT_KEY)]
+        rows = []
+        for row in range(len(state)):
+            request: dict[str, Any] = {STATE_KEY: np.ascontiguousarray(state[row], dtype=dtype),
+                                       PROMPT_KEY: str(observations["instruction"][row])}
+            for key in extra:
+                name = key.split("/", 1)[-1]
+                if name in observations:
+                    request[key] = np.ascontiguousarray(observations[name][row])
+            rows.append(request)
+        return rows
+
+    async def _round(self, requests: list[dict[str, Any]]) -> list[Any]:
+        from websockets.protocol import State
+
+        self._idle = [ws for ws in self._idle if ws.state is State.OPEN]  # a restarted server left stale ones
+        while len(self._idle) < len(requests):
+            missing = len(requests) - len(self._idle)
+            opened = await asyncio.gather(*(_connect(self.url, self.params) for _ in range(missing)))
+            for ws, metadata in opened:
+                self._idle.append(ws)
+                if metadata and not self.metadata:
+                    self.metadata = metadata
+                    self.contract = PolicyContract.from_metadata(metadata)
+        connections = [self._idle.pop() for _ in requests]
+        results = await asyncio.gather(*(self._request(ws, r) for ws, r in zip(connections, requests)),
+                                       return_exceptions=True)
+        for ws, result in zip(connections, results):
+            if isinstance(result, BaseException):
+                await ws.close()  # a late reply would answer the next request: never reuse it
+            else:
+                self._idle.append(ws)
+        for result in results:
+            if isinstance(result, PolicyUnavailableError):
+                raise result
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results
+
+    async def _request(self, ws: Any, request: dict[str, Any]) -> Any:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await ws.send(packb(request))
+            reply = await asyncio.wait_for(ws.recv(), self.params.timeout_s)
+        except TimeoutError:
+            raise PolicyUnavailableError(f"policy server {self.url}: no reply within {self.params.timeout_s:g} s") from None
+        except ConnectionClosed as exc:
+            raise PolicyUnavailableError(f"policy server {self.url} closed the connection ({exc})") from None
+        except OSError as exc:
+            raise PolicyUnavailableError(f"policy server {self.url}: {type(exc).__name__}: {exc}") from None
+        if isinstance(reply, str):
+            lines = [line for line in reply.strip().splitlines() if line.strip()]
+            raise RemotePolicyError(f"policy server {self.url} failed: {lines[-1] if lines else 'empty error'}")
+        try:
+            message = unpackb(reply, self.params.max_message_bytes)
+        except WireError as exc:
+            raise RemotePolicyError(f"policy server {self.url} sent a malformed reply: {exc}") from None
+        actions = message.get("actions") if isinstance(message, dict) else None
+        if not isinstance(actions, np.ndarray):
+            raise RemotePolicyError(f"policy server {self.url}: reply has no 'actions' array")
+        return actions
+
+    def close(self) -> None:
+        """Close the connections and stop the client's event loop thread."""
+        if self._loop is not None and self._loop.thread.is_alive():
+            idle, self._idle = self._idle, []
+
+            async def close_all() -> None:
+                await asyncio.gather(*(ws.close() for ws in idle), return_exceptions=True)
+
+            try:
+                self._loop.run(close_all(), timeout=5)
+            finally:
+                self._loop.stop()
+        self._loop = None
+
+
+def _stack(replies: list[np.ndarray], url: str) -> np.ndarray:
+    """``(B, A)`` or ``(B, H, A)``; the runner judges dtype, shape and finiteness per row."""
+    shapes = {reply.shape for reply in replies}
+    if len(shapes) != 1:
+        raise RemotePolicyError(f"policy server {url}: replies of different shapes {sorted(shapes)} in one batch")
+    return np.stack(replies)

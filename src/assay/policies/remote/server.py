@@ -1,0 +1,231 @@
+"""The policy server: any Assay policy over openpi's websocket protocol.
+
+Protocol (openpi's, so its clients work unchanged):
+
+* ``GET /healthz`` answers 200; any other path upgrades to a websocket;
+* when an API key is set, the upgrade needs ``Authorization: Api-Key <key>`` (else 401);
+* on connect the server sends one metadata frame; each request frame (one
+  observation: ``observation/state``, ``prompt``, ...) gets exactly one reply
+  frame ``{"actions": (H, A), "server_timing": {queue_ms, batch_size, infer_ms}}``;
+* when the policy raises, the traceback goes out as a text frame and the
+  connection closes with 1011; a malformed request (not msgpack, not a map, a
+  missing key or a wrong shape) gets a ``protocol error: ...`` text frame and
+  close code 1008. The server itself survives both.
+
+Requests from all connections meet in a :class:`DynamicBatcher`. The served
+policy is reset once, with one slot per row of the largest batch, and is then
+treated as a function of each row's observation (openpi servers have no reset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import threading
+import traceback
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+import numpy as np
+
+from assay.policies.contract import PROMPT_KEY, STATE_KEY, ActionContract, ArraySpec, PolicyContract, task_interface
+from assay.policies.protocol import Policy, PolicyContext
+from assay.policies.remote.batcher import DynamicBatcher
+from assay.policies.remote.wire import MAX_MESSAGE_BYTES, WireError, packb, unpackb
+from assay.spec import TaskSpec
+
+INTERNAL_ERROR = 1011
+POLICY_VIOLATION = 1008
+
+
+class ProtocolError(ValueError):
+    """A request that does not follow the protocol or the server's contract."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch: int = 32
+    max_wait_ms: float = 5.0
+    api_key: str | None = None
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+
+
+def default_contract(policy: Policy, task: TaskSpec) -> PolicyContract:
+    """The policy's own contract (``metadata()['contract']``), or the serving task's interface."""
+    metadata = policy.metadata() if callable(getattr(policy, "metadata", None)) else {}  # type: ignore[attr-defined]
+    declared = PolicyContract.from_metadata(metadata)
+    if declared is not None:
+        return declared
+    given = task_interface(task)
+    return PolicyContract(
+        observations={STATE_KEY: ArraySpec(shape=(task.state_dim,), dtype="float64")},
+        state_layout=given.state_layout,
+        action=ActionContract(dim=given.action_dim, mode=given.mode, gripper=given.gripper, low=given.low, high=given.high),
+        control_hz=given.control_hz,
+    )
+
+
+class PolicyServer:
+    def __init__(self, policy: Policy, task: TaskSpec, config: ServerConfig = ServerConfig(),
+                 identity: dict[str, Any] | None = None) -> None:
+        self.policy, self.task, self.config = policy, task, config
+        self.contract = default_contract(policy, task)
+        self.metadata: dict[str, Any] = {
+            "assay": dict(identity or {}, task=task.id),
+            "contract": self.contract.model_dump(mode="json"),
+            "server": {"max_batch": config.max_batch, "max_wait_ms": config.max_wait_ms},
+        }
+        self._metadata_frame = packb(self.metadata)
+        self.batcher = DynamicBatcher(self._infer, config.max_batch, config.max_wait_ms / 1000.0)
+        slots = config.max_batch
+        policy.reset(PolicyContext(task, tuple(range(slots)), tuple(task.instruction for _ in range(slots))))
+        self.port: int | None = None
+
+    # -- inference (runs on the batcher's thread) ------------------------------------------------
+    def _infer(self, rows: list[dict[str, Any]]) -> list[Any]:
+        try:
+            return self._act(rows)
+        except Exception:  # noqa: BLE001 - a batch failed; find the rows that provoke it
+            if len(rows) == 1:
+                return [_Traceback(traceback.format_exc())]
+            results: list[Any] = []
+            for row in rows:
+                results.extend(self._infer([row]))
+            return results
+
+    def _act(self, rows: list[dict[str, Any]]) -> list[np.ndarray]:
+        batch: dict[str, Any] = {"instruction": [r.get(PROMPT_KEY, self.task.instruction) for r in rows],
+                                 "env_ids": np.arange(len(rows))}
+        for key in self.contract.observations:
+            if key != PROMPT_KEY:
+                batch[key.split("/", 1)[-1]] = np.stack([r[key] for r in rows])
+        actions = np.asarray(self.policy.act(batch))
+        if actions.ndim not in (2, 3) or actions.shape[0] != len(rows):
+            raise ValueError(f"policy returned actions of shape {actions.shape} for {len(rows)} rows; "
+                             "expected (B, action_dim) or (B, H, action_dim)")
+        if actions.ndim == 2:
+            actions = actions[:, None, :]
+        return list(actions)
+
+    # -- protocol ----------------------------------------------------------------------------------
+    def validate(self, message: Any) -> dict[str, Any]:
+        """Check one request against the contract; raise ProtocolError naming what is wrong."""
+        request = unpackb(message, self.config.max_message_bytes)
+        if not isinstance(request, dict):
+            raise ProtocolError(f"a request must be a map of observations, got {type(request).__name__}")
+        for key, spec in self.contract.observations.items():
+            if key == PROMPT_KEY:
+                continue
+            value = request.get(key)
+            if not isinstance(value, np.ndarray):
+                raise ProtocolError(f"request needs {key!r} as an array of shape {tuple(spec.shape)}; "
+                                    f"keys given: {sorted(map(str, request))}")
+            if value.shape != tuple(spec.shape):
+                raise ProtocolError(f"{key!r} has shape {value.shape}, expected {tuple(spec.shape)}")
+            if value.dtype.kind not in "biuf":
+                raise ProtocolError(f"{key!r} has dtype {value.dtype}, expected a numeric dtype ({spec.dtype})")
+            request[key] = value.astype(spec.dtype, copy=False)
+        if PROMPT_KEY in request and not isinstance(request[PROMPT_KEY], str):
+            raise ProtocolError(f"{PROMPT_KEY!r} must be a string")
+        return request
+
+    def _process_request(self, connection: Any, request: Any) -> Any:
+        if request.path == "/healthz":
+            return connection.respond(HTTPStatus.OK, "OK\n")
+        if self.config.api_key:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Api-Key {self.config.api_key}".encode()):
+                return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
+        return None
+
+    async def _handle(self, ws: Any) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await ws.send(self._metadata_frame)
+            async for message in ws:
+                try:
+                    request = self.validate(message)
+                except (WireError, ProtocolError) as exc:
+                    await ws.send(f"protocol error: {exc}")
+                    await ws.close(POLICY_VIOLATION, "protocol error")
+                    return
+                try:
+                    actions, timing = await self.batcher.submit(request)
+                except _Traceback as failure:
+                    await ws.send(failure.text)
+                    await ws.close(INTERNAL_ERROR, "Internal server error. Traceback included in previous frame.")
+                    return
+                try:
+                    reply = packb({"actions": actions, "server_timing": timing})
+                except (WireError, TypeError) as exc:
+                    await ws.send(f"Traceback: the policy's actions cannot be sent: {exc}")
+                    await ws.close(INTERNAL_ERROR, "Internal server error. Traceback included in previous frame.")
+                    return
+                await ws.send(reply)
+        except ConnectionClosed:
+            pass
+
+    async def serve(self, ready: threading.Event | None = None, stop: asyncio.Event | None = None) -> None:
+        """Serve until ``stop`` is set (or forever); sets ``self.port`` (useful with port 0)."""
+        from websockets.asyncio.server import serve
+
+        batching = asyncio.create_task(self.batcher.run())
+        try:
+            async with serve(self._handle, self.config.host, self.config.port, process_request=self._process_request,
+                             max_size=self.config.max_message_bytes, compression=None, ping_interval=None) as server:
+                self.port = server.sockets[0].getsockname()[1]
+                if ready is not None:
+                    ready.set()
+                await (stop.wait() if stop is not None else asyncio.Future())
+        finally:
+            batching.cancel()
+
+    @property
+    def url(self) -> str:
+        return f"ws://{self.config.host}:{self.port}"
+
+
+class _Traceback(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text.strip().splitlines()[-1] if text.strip() else "policy failed")
+        self.text = text
+
+
+class ServerThread:
+    """Run a PolicyServer on its own event loop in a thread (tests, benchmarks, notebooks)."""
+
+    def __init__(self, server: PolicyServer) -> None:
+        self.server = server
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="assay-policy-server", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            await self.server.serve(self._ready, self._stop)
+
+        try:
+            self._loop.run_until_complete(main())
+        finally:
+            self._ready.set()
+            self._loop.close()
+
+    def __enter__(self) -> PolicyServer:
+        self._thread.start()
+        self._ready.wait(timeout=30)
+        if self.server.port is None:
+            raise RuntimeError("the policy server did not start")
+        return self.server
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=10)

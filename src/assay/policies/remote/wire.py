@@ -1,0 +1,95 @@
+"""The wire codec: msgpack with numpy arrays, byte-for-byte openpi's format.
+
+An array travels as a msgpack map whose keys are msgpack *bin* strings::
+
+    {b"__ndarray__": True, b"data": <raw bytes>, b"dtype": "<f4", b"shape": [39]}
+
+and a numpy scalar as ``{b"__npgeneric__": True, b"data": <item>, b"dtype": "<f8"}``.
+Decoding never unpickles: only plain dtypes are accepted (bool, integers, floats,
+fixed-width strings), the byte count must match the shape, and object, void and
+complex arrays are refused in both directions (as openpi does).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from assay.errors import AssayError
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""Default cap on one frame (websockets enforces it before decoding)."""
+
+_ALLOWED_KINDS = frozenset("biufSU")
+_REFUSED_KINDS = frozenset("VOc")
+
+
+class WireError(AssayError):
+    """A frame that is not valid msgpack in openpi's array format."""
+
+
+def _encode(obj: Any) -> Any:
+    if isinstance(obj, (np.ndarray, np.generic)) and obj.dtype.kind in _REFUSED_KINDS:
+        raise WireError(f"cannot send dtype {obj.dtype}: object, void and complex arrays have no wire form")
+    if isinstance(obj, np.ndarray):
+        return {b"__ndarray__": True, b"data": obj.tobytes(), b"dtype": obj.dtype.str, b"shape": obj.shape}
+    if isinstance(obj, np.generic):
+        return {b"__npgeneric__": True, b"data": obj.item(), b"dtype": obj.dtype.str}
+    raise TypeError(f"cannot send a {type(obj).__name__} over the wire")
+
+
+def _dtype(value: Any) -> np.dtype:
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if not isinstance(value, str):
+        raise WireError(f"array dtype must be a string like '<f4', got {type(value).__name__}")
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        raise WireError(f"unknown array dtype {value!r}") from None
+    if dtype.kind not in _ALLOWED_KINDS or dtype.hasobject:
+        raise WireError(f"array dtype {value!r} is not allowed (valid kinds: bool, int, uint, float, str, bytes)")
+    return dtype
+
+
+def _decode(obj: dict[Any, Any]) -> Any:
+    if b"__ndarray__" in obj:
+        dtype = _dtype(obj.get(b"dtype"))
+        shape, data = obj.get(b"shape"), obj.get(b"data")
+        if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise WireError(f"array shape must be a list of non-negative integers, got {shape!r}")
+        if not isinstance(data, bytes):
+            raise WireError("array data must be a msgpack bin string")
+        expected = math.prod(shape) * dtype.itemsize
+        if len(data) != expected:
+            raise WireError(f"array of shape {tuple(shape)} and dtype {dtype.str} needs {expected} bytes, got {len(data)}")
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
+    if b"__npgeneric__" in obj:
+        dtype = _dtype(obj.get(b"dtype"))
+        try:
+            return dtype.type(obj.get(b"data"))
+        except (TypeError, ValueError) as exc:
+            raise WireError(f"bad numpy scalar: {exc}") from None
+    return obj
+
+
+def packb(obj: Any) -> bytes:
+    """Encode a message (dicts, lists, strings, numbers, numpy arrays and scalars)."""
+    return msgpack.packb(obj, default=_encode, use_bin_type=True)
+
+
+def unpackb(data: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Any:
+    """Decode a message; anything malformed raises :class:`WireError` (never unpickles)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise WireError("expected a binary frame, got text")
+    if len(data) > max_bytes:
+        raise WireError(f"message of {len(data)} bytes exceeds the cap of {max_bytes}")
+    try:
+        return msgpack.unpackb(data, object_hook=_decode, raw=False)
+    except WireError:
+        raise
+    except (ValueError, TypeError, msgpack.exceptions.ExtraData, msgpack.exceptions.UnpackException) as exc:
+        raise WireError(f"not a valid msgpack message: {type(exc).__name__}: {exc}") from None
