@@ -205,7 +205,18 @@ class Catalog:
         if rows:
             conn.execute(campaign_episodes.insert(), rows)
 
+    def set_meta(self, name: str, value: str) -> None:
+        with self.engine.begin() as conn:
+            if conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name == name)).first():
+                conn.execute(store_meta.update().where(store_meta.c.name == name).values(value=value))
+            else:
+                conn.execute(store_meta.insert().values(name=name, value=value))
+
     # -- reads ----------------------------------------------------------------
+    def meta(self, name: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == name)).scalar()
+
     def existing_keys(self, keys: Iterable[str]) -> set[str]:
         found: set[str] = set()
         with self.engine.connect() as conn:
