@@ -23,8 +23,8 @@ from assay.store import Outcome, Store
 pytestmark = pytest.mark.sim
 
 
-def killing_campaign(markers: Path, once: bool = True, name: str = "kills") -> dict:
-    return {"name": name, "seed": 3, "episodes": 6, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
+def killing_campaign(markers: Path, once: bool = True, name: str = "kills", episodes: int = 6) -> dict:
+    return {"name": name, "seed": 3, "episodes": episodes, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
             "policies": [{"name": "killer", "entrypoint": "tests.faulty_policies:KillingExpert",
                           "params": {"marker_dir": str(markers), "modulo": 3, "once": once}}]}
 
@@ -46,6 +46,7 @@ def assert_no_partial_files(root: Path) -> None:
     assert [p for p in files if not p.name.endswith(".parquet")] == []
 
 
+@pytest.mark.slow
 def test_a_sigkilled_worker_is_replaced_and_its_batch_retried(tmp_path):
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -61,22 +62,24 @@ def test_a_sigkilled_worker_is_replaced_and_its_batch_retried(tmp_path):
     assert results == reference
 
 
+@pytest.mark.slow
 def test_a_job_that_always_kills_its_worker_ends_as_error_after_bounded_retries(tmp_path):
     markers = tmp_path / "markers"
     markers.mkdir()
-    executor = LocalExecutor(tmp_path / "store", workers=2, faults=FaultPolicy(max_attempts=3))
-    summary, _, records = run_and_collect(tmp_path / "store", executor, killing_campaign(markers, once=False))
+    executor = LocalExecutor(tmp_path / "store", workers=2, faults=FaultPolicy(max_attempts=2))
+    summary, _, records = run_and_collect(tmp_path / "store", executor, killing_campaign(markers, False, episodes=4))
     deadly = [r for r in records if r.seed % 3 == 0]
     assert deadly and len(deadly) < len(records)
     for record in deadly:
         assert record.outcome is Outcome.ERROR
-        assert record.reason.startswith("worker died 3 times") and "SIGKILL" in record.reason
+        assert record.reason.startswith("worker died 2 times") and "SIGKILL" in record.reason
     # Batch-mates of a deadly episode are split off and succeed on their own.
     assert all(r.outcome is Outcome.SUCCESS for r in records if r.seed % 3)
-    assert summary.ran == 6
+    assert summary.ran == 4
     assert_no_partial_files(tmp_path / "store")
 
 
+@pytest.mark.slow
 def test_a_hung_episode_becomes_wall_timeout_and_its_batch_mates_finish(tmp_path):
     data = {"name": "hangs", "seed": 5, "episodes": 4, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
             "policies": [{"name": "hanger", "entrypoint": "tests.faulty_policies:HangingExpert", "params": {"modulo": 3}}]}

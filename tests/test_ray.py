@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from assay.run import LocalExecutor
+from assay.run import InlineExecutor, LocalExecutor
 from assay.run.faults import FaultPolicy
 from assay.run.ray_executor import PolicyServing, RayExecutor
 from assay.store import Outcome
@@ -52,8 +52,9 @@ def test_a_sigkilled_actor_is_replaced_and_its_batch_retried(tmp_path):
     assert killed >= 1 and executor.restarts == killed
     assert summary.ran == 6 and all(r.outcome is Outcome.SUCCESS for r in records)
     assert_no_partial_files(tmp_path / "ray")
-    _, local, _ = run_and_collect(tmp_path / "local", LocalExecutor(tmp_path / "local", 1), data)
-    assert on_ray == local
+    # Inline equals local (tests/test_campaign.py); it is the cheaper reference.
+    _, reference, _ = run_and_collect(tmp_path / "inline", InlineExecutor(tmp_path / "inline"), data)
+    assert on_ray == reference
 
 
 def test_a_hung_episode_on_ray_becomes_wall_timeout(tmp_path):
@@ -69,11 +70,11 @@ def test_a_shared_policy_server_batches_requests_from_several_actors(tmp_path):
     """Two env actors feed one expert server; step files go to an fsspec URL; results equal local."""
     data = {"name": "served", "seed": 11, "episodes": 4, "envs_per_worker": 2,
             "tasks": ["metaworld/reach@1", "metaworld/drawer-open@1"], "policies": ["expert"]}
-    _, local, _ = run_and_collect(tmp_path / "local", LocalExecutor(tmp_path / "local", 2), data)
+    _, reference, _ = run_and_collect(tmp_path / "inline", InlineExecutor(tmp_path / "inline"), data)
     shared = tmp_path / "shared-data"
     executor = RayExecutor(f"file://{shared}", actors=2, serving=PolicyServing(max_batch=8, max_wait_ms=20.0))
     summary, on_ray, _ = run_and_collect(tmp_path / "ray", executor, data, data_url=f"file://{shared}")
-    assert summary.ran == 8 and on_ray == local
+    assert summary.ran == 8 and on_ray == reference
     (stats,) = executor.server_stats.values()
     assert stats["max_requests_per_call"] >= 2, f"requests from the two actors were never merged: {stats}"
     assert stats["calls"] < stats["requests"]

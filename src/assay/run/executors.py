@@ -61,6 +61,7 @@ def _worker_main(conn: Connection, store_root: str | Path) -> None:
     """A worker process: batches in, ``("ok", records)`` or ``("raise", exception)`` out, until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     worker = Worker(store_root)
+    conn.send(("ready", None))
     try:
         while True:
             try:
@@ -96,10 +97,19 @@ class _Slot:
         child.close()
         self.item: WorkItem | None = None
         self.deadline: float | None = None
+        self.ready = False  # a process that dies before it is ready is broken, not unlucky
+        self.faults = FaultPolicy()
 
-    def assign(self, item: WorkItem, deadline: float | None) -> None:
-        self.item, self.deadline = item, deadline
+    def assign(self, item: WorkItem, faults: FaultPolicy) -> None:
+        """Send ``item``; its wall-clock limit runs from now, or from start-up if the process is still starting."""
+        self.item, self.faults = item, faults
+        self.deadline = faults.deadline(time.monotonic()) if self.ready else None
         self.conn.send(item.jobs)
+
+    def mark_ready(self) -> None:
+        self.ready = True
+        if self.item is not None:
+            self.deadline = self.faults.deadline(time.monotonic())
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -143,20 +153,26 @@ class LocalExecutor:
             while True:
                 for slot in slots:
                     if slot.item is None and dispatcher.has_work():
-                        slot.assign(dispatcher.take(), dispatcher.deadline())
+                        slot.assign(dispatcher.take(), self.faults)
                 busy = [slot for slot in slots if slot.item is not None]
                 if not busy:
                     return
                 deadlines = [s.deadline for s in busy if s.deadline is not None]
                 timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
                 wait([s.conn for s in busy] + [s.process.sentinel for s in busy], timeout)
+                finished: list[EpisodeRecord] = []
                 for index, slot in enumerate(slots):
                     if slot.item is not None:
                         records, replace = self._check(slot, dispatcher)
                         if replace:
                             slots[index] = _Slot(context, self.store_root)
                             self.restarts += 1
-                        yield from records
+                        finished += records
+                # Hand out the next batches before the caller writes catalog rows, so no worker waits on it.
+                for slot in slots:
+                    if slot.item is None and dispatcher.has_work():
+                        slot.assign(dispatcher.take(), self.faults)
+                yield from finished
         finally:
             for slot in slots:
                 slot.stop()
@@ -165,19 +181,24 @@ class LocalExecutor:
         """Collect what ``slot`` has to say: (records to pass on, whether its process must be replaced)."""
         item = slot.item
         assert item is not None
-        if slot.conn.poll():
+        while slot.conn.poll():
             try:
                 status, payload = slot.conn.recv()
             except (EOFError, OSError):
-                status, payload = "died", None
                 slot.process.join(timeout=10)  # EOF comes first; let the exit be reaped
-            if status == "ok":
+                break
+            if status == "ready":
+                slot.mark_ready()
+            elif status == "ok":
                 slot.item = slot.deadline = None
                 return dispatcher.succeeded(payload), False
-            if status == "raise":
+            elif status == "raise":
                 raise payload
         if not slot.process.is_alive():
             slot.kill()
+            if not slot.ready:
+                raise AssayError(f"a worker process failed to start ({describe_exit(slot.process.exitcode)}); "
+                                 "run with --executor inline to see the error")
             records = dispatcher.failed(item, Failure.DIED, describe_exit(slot.process.exitcode))
             remove_stale_temporaries(self.store_root)  # what the dead writer left half-written
             return records, True

@@ -5,10 +5,11 @@ and report back one of three things: records, "the worker died", or "the batch
 ran past its deadline". The :class:`Dispatcher` decides what happens next:
 
 * **worker died** (SIGKILL, OOM killer, lost node): every job of the batch is
-  tried again, up to ``max_attempts`` times in all. A batch of several jobs that
-  dies a second time is split into single-job batches, so one episode that
-  crashes its process cannot take its batch-mates down with it; a job that
-  exhausts its attempts becomes an ``error`` record naming the cause.
+  tried again, up to ``max_attempts`` times in all. The retry runs each job of
+  the batch alone, so one episode that crashes its process cannot take its
+  batch-mates down with it (results do not depend on batching, so this costs
+  only speed); a job that exhausts its attempts becomes an ``error`` record
+  naming the cause.
 * **deadline passed**: the executor kills the worker (the only way to stop a hung
   simulator or policy) and reports it. Environments run in lockstep, so a batch
   lasts as long as its slowest episode: a batch of several jobs is split and each
@@ -25,7 +26,6 @@ atomically, so a killed worker leaves no partial file (only a temporary that
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -51,9 +51,9 @@ class FaultPolicy:
     """How hard to try. ``episode_timeout_s``: wall-clock limit of one episode (None: no limit).
 
     The limit is enforced per batch: a batch must finish within ``episode_timeout_s``
-    of being handed to a worker (its episodes run side by side). Building the
-    worker's environments at first use counts too, so set the limit well above
-    the ~1 s an environment takes to build.
+    of being handed to a started worker (its episodes run side by side; a worker's
+    process start-up does not count). Building the worker's environments at first
+    use does count, so set the limit well above the ~1 s an environment takes to build.
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -100,9 +100,6 @@ class Dispatcher:
     def take(self) -> WorkItem:
         return self._queue.popleft()
 
-    def deadline(self) -> float | None:
-        return self.policy.deadline(time.monotonic())
-
     def succeeded(self, records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
         return self._report(records)
 
@@ -114,13 +111,13 @@ class Dispatcher:
                 return []
             limit = self.policy.episode_timeout_s
             return self._report(error_records(item.jobs, f"wall_timeout: episode ran past its {limit:g} s wall-clock limit"))
+        if len(item.jobs) > 1 and item.attempt < self.policy.max_attempts:
+            self._requeue([WorkItem((job,), item.attempt + 1) for job in item.jobs])
+            return []
         if item.attempt >= self.policy.max_attempts:
             reason = f"worker died {item.attempt} times running this episode ({detail}); gave up"
             return self._report(error_records(item.jobs, reason))
-        if item.attempt >= 2 and len(item.jobs) > 1:
-            self._requeue([WorkItem((job,), item.attempt + 1) for job in item.jobs])
-        else:
-            self._requeue([WorkItem(item.jobs, item.attempt + 1)])
+        self._requeue([WorkItem(item.jobs, item.attempt + 1)])
         return []
 
     def _requeue(self, items: list[WorkItem]) -> None:

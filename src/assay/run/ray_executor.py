@@ -232,44 +232,62 @@ class RayExecutor:
         ray = self._connect()
         servers = self._servers(ray, batches)
         actor_cls = ray.remote(EnvActor).options(num_cpus=self.actor_cpus, max_restarts=0)
+        starting: dict[Any, Any] = {}  # pid() ref -> actor: a batch's clock starts once its actor is up
+        idle: list[Any] = []
+        running: dict[Any, tuple[Any, WorkItem, float | None]] = {}  # run_batch ref -> (actor, item, deadline)
 
-        def spawn() -> Any:
-            return actor_cls.remote(self.store_root, servers)
+        def spawn() -> None:
+            actor = actor_cls.remote(self.store_root, servers)
+            starting[actor.pid.remote()] = actor
 
-        idle = [spawn() for _ in range(min(self.actors, len(batches)))]
-        running: dict[Any, tuple[Any, WorkItem, float | None]] = {}  # ref -> (actor, item, deadline)
+        def hand_out() -> None:
+            while idle and dispatcher.has_work():
+                actor, item = idle.pop(), dispatcher.take()
+                running[actor.run_batch.remote(item.jobs)] = (actor, item, self.faults.deadline(time.monotonic()))
+
+        for _ in range(min(self.actors, len(batches))):
+            spawn()
         try:
-            while True:
-                while idle and dispatcher.has_work():
-                    actor, item = idle.pop(), dispatcher.take()
-                    running[actor.run_batch.remote(item.jobs)] = (actor, item, dispatcher.deadline())
-                if not running:
-                    return
+            while running or starting:
                 deadlines = [d for _, _, d in running.values() if d is not None]
                 timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
+                ready, _ = ray.wait([*running, *starting], num_returns=1, timeout=timeout)
+                finished: list[EpisodeRecord] = []
                 for ref in ready:
+                    if ref in starting:
+                        actor = starting.pop(ref)
+                        try:
+                            ray.get(ref)
+                        except ray.exceptions.RayError as exc:
+                            raise AssayError(f"a Ray actor failed to start: {exc}") from None
+                        idle.append(actor)
+                        continue
                     actor, item, _ = running.pop(ref)
                     try:
                         records = ray.get(ref)
                     except ray.exceptions.RayActorError as exc:
-                        self._replace(ray, actor, idle, spawn)
-                        yield from dispatcher.failed(item, Failure.DIED, f"actor died: {type(exc).__name__}")
+                        self._replace(ray, actor, spawn)
+                        finished += dispatcher.failed(item, Failure.DIED, f"actor died: {type(exc).__name__}")
                         continue
                     except ray.exceptions.RayTaskError as exc:
                         raise AssayError(f"ray actor failed: {exc.cause!r}") from None
                     idle.append(actor)
-                    yield from dispatcher.succeeded(records)
+                    finished += dispatcher.succeeded(records)
                 now = time.monotonic()
                 for ref, (actor, item, deadline) in list(running.items()):
                     if deadline is not None and now >= deadline:
                         del running[ref]
-                        self._replace(ray, actor, idle, spawn)
-                        yield from dispatcher.failed(item, Failure.TIMED_OUT, "wall-clock limit")
+                        self._replace(ray, actor, spawn)
+                        finished += dispatcher.failed(item, Failure.TIMED_OUT, "wall-clock limit")
+                # Hand out the next batches before the caller writes catalog rows, so no actor waits on it.
+                hand_out()
+                if not dispatcher.has_work():
+                    for actor in idle:  # nothing left for them
+                        ray.kill(actor, no_restart=True)
+                    idle.clear()
+                yield from finished
         finally:
-            for actor, _, _ in running.values():
-                ray.kill(actor, no_restart=True)
-            for actor in idle:
+            for actor in [*idle, *starting.values(), *(a for a, _, _ in running.values())]:
                 ray.kill(actor, no_restart=True)
             for key, server in servers.items():
                 try:
@@ -277,8 +295,8 @@ class RayExecutor:
                 finally:
                     ray.kill(server, no_restart=True)
 
-    def _replace(self, ray: Any, actor: Any, idle: list[Any], spawn: Any) -> None:
+    def _replace(self, ray: Any, actor: Any, spawn: Any) -> None:
         ray.kill(actor, no_restart=True)
         remove_stale_temporaries(self.store_root)  # what a writer on this host left half-written
-        idle.append(spawn())
+        spawn()
         self.restarts += 1
