@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import tempfile
 import time
+from pathlib import Path
 from collections.abc import Callable
 
 import numpy as np
@@ -44,12 +45,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         catalog = Catalog(f"sqlite:///{root}/catalog.sqlite")
         rows.append(("catalog row insert, SQLite (driver)", _per_call(lambda i: catalog.add(_record(i)), args.n)))
+        rows.append(("catalog row insert, SQLite, add_many of 50 (per row)",
+                     _per_call(lambda i: catalog.add_many([_record(10**6 + 50 * i + j) for j in range(50)]), 20) / 50))
         catalog.close()
         if args.postgres:
             pg = Catalog(args.postgres)
             offset = int(time.time() * 1000) << 20
             rows.append(("catalog row insert, PostgreSQL on loopback",
                          _per_call(lambda i: pg.add(dataclasses.replace(_record(offset + i))), args.n)))
+            rows.append(("catalog row insert, PostgreSQL, add_many of 50 (per row)",
+                         _per_call(lambda i: pg.add_many([_record(offset + 10**6 + 50 * i + j) for j in range(50)]), 20) / 50))
             pg.close()
         n, rng = 150, np.random.default_rng(0)
         columns = {"step": np.arange(n, dtype=np.int32), "t": np.arange(n) / 80.0,
@@ -59,6 +64,8 @@ def main() -> None:
         table = build_table(columns, {"episode_key": "k"})
         rows.append(("episode Parquet write, 150 steps (worker)",
                      _per_call(lambda i: write_episode(root, f"{i:024x}", table), args.n // 3)))
+        size = (Path(root) / "episodes").rglob("*.parquet").__next__().stat().st_size
+        rows.append(("episode Parquet file size, 150 steps (KiB, not ms)", size / 1024))
         rows.append(("episode Parquet write via fsspec file://",
                      _per_call(lambda i: write_episode(f"file://{root}/fs", f"{i:024x}", table), args.n // 3)))
 
@@ -71,12 +78,14 @@ def main() -> None:
         def ping(self, x=None):
             return x
 
+        def echo_batch(self):
+            return [_record(i) for i in range(4)]
+
     echo = Echo.remote()
     ray.get(echo.ping.remote())
-    batch = [_record(i) for i in range(4)]
     rows.append(("Ray actor call, empty round trip", _per_call(lambda i: ray.get(echo.ping.remote()), args.n)))
     rows.append(("Ray actor call returning 4 episode records",
-                 _per_call(lambda i: ray.get(echo.ping.remote(batch)), args.n)))
+                 _per_call(lambda i: ray.get(echo.echo_batch.remote()), args.n)))
     ray.shutdown()
     print("| component | ms per call |\n|---|---:|")
     for name, ms in rows:

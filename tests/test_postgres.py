@@ -119,3 +119,12 @@ def test_a_campaign_runs_and_resumes_against_postgres(tmp_path, postgres_url, ca
             store.steps(record)
     assert (first.ran, second.ran, second.skipped) == (4, 0, 4)
     assert sorted(r.key for r in records) == sorted(j.key for j in planned.jobs)
+
+
+def test_add_many_is_add_in_one_transaction(catalog):
+    records = [_record(f"{i:024x}", seed=i) for i in range(5)]
+    assert catalog.add(records[0]) is True
+    assert catalog.add_many(records + [dataclasses.replace(records[1], campaign="other")]) == 4
+    assert catalog.add_many(records) == 0
+    assert sorted(r.key for r in catalog.episodes(campaign="c")) == sorted(r.key for r in records)
+    assert [r.key for r in catalog.episodes(campaign="other")] == [records[1].key]

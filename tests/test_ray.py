@@ -80,3 +80,32 @@ def test_a_shared_policy_server_batches_requests_from_several_actors(tmp_path):
     assert stats["calls"] < stats["requests"]
     assert len(list(shared.rglob("*.parquet"))) == 8 and not (tmp_path / "ray" / "episodes").exists()
     assert_no_partial_files(shared)
+
+
+def test_the_cli_runs_a_campaign_on_ray_with_step_files_at_a_url(tmp_path, write_campaign):
+    import json
+
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+
+    path = write_campaign("""
+        name: cli-ray
+        seed: 2
+        episodes: 2
+        envs_per_worker: 1
+        tasks: [metaworld/reach@1]
+        policies: [expert]
+    """)
+    shared = tmp_path / "shared"
+    args = ["run", str(path), "--store", str(tmp_path / "store"), "--executor", "ray", "--workers", "2",
+            "--data", f"file://{shared}", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["ran"] == 2
+    assert len(list(shared.rglob("*.parquet"))) == 2
+    shown = CliRunner().invoke(app, ["episodes", "ls", "--store", str(tmp_path / "store"), "--json"])
+    assert len(json.loads(shown.stdout)["episodes"]) == 2
+
+    wrong = CliRunner().invoke(app, args[:4] + ["--executor", "local", "--address", "auto"])
+    assert wrong.exit_code == 2 and "--address is for the ray executor only" in wrong.stderr
