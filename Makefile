@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo test test-fast bench install install-test clean
+.PHONY: demo test test-fast test-ray test-postgres bench bench-scale install install-test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[test]'
 	# The real openpi client, to prove wire compatibility. Its metadata pins numpy<2; it works with ours.
 	$(PY) -m pip install -q --no-deps openpi-client==0.1.2
+	@# The PostgreSQL catalog tier (tests/test_postgres.py) starts Debian's server on loopback.
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
 	touch $@
 
 install: $(VENV)/.installed
@@ -31,6 +34,15 @@ test: install-test
 
 test-fast: install-test
 	$(PY) -m pytest -q -m "not slow"
+
+test-ray: install-test
+	$(PY) -m pytest -q -m "ray" tests/test_ray.py
+
+test-postgres: install-test
+	$(PY) -m pytest -q -m "postgres" tests/test_postgres.py
+
+bench-scale: install-test
+	$(PY) benchmarks/eval_throughput.py
 
 bench: install
 	$(PY) benchmarks/throughput.py

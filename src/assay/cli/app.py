@@ -53,16 +53,19 @@ def run(
     campaign: Annotated[Path, typer.Argument(help="Campaign YAML file.")],
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes (local executor).")] = 2,
-    executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local")] = "local",
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes (local) or actors (ray).")] = 2,
+    executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local | ray")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster: auto | ray://HOST:PORT (default: a local Ray).")] = None,
+    data: Annotated[Optional[str], typer.Option("--data", help="Where step files go: a shared directory or fsspec URL (default: the store).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
     with user_errors():
         spec = load_campaign(campaign)
         planned = prepare_campaign(spec)
-        runner = make_executor(executor, store, workers)
-        with _open_store(store, catalog, create=True) as opened:
+        make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
+        with Store(store, catalog, create=True, data_url=data) as opened:
+            runner = make_executor(executor, str(opened.data_root), workers, address=address)
             progress = CampaignProgress(render.err_console, enabled=not json_out)
             with progress:
                 summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record)

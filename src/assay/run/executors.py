@@ -1,8 +1,11 @@
 """Executors: one method, ``run(batches) -> iterator of EpisodeRecord``.
 
 * ``InlineExecutor``: in this process; for tests and debugging.
-* ``LocalExecutor``: a pool of worker processes (start method ``spawn``), each
-  keeping its environments across batches; records stream back as batches finish.
+* ``LocalExecutor``: worker processes on this machine (start method ``spawn``),
+  each keeping its environments across batches; records stream back as batches
+  finish. A worker that dies is replaced and its batch retried; a batch past its
+  wall-clock limit has its worker killed (see :mod:`assay.run.faults`).
+* ``RayExecutor`` (:mod:`assay.run.ray_executor`): long-lived Ray actors, same contract.
 
 Results never depend on the executor or the worker count: each episode's
 initial conditions and each policy's randomness derive from the episode seed.
@@ -11,29 +14,39 @@ initial conditions and each policy's randomness derive from the episode seed.
 from __future__ import annotations
 
 import multiprocessing
+import signal
+import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from assay.errors import AssayError
+from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem
 from assay.run.worker import Worker
-from assay.spec import EpisodeJob
 from assay.store import EpisodeRecord
+from assay.store.episodes import remove_stale_temporaries
 
-Batch = tuple[EpisodeJob, ...]
+__all__ = ["Batch", "Executor", "InlineExecutor", "LocalExecutor", "make_executor"]
+
+EXECUTORS = ("inline", "local", "ray")
 
 
 class Executor(Protocol):
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]: ...
 
 
+def _root(store_root: str | Path) -> str | Path:
+    """A local directory stays a Path; an fsspec URL (``s3://``, ``file://``) stays a string."""
+    return store_root if isinstance(store_root, str) and "://" in store_root else Path(store_root)
+
+
 class InlineExecutor:
     name = "inline"
 
     def __init__(self, store_root: str | Path) -> None:
-        self.store_root = Path(store_root)
+        self.store_root = _root(store_root)
 
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
         worker = Worker(self.store_root)
@@ -44,56 +57,174 @@ class InlineExecutor:
             worker.close()
 
 
-_WORKER: Worker | None = None
+def _worker_main(conn: Connection, store_root: str | Path) -> None:
+    """A worker process: batches in, ``("ok", records)`` or ``("raise", exception)`` out, until EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    worker = Worker(store_root)
+    conn.send(("ready", None))
+    try:
+        while True:
+            try:
+                jobs = conn.recv()
+            except EOFError:
+                return
+            if jobs is None:
+                return
+            try:
+                conn.send(("ok", worker.run_batch(jobs)))
+            except Exception as exc:  # noqa: BLE001 - an infrastructure error (store unwritable) stops the driver
+                conn.send(("raise", AssayError(f"worker failed: {type(exc).__name__}: {exc}")))
+    finally:
+        worker.close()
 
 
-def _init_worker(store_root: str) -> None:
-    global _WORKER
-    _WORKER = Worker(store_root)
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
-def _run_in_worker(batch: Batch) -> list[EpisodeRecord]:
-    assert _WORKER is not None, "worker not initialised"
-    return _WORKER.run_batch(batch)
+class _Slot:
+    """One worker process and the work item it holds (at most one, so a death or a timeout is attributable)."""
+
+    def __init__(self, context: Any, store_root: str | Path) -> None:
+        self.conn, child = context.Pipe(duplex=True)
+        self.process: BaseProcess = context.Process(target=_worker_main, args=(child, store_root), daemon=True)
+        self.process.start()
+        child.close()
+        self.item: WorkItem | None = None
+        self.deadline: float | None = None
+        self.ready = False  # a process that dies before it is ready is broken, not unlucky
+        self.faults = FaultPolicy()
+
+    def assign(self, item: WorkItem, faults: FaultPolicy) -> None:
+        """Send ``item``; its wall-clock limit runs from now, or from start-up if the process is still starting."""
+        self.item, self.faults = item, faults
+        self.deadline = faults.deadline(time.monotonic()) if self.ready else None
+        self.conn.send(item.jobs)
+
+    def mark_ready(self) -> None:
+        self.ready = True
+        if self.item is not None:
+            self.deadline = self.faults.deadline(time.monotonic())
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=10)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.process.join(timeout=5)
+        self.kill()
 
 
 class LocalExecutor:
-    """Worker processes on this machine; at most ``2 × workers`` batches in flight."""
+    """Worker processes on this machine, one batch in flight each.
+
+    Fault tolerance: see :mod:`assay.run.faults`; ``faults`` sets the retry bound
+    and the per-episode wall-clock limit.
+    """
 
     name = "local"
 
-    def __init__(self, store_root: str | Path, workers: int = 2) -> None:
+    def __init__(self, store_root: str | Path, workers: int = 2, faults: FaultPolicy | None = None) -> None:
         if workers < 1:
             raise AssayError(f"--workers must be at least 1, got {workers}")
-        self.store_root = Path(store_root)
+        self.store_root = _root(store_root)
         self.workers = workers
+        self.faults = faults or FaultPolicy()
+        self.restarts = 0  # worker processes replaced after a death or a timeout
 
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
-        if not batches:
+        dispatcher = Dispatcher(batches, self.faults)
+        if not dispatcher.has_work():
             return
         context = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_init_worker,
-                                   initargs=(str(self.store_root),))
-        pending: set[Future[list[EpisodeRecord]]] = set()
-        queue = list(reversed(batches))
+        slots = [_Slot(context, self.store_root) for _ in range(min(self.workers, len(batches)))]
         try:
-            while queue or pending:
-                while queue and len(pending) < 2 * self.workers:
-                    pending.add(pool.submit(_run_in_worker, queue.pop()))
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield from future.result()
-        except BrokenProcessPool:
-            raise AssayError("a worker process died; rerun the same command to resume where it stopped") from None
+            while True:
+                for slot in slots:
+                    if slot.item is None and dispatcher.has_work():
+                        slot.assign(dispatcher.take(), self.faults)
+                busy = [slot for slot in slots if slot.item is not None]
+                if not busy:
+                    return
+                deadlines = [s.deadline for s in busy if s.deadline is not None]
+                timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+                wait([s.conn for s in busy] + [s.process.sentinel for s in busy], timeout)
+                finished: list[EpisodeRecord] = []
+                for index, slot in enumerate(slots):
+                    if slot.item is not None:
+                        records, replace = self._check(slot, dispatcher)
+                        if replace:
+                            slots[index] = _Slot(context, self.store_root)
+                            self.restarts += 1
+                        finished += records
+                # Hand out the next batches before the caller writes catalog rows, so no worker waits on it.
+                for slot in slots:
+                    if slot.item is None and dispatcher.has_work():
+                        slot.assign(dispatcher.take(), self.faults)
+                yield from finished
         finally:
-            for future in pending:
-                future.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
+            for slot in slots:
+                slot.stop()
+
+    def _check(self, slot: _Slot, dispatcher: Dispatcher) -> tuple[list[EpisodeRecord], bool]:
+        """Collect what ``slot`` has to say: (records to pass on, whether its process must be replaced)."""
+        item = slot.item
+        assert item is not None
+        while slot.conn.poll():
+            try:
+                status, payload = slot.conn.recv()
+            except (EOFError, OSError):
+                slot.process.join(timeout=10)  # EOF comes first; let the exit be reaped
+                break
+            if status == "ready":
+                slot.mark_ready()
+            elif status == "ok":
+                slot.item = slot.deadline = None
+                return dispatcher.succeeded(payload), False
+            elif status == "raise":
+                raise payload
+        if not slot.process.is_alive():
+            slot.kill()
+            if not slot.ready:
+                raise AssayError(f"a worker process failed to start ({describe_exit(slot.process.exitcode)}); "
+                                 "run with --executor inline to see the error")
+            records = dispatcher.failed(item, Failure.DIED, describe_exit(slot.process.exitcode))
+            remove_stale_temporaries(self.store_root)  # what the dead writer left half-written
+            return records, True
+        if slot.deadline is not None and time.monotonic() >= slot.deadline:
+            slot.kill()
+            remove_stale_temporaries(self.store_root)
+            return dispatcher.failed(item, Failure.TIMED_OUT, "wall-clock limit"), True
+        return [], False
 
 
-def make_executor(name: str, store_root: str | Path, workers: int = 2) -> Executor:
+def make_executor(
+    name: str,
+    store_root: str | Path,
+    workers: int = 2,
+    address: str | None = None,
+    faults: FaultPolicy | None = None,
+) -> Executor:
+    """The executor called ``name``; ``address`` is the Ray cluster (``auto``, ``ray://HOST:PORT``)."""
+    if address is not None and name != "ray":
+        raise AssayError(f"--address is for the ray executor only (got --executor {name})")
     if name == "inline":
         return InlineExecutor(store_root)
     if name == "local":
-        return LocalExecutor(store_root, workers)
-    raise AssayError(f"unknown executor {name!r}; valid: inline, local")
+        return LocalExecutor(store_root, workers, faults)
+    if name == "ray":
+        from assay.run.ray_executor import RayExecutor
+
+        return RayExecutor(store_root, actors=workers, address=address, faults=faults)
+    raise AssayError(f"unknown executor {name!r}; valid: {', '.join(EXECUTORS)}")

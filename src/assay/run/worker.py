@@ -7,7 +7,7 @@ it never touches the catalog, which only the driver writes.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from assay.errors import AssayError
@@ -22,8 +22,12 @@ ENV_CREATION_ATTEMPTS = 3
 
 
 class Worker:
-    def __init__(self, store_root: str | Path) -> None:
-        self.store_root = Path(store_root)
+    """``store_root``: a directory or an fsspec URL for step files; ``policy_factory`` builds policies
+    (a Ray env actor passes one that returns a client of a shared policy server)."""
+
+    def __init__(self, store_root: str | Path, policy_factory: Callable[[PolicySpec], Policy] = make_policy) -> None:
+        self.store_root = store_root if isinstance(store_root, str) and "://" in store_root else Path(store_root)
+        self.policy_factory = policy_factory
         self._envs: dict[tuple[str, str, str], list[SimEnv]] = {}
         self._policies: dict[str, Policy] = {}
 
@@ -47,7 +51,7 @@ class Worker:
     def _policy(self, spec: PolicySpec) -> Policy:
         key = canonical_json(spec.model_dump(mode="json"))
         if key not in self._policies:
-            self._policies[key] = make_policy(spec)
+            self._policies[key] = self.policy_factory(spec)
         return self._policies[key]
 
     def run_batch(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:

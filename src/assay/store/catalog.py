@@ -184,6 +184,25 @@ class Catalog:
             self._link(conn, record.campaign, [(record.key, record.policy_name)])
         return new
 
+    def add_many(self, records: list[EpisodeRecord]) -> int:
+        """``add`` for many records in one transaction (what a busy driver needs); returns how many were new."""
+        if not records:
+            return 0
+        with self.engine.begin() as conn:
+            keys = [r.key for r in records]
+            present: set[str] = set()
+            for chunk in _chunks(keys, 500):
+                present |= set(conn.execute(sa.select(episodes.c.key).where(episodes.c.key.in_(chunk))).scalars())
+            fresh = {r.key: r for r in records if r.key not in present}
+            if fresh:
+                conn.execute(episodes.insert(), [_row(r) for r in fresh.values()])
+            by_campaign: dict[str, list[tuple[str, str]]] = {}
+            for r in records:
+                by_campaign.setdefault(r.campaign, []).append((r.key, r.policy_name))
+            for campaign, pairs in by_campaign.items():
+                self._link(conn, campaign, list(dict(pairs).items()))
+        return len(fresh)
+
     def link(self, campaign: str, keys_and_policies: Iterable[tuple[str, str]]) -> None:
         with self.engine.begin() as conn:
             self._link(conn, campaign, list(keys_and_policies))
@@ -205,7 +224,18 @@ class Catalog:
         if rows:
             conn.execute(campaign_episodes.insert(), rows)
 
+    def set_meta(self, name: str, value: str) -> None:
+        with self.engine.begin() as conn:
+            if conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name == name)).first():
+                conn.execute(store_meta.update().where(store_meta.c.name == name).values(value=value))
+            else:
+                conn.execute(store_meta.insert().values(name=name, value=value))
+
     # -- reads ----------------------------------------------------------------
+    def meta(self, name: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == name)).scalar()
+
     def existing_keys(self, keys: Iterable[str]) -> set[str]:
         found: set[str] = set()
         with self.engine.connect() as conn:

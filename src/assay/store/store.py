@@ -6,6 +6,11 @@ Layout (``schema_version`` 1)::
       catalog.sqlite                  the catalog (unless a database URL is given)
       episodes/<key[:2]>/<key>.parquet  per-step data, one file per episode
       campaigns/<name>/campaign.json  the resolved campaign, saved beside its results
+
+On a cluster the step files go where every node can reach them: ``data_url``, a
+shared directory or an fsspec URL (``s3://bucket/prefix``). The catalog remembers
+it (``store_meta.data_url``), so readers find the files without being told, and
+it stays with the driver: workers write files, only the driver writes rows.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import pyarrow as pa
 
 from assay.errors import StoreError
 from assay.store.catalog import Catalog
-from assay.store.episodes import read_episode, remove_stale_temporaries
+from assay.store.episodes import Root, is_url, read_episode, remove_stale_temporaries
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord
 
 
 class Store:
-    def __init__(self, root: str | Path, catalog_url: str | None = None, create: bool = True) -> None:
+    def __init__(
+        self, root: str | Path, catalog_url: str | None = None, create: bool = True, data_url: str | None = None
+    ) -> None:
         self.root = Path(root).expanduser().resolve()
         if create:
             try:
@@ -39,6 +46,20 @@ class Store:
         elif catalog_url is None and not (self.root / "catalog.sqlite").exists():
             raise StoreError(f"{self.root} holds no catalog.sqlite; is it an Assay store?")
         self.catalog = Catalog(catalog_url or f"sqlite:///{self.root / 'catalog.sqlite'}")
+        self.data_root: Root = self._data_root(data_url)
+
+    def _data_root(self, data_url: str | None) -> Root:
+        known = self.catalog.meta("data_url")
+        if data_url is not None and not is_url(data_url):
+            data_url = str(Path(data_url).expanduser().resolve())
+        if data_url is not None and known is not None and data_url != known:
+            raise StoreError(f"the store {self.root} keeps its step data at {known}; got {data_url} (use that, or a new store)")
+        if data_url is not None and known is None:
+            self.catalog.set_meta("data_url", data_url)
+        chosen = data_url or known
+        if chosen is None:
+            return self.root
+        return chosen if is_url(chosen) else Path(chosen)
 
     def close(self) -> None:
         self.catalog.close()
@@ -64,10 +85,10 @@ class Store:
         return path
 
     def clean_temporaries(self) -> int:
-        return remove_stale_temporaries(self.root)
+        return remove_stale_temporaries(self.data_root)
 
     def steps(self, record: EpisodeRecord, verify: bool = True) -> pa.Table:
         """The per-step table of an episode, checked against its recorded checksum."""
         if record.data_path is None:
             raise StoreError(f"episode {record.key} has no step data ({record.outcome.value}: {record.reason})")
-        return read_episode(self.root, record.data_path, record.data_sha256 if verify else None)
+        return read_episode(self.data_root, record.data_path, record.data_sha256 if verify else None)

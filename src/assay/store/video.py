@@ -6,29 +6,27 @@ Frame ``i`` is the image the policy saw at step ``i``; the step table's
 
 from __future__ import annotations
 
-import os
-import socket
+import io
 from pathlib import Path
 
 import numpy as np
 
 from assay.errors import StoreError
+from assay.store.episodes import Root, write_blob
 
 
 def video_relpath(key: str, camera: str) -> str:
     return f"videos/{key[:2]}/{key}.{camera}.mp4"
 
 
-def write_video(root: Path, key: str, camera: str, frames: list[np.ndarray], fps: float) -> str:
+def encode_video(frames: list[np.ndarray], fps: float) -> bytes:
+    """H.264 MP4 bytes of RGB frames (H, W, 3) uint8."""
     import av
 
-    relpath = video_relpath(key, camera)
-    final = root / relpath
-    tmp = final.with_name(f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    buffer = io.BytesIO()
+    height, width = frames[0].shape[:2]
     try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        height, width = frames[0].shape[:2]
-        with av.open(str(tmp), mode="w", format="mp4") as container:
+        with av.open(buffer, mode="w", format="mp4") as container:
             stream = container.add_stream("libx264", rate=max(1, round(fps)))
             stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
             stream.options = {"crf": "20", "preset": "veryfast"}
@@ -37,10 +35,15 @@ def write_video(root: Path, key: str, camera: str, frames: list[np.ndarray], fps
                     container.mux(packet)
             for packet in stream.encode():
                 container.mux(packet)
-        os.replace(tmp, final)
-    except (OSError, av.error.FFmpegError) as exc:
-        tmp.unlink(missing_ok=True)
-        raise StoreError(f"cannot write video {final}: {exc}") from None
+    except av.error.FFmpegError as exc:
+        raise StoreError(f"cannot encode video: {exc}") from None
+    return buffer.getvalue()
+
+
+def write_video(root: Root, key: str, camera: str, frames: list[np.ndarray], fps: float) -> str:
+    """Encode and write one camera's frames atomically; return the path relative to the store."""
+    relpath = video_relpath(key, camera)
+    write_blob(root, relpath, encode_video(frames, fps))
     return relpath
 
 

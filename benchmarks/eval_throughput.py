@@ -1,0 +1,184 @@
+"""Evaluation throughput: the same episodes through six loops, one run, ratios.
+
+    python benchmarks/eval_throughput.py [--episodes 160] [--task pick-place-v3]
+
+1. bare:        a plain Meta-World loop (one env, scripted expert, nothing recorded)
+2. inline:      Assay, in this process (recording, Parquet, catalog)
+3. local-1/2:   Assay's local executor with 1 and 2 worker processes
+4. async-vec-2: a LeRobot-style eval loop: gymnasium ``AsyncVectorEnv`` of 2
+                Meta-World envs, one batched policy call per step, run until every
+                env is done, in batches of 2 episodes
+5. ray-2:       Assay's Ray executor with 2 actors (Ray started beforehand, as a
+                cluster is up before a campaign; actor start-up is counted)
+
+Every loop ends an episode at the first success or at the 500-step horizon and
+counts only the steps of running episodes (steps/s); each loop runs ``--repeat``
+times, round-robin, and its best round counts (the machine is shared); set-up (process spawn,
+``gym.make``) is inside the timing, as a user waits for it. Writes a Markdown
+table under its own heading into docs/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
+HEADING = "## Evaluation throughput against the field's loops (benchmarks/eval_throughput.py)"
+HORIZON = 500
+
+
+def _expert(env_name: str):
+    from metaworld.policies import ENV_POLICY_MAP
+
+    warnings.filterwarnings("ignore", message=r"Constant\(s\) may be too high", category=UserWarning)
+    return ENV_POLICY_MAP[env_name]()
+
+
+def bare(env_name: str, seeds: list[int]) -> int:
+    import gymnasium as gym
+    import metaworld  # noqa: F401
+
+    env = gym.make("Meta-World/MT1", env_name=env_name, seed=0, disable_env_checker=True)
+    policy = _expert(env_name)
+    steps = 0
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        for _ in range(HORIZON):
+            obs, _, terminated, truncated, info = env.step(policy.get_action(obs))
+            steps += 1
+            if info["success"] or terminated or truncated:
+                break
+    env.close()
+    return steps
+
+
+def _make_mt1(env_name: str, seed: int) -> Callable[[], object]:
+    def make():
+        import gymnasium as gym
+        import metaworld  # noqa: F401
+
+        return gym.make("Meta-World/MT1", env_name=env_name, seed=seed, disable_env_checker=True)
+
+    return make
+
+
+def async_vector(env_name: str, seeds: list[int], workers: int = 2) -> int:
+    """The way LeRobot evaluates: a vector env, a batched policy call per step, until all are done."""
+    import gymnasium as gym
+
+    envs = gym.vector.AsyncVectorEnv([_make_mt1(env_name, i) for i in range(workers)], context="spawn")
+    policy = _expert(env_name)
+    steps = 0
+    try:
+        for start in range(0, len(seeds), workers):
+            batch = seeds[start : start + workers]
+            batch += batch[-1:] * (workers - len(batch))
+            obs, _ = envs.reset(seed=batch)
+            done = np.zeros(workers, dtype=bool)
+            for _ in range(HORIZON):
+                action = np.stack([policy.get_action(o) for o in obs])  # the batched policy call
+                obs, _, terminated, truncated, info = envs.step(action)
+                steps += int((~done).sum())
+                done |= terminated | truncated | (np.asarray(info["success"]) > 0)
+                if done.all():
+                    break
+    finally:
+        envs.close()
+    return steps
+
+
+def assay(env_name: str, episodes: int, executor_name: str, workers: int, seed: int) -> int:
+    from assay.run import make_executor, prepare_campaign, run_campaign
+    from assay.spec import campaign_from_data
+    from assay.store import Store
+
+    task = "metaworld/" + env_name.removesuffix("-v3") + "@1"
+    spec = campaign_from_data({"name": "bench", "seed": seed, "episodes": episodes, "envs_per_worker": 2,
+                               "tasks": [task], "policies": ["expert"]})
+    with tempfile.TemporaryDirectory(prefix="assay-bench-") as root, Store(root) as store:
+        executor = make_executor(executor_name, root, workers)
+        run_campaign(prepare_campaign(spec), store, executor)
+        return sum(r.steps for r in store.catalog.episodes(campaign="bench"))
+
+
+def _time(fn: Callable[[], int]) -> tuple[int, float]:
+    started = time.perf_counter()
+    steps = fn()
+    return steps, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=160)
+    parser.add_argument("--task", default="pick-place-v3")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=2, help="rounds over all loops; the best round of each counts")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/PERFORMANCE.md alone")
+    args = parser.parse_args()
+    seeds = list(range(1000, 1000 + args.episodes))
+
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    loops: list[tuple[str, Callable[[], int]]] = [
+        ("bare Meta-World loop (1 process)", lambda: bare(args.task, seeds)),
+        ("Assay inline", lambda: assay(args.task, args.episodes, "inline", 1, args.seed)),
+        ("Assay local, 1 worker", lambda: assay(args.task, args.episodes, "local", 1, args.seed)),
+        ("Assay local, 2 workers", lambda: assay(args.task, args.episodes, "local", 2, args.seed)),
+        ("LeRobot-style AsyncVectorEnv, 2 workers", lambda: async_vector(args.task, seeds, 2)),
+        ("Assay on Ray, 2 actors", lambda: assay(args.task, args.episodes, "ray", 2, args.seed)),
+    ]
+    results: dict[str, tuple[int, float, float]] = {}
+    for round_ in range(args.repeat):  # round-robin, so load from other jobs hits every loop alike
+        for name, fn in loops:
+            steps, seconds = _time(fn)
+            print(f"round {round_ + 1} {name:42s} {steps:7d} steps {seconds:7.2f} s {steps / seconds:8.0f} steps/s",
+                  flush=True)
+            if name not in results or seconds < results[name][1]:
+                results[name] = (steps, seconds, steps / seconds)
+    ray.shutdown()
+
+    base = results["bare Meta-World loop (1 process)"][2]
+    vec = results["LeRobot-style AsyncVectorEnv, 2 workers"][2]
+    local2 = results["Assay local, 2 workers"][2]
+    ray2 = results["Assay on Ray, 2 actors"][2]
+    command = f"python benchmarks/eval_throughput.py --episodes {args.episodes} --task {args.task} --repeat {args.repeat}"
+    lines = [
+        HEADING, "",
+        f"`{command}` — {args.episodes} expert episodes of `{args.task}` per loop (end at first success or "
+        f"{HORIZON} steps), {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
+        "2 CPU cores shared with other jobs (best of the rounds); set-up (spawn, `gym.make`, actors) inside the "
+        "timing, Ray start-up outside.",
+        "", "| loop | steps | seconds | steps/s | × bare |", "|---|---:|---:|---:|---:|",
+    ]
+    for name, (steps, seconds, rate) in results.items():
+        lines.append(f"| {name} | {steps} | {seconds:.2f} | {rate:.0f} | {rate / base:.2f} |")
+    lines += ["", f"Targets: local 2 workers / AsyncVectorEnv = **{local2 / vec:.2f}** (target ≥ 1.5); "
+              f"Ray 2 actors / local 2 workers = **{ray2 / local2:.2f}** (target ≥ 0.85).", ""]
+    section = "\n".join(lines)
+    print("\n" + section)
+    if not args.no_write:
+        _write_section(section)
+
+
+def _write_section(section: str) -> None:
+    DOCS.parent.mkdir(parents=True, exist_ok=True)
+    text = DOCS.read_text() if DOCS.exists() else "# Performance\n\nFigures with the command that produced them.\n"
+    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
+    text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
+    DOCS.write_text(text)
+    print(f"wrote {DOCS}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

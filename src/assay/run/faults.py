@@ -1,0 +1,131 @@
+"""Fault handling shared by the executors: bounded retries, wall-clock limits, no loss, no duplicates.
+
+The executors hand out *work items* (a batch of jobs plus how often it was tried)
+and report back one of three things: records, "the worker died", or "the batch
+ran past its deadline". The :class:`Dispatcher` decides what happens next:
+
+* **worker died** (SIGKILL, OOM killer, lost node): every job of the batch is
+  tried again, up to ``max_attempts`` times in all. The retry runs each job of
+  the batch alone, so one episode that crashes its process cannot take its
+  batch-mates down with it (results do not depend on batching, so this costs
+  only speed); a job that exhausts its attempts becomes an ``error`` record
+  naming the cause.
+* **deadline passed**: the executor kills the worker (the only way to stop a hung
+  simulator or policy) and reports it. Environments run in lockstep, so a batch
+  lasts as long as its slowest episode: a batch of several jobs is split and each
+  job rerun alone (their results do not depend on batching); a single job that
+  runs past the limit becomes ``error`` with reason ``wall_timeout: ...``.
+* **records**: passed on, except keys already passed on (a duplicate can only
+  arise if a batch is retried after its results were sent), so the driver sees
+  every job exactly once.
+
+The records of a batch travel together, after all of its step files are written
+atomically, so a killed worker leaves no partial file (only a temporary that
+``remove_stale_temporaries`` deletes) and no half-reported batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from assay.errors import AssayError
+from assay.run.recorder import EpisodeRecorder
+from assay.spec import EpisodeJob
+from assay.store import EpisodeRecord, Outcome, provenance
+
+Batch = tuple[EpisodeJob, ...]
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+class Failure(str, Enum):
+    DIED = "died"
+    TIMED_OUT = "timed_out"
+
+
+@dataclass(frozen=True)
+class FaultPolicy:
+    """How hard to try. ``episode_timeout_s``: wall-clock limit of one episode (None: no limit).
+
+    The limit is enforced per batch: a batch must finish within ``episode_timeout_s``
+    of being handed to a started worker (its episodes run side by side; a worker's
+    process start-up does not count). Building the worker's environments at first
+    use does count, so set the limit well above the ~1 s an environment takes to build.
+    """
+
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    episode_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise AssayError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if self.episode_timeout_s is not None and self.episode_timeout_s <= 0:
+            raise AssayError(f"episode timeout must be positive seconds, got {self.episode_timeout_s}")
+
+    def deadline(self, started: float) -> float | None:
+        return None if self.episode_timeout_s is None else started + self.episode_timeout_s
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    jobs: Batch
+    attempt: int = 1  # 1 for the first try
+
+
+def error_records(jobs: Iterable[EpisodeJob], reason: str) -> list[EpisodeRecord]:
+    """``error`` records (no step data) for jobs that could not be run."""
+    records = []
+    for job in jobs:
+        recorder = EpisodeRecorder(job)
+        recorder.finish(Outcome.ERROR, reason)
+        records.append(recorder.record(provenance(), None, None))
+    return records
+
+
+class Dispatcher:
+    """The queue of work items and the bookkeeping of what has been reported."""
+
+    def __init__(self, batches: Sequence[Batch], policy: FaultPolicy) -> None:
+        self.policy = policy
+        self._queue: deque[WorkItem] = deque(WorkItem(tuple(b)) for b in batches if b)
+        self._reported: set[str] = set()
+        self.retries = 0  # work items requeued after a failure (for tests and logs)
+
+    def has_work(self) -> bool:
+        return bool(self._queue)
+
+    def take(self) -> WorkItem:
+        return self._queue.popleft()
+
+    def succeeded(self, records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
+        return self._report(records)
+
+    def failed(self, item: WorkItem, failure: Failure, detail: str) -> list[EpisodeRecord]:
+        """Requeue what deserves another try; return error records for what does not."""
+        if failure is Failure.TIMED_OUT:
+            if len(item.jobs) > 1:
+                self._requeue([WorkItem((job,), item.attempt) for job in item.jobs])
+                return []
+            limit = self.policy.episode_timeout_s
+            return self._report(error_records(item.jobs, f"wall_timeout: episode ran past its {limit:g} s wall-clock limit"))
+        if len(item.jobs) > 1 and item.attempt < self.policy.max_attempts:
+            self._requeue([WorkItem((job,), item.attempt + 1) for job in item.jobs])
+            return []
+        if item.attempt >= self.policy.max_attempts:
+            reason = f"worker died {item.attempt} times running this episode ({detail}); gave up"
+            return self._report(error_records(item.jobs, reason))
+        self._requeue([WorkItem(item.jobs, item.attempt + 1)])
+        return []
+
+    def _requeue(self, items: list[WorkItem]) -> None:
+        self.retries += len(items)
+        # Retries go first: they hold the oldest work, and a failing job should surface early.
+        self._queue.extendleft(reversed(items))
+
+    def _report(self, records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
+        fresh = [r for r in records if r.key not in self._reported]
+        self._reported.update(r.key for r in fresh)
+        return fresh

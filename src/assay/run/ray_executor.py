@@ -1,0 +1,302 @@
+"""The Ray executor: the local executor's contract on a Ray cluster.
+
+* **Environment actors** are long-lived; each holds a :class:`Worker`, so its
+  simulators are built once and reused across episodes. An actor receives a
+  whole batch of jobs per call (never one step per call: a Ray call costs about
+  a millisecond, a simulator step a fraction of one) and the records of each
+  batch stream back to the driver as soon as it finishes.
+* **Step files** are written by the actors to the store's data root: a shared
+  directory or an fsspec URL every node reaches. **Catalog rows** are written by
+  the driver only (``run_campaign``), from the records the actors return.
+* **Faults**: an actor that dies (its process killed, its node lost) is replaced
+  and its batch retried; a batch past its wall-clock limit has its actor killed
+  (:mod:`assay.run.faults` decides what is retried and what becomes ``error``).
+* **A shared policy server** (:class:`PolicyServing`): one actor per policy
+  that merges concurrent ``act`` requests from many environment actors into one
+  batched call (dynamic batching: up to ``max_batch`` rows or ``max_wait_ms``),
+  so one GPU model can serve a whole cluster of CPU simulators.
+
+Ray is optional: ``pip install 'assay[ray]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from assay.errors import AssayError
+from assay.policies import Policy, PolicyContext, make_policy
+from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem
+from assay.run.worker import Worker
+from assay.spec import PolicySpec, TaskSpec, canonical_json
+from assay.store import EpisodeRecord
+from assay.store.episodes import is_url, remove_stale_temporaries
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise AssayError("the ray executor needs Ray: pip install 'assay[ray]'") from None
+    return ray
+
+
+@dataclass(frozen=True)
+class PolicyServing:
+    """Serve each policy from one shared actor with dynamic batching.
+
+    For *stateless* policies, whose action for a row depends only on that row's
+    observation, instruction and task (a neural network, the scripted expert):
+    the server merges rows from many episodes into one call, so per-episode state
+    kept by ``reset`` would be shared. ``num_gpus=1`` places the model on a GPU.
+    """
+
+    max_batch: int = 64
+    max_wait_ms: float = 2.0
+    num_cpus: float = 0.0
+    num_gpus: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.max_wait_ms < 0:
+            raise AssayError(f"policy serving needs max_batch >= 1 and max_wait_ms >= 0, got {self}")
+
+
+class PolicyServer:
+    """Wraps any Assay policy; concurrent ``act`` calls are answered by one batched ``policy.act``."""
+
+    def __init__(self, spec: dict[str, Any], max_batch: int, max_wait_s: float) -> None:
+        self.policy = make_policy(PolicySpec.model_validate(spec))
+        self.max_batch, self.max_wait_s = max_batch, max_wait_s
+        self._pending: list[tuple[TaskSpec, np.ndarray, list[str], list[int], asyncio.Future[np.ndarray]]] = []
+        self._rows = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._stats = {"calls": 0, "requests": 0, "rows": 0, "max_requests_per_call": 0, "max_rows_per_call": 0}
+
+    async def act(self, task: TaskSpec, states: np.ndarray, instructions: list[str], seeds: list[int]) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[np.ndarray] = loop.create_future()
+        self._pending.append((task, np.asarray(states), list(instructions), list(seeds), future))
+        self._rows += len(states)
+        if self._rows >= self.max_batch:
+            self._flush()
+        elif self._timer is None:
+            self._timer = loop.call_later(self.max_wait_s, self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending, self._pending, self._rows = self._pending, [], 0
+        groups: dict[str, list[Any]] = {}
+        for request in pending:
+            groups.setdefault(request[0].content_hash(), []).append(request)
+        for requests in groups.values():
+            self._answer(requests)
+
+    def _answer(self, requests: list[Any]) -> None:
+        task = requests[0][0]
+        states = np.concatenate([r[1] for r in requests])
+        instructions = [i for r in requests for i in r[2]]
+        seeds = tuple(s for r in requests for s in r[3])
+        try:
+            self.policy.reset(PolicyContext(task, seeds, tuple(instructions)))
+            actions = np.asarray(
+                self.policy.act({"state": states, "instruction": instructions, "env_ids": np.arange(len(seeds))}),
+                dtype=np.float64,
+            )
+            if actions.ndim != 2 or actions.shape[0] != len(seeds):
+                raise AssayError(f"served policy returned shape {actions.shape} for {len(seeds)} rows")
+        except Exception as exc:  # noqa: BLE001 - each caller gets the error; the rollout retries rows alone
+            for request in requests:
+                if not request[4].done():
+                    request[4].set_exception(exc)
+            return
+        stats = self._stats
+        stats["calls"] += 1
+        stats["requests"] += len(requests)
+        stats["rows"] += len(seeds)
+        stats["max_requests_per_call"] = max(stats["max_requests_per_call"], len(requests))
+        stats["max_rows_per_call"] = max(stats["max_rows_per_call"], len(seeds))
+        start = 0
+        for request in requests:
+            end = start + len(request[3])
+            if not request[4].done():
+                request[4].set_result(actions[start:end])
+            start = end
+
+    async def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+
+class ServedPolicy:
+    """The client side, inside an environment actor: the Policy protocol over a server handle."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.context: PolicyContext | None = None
+
+    def reset(self, context: PolicyContext) -> None:
+        self.context = context
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        assert self.context is not None, "reset() before act()"
+        seeds = [self.context.seeds[i] for i in observations["env_ids"]]
+        ref = self.server.act.remote(self.context.task, observations["state"], list(observations["instruction"]), seeds)
+        return _ray().get(ref)
+
+
+def _policy_key(spec: PolicySpec) -> str:
+    return canonical_json(spec.model_dump(mode="json"))
+
+
+class EnvActor:
+    """A long-lived Ray actor holding one :class:`Worker` (environments and policies built once)."""
+
+    def __init__(self, store_root: str, servers: dict[str, Any]) -> None:
+        def factory(spec: PolicySpec) -> Policy:
+            server = servers.get(_policy_key(spec))
+            return ServedPolicy(server) if server is not None else make_policy(spec)
+
+        self.worker = Worker(store_root, policy_factory=factory)
+
+    def run_batch(self, jobs: Batch) -> list[EpisodeRecord]:
+        return self.worker.run_batch(jobs)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class RayExecutor:
+    """Environment actors on a Ray cluster, one batch in flight each.
+
+    ``address``: ``None`` joins the Ray instance this process already started or
+    starts a local one; ``auto`` joins the cluster of this node; ``ray://HOST:PORT``
+    a remote one. ``store_root`` must be reachable from every node (a shared
+    directory or an fsspec URL).
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        store_root: str | Path,
+        actors: int = 2,
+        address: str | None = None,
+        faults: FaultPolicy | None = None,
+        serving: PolicyServing | None = None,
+        actor_cpus: float = 1.0,
+    ) -> None:
+        if actors < 1:
+            raise AssayError(f"the ray executor needs at least 1 actor, got {actors}")
+        if address is not None and not (address == "auto" or address.startswith("ray://")):
+            raise AssayError(f"--address {address!r} is not valid; valid: auto, ray://HOST:PORT")
+        self.store_root = str(store_root) if is_url(str(store_root)) else str(Path(store_root).resolve())
+        self.actors, self.address, self.serving, self.actor_cpus = actors, address, serving, actor_cpus
+        self.faults = faults or FaultPolicy()
+        self.restarts = 0
+        self.server_stats: dict[str, dict[str, int]] = {}
+
+    def _connect(self) -> Any:
+        ray = _ray()
+        if not ray.is_initialized():
+            if self.address is None:
+                ray.init(include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=self.address, log_to_driver=False)
+        return ray
+
+    def _servers(self, ray: Any, batches: Sequence[Batch]) -> dict[str, Any]:
+        if self.serving is None:
+            return {}
+        specs = {_policy_key(b[0].policy.spec): b[0].policy.spec for b in batches if b}
+        server_cls = ray.remote(PolicyServer).options(
+            num_cpus=self.serving.num_cpus, num_gpus=self.serving.num_gpus, max_concurrency=1000
+        )
+        return {
+            key: server_cls.remote(spec.model_dump(mode="json"), self.serving.max_batch, self.serving.max_wait_ms / 1000)
+            for key, spec in specs.items()
+        }
+
+    def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+        dispatcher = Dispatcher(batches, self.faults)
+        if not dispatcher.has_work():
+            return
+        ray = self._connect()
+        servers = self._servers(ray, batches)
+        actor_cls = ray.remote(EnvActor).options(num_cpus=self.actor_cpus, max_restarts=0)
+        starting: dict[Any, Any] = {}  # pid() ref -> actor: a batch's clock starts once its actor is up
+        idle: list[Any] = []
+        running: dict[Any, tuple[Any, WorkItem, float | None]] = {}  # run_batch ref -> (actor, item, deadline)
+
+        def spawn() -> None:
+            actor = actor_cls.remote(self.store_root, servers)
+            starting[actor.pid.remote()] = actor
+
+        def hand_out() -> None:
+            while idle and dispatcher.has_work():
+                actor, item = idle.pop(), dispatcher.take()
+                running[actor.run_batch.remote(item.jobs)] = (actor, item, self.faults.deadline(time.monotonic()))
+
+        for _ in range(min(self.actors, len(batches))):
+            spawn()
+        try:
+            while running or starting:
+                deadlines = [d for _, _, d in running.values() if d is not None]
+                timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+                ready, _ = ray.wait([*running, *starting], num_returns=1, timeout=timeout)
+                finished: list[EpisodeRecord] = []
+                for ref in ready:
+                    if ref in starting:
+                        actor = starting.pop(ref)
+                        try:
+                            ray.get(ref)
+                        except ray.exceptions.RayError as exc:
+                            raise AssayError(f"a Ray actor failed to start: {exc}") from None
+                        idle.append(actor)
+                        continue
+                    actor, item, _ = running.pop(ref)
+                    try:
+                        records = ray.get(ref)
+                    except ray.exceptions.RayActorError as exc:
+                        self._replace(ray, actor, spawn)
+                        finished += dispatcher.failed(item, Failure.DIED, f"actor died: {type(exc).__name__}")
+                        continue
+                    except ray.exceptions.RayTaskError as exc:
+                        raise AssayError(f"ray actor failed: {exc.cause!r}") from None
+                    idle.append(actor)
+                    finished += dispatcher.succeeded(records)
+                now = time.monotonic()
+                for ref, (actor, item, deadline) in list(running.items()):
+                    if deadline is not None and now >= deadline:
+                        del running[ref]
+                        self._replace(ray, actor, spawn)
+                        finished += dispatcher.failed(item, Failure.TIMED_OUT, "wall-clock limit")
+                # Hand out the next batches before the caller writes catalog rows, so no actor waits on it.
+                hand_out()
+                if not dispatcher.has_work():
+                    for actor in idle:  # nothing left for them
+                        ray.kill(actor, no_restart=True)
+                    idle.clear()
+                yield from finished
+        finally:
+            for actor in [*idle, *starting.values(), *(a for a, _, _ in running.values())]:
+                ray.kill(actor, no_restart=True)
+            for key, server in servers.items():
+                try:
+                    self.server_stats[key] = ray.get(server.stats.remote(), timeout=30)
+                finally:
+                    ray.kill(server, no_restart=True)
+
+    def _replace(self, ray: Any, actor: Any, spawn: Any) -> None:
+        ray.kill(actor, no_restart=True)
+        remove_stale_temporaries(self.store_root)  # what a writer on this host left half-written
+        spawn()
+        self.restarts += 1

@@ -1,0 +1,66 @@
+"""Policies that break their worker on purpose (importable by worker processes and Ray actors).
+
+Each wraps the scripted expert, so the episodes they do not break are the expert's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from assay.policies import ExpertPolicy, PolicyContext
+
+
+class _Wrapped:
+    def __init__(self) -> None:
+        self._expert = ExpertPolicy()
+        self.seeds: tuple[int, ...] = ()
+
+    def reset(self, context: PolicyContext) -> None:
+        self._expert.reset(context)
+        self.seeds = context.seeds
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        return self._expert.act(observations)
+
+
+class KillingExpert(_Wrapped):
+    """SIGKILLs its own process at the first step of an episode whose ``seed % modulo == 0``.
+
+    ``once=True``: only the first time for each seed (a marker file in ``marker_dir``
+    remembers it across processes), so a retry succeeds; ``once=False``: every time.
+    """
+
+    def __init__(self, marker_dir: str, modulo: int = 4, once: bool = True) -> None:
+        super().__init__()
+        self.marker_dir, self.modulo, self.once = Path(marker_dir), modulo, once
+
+    def reset(self, context: PolicyContext) -> None:
+        super().reset(context)
+        for seed in context.seeds:
+            if seed % self.modulo:
+                continue
+            marker = self.marker_dir / f"killed-{seed}"
+            if self.once and marker.exists():
+                continue
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class HangingExpert(_Wrapped):
+    """Hangs (sleeps an hour) at the first step of any episode whose ``seed % modulo == 0``."""
+
+    def __init__(self, modulo: int = 3) -> None:
+        super().__init__()
+        self.modulo = modulo
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        if any(self.seeds[i] % self.modulo == 0 for i in observations["env_ids"]):
+            time.sleep(3600)
+        return super().act(observations)

@@ -1,0 +1,145 @@
+"""Fault tolerance of the local executor: killed workers, hung episodes, a killed driver.
+
+Every test checks the three guarantees: no job lost, none duplicated, no partial file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
+from assay.run.faults import FaultPolicy
+from assay.spec import campaign_from_data
+from assay.store import Outcome, Store
+
+pytestmark = pytest.mark.sim
+
+
+def killing_campaign(markers: Path, once: bool = True, name: str = "kills", episodes: int = 6) -> dict:
+    return {"name": name, "seed": 3, "episodes": episodes, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
+            "policies": [{"name": "killer", "entrypoint": "tests.faulty_policies:KillingExpert",
+                          "params": {"marker_dir": str(markers), "modulo": 3, "once": once}}]}
+
+
+def run_and_collect(root: Path, executor, data: dict, data_url: str | None = None):
+    """Run ``data`` into a store at ``root``; return (summary, {key: comparable result}, records)."""
+    with Store(root, data_url=data_url) as store:
+        planned = prepare_campaign(campaign_from_data(data))
+        summary = run_campaign(planned, store, executor)
+        records = store.catalog.episodes(campaign=data["name"])
+        assert sorted(r.key for r in records) == sorted(j.key for j in planned.jobs), "a job was lost or added"
+        steps = {r.key: store.steps(r).drop_columns(["policy_latency_ms"]) if r.data_path else None for r in records}
+        results = {r.key: (r.outcome, r.reason, r.steps, r.trajectory_hash, steps[r.key]) for r in records}
+        return summary, results, records
+
+
+def assert_no_partial_files(root: Path) -> None:
+    files = [p for p in (root / "episodes").rglob("*") if p.is_file()]
+    assert [p for p in files if not p.name.endswith(".parquet")] == []
+
+
+@pytest.mark.slow
+def test_a_sigkilled_worker_is_replaced_and_its_batch_retried(tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    data = killing_campaign(markers)
+    executor = LocalExecutor(tmp_path / "local", workers=2)
+    summary, results, records = run_and_collect(tmp_path / "local", executor, data)
+    killed = len(list(markers.iterdir()))
+    assert killed >= 1 and executor.restarts == killed, "the campaign seed must make some episodes kill their worker"
+    assert summary.ran == 6 and all(r.outcome is Outcome.SUCCESS for r in records)
+    assert_no_partial_files(tmp_path / "local")
+    # The same campaign with nothing left to kill, in one process: identical results.
+    _, reference, _ = run_and_collect(tmp_path / "inline", InlineExecutor(tmp_path / "inline"), data)
+    assert results == reference
+
+
+@pytest.mark.slow
+def test_a_job_that_always_kills_its_worker_ends_as_error_after_bounded_retries(tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    executor = LocalExecutor(tmp_path / "store", workers=2, faults=FaultPolicy(max_attempts=2))
+    summary, _, records = run_and_collect(tmp_path / "store", executor, killing_campaign(markers, False, episodes=4))
+    deadly = [r for r in records if r.seed % 3 == 0]
+    assert deadly and len(deadly) < len(records)
+    for record in deadly:
+        assert record.outcome is Outcome.ERROR
+        assert record.reason.startswith("worker died 2 times") and "SIGKILL" in record.reason
+    # Batch-mates of a deadly episode are split off and succeed on their own.
+    assert all(r.outcome is Outcome.SUCCESS for r in records if r.seed % 3)
+    assert summary.ran == 4
+    assert_no_partial_files(tmp_path / "store")
+
+
+@pytest.mark.slow
+def test_a_hung_episode_becomes_wall_timeout_and_its_batch_mates_finish(tmp_path):
+    data = {"name": "hangs", "seed": 5, "episodes": 4, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
+            "policies": [{"name": "hanger", "entrypoint": "tests.faulty_policies:HangingExpert", "params": {"modulo": 3}}]}
+    executor = LocalExecutor(tmp_path, workers=2, faults=FaultPolicy(episode_timeout_s=6.0))
+    started = time.monotonic()
+    summary, _, records = run_and_collect(tmp_path, executor, data)
+    hung = [r for r in records if r.seed % 3 == 0]
+    assert hung and len(hung) < len(records), "the campaign seed must make some episodes hang"
+    for record in hung:
+        assert record.outcome is Outcome.ERROR and record.reason.startswith("wall_timeout")
+        assert record.data_path is None
+    assert all(r.outcome is Outcome.SUCCESS for r in records if r.seed % 3)
+    assert summary.ran == 4 and time.monotonic() - started < 60
+    assert_no_partial_files(tmp_path)
+
+
+def test_fault_policy_refuses_nonsense():
+    from assay.errors import AssayError
+
+    with pytest.raises(AssayError, match="max_attempts"):
+        FaultPolicy(max_attempts=0)
+    with pytest.raises(AssayError, match="timeout"):
+        FaultPolicy(episode_timeout_s=0)
+
+
+@pytest.mark.slow
+def test_driver_killed_with_its_workers_resumes_from_the_catalog(tmp_path, write_campaign):
+    path = write_campaign("""
+        name: resume-local
+        seed: 1
+        episodes: 6
+        envs_per_worker: 1
+        tasks: [metaworld/reach@1, metaworld/drawer-open@1]
+        policies: [expert, random]
+    """)
+    store = tmp_path / "store"
+    command = [sys.executable, "-m", "assay.cli.app", "run", str(path), "--store", str(store),
+               "--executor", "local", "--workers", "2"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    done = 0
+    while time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+        try:
+            with sqlite3.connect(store / "catalog.sqlite") as conn:
+                done = conn.execute("select count(*) from episodes").fetchone()[0]
+        except sqlite3.OperationalError:
+            continue
+        if done >= 4:
+            os.killpg(process.pid, signal.SIGKILL)  # the driver and its worker processes
+            break
+    process.wait()
+    assert 4 <= done < 24, f"the kill should land mid-campaign (saw {done} episodes)"
+
+    resumed = subprocess.run(command + ["--json"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    with Store(store) as opened:
+        records = opened.catalog.episodes(campaign="resume-local")
+        assert len(records) == 24 and len({r.key for r in records}) == 24
+        for record in records:
+            opened.steps(record)  # complete and matching its checksum
+    assert_no_partial_files(store)
+    assert len(list((store / "episodes").rglob("*.parquet"))) == 24

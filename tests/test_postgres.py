@@ -1,0 +1,130 @@
+"""The catalog on a real PostgreSQL server (what a cluster shares), not only SQLite.
+
+The fixture starts Debian's ``postgresql`` binaries on loopback in a temporary
+directory (as the ``postgres`` user when run as root: initdb refuses root) and
+stops it afterwards. ``make test`` installs the package when it is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from assay.errors import StoreError
+from assay.run import InlineExecutor, prepare_campaign, run_campaign
+from assay.spec import campaign_from_data
+from assay.store import Catalog, EpisodeRecord, Outcome, Store
+
+pytestmark = pytest.mark.postgres
+
+
+def _bin(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("PostgreSQL binaries not found: apt-get install -y postgresql (make test does)")
+    pytest.importorskip("psycopg")
+    data = Path(tempfile.mkdtemp(prefix="assay-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+    subprocess.run(as_user + [initdb, "-D", str(data / "db"), "-U", "assay", "--auth=trust", "-E", "UTF8"],
+                   check=True, capture_output=True)
+    options = f"-h 127.0.0.1 -p {port} -k {data}"
+    subprocess.run(as_user + [pg_ctl, "-D", str(data / "db"), "-o", options, "-l", str(data / "log"), "-w", "start"],
+                   check=True, capture_output=True)
+    try:
+        yield f"postgresql+psycopg://assay@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(as_user + [pg_ctl, "-D", str(data / "db"), "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture
+def catalog(postgres_url):
+    opened = Catalog(postgres_url)
+    yield opened
+    with opened.engine.begin() as conn:  # each test starts from an empty catalog
+        for table in ("campaign_episodes", "episodes", "campaigns"):
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+        conn.exec_driver_sql("DELETE FROM store_meta WHERE name <> 'schema_version'")
+    opened.close()
+
+
+def _record(key: str, campaign: str = "c", policy: str = "p", seed: int = 1) -> EpisodeRecord:
+    return EpisodeRecord(key=key, campaign=campaign, task_id="metaworld/reach@1", task_hash="h" * 16,
+                         variant_key="v", variant_name="nominal", variant={}, policy_name=policy, policy_version="1",
+                         policy_spec={"builtin": "expert"}, seed=seed, episode_index=0, instruction="reach",
+                         outcome=Outcome.SUCCESS, reason="", steps=3, total_return=1.5, success_step=2,
+                         trajectory_hash="t" * 32, initial_conditions={"hand": [0.0, 0.1]}, timings={"sim_s": 0.1})
+
+
+def test_rows_round_trip_and_a_key_is_stored_once(catalog):
+    record = _record("a" * 24, seed=2**40)  # BIGINT seeds
+    assert catalog.add(record) is True
+    assert catalog.add(record) is False
+    assert catalog.add(dataclasses.replace(record, campaign="other", policy_name="q")) is False
+    (back,) = catalog.episodes(campaign="c")
+    assert back == record
+    assert [r.policy_name for r in catalog.episodes(campaign="other")] == ["q"]
+    assert catalog.existing_keys(["a" * 24, "b" * 24]) == {"a" * 24}
+    assert catalog.episode("aaa").key == "a" * 24
+
+
+def test_prefix_lookups_and_campaign_listing(catalog):
+    for key in ("ab" + "0" * 22, "ab" + "1" * 22, "cd" + "0" * 22):
+        catalog.add(_record(key))
+    catalog.save_campaign("c", "hash", {"x": 1})
+    with pytest.raises(StoreError, match="ambiguous"):
+        catalog.episode("ab")
+    with pytest.raises(StoreError, match="no episode"):
+        catalog.episode("zz")
+    (campaign,) = catalog.campaigns()
+    assert campaign["name"] == "c" and campaign["episodes"] == 3 and campaign["spec"] == {"x": 1}
+    catalog.set_meta("data_url", "s3://bucket/prefix")
+    assert catalog.meta("data_url") == "s3://bucket/prefix"
+
+
+@pytest.mark.sim
+def test_a_campaign_runs_and_resumes_against_postgres(tmp_path, postgres_url, catalog):
+    data = {"name": "pg", "seed": 4, "episodes": 2, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
+            "policies": ["expert", "random"]}
+    planned = prepare_campaign(campaign_from_data(data))
+    with Store(tmp_path, catalog_url=postgres_url) as store:
+        first = run_campaign(planned, store, InlineExecutor(tmp_path))
+        second = run_campaign(planned, store, InlineExecutor(tmp_path))
+        records = store.catalog.episodes(campaign="pg")
+        for record in records:
+            store.steps(record)
+    assert (first.ran, second.ran, second.skipped) == (4, 0, 4)
+    assert sorted(r.key for r in records) == sorted(j.key for j in planned.jobs)
+
+
+def test_add_many_is_add_in_one_transaction(catalog):
+    records = [_record(f"{i:024x}", seed=i) for i in range(5)]
+    assert catalog.add(records[0]) is True
+    assert catalog.add_many(records + [dataclasses.replace(records[1], campaign="other")]) == 4
+    assert catalog.add_many(records) == 0
+    assert sorted(r.key for r in catalog.episodes(campaign="c")) == sorted(r.key for r in records)
+    assert [r.key for r in catalog.episodes(campaign="other")] == [records[1].key]

@@ -1,0 +1,111 @@
+"""The Ray executor against the local one, on a local Ray instance (``ray.init(num_cpus=2)``).
+
+One Ray session for the module: starting Ray costs seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from assay.run import InlineExecutor, LocalExecutor
+from assay.run.faults import FaultPolicy
+from assay.run.ray_executor import PolicyServing, RayExecutor
+from assay.store import Outcome
+from tests.test_campaign import SMALL
+from tests.test_faults import assert_no_partial_files, killing_campaign, run_and_collect
+
+ray = pytest.importorskip("ray")
+
+pytestmark = [pytest.mark.sim, pytest.mark.ray]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    # Actors import test policies (tests.faulty_policies), so they need the repository on their path.
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}})
+    yield
+    ray.shutdown()
+
+
+def test_ray_gives_exactly_the_local_results(tmp_path):
+    _, local, _ = run_and_collect(tmp_path / "local", LocalExecutor(tmp_path / "local", 2), SMALL)
+    executor = RayExecutor(tmp_path / "ray", actors=2)
+    summary, on_ray, records = run_and_collect(tmp_path / "ray", executor, SMALL)
+    assert summary.ran == 12 and on_ray == local
+    assert {r.outcome for r in records} >= {Outcome.SUCCESS}
+    assert executor.restarts == 0
+
+
+def test_a_sigkilled_actor_is_replaced_and_its_batch_retried(tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    data = killing_campaign(markers, name="ray-kills")
+    executor = RayExecutor(tmp_path / "ray", actors=2)
+    summary, on_ray, records = run_and_collect(tmp_path / "ray", executor, data)
+    killed = len(list(markers.iterdir()))
+    assert killed >= 1 and executor.restarts == killed
+    assert summary.ran == 6 and all(r.outcome is Outcome.SUCCESS for r in records)
+    assert_no_partial_files(tmp_path / "ray")
+    # Inline equals local (tests/test_campaign.py); it is the cheaper reference.
+    _, reference, _ = run_and_collect(tmp_path / "inline", InlineExecutor(tmp_path / "inline"), data)
+    assert on_ray == reference
+
+
+def test_a_hung_episode_on_ray_becomes_wall_timeout(tmp_path):
+    data = {"name": "ray-hangs", "seed": 5, "episodes": 2, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
+            "policies": [{"name": "hanger", "entrypoint": "tests.faulty_policies:HangingExpert", "params": {"modulo": 3}}]}
+    executor = RayExecutor(tmp_path, actors=2, faults=FaultPolicy(episode_timeout_s=6.0))
+    _, _, records = run_and_collect(tmp_path, executor, data)
+    outcomes = sorted((r.seed % 3 == 0, r.outcome.value, r.reason.split(":")[0]) for r in records)
+    assert outcomes == [(False, "success", ""), (True, "error", "wall_timeout")]
+
+
+def test_a_shared_policy_server_batches_requests_from_several_actors(tmp_path):
+    """Two env actors feed one expert server; step files go to an fsspec URL; results equal local."""
+    data = {"name": "served", "seed": 11, "episodes": 4, "envs_per_worker": 2,
+            "tasks": ["metaworld/reach@1", "metaworld/drawer-open@1"], "policies": ["expert"]}
+    _, reference, _ = run_and_collect(tmp_path / "inline", InlineExecutor(tmp_path / "inline"), data)
+    shared = tmp_path / "shared-data"
+    executor = RayExecutor(f"file://{shared}", actors=2, serving=PolicyServing(max_batch=8, max_wait_ms=20.0))
+    summary, on_ray, _ = run_and_collect(tmp_path / "ray", executor, data, data_url=f"file://{shared}")
+    assert summary.ran == 8 and on_ray == reference
+    (stats,) = executor.server_stats.values()
+    assert stats["max_requests_per_call"] >= 2, f"requests from the two actors were never merged: {stats}"
+    assert stats["calls"] < stats["requests"]
+    assert len(list(shared.rglob("*.parquet"))) == 8 and not (tmp_path / "ray" / "episodes").exists()
+    assert_no_partial_files(shared)
+
+
+def test_the_cli_runs_a_campaign_on_ray_with_step_files_at_a_url(tmp_path, write_campaign):
+    import json
+
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+
+    path = write_campaign("""
+        name: cli-ray
+        seed: 2
+        episodes: 2
+        envs_per_worker: 1
+        tasks: [metaworld/reach@1]
+        policies: [expert]
+    """)
+    shared = tmp_path / "shared"
+    args = ["run", str(path), "--store", str(tmp_path / "store"), "--executor", "ray", "--workers", "2",
+            "--data", f"file://{shared}", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["ran"] == 2
+    assert len(list(shared.rglob("*.parquet"))) == 2
+    shown = CliRunner().invoke(app, ["episodes", "ls", "--store", str(tmp_path / "store"), "--json"])
+    assert len(json.loads(shown.stdout)["episodes"]) == 2
+
+    wrong = CliRunner().invoke(app, args[:4] + ["--executor", "local", "--address", "auto"])
+    assert wrong.exit_code == 2 and "--address is for the ray executor only" in wrong.stderr
