@@ -33,7 +33,7 @@ def test_tasks_and_policies_list_and_filter():
     assert "metaworld/pick-place@1" not in ids
     result = invoke("policies", "--json")
     names = {p["name"]: p for p in json.loads(result.stdout)["policies"]}
-    assert set(names) == {"expert", "random", "degraded-expert", "mlp"}
+    assert set(names) == {"expert", "random", "degraded-expert", "mlp", "perception-expert", "router"}
     assert "action_noise" in names["degraded-expert"]["params"]
     assert "drawer-open" in invoke("tasks").stdout
 
@@ -74,7 +74,7 @@ def test_run_results_and_episodes(tmp_path, write_campaign):
         ("name: x\nepisodes: 1\ntasks: [metaworld/pick-plac]\npolicies: [expert]\n",
          "unknown task 'metaworld/pick-plac'; did you mean metaworld/pick-place"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [experts]\n",
-         "unknown builtin 'experts'; valid: degraded-expert, expert, mlp, random"),
+         "unknown builtin 'experts'; valid: degraded-expert, expert, mlp, perception-expert, random, router"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [no_such_module.sub:Policy]\n",
          "cannot import module 'no_such_module.sub'"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [tests.helpers:Missing]\n",
@@ -110,3 +110,32 @@ def test_reading_a_missing_store_or_unknown_key_is_one_line(tmp_path):
     assert result.exit_code == 2 and "no store at" in result.stderr
     result = invoke("episodes", "ls", "--store", str(tmp_path), "--outcome", "wat")
     assert result.exit_code == 2 and "valid: success, failure, timeout, error" in result.stderr
+
+
+def test_factors_are_listed_with_axis_range_and_stage():
+    document = json.loads(invoke("factors", "--json").stdout)
+    factors = {f["name"]: f for f in document["factors"]}
+    assert factors["light.intensity"]["axis"] == "visual" and factors["light.intensity"]["valid"] == "[0, 5] x nominal"
+    assert factors["control.latency"]["stage"] == "reset" and "gymnasium" in factors["control.latency"]["backends"]
+    assert {f["axis"] for f in document["factors"]} == {"visual", "behavioral", "semantic"}
+    assert "[r, g, b]" in invoke("factors", "--axis", "visual").stdout
+    assert invoke("factors", "--axis", "smell").exit_code == 2
+
+
+@pytest.mark.sim
+def test_sweep_prints_the_curve_and_results_profile_the_retention(tmp_path):
+    store = str(tmp_path / "store")
+    result = invoke("sweep", "--factor", "action.noise", "--values", "0.5,1.0", "--task", "metaworld/reach@1",
+                    "--policy", "expert", "--episodes", "3", "--executor", "inline", "--store", store, "--json")
+    assert result.exit_code == 0, result.output
+    curve = json.loads(result.stdout)["curve"]
+    assert [p["level"] for p in curve] == [None, 0.5, 1.0]
+    assert curve[0]["rate"] == 1.0 and curve[0]["retention"] == 1.0
+    assert all(p["scored"] == 3 for p in curve)
+    profile = json.loads(invoke("results", "--store", store, "--profile", "--json").stdout)
+    assert {r["variant"] for r in profile["retention"]} == {"action.noise=0.5", "action.noise=1.0"}
+    assert all(r["pairs"] == 3 for r in profile["retention"])
+    assert profile["profile"][0]["axis"] == "behavioral"
+    assert "robustness profile" in invoke("results", "--store", store, "--profile").stdout
+    bad = invoke("sweep", "--factor", "light.intensity", "--values", "9", "--store", store)
+    assert bad.exit_code == 2 and "valid: [0, 5] x nominal" in bad.stderr

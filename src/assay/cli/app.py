@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from assay.cli import render
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
 from assay.cli.progress import CampaignProgress
 from assay.errors import AssayError
 from assay.metrics import rate_table
@@ -24,28 +22,6 @@ from assay.store import Store
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Closed-loop simulation evaluation for robot policies.")
 episodes_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
 app.add_typer(episodes_app, name="episodes")
-
-DEFAULT_STORE = os.environ.get("ASSAY_STORE", "assay-store")
-StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (env ASSAY_STORE).")]
-CatalogOpt = Annotated[Optional[str], typer.Option("--catalog", help="Catalog database URL (default: SQLite in the store).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
-
-
-@contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    try:
-        yield
-    except AssayError as exc:
-        render.err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-
-
-def _open_store(store: Path, catalog: str | None, create: bool = False) -> Store:
-    return Store(store, catalog, create=create)
-
-
-def _split(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",") if part.strip()]
 
 
 @app.command()
@@ -125,25 +101,30 @@ def results(
     catalog: CatalogOpt = None,
     campaign: Annotated[Optional[str], typer.Option(help="Campaign name (default: the latest).")] = None,
     by: Annotated[str, typer.Option(help="Group by any of policy,task,variant,campaign.")] = "policy,task",
+    profile: Annotated[bool, typer.Option("--profile", help="Robustness retention per variant and axis (paired seeds).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Success rates with Wilson 95% intervals, from the catalog."""
     with user_errors():
-        with _open_store(store, catalog) as opened:
+        with open_store(store, catalog) as opened:
             name = campaign or opened.catalog.latest_campaign()
             if name is None:
                 raise AssayError(f"the store {opened.root} holds no campaign yet")
             if name not in {c["name"] for c in opened.catalog.campaigns()}:
                 known = ", ".join(c["name"] for c in opened.catalog.campaigns())
                 raise AssayError(f"no campaign {name!r} in {opened.root}; known: {known}")
-            rows = rate_table(opened.catalog.episodes(campaign=name), by=_split(by))
+            episodes = opened.catalog.episodes(campaign=name)
+            rows = rate_table(episodes, by=split_list(by))
             extras = stats_commands.results_extras(opened, name)
+            robustness = robustness_commands.profile_document(episodes) if profile else None
         if json_out:
-            render.print_json({"campaign": name, "by": _split(by), "results": [r.to_dict() for r in rows],
-                               **extras.document})
+            render.print_json({"campaign": name, "by": split_list(by), "results": [r.to_dict() for r in rows],
+                               **extras.document, **(robustness or {})})
         else:
             render.console.print(render.rate_table(rows, f"campaign {name}"))
             extras.print()
+            if robustness is not None:
+                robustness_commands.print_profile(robustness)
 
 
 @episodes_app.command("ls")
@@ -161,7 +142,7 @@ def episodes_ls(
     with user_errors():
         if outcome is not None and outcome not in {"success", "failure", "timeout", "error"}:
             raise AssayError(f"--outcome {outcome!r} is not valid; valid: success, failure, timeout, error")
-        with _open_store(store, catalog) as opened:
+        with open_store(store, catalog) as opened:
             found = opened.catalog.episodes(campaign=campaign, task=task, policy=policy, outcome=outcome, limit=limit)
         if json_out:
             render.print_json({"episodes": [r.to_dict() for r in found]})
@@ -180,7 +161,7 @@ def episodes_show(
     from assay.cli.episode_view import episode_summary, print_episode
 
     with user_errors():
-        with _open_store(store, catalog) as opened:
+        with open_store(store, catalog) as opened:
             record = opened.catalog.episode(key)
             summary = episode_summary(opened, record)
         if json_out:
@@ -195,6 +176,9 @@ stats_commands.register(app)
 from assay.cli import serve_commands  # noqa: E402
 
 serve_commands.register(app)
+from assay.cli import robustness_commands  # noqa: E402  (factors, sweep; results --profile)
+
+robustness_commands.register(app)
 
 
 def main() -> None:

@@ -46,6 +46,7 @@ def print_episode(record: EpisodeRecord, summary: dict[str, Any]) -> None:
         "success step": record.success_step,
         "trajectory hash": record.trajectory_hash,
         "initial conditions": json.dumps(record.initial_conditions),
+        "policy info": json.dumps(record.policy_info),
         "timings": json.dumps(record.timings),
         "provenance": json.dumps(record.provenance),
     }

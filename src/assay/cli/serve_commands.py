@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from assay.cli.common import user_errors
+
 from assay.cli import render
 from assay.errors import AssayError, SpecError
 
@@ -30,7 +32,6 @@ def serve_policy(
     max_message_mb: Annotated[float, typer.Option("--max-message-mb", min=0.001, help="Cap on one frame.")] = 16.0,
 ) -> None:
     """Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all connections."""
-    from assay.cli.app import user_errors
     from assay.policies import make_policy, resolve_policy
     from assay.policies.remote import PolicyServer, ServerConfig
     from assay.sim import default_registry

@@ -7,9 +7,7 @@ rank intervals and the sign-off gate to ``assay results``.
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -17,6 +15,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from assay.cli import render
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
 from assay.cli import stats_render as show
 from assay.errors import AssayError
 from assay.metrics import (
@@ -40,27 +39,12 @@ from assay.metrics import (
 )
 from assay.store import EpisodeRecord, Store
 
-# Same options as cli/app.py, declared here because app.py imports this module (and `python -m
-# assay.cli.app` would otherwise import app.py twice in a cycle).
-DEFAULT_STORE = os.environ.get("ASSAY_STORE", "assay-store")
-StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (env ASSAY_STORE).")]
-CatalogOpt = Annotated[Optional[str], typer.Option("--catalog", help="Catalog database URL (default: SQLite in the store).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 ConfidenceOpt = Annotated[float, typer.Option("--confidence", help="Interval level.")]
 ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Bootstrap seed (same seed, same intervals).")]
 CampaignOpt = Annotated[Optional[str], typer.Option("--campaign", help="Campaign name (default: the latest).")]
 TasksOpt = Annotated[Optional[str], typer.Option("--tasks", help="Comma-separated task ids (default: all).")]
 VariantOpt = Annotated[Optional[str], typer.Option("--variant", help="Only this variant (default: all, paired).")]
-
-
-@contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    """The CLI's one-line error handling (imported when a command runs, to keep imports acyclic)."""
-    from assay.cli.app import user_errors as app_user_errors
-
-    with app_user_errors():
-        yield
 
 
 def _split(value: str) -> list[str]:

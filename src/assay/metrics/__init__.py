@@ -24,10 +24,12 @@ from assay.metrics.openloop import OpenLoopRow, Predictor, Trajectory, load_traj
 from assay.metrics.outcomes import OutcomeGrid, outcome_grid
 from assay.metrics.ranking import Leaderboard, leaderboard
 from assay.metrics.rates import GROUP_FIELDS, INTERVAL_METHODS, Interval, RateRow, rate_table, success_interval
+from assay.metrics.robustness import AxisProfile, RetentionRow, retention_table, robustness_profile
 from assay.metrics.results_csv import RateEntry, ResultsCsvError, entries_from_records, read_results_csv
 from assay.metrics.stability import Stability, stability
 
 __all__ = [
+    "AxisProfile", "RetentionRow", "retention_table", "robustness_profile",
     "Budget", "CalibrationRecord", "Comparison", "CorrelationReport", "GROUP_FIELDS", "INTERVAL_METHODS", "Interval",
     "Leaderboard", "NOT_VALIDATED", "OpenLoopRow", "OutcomeGrid", "Pairing", "Predictor", "RateEntry", "RateRow",
     "ResultsCsvError", "Signoff", "Stability", "Thresholds", "Trajectory", "Verdict", "compare", "correlate",

@@ -127,12 +127,14 @@ class DegradedExpertPolicy:
 
 def _builtins() -> dict[str, type]:
     from assay.policies.perception import PerceptionExpertPolicy  # it builds on ExpertPolicy, defined above
+    from assay.policies.router import InstructionRouterPolicy
 
     return {
         "expert": ExpertPolicy,
         "random": RandomPolicy,
         "degraded-expert": DegradedExpertPolicy,
         "perception-expert": PerceptionExpertPolicy,
+        "router": InstructionRouterPolicy,
         "mlp": MLPPolicy,
     }
 

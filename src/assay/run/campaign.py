@@ -16,7 +16,7 @@ from assay.policies import check_policy_contract, check_supports, resolve_policy
 from assay.run.executors import Executor
 from assay.sim import TaskRegistry, default_registry, paraphrase, resolve_variant, value_of
 from assay.sim.render import VIEWS
-from assay.spec import CameraSpec, CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, Variant, batch_jobs, plan
+from assay.spec import CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, Variant, batch_jobs, plan
 from assay.store import EpisodeRecord, Outcome, Store
 
 
@@ -48,7 +48,11 @@ class CampaignSummary:
     outcomes: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
 
 
-def _with_cameras(task: TaskSpec, cameras: tuple[CameraSpec, ...]) -> TaskSpec:
+def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
+    """The task as this campaign runs it: its cameras, and a shorter horizon if asked (both change the hash)."""
+    if spec.horizon is not None and spec.horizon < task.horizon:
+        task = task.model_copy(update={"horizon": spec.horizon})
+    cameras = spec.cameras
     if not cameras:
         return task
     unknown = sorted({c.name for c in cameras} - set(VIEWS))
@@ -72,7 +76,7 @@ def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -
     registry = registry or default_registry()
     if len(set(spec.tasks)) != len(spec.tasks):
         raise SpecError(f"campaign {spec.name!r}: a task is listed twice in 'tasks'")
-    tasks = tuple(_with_cameras(registry.get(ref), spec.cameras) for ref in spec.tasks)
+    tasks = tuple(_adapted(registry.get(ref), spec) for ref in spec.tasks)
     variants = [resolve_variant(request, tasks[0]) for request in spec.variants]
     for task in tasks[1:]:  # every variant must apply to every task's backend
         for request in spec.variants:

@@ -34,6 +34,7 @@ class EpisodeRecorder:
         self.chunk_indices: list[int] = []
         self.infos: list[dict[str, float]] = []
         self.initial_conditions: dict[str, Any] = {}
+        self.policy_info: dict[str, Any] = {}
         self.outcome: Outcome | None = None
         self.reason = ""
         self.success_step: int | None = None
@@ -128,6 +129,7 @@ class EpisodeRecorder:
             success_step=self.success_step,
             trajectory_hash=self.trajectory_hash(),
             initial_conditions=self.initial_conditions,
+            policy_info=self.policy_info,
             data_path=data_path,
             data_sha256=data_sha256,
             timings={

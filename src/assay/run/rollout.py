@@ -191,9 +191,15 @@ class _Episodes:
         return [s for s in slots if not self.recorders[s].done]
 
     def finish(self) -> list[EpisodeRecorder]:
-        for recorder in self.recorders:
+        info = getattr(self.policy, "episode_info", None)  # optional: what the policy decided (skill, ...)
+        for slot, recorder in enumerate(self.recorders):
             if recorder.duration_s == 0.0:
                 recorder.duration_s = time.perf_counter() - self.started
+            if callable(info) and recorder.steps:
+                try:
+                    recorder.policy_info = dict(info(slot))
+                except Exception as exc:  # noqa: BLE001 - a diagnostic hook never fails an episode
+                    recorder.policy_info = {"episode_info_error": describe_error(exc)}
         return self.recorders
 
 

@@ -14,7 +14,7 @@ from assay.errors import AssayError
 from assay.policies import Policy, make_policy
 from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import describe_error, rollout
-from assay.sim import SimEnv, build_part, make_env, perturbed
+from assay.sim import SimEnv, make_env, perturbed
 from assay.spec import EpisodeJob, PolicySpec, canonical_json
 from assay.store import EpisodeRecord, Outcome, build_table, provenance, write_episode, write_video
 
@@ -28,17 +28,16 @@ class Worker:
     def __init__(self, store_root: str | Path, policy_factory: Callable[[PolicySpec], Policy] = make_policy) -> None:
         self.store_root = store_root if isinstance(store_root, str) and "://" in store_root else Path(store_root)
         self.policy_factory = policy_factory
-        self._envs: dict[tuple[str, str, str], list[SimEnv]] = {}
+        self._envs: dict[tuple[str, str], list[SimEnv]] = {}
         self._policies: dict[str, Policy] = {}
 
     def _environments(self, job: EpisodeJob, count: int) -> list[SimEnv]:
-        """``count`` environments for the job's task, built once (per build-time variant) and reused."""
-        build = build_part(job.variant)
-        pool = self._envs.setdefault((job.task.id, job.task.content_hash(), build.key), [])
+        """``count`` environments for the job's task, built once and reused (variants apply per episode)."""
+        pool = self._envs.setdefault((job.task.id, job.task.content_hash()), [])
         while len(pool) < count:
             for attempt in range(1, ENV_CREATION_ATTEMPTS + 1):
                 try:
-                    pool.append(make_env(job.task, build))
+                    pool.append(make_env(job.task))
                     break
                 except AssayError:
                     raise

@@ -7,7 +7,7 @@ from assay.sim.render import configure_gl
 
 configure_gl()  # before anything imports mujoco: OSMesa on headless CPU machines, unless chosen otherwise
 
-from assay.sim.factors import FACTORS, Factor, build_part, get_factor, resolve_variant, value_of  # noqa: E402
+from assay.sim.factors import FACTORS, Factor, get_factor, resolve_variant, value_of  # noqa: E402
 from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task  # noqa: E402
 from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task  # noqa: E402
 from assay.sim.paraphrase import paraphrase  # noqa: E402
@@ -20,7 +20,6 @@ __all__ = [
     "FACTORS",
     "Factor",
     "PerturbedEnv",
-    "build_part",
     "get_factor",
     "paraphrase",
     "perturbed",

@@ -1,9 +1,9 @@
 """The factor catalog: every perturbation factor declared once.
 
 A factor has a name, an axis (visual, behavioral, semantic), a unit, a valid
-range, a default (the nominal value), the stage at which it applies (``build``:
-the environment is rebuilt; ``reset``: applied at each reset and undone before
-the next) and the backends it applies to. ``resolve_variant`` turns a campaign's
+range, a default (the nominal value), the stage at which it applies (``reset``:
+applied at each reset and undone before the next, so environments are reused) and
+the backends it applies to. ``resolve_variant`` turns a campaign's
 request (``{factor: value}``) into a validated :class:`~assay.spec.Variant`.
 """
 
@@ -19,8 +19,7 @@ from assay.spec import Axis, Perturbation, TaskSpec, Variant
 
 
 class Stage(str, Enum):
-    BUILD = "build"
-    RESET = "reset"
+    RESET = "reset"  # applied at each reset, undone before the next; environments are never rebuilt
 
 
 class Kind(str, Enum):
@@ -106,7 +105,7 @@ FACTORS: dict[str, Factor] = {
         _f("table.color", "visual", "rgb", "rgb", 0.0, 1.0, (1.0, 1.0, 1.0), "reset", "table material colour (multiplies its texture)"),
         _f("object.color", "visual", "rgb", "rgb", 0.0, 1.0, (1.0, 0.0, 0.0), "reset", "colour of the manipulated object's geoms"),
         _f("background.color", "visual", "rgb", "rgb", 0.0, 1.0, (0.5, 0.5, 0.5), "reset", "colour of floor and walls"),
-        _f("distractor.count", "visual", "int", "objects", 0, 3, 0, "build", "coloured non-colliding blocks placed on the table"),
+        _f("distractor.count", "visual", "int", "objects", 0, 3, 0, "reset", "coloured blocks drawn on the table (seen, never touched)"),
         # behavioral
         _f("object.init_range", "behavioral", "float", "x nominal", 0.25, 2.0, 1.0, "reset", "scale of the object/goal initial-position range about its centre"),
         _f("object.mass", "behavioral", "float", "x nominal", 0.1, 10.0, 1.0, "reset", "mass (and inertia) of the manipulated object"),
@@ -145,11 +144,6 @@ def resolve_variant(request: dict[str, Any], task: TaskSpec) -> Variant:
             )
         perturbations.append(Perturbation(axis=factor.axis, factor=factor.name, value=factor.validate(value)))
     return Variant(perturbations=tuple(perturbations))
-
-
-def build_part(variant: Variant) -> Variant:
-    """The build-time perturbations of a variant (environments are cached per build part)."""
-    return Variant(perturbations=tuple(p for p in variant.perturbations if FACTORS[p.factor].stage is Stage.BUILD))
 
 
 def value_of(variant: Variant, name: str) -> Any:

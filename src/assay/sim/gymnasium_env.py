@@ -62,11 +62,9 @@ def gymnasium_task(env_id: str, version: int = 1) -> TaskSpec:
 
 
 class GymnasiumEnv:
-    def __init__(self, task: TaskSpec, build: Variant | None = None) -> None:
+    def __init__(self, task: TaskSpec) -> None:
         import gymnasium as gym
 
-        if build is not None and not build.is_nominal:
-            raise UnsupportedError(f"{task.id}: gymnasium environments take no build-time perturbations")
         if task.cameras:
             raise UnsupportedError(f"{task.id}: cameras are available for Meta-World tasks only")
         self.task = task

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import UnsupportedError
-from assay.sim.factors import value_of
-from assay.sim.metaworld_perturb import ModelPerturber, add_distractors, view_for
+from assay.sim.metaworld_perturb import ModelPerturber, distractor_geoms, view_for
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
 from assay.sim.protocol import Observation, Transition
 from assay.sim.render import VIEWS, CameraRenderer, calibration
@@ -51,11 +50,10 @@ def metaworld_task(env_name: str, version: int = 1, horizon: int = MAX_PATH_LENG
 class MetaWorldEnv:
     """One Meta-World MT1 environment, reused across episodes.
 
-    ``build`` holds the build-time perturbations (distractor objects); reset-time
-    perturbations come with each ``reset(seed, variant)`` and are undone by the next.
+    Perturbations come with each ``reset(seed, variant)`` and are undone by the next.
     """
 
-    def __init__(self, task: TaskSpec, build: Variant | None = None) -> None:
+    def __init__(self, task: TaskSpec) -> None:
         if task.env_name not in METAWORLD_TASKS:
             raise UnsupportedError(f"{task.id}: {task.env_name!r} is not a Meta-World v3 environment")
         if task.horizon > MAX_PATH_LENGTH:
@@ -67,9 +65,6 @@ class MetaWorldEnv:
         self._wrapped = gym.make("Meta-World/MT1", env_name=task.env_name, seed=0, disable_env_checker=True)
         self._wrapped.reset(seed=0)  # sets a task (and observability) on the Sawyer env
         self._env: Any = self._wrapped.unwrapped
-        distractors = int(value_of(build or NOMINAL, "distractor.count"))
-        if distractors:
-            self._rebuild_with_distractors(distractors)
         self._perturber = ModelPerturber(self._env)
         self._renderer = CameraRenderer(self._env.model) if task.cameras else None
         if task.cameras:  # Meta-World's red fingertip markers are debugging aids a real camera would not see
@@ -78,15 +73,6 @@ class MetaWorldEnv:
         self._calibration = {c.name: calibration(VIEWS[c.name]) for c in task.cameras}
         self._variant: Variant = NOMINAL
         self._rand_vec: np.ndarray | None = None
-
-    def _rebuild_with_distractors(self, count: int) -> None:
-        import mujoco
-
-        spec = mujoco.MjSpec.from_file(self._env.model_name)
-        add_distractors(spec, count)
-        self._env.model = spec.compile()
-        self._env.data = mujoco.MjData(self._env.model)
-        mujoco.mj_forward(self._env.model, self._env.data)
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         env = self._env
@@ -111,7 +97,8 @@ class MetaWorldEnv:
         for camera in self.task.cameras:
             assert self._renderer is not None
             rgb, depth, _ = self._renderer.render(self._env.data, view_for(camera.name, self._variant),
-                                                  camera.width, camera.height, camera.depth)
+                                                  camera.width, camera.height, camera.depth,
+                                                  distractor_geoms(self._variant))
             observation[f"image.{camera.name}"] = rgb
             if depth is not None:
                 observation[f"depth.{camera.name}"] = depth

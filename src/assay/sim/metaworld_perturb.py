@@ -121,6 +121,11 @@ class ModelPerturber:
         model.dof_damping[:] = n["dof_damping"] * value_of(variant, "joint.damping")
         self.env.action_scale = self._action_scale * value_of(variant, "control.gain")
         self.env.frame_skip = int(value_of(variant, "control.frame_skip"))
+        import mujoco
+
+        # Derived quantities (world light directions, ...) follow the model only after a forward pass;
+        # it reads the state and never changes it.
+        mujoco.mj_forward(model, self.env.data)
 
 
 def view_for(name: str, variant: Variant) -> View:
@@ -135,13 +140,11 @@ def view_for(name: str, variant: Variant) -> View:
     )
 
 
-def add_distractors(spec: Any, count: int) -> None:
-    """Add ``count`` coloured, non-colliding blocks on the table to a MjSpec (build time)."""
-    import mujoco
+# Where distractor blocks stand (table coordinates) and their colours: fixed, so a level is one scene.
+DISTRACTORS = (((-0.25, 0.75, 0.03), (0.1, 0.6, 0.1, 1.0)), ((0.25, 0.75, 0.03), (0.9, 0.8, 0.1, 1.0)),
+               ((-0.2, 0.5, 0.03), (0.6, 0.1, 0.7, 1.0)))
 
-    spots = ((-0.25, 0.75), (0.25, 0.75), (-0.2, 0.5))
-    colors = ((0.1, 0.6, 0.1, 1.0), (0.9, 0.8, 0.1, 1.0), (0.6, 0.1, 0.7, 1.0))
-    for i in range(count):
-        body = spec.worldbody.add_body(name=f"assay_distractor_{i}", pos=[spots[i][0], spots[i][1], 0.03])
-        body.add_geom(name=f"assay_distractor_geom_{i}", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.03, 0.03, 0.03],
-                      rgba=list(colors[i]), contype=0, conaffinity=0)
+
+def distractor_geoms(variant: Variant) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
+    """The (position, rgba) of each distractor block the variant asks for."""
+    return DISTRACTORS[: int(value_of(variant, "distractor.count"))]

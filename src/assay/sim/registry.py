@@ -15,9 +15,9 @@ from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task
 from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
 from assay.sim.protocol import SimEnv
-from assay.spec import NOMINAL, TaskSpec, Variant, parse_task_ref
+from assay.spec import TaskSpec, parse_task_ref
 
-BACKENDS: dict[str, Callable[[TaskSpec, Variant], SimEnv]] = {
+BACKENDS: dict[str, Callable[[TaskSpec], SimEnv]] = {
     "metaworld": MetaWorldEnv,
     "gymnasium": GymnasiumEnv,
 }
@@ -93,10 +93,10 @@ def default_registry() -> TaskRegistry:
     return TaskRegistry(metaworld_task(name) for name in METAWORLD_TASKS)
 
 
-def make_env(task: TaskSpec, build: Variant | None = None) -> SimEnv:
-    """Build an environment for ``task``; ``build`` holds build-time perturbations (see factors)."""
+def make_env(task: TaskSpec) -> SimEnv:
+    """Build an environment for ``task`` (variants are applied per episode, see ``perturbed``)."""
     try:
         factory = BACKENDS[task.backend]
     except KeyError:
         raise UnsupportedError(f"{task.id}: unknown backend {task.backend!r}") from None
-    return factory(task, build or NOMINAL)
+    return factory(task)

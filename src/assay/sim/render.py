@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,8 @@ class CameraRenderer:
             self._renderers[key] = renderer
         return self._renderers[key]
 
-    def render(self, data: Any, view: View, width: int, height: int, depth: bool = False) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    def render(self, data: Any, view: View, width: int, height: int, depth: bool = False,
+               boxes: Sequence[tuple[Sequence[float], Sequence[float]]] = ()) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """RGB (H, W, 3) uint8, depth (H, W) float32 metres along the view axis or None, and the
         pose MuJoCo actually used (same layout as :func:`calibration`)."""
         import mujoco
@@ -83,6 +85,7 @@ class CameraRenderer:
         self.model.vis.global_.fovy = view.fovy
         renderer = self._renderer(width, height)
         renderer.update_scene(data, camera=camera)
+        self._add_boxes(renderer.scene, boxes)
         rgb = renderer.render().copy()
         gl_camera = renderer.scene.camera[0]
         pose = np.concatenate([gl_camera.pos, gl_camera.forward, gl_camera.up, [view.fovy]])
@@ -90,9 +93,22 @@ class CameraRenderer:
         if depth:
             renderer.enable_depth_rendering()
             renderer.update_scene(data, camera=camera)
+            self._add_boxes(renderer.scene, boxes)
             depth_image = renderer.render().astype(np.float32)
             renderer.disable_depth_rendering()
         return rgb, depth_image, pose
+
+    @staticmethod
+    def _add_boxes(scene: Any, boxes: Sequence[tuple[Sequence[float], Sequence[float]]]) -> None:
+        """Draw visual-only boxes (distractors): in the picture, never in the physics."""
+        import mujoco
+
+        for position, rgba in boxes:
+            if scene.ngeom >= scene.maxgeom:
+                break
+            mujoco.mjv_initGeom(scene.geoms[scene.ngeom], mujoco.mjtGeom.mjGEOM_BOX, np.full(3, 0.03),
+                                np.asarray(position, dtype=np.float64), np.eye(3).reshape(-1), np.asarray(rgba, dtype=np.float32))
+            scene.ngeom += 1
 
     def close(self) -> None:
         for renderer in self._renderers.values():

@@ -53,6 +53,7 @@ class CampaignSpec(BaseModel):
     policies: tuple[PolicySpec, ...] = Field(min_length=1)
     variants: tuple[VariantRequest, ...] = ({},)
     cameras: tuple[CameraSpec, ...] = ()
+    horizon: int | None = Field(default=None, gt=0, description="cap every task's horizon (a new task hash)")
     envs_per_worker: int = Field(default=4, gt=0, le=256)
     replan_every: int | None = Field(
         default=None, gt=0, le=10_000,

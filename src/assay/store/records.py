@@ -40,6 +40,7 @@ class EpisodeRecord:
     success_step: int | None
     trajectory_hash: str
     initial_conditions: dict[str, Any] = field(default_factory=dict)
+    policy_info: dict[str, Any] = field(default_factory=dict)  # the policy's own account (chosen skill, ...)
     data_path: str | None = None
     data_sha256: str | None = None
     timings: dict[str, float] = field(default_factory=dict)

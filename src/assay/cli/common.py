@@ -1,0 +1,41 @@
+"""What every command module shares: option types, the store default and one-line errors.
+
+Command modules import this, never ``cli.app`` (which imports them to register).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from assay.cli import render
+from assay.errors import AssayError
+from assay.store import Store
+
+DEFAULT_STORE = os.environ.get("ASSAY_STORE", "assay-store")
+StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (env ASSAY_STORE).")]
+CatalogOpt = Annotated[Optional[str], typer.Option("--catalog", help="Catalog database URL (default: SQLite in the store).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Any AssayError becomes one red line on stderr and exit status 2."""
+    try:
+        yield
+    except AssayError as exc:
+        render.err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def open_store(store: Path, catalog: str | None, create: bool = False) -> Store:
+    return Store(store, catalog, create=create)
+
+
+def split_list(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]

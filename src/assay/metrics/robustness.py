@@ -1,0 +1,126 @@
+"""Robustness retention on paired seeds, and the per-axis robustness profile.
+
+For a policy and a non-nominal variant, a *pair* is one (task, seed) that ran both
+nominal and under the variant (seeds are shared by construction); pairs where
+either side is ``error`` are dropped. Retention = successes under the variant /
+successes at nominal over the same pairs (the ratio of the two rates), with a
+percentile bootstrap interval over pairs and McNemar's exact test on the
+discordant pairs. Retention is undefined (None) when nominal never succeeded.
+The profile pools every level of every factor of one axis.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from assay.errors import AssayError
+from assay.metrics.bootstrap import generator, percentile_interval
+from assay.metrics.comparisons import mcnemar_exact
+from assay.store import EpisodeRecord, Outcome
+
+
+@dataclass(frozen=True)
+class RetentionRow:
+    policy: str
+    variant: str
+    axis: str
+    factors: str
+    pairs: int
+    nominal_successes: int
+    variant_successes: int
+    retention: float | None
+    ci_low: float | None
+    ci_high: float | None
+    only_nominal: int  # discordant: succeeded at nominal, failed under the variant
+    only_variant: int
+    p_value: float
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _axis(record: EpisodeRecord) -> str:
+    axes = sorted({p["axis"] for p in record.variant.get("perturbations", [])})
+    return "+".join(axes) if axes else "nominal"
+
+
+def _factors(record: EpisodeRecord) -> str:
+    return ",".join(sorted(p["factor"] for p in record.variant.get("perturbations", [])))
+
+
+def _retention(nominal: np.ndarray, variant: np.ndarray, confidence: float, n_resamples: int, seed: int,
+               ) -> tuple[float | None, float | None, float | None]:
+    if nominal.sum() == 0:
+        return None, None, None
+    point = float(variant.sum() / nominal.sum())
+    rng = generator(seed)
+    index = rng.integers(0, len(nominal), size=(n_resamples, len(nominal)))
+    denominators = nominal[index].sum(axis=1)
+    usable = denominators > 0  # a resample with no nominal success has no retention
+    samples = variant[index].sum(axis=1)[usable] / denominators[usable]
+    interval = percentile_interval(samples, confidence)
+    return point, (interval.low if interval else None), (interval.high if interval else None)
+
+
+def retention_table(records: Iterable[EpisodeRecord], confidence: float = 0.95, n_resamples: int = 2000,
+                    seed: int = 0) -> list[RetentionRow]:
+    """One row per (policy, non-nominal variant), sorted by policy, axis and variant name."""
+    outcomes: dict[tuple[str, str], dict[tuple[str, int], bool]] = defaultdict(dict)
+    described: dict[str, EpisodeRecord] = {}
+    for record in records:
+        if record.outcome is Outcome.ERROR:
+            continue
+        outcomes[(record.policy_name, record.variant_key)][(record.task_id, record.seed)] = record.outcome is Outcome.SUCCESS
+        described.setdefault(record.variant_key, record)
+    if "nominal" not in described and described:
+        raise AssayError("robustness retention needs nominal episodes on the same seeds: add 'nominal' to the variants")
+    rows = []
+    for (policy, variant_key), results in outcomes.items():
+        if variant_key == "nominal":
+            continue
+        nominal = outcomes.get((policy, "nominal"), {})
+        paired = sorted(set(results) & set(nominal))
+        base = np.array([nominal[k] for k in paired], dtype=float)
+        perturbed = np.array([results[k] for k in paired], dtype=float)
+        retention, low, high = _retention(base, perturbed, confidence, n_resamples, seed) if paired else (None, None, None)
+        only_nominal = int(np.sum((base == 1) & (perturbed == 0)))
+        only_variant = int(np.sum((base == 0) & (perturbed == 1)))
+        example = described[variant_key]
+        rows.append(RetentionRow(policy, example.variant_name, _axis(example), _factors(example), len(paired),
+                                 int(base.sum()), int(perturbed.sum()), retention, low, high, only_nominal,
+                                 only_variant, mcnemar_exact(only_nominal, only_variant)))
+    return sorted(rows, key=lambda r: (r.policy, r.axis, r.variant))
+
+
+@dataclass(frozen=True)
+class AxisProfile:
+    policy: str
+    axis: str
+    variants: int
+    pairs: int
+    retention: float | None  # pooled over every level of every factor on the axis
+    worst_variant: str | None
+    worst_retention: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def robustness_profile(rows: Iterable[RetentionRow]) -> list[AxisProfile]:
+    """Per policy and axis: pooled retention and the variant that hurts most."""
+    groups: dict[tuple[str, str], list[RetentionRow]] = defaultdict(list)
+    for row in rows:
+        groups[(row.policy, row.axis)].append(row)
+    profile = []
+    for (policy, axis), members in sorted(groups.items()):
+        nominal = sum(r.nominal_successes for r in members)
+        defined = [r for r in members if r.retention is not None]
+        worst = min(defined, key=lambda r: r.retention) if defined else None  # type: ignore[arg-type, return-value]
+        profile.append(AxisProfile(policy, axis, len(members), sum(r.pairs for r in members),
+                                   sum(r.variant_successes for r in members) / nominal if nominal else None,
+                                   worst.variant if worst else None, worst.retention if worst else None))
+    return profile

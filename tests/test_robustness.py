@@ -1,0 +1,54 @@
+"""Retention on paired seeds against a hand-built example, and the profile per axis."""
+
+from __future__ import annotations
+
+import pytest
+
+from assay.errors import AssayError
+from assay.metrics import retention_table, robustness_profile
+from assay.store import EpisodeRecord, Outcome
+
+
+def _record(policy, variant, seed, outcome, task="t@1"):
+    perturbations = [] if variant == "nominal" else [{"axis": variant.split(":")[0], "factor": variant.split(":")[1], "value": 1}]
+    return EpisodeRecord(key=f"{policy}{variant}{task}{seed}", campaign="c", task_id=task, task_hash="h",
+                         variant_key=variant, variant_name=variant, variant={"perturbations": perturbations},
+                         policy_name=policy, policy_version="1", policy_spec={}, seed=seed, episode_index=seed,
+                         instruction="", outcome=outcome, reason="", steps=1, total_return=0.0, success_step=None,
+                         trajectory_hash="")
+
+
+S, F, E = Outcome.SUCCESS, Outcome.FAILURE, Outcome.ERROR
+
+
+def test_retention_is_computed_on_paired_seeds_only():
+    records = [_record("p", "nominal", s, o) for s, o in enumerate([S, S, S, S, F, S])]
+    # seed 5's variant episode is an error: that pair is dropped on both sides.
+    records += [_record("p", "visual:light", s, o) for s, o in enumerate([S, F, F, S, S, E])]
+    records += [_record("p", "visual:light", 9, S)]  # no nominal partner: not a pair
+    (row,) = retention_table(records)
+    assert row.pairs == 5
+    assert (row.nominal_successes, row.variant_successes) == (4, 3)
+    assert row.retention == pytest.approx(3 / 4)
+    assert (row.only_nominal, row.only_variant) == (2, 1)
+    assert row.p_value == pytest.approx(1.0)  # McNemar exact, 2 vs 1 discordant: two-sided p = 1
+    assert row.ci_low <= row.retention <= row.ci_high
+
+
+def test_retention_is_undefined_when_nominal_never_succeeds_and_profiles_pool_an_axis():
+    records = [_record("p", "nominal", s, F) for s in range(3)] + [_record("p", "visual:light", s, S) for s in range(3)]
+    (row,) = retention_table(records)
+    assert row.retention is None and row.ci_low is None
+    records = [_record("q", "nominal", s, S) for s in range(4)]
+    records += [_record("q", "visual:light", s, o) for s, o in enumerate([S, S, F, F])]
+    records += [_record("q", "visual:camera", s, o) for s, o in enumerate([S, S, S, F])]
+    records += [_record("q", "semantic:instruction", s, o) for s, o in enumerate([F, F, F, F])]
+    profile = {p.axis: p for p in robustness_profile(retention_table(records))}
+    assert profile["visual"].retention == pytest.approx(5 / 8)
+    assert profile["visual"].worst_variant == "visual:light" and profile["visual"].worst_retention == 0.5
+    assert profile["semantic"].retention == 0.0
+
+
+def test_retention_needs_nominal():
+    with pytest.raises(AssayError, match="add 'nominal' to the variants"):
+        retention_table([_record("p", "visual:light", 0, S)])

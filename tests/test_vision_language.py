@@ -1,0 +1,63 @@
+"""Policies the perturbation axes can fool, run as real campaigns: the perception expert (camera in
+the loop) under a lighting change, and the instruction router under a far paraphrase."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from assay.run import InlineExecutor, prepare_campaign, run_campaign
+from assay.spec import campaign_from_data
+from assay.store import Outcome, Store, read_video, video_relpath
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+def _run(tmp_path, data):
+    store = Store(tmp_path / "store")
+    run_campaign(prepare_campaign(campaign_from_data(data)), store, InlineExecutor(store.root))
+    return store, store.catalog.episodes(campaign=data["name"])
+
+
+def test_perception_expert_sees_the_goal_and_is_blinded_by_darkness(tmp_path):
+    store, records = _run(tmp_path, {
+        "name": "vision", "seed": 3, "episodes": 2, "horizon": 150, "envs_per_worker": 2,
+        "tasks": ["metaworld/push@1"], "policies": ["perception-expert", "expert"],
+        "variants": ["nominal", {"light.intensity": 0.1}],
+        "cameras": [{"name": "front", "width": 128, "height": 128, "depth": True}],
+    })
+    outcome = {(r.policy_name, r.variant_name): [] for r in records}
+    for r in records:
+        outcome[(r.policy_name, r.variant_name)].append(r.outcome)
+    assert outcome[("perception-expert", "nominal")] == [Outcome.SUCCESS] * 2
+    assert Outcome.SUCCESS not in outcome[("perception-expert", "light.intensity=0.1")]
+    assert outcome[("expert", "light.intensity=0.1")] == [Outcome.SUCCESS] * 2  # ground truth is not fooled
+    seen = next(r for r in records if r.policy_name == "perception-expert" and r.variant_name == "nominal")
+    assert seen.policy_info["detections"]["goal"] == seen.steps
+    assert seen.policy_info["estimate_error_m"]["goal"] < 0.02
+    dark = next(r for r in records if r.policy_name == "perception-expert" and r.variant_name != "nominal")
+    assert dark.policy_info["detections"]["goal"] == 0
+
+    frames = read_video(store.root, video_relpath(seen.key, "front"))  # one MP4 frame per step
+    steps = store.steps(seen)
+    assert frames.shape == (seen.steps, 128, 128, 3)
+    assert steps.column("observation.images.front").to_pylist() == list(range(seen.steps))
+    assert np.abs(frames[0].astype(float) - frames[-1]).mean() > 0.5  # the arm moved
+
+
+def test_router_follows_the_instruction_and_misroutes_a_far_paraphrase(tmp_path):
+    _, records = _run(tmp_path, {
+        "name": "language", "seed": 1, "episodes": 2, "horizon": 150, "envs_per_worker": 2,
+        "tasks": ["metaworld/push@1"], "policies": ["router"],
+        "variants": ["nominal", {"instruction.paraphrase": "terse"}, {"instruction.paraphrase": "indirect"}],
+    })
+    by_variant: dict[str, list] = {}
+    for r in records:
+        by_variant.setdefault(r.variant_name, []).append(r)
+    assert all(r.policy_info["chosen_skill"] == "push-v3" and r.outcome is Outcome.SUCCESS for r in by_variant["nominal"])
+    terse = by_variant['instruction.paraphrase="terse"']
+    assert all(r.instruction == "push puck to goal" and r.policy_info["chosen_skill"] == "push-v3" for r in terse)
+    far = by_variant['instruction.paraphrase="indirect"']
+    assert all(r.instruction == "nudge that thing over to where it belongs" for r in far)
+    assert all(r.policy_info["chosen_skill"] != "push-v3" and r.outcome is not Outcome.SUCCESS for r in far)
+    assert {r.seed for r in far} == {r.seed for r in by_variant["nominal"]}  # paired seeds
