@@ -7,7 +7,17 @@ STORE ?= runs/demo
 
 .PHONY: demo test test-fast test-ray test-postgres bench bench-scale install install-test clean
 
-$(VENV)/.installed: pyproject.toml
+# System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
+SYSTEM_READY := $(VENV)/.system
+
+$(SYSTEM_READY):
+	@mkdir -p $(VENV)
+	@ldconfig -p 2>/dev/null | grep -q libOSMesa || { \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libosmesa6; \
+		else echo "camera rendering needs libOSMesa: sudo apt-get install libosmesa6"; fi; }
+	@touch $@
+
+$(VENV)/.installed: pyproject.toml $(SYSTEM_READY)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
