@@ -25,7 +25,8 @@ ALLOWED = {
     "store": {"spec"},
     "run": {"spec", "sim", "policies", "store"},
     "metrics": {"spec", "store"},
-    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "cli"},
+    "failures": {"spec", "sim", "policies", "store", "metrics"},
+    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "cli"},
 }
 
 

@@ -179,6 +179,9 @@ serve_commands.register(app)
 from assay.cli import robustness_commands  # noqa: E402  (factors, sweep; results --profile)
 
 robustness_commands.register(app)
+from assay.cli import failures_commands  # noqa: E402
+
+failures_commands.register(app)
 
 
 def main() -> None:

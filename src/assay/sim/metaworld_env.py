@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import UnsupportedError
+from assay.sim.events import EventTracker
 from assay.sim.metaworld_perturb import ModelPerturber, distractor_geoms, view_for
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
 from assay.sim.protocol import Observation, Transition
@@ -66,6 +67,7 @@ class MetaWorldEnv:
         self._wrapped.reset(seed=0)  # sets a task (and observability) on the Sawyer env
         self._env: Any = self._wrapped.unwrapped
         self._perturber = ModelPerturber(self._env)
+        self._events = EventTracker(self._env, task.action.high)
         self._renderer = CameraRenderer(self._env.model) if task.cameras else None
         if task.cameras:  # Meta-World's red fingertip markers are debugging aids a real camera would not see
             for name in ("rightEndEffector", "leftEndEffector"):
@@ -90,6 +92,7 @@ class MetaWorldEnv:
         if self._perturber.object_body is None:
             self._perturber.locate_object(np.asarray(observation[4:7]))
         self._perturber.apply_after_reset(self._variant)
+        self._events.reset(self._perturber.object_body, np.asarray(observation))
         return self._observation(observation)
 
     def _observation(self, state: np.ndarray) -> Observation:
@@ -108,13 +111,14 @@ class MetaWorldEnv:
 
     def step(self, action: np.ndarray) -> Transition:
         observation, reward, terminated, truncated, info = self._env.step(action)
+        events = self._events.step(action, np.asarray(observation))  # recorded as info.<event> step columns
         return Transition(
             observation=self._observation(observation),
             reward=float(reward),
             terminated=bool(terminated),
             truncated=bool(truncated),
             success=bool(info.get("success", 0.0)),
-            info={key: float(info[key]) for key in INFO_KEYS if key in info},
+            info={**{key: float(info[key]) for key in INFO_KEYS if key in info}, **events},
         )
 
     def initial_conditions(self) -> dict[str, Any]:

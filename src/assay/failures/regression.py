@@ -1,0 +1,176 @@
+"""Regression sets: failing (task, variant, seed) cases frozen into named, versioned files.
+
+Layout under the store root::
+
+    regression/<name>/v<N>.json          the set, version N (never rewritten)
+    regression/<name>/runs/<NNNN>.json   one rerun: set version, policy, outcome per case
+
+Mining splits the failures deterministically (by a hash of the case) into the
+mined set ``<name>`` and a held-out set ``<name>.heldout``; a fix is developed
+against the mined set and checked on the held-out one, so mining cannot
+quietly become overfitting. A rerun is compared with the previous run of the
+same set (or, for the first, with the failures it was mined from).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.spec import TaskSpec, Variant, content_hash
+from assay.store import EpisodeRecord, Outcome
+
+HELDOUT_SUFFIX = ".heldout"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+class RegressionError(AssayError):
+    pass
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    task: dict[str, Any]  # the full TaskSpec, so a rerun uses exactly the mined task
+    variant: dict[str, Any]
+    seed: int
+    instruction: str
+    source_key: str
+
+    @property
+    def task_spec(self) -> TaskSpec:
+        return TaskSpec.model_validate(self.task)
+
+    @property
+    def variant_spec(self) -> Variant:
+        return Variant.model_validate(self.variant)
+
+    @property
+    def label(self) -> str:
+        return f"{self.task['name']} | {self.variant_spec.name} | seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class RegressionSet:
+    name: str
+    version: int
+    split: str  # mined or heldout
+    source: str
+    cases: tuple[Case, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "split": self.split, "source": self.source,
+                "cases": [asdict(c) for c in self.cases]}
+
+
+def case_from(record: EpisodeRecord, task: TaskSpec) -> Case:
+    identity = {"task": task.id, "task_hash": task.content_hash(), "variant": record.variant_key, "seed": record.seed}
+    return Case(content_hash(identity, length=16), task.model_dump(mode="json"), record.variant, record.seed,
+                record.instruction, record.key)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _set_dir(root: Path, name: str) -> Path:
+    return root / "regression" / name
+
+
+def _check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise RegressionError(f"regression set name {name!r} is not valid; use letters, digits, '_' and '-' (max 64)")
+
+
+def versions(root: Path, name: str) -> list[int]:
+    return sorted(int(p.stem[1:]) for p in _set_dir(root, name).glob("v*.json") if p.stem[1:].isdigit())
+
+
+def load_set(root: Path, name: str, version: int | None = None) -> RegressionSet:
+    found = versions(root, name)
+    if not found:
+        known = sorted(p.name for p in (root / "regression").glob("*") if p.is_dir())
+        raise RegressionError(f"no regression set {name!r} in {root}; known: {', '.join(known) or 'none'}")
+    chosen = found[-1] if version is None else version
+    if chosen not in found:
+        raise RegressionError(f"regression set {name!r} has no version {chosen}; versions: {', '.join(map(str, found))}")
+    data = json.loads((_set_dir(root, name) / f"v{chosen}.json").read_text())
+    return RegressionSet(data["name"], data["version"], data["split"], data["source"],
+                         tuple(Case(**c) for c in data["cases"]))
+
+
+def _save_version(root: Path, name: str, split: str, source: str, cases: list[Case]) -> RegressionSet:
+    """A new version when the cases changed; the latest version when they did not."""
+    cases = sorted(cases, key=lambda c: c.id)
+    found = versions(root, name)
+    if found:
+        latest = load_set(root, name)
+        if [c.id for c in latest.cases] == [c.id for c in cases]:
+            return latest
+    regression_set = RegressionSet(name, (found[-1] + 1) if found else 1, split, source, tuple(cases))
+    _write_json(_set_dir(root, name) / f"v{regression_set.version}.json", regression_set.to_dict())
+    return regression_set
+
+
+def add_sets(root: Path, name: str, source: str, cases: list[Case], holdout: float) -> tuple[RegressionSet, RegressionSet | None]:
+    """Freeze ``cases`` into ``name`` (mined) and ``name.heldout`` (a ``holdout`` share, by case hash)."""
+    _check_name(name)
+    if not 0.0 <= holdout < 1.0:
+        raise RegressionError(f"--holdout {holdout} is not valid; valid: 0 <= holdout < 1")
+    if not cases:
+        raise RegressionError(f"no failing episodes match in {source}; nothing to freeze into {name!r}")
+    unique = list({c.id: c for c in cases}.values())
+    held = [c for c in unique if int(c.id[:8], 16) / 0xFFFFFFFF < holdout]
+    mined = [c for c in unique if c not in held]
+    mined_set = _save_version(root, name, "mined", source, mined)
+    held_set = _save_version(root, name + HELDOUT_SUFFIX, "heldout", source, held) if held else None
+    return mined_set, held_set
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    fixed: tuple[str, ...]
+    still_failing: tuple[str, ...]
+    newly_failing: tuple[str, ...]
+    still_passing: tuple[str, ...]
+    baseline: str  # "mined" or the previous run's number
+
+    def counts(self) -> dict[str, int]:
+        return {"fixed": len(self.fixed), "still_failing": len(self.still_failing),
+                "newly_failing": len(self.newly_failing), "still_passing": len(self.still_passing)}
+
+
+def diff_runs(previous: dict[str, bool] | None, current: dict[str, bool], baseline: str) -> RunDiff:
+    """Per case: passed before? passes now? (no previous run: every case failed when it was mined)."""
+    before = previous if previous is not None else {case: False for case in current}
+    groups: dict[tuple[bool, bool], list[str]] = {(a, b): [] for a in (True, False) for b in (True, False)}
+    for case, now in sorted(current.items()):
+        groups[(before.get(case, False), now)].append(case)
+    return RunDiff(tuple(groups[(False, True)]), tuple(groups[(False, False)]), tuple(groups[(True, False)]),
+                   tuple(groups[(True, True)]), baseline)
+
+
+def runs(root: Path, name: str) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((_set_dir(root, name) / "runs").glob("*.json"))]
+
+
+def record_run(root: Path, regression_set: RegressionSet, policy: str, outcomes: dict[str, EpisodeRecord]) -> tuple[dict[str, Any], RunDiff]:
+    """Save a rerun's outcomes and diff them against the previous run of this set."""
+    previous = runs(root, regression_set.name)
+    number = len(previous) + 1
+    current = {case: record.outcome is Outcome.SUCCESS for case, record in outcomes.items()}
+    last = previous[-1] if previous else None
+    diff = diff_runs(last["passed"] if last else None, current, f"run {last['run']}" if last else "mined")
+    run = {"run": number, "set": regression_set.name, "version": regression_set.version, "split": regression_set.split,
+           "policy": policy, "passed": current, "keys": {case: r.key for case, r in outcomes.items()},
+           "diff": diff.counts()}
+    _write_json(_set_dir(root, regression_set.name) / "runs" / f"{number:04d}.json", run)
+    return run, diff

@@ -1,0 +1,62 @@
+"""Failure categories stored on the episode: a ``failure_categories`` table beside the catalog's.
+
+The catalog's schema belongs to ``assay.store``; this table lives in the same
+database (``store.catalog.engine``) under its own SQLAlchemy MetaData, keyed by
+episode key, so it joins the episodes table and a PostgreSQL catalog gets it too.
+Rewriting an episode's row replaces it (categorization is a pure function of the
+recorded data, so this is idempotent).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+from assay.failures.categories import Categorized, Category
+from assay.store import Store
+
+metadata = sa.MetaData()
+failure_categories = sa.Table(
+    "failure_categories",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("category", sa.String(40), nullable=True, index=True),
+    sa.Column("family", sa.String(40), nullable=False),
+    sa.Column("signals_json", sa.Text, nullable=False),
+    sa.Column("evidence_json", sa.Text, nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+
+class FailureTable:
+    def __init__(self, store: Store) -> None:
+        self.engine = store.catalog.engine
+        metadata.create_all(self.engine)
+
+    def put(self, items: dict[str, Categorized]) -> None:
+        now = datetime.now(timezone.utc).isoformat()
+        rows = [{"key": key, "category": c.category.value if c.category else None, "family": c.family,
+                 "signals_json": json.dumps([s.value for s in c.signals]),
+                 "evidence_json": json.dumps(c.evidence, sort_keys=True), "created_at": now}
+                for key, c in items.items()]
+        if not rows:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(failure_categories.delete().where(failure_categories.c.key.in_(list(items))))
+            conn.execute(failure_categories.insert(), rows)
+
+    def get(self, keys: list[str] | None = None) -> dict[str, Categorized]:
+        query = sa.select(failure_categories)
+        if keys is not None:
+            query = query.where(failure_categories.c.key.in_(keys))
+        with self.engine.connect() as conn:
+            return {row.key: _categorized(row) for row in conn.execute(query)}
+
+
+def _categorized(row: Any) -> Categorized:
+    return Categorized(Category(row.category) if row.category else None,
+                       tuple(Category(s) for s in json.loads(row.signals_json)), row.family,
+                       json.loads(row.evidence_json))

@@ -1,0 +1,148 @@
+"""Per-step events computed from MuJoCo state: what happened physically, recorded as ``info.<name>``.
+
+An :class:`EventTracker` belongs to one Meta-World environment. ``reset`` is told
+the manipulated object's body (found once by ``ModelPerturber.locate_object``) and
+the first observation; ``step`` returns float scalars for the step just taken:
+
+=====================  ==========================================================
+``ee_obj_dist``        distance (m) from the hand (obs[0:3]) to the object
+``contact``            1 if a finger pad or claw touches the object
+``grasped``            1 if fingers on *both* sides touch the object
+``lifted``             1 if the object is ``LIFT_M`` above where it started
+``dropped``            1 on the step a lifted, grasped object is let go of
+``obj_goal_dist``      distance (m) from the object to the task's goal
+``goal_progress``      1 - obj_goal_dist / (its value at reset); 1 = at goal
+``collision_force``    largest normal force (N) of a robot-scene contact
+``collision``          1 if that force exceeds ``COLLISION_N``
+``joint_limit``        number of arm joints at a limit (fingers excluded)
+``action_saturated``   number of action dimensions at the bound
+``unstable``           1 on NaN/inf in the state or a new MuJoCo warning
+=====================  ==========================================================
+
+Robot-object contacts (a grasp) are not collisions; nor are the object's own
+contacts. With no object located, object events are NaN (a missing value, not 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+LIFT_M = 0.02  # above the initial height: off the table, not jitter
+COLLISION_N = 200.0  # normal force of a robot-scene contact counted as a collision
+JOINT_LIMIT_TOL = 1e-3  # rad (or m) from a limit counts as at the limit
+SATURATION = 0.999  # fraction of the action bound counted as saturated
+EVENT_NAMES = ("ee_obj_dist", "contact", "grasped", "lifted", "dropped", "obj_goal_dist", "goal_progress",
+               "collision_force", "collision", "joint_limit", "action_saturated", "unstable")
+
+_LEFT = ("leftpad", "leftclaw")
+_RIGHT = ("rightpad", "rightclaw")
+_ROBOT = ("right_", "hand", "leftclaw", "rightclaw", "leftpad", "rightpad")
+
+
+def object_bodies(model: Any, root: int | None) -> frozenset[int]:
+    """The object's body and its descendants (handles, lids)."""
+    if root is None:
+        return frozenset()
+    bodies = {root}
+    for i in range(model.nbody):  # bodies are numbered parents first
+        if int(model.body_parentid[i]) in bodies:
+            bodies.add(i)
+    return frozenset(bodies)
+
+
+class EventTracker:
+    """Computes the events of each step of one Sawyer environment (see module docstring)."""
+
+    def __init__(self, env: Any, action_bound: float = 1.0) -> None:
+        self.env = env
+        model = env.model
+        names = [model.body(i).name for i in range(model.nbody)]
+        self._left = frozenset(i for i, n in enumerate(names) if n.startswith(_LEFT))
+        self._right = frozenset(i for i, n in enumerate(names) if n.startswith(_RIGHT))
+        self._robot = frozenset(i for i, n in enumerate(names) if n.startswith(_ROBOT))
+        # Arm joints only: the fingers sit at their limits whenever the gripper is fully open or closed.
+        arm = frozenset(i for i, n in enumerate(names) if n.startswith("right_"))
+        robot_joints = [j for j in range(model.njnt) if int(model.jnt_bodyid[j]) in arm and model.jnt_limited[j]]
+        self._joint_qpos = np.array([model.jnt_qposadr[j] for j in robot_joints], dtype=np.int64)
+        self._joint_range = np.array([model.jnt_range[j] for j in robot_joints], dtype=np.float64).reshape(-1, 2)
+        self._bound = action_bound
+        self._object: frozenset[int] = frozenset()
+        self._root: int | None = None
+        self._z0 = 0.0
+        self._goal_d0 = 1.0
+        self._warnings = 0
+        self._held = False
+
+    def _warning_count(self) -> int:
+        return int(sum(int(w.number) for w in self.env.data.warning))
+
+    def _object_pos(self, state: np.ndarray) -> np.ndarray:
+        return self.env.data.xpos[self._root].copy() if self._root is not None else np.asarray(state[4:7])
+
+    def _goal_dist(self, state: np.ndarray) -> float:
+        goal = getattr(self.env, "_target_pos", None)
+        if goal is None or self._root is None:
+            return float("nan")
+        return float(np.linalg.norm(self._object_pos(state) - np.asarray(goal)))
+
+    def reset(self, object_body: int | None, state: np.ndarray) -> None:
+        self._root = object_body
+        self._object = object_bodies(self.env.model, object_body)
+        self._z0 = float(self._object_pos(state)[2])
+        self._goal_d0 = max(self._goal_dist(state), 1e-6)
+        self._warnings = self._warning_count()
+        self._held = False
+
+    def _contacts(self) -> tuple[bool, bool, float]:
+        """(left finger on object, right finger on object, largest robot-scene normal force)."""
+        import mujoco
+
+        model, data = self.env.model, self.env.data
+        left = right = False
+        force = 0.0
+        wrench = np.zeros(6)
+        for i in range(data.ncon):
+            contact = data.contact[i]
+            a, b = int(model.geom_bodyid[contact.geom1]), int(model.geom_bodyid[contact.geom2])
+            if a in self._object or b in self._object:
+                other = b if a in self._object else a
+                left |= other in self._left
+                right |= other in self._right
+                continue
+            if (a in self._robot) != (b in self._robot):  # robot against the scene, not against itself
+                mujoco.mj_contactForce(model, data, i, wrench)
+                force = max(force, abs(float(wrench[0])))
+        return left, right, force
+
+    def step(self, action: np.ndarray, state: np.ndarray) -> dict[str, float]:
+        data = self.env.data
+        left, right, force = self._contacts()
+        grasped = left and right
+        has_object = self._root is not None
+        nan = float("nan")
+        lifted = has_object and float(self._object_pos(state)[2]) > self._z0 + LIFT_M
+        dropped = self._held and not grasped
+        self._held = grasped and lifted
+        qpos = data.qpos[self._joint_qpos]
+        at_limit = (qpos <= self._joint_range[:, 0] + JOINT_LIMIT_TOL) | (qpos >= self._joint_range[:, 1] - JOINT_LIMIT_TOL)
+        warnings = self._warning_count()
+        finite = bool(np.all(np.isfinite(data.qpos)) and np.all(np.isfinite(data.qvel)) and np.all(np.isfinite(state)))
+        unstable = warnings > self._warnings or not finite
+        self._warnings = warnings
+        goal_dist = self._goal_dist(state)
+        return {
+            "ee_obj_dist": float(np.linalg.norm(np.asarray(state[0:3]) - self._object_pos(state))) if has_object else nan,
+            "contact": float(left or right) if has_object else nan,
+            "grasped": float(grasped) if has_object else nan,
+            "lifted": float(lifted) if has_object else nan,
+            "dropped": float(dropped) if has_object else nan,
+            "obj_goal_dist": goal_dist,
+            "goal_progress": 1.0 - goal_dist / self._goal_d0 if has_object else nan,
+            "collision_force": force,
+            "collision": float(force > COLLISION_N),
+            "joint_limit": float(np.count_nonzero(at_limit)),
+            "action_saturated": float(np.count_nonzero(np.abs(np.asarray(action)) >= SATURATION * self._bound)),
+            "unstable": float(unstable),
+        }

@@ -1,0 +1,25 @@
+"""Policies that fail in a known way (importable by worker processes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from assay.policies import ExpertPolicy, PolicyContext
+
+
+class OpenGripperExpert:
+    """The expert, but the gripper never closes: it reaches the object and cannot pick it up."""
+
+    def __init__(self) -> None:
+        self._expert = ExpertPolicy()
+
+    def reset(self, context: PolicyContext) -> None:
+        self._expert.reset(context)
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        actions = np.array(self._expert.act(observations), dtype=np.float64)
+        actions[:, 3] = -1.0
+        return actions

@@ -1,0 +1,74 @@
+"""The failure-mining CLI end to end on a small real campaign (reach: random fails, expert succeeds)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from assay.cli.app import app
+
+pytestmark = pytest.mark.sim
+runner = CliRunner()
+
+CAMPAIGN = """
+name: mine
+seed: 4
+episodes: 4
+envs_per_worker: 4
+tasks: [metaworld/reach@1]
+policies: [random]
+"""
+
+
+def invoke(*args: str):
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("failures")
+    (root / "c.yaml").write_text(CAMPAIGN)
+    invoke("run", str(root / "c.yaml"), "--store", str(root / "s"), "--executor", "inline")
+    return root / "s"
+
+
+def test_mine_categorizes_and_attributes(store):
+    document = json.loads(invoke("failures", "mine", "--store", str(store), "--json").stdout)
+    assert document["failures"] == 4
+    assert sum(document["categories"].values()) == 4 and "uncategorized" not in document["categories"]
+    assert sum(row["failures"] for row in document["attribution"]) == 4
+
+
+def test_regression_set_rerun_reports_fixed_then_still_passing(store):
+    added = json.loads(invoke("regress", "add", "hard", "--from", "mine", "--store", str(store), "--holdout", "0.25",
+                              "--json").stdout)
+    mined, held = added["mined"]["cases"], (added["heldout"] or {"cases": 0})["cases"]
+    assert mined + held == 4 and added["mined"]["version"] == 1
+    again = json.loads(invoke("regress", "add", "hard", "--from", "mine", "--store", str(store), "--json").stdout)
+    assert again["mined"]["version"] == 1  # same cases: same version
+    first = json.loads(invoke("regress", "run", "hard", "--policy", "random", "--store", str(store), "--json").stdout)
+    assert first[0]["still_failing"] == mined and first[0]["fixed"] == 0  # the same policy, the same seeds
+    second = json.loads(invoke("regress", "run", "hard", "--policy", "expert", "--store", str(store), "--json").stdout)
+    assert second[0]["fixed"] == mined and second[0]["baseline"] == "run 1"
+    assert [row["split"] for row in second] == ["mined", "heldout"][: len(second)]
+    third = json.loads(invoke("regress", "run", "hard", "--policy", "random", "--store", str(store), "--json").stdout)
+    assert third[0]["newly_failing"] == mined
+
+
+def test_point_of_no_return_plot_demos_and_priorities(store):
+    ls = json.loads(invoke("episodes", "ls", "--store", str(store), "--campaign", "mine", "--json").stdout)
+    key = ls["episodes"][0]["key"] if isinstance(ls, dict) else ls[0]["key"]
+    found = json.loads(invoke("failures", "ponr", key, "--store", str(store), "--demos", "--json").stdout)
+    assert found["t"] is not None and 0 < found["t"] <= found["steps"]
+    assert (store / "failures" / "keyframes" / f"{found['key']}.png").stat().st_size > 1000
+    assert found["demos"], "the expert recovers from just before the point of no return"
+    demo = pq.read_table(store / found["demos"][0])
+    assert demo.schema.metadata[b"purpose"] == b"recovery" and demo.schema.metadata[b"source_episode"] == found["key"].encode()
+    assert demo.column("success").to_pylist()[-1] is True
+    rows = json.loads(invoke("priorities", "--store", str(store), "--campaign", "mine", "--json").stdout)
+    assert rows[0]["score"] is not None and rows[0]["recoverable"] == 1
