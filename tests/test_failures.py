@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from assay.failures import Category, attribute, categorize, coverage, diff_runs
+from assay.failures import Category, attribute, coverage, diff_runs
 from assay.failures.categories import Categorized, signals
 from assay.store import EpisodeRecord, Outcome
 
