@@ -20,6 +20,9 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	@# The PostgreSQL catalog tier (tests/test_postgres.py) starts Debian's server on loopback.
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
+	@# The browser tier (tests/test_browser*.py) drives Debian's chromium through Playwright.
+	@test -x /usr/bin/chromium || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	touch $@
 
 install: $(VENV)/.installed

@@ -25,7 +25,9 @@ ALLOWED = {
     "store": {"spec"},
     "run": {"spec", "sim", "policies", "store"},
     "metrics": {"spec", "store"},
-    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "cli"},
+    "report": {"spec", "store", "metrics"},
+    "server": {"spec", "sim", "policies", "store", "run", "metrics", "report", "server"},
+    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "report", "server", "cli"},
 }
 
 

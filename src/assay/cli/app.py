@@ -195,6 +195,9 @@ stats_commands.register(app)
 from assay.cli import serve_commands  # noqa: E402
 
 serve_commands.register(app)
+from assay.cli import report_commands  # noqa: E402  (report, serve)
+
+report_commands.register(app)
 
 
 def main() -> None:
