@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo test test-fast test-ray test-postgres bench bench-scale install install-test clean
+.PHONY: demo report serve test test-fast test-ray test-postgres bench bench-scale install install-test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ install-test: $(VENV)/.installed-test
 demo: install
 	$(ASSAY) run examples/quickstart.yaml --store $(STORE) --workers 2
 	$(ASSAY) results --store $(STORE) --by policy,task
+
+# The demo campaign as one self-contained HTML file, and the live dashboard over the demo store.
+report: install
+	$(ASSAY) report quickstart --store $(STORE) -o $(STORE)/quickstart.html
+
+serve: install
+	$(ASSAY) serve --store $(STORE) --campaigns examples
 
 test: install-test
 	$(PY) -m pytest -q

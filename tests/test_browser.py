@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from assay.report import write_report
 from assay.store import Outcome, Store
 from tests.report_support import report_store  # noqa: F401  (session fixture)
 
@@ -137,3 +138,18 @@ def test_a_write_without_the_token_is_refused_in_the_browser(server: str, page: 
     assert status == 401
     runs = json.loads(urllib.request.urlopen(server + "/api/runs").read())
     assert runs == []  # nothing was started
+
+
+def test_report_renders_offline_in_the_browser(report_store: Path, page: object, tmp_path: Path) -> None:  # noqa: F811
+    with Store(report_store, create=False) as store:
+        path = write_report(store, "tiny", tmp_path / "report.html")
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(path.as_uri())
+    page.locator("#gallery video").first.wait_for()
+    assert page.locator("section svg").count() == 3
+    assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth === 64)")
+    page.evaluate("document.querySelector('#gallery video').play()")
+    page.wait_for_function("document.querySelector('#gallery video').currentTime > 0.2", timeout=15000)
+    assert all(url.startswith(("file:", "data:")) for url in requests), requests
+    _shot(page, "report")
