@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import re
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from assay.cli.app import app
 from assay.metrics import leaderboard, outcome_grid
 from assay.report import gather, robustness_rows, write_report
+from assay.report.figures import sweep_svg
+from assay.spec import campaign_from_data
 from assay.store import EpisodeRecord, Outcome, Store
 from tests.report_support import report_store  # noqa: F401  (session fixture)
 
@@ -45,6 +49,20 @@ def test_retention_pairs_variant_and_nominal_on_the_same_seeds() -> None:
     assert (a.axis, a.factor, a.value) == ("behavioral", "action.noise", "0.5")
     assert rows["b"].pairs == 3 and rows["b"].nominal_rate == 0.0 and rows["b"].retention is None
     assert robustness_rows([_record("a", "nominal", 0, S)]) == []
+    assert sweep_svg(list(rows.values())) is None  # one value of one factor is not a sweep
+
+
+def test_sweep_curves_need_two_values_of_one_factor() -> None:
+    records = [_record("a", "nominal", s, S) for s in range(2)]
+    for value, outcomes in ((0.2, [S, S]), (0.8, [S, F])):
+        for seed, outcome in enumerate(outcomes):
+            r = _record("a", f"noise={value}", seed, outcome)
+            records.append(EpisodeRecord(**{**r.__dict__, "key": f"{r.key}-{value}", "variant": {
+                "perturbations": [{"axis": "behavioral", "factor": "action.noise", "value": value}]}}))
+    rows = robustness_rows(records)
+    assert [(r.value, r.variant_rate, r.retention) for r in rows] == [("0.2", 1.0, 1.0), ("0.8", 0.5, 0.5)]
+    svg = sweep_svg(rows)
+    assert svg is not None and svg.startswith("<svg") and "action.noise" in svg
 
 
 def test_gather_uses_the_real_leaderboard_and_counts(report_store: Path) -> None:  # noqa: F811
@@ -94,6 +112,11 @@ def test_report_is_one_self_contained_file(report_store: Path, tmp_path: Path) -
     assert "data:video/mp4;base64," in html and "<script src" not in html
     assert "not validated for sign-off" in html
     assert re.search(r"assay run tiny\.yaml --store \S+", html)
+    # the YAML in the report is the campaign: running it again resumes the same campaign, not a new one
+    spec_yaml = unescape(re.search(r"<h3>Campaign \(tiny\.yaml\)</h3><pre>(.*?)</pre>", html, re.S).group(1))
+    with Store(report_store, create=False) as store:
+        [saved] = [c for c in store.catalog.campaigns() if c["name"] == "tiny"]
+    assert campaign_from_data(yaml.safe_load(spec_yaml)).content_hash() == saved["spec_hash"]
     assert list(out.parent.iterdir()) == [out]  # no temporary left behind
 
 

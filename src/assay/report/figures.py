@@ -27,6 +27,8 @@ def _pyplot() -> Any:
     except ImportError:
         raise ImportError("report figures need matplotlib: pip install 'matplotlib>=3.8'") from None
     matplotlib.use("Agg", force=True)
+    matplotlib.rcParams["svg.fonttype"] = "none"  # real text in the SVG: smaller, selectable, searchable
+    matplotlib.rcParams["svg.hashsalt"] = "assay"  # stable element ids: the same data gives the same file
     import matplotlib.pyplot as plt
 
     return plt
@@ -113,3 +115,41 @@ def keyframes(store_root: Path, relpath: str, count: int = 4) -> list[tuple[int,
 
 def mp4_data_uri(store_root: Path, relpath: str) -> str:
     return "data:video/mp4;base64," + base64.b64encode((store_root / relpath).read_bytes()).decode("ascii")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def sweep_svg(rows: Sequence[RobustnessRow]) -> str | None:
+    """Success vs value for every single factor swept over two or more numeric values (None when there is none).
+
+    One panel per factor, one line per policy; the policy's nominal rate on the same seeds is the dashed line.
+    """
+    by_factor: dict[str, list[RobustnessRow]] = {}
+    for row in rows:
+        if "," not in row.factor and _number(row.value) is not None and row.variant_rate is not None:
+            by_factor.setdefault(row.factor, []).append(row)
+    swept = {f: rs for f, rs in sorted(by_factor.items()) if len({r.value for r in rs}) >= 2}
+    if not swept:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(swept), figsize=(3.6 * len(swept) + 0.8, 2.8), squeeze=False)
+    for ax, (factor, members) in zip(axes[0], swept.items()):
+        for k, policy in enumerate(sorted({r.policy for r in members})):
+            points = sorted((_number(r.value), r.variant_rate, r.nominal_rate) for r in members if r.policy == policy)
+            colour = f"C{k}"
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colour, label=policy)
+            nominal = [p[2] for p in points if p[2] is not None]
+            if nominal:
+                ax.axhline(sum(nominal) / len(nominal), color=colour, ls="--", lw=0.8)
+        ax.set_title(factor, fontsize=10)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("value")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("success rate")
+    axes[0][-1].legend(fontsize=8)
+    return _svg(fig)

@@ -86,9 +86,11 @@ def _robustness(data: ReportData) -> str:
     rows = [[escape(r.policy), escape(r.axis), escape(r.factor), escape(r.value), str(r.pairs), _pct(r.nominal_rate),
              _pct(r.variant_rate), "–" if r.retention is None else f"{r.retention:.2f}"]
             for r in sorted(data.robustness, key=lambda r: (r.policy, r.axis, r.factor, r.value))]
+    sweep = figures.sweep_svg(data.robustness)
     return (_table(["policy", "axis", "factor", "value", "pairs", "nominal", "variant", "retention"], rows,
                    {4, 5, 6, 7})
-            + f"<div class='figure'>{figures.robustness_svg(data.robustness)}</div>")
+            + f"<div class='figure'>{figures.robustness_svg(data.robustness)}</div>"
+            + (f"<h3>Sweep curves</h3><div class='figure'>{sweep}</div>" if sweep else ""))
 
 
 def _failures(data: ReportData) -> str:
@@ -128,7 +130,8 @@ def _gallery(data: ReportData, store_root: Path, embed_video: bool, out_dir: Pat
                 for i, uri in frames) + "</div>")
             src = figures.mp4_data_uri(store_root, relpath) if embed_video else \
                 escape(os.path.relpath(store_root / relpath, out_dir))
-            media.append(f"<video controls muted loop preload='metadata' src='{src}'></video>")
+            # the last keyframe as poster: a paused video shows where the episode ended, not a black box
+            media.append(f"<video controls muted loop preload='metadata' poster='{frames[-1][1]}' src='{src}'></video>")
         if not item.videos:
             media.append("<p class='muted'>No camera video recorded (campaign without cameras).</p>")
         cards.append(

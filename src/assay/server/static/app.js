@@ -108,6 +108,10 @@ async function campaignsView() {
     catch (e) { out.innerHTML = `<span class="warn">${esc(e.status)}: ${esc(e.message)}</span>`; }
   };
   view.querySelectorAll("[data-cancel]").forEach(b => b.onclick = async () => { await write(`/api/runs/${b.dataset.cancel}/cancel`); route(); });
+  if (campaigns.some(c => c.running) || runs.some(r => r.state === "running")) {  // refresh while something runs
+    const timer = setTimeout(() => { if (!document.activeElement || document.activeElement.tagName !== "INPUT") route(); }, 2000);
+    cleanup.push(() => clearTimeout(timer));
+  }
 }
 
 async function campaignView(name) {
