@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from assay.cli.report_commands import is_loopback
 from assay.metrics import leaderboard, outcome_grid
 from assay.server import ServerConfig, create_app
-from assay.store import Outcome, Store
+from assay.store import Store
 from tests.report_support import report_store  # noqa: F401  (session fixture)
 
 TOKEN = "s3cret-token"
