@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo test test-fast test-ray test-postgres bench bench-scale install install-test clean
+.PHONY: demo report serve test test-fast test-ray test-postgres bench bench-scale install install-test clean
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
 SYSTEM_READY := $(VENV)/.system
@@ -30,6 +30,9 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	@# The PostgreSQL catalog tier (tests/test_postgres.py) starts Debian's server on loopback.
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
+	@# The browser tier (tests/test_browser*.py) drives Debian's chromium through Playwright.
+	@test -x /usr/bin/chromium || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	touch $@
 
 install: $(VENV)/.installed
@@ -38,6 +41,13 @@ install-test: $(VENV)/.installed-test
 demo: install
 	$(ASSAY) run examples/quickstart.yaml --store $(STORE) --workers 2
 	$(ASSAY) results --store $(STORE) --by policy,task
+
+# The demo campaign as one self-contained HTML file, and the live dashboard over the demo store.
+report: install
+	$(ASSAY) report quickstart --store $(STORE) -o $(STORE)/quickstart.html
+
+serve: install
+	$(ASSAY) serve --store $(STORE) --campaigns examples
 
 test: install-test
 	$(PY) -m pytest -q

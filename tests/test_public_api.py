@@ -26,7 +26,9 @@ ALLOWED = {
     "run": {"spec", "sim", "policies", "store"},
     "metrics": {"spec", "store"},
     "failures": {"spec", "sim", "policies", "store", "metrics"},
-    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "cli"},
+    "report": {"spec", "store", "metrics", "failures"},
+    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "report", "server"},
+    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "report", "server", "cli"},
 }
 
 

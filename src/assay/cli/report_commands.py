@@ -1,0 +1,86 @@
+"""``assay report`` (a self-contained HTML file) and ``assay serve`` (the web dashboard)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from assay.cli import render
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, StoreOpt, user_errors
+from assay.errors import AssayError
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)
+    app.command("serve")(serve)
+
+
+def report(
+    campaign: Annotated[str, typer.Argument(help="Campaign name in the store.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    link_video: Annotated[bool, typer.Option("--link-video", help="Link gallery videos relative to the report "
+                                             "instead of embedding them (smaller file, needs the store beside it).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a line.")] = False,
+) -> None:
+    """Write one self-contained HTML report of a campaign (works offline: inline SVG figures, embedded video)."""
+    from assay.report import write_report
+    from assay.store import Store
+
+    with user_errors():
+        with Store(store, catalog, create=False) as opened:
+            path = write_report(opened, campaign, output, embed_video=not link_video)
+    if json_out:
+        render.print_json({"campaign": campaign, "report": str(path), "bytes": path.stat().st_size})
+    else:
+        render.console.print(f"report of {campaign} written to {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to bind; anything but loopback exposes the dashboard.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8080,
+    token: Annotated[Optional[str], typer.Option("--token", help="Token for writes (start/cancel); "
+                                                 "generated and printed when omitted (env ASSAY_TOKEN).")] = None,
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    campaigns: Annotated[Optional[Path], typer.Option("--campaigns", help="Directory of campaign YAML files that "
+                                                      "may be started (default: the current directory).")] = None,
+    executor: Annotated[str, typer.Option("--executor", "-x", help="Executor for started campaigns: inline | local | ray")] = "local",
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Workers for started campaigns.")] = 2,
+) -> None:
+    """Serve the dashboard and JSON API (OpenAPI at /docs) over a store."""
+    import uvicorn
+
+    from assay.server import ServerConfig, create_app
+
+    with user_errors():
+        if executor not in ("inline", "local", "ray"):
+            raise AssayError(f"executor {executor!r} is not valid; valid: inline, local, ray")
+        campaigns_dir = (campaigns or Path.cwd()).expanduser().resolve()
+        if not campaigns_dir.is_dir():
+            raise AssayError(f"campaign directory {campaigns_dir} does not exist")
+        token = token or os.environ.get("ASSAY_TOKEN") or secrets.token_urlsafe(24)
+        config = ServerConfig(Path(store), token, campaigns_dir, catalog, executor, workers)
+        app = create_app(config)
+    if not is_loopback(host):
+        render.err_console.print(f"[bold yellow]warning:[/] binding {host}: the dashboard and its read API are open "
+                                 "to anyone who can reach this address; writes still need the token",
+                                 highlight=False, soft_wrap=True)
+    render.console.print(f"Assay dashboard on http://{host}:{port}/  (API docs /docs, store {config.store_root})",
+                         highlight=False, soft_wrap=True)
+    render.console.print(f"write token: {token}", highlight=False, soft_wrap=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

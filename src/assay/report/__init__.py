@@ -1,0 +1,33 @@
+"""Report: one self-contained HTML file per campaign (figures as inline SVG, media as base64).
+
+May import ``assay.spec``, ``assay.store`` and ``assay.metrics`` only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from assay.errors import StoreError
+from assay.report.data import GalleryItem, ReportData, RobustnessRow, gather, robustness_rows
+from assay.report.html import render_html
+from assay.store import Store
+
+
+def write_report(store: Store, campaign: str, output: str | Path, embed_video: bool = True) -> Path:
+    """Write the report of ``campaign`` to ``output`` atomically (never a partial file); return its path."""
+    output = Path(output).expanduser().resolve()
+    data = gather(store, campaign)
+    html = render_html(data, store.root, embed_video=embed_video, out_dir=output.parent)
+    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(html, encoding="utf-8")
+        os.replace(tmp, output)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot write report {output}: {exc.strerror or exc}") from None
+    return output
+
+
+__all__ = ["GalleryItem", "ReportData", "RobustnessRow", "gather", "render_html", "robustness_rows", "write_report"]

@@ -1,0 +1,176 @@
+"""What a report shows, gathered from the store: one frozen ``ReportData`` per campaign.
+
+Everything here is computed from the catalog and ``assay.metrics``; rendering
+(``figures``, ``html``) never touches the store except to read episode videos.
+Robustness comes from ``metrics.retention_table`` (paired seeds); failure categories
+from the table that ``assay failures mine`` fills.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from assay.errors import AssayError
+from assay.failures.table import FailureTable
+from assay.metrics import (
+    Leaderboard,
+    RateRow,
+    Signoff,
+    leaderboard,
+    load_calibration,
+    load_thresholds,
+    outcome_grid,
+    rate_table,
+    retention_table,
+    signoff,
+)
+from assay.store import EpisodeRecord, Outcome, Store, video_relpath
+
+GALLERY_LIMIT = 8  # failure episodes shown with keyframes/video; the rest are listed
+
+
+@dataclass(frozen=True)
+class RobustnessRow:
+    """One policy under one variant, against its own nominal episodes on the same (task, seed) pairs."""
+
+    policy: str
+    variant: str
+    axis: str  # visual / behavioral / semantic, or "mixed" for multi-factor variants
+    factor: str  # the factor name(s), comma-joined
+    value: str
+    pairs: int
+    nominal_rate: float | None
+    variant_rate: float | None
+    retention: float | None  # variant_rate / nominal_rate; None when nominal never succeeded
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class GalleryItem:
+    record: EpisodeRecord
+    videos: tuple[tuple[str, str], ...]  # (camera, path relative to the store) that exist on disk
+
+
+@dataclass(frozen=True)
+class ReportData:
+    campaign: str
+    spec: dict[str, Any]  # the resolved campaign saved in the catalog
+    store_root: str
+    records: tuple[EpisodeRecord, ...]
+    rates: tuple[RateRow, ...]  # by policy × task
+    leaderboard: Leaderboard | None
+    signoffs: tuple[Signoff, ...]
+    robustness: tuple[RobustnessRow, ...]
+    outcomes_by_policy: dict[str, dict[str, int]]
+    failure_categories: dict[str, dict[str, int]]  # policy -> category -> count (after `assay failures mine`)
+    gallery: tuple[GalleryItem, ...]
+    provenance: dict[str, Any]
+    reproduce: tuple[str, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        return len(self.records), int(self.spec.get("jobs", len(self.records)))
+
+
+def _cameras(spec: dict[str, Any]) -> list[str]:
+    return [c["name"] for c in spec.get("campaign", {}).get("cameras", []) or []]
+
+
+def _variant_labels(record: EpisodeRecord) -> tuple[str, str, str]:
+    perturbations = record.variant.get("perturbations", []) if isinstance(record.variant, dict) else []
+    axes = sorted({str(p.get("axis", "")) for p in perturbations})
+    factors = ",".join(str(p.get("factor", "")) for p in perturbations)
+    values = ",".join(str(p.get("value", "")) for p in perturbations)
+    return (axes[0] if len(axes) == 1 else "mixed"), factors, values
+
+
+def robustness_rows(records: Sequence[EpisodeRecord]) -> list[RobustnessRow]:
+    """Per policy and non-nominal variant: paired rates and retention from ``metrics.retention_table``
+    (empty without variants, or without nominal episodes to pair with)."""
+    labels = {r.variant_name: _variant_labels(r) for r in records if r.variant_name != "nominal"}
+    if not labels or not any(r.variant_name == "nominal" for r in records):
+        return []
+    rows = []
+    for row in retention_table(records, n_resamples=200):
+        axis, factor, value = labels[row.variant]
+        n = row.pairs
+        rows.append(RobustnessRow(row.policy, row.variant, axis, factor, value, n,
+                                  row.nominal_successes / n if n else None, row.variant_successes / n if n else None,
+                                  row.retention))
+    return rows
+
+
+def _failure_categories(store: Store, records: Sequence[EpisodeRecord]) -> dict[str, dict[str, int]]:
+    """policy -> category -> count, from the categories `assay failures mine` stored (empty before that)."""
+    failed = {r.key: r.policy_name for r in records if r.outcome is not Outcome.SUCCESS}
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    for key, categorized in FailureTable(store).get(list(failed)).items():
+        if categorized.category is not None:
+            name = categorized.category.value
+            counts[failed[key]][name] = counts[failed[key]].get(name, 0) + 1
+    return dict(counts)
+
+
+def _provenance(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
+    revisions = Counter(str(r.provenance.get("code_revision", "unknown")) for r in records)
+    packages: dict[str, Counter] = defaultdict(Counter)
+    for r in records:
+        for name, version in (r.provenance.get("packages") or {}).items():
+            packages[name][str(version)] += 1
+    pythons = Counter(str(r.provenance.get("python", "unknown")) for r in records)
+    hosts = Counter(str(r.provenance.get("host", "unknown")) for r in records)
+    return {
+        "code_revisions": dict(revisions),
+        "packages": {name: dict(c) for name, c in sorted(packages.items())},
+        "python": dict(pythons),
+        "hosts": dict(hosts),
+        "seeds": sorted({r.seed for r in records}),
+    }
+
+
+def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: int = 2000) -> ReportData:
+    """Collect everything the report shows for ``campaign`` (AssayError if the store has no such campaign)."""
+    known = {c["name"]: c for c in store.catalog.campaigns()}
+    if campaign not in known:
+        valid = ", ".join(known) or "none yet"
+        raise AssayError(f"no campaign {campaign!r} in {store.root}; known: {valid}")
+    spec = known[campaign]["spec"]
+    records = tuple(store.catalog.episodes(campaign=campaign))
+    notes: list[str] = []
+    board = None
+    signoffs: list[Signoff] = []
+    if records:
+        grid = outcome_grid(records, variant="nominal") if any(r.variant_name == "nominal" for r in records) \
+            else outcome_grid(records)
+        board = leaderboard(grid, confidence=confidence, n_resamples=n_resamples)
+        signoffs = signoff(grid.task_ids, load_calibration(store.root), load_thresholds(store.root))
+    else:
+        notes.append("no episodes recorded yet")
+    outcomes: dict[str, dict[str, int]] = defaultdict(lambda: {o.value: 0 for o in Outcome})
+    for r in records:
+        outcomes[r.policy_name][r.outcome.value] += 1
+    cameras = _cameras(spec)
+    failures = [r for r in records if r.outcome is not Outcome.SUCCESS]
+    gallery = []
+    for r in failures[:GALLERY_LIMIT]:
+        videos = tuple((c, video_relpath(r.key, c)) for c in cameras if (store.root / video_relpath(r.key, c)).is_file())
+        gallery.append(GalleryItem(r, videos))
+    name_file = f"{campaign}.yaml"
+    reproduce = (
+        f"assay run {shlex.quote(name_file)} --store {shlex.quote(str(store.root))}",
+        f"assay report {shlex.quote(campaign)} --store {shlex.quote(str(store.root))} -o {shlex.quote(campaign)}.html",
+    )
+    return ReportData(
+        campaign=campaign, spec=spec, store_root=str(store.root), records=records,
+        rates=tuple(rate_table(records, by=("policy", "task"), confidence=confidence)) if records else (),
+        leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(robustness_rows(records)),
+        outcomes_by_policy=dict(outcomes), failure_categories=_failure_categories(store, records), gallery=tuple(gallery),
+        provenance=_provenance(records), reproduce=reproduce, notes=tuple(notes),
+    )

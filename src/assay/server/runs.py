@@ -1,0 +1,138 @@
+"""Campaigns started from the dashboard: ``assay run`` in a subprocess, one process group each.
+
+The campaign file must lie inside the server's campaign directory (``--campaigns``,
+default the directory ``assay serve`` started in) and must load as a campaign, so
+a request can neither run an arbitrary file nor start something that fails on
+its first line. Cancelling sends SIGTERM to the run's whole process group (the
+local executor's workers included), then SIGKILL if it has not ended in time.
+Episodes finished before a cancel stay in the store; rerunning resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.spec import load_campaign
+
+CANCEL_GRACE_S = 10.0
+
+
+class RunState(str, Enum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass
+class Run:
+    id: str
+    campaign: str
+    path: str
+    command: list[str]
+    log: str
+    started_at: str
+    process: subprocess.Popen = field(repr=False)
+    cancelled: bool = False
+
+    @property
+    def state(self) -> RunState:
+        code = self.process.poll()
+        if code is None:
+            return RunState.RUNNING
+        if self.cancelled:
+            return RunState.CANCELLED
+        return RunState.SUCCEEDED if code == 0 else RunState.FAILED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "campaign": self.campaign, "path": self.path, "state": self.state.value,
+                "returncode": self.process.poll(), "started_at": self.started_at, "command": self.command,
+                "log": self.log}
+
+
+class RunManager:
+    def __init__(self, store_root: Path, campaigns_dir: Path, catalog_url: str | None = None,
+                 executor: str = "local", workers: int = 2) -> None:
+        self.store_root = store_root
+        self.campaigns_dir = campaigns_dir.expanduser().resolve()
+        self.catalog_url = catalog_url
+        self.executor = executor
+        self.workers = workers
+        self.runs: dict[str, Run] = {}
+        self._lock = threading.Lock()
+
+    def confine(self, path: str) -> Path:
+        """The campaign file for ``path`` (relative to the campaign directory), or AssayError."""
+        candidate = (self.campaigns_dir / path).resolve()
+        if not candidate.is_relative_to(self.campaigns_dir):
+            raise AssayError(f"campaign file {path!r} is outside the campaign directory {self.campaigns_dir}")
+        if candidate.suffix not in (".yaml", ".yml") or not candidate.is_file():
+            raise AssayError(f"no campaign file {path!r} in {self.campaigns_dir} (a .yaml or .yml file)")
+        return candidate
+
+    def start(self, path: str) -> Run:
+        campaign_file = self.confine(path)
+        spec = load_campaign(campaign_file)  # SpecError (an AssayError) with file:line on a bad campaign
+        with self._lock:
+            if any(r.campaign == spec.name and r.state is RunState.RUNNING for r in self.runs.values()):
+                raise AssayError(f"campaign {spec.name!r} is already running")
+            run_id = uuid.uuid4().hex[:12]
+            log_dir = self.store_root / ".dashboard"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            log = log_dir / f"run-{run_id}.log"
+            command = [sys.executable, "-m", "assay.cli.app", "run", str(campaign_file), "--store",
+                       str(self.store_root), "--executor", self.executor, "--workers", str(self.workers)]
+            if self.catalog_url:
+                command += ["--catalog", self.catalog_url]
+            with open(log, "wb") as out:
+                process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           start_new_session=True)  # its own group: cancel reaches the workers
+            run = Run(run_id, spec.name, str(campaign_file), command, str(log),
+                      datetime.now(timezone.utc).isoformat(timespec="seconds"), process)
+            self.runs[run_id] = run
+            return run
+
+    def get(self, run_id: str) -> Run:
+        try:
+            return self.runs[run_id]
+        except KeyError:
+            raise AssayError(f"no run {run_id!r}; runs: {', '.join(self.runs) or 'none'}") from None
+
+    def cancel(self, run_id: str) -> Run:
+        run = self.get(run_id)
+        if run.state is not RunState.RUNNING:
+            return run
+        run.cancelled = True
+        _signal_group(run.process, signal.SIGTERM)
+        try:
+            run.process.wait(timeout=CANCEL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(run.process, signal.SIGKILL)
+            run.process.wait()
+        return run
+
+    def running(self, campaign: str) -> bool:
+        return any(r.campaign == campaign and r.state is RunState.RUNNING for r in self.runs.values())
+
+    def shutdown(self) -> None:
+        for run_id, run in list(self.runs.items()):
+            if run.state is RunState.RUNNING:
+                self.cancel(run_id)
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass

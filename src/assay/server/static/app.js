@@ -1,0 +1,218 @@
+// Assay dashboard: hash-routed views over the JSON API; plots are inline SVG drawn here (no library, no CDN).
+"use strict";
+
+const view = document.getElementById("view");
+const crumbs = document.getElementById("crumbs");
+const SVG = "http://www.w3.org/2000/svg";
+const COLOURS = ["#1565c0", "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#5d4037", "#ad1457"];
+let cleanup = [];
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+}
+function pct(x) { return x === null || x === undefined ? "–" : Math.round(100 * x) + "%"; }
+async function api(path, options) {
+  const response = await fetch(path, options);
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw Object.assign(new Error(body.detail || response.statusText), {status: response.status});
+  return body;
+}
+function el(tag, attrs, parent) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+// -- a line plot: series over time, with a cursor that follows the video ---------------------------
+function linePlot(container, title, t, matrix, labels, onSeek) {
+  const box = document.createElement("div");
+  box.className = "plot";
+  const legend = labels.map((l, d) => `<span style="color:${COLOURS[d % COLOURS.length]}">■ ${esc(l)}</span>`).join(" ");
+  box.innerHTML = `<h3>${esc(title)} <small class="legend">${legend}</small></h3>`;
+  container.appendChild(box);
+  const W = 800, H = 150, L = 40, R = 8, T = 8, B = 18;
+  const svg = el("svg", {class: "chart", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", "data-plot": title}, box);
+  const values = matrix.flat().filter(v => v !== null);
+  let lo = Math.min(...values), hi = Math.max(...values);
+  if (!isFinite(lo)) { lo = 0; hi = 1; }
+  if (hi - lo < 1e-9) { lo -= 1; hi += 1; }
+  const t0 = t[0] ?? 0, t1 = t[t.length - 1] ?? 1;
+  const x = v => L + (W - L - R) * (t1 > t0 ? (v - t0) / (t1 - t0) : 0);
+  const y = v => T + (H - T - B) * (1 - (v - lo) / (hi - lo));
+  el("line", {x1: L, x2: W - R, y1: y(lo), y2: y(lo), stroke: "#999"}, svg);
+  for (const v of [lo, hi]) {
+    const label = el("text", {x: 2, y: y(v) + 4, "font-size": 10, fill: "#555"}, svg);
+    label.textContent = v.toFixed(2);
+  }
+  const dims = matrix.length ? matrix[0].length : 0;
+  for (let d = 0; d < dims; d++) {
+    const points = [];
+    matrix.forEach((row, i) => { if (row[d] !== null) points.push(`${x(t[i]).toFixed(1)},${y(row[d]).toFixed(1)}`); });
+    el("polyline", {points: points.join(" "), fill: "none", stroke: COLOURS[d % COLOURS.length], "stroke-width": 1.3,
+                    "vector-effect": "non-scaling-stroke"}, svg).appendChild(el("title", {})).textContent = labels[d] || `dim ${d}`;
+  }
+  const cursor = el("line", {x1: L, x2: L, y1: T, y2: H - B, stroke: "#000", "stroke-width": 1, class: "cursor",
+                             "vector-effect": "non-scaling-stroke"}, svg);
+  svg.addEventListener("click", event => {
+    const rect = svg.getBoundingClientRect();
+    const frac = Math.min(1, Math.max(0, ((event.clientX - rect.left) / rect.width * W - L) / (W - L - R)));
+    onSeek(t0 + frac * (t1 - t0));
+  });
+  return time => { const px = x(Math.min(t1, Math.max(t0, time))); cursor.setAttribute("x1", px); cursor.setAttribute("x2", px); };
+}
+
+function timeline(container, events, tEnd, onSeek) {
+  const W = 800, H = 48, L = 40, R = 8;
+  const svg = el("svg", {class: "timeline", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", "data-plot": "events"}, container);
+  el("line", {x1: L, x2: W - R, y1: 30, y2: 30, stroke: "#999"}, svg);
+  const x = v => L + (W - L - R) * (tEnd > 0 ? v / tEnd : 0);
+  const colour = {start: "#555", success: "#2e7d32", terminated: "#c62828", truncated: "#ef6c00", end: "#000"};
+  events.forEach((e, i) => {
+    const g = el("g", {class: "event", "data-kind": e.kind, style: "cursor:pointer"}, svg);
+    el("circle", {cx: x(e.t), cy: 30, r: 5, fill: colour[e.kind] || "#1565c0"}, g);
+    const label = el("text", {x: x(e.t), y: 14 + (i % 2) * 0, "font-size": 10, "text-anchor": i === 0 ? "start" : (x(e.t) > W - 80 ? "end" : "middle")}, g);
+    label.textContent = `${e.label} @${e.step}`;
+    g.addEventListener("click", () => onSeek(e.t));
+  });
+}
+
+// -- views -----------------------------------------------------------------------------------------
+async function campaignsView() {
+  crumbs.innerHTML = "";
+  const [campaigns, runs] = await Promise.all([api("/api/campaigns"), api("/api/runs")]);
+  view.innerHTML = `<section><h2>Campaigns</h2><table id="campaigns"><thead><tr><th>campaign</th><th>progress</th>
+    <th class="num">episodes</th><th>policies</th><th>tasks</th><th>variants</th><th>updated</th></tr></thead><tbody>
+    ${campaigns.map(c => `<tr data-campaign="${esc(c.name)}"><td><a href="#/c/${encodeURIComponent(c.name)}">${esc(c.name)}</a>
+      ${c.running ? "<span class='timeout'> running</span>" : ""}</td>
+      <td><span class="bar"><span style="width:${Math.round(100 * Math.min(1, c.progress))}%"></span></span> ${pct(c.progress)}</td>
+      <td class="num">${c.episodes} / ${c.jobs}</td><td>${esc(c.policies.join(", "))}</td><td>${esc(c.tasks.join(", "))}</td>
+      <td>${esc(c.variants.join(", "))}</td><td>${esc(c.updated_at)}</td></tr>`).join("")}</tbody></table></section>
+    <section><h2>Start a campaign</h2><p class="muted">A YAML file inside the server's campaign directory; needs the token printed by <code>assay serve</code>.</p>
+    <input id="path" type="text" placeholder="campaign.yaml"> <input id="token" type="password" placeholder="token">
+    <button id="start">Start</button> <span id="start-result"></span>
+    <h2 style="margin-top:14px">Runs</h2><table><thead><tr><th>run</th><th>campaign</th><th>state</th><th>started</th><th></th></tr></thead><tbody>
+    ${runs.map(r => `<tr><td>${esc(r.id)}</td><td>${esc(r.campaign)}</td><td>${esc(r.state)}</td><td>${esc(r.started_at)}</td>
+      <td>${r.state === "running" ? `<button data-cancel="${esc(r.id)}">Cancel</button>` : ""}</td></tr>`).join("")}</tbody></table></section>`;
+  const token = document.getElementById("token");
+  token.value = sessionStorage.getItem("assay-token") || "";
+  const write = async (path, body) => {
+    sessionStorage.setItem("assay-token", token.value);
+    const headers = {"Content-Type": "application/json"};
+    if (token.value) headers.Authorization = `Bearer ${token.value}`;
+    return api(path, {method: "POST", headers, body: JSON.stringify(body || {})});
+  };
+  document.getElementById("start").onclick = async () => {
+    const out = document.getElementById("start-result");
+    try { const run = await write("/api/runs", {path: document.getElementById("path").value}); out.textContent = `started ${run.id}`; setTimeout(route, 800); }
+    catch (e) { out.innerHTML = `<span class="warn">${esc(e.status)}: ${esc(e.message)}</span>`; }
+  };
+  view.querySelectorAll("[data-cancel]").forEach(b => b.onclick = async () => { await write(`/api/runs/${b.dataset.cancel}/cancel`); route(); });
+  if (campaigns.some(c => c.running) || runs.some(r => r.state === "running")) {  // refresh while something runs
+    const timer = setTimeout(() => { if (!document.activeElement || document.activeElement.tagName !== "INPUT") route(); }, 2000);
+    cleanup.push(() => clearTimeout(timer));
+  }
+}
+
+async function campaignView(name) {
+  crumbs.innerHTML = `/ <a href="#/c/${encodeURIComponent(name)}">${esc(name)}</a>`;
+  const [campaign, board, episodes] = await Promise.all([
+    api(`/api/campaigns/${encodeURIComponent(name)}`), api(`/api/campaigns/${encodeURIComponent(name)}/leaderboard`),
+    api(`/api/campaigns/${encodeURIComponent(name)}/episodes`)]);
+  const failures = episodes.filter(e => e.outcome !== "success");
+  view.innerHTML = `<section><h2>${esc(name)}</h2><p id="progress"><span class="bar"><span style="width:${pct(campaign.progress)}"></span></span>
+      <span id="progress-text">${campaign.episodes} / ${campaign.jobs} episodes</span></p></section>
+    <section><h2>Leaderboard</h2><table id="leaderboard"><thead><tr><th>policy</th><th>rank [interval]</th><th class="num">score</th>
+      <th class="num">${pct(board.confidence)} interval</th><th class="num">scored</th><th class="num">errors</th></tr></thead><tbody>
+      ${(board.rows || []).map(r => `<tr><td>${esc(r.policy)}</td><td>${esc(board.rank_text[r.policy])}</td><td class="num">${pct(r.score)}</td>
+        <td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.scored}</td><td class="num">${r.errors}</td></tr>`).join("")}</tbody></table>
+      <p>${(board.signoff || []).map(s => `${esc(s.task)}: <span class="${s.validated ? "success" : "warn"}">${esc(s.status)}</span> <span class="muted">(${esc(s.reason)})</span>`).join("<br>")}</p></section>
+    <section><h2>Success by policy × task × variant</h2><table><thead><tr><th>policy</th><th>task</th><th>variant</th><th class="num">success</th>
+      <th class="num">Wilson 95%</th><th class="num">n</th></tr></thead><tbody>
+      ${campaign.rates.map(r => `<tr><td>${esc(r.group.policy)}</td><td>${esc(r.group.task)}</td><td>${esc(r.group.variant)}</td>
+        <td class="num">${pct(r.rate)}</td><td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.successes}/${r.scored}</td></tr>`).join("")}</tbody></table></section>
+    <section><h2>Failures (${failures.length})</h2>${episodeTable(failures, "failures")}</section>
+    <section><h2>Episodes (${episodes.length})</h2>${episodeTable(episodes, "episodes")}</section>`;
+  const source = new EventSource(`/api/campaigns/${encodeURIComponent(name)}/events`);
+  const update = event => {
+    const row = JSON.parse(event.data);
+    document.querySelector("#progress .bar>span").style.width = pct(row.progress);
+    document.getElementById("progress-text").textContent = `${row.episodes} / ${row.jobs} episodes${row.running ? " (running)" : ""}`;
+  };
+  source.addEventListener("progress", update);
+  source.addEventListener("done", event => { update(event); source.close(); });
+  cleanup.push(() => source.close());
+}
+
+function episodeTable(episodes, id) {
+  return `<table id="${id}"><thead><tr><th>episode</th><th>policy</th><th>task</th><th>variant</th><th class="num">seed</th>
+    <th>outcome</th><th class="num">steps</th><th class="num">return</th></tr></thead><tbody>
+    ${episodes.map(e => `<tr><td><a href="#/e/${e.key}">${esc(e.key.slice(0, 12))}</a></td><td>${esc(e.policy)}</td><td>${esc(e.task)}</td>
+      <td>${esc(e.variant)}</td><td class="num">${e.seed}</td><td class="${esc(e.outcome)}">${esc(e.outcome)}</td>
+      <td class="num">${e.steps}</td><td class="num">${e.return.toFixed(1)}</td></tr>`).join("")}</tbody></table>`;
+}
+
+async function episodeView(key) {
+  const detail = await api(`/api/episodes/${encodeURIComponent(key)}`);
+  const e = detail.episode;
+  crumbs.innerHTML = `/ <a href="#/c/${encodeURIComponent(e.campaign)}">${esc(e.campaign)}</a> / ${esc(key.slice(0, 12))}`;
+  view.innerHTML = `<section><h2>Episode ${esc(e.key)}</h2>
+    <p>${esc(e.policy_name)} · ${esc(e.task_id)} · ${esc(e.variant_name)} · seed ${e.seed} ·
+      <b class="${esc(e.outcome)}">${esc(e.outcome)}</b> after ${e.steps} steps ${e.reason ? "— " + esc(e.reason) : ""}</p>
+    <p class="muted">“${esc(e.instruction)}”</p></section>
+    <section class="viewer"><div id="media"></div><div id="plots"></div></section>`;
+  const media = document.getElementById("media");
+  const plots = document.getElementById("plots");
+  let video = null;
+  if (detail.videos.length) {
+    media.innerHTML = `<select id="camera">${detail.videos.map(v => `<option value="${esc(v.path)}">${esc(v.camera)}</option>`).join("")}</select><br>
+      <video id="video" controls muted loop playsinline preload="auto"></video><p class="muted" id="clock"></p>`;
+    video = document.getElementById("video");
+    video.src = "/api/files/" + detail.videos[0].path;
+    document.getElementById("camera").onchange = ev => { const at = video.currentTime; video.src = "/api/files/" + ev.target.value; video.currentTime = at; };
+  } else {
+    media.innerHTML = "<p class='muted'>No camera video for this episode (its campaign had no cameras).</p>";
+  }
+  const s = detail.series;
+  if (!s) { plots.innerHTML = "<p class='muted'>No step data (the episode errored before stepping).</p>"; return; }
+  const tEnd = s.t[s.t.length - 1] || 0;
+  // the video's frame i is the image seen at step i, so video time and step time share one clock
+  const seek = time => { if (video) video.currentTime = time; cursors.forEach(c => c(time)); };
+  const cursors = [
+    linePlot(plots, "action", s.t, s.action, s.action[0].map((_, d) => `action[${d}]`), seek),
+    linePlot(plots, "state (first 7 dims: hand xyz, gripper, object xyz)", s.t, s.state.map(r => r.slice(0, 7)),
+             ["hand x", "hand y", "hand z", "gripper", "obj x", "obj y", "obj z"], seek),
+    linePlot(plots, "reward", s.t, s.reward, ["reward"], seek),
+  ];
+  const events = document.createElement("div");
+  events.className = "plot";
+  events.innerHTML = "<h3>events</h3>";
+  plots.appendChild(events);
+  timeline(events, detail.events, tEnd, seek);
+  if (video) {
+    let frame = 0;
+    const follow = () => {
+      cursors.forEach(c => c(video.currentTime));
+      document.getElementById("clock").textContent = `t = ${video.currentTime.toFixed(2)} s`;
+      frame = requestAnimationFrame(follow);
+    };
+    frame = requestAnimationFrame(follow);
+    cleanup.push(() => cancelAnimationFrame(frame));
+    video.play().catch(() => {});  // muted autoplay is allowed; controls remain if it is not
+  }
+}
+
+async function route() {
+  cleanup.forEach(f => f());
+  cleanup = [];
+  const [, kind, arg] = (location.hash.match(/^#\/(c|e)\/(.+)$/) || []);
+  try {
+    if (kind === "c") await campaignView(decodeURIComponent(arg));
+    else if (kind === "e") await episodeView(decodeURIComponent(arg));
+    else await campaignsView();
+  } catch (error) {
+    view.innerHTML = `<section><p class="warn">${esc(error.message)}</p></section>`;
+  }
+}
+window.addEventListener("hashchange", route);
+route();

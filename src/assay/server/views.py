@@ -1,0 +1,117 @@
+"""JSON views of the store for the dashboard: campaign progress, episode summaries, step series.
+
+All reads; the server calls these in a thread pool (SQLAlchemy and PyArrow block).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from assay.errors import AssayError, StoreError
+from assay.store import EpisodeRecord, Outcome, Store
+
+MAX_PLOT_POINTS = 1000  # step series longer than this are thinned evenly for the browser
+SERVED_DIRS = ("videos", "episodes", "campaigns")
+
+
+def campaign_rows(store: Store) -> list[dict[str, Any]]:
+    """Every campaign with its progress: episodes linked so far vs the resolved campaign's job count."""
+    rows = []
+    for c in store.catalog.campaigns():
+        jobs = int(c["spec"].get("jobs", c["episodes"]))
+        spec = c["spec"].get("campaign", {})
+        rows.append({"name": c["name"], "episodes": c["episodes"], "jobs": jobs,
+                     "progress": (c["episodes"] / jobs) if jobs else 1.0, "created_at": c["created_at"],
+                     "updated_at": c["updated_at"], "tasks": spec.get("tasks", []),
+                     "policies": [p["name"] for p in c["spec"].get("policies", [])],
+                     "variants": [v["name"] for v in c["spec"].get("variants", [])]})
+    return rows
+
+
+def campaign_row(store: Store, name: str) -> dict[str, Any]:
+    for row in campaign_rows(store):
+        if row["name"] == name:
+            return row
+    known = ", ".join(r["name"] for r in campaign_rows(store)) or "none yet"
+    raise AssayError(f"no campaign {name!r}; known: {known}")
+
+
+def episode_summary(record: EpisodeRecord) -> dict[str, Any]:
+    return {"key": record.key, "policy": record.policy_name, "task": record.task_id, "variant": record.variant_name,
+            "seed": record.seed, "index": record.episode_index, "outcome": record.outcome.value,
+            "reason": record.reason, "steps": record.steps, "return": record.total_return,
+            "success_step": record.success_step}
+
+
+def videos(store: Store, record: EpisodeRecord) -> list[dict[str, str]]:
+    """The episode's camera videos present on disk, as store-relative paths."""
+    directory = store.root / "videos" / record.key[:2]
+    found = sorted(directory.glob(f"{record.key}.*.mp4")) if directory.is_dir() else []
+    return [{"camera": p.name[len(record.key) + 1 : -len(".mp4")], "path": p.relative_to(store.root).as_posix()}
+            for p in found]
+
+
+def _matrix(column: pa.ChunkedArray) -> np.ndarray:
+    array = column.combine_chunks()
+    if pa.types.is_fixed_size_list(array.type):
+        return array.flatten().to_numpy().reshape(len(array), array.type.list_size)
+    return array.to_numpy(zero_copy_only=False).astype(np.float64).reshape(len(array), 1)
+
+
+def _clean(matrix: np.ndarray) -> list[list[float | None]]:
+    return [[None if not np.isfinite(v) else round(float(v), 6) for v in row] for row in matrix]
+
+
+def episode_detail(store: Store, key: str) -> dict[str, Any]:
+    """Record, step series (time, actions, states, reward), the events timeline and videos."""
+    record = store.catalog.episode(key)
+    detail: dict[str, Any] = {"episode": record.to_dict(), "videos": videos(store, record), "series": None,
+                              "events": []}
+    if record.data_path is None:
+        return detail
+    table = store.steps(record)
+    n = table.num_rows
+    rows = np.unique(np.linspace(0, n - 1, min(n, MAX_PLOT_POINTS)).round().astype(int)) if n else np.array([], int)
+    t = table.column("t").to_numpy()
+    detail["series"] = {
+        "t": [round(float(x), 6) for x in t[rows]],
+        "action": _clean(_matrix(table.column("action"))[rows]),
+        "state": _clean(_matrix(table.column("observation.state"))[rows]),
+        "reward": _clean(_matrix(table.column("reward"))[rows]),
+        "control_dt": float(t[1] - t[0]) if n > 1 else None,
+    }
+    events = [{"t": 0.0, "step": 0, "kind": "start", "label": "reset"}]
+    if record.success_step is not None:
+        events.append({"t": float(t[record.success_step]), "step": record.success_step, "kind": "success",
+                       "label": "first success"})
+    for name, kind in (("terminated", "terminated"), ("truncated", "truncated")):
+        flags = table.column(name).to_numpy(zero_copy_only=False)
+        hits = np.flatnonzero(flags)
+        if hits.size:
+            events.append({"t": float(t[hits[0]]), "step": int(hits[0]), "kind": kind, "label": name})
+    if n:
+        events.append({"t": float(t[-1]), "step": n - 1, "kind": "end", "label": f"end ({record.outcome.value})"})
+    detail["events"] = events
+    return detail
+
+
+def failures(store: Store, campaign: str) -> dict[str, Any]:
+    records = [r for r in store.catalog.episodes(campaign=campaign) if r.outcome is not Outcome.SUCCESS]
+    counts: dict[str, dict[str, int]] = {}
+    for r in records:
+        counts.setdefault(r.policy_name, {}).setdefault(r.outcome.value, 0)
+        counts[r.policy_name][r.outcome.value] += 1
+    return {"by_policy": counts, "episodes": [episode_summary(r) | {"videos": videos(store, r)} for r in records]}
+
+
+def confined_file(store_root: Path, relpath: str) -> Path:
+    """The file at ``relpath`` inside the store's served folders, symlinks resolved; StoreError otherwise."""
+    candidate = (store_root / relpath).resolve()
+    allowed = [(store_root / d).resolve() for d in SERVED_DIRS]
+    if not any(candidate.is_relative_to(base) for base in allowed) or not candidate.is_file():
+        raise StoreError(f"no file {relpath!r} in the store")
+    return candidate

@@ -1,0 +1,155 @@
+"""The dashboard in a real browser: Debian's chromium driven by Playwright (never a downloaded browser).
+
+One `assay serve` subprocess over the tiny campaign's store; one browser for the module.
+Screenshots go to $ASSAY_SCREENSHOTS when set (for looking at the layout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from assay.report import write_report
+from assay.store import Outcome, Store
+from tests.report_support import report_store  # noqa: F401  (session fixture)
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+TOKEN = "browser-test-token"
+
+pytestmark = [
+    pytest.mark.sim,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium missing (make install-test installs it)"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(report_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # noqa: F811
+    port = _free_port()
+    campaigns = tmp_path_factory.mktemp("campaigns")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "assay.cli.app", "serve", "--store", str(report_store), "--port", str(port),
+         "--token", TOKEN, "--campaigns", str(campaigns)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/api/campaigns", timeout=1).read()
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"assay serve did not come up: {process.communicate()[0]}")
+            time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+    process.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def page(server: str) -> Iterator[object]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.errors = errors
+        yield page
+        browser.close()
+
+
+def _shot(page: object, name: str) -> None:
+    directory = os.environ.get("ASSAY_SCREENSHOTS")
+    if directory:
+        page.screenshot(path=str(Path(directory) / f"{name}.png"), full_page=True)
+
+
+def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report_store: Path) -> None:  # noqa: F811
+    with Store(report_store, create=False) as store:
+        unsuccessful = [r for r in store.catalog.episodes(campaign="tiny") if r.outcome is not Outcome.SUCCESS]
+    page.goto(server + "/")
+    row = page.locator("tr[data-campaign='tiny']")
+    row.wait_for()
+    assert "8 / 8" in row.inner_text()
+    _shot(page, "dashboard")
+
+    row.locator("a").click()
+    page.locator("#leaderboard tbody tr").first.wait_for()
+    assert page.locator("#leaderboard tbody tr").count() == 2
+    assert page.locator("#leaderboard tbody tr").first.inner_text().startswith("expert")
+    page.wait_for_function("document.getElementById('progress-text').textContent.startsWith('8 / 8')")
+    failures = page.locator("#failures tbody tr")
+    assert failures.count() == len(unsuccessful) >= 4  # random never reaches in 60 steps
+    _shot(page, "campaign")
+
+    failures.first.locator("a").click()
+    video = page.locator("video#video")
+    video.wait_for()
+    # the video really plays: its clock advances and the plot cursor follows it
+    page.wait_for_function("() => { const v = document.getElementById('video'); return v && v.currentTime > 0.2; }",
+                           timeout=15000)
+    assert page.evaluate("document.getElementById('video').videoWidth") == 64
+    for plot in ("action", "reward", "events"):
+        assert page.locator(f"svg[data-plot^='{plot}']").count() == 1
+    assert page.locator("svg[data-plot='action'] polyline").count() == 4  # one line per action dimension
+    assert page.locator("svg[data-plot='events'] g.event").count() >= 2
+    cursor_x = float(page.locator("svg[data-plot='action'] line.cursor").get_attribute("x1"))
+    assert cursor_x > 40  # moved off the left axis with the video
+    _shot(page, "episode")
+    assert page.errors == []
+
+
+def test_a_write_without_the_token_is_refused_in_the_browser(server: str, page: object) -> None:
+    page.goto(server + "/")
+    page.locator("#start").wait_for()
+    page.evaluate("sessionStorage.removeItem('assay-token')")
+    page.reload()
+    page.locator("#start").wait_for()
+    page.fill("#path", "campaign.yaml")
+    page.fill("#token", "")
+    page.click("#start")
+    page.wait_for_function("document.getElementById('start-result').textContent.length > 0")
+    assert page.locator("#start-result").inner_text().startswith("401")
+    page.fill("#token", "wrong")
+    page.click("#start")
+    page.wait_for_function("document.getElementById('start-result').textContent.startsWith('403')")
+    # and straight from the browser's fetch, as any script on the page would
+    status = page.evaluate("""async () => (await fetch('/api/runs', {method: 'POST',
+        headers: {'Content-Type': 'application/json'}, body: JSON.stringify({path: 'x.yaml'})})).status""")
+    assert status == 401
+    runs = json.loads(urllib.request.urlopen(server + "/api/runs").read())
+    assert runs == []  # nothing was started
+
+
+def test_report_renders_offline_in_the_browser(report_store: Path, page: object, tmp_path: Path) -> None:  # noqa: F811
+    with Store(report_store, create=False) as store:
+        path = write_report(store, "tiny", tmp_path / "report.html")
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(path.as_uri())
+    page.locator("#gallery video").first.wait_for()
+    assert page.locator("section svg").count() == 3
+    assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth === 64)")
+    page.evaluate("document.querySelector('#gallery video').play()")
+    page.wait_for_function("document.querySelector('#gallery video').currentTime > 0.2", timeout=15000)
+    assert all(url.startswith(("file:", "data:")) for url in requests), requests
+    _shot(page, "report")
