@@ -40,7 +40,11 @@ install-test: $(VENV)/.installed-test
 
 demo: install
 	$(ASSAY) run examples/quickstart.yaml --store $(STORE) --workers 2
-	$(ASSAY) results --store $(STORE) --by policy,task
+	$(ASSAY) results --store $(STORE) --campaign quickstart --profile
+	$(ASSAY) compare expert shaky-expert --store $(STORE) --campaign quickstart --variant nominal
+	$(ASSAY) failures mine --store $(STORE) --campaign quickstart
+	$(ASSAY) report quickstart --store $(STORE) -o $(STORE)/quickstart.html
+	@echo "Open $(STORE)/quickstart.html, or browse the store: $(ASSAY) serve --store $(STORE)"
 
 # The demo campaign as one self-contained HTML file, and the live dashboard over the demo store.
 report: install
