@@ -25,6 +25,8 @@ contacts. With no object located, object events are NaN (a missing value, not 0)
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import numpy as np
@@ -76,7 +78,7 @@ class EventTracker:
         self._held = False
 
     def _warning_count(self) -> int:
-        return int(sum(int(w.number) for w in self.env.data.warning))
+        return int(self.env.data.warning.number.sum())  # the array view: ~100x cheaper than iterating
 
     def _object_pos(self, state: np.ndarray) -> np.ndarray:
         return self.env.data.xpos[self._root].copy() if self._root is not None else np.asarray(state[4:7])
@@ -122,18 +124,20 @@ class EventTracker:
         grasped = left and right
         has_object = self._root is not None
         nan = float("nan")
-        lifted = has_object and float(self._object_pos(state)[2]) > self._z0 + LIFT_M
+        position = self._object_pos(state)  # once per step: this runs on the hot path
+        goal = getattr(self.env, "_target_pos", None)
+        goal_dist = math.dist(position, goal) if has_object and goal is not None else nan
+        lifted = has_object and float(position[2]) > self._z0 + LIFT_M
         dropped = self._held and not grasped
         self._held = grasped and lifted
         qpos = data.qpos[self._joint_qpos]
         at_limit = (qpos <= self._joint_range[:, 0] + JOINT_LIMIT_TOL) | (qpos >= self._joint_range[:, 1] - JOINT_LIMIT_TOL)
         warnings = self._warning_count()
-        finite = bool(np.all(np.isfinite(data.qpos)) and np.all(np.isfinite(data.qvel)) and np.all(np.isfinite(state)))
+        finite = math.isfinite(float(data.qpos.sum()) + float(data.qvel.sum()) + float(np.sum(state)))
         unstable = warnings > self._warnings or not finite
         self._warnings = warnings
-        goal_dist = self._goal_dist(state)
         return {
-            "ee_obj_dist": float(np.linalg.norm(np.asarray(state[0:3]) - self._object_pos(state))) if has_object else nan,
+            "ee_obj_dist": math.dist(state[0:3], position) if has_object else nan,
             "contact": float(left or right) if has_object else nan,
             "grasped": float(grasped) if has_object else nan,
             "lifted": float(lifted) if has_object else nan,
@@ -143,6 +147,6 @@ class EventTracker:
             "collision_force": force,
             "collision": float(force > COLLISION_N),
             "joint_limit": float(np.count_nonzero(at_limit)),
-            "action_saturated": float(np.count_nonzero(np.abs(np.asarray(action)) >= SATURATION * self._bound)),
+            "action_saturated": float(np.count_nonzero(np.abs(action) >= SATURATION * self._bound)),
             "unstable": float(unstable),
         }
