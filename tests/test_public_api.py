@@ -26,7 +26,8 @@ ALLOWED = {
     "run": {"spec", "sim", "policies", "store"},
     "metrics": {"spec", "store"},
     "failures": {"spec", "sim", "policies", "store", "metrics"},
-    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "cli"},
+    "twin": {"spec", "sim", "policies", "store", "metrics", "failures", "run"},
+    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "cli"},
 }
 
 
