@@ -182,6 +182,9 @@ robustness_commands.register(app)
 from assay.cli import failures_commands  # noqa: E402
 
 failures_commands.register(app)
+from assay.cli import twin_commands  # noqa: E402
+
+twin_commands.register(app)
 
 
 def main() -> None:

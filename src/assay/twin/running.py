@@ -7,8 +7,10 @@ its episodes instead of simulating them again.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from assay.metrics.results_csv import RateEntry, entries_from_records
@@ -61,3 +63,25 @@ def run_twins(name: str, twins: Sequence[Twin], settings: TwinSettings, store: S
         mine = [r for r in records if r.variant_key == twin.version]
         out[twin.version] = entries_from_records(mine, f"{name}:{twin.name}")
     return out
+
+
+def settings_from_campaign(spec: CampaignSpec, twin_task: str) -> TwinSettings:
+    """Policies, episodes, seed, horizon and cameras of a campaign file, checked against the twin's task."""
+    if spec.tasks != (twin_task,):
+        raise TwinError(f"campaign {spec.name!r} lists tasks {', '.join(spec.tasks)}; a twin study runs exactly "
+                        f"the twin's task: tasks: [{twin_task}]")
+    return TwinSettings(policies=spec.policies, episodes=spec.episodes, seed=spec.seed, horizon=spec.horizon,
+                        cameras=spec.cameras, envs_per_worker=spec.envs_per_worker)
+
+
+def write_results_csv(entries: Sequence[RateEntry], path: str | Path) -> Path:
+    """Write ``task,policy,successes,trials`` (the statistics issue's format) atomically."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["task", "policy", "successes", "trials"])
+        for entry in entries:
+            writer.writerow([entry.task, entry.policy, entry.successes, entry.trials])
+    tmp.replace(path)
+    return path
