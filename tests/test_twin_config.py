@@ -63,3 +63,27 @@ def test_twin_files_round_trip_and_errors_name_the_file(tmp_path):
         load_twin(bad)
     with pytest.raises(TwinError, match="cannot read twin file"):
         load_twin(tmp_path / "missing.yaml")
+
+
+def test_asset_swaps_may_change_rendering_only():
+    from assay.twin import swap_twins
+
+    base = Twin(name="base", task=TASK, control={"control.gain": 0.7})
+    swapped = swap_twins(base, [{"table.color": [0.5, 0.4, 0.3]}, {"camera.yaw": 15}])
+    assert [t.name for t in swapped] == ["swap-1", "swap-2"]
+    assert all(t.control == base.control and t.dynamics == base.dynamics for t in swapped)
+    assert swapped[1].rendering == {"camera.yaw": 15.0}
+    with pytest.raises(TwinError, match="asset swap 1: friction is a dynamics factor"):
+        swap_twins(base, [{"friction": 0.5}])
+
+
+def test_a_twin_study_campaign_must_run_the_twins_task():
+    from assay.spec import CampaignSpec, PolicySpec
+    from assay.twin import settings_from_campaign
+
+    spec = CampaignSpec(name="s", episodes=2, tasks=("metaworld/reach@1",), horizon=20,
+                        policies=(PolicySpec(name="expert", builtin="expert"),))
+    with pytest.raises(TwinError, match=r"tasks: \[metaworld/push@1\]"):
+        settings_from_campaign(spec, TASK)
+    settings = settings_from_campaign(spec.model_copy(update={"tasks": (TASK,)}), TASK)
+    assert (settings.episodes, settings.horizon) == (2, 20)

@@ -84,3 +84,24 @@ def test_attribution_names_the_layer_that_differs_without_seeing_the_proxy(real_
     scores = {s.label: s for s in result.configs}
     assert scores["calibrated"].gap < scores["nominal"].gap
     assert scores["+control"].gap < scores["+dynamics"].gap
+
+
+@pytest.mark.slow
+def test_asset_swaps_leave_state_policies_untouched_and_move_the_perception_policy(tmp_path):
+    from assay.spec import CameraSpec
+    from assay.twin import asset_stability
+
+    policies = (PolicySpec(name="expert", builtin="expert"),
+                PolicySpec(name="noisy", builtin="degraded-expert", params={"action_noise": 1.0}),
+                PolicySpec(name="perception", builtin="perception-expert"))
+    settings = TwinSettings(policies=policies, episodes=3, horizon=80,
+                            cameras=(CameraSpec(name="front", width=128, height=128, depth=True),))
+    with Store(tmp_path / "sim") as store:
+        report = asset_stability(nominal_twin(TASK), [{"light.intensity": 0.0}], settings, store, n_resamples=200)
+        assert {r.variant_key for r in store.catalog.episodes()} == {"nominal", report.swaps[0].version}
+    swap = report.swaps[0]
+    # Paired seeds and a rendering-only swap: policies that never look at an image score the same.
+    assert swap.rates["expert"] == report.base_rates["expert"] and swap.rates["noisy"] == report.base_rates["noisy"]
+    # In the dark the goal marker cannot be segmented: the perception policy loses episodes.
+    assert swap.rates["perception"] < report.base_rates["perception"]
+    assert swap.mmrv is not None and swap.mmrv > 0
