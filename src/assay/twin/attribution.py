@@ -24,6 +24,7 @@ import numpy as np
 
 from assay.metrics.correlation import correlation
 from assay.metrics.results_csv import RateEntry
+from assay.run import Executor
 from assay.store import Store
 from assay.twin.config import Layer, Twin, TwinError
 from assay.twin.running import TwinSettings, run_twins
@@ -95,7 +96,7 @@ def _score(label: str, version: str, rates: dict[str, float], real: dict[str, fl
 
 
 def attribute(nominal: Twin, calibrated: Twin, real: Sequence[RateEntry], settings: TwinSettings,
-              store: Store, campaign: str = "twin-attribution", executor=None) -> Attribution:
+              store: Store, campaign: str = "twin-attribution", executor: Executor | None = None) -> Attribution:
     """Run the attribution configurations in ``store`` and score them against ``real`` counts."""
     if nominal.task != calibrated.task:
         raise TwinError(f"nominal twin is of {nominal.task} but calibrated twin of {calibrated.task}")

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from assay.metrics.stability import stability
+from assay.run import Executor
 from assay.store import Store
 from assay.twin.config import Layer, Twin, TwinError, layer_of
 from assay.twin.running import TwinSettings, run_twins
@@ -58,7 +59,8 @@ def swap_twins(base: Twin, swaps: Sequence[dict[str, Any]]) -> list[Twin]:
 
 
 def asset_stability(base: Twin, swaps: Sequence[dict[str, Any]], settings: TwinSettings, store: Store,
-                    campaign: str = "twin-stability", executor=None, n_resamples: int = 500) -> StabilityReport:
+                    campaign: str = "twin-stability", executor: Executor | None = None,
+                    n_resamples: int = 500) -> StabilityReport:
     if not swaps:
         raise TwinError("ranking stability needs at least one asset swap")
     twins = swap_twins(base, swaps)
