@@ -26,9 +26,10 @@ ALLOWED = {
     "run": {"spec", "sim", "policies", "store"},
     "metrics": {"spec", "store"},
     "failures": {"spec", "sim", "policies", "store", "metrics"},
+    "twin": {"spec", "sim", "policies", "store", "metrics", "failures", "run"},
     "report": {"spec", "store", "metrics", "failures"},
-    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "report", "server"},
-    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "report", "server", "cli"},
+    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "report", "server"},
+    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "report", "server", "cli"},
 }
 
 

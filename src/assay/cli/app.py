@@ -185,6 +185,9 @@ failures_commands.register(app)
 from assay.cli import report_commands  # noqa: E402  (report, serve)
 
 report_commands.register(app)
+from assay.cli import twin_commands  # noqa: E402
+
+twin_commands.register(app)
 
 
 def main() -> None:

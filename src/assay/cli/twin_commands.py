@@ -1,0 +1,192 @@
+"""``assay twin show|run|sysid|attribute|stability``: the layered digital twin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from assay.cli import render
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.metrics.results_csv import read_results_csv
+from assay.sim import default_registry
+from assay.spec import load_campaign
+from assay.twin import (DEFAULT_PARAMETERS, Layer, TwinError, asset_stability, attribute, calibrated_twin, identify,
+                        load_twin, nominal_twin, run_twins, save_twin, settings_from_campaign,
+                        trajectories_from_store, write_results_csv)
+
+twin_app = typer.Typer(help="Layered digital twin: calibrate, attribute the sim-to-real gap, check asset swaps.",
+                       no_args_is_help=True)
+
+TwinArg = Annotated[Path, typer.Option("--twin", help="Twin YAML (name, task, control, dynamics, rendering).")]
+CampaignArg = Annotated[Path, typer.Argument(help="Campaign YAML: one task, policies, episodes, seed, horizon, cameras.")]
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _layers_table(document: dict[str, Any], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("layer", "factor", "value"):
+        table.add_column(column)
+    for layer in Layer:
+        values = document[layer.value] or {"(nominal)": ""}
+        for factor, value in values.items():
+            table.add_row(layer.value, factor, str(value))
+    return table
+
+
+@twin_app.command("show")
+def show(path: Annotated[Path, typer.Argument(help="Twin YAML.")], json_out: JsonOpt = False) -> None:
+    """A twin's layers and its version (the variant key its episodes record)."""
+    with user_errors():
+        document = load_twin(path).describe()
+        if json_out:
+            render.print_json(document)
+            return
+        render.console.print(_layers_table(document, f"twin {document['name']} of {document['task']}, "
+                                                      f"version {document['version']}"))
+
+
+@twin_app.command("run")
+def run(campaign: CampaignArg, twin: TwinArg,
+        results_out: Annotated[Optional[Path], typer.Option("--results-out", help="Write task,policy,successes,trials here.")] = None,
+        store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
+    """Run the campaign's policies in one twin (e.g. a reality proxy producing 'real' results)."""
+    with user_errors():
+        spec, chosen = load_campaign(campaign), load_twin(twin)
+        settings = settings_from_campaign(spec, chosen.task)
+        with open_store(store, catalog, create=True) as opened:
+            entries = run_twins(spec.name, [chosen], settings, opened)[chosen.version]
+        if results_out is not None:
+            write_results_csv(entries, results_out)
+        document = {"twin": chosen.describe(), "campaign": spec.name,
+                    "results": [{"policy": e.policy, "successes": e.successes, "trials": e.trials} for e in entries],
+                    "results_csv": str(results_out) if results_out else None}
+        if json_out:
+            render.print_json(document)
+            return
+        table = Table(title=f"twin {chosen.name} ({chosen.version}) on {chosen.task}", title_justify="left")
+        for column in ("policy", "successes", "trials", "rate"):
+            table.add_column(column)
+        for e in entries:
+            table.add_row(e.policy, str(e.successes), str(e.trials), _fmt(e.rate))
+        render.console.print(table)
+
+
+@twin_app.command("sysid")
+def sysid(
+    twin: TwinArg,
+    real_campaign: Annotated[str, typer.Option("--real-campaign", help="Campaign whose recorded episodes are the real trajectories.")],
+    real_store: Annotated[Optional[Path], typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
+    parameters: Annotated[str, typer.Option(help="Comma-separated factors to fit.")] = ",".join(DEFAULT_PARAMETERS),
+    policy: Annotated[Optional[str], typer.Option(help="Only this policy's real episodes.")] = None,
+    max_trajectories: Annotated[int, typer.Option(min=1, help="Use at most this many real episodes.")] = 4,
+    max_evaluations: Annotated[int, typer.Option(min=1, help="Optimiser budget (twin replays).")] = 120,
+    out: Annotated[Optional[Path], typer.Option(help="Write the calibrated twin YAML here.")] = None,
+    store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Fit control and dynamics parameters by replaying real actions open loop in the twin."""
+    with user_errors():
+        start = load_twin(twin)
+        with open_store(real_store or store, catalog if real_store is None else None) as opened:
+            trajectories = trajectories_from_store(opened, real_campaign, policy, max_trajectories)
+        task = default_registry().get(start.task)
+        result = identify(task, trajectories, start, split_list(parameters), max_evaluations)
+        calibrated = calibrated_twin(result, start, name=f"{start.name}-calibrated")
+        if out is not None:
+            save_twin(calibrated, out)
+        document = {**result.to_dict(), "calibrated": calibrated.describe(), "out": str(out) if out else None}
+        if json_out:
+            render.print_json(document)
+            return
+        table = Table(title=f"system identification on {result.trajectories} real trajectories "
+                            f"({result.evaluations} replays)", title_justify="left")
+        for column in ("parameter", "start", "fitted"):
+            table.add_column(column)
+        for name in result.parameters:
+            table.add_row(name, f"{result.start[name]:.4g}", f"{result.fitted[name]:.4g}")
+        render.console.print(table)
+        render.console.print(f"RMS state discrepancy {result.residual_before:.4g} m -> {result.residual_after:.4g} m; "
+                             f"correlation {_fmt(result.correlation_before, 4)} -> {_fmt(result.correlation_after, 4)}"
+                             + (f"; calibrated twin written to {out}" if out else ""))
+
+
+@twin_app.command("attribute")
+def attribute_command(
+    campaign: CampaignArg,
+    calibrated: Annotated[Path, typer.Option("--calibrated", help="Calibrated twin YAML (e.g. from twin sysid).")],
+    real: Annotated[Path, typer.Option("--real", help="Real results CSV: task,policy,successes,trials.")],
+    nominal: Annotated[Optional[Path], typer.Option("--nominal", help="Nominal twin YAML (default: the untouched simulator).")] = None,
+    store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Swap in one calibrated layer at a time (and leave one out): which layer closes the sim-to-real gap."""
+    with user_errors():
+        spec, fitted = load_campaign(campaign), load_twin(calibrated)
+        base = load_twin(nominal) if nominal else nominal_twin(fitted.task)
+        real_entries = read_results_csv(real)
+        settings = settings_from_campaign(spec, fitted.task)
+        with open_store(store, catalog, create=True) as opened:
+            result = attribute(base, fitted, real_entries, settings, opened, campaign=f"{spec.name}-attribution")
+        if json_out:
+            render.print_json(result.to_dict())
+            return
+        policies = list(result.policies)
+        table = Table(title=f"gap attribution on {result.task} (real vs each configuration)", title_justify="left")
+        for column in ("configuration", *policies, "gap", "Pearson r", "MMRV"):
+            table.add_column(column)
+        table.add_row("real", *[_fmt(result.real[p]) for p in policies], "", "", "")
+        for score in result.configs:
+            table.add_row(score.label, *[_fmt(score.rates[p]) for p in policies], _fmt(score.gap, 3),
+                          _fmt(score.pearson), _fmt(score.mmrv, 3))
+        render.console.print(table)
+        layers = Table(title="layer shares of the gap closed by calibration", title_justify="left")
+        for column in ("layer", "calibrated differs", "closed by swap-in", "reopened by leave-out", "share"):
+            layers.add_column(column)
+        for share in result.layers:
+            layers.add_row(share.layer, "yes" if share.changed else "no", _fmt(share.closed_by_swap_in, 3),
+                           _fmt(share.reopened_by_leave_out, 3), _fmt(share.share))
+        render.console.print(layers)
+        render.console.print(f"total gap closed {result.total_gap_closed:.3f}; attributed layer: "
+                             f"[bold]{result.attributed or 'none (calibration closes no gap)'}[/]")
+
+
+@twin_app.command("stability")
+def stability_command(
+    campaign: Annotated[Path, typer.Argument(help="Campaign YAML whose non-nominal variants are the asset swaps.")],
+    twin: Annotated[Optional[Path], typer.Option("--twin", help="Base twin YAML (default: the untouched simulator).")] = None,
+    resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 500,
+    store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Run the policies under K asset swaps of the twin; Kendall τ and MMRV of each leaderboard vs the base."""
+    with user_errors():
+        spec = load_campaign(campaign)
+        if len(spec.tasks) != 1:
+            raise TwinError(f"{campaign}: a twin stability campaign has exactly one task; got {len(spec.tasks)}")
+        base = load_twin(twin) if twin else nominal_twin(spec.tasks[0])
+        settings = settings_from_campaign(spec, base.task)
+        swaps = [dict(v) for v in spec.variants if v]
+        with open_store(store, catalog, create=True) as opened:
+            report = asset_stability(base, swaps, settings, opened, campaign=f"{spec.name}-stability",
+                                     n_resamples=resamples)
+        if json_out:
+            render.print_json(report.to_dict())
+            return
+        policies = sorted(report.base_rates)
+        table = Table(title=f"leaderboards under {len(report.swaps)} asset swaps of {report.task}", title_justify="left")
+        for column in ("twin", "swap", *policies, "Kendall τ", "MMRV"):
+            table.add_column(column)
+        table.add_row("base", "", *[_fmt(report.base_rates[p]) for p in policies], "", "")
+        for swap in report.swaps:
+            label = ", ".join(f"{k}={v}" for k, v in swap.values.items())
+            tau = _fmt(swap.kendall) if swap.kendall is not None else (swap.kendall_reason or "n/a")
+            table.add_row(swap.name, label, *[_fmt(swap.rates[p]) for p in policies], tau, _fmt(swap.mmrv, 3))
+        render.console.print(table)
+        render.console.print(f"worst Kendall τ {_fmt(report.min_kendall)}, worst MMRV {_fmt(report.max_mmrv, 3)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(twin_app, name="twin")

@@ -1,0 +1,60 @@
+"""``assay twin`` commands: documents, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from assay.cli import twin_commands
+
+app = typer.Typer()
+twin_commands.register(app)  # the twin commands alone, as cli.app registers them
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, ["twin", *args])
+
+
+def test_show_prints_layers_and_version(tmp_path):
+    path = tmp_path / "cell.yaml"
+    path.write_text("name: cell\ntask: metaworld/push@1\ncontrol: {control.gain: 0.7}\nrendering: {camera.yaw: 10}\n")
+    result = invoke("show", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["control"] == {"control.gain": 0.7} and document["dynamics"] == {}
+    assert len(document["version"]) == 16
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    path = tmp_path / "cell.yaml"
+    path.write_text("name: cell\ntask: metaworld/push@1\nrendering: {friction: 0.5}\n")
+    result = invoke("show", str(path))
+    assert result.exit_code == 2
+    assert "friction belongs to the dynamics layer, not rendering" in result.output
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nepisodes: 1\ntasks: [metaworld/reach@1]\npolicies: [{name: e, builtin: expert}]\n")
+    path.write_text("name: cell\ntask: metaworld/push@1\n")
+    real = tmp_path / "real.csv"
+    real.write_text("task,policy,successes,trials\nmetaworld/push@1,e,1,2\n")
+    result = invoke("attribute", str(study), "--calibrated", str(path), "--real", str(real),
+                    "--store", str(tmp_path / "store"))
+    assert result.exit_code == 2
+    assert "a twin study runs exactly the twin's task" in result.output
+
+
+@pytest.mark.sim
+def test_run_writes_the_results_csv(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nepisodes: 1\nhorizon: 5\ntasks: [metaworld/push@1]\n"
+                     "policies: [{name: e, builtin: expert}]\n")
+    twin = tmp_path / "cell.yaml"
+    twin.write_text("name: cell\ntask: metaworld/push@1\ndynamics: {friction: 0.5}\n")
+    out = tmp_path / "real.csv"
+    result = invoke("run", str(study), "--twin", str(twin), "--results-out", str(out),
+                    "--store", str(tmp_path / "store"), "--json")
+    assert result.exit_code == 0, result.output
+    assert out.read_text().splitlines() == ["task,policy,successes,trials", "metaworld/push@1,e,0,1"]
