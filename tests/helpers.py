@@ -72,3 +72,17 @@ class ConstantPolicy:
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         return np.full((len(observations["env_ids"]), 1), self.value)
+
+
+def comparable_steps(store: Any, record: Any) -> bytes | None:
+    """An episode's step data minus wall-clock latency, as bytes: equal bytes mean a bit-identical
+    episode (NaN events included, which a table comparison would call unequal)."""
+    import pyarrow as pa
+
+    if record.data_path is None:
+        return None
+    table = store.steps(record).drop_columns(["policy_latency_ms"])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()

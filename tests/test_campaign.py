@@ -15,6 +15,7 @@ import pytest
 from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
 from assay.spec import campaign_from_data
 from assay.store import Outcome, Store
+from tests.helpers import comparable_steps
 
 pytestmark = pytest.mark.sim
 
@@ -35,8 +36,7 @@ def _run(tmp_path: Path, executor_name: str, workers: int = 1, data: dict = SMAL
     with Store(root) as store:
         summary = run_campaign(prepare_campaign(campaign_from_data(data)), store, executor)
         records = store.catalog.episodes(campaign=data["name"])
-        # Step data minus wall-clock latency: everything else must be bit-identical.
-        steps = {r.key: store.steps(r).drop_columns(["policy_latency_ms"]) if r.data_path else None for r in records}
+        steps = {r.key: comparable_steps(store, r) for r in records}  # bit-identical, latency aside
         return summary, {r.key: (r.outcome, r.steps, r.trajectory_hash, steps[r.key]) for r in records}, records
 
 

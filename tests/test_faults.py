@@ -19,6 +19,7 @@ from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campa
 from assay.run.faults import FaultPolicy
 from assay.spec import campaign_from_data
 from assay.store import Outcome, Store
+from tests.helpers import comparable_steps
 
 pytestmark = pytest.mark.sim
 
@@ -36,7 +37,7 @@ def run_and_collect(root: Path, executor, data: dict, data_url: str | None = Non
         summary = run_campaign(planned, store, executor)
         records = store.catalog.episodes(campaign=data["name"])
         assert sorted(r.key for r in records) == sorted(j.key for j in planned.jobs), "a job was lost or added"
-        steps = {r.key: store.steps(r).drop_columns(["policy_latency_ms"]) if r.data_path else None for r in records}
+        steps = {r.key: comparable_steps(store, r) for r in records}
         results = {r.key: (r.outcome, r.reason, r.steps, r.trajectory_hash, steps[r.key]) for r in records}
         return summary, results, records
 
