@@ -14,7 +14,7 @@ import msgpack
 import numpy as np
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
@@ -165,14 +165,17 @@ def test_policy_server_answers_bad_frames_with_a_protocol_error_and_stays_up(ser
             reply = ws.recv(timeout=10)
         except ConnectionClosed as closed:
             assert closed.rcvd is not None and closed.rcvd.code == 1009, closed  # frame over the size cap
+            event("closed 1009 (too big)")
         else:
             if isinstance(reply, str):  # refused: a protocol error naming the problem, then close 1008
                 assert reply.startswith("protocol error"), reply
                 with pytest.raises(ConnectionClosed) as closed:
                     ws.recv(timeout=10)
                 assert closed.value.rcvd.code == 1008
+                event("protocol error, closed 1008")
             else:  # the fuzzer wrote a valid request: it gets actions
                 assert unpackb(reply)["actions"].shape[-1] == 4
+                event("valid request answered")
     _valid_round_trip(server.port)  # the server survived
 
 
