@@ -146,3 +146,24 @@ def test_every_dependency_has_a_lower_bound_or_exact_pin():
     loose = [str(r) for r in _requirements()
              if not any(s.operator in (">=", ">", "==", "~=", "===") for s in r.specifier)]
     assert loose == []
+
+
+def test_dashboard_starts_only_campaign_files_inside_its_directory(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from assay.server import ServerConfig as DashboardConfig
+    from assay.server import create_app
+    from assay.store import Store
+
+    campaigns, outside = tmp_path / "campaigns", tmp_path / "outside"
+    campaigns.mkdir(), outside.mkdir()
+    (outside / "evil.yaml").write_text("name: evil\nepisodes: 1\ntasks: [gymnasium/Pendulum-v1]\npolicies: [random]\n")
+    (campaigns / "link.yaml").symlink_to(outside / "evil.yaml")  # a symlink out is still outside
+    Store(tmp_path / "store").close()
+    app = create_app(DashboardConfig(tmp_path / "store", "tok", campaigns))
+    with TestClient(app) as client:
+        for path in ("../outside/evil.yaml", str(outside / "evil.yaml"), "link.yaml", "/etc/passwd", "a/../../x.yaml"):
+            response = client.post("/api/runs", json={"path": path}, headers={"Authorization": "Bearer tok"})
+            assert response.status_code == 400, (path, response.status_code)
+            assert "outside the campaign directory" in response.text or "no campaign file" in response.text
+        assert client.get("/api/runs").json() == []
