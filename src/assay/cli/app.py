@@ -33,6 +33,7 @@ def run(
     executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local | ray")] = "local",
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster: auto | ray://HOST:PORT (default: a local Ray).")] = None,
     data: Annotated[Optional[str], typer.Option("--data", help="Where step files go: a shared directory or fsspec URL (default: the store).")] = None,
+    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run episodes recorded as error (e.g. a policy server was down).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
@@ -44,16 +45,20 @@ def run(
             runner = make_executor(executor, str(opened.data_root), workers, address=address)
             progress = CampaignProgress(render.err_console, enabled=not json_out)
             with progress:
-                summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record)
+                summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
+                                       retry_errors=retry_errors)
             rows = rate_table(opened.catalog.episodes(campaign=spec.name), by=("policy", "task"))
             if json_out:
                 render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
-                                   "skipped": summary.skipped, "ran": summary.ran, "outcomes": summary.outcomes,
+                                   "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
+                                   "retried": summary.retried, "outcomes": summary.outcomes,
                                    "results": [r.to_dict() for r in rows]})
                 return
             render.console.print(render.rate_table(rows, f"campaign {spec.name}: success by policy × task"))
             render.console.print(
-                f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store. "
+                f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store"
+                + (f" ({summary.repaired} re-run: step file missing or corrupted)" if summary.repaired else "")
+                + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
                 f"Results stored in {opened.root} (catalog {opened.catalog.url})", highlight=False, soft_wrap=True)
 
 

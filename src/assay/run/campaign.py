@@ -2,7 +2,11 @@
 
 Rerunning the same campaign resumes it: jobs whose key is already in the
 catalog are skipped (and linked to this campaign if another campaign ran them),
-so nothing is ever run twice.
+so nothing is ever run twice. Before skipping, every finished episode's step
+file is hashed against its recorded checksum: a missing, truncated or corrupted
+file makes the episode forgotten (row, links, failure category) and re-run, so
+it is never scored. ``retry_errors`` also re-runs episodes recorded as
+``error`` (an outage of a policy server, a dead machine), which a plain resume keeps.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class CampaignSummary:
     total: int
     skipped: int
     ran: int = 0
+    repaired: int = 0  # finished episodes whose step file was missing or corrupted: forgotten and re-run
+    retried: int = 0  # episodes recorded as error, re-run because retry_errors was asked
     outcomes: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
 
 
@@ -96,6 +102,7 @@ def run_campaign(
     executor: Executor,
     on_start: Callable[[CampaignSummary], None] | None = None,
     on_record: Callable[[EpisodeRecord], None] | None = None,
+    retry_errors: bool = False,
 ) -> CampaignSummary:
     spec = campaign.spec
     existing = {c["name"]: c for c in store.catalog.campaigns()}
@@ -107,9 +114,15 @@ def run_campaign(
     store.save_resolved_campaign(spec.name, spec.content_hash(), campaign.resolved())
     store.clean_temporaries()
     done = store.catalog.existing_keys(job.key for job in campaign.jobs)
+    damaged = set(store.damaged(done))
+    errored = {k for k, (outcome, _, _) in store.catalog.integrity(done).items()
+               if outcome == Outcome.ERROR.value} - damaged if retry_errors else set()
+    store.catalog.forget(sorted(damaged | errored))
+    done -= damaged | errored
     store.catalog.link(spec.name, [(job.key, job.policy.name) for job in campaign.jobs if job.key in done])
     pending = [job for job in campaign.jobs if job.key not in done]
-    summary = CampaignSummary(spec.name, total=len(campaign.jobs), skipped=len(campaign.jobs) - len(pending))
+    summary = CampaignSummary(spec.name, total=len(campaign.jobs), skipped=len(campaign.jobs) - len(pending),
+                              repaired=len(damaged), retried=len(errored))
     if on_start is not None:
         on_start(summary)
     for record in executor.run(batch_jobs(pending, spec.envs_per_worker)):

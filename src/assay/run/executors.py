@@ -196,7 +196,10 @@ class LocalExecutor:
                 raise payload
         if not slot.process.is_alive():
             slot.kill()
-            if not slot.ready:
+            # Exiting on its own before "ready" means the worker cannot start (an import error): stop.
+            # Killed by a signal (OOM killer, an operator, chaos) it was unlucky: retry like any death.
+            killed = slot.process.exitcode is not None and slot.process.exitcode < 0
+            if not slot.ready and not killed:
                 raise AssayError(f"a worker process failed to start ({describe_exit(slot.process.exitcode)}); "
                                  "run with --executor inline to see the error")
             records = dispatcher.failed(item, Failure.DIED, describe_exit(slot.process.exitcode))

@@ -227,6 +227,28 @@ class Catalog:
         if rows:
             conn.execute(campaign_episodes.insert(), rows)
 
+    def forget(self, keys: Iterable[str]) -> int:
+        """Delete episodes (rows, every campaign's link, any failure category) so they can be re-run.
+
+        Used when an episode's step file is missing or corrupted: such an episode must
+        never be scored. Returns how many episode rows were deleted. The
+        ``failure_categories`` table belongs to a higher layer; it is cleared by name
+        when present, so no stale category outlives its episode.
+        """
+        keys = list(keys)
+        if not keys:
+            return 0
+        deleted = 0
+        with self.engine.begin() as conn:
+            extra = [sa.table(name, sa.column("key")) for name in _DEPENDENT_TABLES
+                     if sa.inspect(conn).has_table(name)]
+            for chunk in _chunks(keys, 500):
+                for table in extra:
+                    conn.execute(table.delete().where(table.c.key.in_(chunk)))
+                conn.execute(campaign_episodes.delete().where(campaign_episodes.c.key.in_(chunk)))
+                deleted += conn.execute(episodes.delete().where(episodes.c.key.in_(chunk))).rowcount
+        return deleted
+
     def set_meta(self, name: str, value: str) -> None:
         with self.engine.begin() as conn:
             if conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name == name)).first():
@@ -244,6 +266,16 @@ class Catalog:
         with self.engine.connect() as conn:
             for chunk in _chunks(list(keys), 500):
                 found |= set(conn.execute(sa.select(episodes.c.key).where(episodes.c.key.in_(chunk))).scalars())
+        return found
+
+    def integrity(self, keys: Iterable[str]) -> dict[str, tuple[str, str | None, str | None]]:
+        """For each key present: (outcome, data_path, data_sha256), what a resume checks."""
+        found: dict[str, tuple[str, str | None, str | None]] = {}
+        columns = (episodes.c.key, episodes.c.outcome, episodes.c.data_path, episodes.c.data_sha256)
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(keys), 500):
+                for row in conn.execute(sa.select(*columns).where(episodes.c.key.in_(chunk))):
+                    found[row.key] = (row.outcome, row.data_path, row.data_sha256)
         return found
 
     def campaigns(self) -> list[dict[str, Any]]:
@@ -310,6 +342,10 @@ class Catalog:
         if len(keys) > 1:
             raise StoreError(f"key prefix {key_prefix!r} is ambiguous: {', '.join(k[:12] for k in keys[:5])} ...")
         return _record(rows[0])
+
+
+# Tables of higher layers keyed by episode key (assay.failures.table); forget() clears them too.
+_DEPENDENT_TABLES = ("failure_categories",)
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:

@@ -152,6 +152,32 @@ def read_episode(root: Root, relpath: str, expected_sha256: str | None = None) -
     return pq.read_table(path)
 
 
+def check_episode_file(root: Root, relpath: str, expected_sha256: str | None) -> str | None:
+    """Why the episode file cannot be trusted (missing, or not matching its checksum), or None if it is intact.
+
+    The whole file is hashed: a size or mtime check would miss a flipped byte, and a
+    file that fails here is re-run instead of scored.
+    """
+    if is_url(root):
+        fs, base = _filesystem(str(root))
+        try:
+            data = fs.cat_file(f"{base}/{relpath}")
+        except FileNotFoundError:
+            return "missing"
+        actual = hashlib.sha256(data).hexdigest()
+    else:
+        path = Path(root) / relpath
+        try:
+            actual = _sha256(path)
+        except FileNotFoundError:
+            return "missing"
+        except OSError as exc:
+            return f"unreadable ({exc.strerror or exc})"
+    if expected_sha256 is not None and actual != expected_sha256:
+        return "checksum mismatch (corrupted or truncated)"
+    return None
+
+
 def remove_stale_temporaries(root: Root) -> int:
     """Delete temporaries left by dead writers on this host; return how many were removed."""
     if is_url(root):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import pyarrow as pa
 
 from assay.errors import StoreError
 from assay.store.catalog import Catalog
-from assay.store.episodes import Root, is_url, read_episode, remove_stale_temporaries
+from assay.store.episodes import Root, check_episode_file, is_url, read_episode, remove_stale_temporaries
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord
 
 
@@ -86,6 +87,20 @@ class Store:
 
     def clean_temporaries(self) -> int:
         return remove_stale_temporaries(self.data_root)
+
+    def damaged(self, keys: Iterable[str]) -> dict[str, str]:
+        """Episodes among ``keys`` whose step file is missing or fails its checksum: key -> why.
+
+        Episodes recorded without step data (errors before the first step) have nothing to check.
+        """
+        found: dict[str, str] = {}
+        for key, (_, data_path, sha) in self.catalog.integrity(keys).items():
+            if data_path is None:
+                continue
+            problem = check_episode_file(self.data_root, data_path, sha)
+            if problem is not None:
+                found[key] = problem
+        return found
 
     def steps(self, record: EpisodeRecord, verify: bool = True) -> pa.Table:
         """The per-step table of an episode, checked against its recorded checksum."""
