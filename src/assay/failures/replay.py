@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from assay.policies import ExpertPolicy, Policy, PolicyContext
-from assay.sim import SimEnv, Transition, build_part, make_env, perturbed
+from assay.sim import SimEnv, Transition, make_env, perturbed
 from assay.spec import TaskSpec, Variant
 
 
@@ -38,7 +38,7 @@ class Replayer:
     def __init__(self, task: TaskSpec, variant: Variant, reference: Policy | None = None) -> None:
         self.task = task
         self.variant = variant
-        self._base = make_env(task, build_part(variant))
+        self._base = make_env(task)
         self.env: SimEnv = perturbed(self._base, variant)
         self.reference = reference or ExpertPolicy()
 
