@@ -26,7 +26,8 @@ ALLOWED = {
     "run": {"spec", "sim", "policies", "store"},
     "metrics": {"spec", "store"},
     "failures": {"spec", "sim", "policies", "store", "metrics"},
-    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "cli"},
+    "learning": {"spec", "sim", "policies", "store", "run", "metrics", "failures"},
+    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "learning", "cli"},
 }
 
 

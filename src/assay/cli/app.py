@@ -182,6 +182,9 @@ robustness_commands.register(app)
 from assay.cli import failures_commands  # noqa: E402
 
 failures_commands.register(app)
+from assay.cli import learning_commands  # noqa: E402  (train-bc, flywheel, export lerobot)
+
+learning_commands.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,93 @@
+"""CLI: ``assay train-bc``, ``assay flywheel``, ``assay export lerobot``, ``assay olcl`` (open- vs closed-loop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from assay.cli import render
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.errors import AssayError
+
+DataOpt = Annotated[str, typer.Option("--data", help="Data query, e.g. 'campaign=demos,task=metaworld/reach@1' "
+                                      "(keys: campaign, task, policy, outcome, demos; '|' for alternatives).")]
+
+
+def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="Checkpoint file to write.")],
+                     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
+                     seed: Annotated[int, typer.Option("--seed", help="Training seed (same seed, same weights).")] = 0,
+                     epochs: Annotated[int, typer.Option("--epochs")] = 100,
+                     hidden: Annotated[str, typer.Option("--hidden", help="Hidden layer widths, comma separated.")] = "256,256",
+                     batch_size: Annotated[int, typer.Option("--batch-size")] = 256,
+                     lr: Annotated[float, typer.Option("--lr")] = 1e-3,
+                     json_out: JsonOpt = False) -> None:
+    """Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT'."""
+    from assay.learning import TrainConfig, load_demos, train_bc
+
+    with user_errors():
+        try:
+            widths = tuple(int(w) for w in split_list(hidden))
+        except ValueError:
+            raise AssayError(f"--hidden {hidden!r} must be comma-separated integers, e.g. 256,256") from None
+        config = TrainConfig(seed=seed, epochs=epochs, hidden=widths, batch_size=batch_size, lr=lr)
+        with open_store(store, catalog) as opened:
+            demos = load_demos(opened, data)
+        result = train_bc(demos, config, out)
+    if json_out:
+        render.print_json(result.to_dict())
+    else:
+        render.console.print(f"trained on {result.demos} demos ({result.frames} frames, tasks {', '.join(result.tasks)}); "
+                             f"final loss {result.final_loss:.5f}; wrote {result.path} (version {result.version}); "
+                             f"run it as policy bc:{result.path}")
+
+
+def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
+                     base: Annotated[int, typer.Option("--base", help="Expert demos for the base policy.")] = 20,
+                     extra: Annotated[int, typer.Option("--extra", help="Recovery demos added (and fresh demos for the control).")] = 10,
+                     probe: Annotated[int, typer.Option("--probe", help="Episodes of the base policy mined for failures.")] = 20,
+                     eval_episodes: Annotated[int, typer.Option("--eval", help="Held-out evaluation episodes per policy.")] = 50,
+                     seeds: Annotated[str, typer.Option("--seeds", help="Training seeds, comma separated.")] = "0",
+                     epochs: Annotated[int, typer.Option("--epochs")] = 100,
+                     horizon: Annotated[int | None, typer.Option("--horizon", help="Cap the task horizon.")] = None,
+                     workers: Annotated[int, typer.Option("--workers")] = 1,
+                     out: Annotated[Path | None, typer.Option("--out", help="Checkpoint folder (default STORE/learning/flywheel).")] = None,
+                     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
+    """Base BC vs base + recovery demos (flywheel) vs base + fresh expert demos (control), on held-out seeds."""
+    from assay.learning import FlywheelConfig, run_flywheel
+
+    with user_errors():
+        try:
+            seed_list = tuple(int(s) for s in split_list(seeds))
+        except ValueError:
+            raise AssayError(f"--seeds {seeds!r} must be comma-separated integers") from None
+        config = FlywheelConfig(task=task, base=base, extra=extra, probe=probe, eval_episodes=eval_episodes,
+                                seeds=seed_list, epochs=epochs, horizon=horizon, workers=workers)
+        with open_store(store, catalog, create=True) as opened:
+            folder = out or opened.root / "learning" / f"flywheel-{config.tag()}"
+            say = (lambda _: None) if json_out else (lambda line: render.console.print(f"[dim]{line}[/]"))
+            results = run_flywheel(opened, config, folder, say)
+    if json_out:
+        render.print_json({"config": {"task": task, "base": base, "extra": extra, "probe": probe, "eval": eval_episodes,
+                                      "seeds": list(seed_list), "epochs": epochs, "horizon": horizon},
+                           "results": [r.to_dict() for r in results]})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"flywheel on {task}: success on held-out seeds (Wilson 95%)")
+    for column in ("seed", "base", "control", "flywheel", "recovery demos (frames)", "control frames",
+                   "gain ratio", "McNemar p (fly vs ctrl)", "contaminated"):
+        table.add_column(column)
+    for r in results:
+        cell = lambda s: f"{s.successes}/{s.trials} = {s.rate:.2f} [{s.low:.2f}, {s.high:.2f}]"  # noqa: E731
+        table.add_row(str(r.seed), cell(r.base), cell(r.control), cell(r.flywheel),
+                      f"{r.recovery_demos} ({r.recovery_frames})", str(r.control_frames),
+                      "n/a (control gained nothing)" if r.gain_ratio is None else f"{r.gain_ratio:.2f}",
+                      f"{r.mcnemar_p:.3f}", str(sum(r.contaminated.values())))
+    render.console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train-bc")(train_bc_command)
+    app.command("flywheel")(flywheel_command)
