@@ -33,7 +33,7 @@ def test_tasks_and_policies_list_and_filter():
     assert "metaworld/pick-place@1" not in ids
     result = invoke("policies", "--json")
     names = {p["name"]: p for p in json.loads(result.stdout)["policies"]}
-    assert set(names) == {"expert", "random", "degraded-expert", "mlp", "perception-expert", "router"}
+    assert set(names) == {"expert", "random", "degraded-expert", "mlp", "perception-expert", "router", "bc"}
     assert "action_noise" in names["degraded-expert"]["params"]
     assert "drawer-open" in invoke("tasks").stdout
 

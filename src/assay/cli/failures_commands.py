@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from assay.cli import render
-from assay.cli.app import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, _open_store, user_errors
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, user_errors
 from assay.errors import AssayError
 from assay.failures import FailureTable, Replayer, attribute, case_from, categorize, coverage, find_ponr, step_arrays
 from assay.failures.boundary import bisect_boundary
@@ -57,7 +57,7 @@ def mine(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
          campaign: Annotated[Optional[str], typer.Option("--campaign", "-c")] = None, json_out: JsonOpt = False) -> None:
     """Categorize a campaign's failures (stored on each episode) and attribute them to capabilities."""
     with user_errors():
-        with _open_store(store, catalog) as opened:
+        with open_store(store, catalog) as opened:
             name, records = _campaign_records(opened, campaign)
             found = _mine(opened, records)
             attributions = attribute(records, found)
@@ -81,7 +81,7 @@ def ponr(key: Annotated[str, typer.Argument(help="Episode key (a unique prefix).
          json_out: JsonOpt = False) -> None:
     """Find a failed episode's point of no return (replay, hand over to the expert, bisect); plot keyframes."""
     with user_errors():
-        with _open_store(store, catalog) as opened:
+        with open_store(store, catalog) as opened:
             record = opened.catalog.episode(key)
             if record.outcome is Outcome.SUCCESS:
                 raise AssayError(f"episode {record.key} succeeded; the point of no return is for failures")
@@ -129,7 +129,7 @@ def regress_add(name: Annotated[str, typer.Argument(help="Set name.")],
                 json_out: JsonOpt = False) -> None:
     """Freeze a campaign's failing (task, variant, seed) cases into a versioned set (and a held-out set)."""
     with user_errors():
-        with _open_store(store, catalog) as opened:
+        with open_store(store, catalog) as opened:
             _, records = _campaign_records(opened, source)
             failing = [r for r in records if r.outcome is not Outcome.SUCCESS and (task is None or r.task_id == task)]
             if category is not None:
@@ -173,7 +173,7 @@ def regress_run(name: Annotated[str, typer.Argument(help="Set name.")],
                 store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
     """Rerun a set (and its held-out twin) with a policy: fixed / still failing / newly failing vs the last run."""
     with user_errors():
-        with _open_store(store, catalog) as opened:
+        with open_store(store, catalog) as opened:
             rows = [_rerun(opened, name, policy)]
             if versions(opened.root, name + HELDOUT_SUFFIX):
                 rows.append(_rerun(opened, name + HELDOUT_SUFFIX, policy))
@@ -191,7 +191,7 @@ def priorities_command(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOp
                        json_out: JsonOpt = False) -> None:
     """What to collect next: (task, factor region, category) by failure mass x recoverability."""
     with user_errors():
-        with _open_store(store, catalog) as opened:
+        with open_store(store, catalog) as opened:
             _, records = _campaign_records(opened, campaign)
             found = FailureTable(opened).get([r.key for r in records])
             if not found:
@@ -222,7 +222,7 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
         spec = default_registry().get(task)
         resolved = resolve_policy(policy_from_shorthand(policy))
         seeds = [derive_seed("boundary", seed, spec.id, i) for i in range(episodes)]
-        with _open_store(store, catalog, create=True) as opened:
+        with open_store(store, catalog, create=True) as opened:
             def evaluate(level: float) -> tuple[int, int]:
                 variant = resolve_variant({factor: level}, spec)
                 jobs = [EpisodeJob(f"boundary-{factor}", spec, variant, resolved, i, s,

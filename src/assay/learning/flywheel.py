@@ -92,20 +92,22 @@ def _expert_demos(store: Store, config: FlywheelConfig) -> tuple[list[Demo], lis
 
 
 def mine_recovery(store: Store, replayer: Replayer, failures: list[EpisodeRecord], limit: int) -> tuple[list[Demo], int]:
-    """Recovery demos from the failures, in order, until ``limit``; and how many failures were searched."""
-    demos: list[Demo] = []
+    """Up to ``limit`` recovery demos, spread over failures: round-robin over the failures (in order) whose
+    point of no return is recoverable, searching at most ``limit`` of them; and how many were searched."""
+    per_failure: list[list[str]] = []
     searched = 0
     for record in failures:
-        if len(demos) >= limit:
+        if sum(len(paths) > 0 for paths in per_failure) >= limit:
             break
         searched += 1
         table = store.steps(record)
         actions = np.asarray(table.column("action").combine_chunks().flatten(), dtype=np.float64).reshape(len(table), -1)
         ponr = find_ponr(replayer, record.key, record.seed, actions, record.instruction)
-        for relpath in recovery_demos(replayer, store.root, ponr, record.seed, actions, instruction=record.instruction):
-            if len(demos) < limit:
-                demos.append(recovery_demo(store, store.root / relpath))
-    return demos, searched
+        per_failure.append(recovery_demos(replayer, store.root, ponr, record.seed, actions, instruction=record.instruction))
+    chosen: list[str] = []
+    for rank in range(max((len(p) for p in per_failure), default=0)):
+        chosen += [paths[rank] for paths in per_failure if rank < len(paths)]
+    return [recovery_demo(store, store.root / relpath) for relpath in chosen[:limit]], searched
 
 
 def run_flywheel(store: Store, config: FlywheelConfig, out_dir: Path,
