@@ -88,6 +88,30 @@ def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
     render.console.print(table)
 
 
+def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="New dataset directory.")],
+                           store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
+                           robot_type: Annotated[str, typer.Option("--robot-type")] = "sawyer",
+                           json_out: JsonOpt = False) -> None:
+    """Export the episodes a data query selects as a LeRobotDataset v3.0 (data, metadata, stats, videos)."""
+    from assay.learning.data import DataQuery, DataQueryError, select_records
+    from assay.store.export_lerobot import export_lerobot
+
+    with user_errors():
+        query = DataQuery.parse(data)
+        if query.demos is not None:
+            raise DataQueryError("export takes catalog episodes (campaign=...); recovery demos ('demos=') are not exported")
+        with open_store(store, catalog) as opened:
+            summary = export_lerobot(opened, select_records(opened, query), out, robot_type)
+    if json_out:
+        render.print_json(summary.to_dict())
+    else:
+        render.console.print(f"wrote LeRobotDataset v3.0 {summary.path}: {summary.episodes} episodes, {summary.frames} "
+                             f"frames, {summary.tasks} tasks, {summary.fps} fps, cameras: {', '.join(summary.cameras) or 'none'}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("train-bc")(train_bc_command)
     app.command("flywheel")(flywheel_command)
+    export_app = typer.Typer(help="Export episodes to other formats.", no_args_is_help=True)
+    export_app.command("lerobot")(export_lerobot_command)
+    app.add_typer(export_app, name="export")
