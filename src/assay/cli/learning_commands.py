@@ -109,7 +109,47 @@ def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--o
                              f"frames, {summary.tasks} tasks, {summary.fps} fps, cameras: {', '.join(summary.cameras) or 'none'}")
 
 
+def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
+                 sizes: Annotated[str, typer.Option("--sizes", help="Expert demo counts, comma separated.")] = "2,5,10,20",
+                 epochs: Annotated[str, typer.Option("--epochs", help="Training epochs, comma separated.")] = "5,50",
+                 heldout: Annotated[int, typer.Option("--heldout", help="Held-out expert demos for open-loop MSE.")] = 10,
+                 eval_episodes: Annotated[int, typer.Option("--eval", help="Closed-loop episodes per checkpoint.")] = 30,
+                 seed: Annotated[int, typer.Option("--seed", help="Training seed.")] = 0,
+                 horizon: Annotated[int | None, typer.Option("--horizon")] = None,
+                 workers: Annotated[int, typer.Option("--workers")] = 1,
+                 store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
+    """Open-loop action MSE vs closed-loop success over BC checkpoints of different quality: Kendall tau, MMRV."""
+    from assay.learning.olcl import OLCLConfig, run_olcl
+
+    with user_errors():
+        try:
+            size_list, epoch_list = tuple(int(s) for s in split_list(sizes)), tuple(int(e) for e in split_list(epochs))
+        except ValueError:
+            raise AssayError("--sizes and --epochs must be comma-separated integers") from None
+        config = OLCLConfig(task, size_list, epoch_list, heldout, eval_episodes, seed, horizon, workers)
+        with open_store(store, catalog, create=True) as opened:
+            say = (lambda _: None) if json_out else (lambda line: render.console.print(f"[dim]{line}[/]"))
+            result = run_olcl(opened, config, opened.root / "learning" / f"olcl-{config.tag()}-s{seed}", say)
+    if json_out:
+        render.print_json(result.to_dict())
+        return
+    from rich.table import Table
+
+    table = Table(title=f"open- vs closed-loop on {task}")
+    for column in ("checkpoint", "open-loop MSE", "R2", "closed-loop success (Wilson 95%)"):
+        table.add_column(column)
+    for row in sorted(result.openloop, key=lambda r: r.mse):
+        s = result.closed[row.policy]
+        table.add_row(row.policy, f"{row.mse:.5f}", "-" if row.r2 is None else f"{row.r2:.3f}",
+                      f"{s['successes']}/{s['trials']} = {s['rate']:.2f} [{s['low']:.2f}, {s['high']:.2f}]")
+    render.console.print(table)
+    tau = "undefined" if result.kendall is None else f"{result.kendall:.3f}"
+    render.console.print(f"Kendall tau {tau}; MMRV {result.mmrv:.3f}; misranked pairs (lower MSE, lower success): "
+                         + (", ".join(f"{a}>{b}" for a, b in result.misranked) or "none"))
+
+
 def register(app: typer.Typer) -> None:
+    app.command("olcl")(olcl_command)
     app.command("train-bc")(train_bc_command)
     app.command("flywheel")(flywheel_command)
     export_app = typer.Typer(help="Export episodes to other formats.", no_args_is_help=True)

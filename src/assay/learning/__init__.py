@@ -10,8 +10,9 @@ from assay.learning.bc import TrainConfig, TrainResult, train_bc
 from assay.learning.data import DataQuery, DataQueryError, Demo, load_demos
 from assay.learning.flywheel import FlywheelConfig, SeedResult, run_flywheel
 from assay.learning.leakage import contaminated, leakage_report
+from assay.learning.olcl import OLCLConfig, OLCLResult, run_olcl
 
 __all__ = [
-    "DataQuery", "DataQueryError", "Demo", "FlywheelConfig", "SeedResult", "TrainConfig", "TrainResult",
+    "DataQuery", "DataQueryError", "Demo", "FlywheelConfig", "OLCLConfig", "OLCLResult", "run_olcl", "SeedResult", "TrainConfig", "TrainResult",
     "contaminated", "leakage_report", "load_demos", "run_flywheel", "train_bc",
 ]
