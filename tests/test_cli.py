@@ -74,7 +74,7 @@ def test_run_results_and_episodes(tmp_path, write_campaign):
         ("name: x\nepisodes: 1\ntasks: [metaworld/pick-plac]\npolicies: [expert]\n",
          "unknown task 'metaworld/pick-plac'; did you mean metaworld/pick-place"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [experts]\n",
-         "unknown builtin 'experts'; valid: degraded-expert, expert, mlp, perception-expert, random, router"),
+         "unknown builtin 'experts'; valid: bc, degraded-expert, expert, mlp, perception-expert, random, router"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [no_such_module.sub:Policy]\n",
          "cannot import module 'no_such_module.sub'"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [tests.helpers:Missing]\n",
