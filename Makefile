@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve test test-fast test-ray test-postgres bench bench-scale install install-test clean
+.PHONY: demo report serve test test-fast test-ray test-postgres test-interop bench bench-scale install install-test clean
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
 SYSTEM_READY := $(VENV)/.system
@@ -64,6 +64,22 @@ test-ray: install-test
 
 test-postgres: install-test
 	$(PY) -m pytest -q -m "postgres" tests/test_postgres.py
+
+# The real lerobot reads our LeRobotDataset export. lerobot needs torchvision and torchcodec, so it lives in
+# its own environment (about 6 GB), never in Assay's: torch 2.14.1 + torchvision 0.29.1 + torchcodec 0.17,
+# Debian's ffmpeg, then lerobot 0.4.4 without its pinned dependencies plus the few its dataset reader uses.
+INTEROP_VENV ?= .venv-interop
+$(INTEROP_VENV)/.installed:
+	@command -v ffmpeg >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ffmpeg; }
+	$(PYTHON) -m venv $(INTEROP_VENV)
+	$(INTEROP_VENV)/bin/pip install -q torch==2.14.1 torchvision==0.29.1 torchcodec==0.17.*
+	$(INTEROP_VENV)/bin/pip install -q --no-deps lerobot==0.4.4
+	$(INTEROP_VENV)/bin/pip install -q pillow accelerate 'datasets<5' 'huggingface-hub<0.36' draccus==0.10.0 \
+		jsonlines deepdiff termcolor einops av pandas pyarrow
+	touch $@
+
+test-interop: install-test $(INTEROP_VENV)/.installed
+	ASSAY_INTEROP_PYTHON=$(INTEROP_VENV)/bin/python $(PY) -m pytest -q -m interop tests/test_export_interop.py
 
 bench-scale: install-test
 	$(PY) benchmarks/eval_throughput.py

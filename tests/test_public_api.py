@@ -27,9 +27,10 @@ ALLOWED = {
     "metrics": {"spec", "store"},
     "failures": {"spec", "sim", "policies", "store", "metrics"},
     "twin": {"spec", "sim", "policies", "store", "metrics", "failures", "run"},
+    "learning": {"spec", "sim", "policies", "store", "run", "metrics", "failures"},
     "report": {"spec", "store", "metrics", "failures"},
-    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "report", "server"},
-    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "report", "server", "cli"},
+    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "report", "server"},
+    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "report", "server", "cli"},
 }
 
 

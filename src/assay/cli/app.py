@@ -193,6 +193,9 @@ report_commands.register(app)
 from assay.cli import twin_commands  # noqa: E402
 
 twin_commands.register(app)
+from assay.cli import learning_commands  # noqa: E402  (train-bc, flywheel, export lerobot)
+
+learning_commands.register(app)
 
 
 def main() -> None:

@@ -126,6 +126,7 @@ class DegradedExpertPolicy:
 
 
 def _builtins() -> dict[str, type]:
+    from assay.policies.bc import BCPolicy
     from assay.policies.perception import PerceptionExpertPolicy  # it builds on ExpertPolicy, defined above
     from assay.policies.router import InstructionRouterPolicy
 
@@ -136,6 +137,7 @@ def _builtins() -> dict[str, type]:
         "perception-expert": PerceptionExpertPolicy,
         "router": InstructionRouterPolicy,
         "mlp": MLPPolicy,
+        "bc": BCPolicy,
     }
 
 

@@ -59,7 +59,14 @@ class PolicySpec(BaseModel):
 
 def policy_from_shorthand(value: str) -> PolicySpec:
     """``'expert'`` is a builtin; ``'pkg.mod:attr'`` an entrypoint named after its attr;
-    ``'remote:ws://host:port'`` a policy server, named ``remote-host-port``."""
+    ``'remote:ws://host:port'`` a policy server, named ``remote-host-port``; ``'bc:PATH'`` a
+    behaviour-cloning checkpoint (builtin ``bc`` with param ``path``), named ``bc-<file stem>``."""
+    if value.startswith("bc:"):
+        path = value[len("bc:"):]
+        if not path:
+            raise ValueError("'bc:' needs a checkpoint path, e.g. bc:runs/base.pt")
+        stem = re.sub(r"[^\w.\-]+", "-", path.rsplit("/", 1)[-1].rsplit(".", 1)[0]).strip("-") or "ckpt"
+        return PolicySpec(name=f"bc-{stem}", builtin="bc", params={"path": path})
     if value.startswith("remote:"):
         url = value[len("remote:"):]
         name = "remote-" + re.sub(r"[^\w.\-]+", "-", url.split("://", 1)[-1]).strip("-")

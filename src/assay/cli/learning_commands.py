@@ -1,0 +1,157 @@
+"""CLI: ``assay train-bc``, ``assay flywheel``, ``assay export lerobot``, ``assay olcl`` (open- vs closed-loop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from assay.cli import render
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.errors import AssayError
+
+DataOpt = Annotated[str, typer.Option("--data", help="Data query, e.g. 'campaign=demos,task=metaworld/reach@1' "
+                                      "(keys: campaign, task, policy, outcome, demos; '|' for alternatives).")]
+
+
+def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="Checkpoint file to write.")],
+                     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
+                     seed: Annotated[int, typer.Option("--seed", help="Training seed (same seed, same weights).")] = 0,
+                     epochs: Annotated[int, typer.Option("--epochs")] = 100,
+                     hidden: Annotated[str, typer.Option("--hidden", help="Hidden layer widths, comma separated.")] = "256,256",
+                     batch_size: Annotated[int, typer.Option("--batch-size")] = 256,
+                     lr: Annotated[float, typer.Option("--lr")] = 1e-3,
+                     json_out: JsonOpt = False) -> None:
+    """Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT'."""
+    from assay.learning import TrainConfig, load_demos, train_bc
+
+    with user_errors():
+        try:
+            widths = tuple(int(w) for w in split_list(hidden))
+        except ValueError:
+            raise AssayError(f"--hidden {hidden!r} must be comma-separated integers, e.g. 256,256") from None
+        config = TrainConfig(seed=seed, epochs=epochs, hidden=widths, batch_size=batch_size, lr=lr)
+        with open_store(store, catalog) as opened:
+            demos = load_demos(opened, data)
+        result = train_bc(demos, config, out)
+    if json_out:
+        render.print_json(result.to_dict())
+    else:
+        render.console.print(f"trained on {result.demos} demos ({result.frames} frames, tasks {', '.join(result.tasks)}); "
+                             f"final loss {result.final_loss:.5f}; wrote {result.path} (version {result.version}); "
+                             f"run it as policy bc:{result.path}")
+
+
+def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
+                     base: Annotated[int, typer.Option("--base", help="Expert demos for the base policy.")] = 20,
+                     extra: Annotated[int, typer.Option("--extra", help="Recovery demos added (and fresh demos for the control).")] = 10,
+                     probe: Annotated[int, typer.Option("--probe", help="Episodes of the base policy mined for failures.")] = 20,
+                     eval_episodes: Annotated[int, typer.Option("--eval", help="Held-out evaluation episodes per policy.")] = 50,
+                     seeds: Annotated[str, typer.Option("--seeds", help="Training seeds, comma separated.")] = "0",
+                     epochs: Annotated[int, typer.Option("--epochs")] = 100,
+                     horizon: Annotated[int | None, typer.Option("--horizon", help="Cap the task horizon.")] = None,
+                     workers: Annotated[int, typer.Option("--workers")] = 1,
+                     out: Annotated[Path | None, typer.Option("--out", help="Checkpoint folder (default STORE/learning/flywheel).")] = None,
+                     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
+    """Base BC vs base + recovery demos (flywheel) vs base + fresh expert demos (control), on held-out seeds."""
+    from assay.learning import FlywheelConfig, run_flywheel
+
+    with user_errors():
+        try:
+            seed_list = tuple(int(s) for s in split_list(seeds))
+        except ValueError:
+            raise AssayError(f"--seeds {seeds!r} must be comma-separated integers") from None
+        config = FlywheelConfig(task=task, base=base, extra=extra, probe=probe, eval_episodes=eval_episodes,
+                                seeds=seed_list, epochs=epochs, horizon=horizon, workers=workers)
+        with open_store(store, catalog, create=True) as opened:
+            folder = out or opened.root / "learning" / f"flywheel-{config.tag()}"
+            say = (lambda _: None) if json_out else (lambda line: render.console.print(f"[dim]{line}[/]"))
+            results = run_flywheel(opened, config, folder, say)
+    if json_out:
+        render.print_json({"config": {"task": task, "base": base, "extra": extra, "probe": probe, "eval": eval_episodes,
+                                      "seeds": list(seed_list), "epochs": epochs, "horizon": horizon},
+                           "results": [r.to_dict() for r in results]})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"flywheel on {task}: success on held-out seeds (Wilson 95%)")
+    for column in ("seed", "base", "control", "flywheel", "recovery demos (frames)", "control frames",
+                   "gain ratio", "McNemar p (fly vs ctrl)", "contaminated"):
+        table.add_column(column)
+    for r in results:
+        cell = lambda s: f"{s.successes}/{s.trials} = {s.rate:.2f} [{s.low:.2f}, {s.high:.2f}]"  # noqa: E731
+        table.add_row(str(r.seed), cell(r.base), cell(r.control), cell(r.flywheel),
+                      f"{r.recovery_demos} ({r.recovery_frames})", str(r.control_frames),
+                      "n/a (control gained nothing)" if r.gain_ratio is None else f"{r.gain_ratio:.2f}",
+                      f"{r.mcnemar_p:.3f}", str(sum(r.contaminated.values())))
+    render.console.print(table)
+
+
+def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="New dataset directory.")],
+                           store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
+                           robot_type: Annotated[str, typer.Option("--robot-type")] = "sawyer",
+                           json_out: JsonOpt = False) -> None:
+    """Export the episodes a data query selects as a LeRobotDataset v3.0 (data, metadata, stats, videos)."""
+    from assay.learning.data import DataQuery, DataQueryError, select_records
+    from assay.store.export_lerobot import export_lerobot
+
+    with user_errors():
+        query = DataQuery.parse(data)
+        if query.demos is not None:
+            raise DataQueryError("export takes catalog episodes (campaign=...); recovery demos ('demos=') are not exported")
+        with open_store(store, catalog) as opened:
+            summary = export_lerobot(opened, select_records(opened, query), out, robot_type)
+    if json_out:
+        render.print_json(summary.to_dict())
+    else:
+        render.console.print(f"wrote LeRobotDataset v3.0 {summary.path}: {summary.episodes} episodes, {summary.frames} "
+                             f"frames, {summary.tasks} tasks, {summary.fps} fps, cameras: {', '.join(summary.cameras) or 'none'}")
+
+
+def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
+                 sizes: Annotated[str, typer.Option("--sizes", help="Expert demo counts, comma separated.")] = "2,5,10,20",
+                 epochs: Annotated[str, typer.Option("--epochs", help="Training epochs, comma separated.")] = "5,50",
+                 heldout: Annotated[int, typer.Option("--heldout", help="Held-out expert demos for open-loop MSE.")] = 10,
+                 eval_episodes: Annotated[int, typer.Option("--eval", help="Closed-loop episodes per checkpoint.")] = 30,
+                 seed: Annotated[int, typer.Option("--seed", help="Training seed.")] = 0,
+                 horizon: Annotated[int | None, typer.Option("--horizon")] = None,
+                 workers: Annotated[int, typer.Option("--workers")] = 1,
+                 store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
+    """Open-loop action MSE vs closed-loop success over BC checkpoints of different quality: Kendall tau, MMRV."""
+    from assay.learning.olcl import OLCLConfig, run_olcl
+
+    with user_errors():
+        try:
+            size_list, epoch_list = tuple(int(s) for s in split_list(sizes)), tuple(int(e) for e in split_list(epochs))
+        except ValueError:
+            raise AssayError("--sizes and --epochs must be comma-separated integers") from None
+        config = OLCLConfig(task, size_list, epoch_list, heldout, eval_episodes, seed, horizon, workers)
+        with open_store(store, catalog, create=True) as opened:
+            say = (lambda _: None) if json_out else (lambda line: render.console.print(f"[dim]{line}[/]"))
+            result = run_olcl(opened, config, opened.root / "learning" / f"olcl-{config.tag()}-s{seed}", say)
+    if json_out:
+        render.print_json(result.to_dict())
+        return
+    from rich.table import Table
+
+    table = Table(title=f"open- vs closed-loop on {task}")
+    for column in ("checkpoint", "open-loop MSE", "R2", "closed-loop success (Wilson 95%)"):
+        table.add_column(column)
+    for row in sorted(result.openloop, key=lambda r: r.mse):
+        s = result.closed[row.policy]
+        table.add_row(row.policy, f"{row.mse:.5f}", "-" if row.r2 is None else f"{row.r2:.3f}",
+                      f"{s['successes']}/{s['trials']} = {s['rate']:.2f} [{s['low']:.2f}, {s['high']:.2f}]")
+    render.console.print(table)
+    tau = "undefined" if result.kendall is None else f"{result.kendall:.3f}"
+    render.console.print(f"Kendall tau {tau}; MMRV {result.mmrv:.3f}; misranked pairs (lower MSE, lower success): "
+                         + (", ".join(f"{a}>{b}" for a, b in result.misranked) or "none"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("olcl")(olcl_command)
+    app.command("train-bc")(train_bc_command)
+    app.command("flywheel")(flywheel_command)
+    export_app = typer.Typer(help="Export episodes to other formats.", no_args_is_help=True)
+    export_app.command("lerobot")(export_lerobot_command)
+    app.add_typer(export_app, name="export")

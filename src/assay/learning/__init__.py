@@ -1,0 +1,18 @@
+"""The learning loop: behaviour cloning from the store, the flywheel experiment, open-loop vs
+closed-loop evidence, and the leakage check.
+
+May import ``assay.spec``, ``sim``, ``policies``, ``store``, ``metrics``, ``failures`` and
+``run`` (the experiments orchestrate campaigns). The ``bc`` policy itself lives in
+``assay.policies.bc`` so that campaigns can run checkpoints without this package.
+"""
+
+from assay.learning.bc import TrainConfig, TrainResult, train_bc
+from assay.learning.data import DataQuery, DataQueryError, Demo, load_demos
+from assay.learning.flywheel import FlywheelConfig, SeedResult, run_flywheel
+from assay.learning.leakage import contaminated, leakage_report
+from assay.learning.olcl import OLCLConfig, OLCLResult, run_olcl
+
+__all__ = [
+    "DataQuery", "DataQueryError", "Demo", "FlywheelConfig", "OLCLConfig", "OLCLResult", "run_olcl", "SeedResult", "TrainConfig", "TrainResult",
+    "contaminated", "leakage_report", "load_demos", "run_flywheel", "train_bc",
+]

@@ -1,0 +1,155 @@
+"""``bc``: a behaviour-cloned MLP read from a checkpoint written by ``assay train-bc``.
+
+The checkpoint (``torch.save`` of plain dicts and tensors, loaded with
+``weights_only=True`` so it never unpickles code) holds the network weights, the
+observation normalisation, the list of tasks it was trained on (the task input is
+a one-hot over that list: multi-task conditioning; a task outside the list gets
+zeros and ``episode_info`` says so) and the provenance of every training episode
+(task hash, variant key, seed). The policy's version is the content hash of the
+checkpoint file, so retraining gives a new identity in every episode key.
+
+Leakage: ``episode_info`` reports ``trained_on_seed: true`` for an episode whose
+task hash and seed appear in the training provenance (the exact check with the
+variant is ``assay.learning.leakage``). Batches are zero-padded to a multiple of
+``PAD_ROWS`` rows like ``mlp``, so every row's action is bitwise independent of
+its batch-mates; inference runs on one torch thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from assay.errors import SpecError
+from assay.policies.contract import STATE_KEY, ActionContract, ActionMode, ArraySpec, GripperPolarity, PolicyContract
+from assay.policies.mlp import PAD_ROWS, _torch
+from assay.policies.protocol import PolicyContext
+from assay.spec import TaskSpec
+
+CHECKPOINT_FORMAT = "assay-bc/1"
+
+
+class BCParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(description="a checkpoint written by 'assay train-bc'")
+
+
+def build_network(state_dim: int, n_tasks: int, hidden: tuple[int, ...], action_dim: int) -> Any:
+    """The BC network: [normalised state, task one-hot] -> hidden ReLU layers -> action (linear)."""
+    torch = _torch()
+    widths = (state_dim + n_tasks, *hidden, action_dim)
+    layers: list[Any] = []
+    for index, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:])):
+        layers.append(torch.nn.Linear(n_in, n_out))
+        if index < len(widths) - 2:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint dict; SpecError naming the file when it is missing or not a BC checkpoint."""
+    torch = _torch()
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"bc checkpoint {path} does not exist (write one with 'assay train-bc')")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a bad file
+        raise SpecError(f"{path} is not a readable bc checkpoint: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+        raise SpecError(f"{path} is not a bc checkpoint (format {CHECKPOINT_FORMAT!r} expected)")
+    return data
+
+
+def checkpoint_version(path: str | Path) -> str:
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+    return f"builtin-{BCPolicy.version}-c{digest}"
+
+
+class BCPolicy:
+    """Behaviour cloning: ``action = clip(MLP([(state - mean) / std, onehot(task)]), -1, 1)``."""
+
+    Params = BCParams
+    version = "1"
+
+    def __init__(self, **params: Any) -> None:
+        self.params = BCParams(**params)
+        torch = _torch()
+        self._torch = torch
+        data = load_checkpoint(self.params.path)
+        config = data["config"]
+        self.tasks: list[str] = list(config["tasks"])
+        self.state_dim, self.action_dim = int(config["state_dim"]), int(config["action_dim"])
+        self.model = build_network(self.state_dim, len(self.tasks), tuple(config["hidden"]), self.action_dim)
+        self.model.load_state_dict(data["state_dict"])
+        self.model.eval()
+        self.mean = data["obs_mean"].numpy().astype(np.float32)
+        self.std = data["obs_std"].numpy().astype(np.float32)
+        self.trained = {(p["task_hash"], int(p["seed"])) for p in data["provenance"]}
+        self._onehot = np.zeros(len(self.tasks), np.float32)
+        self._flags: list[dict[str, Any]] = []
+
+    @staticmethod
+    def supports(task: TaskSpec) -> str | None:
+        return None  # the contract handshake checks dimensions
+
+    @staticmethod
+    def resolve_version(params: Mapping[str, Any]) -> str:
+        path = params.get("path")
+        if not path or not Path(path).is_file():
+            raise SpecError(f"bc checkpoint {path} does not exist (write one with 'assay train-bc')")
+        return checkpoint_version(path)
+
+    @staticmethod
+    def contract(params: Mapping[str, Any]) -> PolicyContract:
+        config = load_checkpoint(BCParams(**params).path)["config"]
+        return PolicyContract(
+            observations={STATE_KEY: ArraySpec(shape=(int(config["state_dim"]),), dtype="float32")},
+            action=ActionContract(dim=int(config["action_dim"]), mode=ActionMode.DELTA,
+                                  gripper=GripperPolarity.POSITIVE_CLOSES, low=-1.0, high=1.0),
+            chunk_length=1,
+        )
+
+    def reset(self, context: PolicyContext) -> None:
+        self._onehot = np.zeros(len(self.tasks), np.float32)
+        known = context.task.id in self.tasks
+        if known:
+            self._onehot[self.tasks.index(context.task.id)] = 1.0
+        task_hash = context.task.content_hash()
+        self._flags = [{"task_known": known, "trained_on_seed": (task_hash, int(seed)) in self.trained}
+                       for seed in context.seeds]
+
+    def episode_info(self, slot: int) -> dict[str, Any]:
+        return dict(self._flags[slot]) if slot < len(self._flags) else {}
+
+    def predict(self, states: np.ndarray, onehot: np.ndarray | None = None) -> np.ndarray:
+        """Actions for a (B, state_dim) array; padded to PAD_ROWS rows so rows never affect each other."""
+        torch = self._torch
+        states = np.asarray(states, dtype=np.float32)
+        if states.ndim != 2 or states.shape[1] != self.state_dim:
+            raise ValueError(f"bc expects state of shape (B, {self.state_dim}), got {states.shape}")
+        rows = len(states)
+        hot = np.broadcast_to(self._onehot if onehot is None else onehot, (rows, len(self.tasks)))
+        inputs = np.concatenate([(states - self.mean) / self.std, hot], axis=1).astype(np.float32)
+        if rows % PAD_ROWS:
+            inputs = np.concatenate([inputs, np.zeros((PAD_ROWS - rows % PAD_ROWS, inputs.shape[1]), np.float32)])
+        if torch.get_num_threads() != 1:
+            torch.set_num_threads(1)  # tiny network: one thread is fastest and keeps kernels the same everywhere
+        with torch.inference_mode():
+            out = self.model(torch.from_numpy(np.ascontiguousarray(inputs))).numpy()[:rows]
+        return np.clip(out, -1.0, 1.0)
+
+    def task_onehot(self, task_id: str) -> np.ndarray:
+        hot = np.zeros(len(self.tasks), np.float32)
+        if task_id in self.tasks:
+            hot[self.tasks.index(task_id)] = 1.0
+        return hot
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        return self.predict(observations["state"])

@@ -1,0 +1,74 @@
+"""The real lerobot (0.4.4, its own environment) reads our LeRobotDataset v3.0 export: ``make test-interop``.
+
+Checks, against the store: every frame's observation.state and action (exact, float32), its task string,
+episode boundaries (dataset_from/to_index, episode_index and frame_index per frame), timestamps, and the
+decoded camera frames (H.264, so within a small mean error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from assay.cli.app import app
+from assay.store import Store
+from assay.store.export_lerobot import read_lerobot
+
+pytestmark = [pytest.mark.interop, pytest.mark.sim]
+
+INTEROP_PYTHON = os.environ.get("ASSAY_INTEROP_PYTHON")
+
+CAMPAIGN = """
+name: demos
+seed: 5
+episodes: 2
+horizon: 25
+tasks: [metaworld/reach@1, metaworld/drawer-open@1]
+policies: [expert]
+cameras: [{name: front, width: 32, height: 32}]
+"""
+
+
+@pytest.mark.skipif(not INTEROP_PYTHON, reason="needs the lerobot environment: make test-interop")
+def test_real_lerobot_reads_the_export(tmp_path):
+    (tmp_path / "c.yaml").write_text(CAMPAIGN)
+    runner = CliRunner()
+    assert runner.invoke(app, ["run", str(tmp_path / "c.yaml"), "--store", str(tmp_path / "s")]).exit_code == 0
+    out = tmp_path / "export"
+    result = runner.invoke(app, ["export", "lerobot", "--data", "campaign=demos,outcome=any", "--out", str(out),
+                                 "--store", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    script = Path(__file__).parent / "interop" / "read_with_lerobot.py"
+    done = subprocess.run([INTEROP_PYTHON, str(script), str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout)
+    info, episodes = read_lerobot(out)
+    assert seen["num_episodes"] == len(episodes) == 4 and seen["fps"] == info["fps"]
+    assert seen["camera_keys"] == ["observation.images.front"]
+    assert seen["num_frames"] == len(seen["frames"]) == sum(len(e.states) for e in episodes)
+    with Store(tmp_path / "s", create=False) as store:
+        records = {r.key: r for r in store.catalog.episodes(campaign="demos")}
+        start = 0
+        for episode in episodes:
+            stop = start + len(episode.states)
+            assert seen["episode_ranges"][episode.index] == [start, stop]
+            rows = seen["frames"][start:stop]
+            assert [r["episode_index"] for r in rows] == [episode.index] * len(rows)
+            assert [r["frame_index"] for r in rows] == list(range(len(rows)))
+            table = store.steps(records[episode.assay_key])
+            states = np.asarray(table.column("observation.state").combine_chunks().flatten()).reshape(len(table), -1)
+            actions = np.asarray(table.column("action").combine_chunks().flatten()).reshape(len(table), -1)
+            assert np.array_equal(np.asarray([r["state"] for r in rows], np.float32), states.astype(np.float32))
+            assert np.array_equal(np.asarray([r["action"] for r in rows], np.float32), actions.astype(np.float32))
+            assert {r["task"] for r in rows} == {records[episode.assay_key].instruction}
+            assert np.allclose([r["timestamp"] for r in rows], np.arange(len(rows)) / info["fps"], atol=1e-4)
+            decoded = np.asarray([r["images"]["observation.images.front"] for r in rows], np.int64)
+            assert decoded.shape == (len(rows), 32, 32, 3)
+            assert np.abs(decoded - episode.frames["observation.images.front"].astype(np.int64)).mean() < 4
+            start = stop
