@@ -86,3 +86,23 @@ def comparable_steps(store: Any, record: Any) -> bytes | None:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+class SloppyExpert:
+    """The expert, except every 5th action is NaN and every action is scaled past the limits."""
+
+    def __init__(self) -> None:
+        self._expert = ExpertPolicy()
+        self._steps: dict[int, int] = {}
+
+    def reset(self, context: PolicyContext) -> None:
+        self._expert.reset(context)
+        self._steps = {}
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        actions = 3.0 * self._expert.act(observations)
+        for row, slot in enumerate(observations["env_ids"]):
+            self._steps[slot] = self._steps.get(slot, 0) + 1
+            if self._steps[slot] % 5 == 0:
+                actions[row] = np.nan
+        return actions

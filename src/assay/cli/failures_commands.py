@@ -245,8 +245,57 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
         render.console.print(f"boundary: {factor} = {level} (success < {threshold})")
 
 
+def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or a unique prefix).")],
+             samples: Annotated[int, typer.Option("--samples", min=1, max=50, help="Nearby variants.")] = 4,
+             seeds: Annotated[int, typer.Option("--seeds", min=1, max=100, help="Fresh seeds per variant.")] = 5,
+             radius: Annotated[float, typer.Option("--radius", help="Fraction of each factor's range.")] = 0.1,
+             executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local")] = "inline",
+             workers: Annotated[int, typer.Option("--workers", "-w", min=1)] = 2,
+             store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
+    """Estimate the failure rate around one failure: nearby factor values and fresh seeds."""
+    from assay.failures.resample import neighbourhood, variant_request
+    from assay.metrics import success_interval
+    from assay.run import make_executor, prepare_campaign, run_campaign
+    from assay.spec import campaign_from_data, derive_seed
+
+    with user_errors():
+        with open_store(store, catalog) as opened:
+            record = opened.catalog.episode(key)
+            source = next(c for c in opened.catalog.campaigns() if c["name"] == record.campaign)["spec"]["campaign"]
+            original = variant_request(record.variant)
+            variants = [original] + (neighbourhood(original, radius, samples, derive_seed(record.key)) if original else [])
+            data = {"name": f"resample-{record.key[:12]}", "seed": derive_seed("resample", record.key) % 100_000,
+                    "episodes": seeds, "tasks": [record.task_id], "policies": [record.policy_spec],
+                    "variants": variants, "cameras": source.get("cameras", []), "horizon": source.get("horizon"),
+                    "envs_per_worker": min(seeds, 4)}
+            planned = prepare_campaign(campaign_from_data(data, "<resample>"))
+            run_campaign(planned, opened, make_executor(executor, opened.data_root, workers))
+            around = opened.catalog.episodes(campaign=planned.spec.name)
+        scored = [r for r in around if r.outcome is not Outcome.ERROR]
+        failures = sum(r.outcome is not Outcome.SUCCESS for r in scored)
+        interval = success_interval(failures, len(scored))
+        rows = Counter((r.variant_name, r.outcome is Outcome.SUCCESS) for r in scored)
+        document = {"episode": record.key, "campaign": planned.spec.name, "variants": len(variants),
+                    "episodes": len(around), "scored": len(scored), "failures": failures,
+                    "failure_rate": failures / len(scored) if scored else None,
+                    "interval": None if interval is None else [interval.low, interval.high],
+                    "by_variant": {v.name: {"failures": rows[(v.name, False)], "successes": rows[(v.name, True)]}
+                                   for v in planned.variants}}
+        if json_out:
+            render.print_json(document)
+            return
+        render.console.print(f"around {record.key[:12]} ({record.task_id}, {record.variant_name}, seed {record.seed}):")
+        for name, counts in document["by_variant"].items():
+            render.console.print(f"  {name:<60} failures {counts['failures']}/{counts['failures'] + counts['successes']}",
+                                 highlight=False)
+        if interval is not None:
+            render.console.print(f"local failure rate {failures}/{len(scored)} = {failures / len(scored):.2f} "
+                                 f"[{interval.low:.2f}, {interval.high:.2f}] (Wilson 95%)", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     failures_app.command("mine")(mine)
+    failures_app.command("resample")(resample)
     failures_app.command("ponr")(ponr)
     regress_app.command("add")(regress_add)
     regress_app.command("run")(regress_run)

@@ -44,14 +44,16 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _check_chunk(chunk: np.ndarray, task: TaskSpec) -> str | None:
+def _check_chunk(chunk: np.ndarray, task: TaskSpec, filtered: bool = False) -> str | None:
+    """Why the policy's answer cannot be executed, or None. With the safety filter on (``filtered``),
+    non-finite values pass: the filter replaces and counts them."""
     dim = task.action.dim
     if chunk.dtype.kind != "f":
         return f"invalid action: dtype {chunk.dtype}, expected floating point"
     if not (chunk.ndim == 1 and chunk.shape == (dim,)) and not (chunk.ndim == 2 and chunk.shape[1] == dim
                                                                   and chunk.shape[0] > 0):
         return f"invalid action: shape {chunk.shape}, expected ({dim},) or a chunk (H, {dim})"
-    if not np.all(np.isfinite(chunk)):
+    if not filtered and not np.all(np.isfinite(chunk)):
         return "invalid action: contains NaN or infinity"
     return None
 
@@ -152,7 +154,7 @@ class _Episodes:
         for slot, answer in zip(slots, answers):
             recorder, state = self.recorders[slot], self.slots[slot]
             recorder.policy_s += latency / len(slots)
-            problem = answer if isinstance(answer, str) else _check_chunk(answer, self.task)
+            problem = answer if isinstance(answer, str) else _check_chunk(answer, self.task, self.jobs[0].safety)
             if problem is not None:
                 recorder.finish(Outcome.ERROR, f"step {recorder.steps}: {problem}")
                 continue

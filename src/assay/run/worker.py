@@ -14,7 +14,7 @@ from assay.errors import AssayError
 from assay.policies import Policy, make_policy
 from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import describe_error, rollout
-from assay.sim import SimEnv, make_env, perturbed
+from assay.sim import SafetyFilter, SimEnv, make_env, perturbed
 from assay.spec import EpisodeJob, PolicySpec, canonical_json
 from assay.store import EpisodeRecord, Outcome, build_table, provenance, write_episode, write_video
 
@@ -56,6 +56,8 @@ class Worker:
     def run_batch(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
         try:
             envs = [perturbed(env, jobs[0].variant) for env in self._environments(jobs[0], len(jobs))]
+            if jobs[0].safety:  # outermost: it sees the policy's own action
+                envs = [SafetyFilter(env) for env in envs]
             policy = self._policy(jobs[0].policy.spec)
         except Exception as exc:  # noqa: BLE001 - becomes an error outcome for each job
             recorders = [EpisodeRecorder(job) for job in jobs]

@@ -14,12 +14,14 @@ from assay.sim.paraphrase import paraphrase  # noqa: E402
 from assay.sim.perturbed import PerturbedEnv, perturbed  # noqa: E402
 from assay.sim.protocol import Observation, SimEnv, Transition  # noqa: E402
 from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env  # noqa: E402
+from assay.sim.safety import SafetyFilter  # noqa: E402
 
 __all__ = [
     "BACKENDS",
     "FACTORS",
     "Factor",
     "PerturbedEnv",
+    "SafetyFilter",
     "get_factor",
     "paraphrase",
     "perturbed",

@@ -59,6 +59,7 @@ class CampaignSpec(BaseModel):
         default=None, gt=0, le=10_000,
         description="execute at most this many actions of each returned chunk before asking again (default: all)")
     pipeline: Pipeline = Pipeline.LOCKSTEP
+    safety: bool = Field(default=False, description="filter every action (NaN, limits, workspace) and count interventions")
     description: str = ""
 
     @field_validator("policies")
@@ -100,6 +101,7 @@ class EpisodeJob:
     instruction: str
     replan_every: int | None = None
     pipeline: Pipeline = Pipeline.LOCKSTEP
+    safety: bool = False
 
     @property
     def cell(self) -> tuple[str, str, str]:
@@ -118,6 +120,7 @@ def episode_key(
     seed: int,
     instruction: str | None = None,
     replan_every: int | None = None,
+    safety: bool = False,
 ) -> str:
     """The job's identity. ``instruction`` counts when it differs from the task's own, and
     ``replan_every`` when set (both change behaviour), so nominal keys stay as they were."""
@@ -132,6 +135,8 @@ def episode_key(
         identity["instruction"] = instruction
     if replan_every is not None:
         identity["replan_every"] = replan_every
+    if safety:  # the filter changes what reaches the simulator
+        identity["safety"] = True
     return content_hash(identity, length=24)
 
 
@@ -155,9 +160,9 @@ def plan(
                 instruction = instruction_for(task, variant) if instruction_for else task.instruction
                 for index in range(campaign.episodes):
                     seed = episode_seed(campaign.seed, task, index)
-                    key = episode_key(task, variant, policy, seed, instruction, campaign.replan_every)
+                    key = episode_key(task, variant, policy, seed, instruction, campaign.replan_every, campaign.safety)
                     jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
-                                           campaign.replan_every, campaign.pipeline))
+                                           campaign.replan_every, campaign.pipeline, campaign.safety))
     return jobs
 
 

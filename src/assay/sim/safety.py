@@ -1,0 +1,68 @@
+"""The online safety filter on actions: a SimEnv wrapper, on when a campaign says ``safety: true``.
+
+A non-finite action becomes a zero action (``nan``), components outside the
+action box are clipped (``limit``), and a translation that would take the hand
+(obs[0:3]) out of the workspace box is zeroed on that axis (``workspace``). Each
+step's interventions are added to the step's ``info`` as ``safety.<kind>`` (1.0
+when it intervened), so they are recorded per step and counted per episode by
+summing the column; ``counts`` holds the running totals of the current episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from assay.sim.protocol import Observation, SimEnv, Transition
+
+WORKSPACE = (np.array([-0.525, 0.348, 0.05]), np.array([0.525, 1.025, 0.7]))  # Sawyer hand box (Meta-World mocap)
+
+
+class SafetyFilter:
+    def __init__(self, env: SimEnv, workspace: tuple[np.ndarray, np.ndarray] = WORKSPACE) -> None:
+        self.env = env
+        self.task = env.task
+        self.low, self.high = workspace
+        self._state: np.ndarray | None = None
+        self.counts = {"nan": 0, "limit": 0, "workspace": 0}
+
+    def reset(self, seed: int, *args: Any) -> Observation:
+        observation = self.env.reset(seed, *args)
+        self._state = observation["state"]
+        self.counts = {k: 0 for k in self.counts}
+        return observation
+
+    def filter(self, action: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+        action = np.asarray(action, dtype=np.float64).copy()
+        hit = {"nan": 0.0, "limit": 0.0, "workspace": 0.0}
+        if not np.all(np.isfinite(action)):
+            action = np.zeros_like(action)
+            hit["nan"] = 1.0
+        clipped = np.clip(action, self.task.action.low, self.task.action.high)
+        if not np.array_equal(clipped, action):
+            hit["limit"] = 1.0
+        action = clipped
+        if self._state is not None:
+            hand = self._state[0:3]
+            outward = ((hand <= self.low) & (action[:3] < 0)) | ((hand >= self.high) & (action[:3] > 0))
+            if outward.any():
+                action[:3][outward] = 0.0
+                hit["workspace"] = 1.0
+        return action, hit
+
+    def step(self, action: np.ndarray) -> Transition:
+        safe, hit = self.filter(action)
+        for kind, value in hit.items():
+            self.counts[kind] += int(value)
+        transition = self.env.step(safe)
+        self._state = transition.observation["state"]
+        info = {**transition.info, **{f"safety.{k}": v for k, v in hit.items()}}
+        return Transition(transition.observation, transition.reward, transition.terminated, transition.truncated,
+                          transition.success, info)
+
+    def initial_conditions(self) -> dict[str, Any]:
+        return self.env.initial_conditions()
+
+    def close(self) -> None:
+        self.env.close()
