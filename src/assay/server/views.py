@@ -110,6 +110,8 @@ def failures(store: Store, campaign: str) -> dict[str, Any]:
 
 def confined_file(store_root: Path, relpath: str) -> Path:
     """The file at ``relpath`` inside the store's served folders, symlinks resolved; StoreError otherwise."""
+    if "\x00" in relpath:  # the OS refuses such names; say "no file", never crash
+        raise StoreError(f"no file {relpath!r} in the store")
     candidate = (store_root / relpath).resolve()
     allowed = [(store_root / d).resolve() for d in SERVED_DIRS]
     if not any(candidate.is_relative_to(base) for base in allowed) or not candidate.is_file():
