@@ -106,3 +106,29 @@ class SloppyExpert:
             if self._steps[slot] % 5 == 0:
                 actions[row] = np.nan
         return actions
+
+
+def kill_after_episodes(command: list[str], store: Any, count: int, timeout_s: float = 120) -> int:
+    """Start ``command`` in its own process group and SIGKILL the whole group once the store's catalog
+    holds ``count`` episodes; return how many it held then."""
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import time
+
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    done = 0
+    while time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+        try:
+            with sqlite3.connect(store / "catalog.sqlite") as conn:
+                done = conn.execute("select count(*) from episodes").fetchone()[0]
+        except sqlite3.OperationalError:
+            continue
+        if done >= count:
+            os.killpg(process.pid, signal.SIGKILL)  # the driver and any worker processes
+            break
+    process.wait()
+    return done

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import sqlite3
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +10,7 @@ import pytest
 from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
 from assay.spec import campaign_from_data
 from assay.store import Outcome, Store
-from tests.helpers import comparable_steps
+from tests.helpers import comparable_steps, kill_after_episodes
 
 pytestmark = pytest.mark.sim
 
@@ -99,20 +94,7 @@ def test_killed_campaign_resumes_with_every_job_exactly_once(tmp_path, write_cam
     """)
     store = tmp_path / "store"
     command = [sys.executable, "-m", "assay.cli.app", "run", str(path), "--store", str(store), "--executor", "inline"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 120
-    done = 0
-    while time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.2)
-        try:
-            with sqlite3.connect(store / "catalog.sqlite") as conn:
-                done = conn.execute("select count(*) from episodes").fetchone()[0]
-        except sqlite3.OperationalError:
-            continue
-        if done >= 5:
-            os.killpg(process.pid, signal.SIGKILL)
-            break
-    process.wait()
+    done = kill_after_episodes(command, store, 5)
     assert 5 <= done < 32, f"the kill should land mid-campaign (saw {done} episodes)"
 
     with Store(store) as opened:

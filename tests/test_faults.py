@@ -5,9 +5,6 @@ Every test checks the three guarantees: no job lost, none duplicated, no partial
 
 from __future__ import annotations
 
-import os
-import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -19,7 +16,7 @@ from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campa
 from assay.run.faults import FaultPolicy
 from assay.spec import campaign_from_data
 from assay.store import Outcome, Store
-from tests.helpers import comparable_steps
+from tests.helpers import comparable_steps, kill_after_episodes
 
 pytestmark = pytest.mark.sim
 
@@ -119,20 +116,7 @@ def test_driver_killed_with_its_workers_resumes_from_the_catalog(tmp_path, write
     store = tmp_path / "store"
     command = [sys.executable, "-m", "assay.cli.app", "run", str(path), "--store", str(store),
                "--executor", "local", "--workers", "2"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 120
-    done = 0
-    while time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.2)
-        try:
-            with sqlite3.connect(store / "catalog.sqlite") as conn:
-                done = conn.execute("select count(*) from episodes").fetchone()[0]
-        except sqlite3.OperationalError:
-            continue
-        if done >= 4:
-            os.killpg(process.pid, signal.SIGKILL)  # the driver and its worker processes
-            break
-    process.wait()
+    done = kill_after_episodes(command, store, 4)
     assert 4 <= done < 24, f"the kill should land mid-campaign (saw {done} episodes)"
 
     resumed = subprocess.run(command + ["--json"], capture_output=True, text=True, timeout=300)
