@@ -75,37 +75,68 @@ def mine(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
             render.console.print(f"  {row['capability']:<20} {row['confidence']:<9} {row['failures']:>4}  {row['share']:.0%}")
 
 
-def ponr(key: Annotated[str, typer.Argument(help="Episode key (a unique prefix).")],
+def _ponr_one(opened: Store, record: EpisodeRecord, demos: bool) -> dict:
+    table = opened.steps(record)
+    arrays = step_arrays(table)
+    actions = table.column("action").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
+    task = _task_of(opened, record)
+    replayer = Replayer(task, Variant.model_validate(record.variant))
+    try:
+        found = find_ponr(replayer, record.key, record.seed, actions, record.instruction)
+        written = recovery_demos(replayer, opened.root, found, record.seed, actions,
+                                 instruction=record.instruction) if demos else []
+    finally:
+        replayer.close()
+    save_ponr(opened.root, found)
+    out = opened.root / "failures" / "keyframes"
+    plot = state_plot(out / f"{record.key}.png", arrays, found)
+    frames = camera_keyframes(Path(opened.data_root), record.key, [c.name for c in task.cameras], found, out)
+    return {**found.to_dict(), "plot": str(plot), "frames": [str(f) for f in frames], "demos": written}
+
+
+def _ponr_targets(opened: Store, key: str | None, campaign: str | None, policy: str | None,
+                  limit: int) -> list[EpisodeRecord]:
+    if key is not None:
+        if campaign is not None or policy is not None:
+            raise AssayError("give an episode KEY, or --campaign/--policy to pick failures, not both")
+        record = opened.catalog.episode(key)
+        if record.outcome is Outcome.SUCCESS:
+            raise AssayError(f"episode {record.key} succeeded; the point of no return is for failures")
+        return [record]
+    name, records = _campaign_records(opened, campaign)
+    if policy is not None and policy not in {r.policy_name for r in records}:
+        valid = ", ".join(sorted({r.policy_name for r in records}))
+        raise AssayError(f"campaign {name!r} has no policy {policy!r}; valid: {valid}")
+    done = load_ponrs(opened.root)
+    failed = sorted((r for r in records if r.outcome in (Outcome.FAILURE, Outcome.TIMEOUT) and r.data_path
+                     and (policy is None or r.policy_name == policy)),
+                    key=lambda r: (r.policy_name, r.task_id, r.variant_name, r.seed))
+    return [r for r in failed if r.key not in done][:limit]
+
+
+def ponr(key: Annotated[Optional[str], typer.Argument(help="Episode key (a unique prefix); or pick failures "
+                                                      "with --campaign/--policy.")] = None,
          store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
+         campaign: Annotated[Optional[str], typer.Option("--campaign", "-c", help="Analyse this campaign's failures "
+                                                         "(those without a point of no return yet).")] = None,
+         policy: Annotated[Optional[str], typer.Option("--policy", "-p", help="Only this policy's failures.")] = None,
+         limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many failures (with no KEY).")] = 3,
          demos: Annotated[bool, typer.Option("--demos", help="Also write recovery demos from just before it.")] = False,
          json_out: JsonOpt = False) -> None:
     """Find a failed episode's point of no return (replay, hand over to the expert, bisect); plot keyframes."""
     with user_errors():
         with open_store(store, catalog) as opened:
-            record = opened.catalog.episode(key)
-            if record.outcome is Outcome.SUCCESS:
-                raise AssayError(f"episode {record.key} succeeded; the point of no return is for failures")
-            table = opened.steps(record)
-            arrays = step_arrays(table)
-            actions = table.column("action").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
-            task = _task_of(opened, record)
-            replayer = Replayer(task, Variant.model_validate(record.variant))
-            try:
-                found = find_ponr(replayer, record.key, record.seed, actions, record.instruction)
-                written = recovery_demos(replayer, opened.root, found, record.seed, actions,
-                                         instruction=record.instruction) if demos else []
-            finally:
-                replayer.close()
-            save_ponr(opened.root, found)
-            out = opened.root / "failures" / "keyframes"
-            plot = state_plot(out / f"{record.key}.png", arrays, found)
-            frames = camera_keyframes(Path(opened.data_root), record.key, [c.name for c in task.cameras], found, out)
-        document = {**found.to_dict(), "plot": str(plot), "frames": [str(f) for f in frames], "demos": written}
+            results = [_ponr_one(opened, record, demos)
+                       for record in _ponr_targets(opened, key, campaign, policy, limit)]
         if json_out:
-            render.print_json(document)
-        else:
-            render.console.print(f"{record.key[:12]}: point of no return t={found.t} of {found.steps} steps "
-                                 f"({found.handoffs} hand-overs); plot {plot}; {len(written)} recovery demos")
+            render.print_json(results[0] if key is not None else results)
+            return
+        if not results:
+            render.console.print("no failures left without a point of no return", highlight=False)
+        for found in results:
+            render.console.print(f"{found['key'][:12]}: point of no return t={found['t']} of {found['steps']} steps "
+                                 f"({found['handoffs']} hand-overs); plot {found['plot']}; {len(found['demos'])} "
+                                 "recovery demos", highlight=False, soft_wrap=True)
 
 
 def _task_of(opened: Store, record: EpisodeRecord) -> TaskSpec:
@@ -124,6 +155,7 @@ def regress_add(name: Annotated[str, typer.Argument(help="Set name.")],
                 source: Annotated[str, typer.Option("--from", help="Campaign to mine failing cases from.")],
                 store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
                 task: Annotated[Optional[str], typer.Option("--task", help="Only this task id.")] = None,
+                policy: Annotated[Optional[str], typer.Option("--policy", "-p", help="Only this policy's failures.")] = None,
                 category: Annotated[Optional[str], typer.Option("--category", help="Only this failure category.")] = None,
                 holdout: Annotated[float, typer.Option("--holdout", help="Share of cases kept apart as NAME.heldout.")] = 0.25,
                 json_out: JsonOpt = False) -> None:
@@ -131,7 +163,11 @@ def regress_add(name: Annotated[str, typer.Argument(help="Set name.")],
     with user_errors():
         with open_store(store, catalog) as opened:
             _, records = _campaign_records(opened, source)
-            failing = [r for r in records if r.outcome is not Outcome.SUCCESS and (task is None or r.task_id == task)]
+            if policy is not None and policy not in {r.policy_name for r in records}:
+                valid = ", ".join(sorted({r.policy_name for r in records}))
+                raise AssayError(f"campaign {source!r} has no policy {policy!r}; valid: {valid}")
+            failing = [r for r in records if r.outcome is not Outcome.SUCCESS and (task is None or r.task_id == task)
+                       and (policy is None or r.policy_name == policy)]
             if category is not None:
                 found = _mine(opened, failing)
                 failing = [r for r in failing if found[r.key].category is not None and found[r.key].category.value == category]

@@ -34,6 +34,7 @@ from assay.metrics import (
     read_results_csv,
     records_from_report,
     save_calibration,
+    save_real_results,
     signoff,
     stability,
 )
@@ -207,7 +208,8 @@ def correlate_command(
     campaign: Annotated[Optional[str], typer.Option("--campaign", help="Or: a campaign in --store.")] = None,
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
-    record: Annotated[bool, typer.Option("--record", help="Save per-task calibration records in --store.")] = False,
+    record: Annotated[bool, typer.Option("--record", help="Save per-task calibration records (and the real results, "
+                                         "for reports) in --store.")] = False,
     confidence: ConfidenceOpt = 0.95,
     resamples: ResamplesOpt = 2000,
     seed: SeedOpt = 0,
@@ -223,7 +225,9 @@ def correlate_command(
         saved = None
         if record:
             source = f"real {real.name} vs " + (f"sim {sim.name}" if sim is not None else f"campaign {campaign}")
-            saved = save_calibration(Store(store, catalog, create=True).root, records_from_report(report, source))
+            root = Store(store, catalog, create=True).root
+            saved = save_calibration(root, records_from_report(report, source))
+            save_real_results(root, reference)
         if json_out:
             render.print_json({**report.to_dict(), "calibration_file": str(saved) if saved else None})
             return
@@ -277,7 +281,7 @@ def openloop_command(
 ) -> None:
     """Action MSE and R² of policies on recorded observations, beside the closed-loop ranking."""
     from assay.cli.stats_openloop import predictor
-    from assay.metrics import load_trajectories, openloop_table, rank_agreement
+    from assay.metrics import load_trajectories, openloop_table, rank_agreement, save_openloop
     from assay.spec import PolicySpec, TaskSpec
 
     with user_errors():
@@ -297,13 +301,15 @@ def openloop_command(
             if episodes is not None:
                 recorded = [r for r in recorded if r.episode_index < episodes]
             trajectories = load_trajectories(opened, recorded)
-        rows = openloop_table(trajectories, {p: predictor(specs[p], tasks) for p in chosen})
-        closed = {(r.group["policy"], r.group["task"]): r.rate for r in rate_table(records) if r.rate is not None}
-        agreement = rank_agreement(rows, closed)
+            rows = openloop_table(trajectories, {p: predictor(specs[p], tasks) for p in chosen})
+            closed = {(r.group["policy"], r.group["task"]): r.rate for r in rate_table(records) if r.rate is not None}
+            agreement = rank_agreement(rows, closed)
+            saved = save_openloop(opened, name, reference, rows, closed, agreement)
         if json_out:
             render.print_json({"campaign": name, "reference": reference, "openloop": [r.to_dict() for r in rows],
                                "closed_loop": [{"policy": p, "task": t, "rate": v} for (p, t), v in sorted(closed.items())],
-                               "agreement": [asdict(a) for a in agreement]})
+                               "agreement": [asdict(a) for a in agreement], "saved": saved})
             return
         for table in show.openloop_tables(rows, agreement, reference):
             render.console.print(table)
+        render.console.print(f"saved to {saved} (shown in `assay report`)", highlight=False, soft_wrap=True)

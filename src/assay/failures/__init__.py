@@ -9,12 +9,22 @@ May import ``assay.spec``, ``assay.sim``, ``assay.policies``, ``assay.store`` an
 from assay.failures.attribution import Attribution, attribute, coverage
 from assay.failures.categories import Categorized, Category, categorize, family_of, signals, step_arrays
 from assay.failures.ponr import PointOfNoReturn, bisect_ponr, find_ponr, scan_ponr
-from assay.failures.regression import Case, RegressionSet, add_sets, case_from, diff_runs, load_set, record_run
+from assay.failures.regression import (
+    Case,
+    RegressionSet,
+    SetStatus,
+    add_sets,
+    case_from,
+    diff_runs,
+    load_set,
+    record_run,
+    statuses,
+)
 from assay.failures.replay import Replayer
 from assay.failures.table import FailureTable
 
 __all__ = [
     "Attribution", "Case", "Categorized", "Category", "FailureTable", "PointOfNoReturn", "RegressionSet",
-    "Replayer", "add_sets", "attribute", "bisect_ponr", "case_from", "categorize", "coverage", "diff_runs",
-    "family_of", "find_ponr", "load_set", "record_run", "scan_ponr", "signals", "step_arrays",
+    "Replayer", "SetStatus", "add_sets", "attribute", "bisect_ponr", "case_from", "categorize", "coverage", "diff_runs",
+    "family_of", "find_ponr", "load_set", "record_run", "scan_ponr", "signals", "statuses", "step_arrays",
 ]

@@ -18,8 +18,7 @@ import pyarrow.parquet as pq
 
 from assay.failures.ponr import PointOfNoReturn
 from assay.failures.replay import Replayer
-from assay.store import build_table
-from assay.store.episodes import write_blob
+from assay.store import build_table, write_blob
 
 
 def recovery_columns(states: list[np.ndarray], actions: list[np.ndarray], transitions: list, control_hz: float) -> dict[str, np.ndarray]:

@@ -174,3 +174,43 @@ def record_run(root: Path, regression_set: RegressionSet, policy: str, outcomes:
            "diff": diff.counts()}
     _write_json(_set_dir(root, regression_set.name) / "runs" / f"{number:04d}.json", run)
     return run, diff
+
+
+@dataclass(frozen=True)
+class SetStatus:
+    """One regression set at its latest version, with every rerun recorded against it (oldest first)."""
+
+    name: str
+    version: int
+    split: str
+    source: str
+    cases: int
+    runs: tuple[dict[str, Any], ...]  # run, version, policy, passed (count), cases, diff counts
+
+    @property
+    def latest(self) -> dict[str, Any] | None:
+        return self.runs[-1] if self.runs else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "runs": list(self.runs), "latest": self.latest}
+
+
+def statuses(root: Path, source: str | None = None) -> list[SetStatus]:
+    """Every regression set in the store (or only those mined from campaign ``source``), by name."""
+    out = []
+    base = root / "regression"
+    for directory in sorted(p for p in base.glob("*") if p.is_dir()) if base.is_dir() else []:
+        if not versions(root, directory.name):
+            continue
+        try:
+            current = load_set(root, directory.name)
+            history = runs(root, directory.name)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RegressionError(f"regression set {directory.name!r} in {root} is unreadable: {exc}") from None
+        if source is not None and current.source != source:
+            continue
+        summary = tuple({"run": r["run"], "version": r["version"], "policy": r["policy"],
+                         "passed": sum(bool(v) for v in r["passed"].values()), "cases": len(r["passed"]),
+                         "diff": r.get("diff", {})} for r in history)
+        out.append(SetStatus(current.name, current.version, current.split, current.source, len(current.cases), summary))
+    return out

@@ -13,14 +13,26 @@ from assay.metrics.calibration import (
     Signoff,
     Thresholds,
     load_calibration,
+    load_real_results,
     load_thresholds,
     records_from_report,
     save_calibration,
+    save_real_results,
     signoff,
 )
 from assay.metrics.comparisons import Comparison, Pairing, Verdict, compare, holm, mcnemar_exact, newcombe_interval
 from assay.metrics.correlation import CorrelationReport, correlate, correlation, mmrv
-from assay.metrics.openloop import OpenLoopRow, Predictor, Trajectory, load_trajectories, openloop_table, rank_agreement
+from assay.metrics.openloop import (
+    OpenLoopRow,
+    Predictor,
+    RankAgreement,
+    Trajectory,
+    load_openloop,
+    load_trajectories,
+    openloop_table,
+    rank_agreement,
+    save_openloop,
+)
 from assay.metrics.outcomes import OutcomeGrid, outcome_grid
 from assay.metrics.ranking import Leaderboard, leaderboard
 from assay.metrics.rates import GROUP_FIELDS, INTERVAL_METHODS, Interval, RateRow, rate_table, success_interval
@@ -34,7 +46,8 @@ __all__ = [
     "Leaderboard", "NOT_VALIDATED", "OpenLoopRow", "OutcomeGrid", "Pairing", "Predictor", "RateEntry", "RateRow",
     "ResultsCsvError", "Signoff", "Stability", "Thresholds", "Trajectory", "Verdict", "compare", "correlate",
     "correlation", "entries_from_records", "episode_budget", "holm", "leaderboard", "load_calibration",
-    "load_thresholds", "load_trajectories", "mcnemar_exact", "mmrv", "newcombe_interval", "openloop_table",
-    "outcome_grid", "rank_agreement", "rate_table", "read_results_csv", "records_from_report", "save_calibration",
+    "load_openloop", "load_real_results", "load_thresholds", "load_trajectories", "mcnemar_exact", "mmrv", "newcombe_interval", "openloop_table",
+    "outcome_grid", "RankAgreement", "rank_agreement", "rate_table", "read_results_csv", "records_from_report",
+    "save_calibration", "save_openloop", "save_real_results",
     "signoff", "stability", "success_interval",
 ]

@@ -3,7 +3,8 @@
 A task earns a calibration record from a ``correlate`` run: Pearson r and MMRV
 between real and sim rates over N policies, the date and the source. The records
 live in ``STORE/calibration.json`` (written atomically, merged by task id); the
-same file may carry ``thresholds``. A task is *validated for sign-off* when it has
+same file may carry ``thresholds``, and ``real_results``: the real-world (task, policy) rates the
+records came from, merged by cell, so a report can draw the real-vs-sim scatter later. A task is *validated for sign-off* when it has
 a record with ``policies >= min_policies``, a defined ``pearson >= min_pearson``
 and ``mmrv <= max_mmrv``; any other task is marked "not validated for sign-off"
 with the reason. Records are per task *version*: ``metaworld/reach@2`` is not
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from assay.errors import StoreError
 from assay.metrics.correlation import CorrelationReport
+from assay.metrics.results_csv import RateEntry
 
 CALIBRATION_FILE = "calibration.json"
 NOT_VALIDATED = "not validated for sign-off"
@@ -108,16 +110,8 @@ def load_thresholds(store_root: str | Path | None) -> Thresholds:
     return Thresholds(**given)
 
 
-def save_calibration(store_root: str | Path, records: Iterable[CalibrationRecord],
-                     thresholds: Thresholds | None = None) -> Path:
-    """Merge ``records`` (by task) into the store's calibration file, atomically."""
+def _write(store_root: str | Path, data: dict) -> Path:
     path = _path(store_root)
-    data = _read(store_root)
-    tasks = dict(data.get("tasks", {}))
-    tasks.update({r.task: asdict(r) for r in records})
-    data = {"schema_version": 1, **data, "tasks": dict(sorted(tasks.items()))}
-    if thresholds is not None:
-        data["thresholds"] = asdict(thresholds)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -126,6 +120,39 @@ def save_calibration(store_root: str | Path, records: Iterable[CalibrationRecord
         tmp.unlink(missing_ok=True)
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
+
+
+def save_calibration(store_root: str | Path, records: Iterable[CalibrationRecord],
+                     thresholds: Thresholds | None = None) -> Path:
+    """Merge ``records`` (by task) into the store's calibration file, atomically."""
+    data = _read(store_root)
+    tasks = dict(data.get("tasks", {}))
+    tasks.update({r.task: asdict(r) for r in records})
+    data = {"schema_version": 1, **data, "tasks": dict(sorted(tasks.items()))}
+    if thresholds is not None:
+        data["thresholds"] = asdict(thresholds)
+    return _write(store_root, data)
+
+
+def save_real_results(store_root: str | Path, entries: Iterable[RateEntry]) -> Path:
+    """Merge real-world (task, policy) results into the calibration file, so reports can plot real vs sim."""
+    data = _read(store_root)
+    cells = {(row["task"], row["policy"]): row for row in data.get("real_results", [])}
+    for e in entries:
+        cells[(e.task, e.policy)] = {"task": e.task, "policy": e.policy, "rate": e.rate, "successes": e.successes,
+                                     "trials": e.trials, "source": e.source}
+    data = {"schema_version": 1, **data, "real_results": [cells[k] for k in sorted(cells)]}
+    return _write(store_root, data)
+
+
+def load_real_results(store_root: str | Path) -> list[RateEntry]:
+    """The real-world results saved by ``assay correlate --record`` (empty when there are none)."""
+    rows = _read(store_root).get("real_results", [])
+    try:
+        return [RateEntry(r["task"], r["policy"], float(r["rate"]), r.get("successes"), r.get("trials"), None,
+                          str(r.get("source", CALIBRATION_FILE))) for r in rows]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"{_path(store_root)}: malformed real_results entry ({exc})") from None
 
 
 def signoff(tasks: Sequence[str], calibration: dict[str, CalibrationRecord], thresholds: Thresholds) -> list[Signoff]:

@@ -145,7 +145,7 @@ class CorrelationReport:
 Aligned = list[tuple[str, str, list[tuple[RateEntry, RateEntry]]]]
 
 
-def _match_task(task: str, other_tasks: set[str]) -> str | None:
+def match_task(task: str, other_tasks: set[str]) -> str | None:
     if task in other_tasks:
         return task
     name = task.split("@")[0]
@@ -159,7 +159,7 @@ def align(reference: Sequence[RateEntry], other: Sequence[RateEntry], labels: tu
     other_tasks = {e.task for e in other}
     aligned: dict[str, tuple[str, list[tuple[RateEntry, RateEntry]]]] = {}
     for entry in reference:
-        matched = _match_task(entry.task, other_tasks)
+        matched = match_task(entry.task, other_tasks)
         if matched is None:
             raise ResultsCsvError(f"{entry.where()}: unknown task {entry.task!r}; {labels[1]} results have "
                                   f"{', '.join(sorted(other_tasks)) or 'no tasks'}")

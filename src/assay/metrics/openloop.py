@@ -13,19 +13,21 @@ steps of all episodes of a (policy, task):
 This module scores; calling the policy is the caller's job (a ``Predictor``), so
 metrics never imports policies. ``rank_agreement`` puts an open-loop ranking
 beside the closed-loop one: Kendall τ and MMRV with closed-loop success as the
-reference and −MSE as the other score (lower MSE ranks higher).
+reference and −MSE as the other score (lower MSE ranks higher). ``save_openloop``
+keeps a campaign's scores at ``STORE/openloop/<campaign>.json`` for reports.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from assay.errors import AssayError
+from assay.errors import AssayError, StoreError
 from assay.metrics.correlation import correlation
-from assay.store import EpisodeRecord, Store
+from assay.store import EpisodeRecord, Store, write_blob
 
 
 @dataclass(frozen=True)
@@ -136,3 +138,35 @@ def rank_agreement(rows: Sequence[OpenLoopRow], closed_rates: Mapping[tuple[str,
         result.append(RankAgreement(task, tuple(r.policy for r in cells), tuple(closed), tuple(r.mse for r in cells),
                                     tau, reason, value or 0.0))
     return result
+
+
+def _openloop_relpath(campaign: str) -> str:
+    return f"openloop/{campaign}.json"
+
+
+def save_openloop(store: Store, campaign: str, reference: str, rows: Sequence[OpenLoopRow],
+                  closed_rates: Mapping[tuple[str, str], float], agreement: Sequence[RankAgreement]) -> str:
+    """Keep a campaign's open-loop scores beside its episodes (atomically); return the path under the store."""
+    document = {"schema_version": 1, "campaign": campaign, "reference": reference,
+                "openloop": [r.to_dict() for r in rows],
+                "closed_loop": [{"policy": p, "task": t, "rate": v} for (p, t), v in sorted(closed_rates.items())],
+                "agreement": [asdict(a) for a in agreement]}
+    relpath = _openloop_relpath(campaign)
+    write_blob(store.root, relpath, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode())
+    return str(store.root / relpath)
+
+
+def load_openloop(store: Store, campaign: str) -> dict[str, object] | None:
+    """What ``assay openloop`` saved for ``campaign`` (None when it was never run)."""
+    path = store.root / _openloop_relpath(campaign)
+    if not path.is_file():
+        return None
+    try:
+        document = json.loads(path.read_text())
+        rows = [OpenLoopRow(**r) for r in document["openloop"]]
+        agreement = [RankAgreement(**{**a, "policies": tuple(a["policies"]), "closed_loop": tuple(a["closed_loop"]),
+                                      "open_loop_mse": tuple(a["open_loop_mse"])}) for a in document["agreement"]]
+        closed = {(c["policy"], c["task"]): float(c["rate"]) for c in document["closed_loop"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"cannot read {path}: {exc}; rerun `assay openloop --campaign {campaign}`") from None
+    return {"reference": document.get("reference"), "rows": rows, "closed": closed, "agreement": agreement}

@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assay.errors import AssayError
-from assay.failures.table import FailureTable
+from assay.failures import SetStatus, coverage
 from assay.metrics import (
+    Comparison,
+    CorrelationReport,
     Leaderboard,
+    RateEntry,
     RateRow,
     Signoff,
     leaderboard,
@@ -28,6 +31,8 @@ from assay.metrics import (
     retention_table,
     signoff,
 )
+from assay.report import evidence
+from assay.report.evidence import FailureFacts
 from assay.store import EpisodeRecord, Outcome, Store, video_relpath
 
 GALLERY_LIMIT = 8  # failure episodes shown with keyframes/video; the rest are listed
@@ -55,6 +60,7 @@ class RobustnessRow:
 class GalleryItem:
     record: EpisodeRecord
     videos: tuple[tuple[str, str], ...]  # (camera, path relative to the store) that exist on disk
+    facts: FailureFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,13 @@ class ReportData:
     provenance: dict[str, Any]
     reproduce: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
+    attribution: tuple[dict[str, Any], ...] = ()  # failures.coverage rows: capability, confidence, failures, share
+    real_to_sim: CorrelationReport | None = None
+    real_to_sim_note: str = ""
+    openloop: dict[str, Any] | None = None  # what `assay openloop` saved: reference, rows, closed, agreement
+    regression: tuple[SetStatus, ...] = ()
+    baseline: str | None = None
+    comparisons: tuple[Comparison, ...] = ()
 
     @property
     def progress(self) -> tuple[int, int]:
@@ -107,14 +120,13 @@ def robustness_rows(records: Sequence[EpisodeRecord]) -> list[RobustnessRow]:
     return rows
 
 
-def _failure_categories(store: Store, records: Sequence[EpisodeRecord]) -> dict[str, dict[str, int]]:
+def _category_counts(records: Sequence[EpisodeRecord], facts: dict[str, FailureFacts]) -> dict[str, dict[str, int]]:
     """policy -> category -> count, from the categories `assay failures mine` stored (empty before that)."""
-    failed = {r.key: r.policy_name for r in records if r.outcome is not Outcome.SUCCESS}
     counts: dict[str, dict[str, int]] = defaultdict(dict)
-    for key, categorized in FailureTable(store).get(list(failed)).items():
-        if categorized.category is not None:
-            name = categorized.category.value
-            counts[failed[key]][name] = counts[failed[key]].get(name, 0) + 1
+    for r in records:
+        category = facts[r.key].category if r.key in facts else None
+        if category is not None:
+            counts[r.policy_name][category] = counts[r.policy_name].get(category, 0) + 1
     return dict(counts)
 
 
@@ -135,8 +147,13 @@ def _provenance(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
     }
 
 
-def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: int = 2000) -> ReportData:
-    """Collect everything the report shows for ``campaign`` (AssayError if the store has no such campaign)."""
+def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: int = 2000,
+           real: Sequence[RateEntry] | None = None, baseline: str | None = None) -> ReportData:
+    """Collect everything the report shows for ``campaign`` (AssayError if the store has no such campaign).
+
+    ``real``: real-world results to plot against the campaign (default: those stored by ``assay correlate
+    --record``); ``baseline``: the policy the checkpoint comparison is against (default: the first listed).
+    """
     known = {c["name"]: c for c in store.catalog.campaigns()}
     if campaign not in known:
         valid = ", ".join(known) or "none yet"
@@ -147,8 +164,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     board = None
     signoffs: list[Signoff] = []
     if records:
-        grid = outcome_grid(records, variant="nominal") if any(r.variant_name == "nominal" for r in records) \
-            else outcome_grid(records)
+        grid = outcome_grid(evidence.nominal(records))
         board = leaderboard(grid, confidence=confidence, n_resamples=n_resamples)
         signoffs = signoff(grid.task_ids, load_calibration(store.root), load_thresholds(store.root))
     else:
@@ -158,10 +174,16 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         outcomes[r.policy_name][r.outcome.value] += 1
     cameras = _cameras(spec)
     failures = [r for r in records if r.outcome is not Outcome.SUCCESS]
+    facts = evidence.failure_facts(store, records)
     gallery = []
-    for r in failures[:GALLERY_LIMIT]:
+    for r in evidence.pick_gallery(failures, facts, GALLERY_LIMIT):
         videos = tuple((c, video_relpath(r.key, c)) for c in cameras if (store.root / video_relpath(r.key, c)).is_file())
-        gallery.append(GalleryItem(r, videos))
+        gallery.append(GalleryItem(r, videos, facts[r.key]))
+    attributions = [f.attribution for f in facts.values() if f.attribution is not None]
+    real_report, real_note = evidence.real_to_sim(records, evidence.stored_real(store) if real is None else real,
+                                                  n_resamples)
+    order = [p.get("name") for p in spec.get("policies", [])] or sorted({r.policy_name for r in records})
+    base, comparisons = evidence.checkpoints(records, order, baseline, n_resamples)
     name_file = f"{campaign}.yaml"
     reproduce = (
         f"assay run {shlex.quote(name_file)} --store {shlex.quote(str(store.root))}",
@@ -171,6 +193,10 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         campaign=campaign, spec=spec, store_root=str(store.root), records=records,
         rates=tuple(rate_table(records, by=("policy", "task"), confidence=confidence)) if records else (),
         leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(robustness_rows(records)),
-        outcomes_by_policy=dict(outcomes), failure_categories=_failure_categories(store, records), gallery=tuple(gallery),
+        outcomes_by_policy=dict(outcomes), failure_categories=_category_counts(failures, facts), gallery=tuple(gallery),
         provenance=_provenance(records), reproduce=reproduce, notes=tuple(notes),
+        attribution=tuple(coverage(attributions)) if attributions else (),
+        real_to_sim=real_report, real_to_sim_note=real_note, openloop=evidence.openloop(store, campaign),
+        regression=tuple(evidence.regression_status(store, campaign)), baseline=base, comparisons=tuple(comparisons),
     )
+

@@ -4,7 +4,7 @@ May import ``assay.spec`` only.
 """
 
 from assay.store.catalog import Catalog
-from assay.store.episodes import REQUIRED_COLUMNS, build_table, episode_relpath, read_episode, write_episode
+from assay.store.episodes import REQUIRED_COLUMNS, build_table, episode_relpath, read_episode, write_blob, write_episode
 from assay.store.provenance import provenance
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.store import Store
@@ -23,6 +23,7 @@ __all__ = [
     "read_episode",
     "read_video",
     "video_relpath",
+    "write_blob",
     "write_episode",
     "write_video",
 ]

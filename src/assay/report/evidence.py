@@ -1,0 +1,124 @@
+"""The report's evidence beyond the campaign's own rates, each read from what another command stored.
+
+* real-to-sim: ``metrics.correlate`` of real results (``--real CSV``, or those ``assay correlate
+  --record`` kept in ``STORE/calibration.json``) against this campaign's nominal rates;
+* open-loop vs closed-loop: what ``assay openloop --campaign NAME`` saved;
+* regression sets mined from this campaign (``assay regress add/run``), with every rerun;
+* checkpoint comparison: every policy against a baseline on paired seeds (``metrics.compare``);
+* per failure: its category (``assay failures mine``), attribution and point of no return
+  (``assay failures ponr``).
+
+Each piece is ``None``/empty when its command never ran; the HTML then says which command adds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from assay.errors import AssayError
+from assay.failures import Attribution, PointOfNoReturn, SetStatus, attribute, statuses
+from assay.failures.ponr import load_ponrs
+from assay.failures.table import FailureTable
+from assay.metrics.correlation import match_task
+from assay.metrics import (
+    Comparison,
+    CorrelationReport,
+    RateEntry,
+    compare,
+    correlate,
+    entries_from_records,
+    load_openloop,
+    load_real_results,
+    outcome_grid,
+)
+from assay.store import EpisodeRecord, Outcome, Store
+
+
+@dataclass(frozen=True)
+class FailureFacts:
+    """What failure mining knows about one unsuccessful episode."""
+
+    category: str | None
+    attribution: Attribution | None
+    ponr: PointOfNoReturn | None
+
+
+def nominal(records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
+    """The nominal episodes when the campaign has any, else all (a campaign of variants only)."""
+    chosen = [r for r in records if r.variant_name == "nominal"]
+    return chosen or list(records)
+
+
+def real_to_sim(records: Sequence[EpisodeRecord], real: Sequence[RateEntry], n_resamples: int) -> tuple[CorrelationReport | None, str]:
+    """(correlation of the real cells that this campaign also ran, a note); None when no cell matches."""
+    if not real or not records:
+        return None, ("no real-world results: `assay correlate --real REAL.csv --campaign NAME --record` (or "
+                      "`assay report --real REAL.csv`) adds this section")
+    sim = entries_from_records(nominal(records), "campaign")
+    tasks = {e.task for e in sim}
+    cells = {(e.task, e.policy) for e in sim}
+    matched = [e for e in real if (match_task(e.task, tasks), e.policy) in cells]
+    if not matched:
+        return None, (f"the {len(real)} real results share no (task, policy) cell with this campaign's "
+                      f"{len(cells)} cells")
+    report = correlate(matched, sim, ("real", "sim"), n_resamples=n_resamples)
+    return report, f"{len(matched)} of {len(real)} real (task, policy) results match this campaign"
+
+
+def stored_real(store: Store) -> list[RateEntry]:
+    return load_real_results(store.root)
+
+
+def checkpoints(records: Sequence[EpisodeRecord], order: Sequence[str], baseline: str | None,
+                n_resamples: int) -> tuple[str | None, list[Comparison]]:
+    """Every other policy against ``baseline`` (default: the campaign's first policy) on paired nominal seeds."""
+    scored = nominal(records)
+    present = [p for p in order if any(r.policy_name == p for r in scored)]
+    if baseline is not None and baseline not in present:
+        raise AssayError(f"baseline {baseline!r} is not a policy of this campaign; valid: {', '.join(present)}")
+    if len(present) < 2:
+        return None, []
+    base = baseline or present[0]
+    grid = outcome_grid(scored)
+    return base, compare(grid, base, [p for p in present if p != base], n_resamples=n_resamples)
+
+
+def failure_facts(store: Store, records: Sequence[EpisodeRecord]) -> dict[str, FailureFacts]:
+    """Category, attribution and point of no return of every unsuccessful episode (None where unknown)."""
+    failed = [r for r in records if r.outcome is not Outcome.SUCCESS]
+    categories = FailureTable(store).get([r.key for r in failed])
+    attributions = {a.key: a for a in attribute(list(records), categories)}
+    ponrs = load_ponrs(store.root)
+    out = {}
+    for r in failed:
+        known = categories.get(r.key)
+        category = known.category.value if known is not None and known.category is not None else None
+        out[r.key] = FailureFacts(category, attributions.get(r.key), ponrs.get(r.key))
+    return out
+
+
+def pick_gallery(failed: Sequence[EpisodeRecord], facts: dict[str, FailureFacts], limit: int) -> list[EpisodeRecord]:
+    """Failures with a point of no return first, then one per (policy, category) in turn, so a gallery
+    of ``limit`` cards shows as many different ways of failing as it can."""
+    analysed = [r for r in failed if facts[r.key].ponr is not None]
+    buckets: dict[tuple[str, str], list[EpisodeRecord]] = {}
+    for r in failed:
+        if facts[r.key].ponr is None:
+            buckets.setdefault((r.policy_name, facts[r.key].category or r.outcome.value), []).append(r)
+    chosen = analysed[:limit]
+    queues = [list(b) for _, b in sorted(buckets.items())]
+    while len(chosen) < limit and any(queues):
+        for queue in queues:
+            if queue and len(chosen) < limit:
+                chosen.append(queue.pop(0))
+    return chosen
+
+
+def regression_status(store: Store, campaign: str) -> list[SetStatus]:
+    return statuses(store.root, source=campaign)
+
+
+def openloop(store: Store, campaign: str) -> dict[str, Any] | None:
+    return load_openloop(store, campaign)
