@@ -3,6 +3,9 @@
 Meta-World reach, expert and random, 2 episodes each, nominal plus one behavioral
 variant, one 64x64 camera (so every episode has an MP4), inline executor. The
 horizon is cut to 60 steps (the expert reaches in ~50) to keep the tier fast.
+Then the commands whose results a report shows, each for real through the CLI:
+``failures mine``, a regression set of random's failures rerun with the expert,
+the point of no return of one failure, and ``openloop`` on the expert's episodes.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from typer.testing import CliRunner
+
+from assay.cli.app import app
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
 from assay.sim import TaskRegistry, default_registry
 from assay.spec import campaign_from_data
@@ -26,6 +32,7 @@ CAMPAIGN = {
     "cameras": [{"name": "front", "width": 64, "height": 64}],
 }
 HORIZON = 60
+REGRESSION_SET = "tiny-fails"
 
 
 def build_store(root: Path) -> Path:
@@ -33,6 +40,13 @@ def build_store(root: Path) -> Path:
     plan = prepare_campaign(campaign_from_data(CAMPAIGN), TaskRegistry([task]))
     with Store(root) as store:
         run_campaign(plan, store, InlineExecutor(store.root))
+    for command in (["failures", "mine", "--campaign", "tiny"],
+                    ["regress", "add", REGRESSION_SET, "--from", "tiny", "--policy", "random", "--holdout", "0"],
+                    ["regress", "run", REGRESSION_SET, "--policy", "expert"],
+                    ["failures", "ponr", "--campaign", "tiny", "--policy", "random", "--limit", "1"],
+                    ["openloop", "--campaign", "tiny", "--reference", "expert"]):
+        result = CliRunner().invoke(app, [*command, "--store", str(root)])
+        assert result.exit_code == 0, (command, result.output)
     return root
 
 
