@@ -103,12 +103,14 @@ def test_report_is_one_self_contained_file(report_store: Path, tmp_path: Path) -
     html = out.read_text()
     parsed = _Collector()
     parsed.feed(html)
-    assert parsed.sections == ["leaderboard", "rates", "robustness", "failures", "gallery", "provenance"]
+    assert parsed.sections == ["leaderboard", "rates", "checkpoints", "robustness", "real-to-sim", "openloop",
+                               "failures", "gallery", "regression", "provenance"]
     # nothing fetched from anywhere: every src/href is an in-page anchor or a data: URI
     assert parsed.urls and all(u.startswith(("#", "data:")) for u in parsed.urls), \
         [u[:40] for u in parsed.urls if not u.startswith(("#", "data:"))]
-    assert parsed.tags["svg"] == 3  # leaderboard, robustness, outcomes
-    assert parsed.tags["video"] == parsed.tags["img"] // 4 >= 4  # each gallery card: 4 keyframes, 1 video
+    # leaderboard, checkpoint forest, robustness, open loop, outcomes, and one trace per gallery card
+    assert parsed.tags["svg"] == 5 + parsed.tags["video"]
+    assert parsed.tags["video"] >= 4 and parsed.tags["img"] >= 4 * parsed.tags["video"]  # keyframes + a video per card
     assert "data:video/mp4;base64," in html and "<script src" not in html
     assert "not validated for sign-off" in html
     assert re.search(r"assay run tiny\.yaml --store \S+", html)

@@ -26,15 +26,22 @@ def report(
     catalog: CatalogOpt = None,
     link_video: Annotated[bool, typer.Option("--link-video", help="Link gallery videos relative to the report "
                                              "instead of embedding them (smaller file, needs the store beside it).")] = False,
+    real: Annotated[Optional[Path], typer.Option("--real", help="Real-world results CSV (task,policy,successes,trials) "
+                                                 "to plot against the campaign; default: those `assay correlate "
+                                                 "--record` stored.")] = None,
+    baseline: Annotated[Optional[str], typer.Option("--baseline", help="Policy the checkpoint comparison is "
+                                                    "against (default: the campaign's first).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a line.")] = False,
 ) -> None:
     """Write one self-contained HTML report of a campaign (works offline: inline SVG figures, embedded video)."""
+    from assay.metrics import read_results_csv
     from assay.report import write_report
     from assay.store import Store
 
     with user_errors():
+        entries = read_results_csv(real) if real is not None else None
         with Store(store, catalog, create=False) as opened:
-            path = write_report(opened, campaign, output, embed_video=not link_video)
+            path = write_report(opened, campaign, output, embed_video=not link_video, real=entries, baseline=baseline)
     if json_out:
         render.print_json({"campaign": campaign, "report": str(path), "bytes": path.stat().st_size})
     else:

@@ -1,24 +1,33 @@
 """Report: one self-contained HTML file per campaign (figures as inline SVG, media as base64).
 
-May import ``assay.spec``, ``assay.store`` and ``assay.metrics`` only.
+May import ``assay.spec``, ``assay.store``, ``assay.metrics`` and ``assay.failures`` (what mining stored).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from assay.errors import StoreError
-from assay.report.data import GalleryItem, ReportData, RobustnessRow, gather, robustness_rows
+from assay.metrics import RateEntry
+from assay.report.data import (
+    GalleryItem,
+    ReportData,
+    RobustnessRow,
+    gather,
+    robustness_rows,
+)
 from assay.report.html import render_html
 from assay.store import Store
 
 
-def write_report(store: Store, campaign: str, output: str | Path, embed_video: bool = True) -> Path:
+def write_report(store: Store, campaign: str, output: str | Path, embed_video: bool = True,
+                 real: Sequence[RateEntry] | None = None, baseline: str | None = None) -> Path:
     """Write the report of ``campaign`` to ``output`` atomically (never a partial file); return its path."""
     output = Path(output).expanduser().resolve()
-    data = gather(store, campaign)
-    html = render_html(data, store.root, embed_video=embed_video, out_dir=output.parent)
+    data = gather(store, campaign, real=real, baseline=baseline)
+    html = render_html(data, store, embed_video=embed_video, out_dir=output.parent)
     tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,6 @@ from assay.errors import AssayError
 from assay.failures import Attribution, PointOfNoReturn, SetStatus, attribute, statuses
 from assay.failures.ponr import load_ponrs
 from assay.failures.table import FailureTable
-from assay.metrics.correlation import match_task
 from assay.metrics import (
     Comparison,
     CorrelationReport,
@@ -33,6 +32,7 @@ from assay.metrics import (
     load_real_results,
     outcome_grid,
 )
+from assay.metrics.correlation import match_task
 from assay.store import EpisodeRecord, Outcome, Store
 
 

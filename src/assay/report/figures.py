@@ -14,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from assay.metrics import Leaderboard
+from assay.metrics import (
+    Comparison,
+    CorrelationReport,
+    Leaderboard,
+    OpenLoopRow,
+    Verdict,
+)
 from assay.report.data import RobustnessRow
 from assay.store import read_video
 
@@ -106,10 +112,16 @@ def png_data_uri(image: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def keyframes(store_root: Path, relpath: str, count: int = 4) -> list[tuple[int, str]]:
-    """``count`` evenly spaced frames of a video, first and last included, as (frame index, PNG URI)."""
+def keyframes(store_root: Path, relpath: str, count: int = 4, around: int | None = None) -> list[tuple[int, str]]:
+    """Frames of a video as (frame index, PNG URI): ``count`` evenly spaced, first and last included; with
+    ``around`` (a step, e.g. the point of no return) the first, two before it, it, one after and the last."""
     frames = read_video(store_root, relpath)
-    picks = sorted({int(round(i)) for i in np.linspace(0, len(frames) - 1, count)})
+    last = len(frames) - 1
+    if around is None:
+        picks = sorted({int(round(i)) for i in np.linspace(0, last, count)})
+    else:
+        t = min(max(around, 0), last)
+        picks = sorted({0, max(0, t - 10), max(0, t - 3), t, min(last, t + 5), last})
     return [(i, png_data_uri(frames[i])) for i in picks]
 
 
@@ -152,4 +164,90 @@ def sweep_svg(rows: Sequence[RobustnessRow]) -> str | None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("success rate")
     axes[0][-1].legend(fontsize=8)
+    return _svg(fig)
+
+
+def real_to_sim_svg(report: CorrelationReport) -> str:
+    """Real vs sim success per policy, one panel per task, with the y = x line and the task's r and MMRV."""
+    plt = _pyplot()
+    tasks = report.tasks
+    fig, axes = plt.subplots(1, len(tasks), figsize=(3.3 * len(tasks) + 0.6, 3.3), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
+        ax.scatter(task.reference_rates, task.other_rates, color="#1565c0", zorder=3)
+        for policy, x, y in zip(task.policies, task.reference_rates, task.other_rates):
+            ax.annotate(policy, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        r, m = task.stats["pearson"].value, task.stats["mmrv"].value
+        ax.set_title(f"{task.task}\nr = {'undefined' if r is None else f'{r:.2f}'}, MMRV = "
+                     f"{'undefined' if m is None else f'{m:.3f}'}", fontsize=9)
+        ax.set_xlim(-0.05, 1.05)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("real success rate")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("sim success rate (nominal)")
+    return _svg(fig)
+
+
+def openloop_svg(rows: Sequence[OpenLoopRow], closed: dict[tuple[str, str], float]) -> str:
+    """Open-loop action MSE against closed-loop success, one point per (policy, task)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    tasks = sorted({r.task for r in rows})
+    for k, task in enumerate(tasks):
+        cells = [r for r in rows if r.task == task and (r.policy, task) in closed]
+        ax.scatter([r.mse for r in cells], [closed[(r.policy, task)] for r in cells], color=f"C{k}",
+                   label=task, zorder=3)
+        for r in cells:
+            ax.annotate(r.policy, (r.mse, closed[(r.policy, task)]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel("open-loop action MSE on recorded observations")
+    ax.set_ylabel("closed-loop success rate")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def comparison_svg(comparisons: Sequence[Comparison], baseline: str) -> str:
+    """Suite difference (policy − baseline) with its interval, one row per policy: a forest plot."""
+    plt = _pyplot()
+    rows = [c for c in comparisons if c.task == "suite" and c.difference is not None]
+    fig, ax = plt.subplots(figsize=(6.4, 0.45 * max(2, len(rows)) + 0.9))
+    y = np.arange(len(rows))[::-1]
+    # compare() reports baseline − other; the plot shows other − baseline so "better" is to the right
+    diffs = [-c.difference for c in rows]
+    low = [d - (-c.ci_high if c.ci_high is not None else -c.difference) for d, c in zip(diffs, rows)]
+    high = [(-c.ci_low if c.ci_low is not None else -c.difference) - d for d, c in zip(diffs, rows)]
+    # the verdict is the baseline's: "worse" means this policy is detectably better
+    colours = [{Verdict.WORSE: "#2e7d32", Verdict.BETTER: "#c62828"}.get(c.verdict, "#616161") for c in rows]
+    ax.errorbar(diffs, y, xerr=[low, high], fmt="none", ecolor="black", capsize=4)
+    ax.scatter(diffs, y, color=colours, zorder=3)
+    ax.axvline(0.0, color="black", lw=0.8, ls="--")
+    ax.set_yticks(y, [c.b for c in rows])
+    ax.set_xlim(-1.05, 1.05)
+    ax.set_xlabel(f"success − {baseline}'s (suite, paired seeds, 95% interval)")
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig)
+
+
+def trace_svg(arrays: dict[str, np.ndarray], ponr_t: int | None) -> str | None:
+    """A failed episode's distances over time (hand–object, object–goal), the point of no return in red."""
+    def usable(name: str) -> bool:
+        values = arrays.get(f"info.{name}")
+        return values is not None and values.dtype.kind == "f" and bool(np.isfinite(values).any())
+
+    # Assay's event distances where the task defines them, else Meta-World's own object-to-target distance
+    names = [n for n in ("ee_obj_dist", "obj_goal_dist") if usable(n)] or [n for n in ("obj_to_target",) if usable(n)]
+    if not names:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(3.6, 1.5))
+    for name in names:
+        ax.plot(arrays[f"info.{name}"], lw=1.0, label=name.replace("_dist", "").replace("_to_", "–").replace("_", "–"))
+    if ponr_t is not None:
+        ax.axvline(ponr_t, color="red", lw=1.0)
+    ax.set_xlabel("step", fontsize=7)
+    ax.set_ylabel("distance (m)", fontsize=7)
+    ax.tick_params(labelsize=6)
+    ax.legend(fontsize=6, loc="upper right")
     return _svg(fig)

@@ -8,16 +8,17 @@ relative to the store.
 from __future__ import annotations
 
 import json
-import os
 from html import escape
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from assay.errors import StoreError
 from assay.report import figures
+from assay.report import sections as parts
 from assay.report.data import ReportData
+from assay.report.markup import pct, table
+from assay.store import Store
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -33,32 +34,19 @@ th{background:#f5f5f5;font-weight:600}td.num{text-align:right;font-variant-numer
 .gallery{display:grid;grid-template-columns:repeat(auto-fill,minmax(320px,1fr));gap:14px}
 .card{border:1px solid #e0e0e0;border-radius:6px;padding:10px}.card h3{font-size:14px;margin:0 0 6px}
 .frames{display:flex;gap:4px;flex-wrap:wrap}.frames figure{margin:0;text-align:center;font-size:11px;color:#666}
-.frames img{width:72px;height:72px;image-rendering:pixelated;border:1px solid #ddd}
+.frames img{width:72px;height:72px;image-rendering:pixelated;border:1px solid #ddd}.frames img.ponr{border:2px solid #c62828}
+.trace svg{max-width:100%;height:auto}code{background:#eceff1;padding:0 3px;border-radius:3px}
 video{width:192px;image-rendering:pixelated;background:#000}
 pre{background:#263238;color:#eceff1;padding:10px;border-radius:6px;overflow:auto;font-size:12.5px}
 .muted{color:#666}
 """
 
 
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0%}"
-
-
-def _table(head: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
-    out = ["<table><thead><tr>", *(f"<th style='text-align:right'>{escape(h)}</th>" if i in numeric
-                                   else f"<th>{escape(h)}</th>" for i, h in enumerate(head)), "</tr></thead><tbody>"]
-    for row in rows:
-        out.append("<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
-                                    for i, c in enumerate(row)) + "</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
-
-
 def _leaderboard(data: ReportData) -> str:
     board = data.leaderboard
     if board is None:
         return "<p class='muted'>No scored episodes yet.</p>"
-    rows = [[escape(r.policy), escape(r.rank_text), _pct(r.score), f"[{_pct(r.ci_low)}, {_pct(r.ci_high)}]",
+    rows = [[escape(r.policy), escape(r.rank_text), pct(r.score), f"[{pct(r.ci_low)}, {pct(r.ci_high)}]",
              str(r.scored), str(r.errors)] for r in board.rows]
     signoffs = [[escape(s.task), f"<span class='{'ok' if s.validated else 'warn'}'>{escape(s.label)}</span>",
                  escape(s.reason)] for s in data.signoffs]
@@ -66,28 +54,28 @@ def _leaderboard(data: ReportData) -> str:
     return (
         (f"<p class='muted'>Nominal variant only; {board.n_resamples} bootstrap resamples, seed {board.seed}.</p>"
          if has_variants else f"<p class='muted'>{board.n_resamples} bootstrap resamples, seed {board.seed}.</p>")
-        + _table(["policy", "rank [interval]", "score", f"{board.confidence:.0%} interval", "scored", "errors"],
+        + table(["policy", "rank [interval]", "score", f"{board.confidence:.0%} interval", "scored", "errors"],
                  rows, {2, 3, 4, 5})
         + f"<div class='figure'>{figures.leaderboard_svg(board)}</div>"
-        + "<h3>Sign-off</h3>" + _table(["task", "status", "why"], signoffs)
+        + "<h3>Sign-off</h3>" + table(["task", "status", "why"], signoffs)
     )
 
 
 def _rates(data: ReportData) -> str:
-    rows = [[escape(r.group["policy"]), escape(r.group["task"]), _pct(r.rate), f"[{_pct(r.ci_low)}, {_pct(r.ci_high)}]",
+    rows = [[escape(r.group["policy"]), escape(r.group["task"]), pct(r.rate), f"[{pct(r.ci_low)}, {pct(r.ci_high)}]",
              f"{r.successes}/{r.scored}", str(r.timeouts), str(r.failures), str(r.errors)] for r in data.rates]
-    return _table(["policy", "task", "success", "Wilson 95%", "succ/n", "timeout", "fail", "error"], rows,
+    return table(["policy", "task", "success", "Wilson 95%", "succ/n", "timeout", "fail", "error"], rows,
                   {2, 3, 4, 5, 6, 7})
 
 
 def _robustness(data: ReportData) -> str:
     if not data.robustness:
         return "<p class='muted'>This campaign ran the nominal variant only; no robustness profile.</p>"
-    rows = [[escape(r.policy), escape(r.axis), escape(r.factor), escape(r.value), str(r.pairs), _pct(r.nominal_rate),
-             _pct(r.variant_rate), "–" if r.retention is None else f"{r.retention:.2f}"]
+    rows = [[escape(r.policy), escape(r.axis), escape(r.factor), escape(r.value), str(r.pairs), pct(r.nominal_rate),
+             pct(r.variant_rate), "–" if r.retention is None else f"{r.retention:.2f}"]
             for r in sorted(data.robustness, key=lambda r: (r.policy, r.axis, r.factor, r.value))]
     sweep = figures.sweep_svg(data.robustness)
-    return (_table(["policy", "axis", "factor", "value", "pairs", "nominal", "variant", "retention"], rows,
+    return (table(["policy", "axis", "factor", "value", "pairs", "nominal", "variant", "retention"], rows,
                    {4, 5, 6, 7})
             + f"<div class='figure'>{figures.robustness_svg(data.robustness)}</div>"
             + (f"<h3>Sweep curves</h3><div class='figure'>{sweep}</div>" if sweep else ""))
@@ -96,52 +84,25 @@ def _robustness(data: ReportData) -> str:
 def _failures(data: ReportData) -> str:
     outcome_rows = [[escape(p), *(str(c[o]) for o in ("success", "failure", "timeout", "error"))]
                     for p, c in sorted(data.outcomes_by_policy.items())]
-    out = _table(["policy", "success", "failure", "timeout", "error"], outcome_rows, {1, 2, 3, 4})
+    out = table(["policy", "success", "failure", "timeout", "error"], outcome_rows, {1, 2, 3, 4})
     if data.outcomes_by_policy:
         out += f"<div class='figure'>{figures.outcomes_svg(data.outcomes_by_policy)}</div>"
     if data.failure_categories:
         cat_rows = [[escape(p), escape(c), str(n)] for p, cats in sorted(data.failure_categories.items())
                     for c, n in sorted(cats.items())]
-        out += "<h3>By category</h3>" + _table(["policy", "category", "episodes"], cat_rows, {2})
+        out += "<h3>By category</h3>" + table(["policy", "category", "episodes"], cat_rows, {2})
+    else:
+        out += (f"<p class='muted'>Failures not categorized yet: <code>assay failures mine --campaign "
+                f"{escape(data.campaign)}</code>.</p>")
+    out += parts.attribution_table(data)
     reasons: dict[str, int] = {}
     for r in data.records:
         if r.outcome.value == "error":
             reasons[r.reason] = reasons.get(r.reason, 0) + 1
     if reasons:
-        out += "<h3>Errors (infrastructure or policy contract)</h3>" + _table(
+        out += "<h3>Errors (infrastructure or policy contract)</h3>" + table(
             ["reason", "episodes"], [[escape(k), str(v)] for k, v in sorted(reasons.items())], {1})
     return out
-
-
-def _gallery(data: ReportData, store_root: Path, embed_video: bool, out_dir: Path) -> str:
-    if not data.gallery:
-        return "<p class='muted'>No failed episodes.</p>"
-    cards = []
-    for item in data.gallery:
-        r = item.record
-        media = []
-        for camera, relpath in item.videos:
-            try:
-                frames = figures.keyframes(store_root, relpath)
-            except StoreError:
-                continue
-            media.append("<div class='frames'>" + "".join(
-                f"<figure><img alt='{escape(camera)} frame {i}' src='{uri}'><figcaption>step {i}</figcaption></figure>"
-                for i, uri in frames) + "</div>")
-            src = figures.mp4_data_uri(store_root, relpath) if embed_video else \
-                escape(os.path.relpath(store_root / relpath, out_dir))
-            # the last keyframe as poster: a paused video shows where the episode ended, not a black box
-            media.append(f"<video controls muted loop preload='metadata' poster='{frames[-1][1]}' src='{src}'></video>")
-        if not item.videos:
-            media.append("<p class='muted'>No camera video recorded (campaign without cameras).</p>")
-        cards.append(
-            f"<div class='card'><h3>{escape(r.policy_name)} · {escape(r.task_id)} · {escape(r.variant_name)}</h3>"
-            f"<p><b>{escape(r.outcome.value)}</b> after {r.steps} steps, seed {r.seed}, return {r.total_return:.1f}"
-            f"{(' — ' + escape(r.reason)) if r.reason else ''}<br><span class='muted'>episode {escape(r.key)}</span></p>"
-            + "".join(media) + "</div>")
-    total = sum(1 for r in data.records if r.outcome.value != "success")
-    more = f"<p class='muted'>Showing {len(data.gallery)} of {total} unsuccessful episodes.</p>"
-    return more + "<div class='gallery'>" + "".join(cards) + "</div>"
 
 
 def _provenance(data: ReportData) -> str:
@@ -152,20 +113,24 @@ def _provenance(data: ReportData) -> str:
             ["episode seeds", escape(", ".join(map(str, p["seeds"][:40])) + (" …" if len(p["seeds"]) > 40 else ""))]]
     rows += [[escape(name), escape(", ".join(versions))] for name, versions in p["packages"].items()]
     spec_yaml = yaml.safe_dump(data.spec.get("campaign", {}), sort_keys=False)
-    return (_table(["what", "value"], rows)
+    return (table(["what", "value"], rows)
             + f"<h3>Campaign ({escape(data.campaign)}.yaml)</h3><pre>{escape(spec_yaml)}</pre>"
             + "<h3>Reproduce</h3><p>Save the YAML above as the file named below, then:</p>"
             + f"<pre>{escape(chr(10).join(data.reproduce))}</pre>")
 
 
-def render_html(data: ReportData, store_root: Path, embed_video: bool = True, out_dir: Path | None = None) -> str:
+def render_html(data: ReportData, store: Store, embed_video: bool = True, out_dir: Path | None = None) -> str:
     done, total = data.progress
     sections: list[tuple[str, str, str]] = [
         ("leaderboard", "Leaderboard", _leaderboard(data)),
         ("rates", "Success by policy × task", _rates(data)),
+        ("checkpoints", "Checkpoint comparison", parts.checkpoints(data)),
         ("robustness", "Robustness profile", _robustness(data)),
+        ("real-to-sim", "Real-to-sim agreement", parts.real_to_sim(data)),
+        ("openloop", "Open loop vs closed loop", parts.openloop(data)),
         ("failures", "Failure breakdown", _failures(data)),
-        ("gallery", "Failure gallery", _gallery(data, store_root, embed_video, out_dir or Path.cwd())),
+        ("gallery", "Failure gallery", parts.gallery(data, store, embed_video, out_dir or Path.cwd())),
+        ("regression", "Regression sets", parts.regression(data)),
         ("provenance", "Provenance and reproduction", _provenance(data)),
     ]
     nav = " · ".join(f"<a href='#{key}' style='color:#fff'>{escape(title)}</a>" for key, title, _ in sections)

@@ -1,0 +1,194 @@
+"""The report sections built on other commands' results: real-to-sim, open- vs closed-loop,
+checkpoint comparison, regression sets, and the failure gallery with attribution and the point
+of no return. Each says which command fills it when its input is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from html import escape
+from pathlib import Path
+
+from assay.errors import StoreError
+from assay.failures import step_arrays
+from assay.report import figures
+from assay.report.data import GalleryItem, ReportData
+from assay.report.markup import pct, table
+from assay.store import Store
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _interval(low: float | None, high: float | None, digits: int = 2) -> str:
+    return "–" if low is None or high is None else f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def real_to_sim(data: ReportData) -> str:
+    report = data.real_to_sim
+    if report is None:
+        return f"<p class='muted'>{escape(data.real_to_sim_note)}.</p>"
+    rows = []
+    for task in report.tasks:
+        r, m = task.stats["pearson"], task.stats["mmrv"]
+        rows.append([escape(task.task), escape(task.other_task), str(len(task.policies)),
+                     _number(r.value) if r.value is not None else escape(r.reason or "undefined"),
+                     _interval(r.ci_low, r.ci_high), _number(m.value, 3), _interval(m.ci_low, m.ci_high, 3)])
+    average = report.average
+    rows.append(["<b>average</b>", "", "", _number(average["pearson"].value),
+                 _interval(average["pearson"].ci_low, average["pearson"].ci_high), _number(average["mmrv"].value, 3),
+                 _interval(average["mmrv"].ci_low, average["mmrv"].ci_high, 3)])
+    return (f"<p class='muted'>{escape(data.real_to_sim_note)}; sim = this campaign's nominal episodes. "
+            f"{report.confidence:.0%} bootstrap intervals over {report.n_resamples} resamples. MMRV is the mean "
+            "maximum rank violation (0 = sim orders policies as real does).</p>"
+            + table(["real task", "sim task", "policies", "Pearson r", "interval", "MMRV", "interval"], rows,
+                    {2, 3, 4, 5, 6})
+            + f"<div class='figure'>{figures.real_to_sim_svg(report)}</div>")
+
+
+def openloop(data: ReportData) -> str:
+    saved = data.openloop
+    if saved is None:
+        return (f"<p class='muted'>Not computed yet: <code>assay openloop --campaign {escape(data.campaign)}</code> "
+                "replays the reference policy's recorded observations through every policy and saves the scores "
+                "this section shows.</p>")
+    rows, closed, agreement = saved["rows"], saved["closed"], saved["agreement"]
+    score_rows = [[escape(r.policy), escape(r.task), str(r.episodes), f"{r.mse:.4g}",
+                   _number(r.r2) if r.r2 is not None else escape(r.r2_reason or "–"), pct(closed.get((r.policy, r.task)))]
+                  for r in sorted(rows, key=lambda r: (r.task, r.mse))]
+    agree_rows = [[escape(a.task), str(len(a.policies)),
+                   _number(a.kendall) if a.kendall is not None else escape(a.kendall_reason or "undefined"),
+                   _number(a.mmrv, 3)] for a in agreement]
+    return (f"<p class='muted'>Open loop: each policy predicts actions on <b>{escape(str(saved['reference']))}</b>'s "
+            "recorded observations (it never sees its own consequences); closed loop: its success in this campaign. "
+            "A low MSE that does not come with a high success is the open-loop trap.</p>"
+            + table(["policy", "task", "episodes", "action MSE", "R²", "closed-loop success"], score_rows, {2, 3, 4, 5})
+            + "<h3>Do the two orders agree?</h3>"
+            + table(["task", "policies", "Kendall τ", "MMRV"], agree_rows, {1, 2, 3})
+            + f"<div class='figure'>{figures.openloop_svg(rows, closed)}</div>")
+
+
+def checkpoints(data: ReportData) -> str:
+    if data.baseline is None or not data.comparisons:
+        return "<p class='muted'>One policy only: nothing to compare.</p>"
+    rows = []
+    for c in data.comparisons:
+        # compare() reports baseline − other; show other − baseline so a positive number means "better"
+        diff = None if c.difference is None else 0.0 - c.difference  # 0.0 - x: never "-0.00"
+        low = None if c.ci_high is None else 0.0 - c.ci_high
+        high = None if c.ci_low is None else 0.0 - c.ci_low
+        verdict = {"better": "worse", "worse": "better"}.get(c.verdict.value, c.verdict.value)
+        css = {"better": "ok", "worse": "warn"}.get(verdict, "muted")
+        label = "<b>suite</b>" if c.task == "suite" else escape(c.task)
+        rows.append([escape(c.b), label, pct(c.b_rate), pct(c.a_rate), _number(diff), _interval(low, high),
+                     str(c.pairs), f"{c.p_adjusted:.3g}", f"<span class='{css}'>{escape(verdict)}</span>"])
+    return (f"<p class='muted'>Every policy against <b>{escape(data.baseline)}</b> (choose with "
+            "<code>assay report --baseline NAME</code>) on the same nominal seeds: McNemar's exact test on discordant "
+            "pairs, Holm-adjusted over all rows, paired bootstrap interval of the difference.</p>"
+            + table(["policy", "task", "success", f"{data.baseline}", "difference", "95% interval", "pairs",
+                     "p (Holm)", "verdict"], rows, {2, 3, 4, 5, 6, 7})
+            + f"<div class='figure'>{figures.comparison_svg(data.comparisons, data.baseline)}</div>")
+
+
+def regression(data: ReportData) -> str:
+    if not data.regression:
+        return (f"<p class='muted'>No regression set mined from this campaign: <code>assay regress add NAME --from "
+                f"{escape(data.campaign)}</code> freezes its failures, <code>assay regress run NAME -p POLICY</code> "
+                "reruns them.</p>")
+    rows = []
+    for s in data.regression:
+        latest = s.latest
+        if latest is None:
+            status = "<span class='muted'>never rerun</span>"
+            history = ""
+        else:
+            diff = latest["diff"]
+            css = "ok" if latest["passed"] == latest["cases"] else "warn"
+            status = (f"<span class='{css}'>{latest['passed']}/{latest['cases']} pass</span> with "
+                      f"{escape(latest['policy'])}: fixed {diff.get('fixed', 0)}, still failing "
+                      f"{diff.get('still_failing', 0)}, newly failing {diff.get('newly_failing', 0)}")
+            history = " → ".join(f"{r['passed']}/{r['cases']}" for r in s.runs)
+        rows.append([escape(s.name), escape(s.split), f"v{s.version}", str(s.cases), str(len(s.runs)), status,
+                     escape(history)])
+    return table(["set", "split", "version", "cases", "runs", "latest run", "pass history"], rows, {3, 4})
+
+
+def attribution_table(data: ReportData) -> str:
+    if not data.attribution:
+        return ""
+    rows = [[escape(str(a["capability"])), escape(str(a["confidence"])), str(a["failures"]), pct(float(a["share"]))]
+            for a in data.attribution]
+    return ("<h3>By capability (attribution)</h3><p class='muted'>paired: the nominal twin on the same seed succeeded "
+            "and the perturbed axis names the capability; category: inferred from the failure's category alone.</p>"
+            + table(["capability", "evidence", "failures", "share"], rows, {2, 3}))
+
+
+def _facts(item: GalleryItem) -> str:
+    facts = item.facts
+    if facts is None:
+        return ""
+    lines = []
+    if facts.category is not None:
+        lines.append(f"category <b>{escape(facts.category)}</b>")
+    if facts.attribution is not None:
+        a = facts.attribution
+        why = f"paired: {a.evidence}" if a.confidence == "paired" else f"from its {a.evidence}" \
+            if a.confidence == "category" else a.evidence
+        lines.append(f"attributed to <b>{escape(a.capability)}</b> ({escape(why)})")
+    if facts.ponr is not None:
+        p = facts.ponr
+        lines.append("point of no return: <b>" + ("the expert fails even from the start" if p.t is None else
+                                                   f"step {p.t} of {p.steps}") + f"</b> ({p.handoffs} hand-overs)")
+    if facts.category is None:
+        lines.append("<span class='muted'>not mined yet (<code>assay failures mine</code>)</span>")
+    if facts.ponr is None:
+        lines.append(f"<span class='muted'>no point of no return yet (<code>assay failures ponr "
+                     f"{escape(item.record.key[:12])}</code>)</span>")
+    return "<p>" + "<br>".join(lines) + "</p>"
+
+
+def _media(item: GalleryItem, store: Store, embed_video: bool, out_dir: Path) -> list[str]:
+    ponr_t = item.facts.ponr.t if item.facts is not None and item.facts.ponr is not None else None
+    media = []
+    if item.record.data_path is not None:
+        try:
+            trace = figures.trace_svg(step_arrays(store.steps(item.record)), ponr_t)
+        except StoreError:
+            trace = None
+        if trace:
+            media.append(f"<div class='figure trace'>{trace}</div>")
+    for camera, relpath in item.videos:
+        try:
+            frames = figures.keyframes(store.root, relpath, around=ponr_t)
+        except StoreError:
+            continue
+        media.append("<div class='frames'>" + "".join(
+            f"<figure><img alt='{escape(camera)} frame {i}' src='{uri}'{' class=ponr' if i == ponr_t else ''}>"
+            f"<figcaption>{'PONR ' if i == ponr_t else ''}step {i}</figcaption></figure>" for i, uri in frames)
+            + "</div>")
+        src = figures.mp4_data_uri(store.root, relpath) if embed_video else \
+            escape(os.path.relpath(store.root / relpath, out_dir))
+        # the last keyframe as poster: a paused video shows where the episode ended, not a black box
+        media.append(f"<video controls muted loop preload='metadata' poster='{frames[-1][1]}' src='{src}'></video>")
+    if not item.videos:
+        media.append("<p class='muted'>No camera video recorded (campaign without cameras).</p>")
+    return media
+
+
+def gallery(data: ReportData, store: Store, embed_video: bool, out_dir: Path) -> str:
+    if not data.gallery:
+        return "<p class='muted'>No failed episodes.</p>"
+    cards = []
+    for item in data.gallery:
+        r = item.record
+        cards.append(
+            f"<div class='card'><h3>{escape(r.policy_name)} · {escape(r.task_id)} · {escape(r.variant_name)}</h3>"
+            f"<p><b>{escape(r.outcome.value)}</b> after {r.steps} steps, seed {r.seed}, return {r.total_return:.1f}"
+            f"{(' — ' + escape(r.reason)) if r.reason else ''}<br><span class='muted'>episode {escape(r.key)}</span></p>"
+            + _facts(item) + "".join(_media(item, store, embed_video, out_dir)) + "</div>")
+    total = sum(1 for r in data.records if r.outcome.value != "success")
+    more = (f"<p class='muted'>Showing {len(data.gallery)} of {total} unsuccessful episodes: those with a point of "
+            "no return first, then one per (policy, category) in turn. The red line marks the point of no return: "
+            "the last step from which the expert, taking over, still succeeds.</p>")
+    return more + "<div class='gallery'>" + "".join(cards) + "</div>"
