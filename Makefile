@@ -43,6 +43,10 @@ demo: install
 	$(ASSAY) results --store $(STORE) --campaign quickstart --profile
 	$(ASSAY) compare expert shaky-expert --store $(STORE) --campaign quickstart --variant nominal
 	$(ASSAY) failures mine --store $(STORE) --campaign quickstart
+	$(ASSAY) failures ponr --store $(STORE) --campaign quickstart --policy shaky-expert --limit 2
+	$(ASSAY) regress add shaky --from quickstart --policy shaky-expert --store $(STORE)
+	$(ASSAY) regress run shaky --policy expert --store $(STORE)
+	$(ASSAY) openloop --store $(STORE) --campaign quickstart --reference expert
 	$(ASSAY) report quickstart --store $(STORE) -o $(STORE)/quickstart.html
 	@echo "Open $(STORE)/quickstart.html, or browse the store: $(ASSAY) serve --store $(STORE)"
 

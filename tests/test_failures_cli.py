@@ -72,3 +72,26 @@ def test_point_of_no_return_plot_demos_and_priorities(store):
     assert demo.column("success").to_pylist()[-1] is True
     rows = json.loads(invoke("priorities", "--store", str(store), "--campaign", "mine", "--json").stdout)
     assert rows[0]["score"] is not None and rows[0]["recoverable"] == 1
+
+
+def test_ponr_picks_a_campaigns_failures_and_never_redoes_one(store):
+    ls = json.loads(invoke("episodes", "ls", "--store", str(store), "--campaign", "mine", "--json").stdout)
+    episodes = ls["episodes"] if isinstance(ls, dict) else ls
+    first = json.loads(invoke("failures", "ponr", "--campaign", "mine", "--policy", "random", "--limit", "2",
+                              "--store", str(store), "--json").stdout)
+    assert len(first) == 2 and {f["key"] for f in first} <= {e["key"] for e in episodes}
+    again = json.loads(invoke("failures", "ponr", "--campaign", "mine", "--limit", "2", "--store", str(store),
+                              "--json").stdout)
+    assert [(f["key"], f["t"], f.get("cached")) for f in again] == [(f["key"], f["t"], True) for f in first]
+    for args, message in ((["--campaign", "mine", "--policy", "nobody"], "has no policy 'nobody'; valid: random"),
+                          ([first[0]["key"], "--campaign", "mine"], "not both")):
+        result = runner.invoke(app, ["failures", "ponr", *args, "--store", str(store)])
+        assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_regression_set_of_one_policys_failures(store):
+    result = runner.invoke(app, ["regress", "add", "x", "--from", "mine", "--policy", "expert", "--store", str(store)])
+    assert result.exit_code == 2 and "has no policy 'expert'; valid: random" in result.output
+    added = json.loads(invoke("regress", "add", "rnd", "--from", "mine", "--policy", "random", "--holdout", "0",
+                              "--store", str(store), "--json").stdout)
+    assert added["mined"]["cases"] == 4 and added["heldout"] is None

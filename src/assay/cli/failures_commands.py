@@ -107,18 +107,18 @@ def _ponr_targets(opened: Store, key: str | None, campaign: str | None, policy: 
     if policy is not None and policy not in {r.policy_name for r in records}:
         valid = ", ".join(sorted({r.policy_name for r in records}))
         raise AssayError(f"campaign {name!r} has no policy {policy!r}; valid: {valid}")
-    done = load_ponrs(opened.root)
     failed = sorted((r for r in records if r.outcome in (Outcome.FAILURE, Outcome.TIMEOUT) and r.data_path
                      and (policy is None or r.policy_name == policy)),
-                    key=lambda r: (r.policy_name, r.task_id, r.variant_name, r.seed))
-    return [r for r in failed if r.key not in done][:limit]
+                    key=lambda r: (r.policy_name, r.task_id, r.variant_name, r.seed, r.key))
+    return failed[:limit]
 
 
 def ponr(key: Annotated[Optional[str], typer.Argument(help="Episode key (a unique prefix); or pick failures "
                                                       "with --campaign/--policy.")] = None,
          store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
-         campaign: Annotated[Optional[str], typer.Option("--campaign", "-c", help="Analyse this campaign's failures "
-                                                         "(those without a point of no return yet).")] = None,
+         campaign: Annotated[Optional[str], typer.Option("--campaign", "-c", help="Analyse this campaign's first "
+                                                         "--limit failures (by policy, task, variant, seed); "
+                                                         "those already analysed are not redone.")] = None,
          policy: Annotated[Optional[str], typer.Option("--policy", "-p", help="Only this policy's failures.")] = None,
          limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many failures (with no KEY).")] = 3,
          demos: Annotated[bool, typer.Option("--demos", help="Also write recovery demos from just before it.")] = False,
@@ -126,17 +126,19 @@ def ponr(key: Annotated[Optional[str], typer.Argument(help="Episode key (a uniqu
     """Find a failed episode's point of no return (replay, hand over to the expert, bisect); plot keyframes."""
     with user_errors():
         with open_store(store, catalog) as opened:
-            results = [_ponr_one(opened, record, demos)
-                       for record in _ponr_targets(opened, key, campaign, policy, limit)]
+            done = load_ponrs(opened.root) if key is None else {}
+            results = [{**done[r.key].to_dict(), "cached": True} if r.key in done and not demos
+                       else _ponr_one(opened, r, demos) for r in _ponr_targets(opened, key, campaign, policy, limit)]
         if json_out:
             render.print_json(results[0] if key is not None else results)
             return
         if not results:
-            render.console.print("no failures left without a point of no return", highlight=False)
+            render.console.print("no failed episodes with step data to analyse", highlight=False)
         for found in results:
+            where = "already found" if found.get("cached") else \
+                f"plot {found['plot']}; {len(found['demos'])} recovery demos"
             render.console.print(f"{found['key'][:12]}: point of no return t={found['t']} of {found['steps']} steps "
-                                 f"({found['handoffs']} hand-overs); plot {found['plot']}; {len(found['demos'])} "
-                                 "recovery demos", highlight=False, soft_wrap=True)
+                                 f"({found['handoffs']} hand-overs); {where}", highlight=False, soft_wrap=True)
 
 
 def _task_of(opened: Store, record: EpisodeRecord) -> TaskSpec:
