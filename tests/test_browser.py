@@ -21,7 +21,7 @@ import pytest
 
 from assay.report import write_report
 from assay.store import Outcome, Store
-from tests.report_support import report_store  # noqa: F401  (session fixture)
+from tests.report_support import REGRESSION_SET, report_store  # noqa: F401  (session fixture)
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -115,6 +115,37 @@ def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report
     cursor_x = float(page.locator("svg[data-plot='action'] line.cursor").get_attribute("x1"))
     assert cursor_x > 40  # moved off the left axis with the video
     _shot(page, "episode")
+    assert page.errors == []
+
+
+def test_regression_sets_view_links_each_rerun_to_the_episode_viewer(server: str, page: object,
+                                                                      report_store: Path) -> None:  # noqa: F811
+    recorded = [json.loads(p.read_text())
+                for p in sorted((report_store / "regression" / REGRESSION_SET / "runs").glob("*.json"))]
+    last = recorded[-1]
+    page.goto(server + "/")
+    page.locator("#nav-regression").click()
+    row = page.locator(f"#regression tr[data-set='{REGRESSION_SET}']")
+    row.wait_for()
+    text = row.inner_text()
+    assert f"#{last['run']} {last['policy']}" in text and f"{sum(last['passed'].values())} / {len(last['passed'])}" in text
+    _shot(page, "regression-sets")
+
+    row.locator(f"a[href='#/r/{REGRESSION_SET}']").click()
+    page.locator("#cases tbody tr").first.wait_for()
+    assert page.locator("#cases tbody tr").count() == len(last["passed"])
+    assert page.locator("svg[data-plot='history'] g.run").count() == len(recorded)
+    assert page.locator("#cases td.cell-pass").count() == sum(sum(r["passed"].values()) for r in recorded)
+    assert page.locator("#cases td.cell-fail").count() == sum(len(r["passed"]) - sum(r["passed"].values()) for r in recorded)
+    _shot(page, "regression-set")
+
+    case, key = min(last["keys"].items())
+    page.locator(f"tr[data-case='{case}'] a[href='#/e/{key}']").click()
+    page.wait_for_function(f"document.querySelector('#view h2')?.textContent === 'Episode {key}'")
+    page.locator("svg[data-plot='action']").wait_for()
+
+    page.goto(server + "/#/c/tiny")  # the campaign lists the sets mined from it
+    page.locator(f"#campaign-sets tr[data-set='{REGRESSION_SET}']").wait_for()
     assert page.errors == []
 
 

@@ -17,10 +17,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from assay.cli.report_commands import is_loopback
+from assay.failures import add_sets, load_set
 from assay.metrics import leaderboard, outcome_grid
 from assay.server import ServerConfig, create_app
 from assay.store import Store
-from tests.report_support import report_store  # noqa: F401  (session fixture)
+from tests.report_support import REGRESSION_SET, report_store  # noqa: F401  (session fixture)
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -117,6 +118,75 @@ def test_progress_stream_ends_when_the_campaign_is_complete(client: TestClient) 
     events = [block for block in text.strip().split("\n\n")]
     assert events[0].startswith("event: progress") and events[-1].startswith("event: done")
     assert json.loads(events[-1].split("data: ", 1)[1])["episodes"] == 8
+
+
+def test_regression_sets_match_their_files(client: TestClient, report_store: Path) -> None:  # noqa: F811
+    directory = report_store / "regression" / REGRESSION_SET
+    frozen = json.loads(max(directory.glob("v*.json"), key=lambda p: int(p.stem[1:])).read_text())
+    recorded = [json.loads(p.read_text()) for p in sorted((directory / "runs").glob("*.json"))]
+    assert recorded  # the fixture reran the set once
+    [row] = client.get("/api/regression").json()
+    assert (row["name"], row["version"], row["split"], row["source"], row["cases"]) == \
+        (REGRESSION_SET, frozen["version"], frozen["split"], frozen["source"], len(frozen["cases"]))
+    assert [(r["run"], r["policy"], r["passed"], r["cases"], r["diff"]) for r in row["runs"]] == \
+        [(r["run"], r["policy"], sum(r["passed"].values()), len(r["passed"]), r["diff"]) for r in recorded]
+    assert row["latest"] == row["runs"][-1]
+    assert client.get("/api/regression", params={"campaign": frozen["source"]}).json() == [row]
+    unknown = client.get("/api/regression", params={"campaign": "nope"})
+    assert unknown.status_code == 404 and unknown.json()["detail"] == "no campaign 'nope'; known: tiny"
+
+    detail = client.get(f"/api/regression/{REGRESSION_SET}").json()
+    assert detail["set"] == row
+    assert [c["id"] for c in detail["cases"]] == [c["id"] for c in frozen["cases"]]
+    last = recorded[-1]
+    for case, stored in zip(detail["cases"], frozen["cases"], strict=True):
+        assert (case["seed"], case["source_key"], case["instruction"]) == \
+            (stored["seed"], stored["source_key"], stored["instruction"])
+        assert case["task"] == f"{stored['task']['name']}@{stored['task']['version']}"
+        assert case["label"] == f"{stored['task']['name']} | {case['variant']} | seed {stored['seed']}"
+        assert case["latest"] == {"run": last["run"], "policy": last["policy"], "passed": last["passed"][case["id"]],
+                                  "key": last["keys"][case["id"]]}
+        assert case["runs"][-1] == case["latest"] and len(case["runs"]) == len(recorded)
+        # the rerun's episode is in the store: the case's seed and variant, the run's policy and outcome
+        episode = client.get(f"/api/episodes/{case['latest']['key']}").json()["episode"]
+        assert (episode["seed"], episode["variant_name"], episode["policy_name"]) == \
+            (stored["seed"], case["variant"], last["policy"])
+        assert (episode["outcome"] == "success") is case["latest"]["passed"]
+    assert sum(c["latest"]["passed"] for c in detail["cases"]) == row["latest"]["passed"]
+
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/api/regression", "/api/regression/{name}"):
+        assert paths[path]["get"]["tags"] == ["regression"]
+
+
+def test_regression_names_are_checked(client: TestClient) -> None:
+    for name, detail in [("nope", f"no regression set 'nope'; known: {REGRESSION_SET}"),
+                         (f"{REGRESSION_SET}.heldout", f"no regression set '{REGRESSION_SET}.heldout'; known: "),
+                         ("%2e%2e", "regression set name '..' is not valid"),
+                         (f"{REGRESSION_SET}%0A", "is not valid"), (f"{REGRESSION_SET}%00", "is not valid"),
+                         ("a%20b", "is not valid"), ("x" * 65, "is not valid")]:
+        response = client.get(f"/api/regression/{name}")
+        assert response.status_code == 404 and detail in response.json()["detail"], (name, response.text)
+    for path in ("..%2F..%2Fcatalog.sqlite", "..%2Fregression%2Ftiny-fails", "%2e%2e%2f%2e%2e%2fetc%2fpasswd", "..",
+                 f"{REGRESSION_SET}%2F..%2F..%2Fcatalog.sqlite", f"{REGRESSION_SET}%2Fv1.json", "%2Fetc%2Fpasswd"):
+        response = client.get("/api/regression/" + path)
+        assert response.status_code == 404 and "cases" not in response.text and "root:" not in response.text, path
+
+
+def test_a_heldout_set_is_served_by_its_suffixed_name(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
+    cases = list(load_set(report_store, REGRESSION_SET).cases)
+    root = tmp_path / "store"
+    Store(root).close()
+    mined, held = add_sets(root, "split", "tiny", cases, holdout=0.999)  # nearly every case goes to the held-out half
+    assert held is not None and held.name == "split.heldout"
+    with TestClient(create_app(ServerConfig(root, TOKEN, tmp_path))) as client:
+        rows = {r["name"]: r for r in client.get("/api/regression").json()}
+        assert {n: (r["split"], r["cases"], r["latest"]) for n, r in rows.items()} == \
+            {"split": ("mined", len(mined.cases), None), "split.heldout": ("heldout", len(held.cases), None)}
+        detail = client.get("/api/regression/split.heldout").json()
+        assert [c["id"] for c in detail["cases"]] == [c.id for c in held.cases]
+        assert all(c["runs"] == [] and c["latest"] is None for c in detail["cases"])
+        assert client.get("/api/regression/split.mined").json()["detail"].endswith("known: split, split.heldout")
 
 
 def test_loopback_detection() -> None:

@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from assay.errors import AssayError, StoreError
 from assay.metrics import leaderboard, load_calibration, load_thresholds, outcome_grid, rate_table, signoff
-from assay.server import views
+from assay.server import regression, views
 from assay.server.runs import RunManager
 from assay.store import Store
 
@@ -63,7 +63,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         store.close()
 
     app = FastAPI(title="Assay dashboard", version="1", lifespan=lifespan,
-                  description="Campaigns, leaderboards, episodes and failures of one Assay store. "
+                  description="Campaigns, leaderboards, episodes, failures and regression sets of one Assay store. "
                               "Writes need `Authorization: Bearer TOKEN`.")
     app.state.store, app.state.runs, app.state.config = store, runs, config
 
@@ -159,6 +159,19 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def get_failures(name: str) -> dict[str, Any]:
         await call(views.campaign_row, store, name)
         return await call(views.failures, store, name)
+
+    @app.get("/api/regression", tags=["regression"],
+             summary="Regression sets at their latest version, with every rerun's passed count and diff")
+    async def list_regression(campaign: str | None = Query(None, description="Only sets mined from this campaign")
+                              ) -> list[dict[str, Any]]:
+        if campaign is not None:
+            await call(views.campaign_row, store, campaign)
+        return await call(regression.set_rows, store.root, campaign, status=500)
+
+    @app.get("/api/regression/{name}", tags=["regression"],
+             summary="One regression set: its runs and, per case, each run's outcome and rerun episode key")
+    async def get_regression(name: str) -> dict[str, Any]:
+        return await call(regression.set_detail, store.root, name)
 
     @app.get("/api/episodes/{key}", tags=["episodes"],
              summary="One episode: record, step series (actions, states, reward), events, videos")

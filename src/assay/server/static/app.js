@@ -116,9 +116,9 @@ async function campaignsView() {
 
 async function campaignView(name) {
   crumbs.innerHTML = `/ <a href="#/c/${encodeURIComponent(name)}">${esc(name)}</a>`;
-  const [campaign, board, episodes] = await Promise.all([
+  const [campaign, board, episodes, sets] = await Promise.all([
     api(`/api/campaigns/${encodeURIComponent(name)}`), api(`/api/campaigns/${encodeURIComponent(name)}/leaderboard`),
-    api(`/api/campaigns/${encodeURIComponent(name)}/episodes`)]);
+    api(`/api/campaigns/${encodeURIComponent(name)}/episodes`), api(`/api/regression?campaign=${encodeURIComponent(name)}`)]);
   const failures = episodes.filter(e => e.outcome !== "success");
   view.innerHTML = `<section><h2>${esc(name)}</h2><p id="progress"><span class="bar"><span style="width:${pct(campaign.progress)}"></span></span>
       <span id="progress-text">${campaign.episodes} / ${campaign.jobs} episodes</span></p></section>
@@ -132,6 +132,7 @@ async function campaignView(name) {
       ${campaign.rates.map(r => `<tr><td>${esc(r.group.policy)}</td><td>${esc(r.group.task)}</td><td>${esc(r.group.variant)}</td>
         <td class="num">${pct(r.rate)}</td><td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.successes}/${r.scored}</td></tr>`).join("")}</tbody></table></section>
     <section><h2>Failures (${failures.length})</h2>${episodeTable(failures, "failures")}</section>
+    <section><h2>Regression sets mined from ${esc(name)} (${sets.length})</h2>${setTable(sets, "campaign-sets")}</section>
     <section><h2>Episodes (${episodes.length})</h2>${episodeTable(episodes, "episodes")}</section>`;
   const source = new EventSource(`/api/campaigns/${encodeURIComponent(name)}/events`);
   const update = event => {
@@ -150,6 +151,73 @@ function episodeTable(episodes, id) {
     ${episodes.map(e => `<tr><td><a href="#/e/${e.key}">${esc(e.key.slice(0, 12))}</a></td><td>${esc(e.policy)}</td><td>${esc(e.task)}</td>
       <td>${esc(e.variant)}</td><td class="num">${e.seed}</td><td class="${esc(e.outcome)}">${esc(e.outcome)}</td>
       <td class="num">${e.steps}</td><td class="num">${e.return.toFixed(1)}</td></tr>`).join("")}</tbody></table>`;
+}
+
+// -- regression sets -------------------------------------------------------------------------------
+function setTable(sets, id) {
+  if (!sets.length) return `<p class="muted">No regression sets yet (<code>assay regress add NAME --from CAMPAIGN</code>).</p>`;
+  return `<table id="${id}"><thead><tr><th>set</th><th>split</th><th class="num">version</th><th>source campaign</th>
+    <th class="num">cases</th><th>latest run</th><th class="num">passed</th><th class="num">fixed</th>
+    <th class="num">still failing</th><th class="num">newly failing</th></tr></thead><tbody>
+    ${sets.map(s => { const r = s.latest, d = (r && r.diff) || {};
+      return `<tr data-set="${esc(s.name)}"><td><a href="#/r/${encodeURIComponent(s.name)}">${esc(s.name)}</a></td>
+      <td>${esc(s.split)}</td><td class="num">v${esc(s.version)}</td>
+      <td><a href="#/c/${encodeURIComponent(s.source)}">${esc(s.source)}</a></td><td class="num">${esc(s.cases)}</td>
+      <td>${r ? `#${esc(r.run)} ${esc(r.policy)}${r.version !== s.version ? ` <span class="muted">(v${esc(r.version)})</span>` : ""}` : "<span class='muted'>never run</span>"}</td>
+      <td class="num">${r ? `${esc(r.passed)} / ${esc(r.cases)}` : "–"}</td><td class="num success">${esc(d.fixed ?? "–")}</td>
+      <td class="num failure">${esc(d.still_failing ?? "–")}</td><td class="num failure">${esc(d.newly_failing ?? "–")}</td></tr>`; }).join("")}</tbody></table>`;
+}
+
+async function regressionView() {
+  crumbs.innerHTML = `/ <a href="#/r">regression sets</a>`;
+  const sets = await api("/api/regression");
+  view.innerHTML = `<section><h2>Regression sets (${sets.length})</h2><p class="muted">Failing (task, variant, seed) cases
+    frozen from a campaign and rerun with <code>assay regress run</code>; the diff is against the previous run
+    (the first run: against the mined failures).</p>${setTable(sets, "regression")}</section>`;
+}
+
+function historyPlot(container, runs) {
+  // one bar per run, oldest first: the passed share in green over the failed share in red
+  const W = 800, H = 150, L = 40, R = 8, T = 8, B = 34;
+  const svg = el("svg", {class: "history", viewBox: `0 0 ${W} ${H}`, "data-plot": "history"}, container);
+  const y = frac => T + (H - T - B) * (1 - frac);
+  for (const v of [0, 1]) {
+    el("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#ddd"}, svg);
+    el("text", {x: 2, y: y(v) + 4, "font-size": 10, fill: "#555"}, svg).textContent = pct(v);
+  }
+  const slot = (W - L - R) / Math.max(runs.length, 1), width = Math.min(48, slot * 0.7);
+  runs.forEach((r, i) => {
+    const x0 = L + slot * i + (slot - width) / 2, share = r.cases ? r.passed / r.cases : 0;
+    const g = el("g", {class: "run", "data-run": r.run, "data-passed": r.passed, "data-cases": r.cases}, svg);
+    el("rect", {x: x0, y: y(1), width, height: y(0) - y(1), fill: "#ef9a9a"}, g);
+    el("rect", {x: x0, y: y(share), width, height: y(0) - y(share), fill: "#2e7d32", class: "passed"}, g);
+    el("title", {}, g).textContent = `run ${r.run} (${r.policy}, v${r.version}): ${r.passed}/${r.cases} passed`;
+    const label = el("text", {x: x0 + width / 2, y: H - B + 14, "font-size": 10, "text-anchor": "middle"}, g);
+    label.textContent = `#${r.run} ${r.policy}`;
+    el("text", {x: x0 + width / 2, y: H - B + 27, "font-size": 10, "text-anchor": "middle", fill: "#555"}, g)
+      .textContent = `${r.passed}/${r.cases}`;
+  });
+}
+
+async function regressionSetView(name) {
+  const detail = await api(`/api/regression/${encodeURIComponent(name)}`);
+  const s = detail.set;
+  crumbs.innerHTML = `/ <a href="#/r">regression sets</a> / ${esc(s.name)}`;
+  const outcome = r => r === null ? `<td class="muted">–</td>`
+    : `<td class="${r.passed ? "cell-pass" : "cell-fail"}"><a href="#/e/${encodeURIComponent(r.key)}" class="${r.passed ? "success" : "failure"}">${r.passed ? "pass" : "fail"}</a></td>`;
+  view.innerHTML = `<section><h2>Regression set ${esc(s.name)} <small class="muted">v${esc(s.version)} · ${esc(s.split)}</small></h2>
+      <p>${esc(s.cases)} cases mined from <a href="#/c/${encodeURIComponent(s.source)}">${esc(s.source)}</a>;
+      ${s.runs.length} run${s.runs.length === 1 ? "" : "s"}.</p>${setTable([s], "set-summary")}</section>
+    <section id="history-section"><h2>Pass / fail per run</h2></section>
+    <section><h2>Cases</h2><table id="cases"><thead><tr><th>case</th><th>task</th><th>variant</th><th class="num">seed</th>
+      <th>mined from</th>${s.runs.map(r => `<th>#${esc(r.run)} ${esc(r.policy)}</th>`).join("")}</tr></thead><tbody>
+      ${detail.cases.map(c => `<tr data-case="${esc(c.id)}"><td title="${esc(c.instruction)}">${esc(c.id)}</td><td>${esc(c.task)}</td>
+        <td>${esc(c.variant)}</td><td class="num">${esc(c.seed)}</td>
+        <td><a href="#/e/${encodeURIComponent(c.source_key)}">${esc(c.source_key.slice(0, 12))}</a></td>
+        ${c.runs.map(outcome).join("")}</tr>`).join("")}</tbody></table></section>`;
+  const history = document.getElementById("history-section");
+  if (s.runs.length) historyPlot(history, s.runs);
+  else history.insertAdjacentHTML("beforeend", `<p class="muted">Never run: <code>assay regress run ${esc(s.name)} --policy POLICY</code>.</p>`);
 }
 
 async function episodeView(key) {
@@ -205,10 +273,12 @@ async function episodeView(key) {
 async function route() {
   cleanup.forEach(f => f());
   cleanup = [];
-  const [, kind, arg] = (location.hash.match(/^#\/(c|e)\/(.+)$/) || []);
+  const [, kind, arg] = (location.hash.match(/^#\/(c|e|r)(?:\/(.+))?$/) || []);
   try {
-    if (kind === "c") await campaignView(decodeURIComponent(arg));
-    else if (kind === "e") await episodeView(decodeURIComponent(arg));
+    if (kind === "c" && arg) await campaignView(decodeURIComponent(arg));
+    else if (kind === "e" && arg) await episodeView(decodeURIComponent(arg));
+    else if (kind === "r" && arg) await regressionSetView(decodeURIComponent(arg));
+    else if (kind === "r") await regressionView();
     else await campaignsView();
   } catch (error) {
     view.innerHTML = `<section><p class="warn">${esc(error.message)}</p></section>`;
