@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from assay.failures import Category, attribute, coverage, diff_runs
+from assay.failures import Category, add_sets, attribute, coverage, diff_runs
+from assay.failures.regression import RegressionError, is_set_name
 from assay.failures.categories import Categorized, signals
 from assay.store import EpisodeRecord, Outcome
 
@@ -126,3 +127,16 @@ def test_regression_diff_against_previous_run():
     second = diff_runs({"a": True, "b": False, "c": False}, {"a": False, "b": True, "c": False}, "run 1")
     assert second.counts() == {"fixed": 1, "still_failing": 1, "newly_failing": 1, "still_passing": 0}
     assert second.newly_failing == ("a",) and second.fixed == ("b",)
+
+
+@pytest.mark.parametrize("name", ["ok", "a-b_c", "x" * 64, "ok.heldout"])
+def test_set_names_that_are_valid(name):
+    assert is_set_name(name)
+
+
+@pytest.mark.parametrize("name", ["", "bad\n", "a/b", "..", "x" * 65, "-lead", "a.b", "ok.heldout.heldout"])
+def test_set_names_that_are_not(name, tmp_path):
+    assert not is_set_name(name)
+    with pytest.raises(RegressionError, match="is not valid"):
+        add_sets(tmp_path, name, "c", [], 0.0)
+    assert not (tmp_path / "regression").exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
-from assay.run.faults import FaultPolicy
+from assay.run.faults import Dispatcher, Failure, FaultPolicy, WorkItem, environment_key
 from assay.spec import campaign_from_data
 from assay.store import Outcome, Store
 from tests.helpers import comparable_steps, kill_after_episodes
@@ -128,3 +128,24 @@ def test_driver_killed_with_its_workers_resumes_from_the_catalog(tmp_path, write
             opened.steps(record)  # complete and matching its checksum
     assert_no_partial_files(store)
     assert len(list((store / "episodes").rglob("*.parquet"))) == 24
+
+
+def test_dispatch_keeps_workers_on_the_environments_they_built():
+    planned = prepare_campaign(campaign_from_data({"name": "d", "seed": 0, "episodes": 3, "envs_per_worker": 1,
+                                                   "tasks": ["metaworld/reach@1", "metaworld/door-open@1"],
+                                                   "policies": ["expert"]}))
+    batches = [(job,) for job in planned.jobs]
+    dispatcher = Dispatcher(batches, FaultPolicy())
+    reach, door = environment_key(WorkItem(batches[0])), environment_key(WorkItem(batches[-1]))
+    assert reach != door and {environment_key(WorkItem(b)) for b in batches} == {reach, door}
+    first = dispatcher.take()
+    assert environment_key(first) == reach
+    assert environment_key(dispatcher.take((), {reach})) == door  # a fresh worker gets an environment nobody is on
+    assert environment_key(dispatcher.take({door}, {reach})) == door  # a warm worker stays where it is
+    assert environment_key(dispatcher.take({reach}, {door})) == reach
+    assert dispatcher.failed(first, Failure.DIED, "test") == []  # retried, and retries go first whatever is warm
+    assert dispatcher.take({door}, {reach}) == WorkItem(first.jobs, 2)
+    rest = []
+    while dispatcher.has_work():
+        rest.append(dispatcher.take({door}, ()))
+    assert [environment_key(item) for item in rest] == [door, reach]  # nothing warm left: steal the rest

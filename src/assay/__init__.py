@@ -7,7 +7,6 @@ when it drifts. Layers (imports flow one way)::
 """
 
 from assay.errors import AssayError, SpecError, StoreError, UnknownPolicyError, UnknownTaskError, UnsupportedError
-from assay.metrics import rate_table, success_interval
 from assay.policies import Policy, PolicyContext, make_policy
 from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
 from assay.sim import SimEnv, TaskRegistry, default_registry, make_env
@@ -15,6 +14,20 @@ from assay.spec import CampaignSpec, EpisodeJob, Perturbation, PolicySpec, TaskS
 from assay.store import EpisodeRecord, Outcome, Store
 
 __version__ = "0.1.0"
+
+# Statistics pull in scipy.stats (~0.7 s to import): loaded on first use, so a worker process that only
+# runs episodes (``import assay.run.worker``) starts without it.
+_LAZY = {"rate_table": "assay.metrics", "success_interval": "assay.metrics"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'assay' has no attribute {name!r}")
 
 __all__ = [
     "AssayError",

@@ -26,7 +26,7 @@ from assay.spec import TaskSpec, Variant, content_hash
 from assay.store import EpisodeRecord, Outcome
 
 HELDOUT_SUFFIX = ".heldout"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # always fullmatch: "$" would let "name\n" through
 
 
 class RegressionError(AssayError):
@@ -85,8 +85,14 @@ def _set_dir(root: Path, name: str) -> Path:
     return root / "regression" / name
 
 
+def is_set_name(name: str) -> bool:
+    """A valid stored set name: a user's name (``_NAME``), or one with the held-out suffix mining adds."""
+    base = name[: -len(HELDOUT_SUFFIX)] if name.endswith(HELDOUT_SUFFIX) else name
+    return bool(_NAME.fullmatch(base))
+
+
 def _check_name(name: str) -> None:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise RegressionError(f"regression set name {name!r} is not valid; use letters, digits, '_' and '-' (max 64)")
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from assay.errors import AssayError
-from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem
+from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key
 from assay.run.worker import Worker
 from assay.store import EpisodeRecord
 from assay.store.episodes import remove_stale_temporaries
@@ -99,10 +99,12 @@ class _Slot:
         self.deadline: float | None = None
         self.ready = False  # a process that dies before it is ready is broken, not unlucky
         self.faults = FaultPolicy()
+        self.environments: set[str] = set()  # what this process has built (Dispatcher.take keeps it on them)
 
     def assign(self, item: WorkItem, faults: FaultPolicy) -> None:
         """Send ``item``; its wall-clock limit runs from now, or from start-up if the process is still starting."""
         self.item, self.faults = item, faults
+        self.environments.add(environment_key(item))
         self.deadline = faults.deadline(time.monotonic()) if self.ready else None
         self.conn.send(item.jobs)
 
@@ -151,9 +153,7 @@ class LocalExecutor:
         slots = [_Slot(context, self.store_root) for _ in range(min(self.workers, len(batches)))]
         try:
             while True:
-                for slot in slots:
-                    if slot.item is None and dispatcher.has_work():
-                        slot.assign(dispatcher.take(), self.faults)
+                self._hand_out(slots, dispatcher)
                 busy = [slot for slot in slots if slot.item is not None]
                 if not busy:
                     return
@@ -169,13 +169,17 @@ class LocalExecutor:
                             self.restarts += 1
                         finished += records
                 # Hand out the next batches before the caller writes catalog rows, so no worker waits on it.
-                for slot in slots:
-                    if slot.item is None and dispatcher.has_work():
-                        slot.assign(dispatcher.take(), self.faults)
+                self._hand_out(slots, dispatcher)
                 yield from finished
         finally:
             for slot in slots:
                 slot.stop()
+
+    def _hand_out(self, slots: list[_Slot], dispatcher: Dispatcher) -> None:
+        for slot in slots:
+            if slot.item is None and dispatcher.has_work():
+                elsewhere = {environment_key(s.item) for s in slots if s.item is not None}
+                slot.assign(dispatcher.take(slot.environments, elsewhere), self.faults)
 
     def _check(self, slot: _Slot, dispatcher: Dispatcher) -> tuple[list[EpisodeRecord], bool]:
         """Collect what ``slot`` has to say: (records to pass on, whether its process must be replaced)."""

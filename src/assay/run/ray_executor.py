@@ -33,7 +33,7 @@ import numpy as np
 
 from assay.errors import AssayError
 from assay.policies import Policy, PolicyContext, make_policy
-from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem
+from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key
 from assay.run.worker import Worker
 from assay.spec import PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord
@@ -240,9 +240,14 @@ class RayExecutor:
             actor = actor_cls.remote(self.store_root, servers)
             starting[actor.pid.remote()] = actor
 
+        built: dict[Any, set[str]] = {}  # actor -> the environments it has built (kept on them by Dispatcher.take)
+
         def hand_out() -> None:
             while idle and dispatcher.has_work():
-                actor, item = idle.pop(), dispatcher.take()
+                actor = idle.pop()
+                elsewhere = {environment_key(item) for _, item, _ in running.values()}
+                item = dispatcher.take(built.setdefault(actor, set()), elsewhere)
+                built[actor].add(environment_key(item))
                 running[actor.run_batch.remote(item.jobs)] = (actor, item, self.faults.deadline(time.monotonic()))
 
         for _ in range(min(self.actors, len(batches))):

@@ -7,15 +7,11 @@ sets actually in the store before any path is built from it, so no request name
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-from assay.failures.regression import HELDOUT_SUFFIX, load_set, runs, statuses
-
-# regression.py's set-name rule, plus the suffix of the held-out half that mining writes beside each set
-SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}" + f"(?:{re.escape(HELDOUT_SUFFIX)})?")
+from assay.failures.regression import HELDOUT_SUFFIX, is_set_name, load_set, runs, statuses
 
 
 def set_rows(root: Path, campaign: str | None = None) -> list[dict[str, Any]]:
@@ -34,7 +30,7 @@ def set_detail(root: Path, name: str) -> dict[str, Any]:
     (oldest first), or None when that run did not include the case (it ran an older version);
     ``key`` is the rerun's episode key, for the episode viewer.
     """
-    if not SET_NAME.fullmatch(name):  # fullmatch: '$' would let a trailing newline through
+    if not is_set_name(name):
         raise AssayError(f"regression set name {name!r} is not valid (letters, digits, '_' and '-', max 64, "
                          f"optionally ending in {HELDOUT_SUFFIX!r}); known: {_known(root)}")
     found = {status.name: status for status in statuses(root)}
