@@ -178,7 +178,10 @@ def test_report_renders_offline_in_the_browser(report_store: Path, page: object,
     page.on("request", lambda request: requests.append(request.url))
     page.goto(path.as_uri())
     page.locator("#gallery video").first.wait_for()
-    assert page.locator("section svg").count() == 3
+    # leaderboard, checkpoint forest, robustness, open loop, outcomes, and a distance trace per gallery card
+    assert page.locator("section svg").count() == 5 + page.locator("#gallery video").count()
+    assert page.evaluate("Array.from(document.querySelectorAll('section svg'))"
+                         ".every(s => s.getBoundingClientRect().width > 100)")
     assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth === 64)")
     page.evaluate("document.querySelector('#gallery video').play()")
     page.wait_for_function("document.querySelector('#gallery video').currentTime > 0.2", timeout=15000)

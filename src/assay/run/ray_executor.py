@@ -245,9 +245,13 @@ class RayExecutor:
         def hand_out() -> None:
             while idle and dispatcher.has_work():
                 actor = idle.pop()
-                elsewhere = {environment_key(item) for _, item, _ in running.values()}
-                item = dispatcher.take(built.setdefault(actor, set()), elsewhere)
-                built[actor].add(environment_key(item))
+                if self.serving is not None:
+                    # a shared server batches requests per task: actors on the same task merge theirs
+                    item = dispatcher.take()
+                else:
+                    elsewhere = {environment_key(item) for _, item, _ in running.values()}
+                    item = dispatcher.take(built.setdefault(actor, set()), elsewhere)
+                    built[actor].add(environment_key(item))
                 running[actor.run_batch.remote(item.jobs)] = (actor, item, self.faults.deadline(time.monotonic()))
 
         for _ in range(min(self.actors, len(batches))):
