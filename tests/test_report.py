@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from assay.cli.app import app
-from assay.metrics import leaderboard, outcome_grid
+from assay.metrics import leaderboard, outcome_grid, retention_table, robustness_profile
 from assay.report import gather, robustness_rows, write_report
 from assay.report.figures import sweep_svg
 from assay.spec import campaign_from_data
@@ -78,6 +78,8 @@ def test_gather_uses_the_real_leaderboard_and_counts(report_store: Path) -> None
     assert len(data.gallery) == len(unsuccessful)
     assert all(item.videos and item.videos[0][0] == "front" for item in data.gallery)
     assert {r.variant for r in data.robustness} == {"action.noise=0.5"}
+    assert data.axes == tuple(robustness_profile(retention_table(records, n_resamples=200)))
+    assert [(a.policy, a.axis, a.variants) for a in data.axes] == [("expert", "behavioral", 1), ("random", "behavioral", 1)]
     assert data.provenance["code_revisions"] and data.provenance["seeds"] == sorted({r.seed for r in records})
 
 

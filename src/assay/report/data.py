@@ -17,6 +17,7 @@ from typing import Any
 from assay.errors import AssayError
 from assay.failures import SetStatus, coverage
 from assay.metrics import (
+    AxisProfile,
     Comparison,
     CorrelationReport,
     Leaderboard,
@@ -29,6 +30,7 @@ from assay.metrics import (
     outcome_grid,
     rate_table,
     retention_table,
+    robustness_profile,
     signoff,
 )
 from assay.report import evidence
@@ -79,6 +81,7 @@ class ReportData:
     provenance: dict[str, Any]
     reproduce: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
+    axes: tuple[AxisProfile, ...] = ()  # robustness pooled per policy and axis
     attribution: tuple[dict[str, Any], ...] = ()  # failures.coverage rows: capability, confidence, failures, share
     real_to_sim: CorrelationReport | None = None
     real_to_sim_note: str = ""
@@ -102,6 +105,15 @@ def _variant_labels(record: EpisodeRecord) -> tuple[str, str, str]:
     factors = ",".join(str(p.get("factor", "")) for p in perturbations)
     values = ",".join(str(p.get("value", "")) for p in perturbations)
     return (axes[0] if len(axes) == 1 else "mixed"), factors, values
+
+
+def _has_pairs(records: Sequence[EpisodeRecord]) -> bool:
+    return any(r.variant_name != "nominal" for r in records) and any(r.variant_name == "nominal" for r in records)
+
+
+def axis_profile(records: Sequence[EpisodeRecord]) -> list[AxisProfile]:
+    """Per policy and axis (visual, behavioral, semantic): pooled retention and the worst variant."""
+    return robustness_profile(retention_table(records, n_resamples=200)) if _has_pairs(records) else []
 
 
 def robustness_rows(records: Sequence[EpisodeRecord]) -> list[RobustnessRow]:
@@ -193,6 +205,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         campaign=campaign, spec=spec, store_root=str(store.root), records=records,
         rates=tuple(rate_table(records, by=("policy", "task"), confidence=confidence)) if records else (),
         leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(robustness_rows(records)),
+        axes=tuple(axis_profile(records)),
         outcomes_by_policy=dict(outcomes), failure_categories=_category_counts(failures, facts), gallery=tuple(gallery),
         provenance=_provenance(records), reproduce=reproduce, notes=tuple(notes),
         attribution=tuple(coverage(attributions)) if attributions else (),

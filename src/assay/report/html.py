@@ -61,6 +61,10 @@ def _leaderboard(data: ReportData) -> str:
     )
 
 
+def _ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
 def _rates(data: ReportData) -> str:
     rows = [[escape(r.group["policy"]), escape(r.group["task"]), pct(r.rate), f"[{pct(r.ci_low)}, {pct(r.ci_high)}]",
              f"{r.successes}/{r.scored}", str(r.timeouts), str(r.failures), str(r.errors)] for r in data.rates]
@@ -72,10 +76,17 @@ def _robustness(data: ReportData) -> str:
     if not data.robustness:
         return "<p class='muted'>This campaign ran the nominal variant only; no robustness profile.</p>"
     rows = [[escape(r.policy), escape(r.axis), escape(r.factor), escape(r.value), str(r.pairs), pct(r.nominal_rate),
-             pct(r.variant_rate), "–" if r.retention is None else f"{r.retention:.2f}"]
+             pct(r.variant_rate), _ratio(r.retention)]
             for r in sorted(data.robustness, key=lambda r: (r.policy, r.axis, r.factor, r.value))]
     sweep = figures.sweep_svg(data.robustness)
-    return (table(["policy", "axis", "factor", "value", "pairs", "nominal", "variant", "retention"], rows,
+    axes = [[escape(a.policy), escape(a.axis), str(a.variants), str(a.pairs), _ratio(a.retention),
+             escape(a.worst_variant or "–"), _ratio(a.worst_retention)] for a in data.axes]
+    return ("<h3>By axis</h3><p class='muted'>Retention pooled over every variant on the axis "
+            "(successes under the variants / successes on the paired nominal episodes).</p>"
+            + table(["policy", "axis", "variants", "pairs", "retention", "worst variant", "its retention"], axes,
+                    {2, 3, 4, 6})
+            + "<h3>By factor</h3>"
+            + table(["policy", "axis", "factor", "value", "pairs", "nominal", "variant", "retention"], rows,
                    {4, 5, 6, 7})
             + f"<div class='figure'>{figures.robustness_svg(data.robustness)}</div>"
             + (f"<h3>Sweep curves</h3><div class='figure'>{sweep}</div>" if sweep else ""))
