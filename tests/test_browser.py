@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from assay.failures.ponr import load_ponrs
 from assay.report import write_report
 from assay.store import Outcome, Store
 from tests.report_support import REGRESSION_SET, report_store  # noqa: F401  (session fixture)
@@ -99,6 +100,9 @@ def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report
     page.wait_for_function("document.getElementById('progress-text').textContent.startsWith('8 / 8')")
     failures = page.locator("#failures tbody tr")
     assert failures.count() == len(unsuccessful) >= 4  # random never reaches in 60 steps
+    [analysed] = load_ponrs(report_store).values()  # the fixture found one point of no return
+    ponr_cell = page.locator(f"#failures tr[data-key='{analysed.key}'] td.ponr").inner_text()
+    assert ponr_cell == ("beyond the expert" if analysed.t is None else f"step {analysed.t} of {analysed.steps}")
     _shot(page, "campaign")
 
     failures.first.locator("a").click()
@@ -115,6 +119,11 @@ def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report
     cursor_x = float(page.locator("svg[data-plot='action'] line.cursor").get_attribute("x1"))
     assert cursor_x > 40  # moved off the left axis with the video
     _shot(page, "episode")
+    # the analysed failure: its facts above the plots, its point of no return on the events timeline
+    page.goto(f"{server}/#/e/{analysed.key}")
+    page.locator("#failure-facts").wait_for()
+    assert "point of no return" in page.locator("#failure-facts").inner_text()
+    assert page.locator("svg[data-plot='events'] g.event[data-kind='ponr']").count() == (analysed.t is not None)
     assert page.errors == []
 
 

@@ -17,7 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from assay.cli.report_commands import is_loopback
-from assay.failures import add_sets, load_set
+from assay.failures import FailureTable, add_sets, load_set
+from assay.failures.ponr import load_ponrs
 from assay.metrics import leaderboard, outcome_grid
 from assay.server import ServerConfig, create_app
 from assay.store import Store
@@ -82,6 +83,24 @@ def test_episodes_failures_and_the_episode_view(client: TestClient, report_store
     assert body.status_code == 200 and body.headers["content-type"] == "video/mp4"
     assert body.content == (report_store / video["path"]).read_bytes()
     assert client.get("/api/episodes/ffffffffffff").status_code == 404
+
+
+def test_failures_carry_what_mining_stored(client: TestClient, report_store: Path) -> None:  # noqa: F811
+    [ponr] = load_ponrs(report_store).values()
+    with Store(report_store, create=False) as store:
+        stored = FailureTable(store).get()
+    failures = {e["key"]: e["failure"] for e in client.get("/api/campaigns/tiny/failures").json()["episodes"]}
+    assert {k: f["category"] for k, f in failures.items()} == {k: c.category.value for k, c in stored.items()
+                                                              if k in failures}
+    assert all(f["attribution"]["capability"] for f in failures.values())
+    assert failures[ponr.key]["ponr"] == {"t": ponr.t, "steps": ponr.steps, "handoffs": ponr.handoffs}
+    assert sum(f["ponr"] is not None for f in failures.values()) == 1
+    detail = client.get(f"/api/episodes/{ponr.key}").json()
+    assert detail["failure"] == failures[ponr.key]
+    marked = [e["step"] for e in detail["events"] if e["kind"] == "ponr"]
+    assert marked == ([] if ponr.t is None else [ponr.t])
+    success = next(e for e in client.get("/api/campaigns/tiny/episodes").json() if e["outcome"] == "success")
+    assert client.get(f"/api/episodes/{success['key']}").json()["failure"] is None
 
 
 def test_file_serving_is_confined_to_the_store(client: TestClient, report_store: Path, tmp_path: Path) -> None:  # noqa: F811

@@ -17,17 +17,18 @@ __version__ = "0.1.0"
 
 # Statistics pull in scipy.stats (~0.7 s to import): loaded on first use, so a worker process that only
 # runs episodes (``import assay.run.worker``) starts without it.
-_LAZY = {"rate_table": "assay.metrics", "success_interval": "assay.metrics"}
+_FROM_METRICS = ("rate_table", "success_interval")
 
 
 def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        import importlib
+    if name in _FROM_METRICS:
+        from assay import metrics
 
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(metrics, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'assay' has no attribute {name!r}")
+
 
 __all__ = [
     "AssayError",

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from assay.errors import AssayError, StoreError
+from assay.report.evidence import FailureFacts, failure_facts
 from assay.store import EpisodeRecord, Outcome, Store
 
 MAX_PLOT_POINTS = 1000  # step series longer than this are thinned evenly for the browser
@@ -69,8 +70,11 @@ def _clean(matrix: np.ndarray) -> list[list[float | None]]:
 def episode_detail(store: Store, key: str) -> dict[str, Any]:
     """Record, step series (time, actions, states, reward), the events timeline and videos."""
     record = store.catalog.episode(key)
+    facts = None
+    if record.outcome is not Outcome.SUCCESS:
+        facts = failure_facts(store, store.catalog.episodes(campaign=record.campaign)).get(record.key)
     detail: dict[str, Any] = {"episode": record.to_dict(), "videos": videos(store, record), "series": None,
-                              "events": []}
+                              "events": [], "failure": facts_dict(facts)}
     if record.data_path is None:
         return detail
     table = store.steps(record)
@@ -93,19 +97,37 @@ def episode_detail(store: Store, key: str) -> dict[str, Any]:
         hits = np.flatnonzero(flags)
         if hits.size:
             events.append({"t": float(t[hits[0]]), "step": int(hits[0]), "kind": kind, "label": name})
+    if facts is not None and facts.ponr is not None and facts.ponr.t is not None and facts.ponr.t < n:
+        events.append({"t": float(t[facts.ponr.t]), "step": facts.ponr.t, "kind": "ponr", "label": "point of no return"})
     if n:
         events.append({"t": float(t[-1]), "step": n - 1, "kind": "end", "label": f"end ({record.outcome.value})"})
     detail["events"] = events
     return detail
 
 
+def facts_dict(facts: FailureFacts | None) -> dict[str, Any] | None:
+    """What failure mining stored about one failure: category, attribution, point of no return (None: unknown)."""
+    if facts is None:
+        return None
+    a, p = facts.attribution, facts.ponr
+    return {"category": facts.category,
+            "attribution": None if a is None else {"capability": a.capability, "confidence": a.confidence,
+                                                   "evidence": a.evidence},
+            "ponr": None if p is None else {"t": p.t, "steps": p.steps, "handoffs": p.handoffs}}
+
+
 def failures(store: Store, campaign: str) -> dict[str, Any]:
-    records = [r for r in store.catalog.episodes(campaign=campaign) if r.outcome is not Outcome.SUCCESS]
+    """Unsuccessful episodes with their videos and what mining found (``assay failures mine`` / ``ponr``)."""
+    everything = store.catalog.episodes(campaign=campaign)
+    records = [r for r in everything if r.outcome is not Outcome.SUCCESS]
+    facts = failure_facts(store, everything)
     counts: dict[str, dict[str, int]] = {}
     for r in records:
         counts.setdefault(r.policy_name, {}).setdefault(r.outcome.value, 0)
         counts[r.policy_name][r.outcome.value] += 1
-    return {"by_policy": counts, "episodes": [episode_summary(r) | {"videos": videos(store, r)} for r in records]}
+    return {"by_policy": counts, "episodes": [episode_summary(r) | {"videos": videos(store, r),
+                                                                    "failure": facts_dict(facts.get(r.key))}
+                                              for r in records]}
 
 
 def confined_file(store_root: Path, relpath: str) -> Path:

@@ -67,7 +67,7 @@ function timeline(container, events, tEnd, onSeek) {
   const svg = el("svg", {class: "timeline", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", "data-plot": "events"}, container);
   el("line", {x1: L, x2: W - R, y1: 30, y2: 30, stroke: "#999"}, svg);
   const x = v => L + (W - L - R) * (tEnd > 0 ? v / tEnd : 0);
-  const colour = {start: "#555", success: "#2e7d32", terminated: "#c62828", truncated: "#ef6c00", end: "#000"};
+  const colour = {start: "#555", success: "#2e7d32", terminated: "#c62828", truncated: "#ef6c00", ponr: "#b71c1c", end: "#000"};
   events.forEach((e, i) => {
     const g = el("g", {class: "event", "data-kind": e.kind, style: "cursor:pointer"}, svg);
     el("circle", {cx: x(e.t), cy: 30, r: 5, fill: colour[e.kind] || "#1565c0"}, g);
@@ -116,10 +116,11 @@ async function campaignsView() {
 
 async function campaignView(name) {
   crumbs.innerHTML = `/ <a href="#/c/${encodeURIComponent(name)}">${esc(name)}</a>`;
-  const [campaign, board, episodes, sets] = await Promise.all([
+  const [campaign, board, episodes, sets, mined] = await Promise.all([
     api(`/api/campaigns/${encodeURIComponent(name)}`), api(`/api/campaigns/${encodeURIComponent(name)}/leaderboard`),
-    api(`/api/campaigns/${encodeURIComponent(name)}/episodes`), api(`/api/regression?campaign=${encodeURIComponent(name)}`)]);
-  const failures = episodes.filter(e => e.outcome !== "success");
+    api(`/api/campaigns/${encodeURIComponent(name)}/episodes`), api(`/api/regression?campaign=${encodeURIComponent(name)}`),
+    api(`/api/campaigns/${encodeURIComponent(name)}/failures`)]);
+  const failures = mined.episodes;
   view.innerHTML = `<section><h2>${esc(name)}</h2><p id="progress"><span class="bar"><span style="width:${pct(campaign.progress)}"></span></span>
       <span id="progress-text">${campaign.episodes} / ${campaign.jobs} episodes</span></p></section>
     <section><h2>Leaderboard</h2><table id="leaderboard"><thead><tr><th>policy</th><th>rank [interval]</th><th class="num">score</th>
@@ -131,7 +132,7 @@ async function campaignView(name) {
       <th class="num">Wilson 95%</th><th class="num">n</th></tr></thead><tbody>
       ${campaign.rates.map(r => `<tr><td>${esc(r.group.policy)}</td><td>${esc(r.group.task)}</td><td>${esc(r.group.variant)}</td>
         <td class="num">${pct(r.rate)}</td><td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.successes}/${r.scored}</td></tr>`).join("")}</tbody></table></section>
-    <section><h2>Failures (${failures.length})</h2>${episodeTable(failures, "failures")}</section>
+    <section><h2>Failures (${failures.length})</h2>${failureTable(failures)}</section>
     <section><h2>Regression sets mined from ${esc(name)} (${sets.length})</h2>${setTable(sets, "campaign-sets")}</section>
     <section><h2>Episodes (${episodes.length})</h2>${episodeTable(episodes, "episodes")}</section>`;
   const source = new EventSource(`/api/campaigns/${encodeURIComponent(name)}/events`);
@@ -151,6 +152,22 @@ function episodeTable(episodes, id) {
     ${episodes.map(e => `<tr><td><a href="#/e/${e.key}">${esc(e.key.slice(0, 12))}</a></td><td>${esc(e.policy)}</td><td>${esc(e.task)}</td>
       <td>${esc(e.variant)}</td><td class="num">${e.seed}</td><td class="${esc(e.outcome)}">${esc(e.outcome)}</td>
       <td class="num">${e.steps}</td><td class="num">${e.return.toFixed(1)}</td></tr>`).join("")}</tbody></table>`;
+}
+
+function ponrText(p) {
+  if (!p) return "–";
+  return p.t === null ? "beyond the expert" : `step ${p.t} of ${p.steps}`;
+}
+
+function failureTable(failures) {
+  // what `assay failures mine` and `assay failures ponr` found, beside each unsuccessful episode
+  return `<table id="failures"><thead><tr><th>episode</th><th>policy</th><th>task</th><th>variant</th><th>outcome</th>
+    <th>category</th><th>attributed to</th><th>point of no return</th></tr></thead><tbody>
+    ${failures.map(e => { const f = e.failure || {}, a = f.attribution;
+      return `<tr data-key="${esc(e.key)}"><td><a href="#/e/${e.key}">${esc(e.key.slice(0, 12))}</a></td><td>${esc(e.policy)}</td>
+      <td>${esc(e.task)}</td><td>${esc(e.variant)}</td><td class="${esc(e.outcome)}">${esc(e.outcome)}</td>
+      <td>${esc(f.category ?? "–")}</td><td title="${esc(a ? a.evidence : "")}">${a ? `${esc(a.capability)} <span class="muted">(${esc(a.confidence)})</span>` : "–"}</td>
+      <td class="ponr">${esc(ponrText(f.ponr))}</td></tr>`; }).join("")}</tbody></table>`;
 }
 
 // -- regression sets -------------------------------------------------------------------------------
@@ -220,6 +237,14 @@ async function regressionSetView(name) {
   else history.insertAdjacentHTML("beforeend", `<p class="muted">Never run: <code>assay regress run ${esc(s.name)} --policy POLICY</code>.</p>`);
 }
 
+function failureFacts(f) {
+  if (!f) return "";
+  const a = f.attribution;
+  return `<p id="failure-facts">category <b>${esc(f.category ?? "not mined")}</b> · attributed to
+    <b>${a ? esc(a.capability) : "–"}</b>${a ? ` <span class="muted">(${esc(a.evidence)})</span>` : ""} ·
+    point of no return <b>${esc(ponrText(f.ponr))}</b></p>`;
+}
+
 async function episodeView(key) {
   const detail = await api(`/api/episodes/${encodeURIComponent(key)}`);
   const e = detail.episode;
@@ -227,7 +252,7 @@ async function episodeView(key) {
   view.innerHTML = `<section><h2>Episode ${esc(e.key)}</h2>
     <p>${esc(e.policy_name)} · ${esc(e.task_id)} · ${esc(e.variant_name)} · seed ${e.seed} ·
       <b class="${esc(e.outcome)}">${esc(e.outcome)}</b> after ${e.steps} steps ${e.reason ? "— " + esc(e.reason) : ""}</p>
-    <p class="muted">“${esc(e.instruction)}”</p></section>
+    <p class="muted">“${esc(e.instruction)}”</p>${failureFacts(detail.failure)}</section>
     <section class="viewer"><div id="media"></div><div id="plots"></div></section>`;
   const media = document.getElementById("media");
   const plots = document.getElementById("plots");
