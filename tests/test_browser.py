@@ -120,8 +120,9 @@ def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report
     assert cursor_x > 40  # moved off the left axis with the video
     _shot(page, "episode")
     # the analysed failure: its facts above the plots, its point of no return on the events timeline
-    page.goto(f"{server}/#/e/{analysed.key}")
-    page.locator("#failure-facts").wait_for()
+    page.goto(f"{server}/#/e/{analysed.key}")  # a hash change: wait for the new view, not the old one's facts
+    page.locator(f"h2:has-text('Episode {analysed.key}')").wait_for()
+    page.locator("svg[data-plot='events']").wait_for()
     assert "point of no return" in page.locator("#failure-facts").inner_text()
     assert page.locator("svg[data-plot='events'] g.event[data-kind='ponr']").count() == (analysed.t is not None)
     assert page.errors == []
