@@ -42,6 +42,10 @@ demo: install
 	$(ASSAY) run examples/quickstart.yaml --store $(STORE) --workers 2
 	$(ASSAY) results --store $(STORE) --campaign quickstart --profile
 	$(ASSAY) compare expert shaky-expert --store $(STORE) --campaign quickstart --variant nominal
+	@# Real-to-sim: a reality proxy (examples/reality-proxy.yaml) stands in for a real robot's success counts.
+	$(ASSAY) run examples/reality-proxy.yaml --store $(STORE) --workers 2
+	$(ASSAY) results --store $(STORE) --campaign reality-proxy --csv $(STORE)/reality-proxy.csv
+	$(ASSAY) correlate --real $(STORE)/reality-proxy.csv --campaign quickstart:nominal --store $(STORE) --record
 	$(ASSAY) failures mine --store $(STORE) --campaign quickstart
 	$(ASSAY) failures ponr --store $(STORE) --campaign quickstart --policy shaky-expert --limit 2
 	$(ASSAY) regress add shaky --from quickstart --policy shaky-expert --store $(STORE)

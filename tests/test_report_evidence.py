@@ -28,6 +28,7 @@ from assay.metrics import (
     load_openloop,
     load_real_results,
     outcome_grid,
+    read_results_csv,
     save_real_results,
 )
 from assay.report import gather
@@ -76,7 +77,7 @@ def test_real_to_sim_section_matches_correlate(report_store: Path, tmp_path: Pat
     assert task.reference_rates == (0.8, 0.1) and task.other_rates == (sim["expert"], sim["random"])
     assert task.stats["mmrv"].value == expected.tasks[0].stats["mmrv"].value
     section = _section(html, "real-to-sim")
-    assert "2 of 2 real (task, policy) results match" in section and "<svg" in section
+    assert "2 of 2 real (task, policy) results (from real.csv) match" in section and "<svg" in section
     mmrv = expected.tasks[0].stats["mmrv"].value
     assert f"<td class=\"num\">{mmrv:.3f}</td>" in section
 
@@ -97,6 +98,30 @@ def test_recorded_real_results_reach_the_report(own_store: Path, tmp_path: Path)
     other.write_text("task,policy,successes,trials\nmetaworld/reach,some-robot-policy,3,10\n")
     unmatched = _section(_report(own_store, tmp_path / "c.html", "--real", str(other)), "real-to-sim")
     assert "share no (task, policy) cell" in unmatched and "<svg" not in unmatched
+
+
+def test_a_campaign_as_a_results_csv_round_trips_through_correlate(own_store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "proxy.csv"
+    result = runner.invoke(app, ["results", "--store", str(own_store), "--campaign", "tiny", "--csv", str(out)])
+    assert result.exit_code == 2 and "pick one with --variant" in result.output and not out.exists()
+    result = runner.invoke(app, ["results", "--store", str(own_store), "--campaign", "tiny", "--variant", "nope"])
+    assert result.exit_code == 2 and "valid: action.noise=0.5, nominal" in result.output
+    result = runner.invoke(app, ["results", "--store", str(own_store), "--campaign", "tiny", "--variant", "nominal",
+                                 "--csv", str(out)])
+    assert result.exit_code == 0, result.output
+    with Store(own_store, create=False) as store:
+        nominal = [r for r in store.catalog.episodes(campaign="tiny") if r.variant_name == "nominal"]
+    written = read_results_csv(out)
+    assert [(e.task, e.policy, e.successes, e.trials) for e in written] == \
+        [(e.task, e.policy, e.successes, e.trials) for e in entries_from_records(nominal, "x")]
+    result = runner.invoke(app, ["correlate", "--real", str(out), "--campaign", "tiny:nominal", "--store",
+                                 str(own_store), "--record", "--json"])
+    assert result.exit_code == 0, result.output
+    [task] = json.loads(result.stdout)["tasks"]
+    assert task["stats"]["mmrv"]["value"] == 0.0  # the same episodes on both sides: the same order
+    assert task["reference_rates"] == task["other_rates"]
+    section = _section(_report(own_store, tmp_path / "r.html"), "real-to-sim")
+    assert "(from proxy.csv)" in section and "<svg" in section
 
 
 def test_saved_real_results_merge_by_cell(tmp_path: Path) -> None:

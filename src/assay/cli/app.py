@@ -12,7 +12,7 @@ from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
 from assay.cli.progress import CampaignProgress
 from assay.errors import AssayError
-from assay.metrics import rate_table
+from assay.metrics import entries_from_records, rate_table, write_results_csv
 from assay.policies import BUILTIN_POLICIES
 from assay.run import make_executor, prepare_campaign, run_campaign
 from assay.sim import default_registry
@@ -107,6 +107,9 @@ def results(
     campaign: Annotated[Optional[str], typer.Option(help="Campaign name (default: the latest).")] = None,
     by: Annotated[str, typer.Option(help="Group by any of policy,task,variant,campaign.")] = "policy,task",
     profile: Annotated[bool, typer.Option("--profile", help="Robustness retention per variant and axis (paired seeds).")] = False,
+    variant: Annotated[Optional[str], typer.Option("--variant", help="Only this variant's episodes.")] = None,
+    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Also write task,policy,successes,trials to this "
+                                                    "file (one variant: what `assay correlate` reads).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Success rates with Wilson 95% intervals, from the catalog."""
@@ -119,6 +122,17 @@ def results(
                 known = ", ".join(c["name"] for c in opened.catalog.campaigns())
                 raise AssayError(f"no campaign {name!r} in {opened.root}; known: {known}")
             episodes = opened.catalog.episodes(campaign=name)
+            variants = sorted({r.variant_name for r in episodes})
+            if variant is not None:
+                if variant not in variants:
+                    raise AssayError(f"campaign {name!r} has no variant {variant!r}; valid: {', '.join(variants)}")
+                episodes = [r for r in episodes if r.variant_name == variant]
+                variants = [variant]
+            if csv_out is not None:
+                if len(variants) > 1:
+                    raise AssayError(f"campaign {name!r} has variants {', '.join(variants)}; a results CSV holds one "
+                                     "rate per (task, policy): pick one with --variant")
+                write_results_csv(csv_out, entries_from_records(episodes, name))
             rows = rate_table(episodes, by=split_list(by))
             extras = stats_commands.results_extras(opened, name)
             robustness = robustness_commands.profile_document(episodes) if profile else None

@@ -205,7 +205,8 @@ def _campaign_entries(store: Path, catalog: str | None, campaign: str, variant: 
 def correlate_command(
     real: Annotated[Path, typer.Option("--real", help="Real-world results CSV (task,policy,successes,trials).")],
     sim: Annotated[Optional[Path], typer.Option("--sim", help="Sim results CSV.")] = None,
-    campaign: Annotated[Optional[str], typer.Option("--campaign", help="Or: a campaign in --store.")] = None,
+    campaign: Annotated[Optional[str], typer.Option("--campaign", help="Or: a campaign in --store, NAME or "
+                                                    "NAME:VARIANT (e.g. quickstart:nominal).")] = None,
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
     record: Annotated[bool, typer.Option("--record", help="Save per-task calibration records (and the real results, "
@@ -220,7 +221,8 @@ def correlate_command(
         if (sim is None) == (campaign is None):
             raise AssayError("give exactly one of --sim SIM.csv or --campaign NAME (with --store)")
         reference = read_results_csv(real)
-        other = read_results_csv(sim) if sim is not None else _campaign_entries(store, catalog, campaign)
+        other = read_results_csv(sim) if sim is not None else \
+            _campaign_entries(store, catalog, *_name_and_variant(campaign))
         report = correlate(reference, other, ("real", "sim"), confidence, resamples, seed)
         saved = None
         if record:
@@ -237,6 +239,11 @@ def correlate_command(
                                  highlight=False, soft_wrap=True)
         if saved:
             render.console.print(f"calibration records saved to {saved}", highlight=False)
+
+
+def _name_and_variant(value: str) -> tuple[str, str | None]:
+    name, _, variant = value.partition(":")
+    return name, variant or None
 
 
 def _source(value: str, store: Path, catalog: str | None) -> list[RateEntry]:

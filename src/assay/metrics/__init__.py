@@ -37,7 +37,13 @@ from assay.metrics.outcomes import OutcomeGrid, outcome_grid
 from assay.metrics.ranking import Leaderboard, leaderboard
 from assay.metrics.rates import GROUP_FIELDS, INTERVAL_METHODS, Interval, RateRow, rate_table, success_interval
 from assay.metrics.robustness import AxisProfile, RetentionRow, retention_table, robustness_profile
-from assay.metrics.results_csv import RateEntry, ResultsCsvError, entries_from_records, read_results_csv
+from assay.metrics.results_csv import (
+    RateEntry,
+    ResultsCsvError,
+    entries_from_records,
+    read_results_csv,
+    write_results_csv,
+)
 from assay.metrics.stability import Stability, stability
 
 __all__ = [
@@ -49,5 +55,5 @@ __all__ = [
     "load_openloop", "load_real_results", "load_thresholds", "load_trajectories", "mcnemar_exact", "mmrv", "newcombe_interval", "openloop_table",
     "outcome_grid", "RankAgreement", "rank_agreement", "rate_table", "read_results_csv", "records_from_report",
     "save_calibration", "save_openloop", "save_real_results",
-    "signoff", "stability", "success_interval",
+    "signoff", "stability", "success_interval", "write_results_csv",
 ]

@@ -172,6 +172,7 @@ def signoff(tasks: Sequence[str], calibration: dict[str, CalibrationRecord], thr
             reason = f"MMRV {record.mmrv:.3f} > {thresholds.max_mmrv}"
         else:
             validated = True
-            reason = f"r {record.pearson:.3f}, MMRV {record.mmrv:.3f} over {record.policies} policies ({record.date})"
+            reason = (f"r {record.pearson:.3f}, MMRV {record.mmrv:.3f} over {record.policies} policies "
+                      f"({record.source}, {record.date})")
         result.append(Signoff(task, validated, reason, record))
     return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,3 +127,20 @@ def entries_from_records(records: Iterable[EpisodeRecord], source: str) -> list[
             cell[1] += 1
     return [RateEntry(task, policy, k / n, k, n, None, source)
             for (task, policy), (k, n) in sorted(counts.items()) if n]
+
+
+def write_results_csv(path: str | Path, entries: Iterable[RateEntry]) -> Path:
+    """Write ``task,policy,successes,trials,success_rate`` (what ``read_results_csv`` reads) atomically."""
+    path = Path(path)
+    rows = sorted(entries, key=lambda e: (e.task, e.policy))
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["task", "policy", "successes", "trials", "success_rate"])
+            writer.writerows([e.task, e.policy, e.successes, e.trials, f"{e.rate:.6g}"] for e in rows)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ResultsCsvError(f"cannot write results CSV {path}: {exc.strerror or exc}") from None
+    return path

@@ -64,7 +64,9 @@ def real_to_sim(records: Sequence[EpisodeRecord], real: Sequence[RateEntry], n_r
         return None, (f"the {len(real)} real results share no (task, policy) cell with this campaign's "
                       f"{len(cells)} cells")
     report = correlate(matched, sim, ("real", "sim"), n_resamples=n_resamples)
-    return report, f"{len(matched)} of {len(real)} real (task, policy) results match this campaign"
+    sources = ", ".join(sorted({e.source for e in matched if e.source}))
+    return report, (f"{len(matched)} of {len(real)} real (task, policy) results"
+                    + (f" (from {sources})" if sources else "") + " match this campaign")
 
 
 def stored_real(store: Store) -> list[RateEntry]:
