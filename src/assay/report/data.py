@@ -212,4 +212,3 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         real_to_sim=real_report, real_to_sim_note=real_note, openloop=evidence.openloop(store, campaign),
         regression=tuple(evidence.regression_status(store, campaign)), baseline=base, comparisons=tuple(comparisons),
     )
-
