@@ -45,7 +45,13 @@ def test_flywheel_runs_end_to_end_on_a_tiny_budget(tmp_path):
             "--epochs", "10", "--horizon", "100", "--store", str(store), "--json"]
     result = invoke(*args)
     assert result.exit_code == 0, result.output
-    (row,) = json.loads(result.stdout)["results"]
+    document = json.loads(result.stdout)
+    (row,) = document["results"]
+    # one training seed: the pooled test is that seed's test, on the same discordant pairs
+    assert document["pooled"] == {"pairs": 6, "base": row["base"]["successes"], "control": row["control"]["successes"],
+                                  "flywheel": row["flywheel"]["successes"], "flywheel_only": row["flywheel_only"],
+                                  "control_only": row["control_only"], "mcnemar_p": row["mcnemar_p"]}
+    assert row["flywheel"]["successes"] - row["control"]["successes"] == row["flywheel_only"] - row["control_only"]
     for arm in ("base", "control", "flywheel"):
         assert row[arm]["trials"] == 6 and 0 <= row[arm]["low"] <= row[arm]["rate"] <= row[arm]["high"] <= 1
     assert row["contaminated"] == {"base": 0, "control": 0, "flywheel": 0}  # held-out seeds only

@@ -56,6 +56,7 @@ def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
                      store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
     """Base BC vs base + recovery demos (flywheel) vs base + fresh expert demos (control), on held-out seeds."""
     from assay.learning import FlywheelConfig, run_flywheel
+    from assay.learning.flywheel import pooled
 
     with user_errors():
         try:
@@ -71,7 +72,7 @@ def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
     if json_out:
         render.print_json({"config": {"task": task, "base": base, "extra": extra, "probe": probe, "eval": eval_episodes,
                                       "seeds": list(seed_list), "epochs": epochs, "horizon": horizon},
-                           "results": [r.to_dict() for r in results]})
+                           "results": [r.to_dict() for r in results], "pooled": pooled(results)})
         return
     from rich.table import Table
 
@@ -86,6 +87,11 @@ def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
                       "n/a (control gained nothing)" if r.gain_ratio is None else f"{r.gain_ratio:.2f}",
                       f"{r.mcnemar_p:.3f}", str(sum(r.contaminated.values())))
     render.console.print(table)
+    total = pooled(results)
+    render.console.print(f"pooled over {len(results)} training seeds ({total['pairs']} paired evaluations): base "
+                         f"{total['base']}, control {total['control']}, flywheel {total['flywheel']}; discordant "
+                         f"flywheel-only {total['flywheel_only']} vs control-only {total['control_only']}, McNemar exact "
+                         f"p = {total['mcnemar_p']:.3f}", highlight=False, soft_wrap=True)
 
 
 def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="New dataset directory.")],

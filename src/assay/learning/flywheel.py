@@ -67,6 +67,8 @@ class SeedResult:
     failures_mined: int
     mcnemar_p: float  # flywheel vs control, exact, on the paired evaluation seeds
     contaminated: dict[str, int] = field(default_factory=dict)
+    flywheel_only: int = 0  # evaluation seeds the flywheel solved and the control did not
+    control_only: int = 0
 
     @property
     def gain_ratio(self) -> float | None:
@@ -78,7 +80,18 @@ class SeedResult:
                 "flywheel": self.flywheel.to_dict(), "recovery_demos": self.recovery_demos,
                 "recovery_frames": self.recovery_frames, "control_frames": self.control_frames,
                 "failures_mined": self.failures_mined, "mcnemar_p": self.mcnemar_p,
-                "gain_ratio": self.gain_ratio, "contaminated": self.contaminated}
+                "gain_ratio": self.gain_ratio, "contaminated": self.contaminated,
+                "flywheel_only": self.flywheel_only, "control_only": self.control_only}
+
+
+def pooled(results: list[SeedResult]) -> dict[str, object]:
+    """Every training seed's evaluation pairs together: successes per arm and McNemar's exact test on all the
+    discordant pairs (each (training seed, evaluation seed) pair is one paired observation)."""
+    fly_only, control_only = sum(r.flywheel_only for r in results), sum(r.control_only for r in results)
+    return {"pairs": sum(r.flywheel.trials for r in results),
+            "base": sum(r.base.successes for r in results), "control": sum(r.control.successes for r in results),
+            "flywheel": sum(r.flywheel.successes for r in results), "flywheel_only": fly_only,
+            "control_only": control_only, "mcnemar_p": mcnemar_exact(fly_only, control_only)}
 
 
 def _expert_demos(store: Store, config: FlywheelConfig) -> tuple[list[Demo], list[Demo]]:
@@ -151,6 +164,6 @@ def run_flywheel(store: Store, config: FlywheelConfig, out_dir: Path,
         results.append(SeedResult(seed, score(evaluation, "base"), score(evaluation, "control"),
                                   score(evaluation, "flywheel"), len(recovery),
                                   sum(len(d.actions) for d in recovery), sum(len(d.actions) for d in control_extra),
-                                  searched, mcnemar_exact(fly_only, control_only), leaks))
+                                  searched, mcnemar_exact(fly_only, control_only), leaks, fly_only, control_only))
         progress(f"seed {seed}: evaluated on {len(seeds)} held-out seeds")
     return results
