@@ -17,7 +17,6 @@ twins report (SimFoundry: mean r 0.911, MMRV 0.018) and above chance agreement.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
@@ -26,6 +25,7 @@ from pathlib import Path
 from assay.errors import StoreError
 from assay.metrics.correlation import CorrelationReport
 from assay.metrics.results_csv import RateEntry
+from assay.store import write_blob
 
 CALIBRATION_FILE = "calibration.json"
 NOT_VALIDATED = "not validated for sign-off"
@@ -111,15 +111,8 @@ def load_thresholds(store_root: str | Path | None) -> Thresholds:
 
 
 def _write(store_root: str | Path, data: dict) -> Path:
-    path = _path(store_root)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return path
+    write_blob(Path(store_root), CALIBRATION_FILE, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+    return _path(store_root)
 
 
 def save_calibration(store_root: str | Path, records: Iterable[CalibrationRecord],

@@ -10,14 +10,14 @@ one :class:`ResultsCsvError` line naming the file, the row and what is valid.
 from __future__ import annotations
 
 import csv
+import io
 import math
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from assay.errors import AssayError
-from assay.store import EpisodeRecord, Outcome
+from assay.store import EpisodeRecord, Outcome, write_blob
 
 REQUIRED = ("task", "policy")
 
@@ -132,15 +132,10 @@ def entries_from_records(records: Iterable[EpisodeRecord], source: str) -> list[
 def write_results_csv(path: str | Path, entries: Iterable[RateEntry]) -> Path:
     """Write ``task,policy,successes,trials,success_rate`` (what ``read_results_csv`` reads) atomically."""
     path = Path(path)
-    rows = sorted(entries, key=lambda e: (e.task, e.policy))
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["task", "policy", "successes", "trials", "success_rate"])
-            writer.writerows([e.task, e.policy, e.successes, e.trials, f"{e.rate:.6g}"] for e in rows)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ResultsCsvError(f"cannot write results CSV {path}: {exc.strerror or exc}") from None
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(["task", "policy", "successes", "trials", "success_rate"])
+    writer.writerows([e.task, e.policy, e.successes, e.trials, f"{e.rate:.6g}"]
+                     for e in sorted(entries, key=lambda e: (e.task, e.policy)))
+    write_blob(path.parent, path.name, buffer.getvalue().encode("utf-8"))
     return path

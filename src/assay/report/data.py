@@ -23,6 +23,7 @@ from assay.metrics import (
     Leaderboard,
     RateEntry,
     RateRow,
+    RetentionRow,
     Signoff,
     leaderboard,
     load_calibration,
@@ -107,23 +108,18 @@ def _variant_labels(record: EpisodeRecord) -> tuple[str, str, str]:
     return (axes[0] if len(axes) == 1 else "mixed"), factors, values
 
 
-def _has_pairs(records: Sequence[EpisodeRecord]) -> bool:
-    return any(r.variant_name != "nominal" for r in records) and any(r.variant_name == "nominal" for r in records)
-
-
-def axis_profile(records: Sequence[EpisodeRecord]) -> list[AxisProfile]:
-    """Per policy and axis (visual, behavioral, semantic): pooled retention and the worst variant."""
-    return robustness_profile(retention_table(records, n_resamples=200)) if _has_pairs(records) else []
-
-
-def robustness_rows(records: Sequence[EpisodeRecord]) -> list[RobustnessRow]:
-    """Per policy and non-nominal variant: paired rates and retention from ``metrics.retention_table``
-    (empty without variants, or without nominal episodes to pair with)."""
-    labels = {r.variant_name: _variant_labels(r) for r in records if r.variant_name != "nominal"}
-    if not labels or not any(r.variant_name == "nominal" for r in records):
+def _retention(records: Sequence[EpisodeRecord]) -> list[RetentionRow]:
+    """``metrics.retention_table`` (empty without variants, or without nominal episodes to pair with)."""
+    if not any(r.variant_name != "nominal" for r in records) or not any(r.variant_name == "nominal" for r in records):
         return []
+    return retention_table(records, n_resamples=200)
+
+
+def robustness_rows(records: Sequence[EpisodeRecord], retention: Sequence[RetentionRow] | None = None) -> list[RobustnessRow]:
+    """Per policy and non-nominal variant: paired rates and retention (``retention``: the table, if computed)."""
+    labels = {r.variant_name: _variant_labels(r) for r in records if r.variant_name != "nominal"}
     rows = []
-    for row in retention_table(records, n_resamples=200):
+    for row in _retention(records) if retention is None else retention:
         axis, factor, value = labels[row.variant]
         n = row.pairs
         rows.append(RobustnessRow(row.policy, row.variant, axis, factor, value, n,
@@ -184,6 +180,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     outcomes: dict[str, dict[str, int]] = defaultdict(lambda: {o.value: 0 for o in Outcome})
     for r in records:
         outcomes[r.policy_name][r.outcome.value] += 1
+    retention = _retention(records)
     cameras = _cameras(spec)
     failures = [r for r in records if r.outcome is not Outcome.SUCCESS]
     facts = evidence.failure_facts(store, records)
@@ -204,8 +201,8 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     return ReportData(
         campaign=campaign, spec=spec, store_root=str(store.root), records=records,
         rates=tuple(rate_table(records, by=("policy", "task"), confidence=confidence)) if records else (),
-        leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(robustness_rows(records)),
-        axes=tuple(axis_profile(records)),
+        leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(robustness_rows(records, retention)),
+        axes=tuple(robustness_profile(retention)),
         outcomes_by_policy=dict(outcomes), failure_categories=_category_counts(failures, facts), gallery=tuple(gallery),
         provenance=_provenance(records), reproduce=reproduce, notes=tuple(notes),
         attribution=tuple(coverage(attributions)) if attributions else (),

@@ -17,7 +17,7 @@ import yaml
 from assay.report import figures
 from assay.report import sections as parts
 from assay.report.data import ReportData
-from assay.report.markup import pct, table
+from assay.report.markup import number, pct, table
 from assay.store import Store
 
 CSS = """
@@ -61,10 +61,6 @@ def _leaderboard(data: ReportData) -> str:
     )
 
 
-def _ratio(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}"
-
-
 def _rates(data: ReportData) -> str:
     rows = [[escape(r.group["policy"]), escape(r.group["task"]), pct(r.rate), f"[{pct(r.ci_low)}, {pct(r.ci_high)}]",
              f"{r.successes}/{r.scored}", str(r.timeouts), str(r.failures), str(r.errors)] for r in data.rates]
@@ -76,11 +72,11 @@ def _robustness(data: ReportData) -> str:
     if not data.robustness:
         return "<p class='muted'>This campaign ran the nominal variant only; no robustness profile.</p>"
     rows = [[escape(r.policy), escape(r.axis), escape(r.factor), escape(r.value), str(r.pairs), pct(r.nominal_rate),
-             pct(r.variant_rate), _ratio(r.retention)]
+             pct(r.variant_rate), number(r.retention)]
             for r in sorted(data.robustness, key=lambda r: (r.policy, r.axis, r.factor, r.value))]
     sweep = figures.sweep_svg(data.robustness)
-    axes = [[escape(a.policy), escape(a.axis), str(a.variants), str(a.pairs), _ratio(a.retention),
-             escape(a.worst_variant or "–"), _ratio(a.worst_retention)] for a in data.axes]
+    axes = [[escape(a.policy), escape(a.axis), str(a.variants), str(a.pairs), number(a.retention),
+             escape(a.worst_variant or "–"), number(a.worst_retention)] for a in data.axes]
     return ("<h3>By axis</h3><p class='muted'>Retention pooled over every variant on the axis "
             "(successes under the variants / successes on the paired nominal episodes).</p>"
             + table(["policy", "axis", "variants", "pairs", "retention", "worst variant", "its retention"], axes,

@@ -13,12 +13,8 @@ from assay.errors import StoreError
 from assay.failures import step_arrays
 from assay.report import figures
 from assay.report.data import GalleryItem, ReportData
-from assay.report.markup import pct, table
+from assay.report.markup import number, pct, table
 from assay.store import Store
-
-
-def _number(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def _interval(low: float | None, high: float | None, digits: int = 2) -> str:
@@ -33,11 +29,11 @@ def real_to_sim(data: ReportData) -> str:
     for task in report.tasks:
         r, m = task.stats["pearson"], task.stats["mmrv"]
         rows.append([escape(task.task), escape(task.other_task), str(len(task.policies)),
-                     _number(r.value) if r.value is not None else escape(r.reason or "undefined"),
-                     _interval(r.ci_low, r.ci_high), _number(m.value, 3), _interval(m.ci_low, m.ci_high, 3)])
+                     number(r.value) if r.value is not None else escape(r.reason or "undefined"),
+                     _interval(r.ci_low, r.ci_high), number(m.value, 3), _interval(m.ci_low, m.ci_high, 3)])
     average = report.average
-    rows.append(["<b>average</b>", "", "", _number(average["pearson"].value),
-                 _interval(average["pearson"].ci_low, average["pearson"].ci_high), _number(average["mmrv"].value, 3),
+    rows.append(["<b>average</b>", "", "", number(average["pearson"].value),
+                 _interval(average["pearson"].ci_low, average["pearson"].ci_high), number(average["mmrv"].value, 3),
                  _interval(average["mmrv"].ci_low, average["mmrv"].ci_high, 3)])
     return (f"<p class='muted'>{escape(data.real_to_sim_note)}; sim = this campaign's nominal episodes. "
             f"{report.confidence:.0%} bootstrap intervals over {report.n_resamples} resamples. MMRV is the mean "
@@ -55,11 +51,11 @@ def openloop(data: ReportData) -> str:
                 "this section shows.</p>")
     rows, closed, agreement = saved["rows"], saved["closed"], saved["agreement"]
     score_rows = [[escape(r.policy), escape(r.task), str(r.episodes), f"{r.mse:.4g}",
-                   _number(r.r2) if r.r2 is not None else escape(r.r2_reason or "–"), pct(closed.get((r.policy, r.task)))]
+                   number(r.r2) if r.r2 is not None else escape(r.r2_reason or "–"), pct(closed.get((r.policy, r.task)))]
                   for r in sorted(rows, key=lambda r: (r.task, r.mse))]
     agree_rows = [[escape(a.task), str(len(a.policies)),
-                   _number(a.kendall) if a.kendall is not None else escape(a.kendall_reason or "undefined"),
-                   _number(a.mmrv, 3)] for a in agreement]
+                   number(a.kendall) if a.kendall is not None else escape(a.kendall_reason or "undefined"),
+                   number(a.mmrv, 3)] for a in agreement]
     return (f"<p class='muted'>Open loop: each policy predicts actions on <b>{escape(str(saved['reference']))}</b>'s "
             "recorded observations (it never sees its own consequences); closed loop: its success in this campaign. "
             "A low MSE that does not come with a high success is the open-loop trap.</p>"
@@ -81,7 +77,7 @@ def checkpoints(data: ReportData) -> str:
         verdict = {"better": "worse", "worse": "better"}.get(c.verdict.value, c.verdict.value)
         css = {"better": "ok", "worse": "warn"}.get(verdict, "muted")
         label = "<b>suite</b>" if c.task == "suite" else escape(c.task)
-        rows.append([escape(c.b), label, pct(c.b_rate), pct(c.a_rate), _number(diff), _interval(low, high),
+        rows.append([escape(c.b), label, pct(c.b_rate), pct(c.a_rate), number(diff), _interval(low, high),
                      str(c.pairs), f"{c.p_adjusted:.3g}", f"<span class='{css}'>{escape(verdict)}</span>"])
     return (f"<p class='muted'>Every policy against <b>{escape(data.baseline)}</b> (choose with "
             "<code>assay report --baseline NAME</code>) on the same nominal seeds: McNemar's exact test on discordant "
