@@ -22,6 +22,7 @@ import numpy as np
 
 from assay.errors import AssayError
 from assay.failures.replay import Replayer
+from assay.store import write_blob
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,9 @@ def find_ponr(replayer: Replayer, key: str, seed: int, actions: np.ndarray, inst
 
 def save_ponr(root: Path, ponr: PointOfNoReturn) -> Path:
     """Write ``failures/ponr/<key>.json`` under the store root (atomically)."""
-    path = root / "failures" / "ponr" / f"{ponr.key}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(ponr.to_dict(), indent=2, sort_keys=True))
-    tmp.replace(path)
-    return path
+    relpath = f"failures/ponr/{ponr.key}.json"
+    write_blob(root, relpath, json.dumps(ponr.to_dict(), indent=2, sort_keys=True).encode())
+    return root / relpath
 
 
 def load_ponrs(root: Path) -> dict[str, PointOfNoReturn]:

@@ -15,7 +15,6 @@ same set (or, for the first, with the failures it was mined from).
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 from assay.errors import AssayError
 from assay.spec import TaskSpec, Variant, content_hash
-from assay.store import EpisodeRecord, Outcome
+from assay.store import EpisodeRecord, Outcome, write_blob
 
 HELDOUT_SUFFIX = ".heldout"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # always fullmatch: "$" would let "name\n" through
@@ -75,10 +74,7 @@ def case_from(record: EpisodeRecord, task: TaskSpec) -> Case:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_blob(path.parent, path.name, json.dumps(data, indent=2, sort_keys=True).encode())  # atomic
 
 
 def _set_dir(root: Path, name: str) -> Path:
