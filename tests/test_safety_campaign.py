@@ -36,3 +36,9 @@ def test_the_filter_rejects_nan_clips_and_counts_and_is_part_of_the_key(tmp_path
             # The step data keeps what the policy chose; the NaN rows are exactly the filtered steps.
             chosen = np.stack(steps.column("action").to_numpy(zero_copy_only=False))
             np.testing.assert_array_equal(~np.isfinite(chosen).all(axis=1), nan == 1.0)
+            # The record says how the cell ran and counts what the filter did.
+            run = record.provenance["run"]
+            assert run["safety"] is True and run["pipeline"] == "lockstep" and run["replan_every"] is None
+            assert run["interventions"] == {"nan": int(nan.sum()), "limit": int(limit.sum()),
+                                            "workspace": int(np.asarray(steps.column("info.safety.workspace")).sum())}
+        assert all(r.provenance["run"] == {"safety": False, "replan_every": None, "pipeline": "lockstep"} for r in raw)

@@ -37,6 +37,9 @@ def test_perception_expert_sees_the_goal_and_is_blinded_by_darkness(tmp_path):
     assert seen.policy_info["estimate_error_m"]["goal"] < 0.02
     dark = next(r for r in records if r.policy_name == "perception-expert" and r.variant_name != "nominal")
     assert dark.policy_info["detections"]["goal"] == 0
+    # The same account, per step, in the data contract: one trace value per recorded step.
+    assert store.steps(seen).column("trace.detected.goal").to_pylist() == [1.0] * seen.steps
+    assert store.steps(dark).column("trace.detected.goal").to_pylist() == [0.0] * dark.steps
 
     frames = read_video(store.root, video_relpath(seen.key, "front"))  # one MP4 frame per step
     steps = store.steps(seen)
@@ -46,7 +49,7 @@ def test_perception_expert_sees_the_goal_and_is_blinded_by_darkness(tmp_path):
 
 
 def test_router_follows_the_instruction_and_misroutes_a_far_paraphrase(tmp_path):
-    _, records = _run(tmp_path, {
+    store, records = _run(tmp_path, {
         "name": "language", "seed": 1, "episodes": 2, "horizon": 150, "envs_per_worker": 2,
         "tasks": ["metaworld/push@1"], "policies": ["router"],
         "variants": ["nominal", {"instruction.paraphrase": "terse"}, {"instruction.paraphrase": "indirect"}],
@@ -61,3 +64,8 @@ def test_router_follows_the_instruction_and_misroutes_a_far_paraphrase(tmp_path)
     assert all(r.instruction == "nudge that thing over to where it belongs" for r in far)
     assert all(r.policy_info["chosen_skill"] != "push-v3" and r.outcome is not Outcome.SUCCESS for r in far)
     assert {r.seed for r in far} == {r.seed for r in by_variant["nominal"]}  # paired seeds
+    steps = store.steps(far[0])  # the router's choice, per step, beside the task it was given
+    assert set(steps.column("trace.skill").to_pylist()) == {far[0].policy_info["chosen_skill"]}
+    assert steps.column("trace.skill_matches_task").to_pylist() == [0.0] * far[0].steps
+    nominal = store.steps(by_variant["nominal"][0])
+    assert nominal.column("trace.skill_matches_task").to_pylist() == [1.0] * by_variant["nominal"][0].steps

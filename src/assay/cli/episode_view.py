@@ -26,8 +26,14 @@ def episode_summary(store: Store, record: EpisodeRecord) -> dict[str, Any]:
             columns[name] = {"dims": column.type.list_size, "norm_first": float(norms[0]), "norm_last": float(norms[-1])}
         elif pa.types.is_boolean(column.type):
             columns[name] = {"true": int(np.sum(column.to_numpy(zero_copy_only=False)))}
+        elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            values = column.to_pylist()  # a text trace column (a router's skill): its values and steps
+            columns[name] = {value: values.count(value) for value in sorted(set(values))}
         else:
-            values = column.to_numpy().astype(np.float64)
+            values = column.to_numpy(zero_copy_only=False).astype(np.float64)
+            if not np.isfinite(values).any():
+                columns[name] = {"missing": int(len(values))}
+                continue
             columns[name] = {"min": float(np.nanmin(values)), "mean": float(np.nanmean(values)), "max": float(np.nanmax(values))}
     return {"rows": table.num_rows, "path": record.data_path, "sha256": record.data_sha256, "columns": columns}
 

@@ -112,6 +112,7 @@ class PerceptionExpertPolicy:
         self._estimates: list[dict[str, np.ndarray]] = []
         self._detections: list[dict[str, int]] = []
         self._errors: list[dict[str, float]] = []
+        self._seen: list[dict[str, float]] = []  # this request's detections, per slot (the step trace)
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
@@ -127,6 +128,7 @@ class PerceptionExpertPolicy:
         self._estimates = [{} for _ in context.seeds]
         self._detections = [{name: 0 for name in self._targets} for _ in context.seeds]
         self._errors = [{} for _ in context.seeds]
+        self._seen = [{} for _ in context.seeds]
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         camera = self.params.camera
@@ -139,15 +141,22 @@ class PerceptionExpertPolicy:
             rgb, depth, calib = (observations[name][row] for name in needed)
             for name, target in self._targets.items():
                 found = detect(rgb, depth, calib, target, self.params.dominance, self.params.min_pixels)
+                self._seen[slot][f"detected.{name}"] = float(found is not None)
                 if found is not None:
                     self._estimates[slot][name] = found[0]
                     self._detections[slot][name] += 1
             truth = {"object": states[row, 4:7], "goal": states[row, 36:39]}
             for name, estimate in self._estimates[slot].items():  # how far perception is off (diagnostic)
                 self._errors[slot][name] = float(np.linalg.norm(estimate - truth[name]))
+                self._seen[slot][f"error_m.{name}"] = self._errors[slot][name]
             # Never seen: the goal defaults to the middle of the table, as a real stack would report.
             states[row, 36:39] = self._estimates[slot].get("goal", np.array([0.0, 0.65, PUCK_HEIGHT]))
         return self._expert.act({**observations, "state": states})
+
+    def step_trace(self, slot: int) -> dict[str, float]:
+        """Per request: ``detected.<target>`` (1 if this frame found it), ``error_m.<target>`` (the
+        current estimate's distance from the truth, where there is an estimate)."""
+        return dict(self._seen[slot])
 
     def episode_info(self, slot: int) -> dict[str, Any]:
         """Per episode: frames with a detection, and the last estimate's error in metres, per target."""

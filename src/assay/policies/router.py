@@ -65,6 +65,7 @@ class InstructionRouterPolicy:
         self._known: np.ndarray | None = None
         self._experts: dict[str, Any] = {}
         self.chosen: list[tuple[str, float]] = []
+        self._task = ""
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
@@ -90,10 +91,16 @@ class InstructionRouterPolicy:
 
     def reset(self, context: PolicyContext) -> None:
         self.chosen = self.route(list(context.instructions))
+        self._task = context.task.env_name
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         return np.stack([self._expert(self.chosen[slot][0]).get_action(state)
                          for slot, state in zip(observations["env_ids"], observations["state"])])
+
+    def step_trace(self, slot: int) -> dict[str, float | str]:
+        """Per request: the skill it runs, whether that is the task's own skill, the similarity."""
+        skill, similarity = self.chosen[slot]
+        return {"skill": skill, "skill_matches_task": float(skill == self._task), "similarity": round(similarity, 4)}
 
     def episode_info(self, slot: int) -> dict[str, Any]:
         skill, similarity = self.chosen[slot]

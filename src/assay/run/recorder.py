@@ -3,11 +3,20 @@
 Step columns include the action-chunk bookkeeping: ``chunk_id`` (the n-th policy
 request of this episode), ``chunk_index`` (the action's position in that chunk)
 and ``policy_latency_ms`` (the latency of the request that produced the chunk).
+
+The policy's own per-step account is the ``trace.<name>`` columns: what a policy
+that has a ``step_trace(slot)`` hook said about the request that produced the
+step's action (a perception stack's detections, a router's chosen skill and
+whether it is the task's). Numbers are float64 (NaN where a step has no value),
+text is a string column. The run's settings (safety filter, ``replan_every``,
+pipeline) and the safety filter's intervention counts go into the record's
+``provenance["run"]``, so a rerun can reproduce the cell and a report can count.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -15,6 +24,9 @@ import numpy as np
 from assay.sim import Observation, Transition
 from assay.spec import EpisodeJob
 from assay.store import EpisodeRecord, Outcome
+
+
+SAFETY_KINDS = ("nan", "limit", "workspace")  # the safety filter's ``info.safety.<kind>`` columns
 
 
 class EpisodeRecorder:
@@ -33,6 +45,7 @@ class EpisodeRecorder:
         self.chunk_ids: list[int] = []
         self.chunk_indices: list[int] = []
         self.infos: list[dict[str, float]] = []
+        self.traces: list[Mapping[str, float | str]] = []
         self.initial_conditions: dict[str, Any] = {}
         self.policy_info: dict[str, Any] = {}
         self.outcome: Outcome | None = None
@@ -52,7 +65,7 @@ class EpisodeRecorder:
         return self.outcome is not None
 
     def add(self, observation: Observation, action: np.ndarray, transition: Transition, latency_ms: float,
-            chunk_id: int = 0, chunk_index: int = 0) -> None:
+            chunk_id: int = 0, chunk_index: int = 0, trace: Mapping[str, float | str] | None = None) -> None:
         """Record the observation the policy acted on, its action and what the step returned."""
         self.states.append(observation["state"])
         for camera, frames in self.frames.items():
@@ -66,6 +79,7 @@ class EpisodeRecorder:
         self.chunk_ids.append(chunk_id)
         self.chunk_indices.append(chunk_index)
         self.infos.append(transition.info)
+        self.traces.append(trace or {})
         if transition.success and self.success_step is None:
             self.success_step = len(self.actions) - 1
 
@@ -94,7 +108,23 @@ class EpisodeRecorder:
         keys = sorted({k for info in self.infos for k in info})
         for key in keys:
             columns[f"info.{key}"] = np.asarray([info.get(key, np.nan) for info in self.infos], dtype=np.float64)
+        for key in sorted({k for trace in self.traces for k in trace}):
+            values = [trace.get(key) for trace in self.traces]
+            if any(isinstance(v, str) for v in values):
+                columns[f"trace.{key}"] = np.asarray(["" if v is None else str(v) for v in values], dtype=object)
+            else:
+                columns[f"trace.{key}"] = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
         return columns
+
+    def run_settings(self) -> dict[str, Any]:
+        """How the cell was run (what a rerun must repeat) and what the safety filter did."""
+        job = self.job
+        settings: dict[str, Any] = {"safety": job.safety, "replan_every": job.replan_every,
+                                    "pipeline": job.pipeline.value}
+        if job.safety:
+            settings["interventions"] = {kind: int(sum(info.get(f"safety.{kind}", 0.0) for info in self.infos))
+                                         for kind in SAFETY_KINDS}
+        return settings
 
     def trajectory_hash(self) -> str:
         """SHA-256 over states, actions and rewards: equal hashes mean equal trajectories."""
@@ -138,5 +168,5 @@ class EpisodeRecorder:
                 "sim_s": round(self.sim_s, 6),
                 "duration_s": round(self.duration_s, 6),
             },
-            provenance=provenance,
+            provenance={**provenance, "run": self.run_settings()},
         )

@@ -97,7 +97,7 @@ def _act(policy: Policy, batch: dict[str, Any], rows: int, action_dim: int) -> l
 class _Slot:
     """One environment's queue of actions still to execute from its latest chunk."""
 
-    queue: deque[tuple[np.ndarray, int, int, float]] = field(default_factory=deque)
+    queue: deque[tuple[np.ndarray, int, int, float, dict[str, Any] | None]] = field(default_factory=deque)
     chunks: int = 0
 
 
@@ -149,6 +149,16 @@ class _Episodes:
         answers = _act(self.policy, batch, len(slots), self.task.action.dim)
         return answers, time.perf_counter() - t0
 
+    def _trace(self, slot: int) -> dict[str, Any] | None:
+        """The policy's own account of its latest answer for ``slot`` (optional ``step_trace`` hook)."""
+        hook = getattr(self.policy, "step_trace", None)
+        if not callable(hook):
+            return None
+        try:
+            return dict(hook(slot))
+        except Exception as exc:  # noqa: BLE001 - a diagnostic hook never fails an episode
+            return {"error": describe_error(exc)}
+
     def accept(self, slots: Sequence[int], answers: list[np.ndarray | str], latency: float) -> None:
         """Queue each slot's chunk (its first ``replan_every`` actions) or end the episode on a bad answer."""
         for slot, answer in zip(slots, answers):
@@ -161,8 +171,9 @@ class _Episodes:
             assert isinstance(answer, np.ndarray)
             chunk = answer.reshape(-1, self.task.action.dim).astype(np.float64)
             keep = chunk[: self.replan_every] if self.replan_every else chunk
+            trace = self._trace(slot)
             for index, action in enumerate(keep):
-                state.queue.append((action, state.chunks, index, latency * 1000.0))
+                state.queue.append((action, state.chunks, index, latency * 1000.0, trace))
             state.chunks += 1
 
     def step(self, slots: Sequence[int]) -> None:
@@ -171,7 +182,7 @@ class _Episodes:
             recorder, queue = self.recorders[slot], self.slots[slot].queue
             if recorder.done or not queue:
                 continue
-            action, chunk_id, index, latency_ms = queue.popleft()
+            action, chunk_id, index, latency_ms, trace = queue.popleft()
             observation = self.observations[slot]
             t1 = time.perf_counter()
             try:
@@ -181,7 +192,7 @@ class _Episodes:
                 continue
             finally:
                 recorder.sim_s += time.perf_counter() - t1
-            recorder.add(observation, action, transition, latency_ms, chunk_id, index)  # type: ignore[arg-type]
+            recorder.add(observation, action, transition, latency_ms, chunk_id, index, trace)  # type: ignore[arg-type]
             self.observations[slot] = transition.observation
             outcome = _outcome(self.task, transition, recorder.steps)
             if outcome is not None:
