@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from assay.cli import render
 from assay.errors import AssayError
@@ -29,7 +30,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except AssayError as exc:
-        render.err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        render.err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 

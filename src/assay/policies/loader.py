@@ -28,6 +28,9 @@ def _import_entrypoint(spec: PolicySpec) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UnknownPolicyError(f"policy {spec.name!r}: cannot import module {module_name!r} ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a user module may raise anything while it is imported
+        raise UnknownPolicyError(f"policy {spec.name!r}: importing module {module_name!r} raised "
+                                 f"{type(exc).__name__}: {exc}") from None
     target: Any = module
     for part in attr_path.split("."):
         if not hasattr(target, part):

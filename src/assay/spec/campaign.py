@@ -46,17 +46,17 @@ class CampaignSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][\w.\-]*$")
-    seed: int = Field(default=0, ge=0)
-    episodes: int = Field(gt=0, le=1_000_000)
+    name: str = Field(pattern=r"^[A-Za-z0-9][\w.\-]*$", max_length=100)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, strict=True)
+    episodes: int = Field(gt=0, le=1_000_000, strict=True)
     tasks: tuple[str, ...] = Field(min_length=1)
     policies: tuple[PolicySpec, ...] = Field(min_length=1)
     variants: tuple[VariantRequest, ...] = ({},)
     cameras: tuple[CameraSpec, ...] = ()
-    horizon: int | None = Field(default=None, gt=0, description="cap every task's horizon (a new task hash)")
-    envs_per_worker: int = Field(default=4, gt=0, le=256)
+    horizon: int | None = Field(default=None, gt=0, strict=True, description="cap every task's horizon (a new task hash)")
+    envs_per_worker: int = Field(default=4, gt=0, le=256, strict=True)
     replan_every: int | None = Field(
-        default=None, gt=0, le=10_000,
+        default=None, gt=0, le=10_000, strict=True,
         description="execute at most this many actions of each returned chunk before asking again (default: all)")
     pipeline: Pipeline = Pipeline.LOCKSTEP
     safety: bool = Field(default=False, description="filter every action (NaN, limits, workspace) and count interventions")

@@ -8,6 +8,7 @@ to the closest line the user wrote.
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,28 +23,71 @@ from assay.spec.policy import policy_from_shorthand
 Path_ = tuple[str | int, ...]
 
 
-def _construct(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> Any:
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        result: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise SpecError(f"line {key_node.start_mark.line + 1}: mapping keys must be plain words")
-            key = _scalar(key_node)
-            if key in result:
-                raise SpecError(f"line {key_node.start_mark.line + 1}: key {key!r} appears twice")
-            result[key] = _construct(value_node, path + (key,), lines)
-        return result
+# What a campaign file may be: bounds that keep a hostile file (deep nesting, alias bombs,
+# self-referencing anchors) a one-line error instead of a RecursionError or a MemoryError.
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 64
+MAX_VALUES = 100_000
+_PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
+
+
+class _Budget:
+    """Counts the values one document expands to (aliases count each time they are used)."""
+
+    def __init__(self) -> None:
+        self.values = 0
+        self.open: set[int] = set()
+
+
+def _construct(node: yaml.Node, path: Path_, lines: dict[Path_, int], budget: _Budget | None = None) -> Any:
+    budget = budget if budget is not None else _Budget()
+    line = node.start_mark.line + 1
+    lines[path] = line
+    budget.values += 1
+    if budget.values > MAX_VALUES:
+        raise SpecError(f"line {line}: the document expands to more than {MAX_VALUES:,} values (an alias bomb?)")
+    if len(path) > MAX_DEPTH:
+        raise SpecError(f"line {line}: {_dotted(path[:3])}: nesting deeper than {MAX_DEPTH} levels")
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        if node.tag not in _PLAIN_TAGS:
+            raise SpecError(f"line {line}: {_dotted(path)}: YAML tag {node.tag!r} is not allowed in a campaign")
+        if id(node) in budget.open:
+            raise SpecError(f"line {line}: {_dotted(path)}: an alias refers to a value that contains it")
+        budget.open.add(id(node))
+        try:
+            return _collection(node, path, lines, budget)
+        finally:
+            budget.open.discard(id(node))
+    value = _scalar(node, path)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(f"line {line}: {_dotted(path)}: {value} is not a finite number")
+    return value
+
+
+def _collection(node: yaml.Node, path: Path_, lines: dict[Path_, int], budget: _Budget) -> Any:
     if isinstance(node, yaml.SequenceNode):
-        return [_construct(item, path + (i,), lines) for i, item in enumerate(node.value)]
-    return _scalar(node)
+        return [_construct(item, path + (i,), lines, budget) for i, item in enumerate(node.value)]
+    result: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise SpecError(f"line {key_node.start_mark.line + 1}: mapping keys must be plain words")
+        key = _scalar(key_node, path)
+        if not isinstance(key, str):
+            raise SpecError(f"line {key_node.start_mark.line + 1}: mapping key {key!r} must be a word, not a {type(key).__name__}")
+        if key in result:
+            raise SpecError(f"line {key_node.start_mark.line + 1}: key {key!r} appears twice")
+        result[key] = _construct(value_node, path + (key,), lines, budget)
+    return result
 
 
-def _scalar(node: yaml.Node) -> Any:
+def _scalar(node: yaml.Node, path: Path_ = ()) -> Any:
     """Type a scalar the way yaml.safe_load would (int, float, bool, null, str)."""
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"line {node.start_mark.line + 1}: {_dotted(path)}: cannot read value: {problem}") from None
     finally:
         loader.dispose()
 
@@ -57,6 +101,8 @@ def load_yaml(text: str, source: str = "<string>") -> tuple[Any, dict[Path_, int
         line = f"{mark.line + 1}" if mark is not None else "?"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError(f"{source}:{line}: malformed YAML: {problem}") from None
+    except RecursionError:
+        raise SpecError(f"{source}:1: malformed YAML: nesting too deep (at most {MAX_DEPTH} levels)") from None
     if node is None:
         raise SpecError(f"{source}:1: the file is empty")
     lines: dict[Path_, int] = {}
@@ -167,10 +213,15 @@ def load_campaign(path: str | Path) -> CampaignSpec:
     """Read a campaign YAML file; errors are one line naming file, line and field."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise SpecError(f"{path}: campaign file is {size:,} bytes; at most {MAX_FILE_BYTES:,} are read")
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such campaign file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read campaign file: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: campaign file is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read campaign file: {exc.strerror or exc}") from None
     data, lines = load_yaml(text, str(path))
     return campaign_from_data(data, str(path), lines)

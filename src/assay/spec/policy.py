@@ -24,7 +24,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
 class PolicySpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str
+    name: str = Field(max_length=100)
     builtin: str | None = None
     entrypoint: str | None = None
     remote: str | None = None
