@@ -37,7 +37,7 @@ def test_concurrent_readers_while_a_campaign_writes_see_no_error():
 @pytest.fixture(scope="module")
 def client(report_store: Path) -> Iterator[TestClient]:  # noqa: F811
     app = create_app(ServerConfig(store_root=report_store, token="t0ken", campaigns_dir=report_store.parent))
-    with TestClient(app, raise_server_exceptions=False) as test_client:
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as test_client:
         yield test_client
 
 

@@ -69,7 +69,7 @@ def test_dashboard_state_changing_routes_all_require_the_token(tmp_path):
     app = create_app(DashboardConfig(tmp_path / "store", "tok", tmp_path))
     writes = [r for r in app.routes if isinstance(r, APIRoute) and r.methods - {"GET", "HEAD"}]
     assert writes, "the dashboard has state-changing routes; each must be listed here"
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         for route in writes:
             path = route.path.replace("{run_id}", "nope")
             for method in route.methods - {"GET", "HEAD"}:
@@ -161,7 +161,7 @@ def test_dashboard_starts_only_campaign_files_inside_its_directory(tmp_path):
     (campaigns / "link.yaml").symlink_to(outside / "evil.yaml")  # a symlink out is still outside
     Store(tmp_path / "store").close()
     app = create_app(DashboardConfig(tmp_path / "store", "tok", campaigns))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         for path in ("../outside/evil.yaml", str(outside / "evil.yaml"), "link.yaml", "/etc/passwd", "a/../../x.yaml"):
             response = client.post("/api/runs", json={"path": path}, headers={"Authorization": "Bearer tok"})
             assert response.status_code == 400, (path, response.status_code)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from assay.cli.report_commands import is_loopback
+from assay.server import is_loopback
 from assay.failures import FailureTable, add_sets, load_set
 from assay.failures.ponr import load_ponrs
 from assay.metrics import leaderboard, outcome_grid
@@ -35,7 +35,7 @@ def client(report_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     (campaigns / "notes.txt").write_text("not a campaign")
     (tmp_path_factory.getbasetemp() / "outside.yaml").write_text("name: o\nepisodes: 1\ntasks: [x/y]\npolicies: [expert]\n")
     app = create_app(ServerConfig(report_store, TOKEN, campaigns, poll_s=0.05))
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -198,7 +198,7 @@ def test_a_heldout_set_is_served_by_its_suffixed_name(report_store: Path, tmp_pa
     Store(root).close()
     mined, held = add_sets(root, "split", "tiny", cases, holdout=0.999)  # nearly every case goes to the held-out half
     assert held is not None and held.name == "split.heldout"
-    with TestClient(create_app(ServerConfig(root, TOKEN, tmp_path))) as client:
+    with TestClient(create_app(ServerConfig(root, TOKEN, tmp_path)), base_url="http://127.0.0.1") as client:
         rows = {r["name"]: r for r in client.get("/api/regression").json()}
         assert {n: (r["split"], r["cases"], r["latest"]) for n, r in rows.items()} == \
             {"split": ("mined", len(mined.cases), None), "split.heldout": ("heldout", len(held.cases), None)}

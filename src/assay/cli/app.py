@@ -59,7 +59,7 @@ def run(
                 f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store"
                 + (f" ({summary.repaired} re-run: step file missing or corrupted)" if summary.repaired else "")
                 + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
-                f"Results stored in {opened.root} (catalog {opened.catalog.url})", highlight=False, soft_wrap=True)
+                f"Results stored in {opened.root} (catalog {opened.catalog.display_url})", highlight=False, soft_wrap=True)
 
 
 @app.command()

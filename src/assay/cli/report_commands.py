@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -48,15 +47,6 @@ def report(
         render.console.print(f"report of {campaign} written to {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind; anything but loopback exposes the dashboard.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8080,
@@ -72,7 +62,7 @@ def serve(
     """Serve the dashboard and JSON API (OpenAPI at /docs) over a store."""
     import uvicorn
 
-    from assay.server import ServerConfig, create_app
+    from assay.server import ServerConfig, create_app, is_loopback
 
     with user_errors():
         if executor not in ("inline", "local", "ray"):
@@ -81,7 +71,7 @@ def serve(
         if not campaigns_dir.is_dir():
             raise AssayError(f"campaign directory {campaigns_dir} does not exist")
         token = token or os.environ.get("ASSAY_TOKEN") or secrets.token_urlsafe(24)
-        config = ServerConfig(Path(store), token, campaigns_dir, catalog, executor, workers)
+        config = ServerConfig(Path(store), token, campaigns_dir, catalog, executor, workers, host=host)
         app = create_app(config)
     if not is_loopback(host):
         render.err_console.print(f"[bold yellow]warning:[/] binding {host}: the dashboard and its read API are open "

@@ -2,7 +2,8 @@
 
 Reads are open (the server binds loopback by default). Anything that changes
 state (starting or cancelling a campaign) needs ``Authorization: Bearer TOKEN``:
-missing -> 401, wrong -> 403. Files are served only from the store's ``videos``,
+missing -> 401, wrong -> 403. Bound to loopback, requests whose ``Host`` is not a loopback
+name get 400 (DNS rebinding). Files are served only from the store's ``videos``,
 ``episodes`` and ``campaigns`` folders, after resolving symlinks, so no request
 path (``..``, encoded slashes, links) reaches anything else.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -22,6 +24,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -43,6 +46,23 @@ class ServerConfig:
     executor: str = "local"
     workers: int = 2
     poll_s: float = 1.0  # how often the progress stream looks at the catalog
+    host: str = "127.0.0.1"  # the interface served; on loopback, only loopback Host headers are answered
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(host: str) -> list[str]:
+    """Host headers answered. Bound to loopback: loopback names only, so a page of another site whose
+    name a DNS rebinding points at 127.0.0.1 cannot read the open API. Bound elsewhere: any (the
+    operator exposed it on purpose; writes still need the token)."""
+    return ["127.0.0.1", "localhost", "[::1]", host] if is_loopback(host) else ["*"]
 
 
 class StartRequest(BaseModel):
@@ -66,6 +86,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                   description="Campaigns, leaderboards, episodes, failures and regression sets of one Assay store. "
                               "Writes need `Authorization: Bearer TOKEN`.")
     app.state.store, app.state.runs, app.state.config = store, runs, config
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(config.host))
 
     def require_token(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
         if creds is None:
@@ -131,7 +152,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/campaigns/{name}/leaderboard", tags=["results"],
              summary="Suite scores with bootstrap intervals, rank intervals and sign-off (nominal variant)")
     async def get_leaderboard(name: str, confidence: float = Query(0.95, gt=0.5, lt=1.0),
-                              resamples: int = Query(2000, ge=100, le=100_000), seed: int = 0) -> dict[str, Any]:
+                              resamples: int = Query(2000, ge=100, le=100_000),
+                              seed: int = Query(0, ge=0, le=2**32 - 1)) -> dict[str, Any]:
         await call(views.campaign_row, store, name)
 
         def compute() -> dict[str, Any]:

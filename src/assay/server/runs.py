@@ -24,6 +24,7 @@ from typing import Any
 
 from assay.errors import AssayError
 from assay.spec import load_campaign
+from assay.store import redact_url
 
 CANCEL_GRACE_S = 10.0
 
@@ -57,7 +58,7 @@ class Run:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "campaign": self.campaign, "path": self.path, "state": self.state.value,
-                "returncode": self.process.poll(), "started_at": self.started_at, "command": self.command,
+                "returncode": self.process.poll(), "started_at": self.started_at, "command": _redacted(self.command),
                 "log": self.log}
 
 
@@ -74,6 +75,8 @@ class RunManager:
 
     def confine(self, path: str) -> Path:
         """The campaign file for ``path`` (relative to the campaign directory), or AssayError."""
+        if "\x00" in path:
+            raise AssayError(f"campaign file {path!r}: a path may not hold a NUL character")
         candidate = (self.campaigns_dir / path).resolve()
         if not candidate.is_relative_to(self.campaigns_dir):
             raise AssayError(f"campaign file {path!r} is outside the campaign directory {self.campaigns_dir}")
@@ -129,6 +132,11 @@ class RunManager:
         for run_id, run in list(self.runs.items()):
             if run.state is RunState.RUNNING:
                 self.cancel(run_id)
+
+
+def _redacted(command: list[str]) -> list[str]:
+    """The command as the API shows it: a ``--catalog`` URL without its password."""
+    return [redact_url(arg) if i and command[i - 1] == "--catalog" else arg for i, arg in enumerate(command)]
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

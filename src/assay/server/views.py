@@ -131,11 +131,16 @@ def failures(store: Store, campaign: str) -> dict[str, Any]:
 
 
 def confined_file(store_root: Path, relpath: str) -> Path:
-    """The file at ``relpath`` inside the store's served folders, symlinks resolved; StoreError otherwise."""
+    """The file at ``relpath`` inside the store's served folders, symlinks resolved; StoreError otherwise.
+
+    The folders themselves are taken under the resolved store root and never followed: a
+    ``videos`` link to ``/elsewhere`` serves nothing of ``/elsewhere``.
+    """
     if "\x00" in relpath:  # the OS refuses such names; say "no file", never crash
         raise StoreError(f"no file {relpath!r} in the store")
-    candidate = (store_root / relpath).resolve()
-    allowed = [(store_root / d).resolve() for d in SERVED_DIRS]
+    root = store_root.resolve()
+    candidate = (root / relpath).resolve()
+    allowed = [root / d for d in SERVED_DIRS]  # not resolved: a served folder that is a link leads nowhere
     if not any(candidate.is_relative_to(base) for base in allowed) or not candidate.is_file():
         raise StoreError(f"no file {relpath!r} in the store")
     return candidate

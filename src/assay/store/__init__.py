@@ -3,7 +3,7 @@
 May import ``assay.spec`` only.
 """
 
-from assay.store.catalog import Catalog
+from assay.store.catalog import Catalog, redact_url
 from assay.store.episodes import REQUIRED_COLUMNS, build_table, episode_relpath, read_episode, write_blob, write_episode
 from assay.store.provenance import provenance
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
@@ -22,6 +22,7 @@ __all__ = [
     "provenance",
     "read_episode",
     "read_video",
+    "redact_url",
     "video_relpath",
     "write_blob",
     "write_episode",

@@ -11,6 +11,7 @@ policy, so two campaigns can share an episode under different names.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -145,11 +146,20 @@ def _record(row: Any) -> EpisodeRecord:
     )
 
 
+def redact_url(url: str) -> str:
+    """A database URL as it may be shown or logged: the password replaced by ``***``."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except (SQLAlchemyError, ValueError, TypeError):
+        return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
 class Catalog:
     """Episode rows and campaign links behind one SQLAlchemy engine."""
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.display_url = redact_url(url)  # what messages show: never the password
         try:
             self.engine = sa.create_engine(url, future=True)
             if self.engine.dialect.name == "sqlite":
@@ -160,9 +170,10 @@ class Catalog:
                 if found is None:
                     conn.execute(store_meta.insert().values(name="schema_version", value=str(SCHEMA_VERSION)))
                 elif int(found) != SCHEMA_VERSION:
-                    raise StoreError(f"catalog {url} has schema_version {found}; this Assay reads {SCHEMA_VERSION}")
+                    raise StoreError(f"catalog {self.display_url} has schema_version {found}; this Assay reads {SCHEMA_VERSION}")
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open catalog {url}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
+            raise StoreError(f"cannot open catalog {self.display_url}: {exc.__class__.__name__}: "
+                             f"{redact_url(str(exc).splitlines()[0])}") from None
 
     def close(self) -> None:
         self.engine.dispose()
@@ -338,7 +349,7 @@ class Catalog:
             rows = list(conn.execute(query))
         keys = sorted({r._mapping["key"] for r in rows})
         if not keys:
-            raise StoreError(f"no episode with key {key_prefix!r} in {self.url}")
+            raise StoreError(f"no episode with key {key_prefix!r} in {self.display_url}")
         if len(keys) > 1:
             raise StoreError(f"key prefix {key_prefix!r} is ambiguous: {', '.join(k[:12] for k in keys[:5])} ...")
         return _record(rows[0])
