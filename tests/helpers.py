@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from assay.policies import ExpertPolicy, PolicyContext
-from assay.sim import Transition
-from assay.spec import ActionSpec, SuccessMode, TaskSpec
+from assay.testing import ConstantPolicy, FunctionEnv, fake_task
+
+__all__ = ["ConstantPolicy", "FlakyExpert", "FunctionEnv", "SloppyExpert", "comparable_steps", "fake_task",
+           "kill_after_episodes"]
 
 
 class FlakyExpert:
@@ -32,46 +34,6 @@ class FlakyExpert:
             if seed % 3 == 1:
                 actions[row] = np.nan
         return actions
-
-
-def fake_task(horizon: int = 10, success: SuccessMode = SuccessMode.ANY_STEP) -> TaskSpec:
-    return TaskSpec(name="fake/counter", version=1, backend="gymnasium", env_name="Fake-v0", instructions=("count",),
-                    horizon=horizon, control_hz=10.0, state_dim=1, action=ActionSpec(dim=1), success=success)
-
-
-class FunctionEnv:
-    """A SimEnv made of functions (after Gymnasium's GenericTestEnv): the runner without a simulator."""
-
-    def __init__(self, task: TaskSpec, step_fn: Callable[[int, int, np.ndarray], Transition]) -> None:
-        self.task = task
-        self.step_fn = step_fn
-        self.seed = -1
-        self.t = 0
-
-    def reset(self, seed: int) -> dict[str, np.ndarray]:
-        self.seed, self.t = seed, 0
-        return {"state": np.array([float(seed)])}
-
-    def step(self, action: np.ndarray) -> Transition:
-        self.t += 1
-        return self.step_fn(self.seed, self.t, action)
-
-    def initial_conditions(self) -> dict[str, Any]:
-        return {"seed": self.seed}
-
-    def close(self) -> None:
-        pass
-
-
-class ConstantPolicy:
-    def __init__(self, value: float = 0.5) -> None:
-        self.value = value
-
-    def reset(self, context: PolicyContext) -> None:
-        self.context = context
-
-    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
-        return np.full((len(observations["env_ids"]), 1), self.value)
 
 
 def comparable_steps(store: Any, record: Any) -> bytes | None:

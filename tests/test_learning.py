@@ -117,3 +117,10 @@ def test_data_query_selects_nothing_is_an_error(demo_store):
         load_demos(demo_store, "campaign=demos,task=metaworld/pick-place@1")
     with pytest.raises(DataQueryError, match="demos folder"):
         load_demos(demo_store, "campaign=demos,demos=nowhere")
+
+
+def test_bc_passes_the_conformance_kit(checkpoint):
+    from assay.sim import default_registry
+    from assay.testing import check_policy
+
+    check_policy(BCPolicy(path=checkpoint.path), default_registry().get(TASK), bounded=True)

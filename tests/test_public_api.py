@@ -23,6 +23,7 @@ ALLOWED = {
     "sim": {"spec"},
     "policies": {"spec"},
     "store": {"spec"},
+    "testing": {"spec", "sim", "policies"},
     "run": {"spec", "sim", "policies", "store"},
     "metrics": {"spec", "store"},
     "failures": {"spec", "sim", "policies", "store", "metrics"},

@@ -9,6 +9,7 @@ Every error Assay raises on purpose derives from :class:`AssayError`, so a calle
     │   ├── UnknownPolicyError   a builtin name or ``module:attr`` that does not resolve
     │   └── UnsupportedError     a valid spec that this task/backend/policy cannot run
     ├── StoreError           the store or catalog cannot be read or written
+    ├── ConformanceError     a backend or policy breaks its contract (``assay.testing``'s checks)
     └── EpisodeError         one episode went wrong (simulator raised, bad action);
                              recorded as outcome ``error``, never raised out of a campaign
 
@@ -41,6 +42,10 @@ class UnsupportedError(SpecError):
 
 class StoreError(AssayError):
     """The store directory or the catalog cannot be used."""
+
+
+class ConformanceError(AssayError):
+    """A SimEnv or Policy does not do what its protocol promises (found by ``assay.testing``)."""
 
 
 class EpisodeError(AssayError):

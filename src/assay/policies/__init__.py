@@ -7,7 +7,18 @@ from assay.policies.builtin import BUILTIN_POLICIES, DegradedExpertPolicy, Exper
 from assay.policies.contract import ContractError, ContractWarning, PolicyContract, check_contract
 from assay.policies.loader import check_policy_contract, check_supports, make_policy, policy_contract, resolve_policy
 from assay.policies.mlp import MLPPolicy
-from assay.policies.protocol import Policy, PolicyContext
+from assay.policies.protocol import (
+    Policy,
+    PolicyClass,
+    PolicyContext,
+    SupportsContract,
+    SupportsEpisodeInfo,
+    SupportsMetadata,
+    SupportsParams,
+    SupportsResolveVersion,
+    SupportsTaskCheck,
+    SupportsVersion,
+)
 
 __all__ = [
     "BUILTIN_POLICIES",
@@ -21,7 +32,15 @@ __all__ = [
     "DegradedExpertPolicy",
     "ExpertPolicy",
     "Policy",
+    "PolicyClass",
     "PolicyContext",
+    "SupportsContract",
+    "SupportsEpisodeInfo",
+    "SupportsMetadata",
+    "SupportsParams",
+    "SupportsResolveVersion",
+    "SupportsTaskCheck",
+    "SupportsVersion",
     "RandomPolicy",
     "check_supports",
     "make_policy",

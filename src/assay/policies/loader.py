@@ -9,14 +9,20 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
 from assay.errors import SpecError, UnknownPolicyError, UnsupportedError
 from assay.policies.builtin import BUILTIN_POLICIES
 from assay.policies.contract import PolicyContract, check_contract
-from assay.policies.protocol import Policy
+from assay.policies.protocol import (
+    Policy,
+    PolicyClass,
+    SupportsContract,
+    SupportsResolveVersion,
+    SupportsTaskCheck,
+)
 from assay.policies.remote.client import RemoteParams, RemotePolicy, fetch_metadata
 from assay.spec import PolicySpec, ResolvedPolicy, TaskSpec, content_hash
 
@@ -41,10 +47,10 @@ def _import_entrypoint(spec: PolicySpec) -> Any:
     return target
 
 
-def _builtin(spec: PolicySpec) -> type:
+def _builtin(spec: PolicySpec) -> PolicyClass:
     assert spec.builtin is not None
     try:
-        return BUILTIN_POLICIES[spec.builtin]
+        return cast(PolicyClass, BUILTIN_POLICIES[spec.builtin])
     except KeyError:
         valid = ", ".join(sorted(BUILTIN_POLICIES))
         raise UnknownPolicyError(f"policy {spec.name!r}: unknown builtin {spec.builtin!r}; valid: {valid}") from None
@@ -75,8 +81,10 @@ def resolve_policy(spec: PolicySpec) -> ResolvedPolicy:
     if spec.builtin is not None:
         cls = _builtin(spec)
         _check_params(spec, cls.Params)
-        resolve_version = getattr(cls, "resolve_version", None)
-        version = resolve_version(spec.params) if callable(resolve_version) else f"builtin-{cls.version}"
+        if isinstance(cls, SupportsResolveVersion):
+            version = cls.resolve_version(spec.params)
+        else:
+            version = f"builtin-{cls.version}"
         return ResolvedPolicy(spec, spec.version or version)
     if spec.remote is not None:
         # The server's identity (policy, params, version) is what the episodes depend on, not its URL.
@@ -93,8 +101,7 @@ def check_supports(policy: ResolvedPolicy, task: TaskSpec) -> None:
     if policy.spec.remote is not None:
         return
     target = _builtin(policy.spec) if policy.spec.builtin is not None else _import_entrypoint(policy.spec)
-    supports = getattr(target, "supports", None)
-    reason = supports(task) if callable(supports) else None
+    reason = target.supports(task) if isinstance(target, SupportsTaskCheck) else None
     if reason:
         raise UnsupportedError(f"policy {policy.name!r} cannot run {task.id}: {reason}")
 
@@ -105,8 +112,7 @@ def policy_contract(policy: ResolvedPolicy) -> PolicyContract | None:
     if spec.remote is not None:
         return PolicyContract.from_metadata(fetch_metadata(spec.remote, **spec.params))
     target = _builtin(spec) if spec.builtin is not None else _import_entrypoint(spec)
-    declare = getattr(target, "contract", None)
-    return declare(spec.params) if callable(declare) else None
+    return target.contract(spec.params) if isinstance(target, SupportsContract) else None
 
 
 def check_policy_contract(policy: ResolvedPolicy, task: TaskSpec) -> None:
@@ -122,6 +128,6 @@ def make_policy(spec: PolicySpec) -> Policy:
         return RemotePolicy(spec.remote, **spec.params)
     factory = _builtin(spec) if spec.builtin is not None else _import_entrypoint(spec)
     policy = factory(**spec.params)
-    if not (callable(getattr(policy, "reset", None)) and callable(getattr(policy, "act", None))):
+    if not isinstance(policy, Policy):
         raise UnknownPolicyError(f"policy {spec.name!r}: {spec.source} did not build an object with reset() and act()")
     return policy

@@ -1,26 +1,73 @@
-"""The Policy protocol: inference only.
+"""The Policy protocol (inference only) and the declared hooks a policy class may offer.
 
 ``reset(context)`` starts a batch of episodes; ``act(observations)`` returns one
-action per active environment. The observation batch is a mapping:
+action per active environment. The observation batch is a mapping; every array
+has the batch as its first axis ``B``:
 
-* ``"state"``: float array ``(B, state_dim)``
-* ``"instruction"``: list of ``B`` strings
-* ``"env_ids"``: int array ``(B,)``, the slot of each row in ``context.seeds``
+* ``"state"``: float array ``(B, state_dim)``, always present;
+* ``"image.<camera>"``: uint8 RGB ``(B, height, width, 3)`` for each camera the task declares;
+* ``"depth.<camera>"``: float32 metres ``(B, height, width)`` when the camera has ``depth: true``;
+* ``"calib.<camera>"``: float ``(B, 10)``, the *nominal* camera pose (position, forward, up, vertical
+  field of view in degrees; see ``assay.sim.render.calibration``), which a camera perturbation does not move;
+* ``"instruction"``: list of ``B`` strings (the episode's instruction, paraphrased or not);
+* ``"env_ids"``: int array ``(B,)``, the slot of each row in ``context.seeds``.
 
 Only environments still running are in the batch, so a policy that keeps state
 per environment keys it by ``env_ids``. Keeping per-environment state (RNGs
 seeded from ``context.seeds``) is what makes results independent of batching.
+
+``act`` answers ``(B, A)`` (one action per row) or an action chunk ``(B, H, A)``;
+the runner executes the first ``replan_every`` actions of each row's chunk (all
+of it by default) before asking that environment again. ``A`` is the task's
+``action.dim``; values must be finite floats.
+
+A policy *class* (what a builtin name or a ``module:attr`` entrypoint names) may
+declare optional hooks; each is a small protocol below, and the loader, the
+runner and the policy server look for exactly these and nothing else:
+
+==========================  =========================================================  ==============
+hook                        meaning                                                    used by
+==========================  =========================================================  ==============
+``Params``                  a pydantic model validating ``params`` (builtins: required)  loader
+``version``                 a string: the builtin's version ``builtin-<version>``       loader
+``resolve_version(params)`` static; the version from params (e.g. a weights digest)     loader
+``supports(task)``          static; a reason string when the task cannot be run, else None  loader
+``contract(params)``        static; the :class:`PolicyContract` for the handshake       loader
+``episode_info(slot)``      instance; JSON-able facts the policy decided for a slot     runner
+``metadata()``              instance; served metadata (``{"contract": ...}``)            server
+==========================  =========================================================  ==============
+
+``assay.testing.check_policy`` checks a policy against this contract.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
+from pydantic import BaseModel
 
 from assay.spec import TaskSpec
+
+if TYPE_CHECKING:
+    from assay.policies.contract import PolicyContract
+
+#: Observation keys (and key prefixes, ending in ``.``) a policy may receive.
+STATE = "state"
+INSTRUCTION = "instruction"
+ENV_IDS = "env_ids"
+IMAGE_PREFIX = "image."
+DEPTH_PREFIX = "depth."
+CALIB_PREFIX = "calib."
+OBSERVATION_KEYS = (STATE, INSTRUCTION, ENV_IDS)
+OBSERVATION_PREFIXES = (IMAGE_PREFIX, DEPTH_PREFIX, CALIB_PREFIX)
+
+
+def is_observation_key(key: str) -> bool:
+    """Whether ``key`` is one the runner documents (``state``, ``image.*``, ...)."""
+    return key in OBSERVATION_KEYS or any(key.startswith(p) and len(key) > len(p) for p in OBSERVATION_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -42,4 +89,63 @@ class Policy(Protocol):
         """Forget previous episodes; prepare ``context.batch_size`` environment slots."""
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
-        """Return actions ``(B, action_dim)`` for the ``B`` rows of ``observations``."""
+        """Return actions ``(B, A)`` or chunks ``(B, H, A)`` for the ``B`` rows of ``observations``."""
+
+
+@runtime_checkable
+class SupportsParams(Protocol):
+    """A class whose constructor keywords are validated by a pydantic model."""
+
+    Params: ClassVar[type[BaseModel]]
+
+
+@runtime_checkable
+class SupportsVersion(Protocol):
+    """A class with a fixed version string (a builtin's is ``builtin-<version>``)."""
+
+    version: ClassVar[str]
+
+
+@runtime_checkable
+class SupportsResolveVersion(Protocol):
+    """A class whose version depends on its params (weights are part of the identity)."""
+
+    @staticmethod
+    def resolve_version(params: Mapping[str, Any]) -> str: ...
+
+
+@runtime_checkable
+class SupportsTaskCheck(Protocol):
+    """A class that can refuse a task before anything is built: a reason string, or None."""
+
+    @staticmethod
+    def supports(task: TaskSpec) -> str | None: ...
+
+
+@runtime_checkable
+class SupportsContract(Protocol):
+    """A class that declares its interface for the contract handshake."""
+
+    @staticmethod
+    def contract(params: Mapping[str, Any]) -> PolicyContract: ...
+
+
+@runtime_checkable
+class SupportsEpisodeInfo(Protocol):
+    """A policy that reports what it decided for an environment slot (recorded as ``policy_info``)."""
+
+    def episode_info(self, slot: int) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class SupportsMetadata(Protocol):
+    """A policy that describes itself to remote clients (the server sends this on connect)."""
+
+    def metadata(self) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class PolicyClass(SupportsParams, SupportsVersion, Protocol):
+    """What a builtin policy class is: ``Params``, ``version``, and a constructor taking the params."""
+
+    def __call__(self, **params: Any) -> Policy: ...

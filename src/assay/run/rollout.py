@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.policies import Policy, PolicyContext
+from assay.policies import Policy, PolicyContext, SupportsEpisodeInfo
 from assay.policies.remote import PolicyUnavailableError
 from assay.run.recorder import EpisodeRecorder
 from assay.sim import Observation, SimEnv, Transition
@@ -204,11 +204,12 @@ class _Episodes:
         return [s for s in slots if not self.recorders[s].done]
 
     def finish(self) -> list[EpisodeRecorder]:
-        info = getattr(self.policy, "episode_info", None)  # optional: what the policy decided (skill, ...)
+        # optional: what the policy decided (skill, ...)
+        info = self.policy.episode_info if isinstance(self.policy, SupportsEpisodeInfo) else None
         for slot, recorder in enumerate(self.recorders):
             if recorder.duration_s == 0.0:
                 recorder.duration_s = time.perf_counter() - self.started
-            if callable(info) and recorder.steps:
+            if info is not None and recorder.steps:
                 try:
                     recorder.policy_info = dict(info(slot))
                 except Exception as exc:  # noqa: BLE001 - a diagnostic hook never fails an episode

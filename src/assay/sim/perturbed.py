@@ -19,18 +19,26 @@ from assay.spec import Variant, derive_seed
 
 
 class PerturbedEnv:
+    """A :class:`SimEnv` under one variant: model factors at reset, control factors per step."""
+
     def __init__(self, env: SimEnv, variant: Variant) -> None:
         self.env = env
         self.task = env.task
+        self._configure(variant)
+        self._rng = np.random.default_rng(0)
+        self._queue: deque[np.ndarray] = deque()
+
+    def _configure(self, variant: Variant) -> None:
         self.variant = variant
         self._action_noise = float(value_of(variant, "action.noise"))
         self._observation_noise = float(value_of(variant, "observation.noise"))
         self._latency = int(value_of(variant, "control.latency"))
-        self._rng = np.random.default_rng(0)
-        self._queue: deque[np.ndarray] = deque()
 
-    def reset(self, seed: int) -> Observation:
-        observation = self.env.reset(seed, self.variant)  # type: ignore[call-arg]
+    def reset(self, seed: int, variant: Variant | None = None) -> Observation:
+        """Start an episode under the wrapper's variant (or ``variant``, which then becomes the wrapper's)."""
+        if variant is not None and variant != self.variant:
+            self._configure(variant)
+        observation = self.env.reset(seed, self.variant)
         self._rng = np.random.default_rng(derive_seed("perturbation", seed))
         self._queue = deque([np.zeros(self.task.action.dim)] * self._latency)
         return self._noisy(observation)

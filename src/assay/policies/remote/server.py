@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from assay.policies.contract import PROMPT_KEY, STATE_KEY, ActionContract, ArraySpec, PolicyContract, task_interface
-from assay.policies.protocol import Policy, PolicyContext
+from assay.policies.protocol import Policy, PolicyContext, SupportsMetadata
 from assay.policies.remote.batcher import DynamicBatcher
 from assay.policies.remote.wire import MAX_MESSAGE_BYTES, WireError, packb, unpackb
 from assay.spec import TaskSpec
@@ -55,7 +55,7 @@ class ServerConfig:
 
 def default_contract(policy: Policy, task: TaskSpec) -> PolicyContract:
     """The policy's own contract (``metadata()['contract']``), or the serving task's interface."""
-    metadata = policy.metadata() if callable(getattr(policy, "metadata", None)) else {}  # type: ignore[attr-defined]
+    metadata = dict(policy.metadata()) if isinstance(policy, SupportsMetadata) else {}
     declared = PolicyContract.from_metadata(metadata)
     if declared is not None:
         return declared
