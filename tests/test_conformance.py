@@ -267,3 +267,12 @@ def test_the_remote_policy_passes():
             check_policy(policy, task, bounded=True)
         finally:
             policy.close()
+
+
+def test_catches_a_trace_hook_that_is_not_json():
+    class Traced(ConstantPolicy):
+        def step_trace(self, slot: int) -> dict[str, Any]:
+            return {"raw": object()}
+
+    with pytest.raises(ConformanceError, match=r"step_trace\(0\) is not a JSON-able mapping"):
+        check_policy(Traced(), fake_task())

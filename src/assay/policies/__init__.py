@@ -16,6 +16,7 @@ from assay.policies.protocol import (
     SupportsMetadata,
     SupportsParams,
     SupportsResolveVersion,
+    SupportsStepTrace,
     SupportsTaskCheck,
     SupportsVersion,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "SupportsMetadata",
     "SupportsParams",
     "SupportsResolveVersion",
+    "SupportsStepTrace",
     "SupportsTaskCheck",
     "SupportsVersion",
     "RandomPolicy",

@@ -34,6 +34,8 @@ hook                        meaning                                             
 ``supports(task)``          static; a reason string when the task cannot be run, else None  loader
 ``contract(params)``        static; the :class:`PolicyContract` for the handshake       loader
 ``episode_info(slot)``      instance; JSON-able facts the policy decided for a slot     runner
+``step_trace(slot)``        instance; the policy's account of its latest answer for a  runner
+                            slot (recorded per step as ``trace.<name>`` columns)
 ``metadata()``              instance; served metadata (``{"contract": ...}``)            server
 ==========================  =========================================================  ==============
 
@@ -135,6 +137,13 @@ class SupportsEpisodeInfo(Protocol):
     """A policy that reports what it decided for an environment slot (recorded as ``policy_info``)."""
 
     def episode_info(self, slot: int) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class SupportsStepTrace(Protocol):
+    """A policy that explains each answer for a slot (recorded per step as ``trace.<name>``)."""
+
+    def step_trace(self, slot: int) -> Mapping[str, Any]: ...
 
 
 @runtime_checkable

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.policies import Policy, PolicyContext, SupportsEpisodeInfo
+from assay.policies import Policy, PolicyContext, SupportsEpisodeInfo, SupportsStepTrace
 from assay.policies.remote import PolicyUnavailableError
 from assay.run.recorder import EpisodeRecorder
 from assay.sim import Observation, SimEnv, Transition
@@ -151,11 +151,10 @@ class _Episodes:
 
     def _trace(self, slot: int) -> dict[str, Any] | None:
         """The policy's own account of its latest answer for ``slot`` (optional ``step_trace`` hook)."""
-        hook = getattr(self.policy, "step_trace", None)
-        if not callable(hook):
+        if not isinstance(self.policy, SupportsStepTrace):
             return None
         try:
-            return dict(hook(slot))
+            return dict(self.policy.step_trace(slot))
         except Exception as exc:  # noqa: BLE001 - a diagnostic hook never fails an episode
             return {"error": describe_error(exc)}
 

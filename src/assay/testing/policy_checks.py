@@ -7,7 +7,7 @@ check raises :class:`ConformanceError` with one of the messages below.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from assay.policies.protocol import (
     Policy,
     PolicyContext,
     SupportsEpisodeInfo,
+    SupportsStepTrace,
 )
 from assay.sim.protocol import Observation, SimEnv
 from assay.spec import TaskSpec, canonical_json
@@ -37,6 +38,7 @@ OUT_OF_BOUNDS = "act() returned values outside the task's action box [{low}, {hi
 NONDETERMINISTIC_ACT = "act() after reset() with the same seeds gave different actions: the policy is not seeded from the context"
 BATCH_DEPENDENT = "row {row} of a {rows}-row batch differs from the same environment asked alone: results depend on batching"
 BAD_EPISODE_INFO = "episode_info({slot}) is not a JSON-able mapping: {error}"
+BAD_STEP_TRACE = "step_trace({slot}) is not a JSON-able mapping: {error}"
 
 
 def _check_protocol(policy: Any) -> None:
@@ -98,7 +100,7 @@ def check_policy(policy: Policy, task: TaskSpec, env: SimEnv | None = None, seed
     task's keys and shapes). Checks: ``reset`` and ``act``; a finite float ``(B, A)`` or
     ``(B, H, A)`` answer (within the action box if ``bounded``); the same answer after a second
     ``reset`` with the same seeds; with ``batch_invariant``, each row equal to that environment
-    asked alone; ``episode_info`` (when declared) JSON-able for every slot.
+    asked alone; ``step_trace`` and ``episode_info`` (when declared) JSON-able for every slot.
     """
     _check_protocol(policy)
     seeds = tuple(seeds)
@@ -118,9 +120,14 @@ def check_policy(policy: Policy, task: TaskSpec, env: SimEnv | None = None, seed
             alone = _act(policy, _batch(observations, instructions, [slot]), task, 1, bounded)
             if alone.shape[1:] != first.shape[1:] or not np.allclose(alone[0], first[slot], rtol=1e-6, atol=1e-9):
                 raise ConformanceError(BATCH_DEPENDENT.format(row=slot, rows=len(slots)))
+    hooks: list[tuple[Callable[[int], Mapping[str, Any]], str]] = []
+    if isinstance(policy, SupportsStepTrace):
+        hooks.append((policy.step_trace, BAD_STEP_TRACE))
     if isinstance(policy, SupportsEpisodeInfo):
+        hooks.append((policy.episode_info, BAD_EPISODE_INFO))
+    for hook, message in hooks:
         for slot in slots:
             try:
-                canonical_json(dict(policy.episode_info(slot)))
-            except Exception as exc:  # noqa: BLE001
-                raise ConformanceError(BAD_EPISODE_INFO.format(slot=slot, error=exc)) from None
+                canonical_json(dict(hook(slot)))
+            except Exception as exc:  # noqa: BLE001 - any fault of the hook is a finding
+                raise ConformanceError(message.format(slot=slot, error=exc)) from None
