@@ -14,9 +14,9 @@ from assay.cli.progress import CampaignProgress
 from assay.errors import AssayError
 from assay.metrics import entries_from_records, rate_table, write_results_csv
 from assay.policies import BUILTIN_POLICIES
-from assay.run import make_executor, prepare_campaign, run_campaign
+from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.sim import default_registry
-from assay.spec import load_campaign
+from assay.spec import CampaignSpec, load_campaign
 from assay.store import Store
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Closed-loop simulation evaluation for robot policies.")
@@ -34,15 +34,19 @@ def run(
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster: auto | ray://HOST:PORT (default: a local Ray).")] = None,
     data: Annotated[Optional[str], typer.Option("--data", help="Where step files go: a shared directory or fsspec URL (default: the store).")] = None,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run episodes recorded as error (e.g. a policy server was down).")] = False,
+    episode_timeout: Annotated[Optional[float], typer.Option(
+        "--episode-timeout", min=0.001, help="Wall-clock limit of one batch of episodes, seconds (default: the "
+        "campaign's episode_timeout_s, else 900); a hung episode becomes an error (local and ray executors).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
     with user_errors():
         spec = load_campaign(campaign)
         planned = prepare_campaign(spec)
+        faults = fault_policy(spec, episode_timeout)
         make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
-        with Store(store, catalog, create=True, data_url=data) as opened:
-            runner = make_executor(executor, str(opened.data_root), workers, address=address)
+        with Store(store, catalog, create=True, data_url=data) as opened, opened.run_lock(on_wait=_say_waiting):
+            runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
             progress = CampaignProgress(render.err_console, enabled=not json_out)
             with progress:
                 summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
@@ -60,6 +64,17 @@ def run(
                 + (f" ({summary.repaired} re-run: step file missing or corrupted)" if summary.repaired else "")
                 + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
                 f"Results stored in {opened.root} (catalog {opened.catalog.display_url})", highlight=False, soft_wrap=True)
+
+
+def fault_policy(spec: CampaignSpec, episode_timeout: float | None) -> FaultPolicy:
+    """The run's limits: ``--episode-timeout``, else the campaign's ``episode_timeout_s``, else the default."""
+    chosen = episode_timeout if episode_timeout is not None else spec.episode_timeout_s
+    return FaultPolicy() if chosen is None else FaultPolicy(episode_timeout_s=chosen)
+
+
+def _say_waiting(holder: str) -> None:
+    render.err_console.print(f"another campaign run ({holder}) holds this store; waiting for it to finish",
+                             highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -5,15 +5,18 @@ May import ``assay.spec``, ``assay.sim``, ``assay.policies`` and ``assay.store``
 
 from assay.run.campaign import CampaignPlan, CampaignSummary, prepare_campaign, run_campaign
 from assay.run.executors import Executor, InlineExecutor, LocalExecutor, make_executor
+from assay.run.faults import DEFAULT_EPISODE_TIMEOUT_S, FaultPolicy
 from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import rollout
 from assay.run.worker import Worker
 
 __all__ = [
+    "DEFAULT_EPISODE_TIMEOUT_S",
     "CampaignPlan",
     "CampaignSummary",
     "EpisodeRecorder",
     "Executor",
+    "FaultPolicy",
     "InlineExecutor",
     "LocalExecutor",
     "Worker",

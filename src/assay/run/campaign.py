@@ -104,6 +104,20 @@ def run_campaign(
     on_record: Callable[[EpisodeRecord], None] | None = None,
     retry_errors: bool = False,
 ) -> CampaignSummary:
+    """Run the campaign's pending jobs, holding the store's run lock: a second run on the same
+    store waits for this one and then finds its episodes done (none runs twice)."""
+    with store.run_lock():
+        return _run_pending(campaign, store, executor, on_start, on_record, retry_errors)
+
+
+def _run_pending(
+    campaign: CampaignPlan,
+    store: Store,
+    executor: Executor,
+    on_start: Callable[[CampaignSummary], None] | None,
+    on_record: Callable[[EpisodeRecord], None] | None,
+    retry_errors: bool,
+) -> CampaignSummary:
     spec = campaign.spec
     existing = {c["name"]: c for c in store.catalog.campaigns()}
     if spec.name in existing and existing[spec.name]["spec_hash"] != spec.content_hash():

@@ -39,6 +39,11 @@ from assay.store import EpisodeRecord, Outcome, provenance
 Batch = tuple[EpisodeJob, ...]
 
 DEFAULT_MAX_ATTEMPTS = 3
+# Every wait has a limit: a batch that runs longer than this (a policy that never answers, a
+# simulator stuck in a loop) has its worker killed and its episodes recorded as errors. Generous
+# for CPU camera campaigns (a 500-step, two-camera batch takes a few minutes); set lower per
+# campaign (``episode_timeout_s``) or per run (``assay run --episode-timeout``).
+DEFAULT_EPISODE_TIMEOUT_S = 900.0
 
 
 class Failure(str, Enum):
@@ -48,7 +53,9 @@ class Failure(str, Enum):
 
 @dataclass(frozen=True)
 class FaultPolicy:
-    """How hard to try. ``episode_timeout_s``: wall-clock limit of one episode (None: no limit).
+    """How hard to try. ``episode_timeout_s``: wall-clock limit of one episode (None: no limit;
+    the default is :data:`DEFAULT_EPISODE_TIMEOUT_S`). The local and Ray executors enforce it;
+    the inline executor runs in the caller's process and cannot stop a hung call.
 
     The limit is enforced per batch: a batch must finish within ``episode_timeout_s``
     of being handed to a started worker (its episodes run side by side; a worker's
@@ -57,7 +64,7 @@ class FaultPolicy:
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    episode_timeout_s: float | None = None
+    episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

@@ -27,6 +27,9 @@ from assay.spec.variant import Variant
 # A variant as a campaign asks for it: factor -> value ({} is nominal). The factor catalog
 # (in assay.sim) resolves each request into a Variant with axes and checks the values.
 VariantRequest = dict[str, Any]
+# Fields that change how a campaign is executed, never what its episodes are: left out of its hash,
+# so changing them keeps the campaign (and the stores that hold it) the same campaign.
+EXECUTION_SETTINGS = {"episode_timeout_s"}
 
 
 class Pipeline(str, Enum):
@@ -60,6 +63,10 @@ class CampaignSpec(BaseModel):
         description="execute at most this many actions of each returned chunk before asking again (default: all)")
     pipeline: Pipeline = Pipeline.LOCKSTEP
     safety: bool = Field(default=False, description="filter every action (NaN, limits, workspace) and count interventions")
+    episode_timeout_s: float | None = Field(
+        default=None, gt=0, le=7 * 86_400,
+        description="wall-clock limit of one batch of episodes in seconds (default 900): past it the worker is "
+                    "killed and its episodes are errors (an execution setting: not part of the campaign's hash)")
     description: str = ""
 
     @field_validator("policies")
@@ -72,7 +79,7 @@ class CampaignSpec(BaseModel):
         return policies
 
     def content_hash(self) -> str:
-        return content_hash(self.model_dump(mode="json"))
+        return content_hash(self.model_dump(mode="json", exclude=EXECUTION_SETTINGS))
 
 
 @dataclass(frozen=True)

@@ -182,10 +182,10 @@ def remove_stale_temporaries(root: Root) -> int:
     """Delete temporaries left by dead writers on this host; return how many were removed."""
     if is_url(root):
         fs, base = _filesystem(str(root))
-        names = fs.glob(f"{base}/episodes/*/*{_TMP_MARK}*")
+        names = fs.glob(f"{base}/episodes/*/*{_TMP_MARK}*") + fs.glob(f"{base}/campaigns/*/*{_TMP_MARK}*")
         remove = fs.rm_file
     else:
-        names = [str(p) for p in (Path(root) / "episodes").glob(f"*/*{_TMP_MARK}*")]
+        names = [str(p) for folder in ("episodes", "campaigns") for p in (Path(root) / folder).glob(f"*/*{_TMP_MARK}*")]
         remove = lambda name: Path(name).unlink(missing_ok=True)  # noqa: E731
     host = socket.gethostname()
     removed = 0

@@ -15,9 +15,10 @@ it stays with the driver: workers write files, only the driver writes rows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,15 @@ import pyarrow as pa
 
 from assay.errors import StoreError
 from assay.store.catalog import Catalog
-from assay.store.episodes import Root, check_episode_file, is_url, read_episode, remove_stale_temporaries
+from assay.store.episodes import (
+    Root,
+    check_episode_file,
+    is_url,
+    read_episode,
+    remove_stale_temporaries,
+    write_blob,
+)
+from assay.store.locking import run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord
 
 
@@ -78,15 +87,23 @@ class Store:
         """Write the resolved campaign beside its results (atomically) and into the catalog."""
         directory = self.campaign_dir(name)
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / "campaign.json"
-        tmp = path.with_suffix(f".json.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **resolved}, indent=2, sort_keys=True))
-        os.replace(tmp, path)
+        text = json.dumps({"schema_version": SCHEMA_VERSION, **resolved}, indent=2, sort_keys=True)
+        write_blob(self.root, f"campaigns/{name}/campaign.json", text.encode())  # no temporary left on a full disk
         self.catalog.save_campaign(name, spec_hash, resolved)
-        return path
+        return directory / "campaign.json"
 
     def clean_temporaries(self) -> int:
-        return remove_stale_temporaries(self.data_root)
+        """Delete temporaries of dead writers: step files (in the data root) and resolved campaigns."""
+        removed = remove_stale_temporaries(self.data_root)
+        if self.data_root != self.root:
+            removed += remove_stale_temporaries(self.root)
+        return removed
+
+    @contextlib.contextmanager
+    def run_lock(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Exclusive for one campaign run at a time on this store (see :mod:`assay.store.locking`)."""
+        with run_lock(self.root, on_wait):
+            yield
 
     def damaged(self, keys: Iterable[str]) -> dict[str, str]:
         """Episodes among ``keys`` whose step file is missing or fails its checksum: key -> why.
