@@ -17,7 +17,6 @@ from assay.policies import BUILTIN_POLICIES
 from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.sim import default_registry
 from assay.spec import CampaignSpec, load_campaign
-from assay.store import Store
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Closed-loop simulation evaluation for robot policies.")
 episodes_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
@@ -45,7 +44,7 @@ def run(
         planned = prepare_campaign(spec)
         faults = fault_policy(spec, episode_timeout)
         make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
-        with Store(store, catalog, create=True, data_url=data) as opened, opened.run_lock(on_wait=_say_waiting):
+        with open_store(store, catalog, create=True, data_url=data) as opened, opened.run_lock(on_wait=_say_waiting):
             runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
             progress = CampaignProgress(render.err_console, enabled=not json_out)
             with progress:
@@ -61,7 +60,7 @@ def run(
             render.console.print(render.rate_table(rows, f"campaign {spec.name}: success by policy × task"))
             render.console.print(
                 f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store"
-                + (f" ({summary.repaired} re-run: step file missing or corrupted)" if summary.repaired else "")
+                + (f" ({summary.repaired} re-run: step file or catalog row damaged)" if summary.repaired else "")
                 + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
                 f"Results stored in {opened.root} (catalog {opened.catalog.display_url})", highlight=False, soft_wrap=True)
 

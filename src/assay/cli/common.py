@@ -34,8 +34,21 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def open_store(store: Path, catalog: str | None, create: bool = False) -> Store:
-    return Store(store, catalog, create=create)
+class _CommandStore(Store):
+    """A Store that says, when the command is done with it, which catalog rows it had to leave out."""
+
+    def __exit__(self, *exc: object) -> None:
+        skipped = self.catalog.skipped
+        if skipped:
+            key, why = next(iter(skipped.items()))
+            render.err_console.print(
+                f"[bold yellow]warning:[/] {len(skipped)} damaged catalog row(s) left out (episode {key[:12]}: "
+                f"{escape(why)}); rerun their campaign to re-run them", highlight=False, soft_wrap=True)
+        super().__exit__(*exc)
+
+
+def open_store(store: Path, catalog: str | None, create: bool = False, data_url: str | None = None) -> Store:
+    return _CommandStore(store, catalog, create=create, data_url=data_url)
 
 
 def split_list(value: str) -> list[str]:

@@ -10,11 +10,12 @@ policy, so two campaigns can share an episode under different names.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
@@ -114,8 +115,24 @@ def _row(record: EpisodeRecord) -> dict[str, Any]:
     }
 
 
+class UndecodableRow(StoreError):
+    """A catalog row that does not decode into an EpisodeRecord (an unknown outcome, broken JSON)."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"catalog row of episode {key[:12]} cannot be read: {why}")
+        self.key, self.why = key, why
+
+
 def _record(row: Any) -> EpisodeRecord:
     m = row._mapping
+    try:
+        return _decode(m)
+    except (ValueError, TypeError, KeyError) as exc:  # json.JSONDecodeError is a ValueError
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'bad value'}"
+        raise UndecodableRow(str(m["key"]), why) from None
+
+
+def _decode(m: Any) -> EpisodeRecord:
     return EpisodeRecord(
         key=m["key"],
         campaign=m["campaign"],
@@ -154,12 +171,38 @@ def redact_url(url: str) -> str:
         return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guarded(method: F) -> F:
+    """Database and OS errors (a full disk, a lost server) become one-line StoreErrors."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Catalog", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except SQLAlchemyError as exc:
+            detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            raise StoreError(f"catalog {self.display_url}: {method.__name__} failed: {type(exc).__name__}: "
+                             f"{redact_url(detail)}") from None
+        except OSError as exc:
+            raise StoreError(f"catalog {self.display_url}: {method.__name__} failed: {exc.strerror or exc}") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
 class Catalog:
-    """Episode rows and campaign links behind one SQLAlchemy engine."""
+    """Episode rows and campaign links behind one SQLAlchemy engine.
+
+    Every method turns database and OS errors into one-line :class:`StoreError`; a row that
+    does not decode is skipped by :meth:`episodes` (its key kept in ``skipped``), refused by
+    :meth:`episode`, and reported by :meth:`undecodable`, which a resume treats as damaged.
+    """
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.display_url = redact_url(url)  # what messages show: never the password
+        self.skipped: dict[str, str] = {}  # rows that episodes() could not decode and left out: key -> why
         try:
             self.engine = sa.create_engine(url, future=True)
             if self.engine.dialect.name == "sqlite":
@@ -179,6 +222,7 @@ class Catalog:
         self.engine.dispose()
 
     # -- writes (driver only) -------------------------------------------------
+    @_guarded
     def save_campaign(self, name: str, spec_hash: str, spec: dict[str, Any]) -> None:
         now = _now()
         with self.engine.begin() as conn:
@@ -189,6 +233,7 @@ class Catalog:
             else:
                 conn.execute(campaigns.insert().values(name=name, created_at=now, **values))
 
+    @_guarded
     def add(self, record: EpisodeRecord) -> bool:
         """Insert the episode (if new) and link it to its campaign; True if the episode was new."""
         with self.engine.begin() as conn:
@@ -198,6 +243,7 @@ class Catalog:
             self._link(conn, record.campaign, [(record.key, record.policy_name)])
         return new
 
+    @_guarded
     def add_many(self, records: list[EpisodeRecord]) -> int:
         """``add`` for many records in one transaction (what a busy driver needs); returns how many were new."""
         if not records:
@@ -217,6 +263,7 @@ class Catalog:
                 self._link(conn, campaign, list(dict(pairs).items()))
         return len(fresh)
 
+    @_guarded
     def link(self, campaign: str, keys_and_policies: Iterable[tuple[str, str]]) -> None:
         with self.engine.begin() as conn:
             self._link(conn, campaign, list(keys_and_policies))
@@ -238,6 +285,7 @@ class Catalog:
         if rows:
             conn.execute(campaign_episodes.insert(), rows)
 
+    @_guarded
     def forget(self, keys: Iterable[str]) -> int:
         """Delete episodes (rows, every campaign's link, any failure category) so they can be re-run.
 
@@ -260,6 +308,7 @@ class Catalog:
                 deleted += conn.execute(episodes.delete().where(episodes.c.key.in_(chunk))).rowcount
         return deleted
 
+    @_guarded
     def set_meta(self, name: str, value: str) -> None:
         with self.engine.begin() as conn:
             if conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name == name)).first():
@@ -268,10 +317,12 @@ class Catalog:
                 conn.execute(store_meta.insert().values(name=name, value=value))
 
     # -- reads ----------------------------------------------------------------
+    @_guarded
     def meta(self, name: str) -> str | None:
         with self.engine.connect() as conn:
             return conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == name)).scalar()
 
+    @_guarded
     def existing_keys(self, keys: Iterable[str]) -> set[str]:
         found: set[str] = set()
         with self.engine.connect() as conn:
@@ -279,6 +330,7 @@ class Catalog:
                 found |= set(conn.execute(sa.select(episodes.c.key).where(episodes.c.key.in_(chunk))).scalars())
         return found
 
+    @_guarded
     def integrity(self, keys: Iterable[str]) -> dict[str, tuple[str, str | None, str | None]]:
         """For each key present: (outcome, data_path, data_sha256), what a resume checks."""
         found: dict[str, tuple[str, str | None, str | None]] = {}
@@ -289,6 +341,7 @@ class Catalog:
                     found[row.key] = (row.outcome, row.data_path, row.data_sha256)
         return found
 
+    @_guarded
     def campaigns(self) -> list[dict[str, Any]]:
         counts = (
             sa.select(campaign_episodes.c.campaign, sa.func.count().label("episodes"))
@@ -305,10 +358,12 @@ class Catalog:
                 {**dict(r._mapping), "spec": json.loads(r._mapping["spec_json"])} for r in conn.execute(query)
             ]
 
+    @_guarded
     def latest_campaign(self) -> str | None:
         rows = self.campaigns()
         return rows[0]["name"] if rows else None
 
+    @_guarded
     def episodes(
         self,
         campaign: str | None = None,
@@ -334,9 +389,31 @@ class Catalog:
         )
         if limit is not None:
             query = query.limit(limit)
+        found: list[EpisodeRecord] = []
         with self.engine.connect() as conn:
-            return [_record(r) for r in conn.execute(query)]
+            for row in conn.execute(query):
+                try:
+                    found.append(_record(row))
+                except UndecodableRow as bad:
+                    self.skipped[bad.key] = bad.why
+        return found
 
+    @_guarded
+    def undecodable(self, keys: Iterable[str] | None = None) -> dict[str, str]:
+        """Episodes (among ``keys``, or all) whose row does not decode: key -> why."""
+        found: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            chunks = _chunks(list(keys), 500) if keys is not None else [None]
+            for chunk in chunks:
+                query = sa.select(episodes) if chunk is None else sa.select(episodes).where(episodes.c.key.in_(chunk))
+                for row in conn.execute(query):
+                    try:
+                        _decode({**row._mapping, "campaign": "", "policy_name": ""})
+                    except (ValueError, TypeError, KeyError) as exc:
+                        found[row._mapping["key"]] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'bad value'}"
+        return found
+
+    @_guarded
     def episode(self, key_prefix: str) -> EpisodeRecord:
         """The episode whose key starts with ``key_prefix`` (unique prefix required)."""
         query = (

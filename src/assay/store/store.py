@@ -106,15 +106,17 @@ class Store:
             yield
 
     def damaged(self, keys: Iterable[str]) -> dict[str, str]:
-        """Episodes among ``keys`` whose step file is missing or fails its checksum: key -> why.
+        """Episodes among ``keys`` whose catalog row does not decode, or whose step file is missing or
+        fails its checksum: key -> why. A resume forgets and re-runs them.
 
         Episodes recorded without step data (errors before the first step) have nothing to check.
         """
-        found: dict[str, str] = {}
+        keys = list(keys)
+        found = {key: f"catalog row cannot be read ({why})" for key, why in self.catalog.undecodable(keys).items()}
         for key, (_, data_path, sha) in self.catalog.integrity(keys).items():
             if data_path is None:
                 continue
-            problem = check_episode_file(self.data_root, data_path, sha)
+            problem = None if key in found else check_episode_file(self.data_root, data_path, sha)
             if problem is not None:
                 found[key] = problem
         return found
