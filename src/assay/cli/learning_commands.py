@@ -22,6 +22,8 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
                      hidden: Annotated[str, typer.Option("--hidden", help="Hidden layer widths, comma separated.")] = "256,256",
                      batch_size: Annotated[int, typer.Option("--batch-size")] = 256,
                      lr: Annotated[float, typer.Option("--lr")] = 1e-3,
+                     conditioning: Annotated[str, typer.Option("--conditioning", help="task (a one-hot) | instruction "
+                                                               "(MiniLM embedding of each episode's instruction)")] = "task",
                      json_out: JsonOpt = False) -> None:
     """Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT'."""
     from assay.learning import TrainConfig, load_demos, train_bc
@@ -31,7 +33,8 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
             widths = tuple(int(w) for w in split_list(hidden))
         except ValueError:
             raise AssayError(f"--hidden {hidden!r} must be comma-separated integers, e.g. 256,256") from None
-        config = TrainConfig(seed=seed, epochs=epochs, hidden=widths, batch_size=batch_size, lr=lr)
+        config = TrainConfig(seed=seed, epochs=epochs, hidden=widths, batch_size=batch_size, lr=lr,
+                             conditioning=conditioning)
         with open_store(store, catalog) as opened:
             demos = load_demos(opened, data)
         result = train_bc(demos, config, out)

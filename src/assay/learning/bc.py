@@ -25,6 +25,7 @@ import numpy as np
 
 from assay.errors import AssayError
 from assay.learning.data import Demo
+from assay.learning.language import checkpoint_entry, condition_rows, conditioning
 from assay.policies.bc import CHECKPOINT_FORMAT, build_network, checkpoint_version
 from assay.policies.mlp import _torch
 
@@ -37,8 +38,10 @@ class TrainConfig:
     batch_size: int = 256
     lr: float = 1e-3
     weight_decay: float = 0.0
+    conditioning: str = "task"  # or "instruction": see assay.learning.language
 
     def __post_init__(self) -> None:
+        conditioning(self.conditioning)
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or not self.hidden or min(self.hidden) < 1:
             raise AssayError(f"invalid training config {self}: epochs, batch size, lr and hidden widths must be positive")
 
@@ -101,12 +104,14 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def train_bc(demos: Sequence[Demo], config: TrainConfig, out: str | Path) -> TrainResult:
     """Train, write the checkpoint to ``out`` atomically, and describe it."""
     tasks = sorted({d.task_id for d in demos})
-    states, hot, actions = arrays(demos, tasks)
+    states, _, actions = arrays(demos, tasks)
+    kind = conditioning(config.conditioning)
+    hot = condition_rows(demos, tasks, kind)
     mean = states.mean(axis=0)
     std = np.maximum(states.std(axis=0), 1e-3)  # constant state dimensions (padding) must not blow up
     inputs = np.concatenate([(states - mean) / std, hot], axis=1).astype(np.float32)
     with deterministic_torch(config.seed) as torch:
-        model = build_network(states.shape[1], len(tasks), config.hidden, actions.shape[1])
+        model = build_network(states.shape[1], hot.shape[1], config.hidden, actions.shape[1])
         optimiser = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         x, y = torch.from_numpy(inputs), torch.from_numpy(actions)
         generator = torch.Generator().manual_seed(config.seed)
@@ -127,7 +132,7 @@ def train_bc(demos: Sequence[Demo], config: TrainConfig, out: str | Path) -> Tra
         checkpoint = {
             "format": CHECKPOINT_FORMAT,
             "config": {"state_dim": int(states.shape[1]), "action_dim": int(actions.shape[1]), "tasks": tasks,
-                       "hidden": list(config.hidden)},
+                       "hidden": list(config.hidden), **checkpoint_entry(kind)},
             "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
             "state_dict": state_dict,
             "obs_mean": torch.from_numpy(mean.astype(np.float32)),

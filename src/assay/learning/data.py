@@ -73,6 +73,7 @@ class Demo:
     purpose: str  # "episode" or "recovery"
     observations: np.ndarray  # (T, state_dim) float64
     actions: np.ndarray  # (T, action_dim) float64
+    instruction: str = ""  # the instruction the episode ran under (language-conditioned training reads it)
 
     def provenance(self) -> dict[str, object]:
         return {"key": self.key, "task_id": self.task_id, "task_hash": self.task_hash,
@@ -82,7 +83,7 @@ class Demo:
 def episode_demo(store: Store, record: EpisodeRecord) -> Demo:
     table = store.steps(record)
     return Demo(record.key, record.task_id, record.task_hash, record.variant_key, record.seed, "episode",
-                _matrix(table, "observation.state", record.key), _matrix(table, "action", record.key))
+                _matrix(table, "observation.state", record.key), _matrix(table, "action", record.key), record.instruction)
 
 
 def recovery_demo(store: Store, path: Path) -> Demo:
@@ -95,7 +96,7 @@ def recovery_demo(store: Store, path: Path) -> Demo:
     record = store.catalog.episode(source)
     relpath = str(path.relative_to(store.root)) if path.is_relative_to(store.root) else str(path)
     return Demo(relpath, record.task_id, record.task_hash, record.variant_key, record.seed, "recovery",
-                _matrix(table, "observation.state", relpath), _matrix(table, "action", relpath))
+                _matrix(table, "observation.state", relpath), _matrix(table, "action", relpath), record.instruction)
 
 
 def select_records(store: Store, query: DataQuery) -> list[EpisodeRecord]:

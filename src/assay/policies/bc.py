@@ -5,8 +5,12 @@ The checkpoint (``torch.save`` of plain dicts and tensors, loaded with
 observation normalisation, the list of tasks it was trained on (the task input is
 a one-hot over that list: multi-task conditioning; a task outside the list gets
 zeros and ``episode_info`` says so) and the provenance of every training episode
-(task hash, variant key, seed). The policy's version is the content hash of the
-checkpoint file, so retraining gives a new identity in every episode key.
+(task hash, variant key, seed). A checkpoint trained with ``conditioning:
+instruction`` (``assay.learning.language``) is conditioned instead on the sentence
+embedding of each episode's instruction (``assay.policies.language``), so it reads
+language and is hurt by what the semantic factors do to the words. The policy's
+version is the content hash of the checkpoint file, so retraining gives a new
+identity in every episode key.
 
 Leakage: ``episode_info`` reports ``trained_on_seed: true`` for an episode whose
 task hash and seed appear in the training provenance (the exact check with the
@@ -27,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from assay.errors import SpecError
 from assay.policies.contract import STATE_KEY, ActionContract, ActionMode, ArraySpec, GripperPolarity, PolicyContract
+from assay.policies.language import EMBED_DIM, embed_each
 from assay.policies.mlp import PAD_ROWS, _torch
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec
@@ -86,13 +91,16 @@ class BCPolicy:
         config = data["config"]
         self.tasks: list[str] = list(config["tasks"])
         self.state_dim, self.action_dim = int(config["state_dim"]), int(config["action_dim"])
-        self.model = build_network(self.state_dim, len(self.tasks), tuple(config["hidden"]), self.action_dim)
+        self.by_instruction = config.get("conditioning", "task") == "instruction"
+        width = EMBED_DIM if self.by_instruction else len(self.tasks)
+        self.model = build_network(self.state_dim, width, tuple(config["hidden"]), self.action_dim)
         self.model.load_state_dict(data["state_dict"])
         self.model.eval()
         self.mean = data["obs_mean"].numpy().astype(np.float32)
         self.std = data["obs_std"].numpy().astype(np.float32)
         self.trained = {(p["task_hash"], int(p["seed"])) for p in data["provenance"]}
         self._onehot = np.zeros(len(self.tasks), np.float32)
+        self._rows = np.zeros((0, width), np.float32)  # per slot: the instruction's embedding
         self._flags: list[dict[str, Any]] = []
 
     @staticmethod
@@ -117,6 +125,8 @@ class BCPolicy:
         )
 
     def reset(self, context: PolicyContext) -> None:
+        if self.by_instruction:
+            self._rows = embed_each(context.instructions)
         self._onehot = np.zeros(len(self.tasks), np.float32)
         known = context.task.id in self.tasks
         if known:
@@ -135,7 +145,8 @@ class BCPolicy:
         if states.ndim != 2 or states.shape[1] != self.state_dim:
             raise ValueError(f"bc expects state of shape (B, {self.state_dim}), got {states.shape}")
         rows = len(states)
-        hot = np.broadcast_to(self._onehot if onehot is None else onehot, (rows, len(self.tasks)))
+        condition = self._onehot if onehot is None else onehot
+        hot = np.broadcast_to(condition, (rows, condition.shape[-1]))
         inputs = np.concatenate([(states - self.mean) / self.std, hot], axis=1).astype(np.float32)
         if rows % PAD_ROWS:
             inputs = np.concatenate([inputs, np.zeros((PAD_ROWS - rows % PAD_ROWS, inputs.shape[1]), np.float32)])
@@ -152,4 +163,7 @@ class BCPolicy:
         return hot
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        if self.by_instruction:
+            slots = np.asarray(observations.get("env_ids", np.arange(len(observations["state"]))), dtype=int)
+            return self.predict(observations["state"], self._rows[slots])
         return self.predict(observations["state"])

