@@ -13,8 +13,8 @@ import argparse
 import dataclasses
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 
-
 @pytest.fixture
 def write_campaign(tmp_path: Path):
     """Write a campaign YAML into tmp_path and return its path."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from typer.testing import CliRunner
 
 from assay.cli.app import app

@@ -23,8 +23,7 @@ import sqlalchemy as sa
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
 from assay.spec import campaign_from_data
 from assay.store import Outcome, Store
-from tests.chaos_support import (finish, free_port, kill_group, start_run, start_server, wait_for_episodes,
-                                 workers_of)
+from tests.chaos_support import finish, free_port, kill_group, start_run, start_server, wait_for_episodes, workers_of
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from assay.failures import Category, add_sets, attribute, coverage, diff_runs
-from assay.failures.regression import RegressionError, is_set_name
 from assay.failures.categories import Categorized, signals
+from assay.failures.regression import RegressionError, is_set_name
 from assay.store import EpisodeRecord, Outcome
 
 N = 100

@@ -21,7 +21,7 @@ def test_neighbours_stay_within_the_radius_and_the_valid_range():
     assert near != neighbourhood(request, radius=0.1, samples=20, seed=8)
     for moved in near:
         assert abs(moved["action.noise"] - 0.95) <= 0.1 * 1.0 and moved["action.noise"] <= FACTORS["action.noise"].high
-        assert all(abs(a - b) <= 0.3 for a, b in zip(moved["light.color"], request["light.color"]))
+        assert all(abs(a - b) <= 0.3 for a, b in zip(moved["light.color"], request["light.color"], strict=True))
         assert isinstance(moved["control.latency"], int) and abs(moved["control.latency"] - 3) <= 1
         assert moved["instruction.paraphrase"] == "terse"
     assert variant_request({"perturbations": [{"axis": "visual", "factor": "light.intensity", "value": 2.0}]}) == {

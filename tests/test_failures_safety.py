@@ -8,8 +8,8 @@ import pytest
 from assay.failures.boundary import bisect_boundary
 from assay.failures.recovery import recovery_columns
 from assay.failures.safety import quality_gate
-from assay.sim.safety import SafetyFilter
 from assay.sim import Transition, default_registry, make_env
+from assay.sim.safety import SafetyFilter
 from assay.store import build_table
 
 

@@ -158,9 +158,8 @@ def test_remote_mlp_campaign_matches_in_process_exactly(tmp_path):
 def test_contract_mismatch_with_a_server_is_a_hard_error_before_episode_one():
     task = default_registry().get("metaworld/reach@1")
     wrong = MLPPolicy(**{**SMALL_MLP, "state_dim": 40, "action_dim": 3})
-    with serving(wrong, task) as server:
-        with pytest.raises(ContractError) as error:
-            prepare_campaign(_campaign("bad", policy_from_shorthand(f"remote:{server.url}")))
+    with serving(wrong, task) as server, pytest.raises(ContractError) as error:
+        prepare_campaign(_campaign("bad", policy_from_shorthand(f"remote:{server.url}")))
     message = str(error.value)
     assert "observation 'observation/state': policy expects shape (40,), task gives (39,)" in message
     assert "action dim: policy 3, task 4" in message

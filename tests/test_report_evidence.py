@@ -213,7 +213,7 @@ def _failure(key: str, policy: str) -> EpisodeRecord:
 def test_gallery_picks_analysed_failures_then_one_per_policy_and_category() -> None:
     failed = [_failure(f"k{i}", policy) for i, policy in enumerate(["a", "a", "a", "b", "b"])]
     categories = ["grasp_failure", "grasp_failure", "drop", "grasp_failure", "grasp_failure"]
-    facts = {r.key: FailureFacts(c, None, None) for r, c in zip(failed, categories)}
+    facts = {r.key: FailureFacts(c, None, None) for r, c in zip(failed, categories, strict=True)}
     facts["k4"] = FailureFacts("grasp_failure", None, object())  # type: ignore[arg-type]  (has a PONR)
     assert [r.key for r in pick_gallery(failed, facts, 3)] == ["k4", "k2", "k0"]
     assert [r.key for r in pick_gallery(failed, facts, 10)] == ["k4", "k2", "k0", "k3", "k1"]

@@ -62,7 +62,6 @@ def test_dashboard_state_changing_routes_all_require_the_token(tmp_path):
 
     from assay.server import ServerConfig as DashboardConfig
     from assay.server import create_app
-
     from assay.store import Store
 
     Store(tmp_path / "store").close()

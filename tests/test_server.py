@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from assay.server import is_loopback
 from assay.failures import FailureTable, add_sets, load_set
 from assay.failures.ponr import load_ponrs
 from assay.metrics import leaderboard, outcome_grid
-from assay.server import ServerConfig, create_app
+from assay.server import ServerConfig, create_app, is_loopback
 from assay.store import Store
 from tests.report_support import REGRESSION_SET, report_store  # noqa: F401  (session fixture)
 

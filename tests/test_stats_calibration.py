@@ -44,8 +44,8 @@ def test_gate_marks_missing_and_weak_calibrations():
 
 
 def test_records_are_merged_atomically_and_thresholds_read_from_the_store(tmp_path):
-    real = [RateEntry("t@1", p, r) for p, r in zip("abc", [0.9, 0.5, 0.1])]
-    sim = [RateEntry("t@1", p, r) for p, r in zip("abc", [0.8, 0.6, 0.2])]
+    real = [RateEntry("t@1", p, r) for p, r in zip("abc", [0.9, 0.5, 0.1], strict=True)]
+    sim = [RateEntry("t@1", p, r) for p, r in zip("abc", [0.8, 0.6, 0.2], strict=True)]
     records = records_from_report(correlate(real, sim, n_resamples=200), "unit", date="2024-05-01")
     assert records == [CalibrationRecord("t@1", pytest.approx(0.24 / (0.32 * 0.56 / 3) ** 0.5), 0.0, 3, "2024-05-01", "unit")]
     save_calibration(tmp_path, records)

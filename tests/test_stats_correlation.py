@@ -53,7 +53,7 @@ def test_vectorized_resample_statistics_agree_with_scipy():
                 assert np.isnan(got[i])
             else:
                 assert got[i] == pytest.approx(reference(r[i], s[i]).statistic)
-    assert _rows("mmrv", r, s) == pytest.approx([mmrv(a, b) for a, b in zip(r, s)])
+    assert _rows("mmrv", r, s) == pytest.approx([mmrv(a, b) for a, b in zip(r, s, strict=True)])
 
 
 def _entries(rates: dict[tuple[str, str], tuple[int, int]], source: str) -> list[RateEntry]:
@@ -84,8 +84,8 @@ def test_correlate_per_task_and_averaged_with_episode_resampling():
 
 
 def test_rates_without_counts_resample_policies():
-    real = [RateEntry("t", p, r, row=i + 2, source="real.csv") for i, (p, r) in enumerate(zip("abcd", [0.9, 0.6, 0.4, 0.1]))]
-    sim = [RateEntry("t", p, r, row=i + 2, source="sim.csv") for i, (p, r) in enumerate(zip("abcd", [0.8, 0.7, 0.2, 0.3]))]
+    real = [RateEntry("t", p, r, row=i + 2, source="real.csv") for i, (p, r) in enumerate(zip("abcd", [0.9, 0.6, 0.4, 0.1], strict=True))]
+    sim = [RateEntry("t", p, r, row=i + 2, source="sim.csv") for i, (p, r) in enumerate(zip("abcd", [0.8, 0.7, 0.2, 0.3], strict=True))]
     report = correlate(real, sim, n_resamples=500)
     (task,) = report.tasks
     assert task.resampling == "policies"

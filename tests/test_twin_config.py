@@ -6,7 +6,17 @@ import pytest
 
 from assay.errors import SpecError
 from assay.sim import FACTORS, default_registry, resolve_variant
-from assay.twin import Layer, Twin, TwinError, layer_of, load_twin, nominal_twin, save_twin, twin_from_values, twin_of_record
+from assay.twin import (
+    Layer,
+    Twin,
+    TwinError,
+    layer_of,
+    load_twin,
+    nominal_twin,
+    save_twin,
+    twin_from_values,
+    twin_of_record,
+)
 
 TASK = "metaworld/push@1"
 

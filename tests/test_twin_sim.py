@@ -8,8 +8,21 @@ from assay.metrics.results_csv import read_results_csv
 from assay.sim import default_registry
 from assay.spec import PolicySpec
 from assay.store import Store
-from assay.twin import (Layer, OpenLoopReplay, Twin, TwinError, TwinSettings, attribute, calibrated_twin,
-                        configurations, identify, nominal_twin, run_twins, trajectories_from_store, write_results_csv)
+from assay.twin import (
+    Layer,
+    OpenLoopReplay,
+    Twin,
+    TwinError,
+    TwinSettings,
+    attribute,
+    calibrated_twin,
+    configurations,
+    identify,
+    nominal_twin,
+    run_twins,
+    trajectories_from_store,
+    write_results_csv,
+)
 
 pytestmark = pytest.mark.sim
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -30,8 +30,8 @@ def run(
     catalog: CatalogOpt = None,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes (local) or actors (ray).")] = 2,
     executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local | ray")] = "local",
-    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster: auto | ray://HOST:PORT (default: a local Ray).")] = None,
-    data: Annotated[Optional[str], typer.Option("--data", help="Where step files go: a shared directory or fsspec URL (default: the store).")] = None,
+    address: Annotated[str | None, typer.Option("--address", help="Ray cluster: auto | ray://HOST:PORT (default: a local Ray).")] = None,
+    data: Annotated[str | None, typer.Option("--data", help="Where step files go: a shared directory or fsspec URL (default: the store).")] = None,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run episodes recorded as error (e.g. a policy server was down).")] = False,
     episode_timeout: Annotated[Optional[float], typer.Option(
         "--episode-timeout", min=0.001, help="Wall-clock limit of one batch of episodes, seconds (default: the "
@@ -78,11 +78,11 @@ def _say_waiting(holder: str) -> None:
 
 @app.command()
 def tasks(
-    backend: Annotated[Optional[str], typer.Option(help="metaworld | gymnasium")] = None,
-    skill: Annotated[Optional[str], typer.Option()] = None,
-    family: Annotated[Optional[str], typer.Option()] = None,
-    level: Annotated[Optional[str], typer.Option(help="atomic | composite | long-horizon")] = None,
-    contains: Annotated[Optional[str], typer.Option(help="Substring of the id or instruction.")] = None,
+    backend: Annotated[str | None, typer.Option(help="metaworld | gymnasium")] = None,
+    skill: Annotated[str | None, typer.Option()] = None,
+    family: Annotated[str | None, typer.Option()] = None,
+    level: Annotated[str | None, typer.Option(help="atomic | composite | long-horizon")] = None,
+    contains: Annotated[str | None, typer.Option(help="Substring of the id or instruction.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """List registered tasks (any gymnasium/<ID> also resolves on demand)."""
@@ -118,11 +118,11 @@ def policies(json_out: JsonOpt = False) -> None:
 def results(
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
-    campaign: Annotated[Optional[str], typer.Option(help="Campaign name (default: the latest).")] = None,
+    campaign: Annotated[str | None, typer.Option(help="Campaign name (default: the latest).")] = None,
     by: Annotated[str, typer.Option(help="Group by any of policy,task,variant,campaign.")] = "policy,task",
     profile: Annotated[bool, typer.Option("--profile", help="Robustness retention per variant and axis (paired seeds).")] = False,
-    variant: Annotated[Optional[str], typer.Option("--variant", help="Only this variant's episodes.")] = None,
-    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Also write task,policy,successes,trials to this "
+    variant: Annotated[str | None, typer.Option("--variant", help="Only this variant's episodes.")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Also write task,policy,successes,trials to this "
                                                     "file (one variant: what `assay correlate` reads).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -164,10 +164,10 @@ def results(
 def episodes_ls(
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
-    campaign: Annotated[Optional[str], typer.Option()] = None,
-    task: Annotated[Optional[str], typer.Option()] = None,
-    policy: Annotated[Optional[str], typer.Option()] = None,
-    outcome: Annotated[Optional[str], typer.Option(help="success | failure | timeout | error")] = None,
+    campaign: Annotated[str | None, typer.Option()] = None,
+    task: Annotated[str | None, typer.Option()] = None,
+    policy: Annotated[str | None, typer.Option()] = None,
+    outcome: Annotated[str | None, typer.Option(help="success | failure | timeout | error")] = None,
     limit: Annotated[int, typer.Option(min=1)] = 50,
     json_out: JsonOpt = False,
 ) -> None:

@@ -9,7 +9,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -20,7 +20,7 @@ from assay.store import Store
 
 DEFAULT_STORE = os.environ.get("ASSAY_STORE", "assay-store")
 StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (env ASSAY_STORE).")]
-CatalogOpt = Annotated[Optional[str], typer.Option("--catalog", help="Catalog database URL (default: SQLite in the store).")]
+CatalogOpt = Annotated[str | None, typer.Option("--catalog", help="Catalog database URL (default: SQLite in the store).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 
 

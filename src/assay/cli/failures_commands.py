@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -54,7 +54,7 @@ def _campaign_records(opened: Store, campaign: str | None) -> tuple[str, list[Ep
 
 
 def mine(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
-         campaign: Annotated[Optional[str], typer.Option("--campaign", "-c")] = None, json_out: JsonOpt = False) -> None:
+         campaign: Annotated[str | None, typer.Option("--campaign", "-c")] = None, json_out: JsonOpt = False) -> None:
     """Categorize a campaign's failures (stored on each episode) and attribute them to capabilities."""
     with user_errors():
         with open_store(store, catalog) as opened:
@@ -113,13 +113,13 @@ def _ponr_targets(opened: Store, key: str | None, campaign: str | None, policy: 
     return failed[:limit]
 
 
-def ponr(key: Annotated[Optional[str], typer.Argument(help="Episode key (a unique prefix); or pick failures "
+def ponr(key: Annotated[str | None, typer.Argument(help="Episode key (a unique prefix); or pick failures "
                                                       "with --campaign/--policy.")] = None,
          store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
-         campaign: Annotated[Optional[str], typer.Option("--campaign", "-c", help="Analyse this campaign's first "
+         campaign: Annotated[str | None, typer.Option("--campaign", "-c", help="Analyse this campaign's first "
                                                          "--limit failures (by policy, task, variant, seed); "
                                                          "those already analysed are not redone.")] = None,
-         policy: Annotated[Optional[str], typer.Option("--policy", "-p", help="Only this policy's failures.")] = None,
+         policy: Annotated[str | None, typer.Option("--policy", "-p", help="Only this policy's failures.")] = None,
          limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many failures (with no KEY).")] = 3,
          demos: Annotated[bool, typer.Option("--demos", help="Also write recovery demos from just before it.")] = False,
          json_out: JsonOpt = False) -> None:
@@ -156,9 +156,9 @@ def _task_of(opened: Store, record: EpisodeRecord) -> TaskSpec:
 def regress_add(name: Annotated[str, typer.Argument(help="Set name.")],
                 source: Annotated[str, typer.Option("--from", help="Campaign to mine failing cases from.")],
                 store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
-                task: Annotated[Optional[str], typer.Option("--task", help="Only this task id.")] = None,
-                policy: Annotated[Optional[str], typer.Option("--policy", "-p", help="Only this policy's failures.")] = None,
-                category: Annotated[Optional[str], typer.Option("--category", help="Only this failure category.")] = None,
+                task: Annotated[str | None, typer.Option("--task", help="Only this task id.")] = None,
+                policy: Annotated[str | None, typer.Option("--policy", "-p", help="Only this policy's failures.")] = None,
+                category: Annotated[str | None, typer.Option("--category", help="Only this failure category.")] = None,
                 holdout: Annotated[float, typer.Option("--holdout", help="Share of cases kept apart as NAME.heldout.")] = 0.25,
                 json_out: JsonOpt = False) -> None:
     """Freeze a campaign's failing (task, variant, seed) cases into a versioned set (and a held-out set)."""
@@ -225,7 +225,7 @@ def regress_run(name: Annotated[str, typer.Argument(help="Set name.")],
 
 
 def priorities_command(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
-                       campaign: Annotated[Optional[str], typer.Option("--campaign", "-c")] = None,
+                       campaign: Annotated[str | None, typer.Option("--campaign", "-c")] = None,
                        json_out: JsonOpt = False) -> None:
     """What to collect next: (task, factor region, category) by failure mass x recoverability."""
     with user_errors():

@@ -31,7 +31,7 @@ class CampaignProgress:
         self._started = 0.0
         self._counts = {o: 0 for o in Outcome}
 
-    def __enter__(self) -> "CampaignProgress":
+    def __enter__(self) -> CampaignProgress:
         self._progress.__enter__()
         return self
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, StoreOpt, user_errors
 from assay.errors import AssayError
+
 
 def register(app: typer.Typer) -> None:
     app.command("report")(report)
@@ -25,10 +26,10 @@ def report(
     catalog: CatalogOpt = None,
     link_video: Annotated[bool, typer.Option("--link-video", help="Link gallery videos relative to the report "
                                              "instead of embedding them (smaller file, needs the store beside it).")] = False,
-    real: Annotated[Optional[Path], typer.Option("--real", help="Real-world results CSV (task,policy,successes,trials) "
+    real: Annotated[Path | None, typer.Option("--real", help="Real-world results CSV (task,policy,successes,trials) "
                                                  "to plot against the campaign; default: those `assay correlate "
                                                  "--record` stored.")] = None,
-    baseline: Annotated[Optional[str], typer.Option("--baseline", help="Policy the checkpoint comparison is "
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Policy the checkpoint comparison is "
                                                     "against (default: the campaign's first).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a line.")] = False,
 ) -> None:
@@ -50,11 +51,11 @@ def report(
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind; anything but loopback exposes the dashboard.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8080,
-    token: Annotated[Optional[str], typer.Option("--token", help="Token for writes (start/cancel); "
+    token: Annotated[str | None, typer.Option("--token", help="Token for writes (start/cancel); "
                                                  "generated and printed when omitted (env ASSAY_TOKEN).")] = None,
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
-    campaigns: Annotated[Optional[Path], typer.Option("--campaigns", help="Directory of campaign YAML files that "
+    campaigns: Annotated[Path | None, typer.Option("--campaigns", help="Directory of campaign YAML files that "
                                                       "may be started (default: the current directory).")] = None,
     executor: Annotated[str, typer.Option("--executor", "-x", help="Executor for started campaigns: inline | local | ray")] = "local",
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Workers for started campaigns.")] = 2,

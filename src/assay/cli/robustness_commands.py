@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -47,7 +47,7 @@ def print_profile(document: dict[str, Any]) -> None:
 
 
 def factors(
-    axis: Annotated[Optional[str], typer.Option(help="visual | behavioral | semantic")] = None,
+    axis: Annotated[str | None, typer.Option(help="visual | behavioral | semantic")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """List perturbation factors: axis, unit, valid range, default, and when each applies."""
@@ -83,7 +83,7 @@ def sweep(
     task: Annotated[str, typer.Option("--task", help="Task id.")] = "metaworld/push@1",
     policy: Annotated[str, typer.Option("--policy", help="Builtin name or module:attr.")] = "expert",
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Seeds per level (paired with nominal).")] = 10,
-    camera: Annotated[Optional[str], typer.Option("--camera", help="Render this view (front, top, side) with depth.")] = None,
+    camera: Annotated[str | None, typer.Option("--camera", help="Render this view (front, top, side) with depth.")] = None,
     seed: Annotated[int, typer.Option("--seed", min=0)] = 0,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1)] = 2,
     executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local")] = "local",

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from assay.cli.common import user_errors
-
 from assay.cli import render
+from assay.cli.common import user_errors
 from assay.errors import AssayError, SpecError
 
 
@@ -25,7 +24,7 @@ def serve_policy(
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, max=4096, help="Largest batch of requests.")] = 32,
     max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", min=0.0, help="Longest wait to fill a batch.")] = 5.0,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Require 'Authorization: Api-Key KEY' "
+    api_key: Annotated[str | None, typer.Option("--api-key", help="Require 'Authorization: Api-Key KEY' "
                                                    "(env ASSAY_API_KEY).")] = None,
     task: Annotated[str, typer.Option(help="The task the policy is reset for.")] = "metaworld/pick-place@1",
     params: Annotated[str, typer.Option(help="Policy parameters as a JSON object.")] = "{}",

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from assay.cli import render
-from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
 from assay.cli import stats_render as show
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
 from assay.errors import AssayError
 from assay.metrics import (
     Pairing,
@@ -43,9 +43,9 @@ from assay.store import EpisodeRecord, Store
 ConfidenceOpt = Annotated[float, typer.Option("--confidence", help="Interval level.")]
 ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Bootstrap seed (same seed, same intervals).")]
-CampaignOpt = Annotated[Optional[str], typer.Option("--campaign", help="Campaign name (default: the latest).")]
-TasksOpt = Annotated[Optional[str], typer.Option("--tasks", help="Comma-separated task ids (default: all).")]
-VariantOpt = Annotated[Optional[str], typer.Option("--variant", help="Only this variant (default: all, paired).")]
+CampaignOpt = Annotated[str | None, typer.Option("--campaign", help="Campaign name (default: the latest).")]
+TasksOpt = Annotated[str | None, typer.Option("--tasks", help="Comma-separated task ids (default: all).")]
+VariantOpt = Annotated[str | None, typer.Option("--variant", help="Only this variant (default: all, paired).")]
 
 
 def _split(value: str) -> list[str]:
@@ -146,9 +146,9 @@ def leaderboard_command(
     confidence: ConfidenceOpt = 0.95,
     resamples: ResamplesOpt = 2000,
     seed: SeedOpt = 0,
-    min_pearson: Annotated[Optional[float], typer.Option(help="Sign-off: least Pearson r.")] = None,
-    max_mmrv: Annotated[Optional[float], typer.Option(help="Sign-off: largest MMRV.")] = None,
-    min_policies: Annotated[Optional[int], typer.Option(help="Sign-off: fewest calibration policies.")] = None,
+    min_pearson: Annotated[float | None, typer.Option(help="Sign-off: least Pearson r.")] = None,
+    max_mmrv: Annotated[float | None, typer.Option(help="Sign-off: largest MMRV.")] = None,
+    min_policies: Annotated[int | None, typer.Option(help="Sign-off: fewest calibration policies.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Suite scores with bootstrap intervals, rank intervals, P(A better than B) and the sign-off gate."""
@@ -170,11 +170,11 @@ def leaderboard_command(
 def budget_command(
     delta: Annotated[float, typer.Option("--delta", help="Difference in success rate to detect.")],
     power: Annotated[float, typer.Option("--power", help="Probability of detecting it.")] = 0.8,
-    baseline: Annotated[Optional[float], typer.Option("--baseline", help="Expected rate (default 0.5).")] = None,
+    baseline: Annotated[float | None, typer.Option("--baseline", help="Expected rate (default 0.5).")] = None,
     paired: Annotated[bool, typer.Option("--paired", help="Same seeds for both (McNemar).")] = False,
     alpha: Annotated[float, typer.Option("--alpha")] = 0.05,
     comparisons: Annotated[int, typer.Option("--comparisons", help="Comparisons in the family (Holm).")] = 1,
-    discordance: Annotated[Optional[float], typer.Option(help="Paired: P(pair discordant), if known.")] = None,
+    discordance: Annotated[float | None, typer.Option(help="Paired: P(pair discordant), if known.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """How many episodes per cell detect a difference of --delta with --power."""
@@ -204,8 +204,8 @@ def _campaign_entries(store: Path, catalog: str | None, campaign: str, variant: 
 
 def correlate_command(
     real: Annotated[Path, typer.Option("--real", help="Real-world results CSV (task,policy,successes,trials).")],
-    sim: Annotated[Optional[Path], typer.Option("--sim", help="Sim results CSV.")] = None,
-    campaign: Annotated[Optional[str], typer.Option("--campaign", help="Or: a campaign in --store, NAME or "
+    sim: Annotated[Path | None, typer.Option("--sim", help="Sim results CSV.")] = None,
+    campaign: Annotated[str | None, typer.Option("--campaign", help="Or: a campaign in --store, NAME or "
                                                     "NAME:VARIANT (e.g. quickstart:nominal).")] = None,
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
@@ -282,8 +282,8 @@ def openloop_command(
     catalog: CatalogOpt = None,
     campaign: CampaignOpt = None,
     reference: Annotated[str, typer.Option("--reference", help="Policy whose recorded episodes are replayed.")] = "expert",
-    policies: Annotated[Optional[str], typer.Option("--policies", help="Policies to score (default: all).")] = None,
-    episodes: Annotated[Optional[int], typer.Option("--episodes", min=1, help="At most this many per task.")] = None,
+    policies: Annotated[str | None, typer.Option("--policies", help="Policies to score (default: all).")] = None,
+    episodes: Annotated[int | None, typer.Option("--episodes", min=1, help="At most this many per task.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Action MSE and R² of policies on recorded observations, beside the closed-loop ranking."""

@@ -97,8 +97,8 @@ def openloop_tables(rows: Sequence[OpenLoopRow], agreement: Sequence[RankAgreeme
     for column in ("task", "closed-loop order (success)", "open-loop order (MSE)", "Kendall τ", "MMRV"):
         side.add_column(column)
     for a in agreement:
-        closed = sorted(zip(a.policies, a.closed_loop), key=lambda x: (-x[1], x[0]))
-        opened = sorted(zip(a.policies, a.open_loop_mse), key=lambda x: (x[1], x[0]))
+        closed = sorted(zip(a.policies, a.closed_loop, strict=True), key=lambda x: (-x[1], x[0]))
+        opened = sorted(zip(a.policies, a.open_loop_mse, strict=True), key=lambda x: (x[1], x[0]))
         side.add_row(a.task, " > ".join(f"{p} {v:.2f}" for p, v in closed),
                      " > ".join(f"{p} {v:.3g}" for p, v in opened),
                      _num(a.kendall, 3) if a.kendall is not None else str(a.kendall_reason), f"{a.mmrv:.3f}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,9 +13,22 @@ from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_
 from assay.metrics.results_csv import read_results_csv
 from assay.sim import default_registry
 from assay.spec import load_campaign
-from assay.twin import (DEFAULT_PARAMETERS, Layer, TwinError, asset_stability, attribute, calibrated_twin, identify,
-                        load_twin, nominal_twin, run_twins, save_twin, settings_from_campaign,
-                        trajectories_from_store, write_results_csv)
+from assay.twin import (
+    DEFAULT_PARAMETERS,
+    Layer,
+    TwinError,
+    asset_stability,
+    attribute,
+    calibrated_twin,
+    identify,
+    load_twin,
+    nominal_twin,
+    run_twins,
+    save_twin,
+    settings_from_campaign,
+    trajectories_from_store,
+    write_results_csv,
+)
 
 twin_app = typer.Typer(help="Layered digital twin: calibrate, attribute the sim-to-real gap, check asset swaps.",
                        no_args_is_help=True)
@@ -53,7 +66,7 @@ def show(path: Annotated[Path, typer.Argument(help="Twin YAML.")], json_out: Jso
 
 @twin_app.command("run")
 def run(campaign: CampaignArg, twin: TwinArg,
-        results_out: Annotated[Optional[Path], typer.Option("--results-out", help="Write task,policy,successes,trials here.")] = None,
+        results_out: Annotated[Path | None, typer.Option("--results-out", help="Write task,policy,successes,trials here.")] = None,
         store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
     """Run the campaign's policies in one twin (e.g. a reality proxy producing 'real' results)."""
     with user_errors():
@@ -81,12 +94,12 @@ def run(campaign: CampaignArg, twin: TwinArg,
 def sysid(
     twin: TwinArg,
     real_campaign: Annotated[str, typer.Option("--real-campaign", help="Campaign whose recorded episodes are the real trajectories.")],
-    real_store: Annotated[Optional[Path], typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
+    real_store: Annotated[Path | None, typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
     parameters: Annotated[str, typer.Option(help="Comma-separated factors to fit.")] = ",".join(DEFAULT_PARAMETERS),
-    policy: Annotated[Optional[str], typer.Option(help="Only this policy's real episodes.")] = None,
+    policy: Annotated[str | None, typer.Option(help="Only this policy's real episodes.")] = None,
     max_trajectories: Annotated[int, typer.Option(min=1, help="Use at most this many real episodes.")] = 4,
     max_evaluations: Annotated[int, typer.Option(min=1, help="Optimiser budget (twin replays).")] = 120,
-    out: Annotated[Optional[Path], typer.Option(help="Write the calibrated twin YAML here.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the calibrated twin YAML here.")] = None,
     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Fit control and dynamics parameters by replaying real actions open loop in the twin."""
@@ -120,7 +133,7 @@ def attribute_command(
     campaign: CampaignArg,
     calibrated: Annotated[Path, typer.Option("--calibrated", help="Calibrated twin YAML (e.g. from twin sysid).")],
     real: Annotated[Path, typer.Option("--real", help="Real results CSV: task,policy,successes,trials.")],
-    nominal: Annotated[Optional[Path], typer.Option("--nominal", help="Nominal twin YAML (default: the untouched simulator).")] = None,
+    nominal: Annotated[Path | None, typer.Option("--nominal", help="Nominal twin YAML (default: the untouched simulator).")] = None,
     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Swap in one calibrated layer at a time (and leave one out): which layer closes the sim-to-real gap."""
@@ -157,7 +170,7 @@ def attribute_command(
 @twin_app.command("stability")
 def stability_command(
     campaign: Annotated[Path, typer.Argument(help="Campaign YAML whose non-nominal variants are the asset swaps.")],
-    twin: Annotated[Optional[Path], typer.Option("--twin", help="Base twin YAML (default: the untouched simulator).")] = None,
+    twin: Annotated[Path | None, typer.Option("--twin", help="Base twin YAML (default: the untouched simulator).")] = None,
     resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 500,
     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
 ) -> None:

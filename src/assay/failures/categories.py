@@ -108,9 +108,7 @@ def signals(family: str, outcome: Outcome, reason: str, steps: Mapping[str, np.n
         # evidence after one is a consequence, so it is not read as a second cause.
         return tuple(c for c in PRECEDENCE if c in found), evidence
     touched = evidence["contact_steps"] > 0
-    if family == "reach":
-        found.append(Category.STAGNATION if stalled else Category.APPROACH_FAILURE)
-    elif not touched:
+    if family == "reach" or not touched:
         found.append(Category.STAGNATION if stalled else Category.APPROACH_FAILURE)
     elif family in GRASP_FAMILIES and evidence["grasped_steps"] == 0:
         found.append(Category.STAGNATION if stalled else Category.GRASP_FAILURE)

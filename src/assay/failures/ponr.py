@@ -108,7 +108,7 @@ def state_plot(path: Path, arrays: dict[str, np.ndarray], ponr: PointOfNoReturn)
     figure, axes = plt.subplots(len(names) + 1, 1, figsize=(8, 1.4 * (len(names) + 1)), sharex=True)
     axes[0].plot(state[:, 2], label="hand z")
     axes[0].set_ylabel("hand z (m)")
-    for axis, name in zip(axes[1:], names):
+    for axis, name in zip(axes[1:], names, strict=True):
         axis.plot(arrays[f"info.{name}"])
         axis.set_ylabel(name, fontsize=7)
     for axis in axes:

@@ -15,6 +15,7 @@ import numpy as np
 
 from assay.store.episodes import REQUIRED_COLUMNS
 
+
 @dataclass(frozen=True)
 class GateResult:
     kept: tuple[str, ...]

@@ -10,7 +10,7 @@ recorded data, so this is idempotent).
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -37,7 +37,7 @@ class FailureTable:
         metadata.create_all(self.engine)
 
     def put(self, items: dict[str, Categorized]) -> None:
-        now = datetime.now(timezone.utc).isoformat()
+        now = datetime.now(UTC).isoformat()
         rows = [{"key": key, "category": c.category.value if c.category else None, "family": c.family,
                  "signals_json": json.dumps([s.value for s in c.signals]),
                  "evidence_json": json.dumps(c.evidence, sort_keys=True), "created_at": now}

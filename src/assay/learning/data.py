@@ -42,7 +42,7 @@ class DataQuery:
     demos: str | None = None
 
     @staticmethod
-    def parse(text: str) -> "DataQuery":
+    def parse(text: str) -> DataQuery:
         fields: dict[str, tuple[str, ...]] = {}
         for part in (p.strip() for p in text.split(",")):
             if not part:

@@ -36,7 +36,6 @@ from assay.metrics.openloop import (
 from assay.metrics.outcomes import OutcomeGrid, outcome_grid
 from assay.metrics.ranking import Leaderboard, leaderboard
 from assay.metrics.rates import GROUP_FIELDS, INTERVAL_METHODS, Interval, RateRow, rate_table, success_interval
-from assay.metrics.robustness import AxisProfile, RetentionRow, retention_table, robustness_profile
 from assay.metrics.results_csv import (
     RateEntry,
     ResultsCsvError,
@@ -44,6 +43,7 @@ from assay.metrics.results_csv import (
     read_results_csv,
     write_results_csv,
 )
+from assay.metrics.robustness import AxisProfile, RetentionRow, retention_table, robustness_profile
 from assay.metrics.stability import Stability, stability
 
 __all__ = [

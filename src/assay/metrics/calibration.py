@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from assay.errors import StoreError
@@ -67,7 +67,7 @@ class Signoff:
 
 def records_from_report(report: CorrelationReport, source: str, date: str | None = None) -> list[CalibrationRecord]:
     """One record per task of a correlate run, under the *sim* side's task id."""
-    stamp = date or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    stamp = date or datetime.now(UTC).isoformat(timespec="seconds")
     return [CalibrationRecord(t.other_task, t.stats["pearson"].value, float(t.stats["mmrv"].value or 0.0),
                               len(t.policies), stamp, source) for t in report.tasks]
 

@@ -105,7 +105,7 @@ def openloop_table(trajectories: Sequence[Trajectory], predictors: Mapping[str, 
         for task in sorted(by_task):
             group = by_task[task]
             predicted = predictors[policy](group)
-            for trajectory, actions in zip(group, predicted):
+            for trajectory, actions in zip(group, predicted, strict=True):
                 if actions.shape != trajectory.actions.shape:
                     raise AssayError(f"policy {policy!r} predicted actions of shape {actions.shape} for episode "
                                      f"{trajectory.record.key[:12]}; recorded {trajectory.actions.shape}")

@@ -92,7 +92,7 @@ def leaderboard(
         per_task = np.stack([resampled_rates(rng, t.values, size) for t in grid.tasks])  # (tasks, size, policies)
         boot_parts.append(per_task.mean(axis=0))
     boot = np.concatenate(boot_parts)[:, complete]  # (n_resamples, ranked policies)
-    ranked = [p for p, ok in zip(grid.policies, complete) if ok]
+    ranked = [p for p, ok in zip(grid.policies, complete, strict=True) if ok]
     ranks = competition_ranks(boot)
     point = competition_ranks(scores[complete])
     tail = (1.0 - confidence) / 2.0

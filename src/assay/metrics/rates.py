@@ -91,4 +91,4 @@ def rate_table(records: Iterable[EpisodeRecord], by: Sequence[str] = ("policy", 
     groups: dict[tuple[str, ...], list[EpisodeRecord]] = defaultdict(list)
     for record in records:
         groups[tuple(getattr(record, GROUP_FIELDS[name]) for name in by)].append(record)
-    return [_row(dict(zip(by, key)), groups[key], confidence, method) for key in sorted(groups)]
+    return [_row(dict(zip(by, key, strict=True)), groups[key], confidence, method) for key in sorted(groups)]

@@ -50,7 +50,7 @@ def build_network(state_dim: int, n_tasks: int, hidden: tuple[int, ...], action_
     torch = _torch()
     widths = (state_dim + n_tasks, *hidden, action_dim)
     layers: list[Any] = []
-    for index, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:])):
+    for index, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
         layers.append(torch.nn.Linear(n_in, n_out))
         if index < len(widths) - 2:
             layers.append(torch.nn.ReLU())

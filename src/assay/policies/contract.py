@@ -90,7 +90,7 @@ class PolicyContract(_Frozen):
     control_hz: float | None = Field(default=None, gt=0)
 
     @classmethod
-    def from_metadata(cls, metadata: Any) -> "PolicyContract | None":
+    def from_metadata(cls, metadata: Any) -> PolicyContract | None:
         """The contract inside a server's metadata frame (key ``contract``), or None when it has none."""
         if not isinstance(metadata, dict) or not isinstance(metadata.get("contract"), dict):
             return None

@@ -134,7 +134,7 @@ def build_model(params: MLPParams) -> Any:
     generator = torch.Generator().manual_seed(params.seed)
     widths = (params.state_dim, *params.hidden, params.chunk * params.action_dim)
     layers: list[Any] = []
-    for index, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:])):
+    for index, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
         linear = torch.nn.Linear(n_in, n_out)
         with torch.no_grad():
             bound = (1.0 / n_in) ** 0.5

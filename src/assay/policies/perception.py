@@ -13,11 +13,10 @@ with a stale calibration puts the goal in the wrong place.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from dataclasses import dataclass
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from assay.policies.builtin import ExpertPolicy

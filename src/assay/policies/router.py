@@ -75,7 +75,7 @@ class InstructionRouterPolicy:
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         return np.stack([self._expert(self.chosen[slot][0]).get_action(state)
-                         for slot, state in zip(observations["env_ids"], observations["state"])])
+                         for slot, state in zip(observations["env_ids"], observations["state"], strict=True)])
 
     def step_trace(self, slot: int) -> dict[str, float | str]:
         """Per request: the skill it runs, whether that is the task's own skill, the similarity."""

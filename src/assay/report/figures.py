@@ -150,7 +150,7 @@ def sweep_svg(rows: Sequence[RobustnessRow]) -> str | None:
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(swept), figsize=(3.6 * len(swept) + 0.8, 2.8), squeeze=False)
-    for ax, (factor, members) in zip(axes[0], swept.items()):
+    for ax, (factor, members) in zip(axes[0], swept.items(), strict=True):
         for k, policy in enumerate(sorted({r.policy for r in members})):
             points = sorted((_number(r.value), r.variant_rate, r.nominal_rate) for r in members if r.policy == policy)
             colour = f"C{k}"
@@ -172,10 +172,10 @@ def real_to_sim_svg(report: CorrelationReport) -> str:
     plt = _pyplot()
     tasks = report.tasks
     fig, axes = plt.subplots(1, len(tasks), figsize=(3.3 * len(tasks) + 0.6, 3.3), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    for ax, task in zip(axes[0], tasks, strict=True):
         ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
         ax.scatter(task.reference_rates, task.other_rates, color="#1565c0", zorder=3)
-        for policy, x, y in zip(task.policies, task.reference_rates, task.other_rates):
+        for policy, x, y in zip(task.policies, task.reference_rates, task.other_rates, strict=True):
             ax.annotate(policy, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         r, m = task.stats["pearson"].value, task.stats["mmrv"].value
         ax.set_title(f"{task.task}\nr = {'undefined' if r is None else f'{r:.2f}'}, MMRV = "
@@ -216,8 +216,8 @@ def comparison_svg(comparisons: Sequence[Comparison], baseline: str) -> str:
     y = np.arange(len(rows))[::-1]
     # compare() reports baseline − other; the plot shows other − baseline so "better" is to the right
     diffs = [-c.difference for c in rows]
-    low = [d - (-c.ci_high if c.ci_high is not None else -c.difference) for d, c in zip(diffs, rows)]
-    high = [(-c.ci_low if c.ci_low is not None else -c.difference) - d for d, c in zip(diffs, rows)]
+    low = [d - (-c.ci_high if c.ci_high is not None else -c.difference) for d, c in zip(diffs, rows, strict=True)]
+    high = [(-c.ci_low if c.ci_low is not None else -c.difference) - d for d, c in zip(diffs, rows, strict=True)]
     # the verdict is the baseline's: "worse" means this policy is detectably better
     colours = [{Verdict.WORSE: "#2e7d32", Verdict.BETTER: "#c62828"}.get(c.verdict, "#616161") for c in rows]
     ax.errorbar(diffs, y, xerr=[low, high], fmt="none", ecolor="black", capsize=4)

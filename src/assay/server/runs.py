@@ -17,7 +17,7 @@ import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -102,7 +102,7 @@ class RunManager:
                 process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            start_new_session=True)  # its own group: cancel reaches the workers
             run = Run(run_id, spec.name, str(campaign_file), command, str(log),
-                      datetime.now(timezone.utc).isoformat(timespec="seconds"), process)
+                      datetime.now(UTC).isoformat(timespec="seconds"), process)
             self.runs[run_id] = run
             return run
 

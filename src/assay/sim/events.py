@@ -26,7 +26,6 @@ contacts. With no object located, object events are NaN (a missing value, not 0)
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 import numpy as np

@@ -18,10 +18,10 @@ import numpy as np
 from assay.errors import UnsupportedError
 from assay.sim.events import EventTracker
 from assay.sim.metaworld_perturb import ModelPerturber, distractor_geoms, view_for
-from assay.spec.metaworld_catalog import METAWORLD_TASKS
 from assay.sim.protocol import Observation, Transition
 from assay.sim.render import VIEWS, CameraRenderer, calibration
 from assay.spec import NOMINAL, ActionSpec, Level, TaskSpec, Variant
+from assay.spec.metaworld_catalog import METAWORLD_TASKS
 
 CONTROL_HZ = 80.0  # timestep 0.0025 s × frame_skip 5
 MAX_PATH_LENGTH = 500

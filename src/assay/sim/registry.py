@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from assay.errors import SpecError, UnknownTaskError, UnsupportedError
 from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task
 from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
-from assay.spec.metaworld_catalog import METAWORLD_TASKS
 from assay.sim.protocol import SimEnv
 from assay.spec import TaskSpec, parse_task_ref
+from assay.spec.metaworld_catalog import METAWORLD_TASKS
 
 BACKENDS: dict[str, Callable[[TaskSpec], SimEnv]] = {
     "metaworld": MetaWorldEnv,

@@ -171,7 +171,7 @@ def _expand_variant(entry: Any, where: str) -> list[dict[str, Any]]:
                 raise SpecError(f"{where}.{kind}.{factor}: expected a non-empty list of values")
         if kind == "sweep":
             return [{factor: value} for factor, values in body.items() for value in values]
-        return [dict(zip(body, combo)) for combo in itertools.product(*body.values())]
+        return [dict(zip(body, combo, strict=True)) for combo in itertools.product(*body.values())]
     return [dict(entry)]
 
 

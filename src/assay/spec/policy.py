@@ -32,7 +32,7 @@ class PolicySpec(BaseModel):
     version: str | None = None
 
     @model_validator(mode="after")
-    def _one_source(self) -> "PolicySpec":
+    def _one_source(self) -> PolicySpec:
         if not _NAME.match(self.name):
             raise ValueError(f"policy name {self.name!r} may hold letters, digits, '.', '_' and '-' only")
         if sum(source is not None for source in (self.builtin, self.entrypoint, self.remote)) != 1:

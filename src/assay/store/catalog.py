@@ -14,7 +14,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -82,7 +82,7 @@ store_meta = sa.Table(
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _row(record: EpisodeRecord) -> dict[str, Any]:
@@ -178,7 +178,7 @@ def _guarded(method: F) -> F:
     """Database and OS errors (a full disk, a lost server) become one-line StoreErrors."""
 
     @functools.wraps(method)
-    def wrapper(self: "Catalog", *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: Catalog, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except SQLAlchemyError as exc:

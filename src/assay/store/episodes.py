@@ -23,7 +23,7 @@ import hashlib
 import os
 import socket
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +35,7 @@ from assay.store.records import SCHEMA_VERSION
 REQUIRED_COLUMNS = ("step", "t", "observation.state", "action", "reward", "success", "terminated", "truncated")
 _TMP_MARK = ".tmp-"
 
-Root = Union[str, Path]
+Root = str | Path
 
 
 def is_url(root: Root) -> bool:

@@ -136,7 +136,7 @@ def _write(store: Store, records: list[EpisodeRecord], tables: list[pa.Table], r
     total = int(offsets[-1])
     frame_index = np.concatenate([np.arange(n, dtype=np.int64) for n in lengths])
     episode_index = np.concatenate([np.full(n, i, np.int64) for i, n in enumerate(lengths)])
-    task_index = np.concatenate([np.full(n, tasks.index(r.instruction), np.int64) for r, n in zip(records, lengths)])
+    task_index = np.concatenate([np.full(n, tasks.index(r.instruction), np.int64) for r, n in zip(records, lengths, strict=True)])
     columns: dict[str, np.ndarray] = {
         "observation.state": np.concatenate(state), "action": np.concatenate(action),
         "next.reward": np.concatenate([t.column("reward").to_numpy() for t in tables]).astype(np.float32),
@@ -168,7 +168,7 @@ def _write(store: Store, records: list[EpisodeRecord], tables: list[pa.Table], r
     }
     for camera in cameras:
         key = IMAGE_PREFIX + camera
-        clips = [read_video(Path(store.data_root), video_relpath(r.key, camera))[:n] for r, n in zip(records, lengths)]
+        clips = [read_video(Path(store.data_root), video_relpath(r.key, camera))[:n] for r, n in zip(records, lengths, strict=True)]
         frames = np.concatenate(clips)
         height, width = frames.shape[1:3]
         path = root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
@@ -224,7 +224,7 @@ def read_lerobot(root: Path) -> tuple[dict[str, Any], list[LeRobotEpisode]]:
         raise StoreError(f"{root} is not a LeRobotDataset {CODEBASE_VERSION}")
     tasks_table = pq.read_table(root / "meta" / "tasks.parquet")
     index_col = json.loads(tasks_table.schema.metadata[b"pandas"])["index_columns"][0]
-    tasks = dict(zip(tasks_table.column("task_index").to_pylist(), tasks_table.column(index_col).to_pylist()))
+    tasks = dict(zip(tasks_table.column("task_index").to_pylist(), tasks_table.column(index_col).to_pylist(), strict=True))
     meta = pq.read_table(root / EPISODES_PATH).to_pylist()
     videos = [k for k, f in info["features"].items() if f["dtype"] == "video"]
     data_cache: dict[tuple[int, int], pa.Table] = {}

@@ -74,7 +74,7 @@ class Store:
     def close(self) -> None:
         self.catalog.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -6,12 +6,28 @@ May import ``assay.spec``, ``assay.sim``, ``assay.policies``, ``assay.store``, `
 """
 
 from assay.twin.attribution import Attribution, ConfigScore, LayerShare, attribute, configurations
-from assay.twin.config import (Layer, Twin, TwinError, layer_of, load_twin, nominal_twin, save_twin,
-                               twin_from_values, twin_of_record)
+from assay.twin.config import (
+                               Layer,
+                               Twin,
+                               TwinError,
+                               layer_of,
+                               load_twin,
+                               nominal_twin,
+                               save_twin,
+                               twin_from_values,
+                               twin_of_record,
+)
 from assay.twin.running import TwinSettings, run_twins, settings_from_campaign, unique_twins, write_results_csv
 from assay.twin.stability import StabilityReport, SwapResult, asset_stability, swap_twins
-from assay.twin.sysid import (DEFAULT_PARAMETERS, OpenLoopReplay, SysIdResult, Trajectory, calibrated_twin, identify,
-                              trajectories_from_store)
+from assay.twin.sysid import (
+                               DEFAULT_PARAMETERS,
+                               OpenLoopReplay,
+                               SysIdResult,
+                               Trajectory,
+                               calibrated_twin,
+                               identify,
+                               trajectories_from_store,
+)
 
 __all__ = [
     "Attribution", "ConfigScore", "DEFAULT_PARAMETERS", "Layer", "LayerShare", "OpenLoopReplay", "StabilityReport",

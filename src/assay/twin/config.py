@@ -98,7 +98,7 @@ class Twin(BaseModel):
             return "nominal"
         return Variant(perturbations=tuple(_perturbations(values))).key
 
-    def with_layer(self, layer: Layer, values: dict[str, Any], name: str | None = None) -> "Twin":
+    def with_layer(self, layer: Layer, values: dict[str, Any], name: str | None = None) -> Twin:
         """This twin with one layer replaced (the others untouched)."""
         return self.model_copy(update={layer.value: dict(values), "name": name or self.name})
 

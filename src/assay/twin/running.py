@@ -15,7 +15,7 @@ from typing import Any
 
 from assay.metrics.results_csv import RateEntry, entries_from_records
 from assay.run import Executor, InlineExecutor, prepare_campaign, run_campaign
-from assay.spec import CampaignSpec, CameraSpec, PolicySpec
+from assay.spec import CameraSpec, CampaignSpec, PolicySpec
 from assay.store import Store
 from assay.twin.config import Twin, TwinError
 

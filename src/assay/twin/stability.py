@@ -67,7 +67,7 @@ def asset_stability(base: Twin, swaps: Sequence[dict[str, Any]], settings: TwinS
     results = run_twins(campaign, [base, *twins], settings, store, executor)
     reference = results[base.version]
     out = []
-    for twin, values in zip(twins, swaps):
+    for twin, values in zip(twins, swaps, strict=True):
         other = results[twin.version]
         report = stability(reference, other, ("base", twin.name), n_resamples=n_resamples)
         kendall = report.suite["kendall"]

@@ -109,7 +109,7 @@ class OpenLoopReplay:
     def discrepancy(self, twin: Twin) -> tuple[float, float | None]:
         """(RMS error over compared dims, Pearson r of displacements from the initial state)."""
         sim, real = [], []
-        for replayed, trajectory in zip(self.replay(twin), self.trajectories):
+        for replayed, trajectory in zip(self.replay(twin), self.trajectories, strict=True):
             n = min(len(replayed), len(trajectory.states))
             sim.append(replayed[:n, self.dims] - replayed[0, self.dims])
             real.append(trajectory.states[:n, self.dims] - trajectory.states[0, self.dims])
@@ -142,7 +142,7 @@ def identify(task: TaskSpec, trajectories: Sequence[Trajectory], start: Twin,
 
     def twin_at(x: np.ndarray) -> Twin:
         values = dict(base)
-        for name, logv, (low, high) in zip(parameters, x, bounds):
+        for name, logv, (low, high) in zip(parameters, x, bounds, strict=True):
             values[name] = round(float(np.exp(np.clip(logv, low, high))), 4)  # 4 digits: stable variant keys
         layers = {layer.value: {k: v for k, v in values.items() if layer_of(k) is layer} for layer in Layer}
         return start.model_copy(update={**layers, "name": f"{start.name}-fit"})

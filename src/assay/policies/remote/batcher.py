@@ -71,7 +71,7 @@ class DynamicBatcher:
                 infer_ms = (time.perf_counter() - started) * 1000.0
                 self.batches += 1
                 self.rows += len(batch)
-                for pending, result in zip(batch, results):
+                for pending, result in zip(batch, results, strict=True):
                     if pending.future.done():
                         continue  # the connection went away meanwhile
                     timing = {"queue_ms": (started - pending.enqueued) * 1000.0, "batch_size": len(batch),

@@ -181,9 +181,9 @@ class RemotePolicy:
                     self.metadata = metadata
                     self.contract = PolicyContract.from_metadata(metadata)
         connections = [self._idle.pop() for _ in requests]
-        results = await asyncio.gather(*(self._request(ws, r) for ws, r in zip(connections, requests)),
+        results = await asyncio.gather(*(self._request(ws, r) for ws, r in zip(connections, requests, strict=True)),
                                        return_exceptions=True)
-        for ws, result in zip(connections, results):
+        for ws, result in zip(connections, results, strict=True):
             if isinstance(result, BaseException):
                 await ws.close()  # a late reply would answer the next request: never reuse it
             else:
