@@ -17,6 +17,7 @@ import multiprocessing
 import signal
 import time
 from collections.abc import Iterator, Sequence
+from enum import Enum
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -31,6 +32,14 @@ from assay.store.episodes import remove_stale_temporaries
 __all__ = ["Batch", "Executor", "InlineExecutor", "LocalExecutor", "make_executor"]
 
 EXECUTORS = ("inline", "local", "ray")
+
+
+class Reply(Enum):
+    """The tag of what a worker process sends the driver: ``(tag, payload)``."""
+
+    READY = "ready"  # the worker imported and built itself; payload None
+    OK = "ok"        # a batch is done; payload: its records
+    RAISE = "raise"  # an infrastructure error that must stop the driver; payload: the AssayError
 
 
 class Executor(Protocol):
@@ -58,10 +67,10 @@ class InlineExecutor:
 
 
 def _worker_main(conn: Connection, store_root: str | Path) -> None:
-    """A worker process: batches in, ``("ok", records)`` or ``("raise", exception)`` out, until EOF."""
+    """A worker process: batches in, ``(Reply.OK, records)`` or ``(Reply.RAISE, exception)`` out, until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     worker = Worker(store_root)
-    conn.send(("ready", None))
+    conn.send((Reply.READY, None))
     try:
         while True:
             try:
@@ -71,9 +80,9 @@ def _worker_main(conn: Connection, store_root: str | Path) -> None:
             if jobs is None:
                 return
             try:
-                conn.send(("ok", worker.run_batch(jobs)))
+                conn.send((Reply.OK, worker.run_batch(jobs)))
             except Exception as exc:  # noqa: BLE001 - an infrastructure error (store unwritable) stops the driver
-                conn.send(("raise", AssayError(f"worker failed: {type(exc).__name__}: {exc}")))
+                conn.send((Reply.RAISE, AssayError(f"worker failed: {type(exc).__name__}: {exc}")))
     finally:
         worker.close()
 
@@ -191,12 +200,12 @@ class LocalExecutor:
             except (EOFError, OSError):
                 slot.process.join(timeout=10)  # EOF comes first; let the exit be reaped
                 break
-            if status == "ready":
+            if status is Reply.READY:
                 slot.mark_ready()
-            elif status == "ok":
+            elif status is Reply.OK:
                 slot.item = slot.deadline = None
                 return dispatcher.succeeded(payload), False
-            elif status == "raise":
+            elif status is Reply.RAISE:
                 raise payload
         if not slot.process.is_alive():
             slot.kill()

@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from assay.run.batch import Fault
 from assay.sim import Observation, Transition
 from assay.spec import EpisodeJob
 from assay.store import EpisodeRecord, Outcome
 
-
+_TIMED = {"reset": "reset_s", "policy": "policy_s", "sim": "sim_s"}
 SAFETY_KINDS = ("nan", "limit", "workspace")  # the safety filter's ``info.safety.<kind>`` columns
 
 
@@ -83,9 +84,36 @@ class EpisodeRecorder:
         if transition.success and self.success_step is None:
             self.success_step = len(self.actions) - 1
 
-    def finish(self, outcome: Outcome, reason: str = "") -> None:
+    def started(self, initial_conditions: Mapping[str, Any]) -> None:
+        """The environment was reset; ``initial_conditions`` is what it chose."""
+        self.initial_conditions = dict(initial_conditions)
+
+    def timed(self, part: str, seconds: float) -> None:
+        """Add ``seconds`` to the episode's ``reset``, ``policy`` or ``sim`` time."""
+        if part not in _TIMED:
+            raise ValueError(f"unknown timed part {part!r}; valid: {', '.join(_TIMED)}")
+        attribute = _TIMED[part]
+        setattr(self, attribute, getattr(self, attribute) + seconds)
+
+    def finish(self, outcome: Outcome, reason: str = "", duration_s: float | None = None) -> None:
+        """End the episode (the first outcome wins); ``duration_s`` when the loop knows it now."""
         if self.outcome is None:
             self.outcome, self.reason = outcome, reason
+            if duration_s is not None:
+                self.duration_s = duration_s
+
+    def fail(self, fault: Fault) -> None:
+        """End the episode as ``error`` for ``fault``."""
+        self.finish(Outcome.ERROR, fault.message)
+
+    def settle_duration(self, elapsed_s: float) -> None:
+        """The episode's wall time, unless it was set when the episode ended."""
+        if self.duration_s == 0.0:
+            self.duration_s = elapsed_s
+
+    def note_policy_info(self, info: Mapping[str, Any]) -> None:
+        """What the policy decided for this episode (its ``episode_info`` hook)."""
+        self.policy_info = dict(info)
 
     def columns(self) -> dict[str, np.ndarray]:
         control_hz = self.job.task.control_hz

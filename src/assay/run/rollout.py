@@ -33,28 +33,24 @@ import numpy as np
 
 from assay.policies import Policy, PolicyContext, SupportsEpisodeInfo, SupportsStepTrace
 from assay.policies.remote import PolicyUnavailableError
+from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
 from assay.sim import Observation, SimEnv, Transition
 from assay.spec import EpisodeJob, Pipeline, SuccessMode, TaskSpec
 from assay.store import Outcome
 
 
-def describe_error(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def _check_chunk(chunk: np.ndarray, task: TaskSpec, filtered: bool = False) -> str | None:
+def _check_chunk(chunk: np.ndarray, task: TaskSpec, filtered: bool = False) -> Fault | None:
     """Why the policy's answer cannot be executed, or None. With the safety filter on (``filtered``),
     non-finite values pass: the filter replaces and counts them."""
     dim = task.action.dim
     if chunk.dtype.kind != "f":
-        return f"invalid action: dtype {chunk.dtype}, expected floating point"
+        return Fault(FaultKind.INVALID_ACTION, f"invalid action: dtype {chunk.dtype}, expected floating point")
     if not (chunk.ndim == 1 and chunk.shape == (dim,)) and not (chunk.ndim == 2 and chunk.shape[1] == dim
                                                                   and chunk.shape[0] > 0):
-        return f"invalid action: shape {chunk.shape}, expected ({dim},) or a chunk (H, {dim})"
+        return Fault(FaultKind.INVALID_ACTION, f"invalid action: shape {chunk.shape}, expected ({dim},) or a chunk (H, {dim})")
     if not filtered and not np.all(np.isfinite(chunk)):
-        return "invalid action: contains NaN or infinity"
+        return Fault(FaultKind.INVALID_ACTION, "invalid action: contains NaN or infinity")
     return None
 
 
@@ -72,16 +68,19 @@ def _outcome(task: TaskSpec, transition: Transition, steps: int) -> Outcome | No
     return None
 
 
-def _act(policy: Policy, batch: dict[str, Any], rows: int, action_dim: int) -> list[np.ndarray | str]:
-    """One action or chunk (or an error string) per row; if the batched call raises, ask each row alone."""
+Answer = np.ndarray | Fault  # what the policy gave one row: an action or chunk, or why not
+
+
+def _act(policy: Policy, batch: dict[str, Any], rows: int, action_dim: int) -> list[Answer]:
+    """One action or chunk (or a Fault) per row; if the batched call raises, ask each row alone."""
     try:
         actions = np.asarray(policy.act(batch))
     except PolicyUnavailableError as exc:
-        return [f"policy unavailable: {exc}"] * rows
+        return [Fault(FaultKind.POLICY_UNAVAILABLE, f"policy unavailable: {exc}")] * rows
     except Exception as exc:  # noqa: BLE001 - any policy fault becomes an outcome
         if rows == 1:
-            return [f"policy raised {describe_error(exc)}"]
-        results: list[np.ndarray | str] = []
+            return [Fault(FaultKind.POLICY, f"policy raised {describe_error(exc)}")]
+        results: list[Answer] = []
         for row in range(rows):
             single = {name: values[row : row + 1] for name, values in batch.items()}
             results.extend(_act(policy, single, 1, action_dim))
@@ -90,7 +89,8 @@ def _act(policy: Policy, batch: dict[str, Any], rows: int, action_dim: int) -> l
         return list(actions)
     if rows == 1 and actions.ndim == 1 and actions.size == action_dim:
         return [actions]
-    return [f"invalid action batch: shape {actions.shape}, expected ({rows}, {action_dim}) or ({rows}, H, {action_dim})"] * rows
+    expected = f"expected ({rows}, {action_dim}) or ({rows}, H, {action_dim})"
+    return [Fault(FaultKind.INVALID_ACTION, f"invalid action batch: shape {actions.shape}, {expected}")] * rows
 
 
 @dataclass
@@ -104,10 +104,11 @@ class _Slot:
 class _Episodes:
     """The state of one batch of episodes; ``request`` and ``step`` work on any subset of slots."""
 
-    def __init__(self, envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob]) -> None:
-        self.envs, self.policy, self.jobs = envs, policy, jobs
-        self.task = jobs[0].task
-        self.replan_every = jobs[0].replan_every
+    def __init__(self, envs: Sequence[SimEnv], policy: Policy, batch: EpisodeBatch) -> None:
+        self.envs, self.policy, self.batch, self.jobs = envs, policy, batch, batch.jobs
+        self.task = batch.task
+        self.replan_every = batch.replan_every
+        jobs = batch.jobs
         self.recorders = [EpisodeRecorder(job) for job in jobs]
         self.observations: list[Observation | None] = [None] * len(jobs)
         self.slots = [_Slot() for _ in jobs]
@@ -115,29 +116,28 @@ class _Episodes:
 
     def reset(self) -> list[int]:
         active: list[int] = []
-        for slot, (env, job) in enumerate(zip(self.envs, self.jobs)):
+        for slot, (env, job) in enumerate(zip(self.envs, self.jobs, strict=True)):
             t0 = time.perf_counter()
             try:
                 self.observations[slot] = env.reset(job.seed)
-                self.recorders[slot].initial_conditions = env.initial_conditions()
+                self.recorders[slot].started(env.initial_conditions())
                 active.append(slot)
             except Exception as exc:  # noqa: BLE001
-                self.recorders[slot].finish(Outcome.ERROR, f"reset failed: {describe_error(exc)}")
-            self.recorders[slot].reset_s = time.perf_counter() - t0
-        task = self.task
+                self.recorders[slot].fail(Fault(FaultKind.RESET, f"reset failed: {describe_error(exc)}"))
+            self.recorders[slot].timed("reset", time.perf_counter() - t0)
         try:
-            self.policy.reset(PolicyContext(task, tuple(j.seed for j in self.jobs),
-                                            tuple(job.instruction for job in self.jobs)))
+            self.policy.reset(PolicyContext(self.task, self.batch.seeds, self.batch.instructions))
         except Exception as exc:  # noqa: BLE001
+            fault = Fault(FaultKind.POLICY_RESET, f"policy reset raised {describe_error(exc)}")
             for slot in active:
-                self.recorders[slot].finish(Outcome.ERROR, f"policy reset raised {describe_error(exc)}")
+                self.recorders[slot].fail(fault)
             active = []
         return active
 
     def needing(self, slots: Sequence[int]) -> list[int]:
         return [s for s in slots if not self.recorders[s].done and not self.slots[s].queue]
 
-    def ask(self, slots: Sequence[int]) -> tuple[list[np.ndarray | str], float]:
+    def ask(self, slots: Sequence[int]) -> tuple[list[Answer], float]:
         """Call the policy for ``slots`` (thread-safe: touches nothing shared)."""
         first = self.observations[slots[0]]
         assert first is not None
@@ -158,14 +158,14 @@ class _Episodes:
         except Exception as exc:  # noqa: BLE001 - a diagnostic hook never fails an episode
             return {"error": describe_error(exc)}
 
-    def accept(self, slots: Sequence[int], answers: list[np.ndarray | str], latency: float) -> None:
+    def accept(self, slots: Sequence[int], answers: list[Answer], latency: float) -> None:
         """Queue each slot's chunk (its first ``replan_every`` actions) or end the episode on a bad answer."""
-        for slot, answer in zip(slots, answers):
+        for slot, answer in zip(slots, answers, strict=True):
             recorder, state = self.recorders[slot], self.slots[slot]
-            recorder.policy_s += latency / len(slots)
-            problem = answer if isinstance(answer, str) else _check_chunk(answer, self.task, self.jobs[0].safety)
+            recorder.timed("policy", latency / len(slots))
+            problem = answer if isinstance(answer, Fault) else _check_chunk(answer, self.task, self.batch.safety)
             if problem is not None:
-                recorder.finish(Outcome.ERROR, f"step {recorder.steps}: {problem}")
+                recorder.fail(problem.at_step(recorder.steps))
                 continue
             assert isinstance(answer, np.ndarray)
             chunk = answer.reshape(-1, self.task.action.dim).astype(np.float64)
@@ -187,16 +187,15 @@ class _Episodes:
             try:
                 transition = self.envs[slot].step(action)
             except Exception as exc:  # noqa: BLE001
-                recorder.finish(Outcome.ERROR, f"step {recorder.steps}: simulator raised {describe_error(exc)}")
+                recorder.fail(Fault(FaultKind.SIMULATOR, f"simulator raised {describe_error(exc)}").at_step(recorder.steps))
                 continue
             finally:
-                recorder.sim_s += time.perf_counter() - t1
+                recorder.timed("sim", time.perf_counter() - t1)
             recorder.add(observation, action, transition, latency_ms, chunk_id, index, trace)  # type: ignore[arg-type]
             self.observations[slot] = transition.observation
             outcome = _outcome(self.task, transition, recorder.steps)
             if outcome is not None:
-                recorder.finish(outcome)
-                recorder.duration_s = time.perf_counter() - self.started
+                recorder.finish(outcome, duration_s=time.perf_counter() - self.started)
                 queue.clear()
 
     def live(self, slots: Sequence[int]) -> list[int]:
@@ -206,13 +205,12 @@ class _Episodes:
         # optional: what the policy decided (skill, ...)
         info = self.policy.episode_info if isinstance(self.policy, SupportsEpisodeInfo) else None
         for slot, recorder in enumerate(self.recorders):
-            if recorder.duration_s == 0.0:
-                recorder.duration_s = time.perf_counter() - self.started
+            recorder.settle_duration(time.perf_counter() - self.started)
             if info is not None and recorder.steps:
                 try:
-                    recorder.policy_info = dict(info(slot))
+                    recorder.note_policy_info(dict(info(slot)))
                 except Exception as exc:  # noqa: BLE001 - a diagnostic hook never fails an episode
-                    recorder.policy_info = {"episode_info_error": describe_error(exc)}
+                    recorder.note_policy_info({"episode_info_error": describe_error(exc)})
         return self.recorders
 
 
@@ -251,14 +249,15 @@ def _decoupled(episodes: _Episodes, active: list[int]) -> None:
                 return
 
 
-def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob],
+def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob] | EpisodeBatch,
             pipeline: Pipeline | None = None) -> list[EpisodeRecorder]:
     """Run ``jobs`` (one cell) on ``envs``; every recorder comes back finished.
 
     ``pipeline`` defaults to the jobs' own (the campaign's ``pipeline`` field).
     """
-    episodes = _Episodes(envs, policy, jobs)
+    batch = jobs if isinstance(jobs, EpisodeBatch) else EpisodeBatch.of(jobs)
+    episodes = _Episodes(envs, policy, batch)
     active = episodes.reset()
-    mode = pipeline or jobs[0].pipeline
+    mode = pipeline or batch.pipeline
     (_decoupled if mode is Pipeline.DECOUPLED else _lockstep)(episodes, active)
     return episodes.finish()

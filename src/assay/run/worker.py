@@ -12,11 +12,12 @@ from pathlib import Path
 
 from assay.errors import AssayError
 from assay.policies import Policy, make_policy
+from assay.run.batch import Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
-from assay.run.rollout import describe_error, rollout
+from assay.run.rollout import rollout
 from assay.sim import SafetyFilter, SimEnv, make_env, perturbed
 from assay.spec import EpisodeJob, PolicySpec, canonical_json
-from assay.store import EpisodeRecord, Outcome, build_table, provenance, write_episode, write_video
+from assay.store import EpisodeRecord, build_table, provenance, write_episode, write_video
 
 ENV_CREATION_ATTEMPTS = 3
 
@@ -60,9 +61,10 @@ class Worker:
                 envs = [SafetyFilter(env) for env in envs]
             policy = self._policy(jobs[0].policy.spec)
         except Exception as exc:  # noqa: BLE001 - becomes an error outcome for each job
+            fault = Fault(FaultKind.SETUP, f"setup failed: {describe_error(exc)}")
             recorders = [EpisodeRecorder(job) for job in jobs]
             for recorder in recorders:
-                recorder.finish(Outcome.ERROR, f"setup failed: {describe_error(exc)}")
+                recorder.fail(fault)
         else:
             recorders = rollout(envs, policy, jobs)
         return [self._save(recorder) for recorder in recorders]
