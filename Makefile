@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve test test-fast test-ray test-postgres test-interop bench bench-scale install install-test clean
+.PHONY: demo report serve lint test test-fast test-ray test-postgres test-interop bench bench-scale install install-test clean
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
 SYSTEM_READY := $(VENV)/.system
@@ -36,6 +36,11 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	touch $@
 
 install: $(VENV)/.installed
+
+# Lint and type checks (configured in pyproject.toml); CI runs them before the tests.
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy
 install-test: $(VENV)/.installed-test
 
 demo: install

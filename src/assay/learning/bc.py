@@ -27,7 +27,7 @@ from assay.errors import AssayError
 from assay.learning.data import Demo
 from assay.learning.language import checkpoint_entry, condition_rows, conditioning
 from assay.policies.bc import CHECKPOINT_FORMAT, build_network, checkpoint_version
-from assay.policies.mlp import _torch
+from assay.policies.mlp import import_torch
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class TrainResult:
 
 @contextmanager
 def deterministic_torch(seed: int) -> Iterator[Any]:
-    torch = _torch()
+    torch = import_torch()
     threads, was_deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)

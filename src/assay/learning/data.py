@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from assay.errors import AssayError
-from assay.metrics.openloop import _matrix
+from assay.metrics.openloop import column_matrix
 from assay.store import EpisodeRecord, Store
 
 QUERY_KEYS = ("campaign", "task", "policy", "outcome", "demos")
@@ -83,7 +83,7 @@ class Demo:
 def episode_demo(store: Store, record: EpisodeRecord) -> Demo:
     table = store.steps(record)
     return Demo(record.key, record.task_id, record.task_hash, record.variant_key, record.seed, "episode",
-                _matrix(table, "observation.state", record.key), _matrix(table, "action", record.key), record.instruction)
+                column_matrix(table, "observation.state", record.key), column_matrix(table, "action", record.key), record.instruction)
 
 
 def recovery_demo(store: Store, path: Path) -> Demo:
@@ -96,7 +96,7 @@ def recovery_demo(store: Store, path: Path) -> Demo:
     record = store.catalog.episode(source)
     relpath = str(path.relative_to(store.root)) if path.is_relative_to(store.root) else str(path)
     return Demo(relpath, record.task_id, record.task_hash, record.variant_key, record.seed, "recovery",
-                _matrix(table, "observation.state", relpath), _matrix(table, "action", relpath), record.instruction)
+                column_matrix(table, "observation.state", relpath), column_matrix(table, "action", relpath), record.instruction)
 
 
 def select_records(store: Store, query: DataQuery) -> list[EpisodeRecord]:

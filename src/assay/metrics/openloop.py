@@ -41,7 +41,8 @@ class Trajectory:
 Predictor = Callable[[Sequence[Trajectory]], list[np.ndarray]]
 
 
-def _matrix(table: object, column: str, key: str) -> np.ndarray:
+def column_matrix(table: object, column: str, key: str) -> np.ndarray:
+    """A fixed-size list column of an episode's step table as a float64 ``(steps, width)`` array."""
     names = table.column_names  # type: ignore[attr-defined]
     if column not in names:
         raise AssayError(f"episode {key[:12]} has no column {column!r}; open-loop needs observation.state and action")
@@ -57,8 +58,8 @@ def load_trajectories(store: Store, records: Sequence[EpisodeRecord]) -> list[Tr
         if record.data_path is None:
             continue
         table = store.steps(record)
-        out.append(Trajectory(record, _matrix(table, "observation.state", record.key),
-                              _matrix(table, "action", record.key)))
+        out.append(Trajectory(record, column_matrix(table, "observation.state", record.key),
+                              column_matrix(table, "action", record.key)))
     return out
 
 

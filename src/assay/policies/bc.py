@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from assay.errors import SpecError
 from assay.policies.contract import STATE_KEY, ActionContract, ActionMode, ArraySpec, GripperPolarity, PolicyContract
 from assay.policies.language import EMBED_DIM, embed_each
-from assay.policies.mlp import PAD_ROWS, _torch
+from assay.policies.mlp import PAD_ROWS, import_torch
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec
 
@@ -47,7 +47,7 @@ class BCParams(BaseModel):
 
 def build_network(state_dim: int, n_tasks: int, hidden: tuple[int, ...], action_dim: int) -> Any:
     """The BC network: [normalised state, task one-hot] -> hidden ReLU layers -> action (linear)."""
-    torch = _torch()
+    torch = import_torch()
     widths = (state_dim + n_tasks, *hidden, action_dim)
     layers: list[Any] = []
     for index, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
@@ -59,7 +59,7 @@ def build_network(state_dim: int, n_tasks: int, hidden: tuple[int, ...], action_
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The checkpoint dict; SpecError naming the file when it is missing or not a BC checkpoint."""
-    torch = _torch()
+    torch = import_torch()
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"bc checkpoint {path} does not exist (write one with 'assay train-bc')")
@@ -85,7 +85,7 @@ class BCPolicy:
 
     def __init__(self, **params: Any) -> None:
         self.params = BCParams(**params)
-        torch = _torch()
+        torch = import_torch()
         self._torch = torch
         data = load_checkpoint(self.params.path)
         config = data["config"]

@@ -119,7 +119,7 @@ _ACTION_KINDS: dict[str, tuple[ActionMode, GripperPolarity]] = {
 
 def task_interface(task: TaskSpec) -> TaskInterface:
     mode, gripper = _ACTION_KINDS.get(task.action.kind, (None, None))
-    observations = {STATE_KEY: (task.state_dim,)}
+    observations: dict[str, tuple[int, ...]] = {STATE_KEY: (task.state_dim,)}
     layout = f"{task.backend}/state-{task.state_dim}" if task.backend == "metaworld" else f"{task.backend}/{task.env_name}"
     return TaskInterface(observations, layout, task.action.dim, mode, gripper, task.action.low, task.action.high,
                          task.control_hz)

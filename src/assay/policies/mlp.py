@@ -40,12 +40,16 @@ PAD_ROWS = 8
 TORCH_HINT = "the 'mlp' policy needs torch: pip install 'assay[torch]' (or pip install torch==2.13.0)"
 
 
-def _torch() -> Any:
+def import_torch() -> Any:
+    """The torch module, or UnsupportedError saying how to install it."""
     try:
         import torch
     except ImportError:
         raise UnsupportedError(TORCH_HINT) from None
     return torch
+
+
+_torch = import_torch  # the old private name, for code written against it
 
 
 class MLPParams(BaseModel):
@@ -71,7 +75,7 @@ class MLPPolicy:
 
     def __init__(self, **params: Any) -> None:
         self.params = MLPParams(**params)
-        torch = _torch()
+        torch = import_torch()
         if self.params.threads is not None:
             torch.set_num_threads(self.params.threads)
         self._torch = torch
@@ -130,7 +134,7 @@ class MLPPolicy:
 
 def build_model(params: MLPParams) -> Any:
     """The network, initialised from ``params.seed`` (same weights on every machine)."""
-    torch = _torch()
+    torch = import_torch()
     generator = torch.Generator().manual_seed(params.seed)
     widths = (params.state_dim, *params.hidden, params.chunk * params.action_dim)
     layers: list[Any] = []

@@ -32,6 +32,7 @@ __all__ = [
     "Observation",
     "SimEnv",
     "TaskRegistry",
+    "configure_gl",
     "Transition",
     "default_registry",
     "gymnasium_task",
