@@ -33,7 +33,7 @@ def run(
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster: auto | ray://HOST:PORT (default: a local Ray).")] = None,
     data: Annotated[str | None, typer.Option("--data", help="Where step files go: a shared directory or fsspec URL (default: the store).")] = None,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run episodes recorded as error (e.g. a policy server was down).")] = False,
-    episode_timeout: Annotated[Optional[float], typer.Option(
+    episode_timeout: Annotated[float | None, typer.Option(
         "--episode-timeout", min=0.001, help="Wall-clock limit of one batch of episodes, seconds (default: the "
         "campaign's episode_timeout_s, else 900); a hung episode becomes an error (local and ray executors).")] = None,
     json_out: JsonOpt = False,
