@@ -17,7 +17,7 @@ SMALL_MLP = {"hidden": [32, 32], "state_dim": 39, "action_dim": 4}
 
 @contextlib.contextmanager
 def serving(policy: Any, task: TaskSpec, **config: Any) -> Iterator[PolicyServer]:
-    server = PolicyServer(policy, task, ServerConfig(port=0, **config), {"policy": "test", "version": "1"})
+    server = PolicyServer(policy, task, ServerConfig(**{"port": 0, **config}), {"policy": "test", "version": "1"})
     with ServerThread(server) as running:
         yield running
 

@@ -29,6 +29,10 @@ def serve_policy(
     task: Annotated[str, typer.Option(help="The task the policy is reset for.")] = "metaworld/pick-place@1",
     params: Annotated[str, typer.Option(help="Policy parameters as a JSON object.")] = "{}",
     max_message_mb: Annotated[float, typer.Option("--max-message-mb", min=0.001, help="Cap on one frame.")] = 16.0,
+    max_connections: Annotated[int, typer.Option("--max-connections", min=1, max=100_000,
+                                                 help="Websockets served at once; more get HTTP 503.")] = 64,
+    idle_timeout: Annotated[float, typer.Option("--idle-timeout", min=0.0,
+                                                help="Close a connection idle this many seconds (0: never).")] = 300.0,
 ) -> None:
     """Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all connections."""
     from assay.policies import make_policy, resolve_policy
@@ -51,7 +55,8 @@ def serve_policy(
         served_task = default_registry().get(task)
         config = ServerConfig(host=host, port=port, max_batch=max_batch, max_wait_ms=max_wait_ms,
                               api_key=api_key or os.environ.get("ASSAY_API_KEY") or None,
-                              max_message_bytes=int(max_message_mb * 1024 * 1024))
+                              max_message_bytes=int(max_message_mb * 1024 * 1024), max_connections=max_connections,
+                              idle_timeout_s=idle_timeout or None)
         identity = {"policy": spec.name, "source": spec.source, "params": spec.params, "version": resolved.version}
         server = PolicyServer(make_policy(spec), served_task, config, identity)
         render.err_console.print(

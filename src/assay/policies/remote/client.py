@@ -7,8 +7,10 @@ one request per connection at a time), so a server with a dynamic batcher can
 gather them, and those of other workers, into one forward pass. The reply's
 ``actions`` is one action ``(A,)`` or a chunk ``(H, A)``.
 
-Connections are opened with retries and exponential backoff; every request has
-a timeout. A server that is gone (refused, closed, timed out) raises
+Connections are opened with retries and exponential backoff (by default 8 attempts,
+0.1 s doubling to at most 2 s: a server that restarts within about 7 s is reached
+again; ``connect_attempts``, ``backoff_s`` and ``max_backoff_s`` are policy params);
+every request has a timeout. A server that is gone (refused, closed, timed out) raises
 :class:`PolicyUnavailableError`, which the runner turns into ``error`` episodes
 for the whole batch at once; a traceback frame (the server's policy raised)
 raises :class:`RemotePolicyError` for the batch, and the runner asks each row
@@ -44,8 +46,9 @@ class RemoteParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     timeout_s: float = Field(default=30.0, gt=0, description="per-request timeout")
-    connect_attempts: int = Field(default=4, ge=1, le=20, description="connection attempts before giving up")
+    connect_attempts: int = Field(default=8, ge=1, le=100, description="connection attempts before giving up")
     backoff_s: float = Field(default=0.1, ge=0, description="first retry delay; doubles each attempt")
+    max_backoff_s: float = Field(default=2.0, ge=0, description="longest delay between two attempts")
     api_key_env: str = Field(default="ASSAY_API_KEY", description="environment variable holding the API key")
     max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, gt=0)
 
@@ -87,7 +90,7 @@ async def _connect(url: str, params: RemoteParams) -> tuple[Any, dict[str, Any]]
             last = f"{type(exc).__name__}: {exc}".strip()
         if attempt < params.connect_attempts:
             await asyncio.sleep(delay)
-            delay *= 2
+            delay = min(delay * 2, params.max_backoff_s)
     raise PolicyUnavailableError(f"policy server {url} unreachable after {params.connect_attempts} attempts ({last})")
 
 

@@ -12,6 +12,13 @@ Protocol (openpi's, so its clients work unchanged):
   missing key or a wrong shape) gets a ``protocol error: ...`` text frame and
   close code 1008. The server itself survives both.
 
+Limits, so that no client can exhaust the server (each set in :class:`ServerConfig`):
+at most ``max_connections`` websockets at once (more get HTTP 503 at the upgrade), a
+connection idle for ``idle_timeout_s`` is closed (1000, "idle"), keepalive pings drop
+dead peers, each connection buffers at most two frames, at most ``max_large_frames``
+frames over 1 MiB are decoded at once, and a log line repeated more than
+``LOG_REPEATS`` times a minute is suppressed (with a count) instead of filling stderr.
+
 Requests from all connections meet in a :class:`DynamicBatcher`. The served
 policy is reset once, with one slot per row of the largest batch, and is then
 treated as a function of each row's observation (openpi servers have no reset).
@@ -21,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -37,6 +46,9 @@ from assay.spec import TaskSpec
 
 INTERNAL_ERROR = 1011
 POLICY_VIOLATION = 1008
+NORMAL_CLOSURE = 1000
+LARGE_FRAME_BYTES = 1 << 20
+LOG_REPEATS = 20  # identical log lines per minute before they are suppressed
 
 
 class ProtocolError(ValueError):
@@ -51,6 +63,46 @@ class ServerConfig:
     max_wait_ms: float = 5.0
     api_key: str | None = None
     max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_connections: int = 64
+    idle_timeout_s: float | None = 300.0
+    ping_interval_s: float | None = 20.0
+    max_large_frames: int = 4
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 1 or self.max_large_frames < 1:
+            raise ValueError("max_connections and max_large_frames must be at least 1")
+        if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
+            raise ValueError(f"idle_timeout_s must be positive, got {self.idle_timeout_s}")
+
+
+class RepeatFilter(logging.Filter):
+    """Let a log line through at most ``limit`` times per ``window_s``; then count it and say so once.
+
+    Under a flood (file descriptors exhausted, the accept loop failing thousands of times a
+    second) this keeps stderr readable and bounded instead of gigabytes of the same traceback.
+    """
+
+    def __init__(self, limit: int = LOG_REPEATS, window_s: float = 60.0) -> None:
+        super().__init__()
+        self.limit, self.window_s = limit, window_s
+        self._seen: dict[tuple[str, object], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.msg)
+        now = time.monotonic()
+        start, count = self._seen.get(key, (now, 0))
+        if now - start > self.window_s:
+            if count > self.limit:
+                record.msg = f"{record.msg} (and {count - self.limit} more like it suppressed in the last minute)"
+            start, count = now, 0
+        count += 1
+        self._seen[key] = (start, count)
+        if len(self._seen) > 10_000:  # many distinct lines: forget the oldest windows
+            self._seen.clear()
+        return count <= self.limit
+
+
+SERVER_LOGGERS = ("websockets", "websockets.server", "asyncio")
 
 
 def default_contract(policy: Policy, task: TaskSpec) -> PolicyContract:
@@ -79,6 +131,7 @@ class PolicyServer:
             "server": {"max_batch": config.max_batch, "max_wait_ms": config.max_wait_ms},
         }
         self._metadata_frame = packb(self.metadata)
+        self._large_frames: asyncio.Semaphore | None = None  # made on the serving loop
         self.batcher = DynamicBatcher(self._infer, config.max_batch, config.max_wait_ms / 1000.0)
         slots = config.max_batch
         policy.reset(PolicyContext(task, tuple(range(slots)), tuple(task.instruction for _ in range(slots))))
@@ -135,6 +188,9 @@ class PolicyServer:
     def _process_request(self, connection: Any, request: Any) -> Any:
         if request.path == "/healthz":
             return connection.respond(HTTPStatus.OK, "OK\n")
+        if len(connection.server.all_connections) >= self.config.max_connections:  # open ones, not this one
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE,
+                                      f"policy server at its limit of {self.config.max_connections} connections\n")
         if self.config.api_key:
             given = request.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Api-Key {self.config.api_key}".encode()):
@@ -146,9 +202,14 @@ class PolicyServer:
 
         try:
             await ws.send(self._metadata_frame)
-            async for message in ws:
+            while True:
                 try:
-                    request = self.validate(message)
+                    message = await asyncio.wait_for(ws.recv(), self.config.idle_timeout_s)
+                except TimeoutError:
+                    await ws.close(NORMAL_CLOSURE, f"idle for {self.config.idle_timeout_s:g} s")
+                    return
+                try:
+                    request = await self._decode(message)
                 except (WireError, ProtocolError) as exc:
                     await ws.send(f"protocol error: {exc}")
                     await ws.close(POLICY_VIOLATION, "protocol error")
@@ -169,20 +230,36 @@ class PolicyServer:
         except ConnectionClosed:
             pass
 
+    async def _decode(self, message: Any) -> dict[str, Any]:
+        """Validate one request; frames over 1 MiB are decoded at most ``max_large_frames`` at a time."""
+        if len(message) < LARGE_FRAME_BYTES:
+            return self.validate(message)
+        assert self._large_frames is not None
+        async with self._large_frames:
+            return await asyncio.to_thread(self.validate, message)
+
     async def serve(self, ready: threading.Event | None = None, stop: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set (or forever); sets ``self.port`` (useful with port 0)."""
         from websockets.asyncio.server import serve
 
+        self._large_frames = asyncio.Semaphore(self.config.max_large_frames)
+        repeats = RepeatFilter()
+        for name in SERVER_LOGGERS:
+            logging.getLogger(name).addFilter(repeats)
         batching = asyncio.create_task(self.batcher.run())
+        ping = self.config.ping_interval_s
         try:
             async with serve(self._handle, self.config.host, self.config.port, process_request=self._process_request,
-                             max_size=self.config.max_message_bytes, compression=None, ping_interval=None) as server:
+                             max_size=self.config.max_message_bytes, compression=None, max_queue=2,
+                             ping_interval=ping, ping_timeout=ping) as server:
                 self.port = server.sockets[0].getsockname()[1]
                 if ready is not None:
                     ready.set()
                 await (stop.wait() if stop is not None else asyncio.Future())
         finally:
             batching.cancel()
+            for name in SERVER_LOGGERS:
+                logging.getLogger(name).removeFilter(repeats)
 
     @property
     def url(self) -> str:
