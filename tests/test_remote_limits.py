@@ -40,9 +40,8 @@ def test_connections_past_the_cap_are_refused_with_503_and_a_freed_slot_is_reuse
         held = [stack.enter_context(connect(url)) for _ in range(3)]
         for ws in held:
             ws.recv()
-        with pytest.raises(InvalidStatus) as refused:
-            with connect(url):
-                pass
+        with pytest.raises(InvalidStatus) as refused, connect(url):
+            pass
         assert refused.value.response.status_code == 503
         held.pop().close()
         deadline = time.monotonic() + 5
