@@ -33,6 +33,8 @@ import numpy as np
 
 from assay.errors import AssayError
 from assay.policies import Policy, PolicyContext, make_policy
+from assay.policies.protocol import ENV_IDS, INSTRUCTION
+from assay.policies.remote.batcher import DynamicBatcher
 from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key
 from assay.run.worker import Worker
 from assay.spec import PolicySpec, TaskSpec, canonical_json
@@ -69,70 +71,68 @@ class PolicyServing:
 
 
 class PolicyServer:
-    """Wraps any Assay policy; concurrent ``act`` calls are answered by one batched ``policy.act``."""
+    """Wraps any Assay policy; concurrent ``act`` calls are answered by batched ``policy.act`` calls.
+
+    Requests meet in the same :class:`DynamicBatcher` as the websocket server's (up to ``max_batch``
+    rows or ``max_wait_s``); within a batch, requests are grouped by task and every observation key
+    (``state``, ``image.*``, ``depth.*``, ``calib.*``, ``instruction``) is forwarded.
+    """
 
     def __init__(self, spec: dict[str, Any], max_batch: int, max_wait_s: float) -> None:
         self.policy = make_policy(PolicySpec.model_validate(spec))
-        self.max_batch, self.max_wait_s = max_batch, max_wait_s
-        self._pending: list[tuple[TaskSpec, np.ndarray, list[str], list[int], asyncio.Future[np.ndarray]]] = []
-        self._rows = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self.batcher = DynamicBatcher(self._infer, max_batch, max_wait_s, rows=lambda request: len(request[2]))
+        self._loop_task: asyncio.Task[None] | None = None
         self._stats = {"calls": 0, "requests": 0, "rows": 0, "max_requests_per_call": 0, "max_rows_per_call": 0}
 
-    async def act(self, task: TaskSpec, states: np.ndarray, instructions: list[str], seeds: list[int]) -> np.ndarray:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[np.ndarray] = loop.create_future()
-        self._pending.append((task, np.asarray(states), list(instructions), list(seeds), future))
-        self._rows += len(states)
-        if self._rows >= self.max_batch:
-            self._flush()
-        elif self._timer is None:
-            self._timer = loop.call_later(self.max_wait_s, self._flush)
-        return await future
+    async def act(self, task: TaskSpec, observations: dict[str, Any], seeds: list[int]) -> np.ndarray:
+        """Actions for one environment actor's rows: ``observations`` as the runner gives them."""
+        if self._loop_task is None:
+            self._loop_task = asyncio.get_running_loop().create_task(self.batcher.run())
+        actions, _timing = await self.batcher.submit((task, observations, list(seeds)))
+        return actions
 
-    def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        pending, self._pending, self._rows = self._pending, [], 0
-        groups: dict[str, list[Any]] = {}
-        for request in pending:
-            groups.setdefault(request[0].content_hash(), []).append(request)
-        for requests in groups.values():
-            self._answer(requests)
+    def _infer(self, requests: list[tuple[TaskSpec, dict[str, Any], list[int]]]) -> list[Any]:
+        """One result per request (its rows' actions, or the exception), one policy call per task."""
+        groups: dict[str, list[int]] = {}
+        for index, request in enumerate(requests):
+            groups.setdefault(request[0].content_hash(), []).append(index)
+        results: list[Any] = [None] * len(requests)
+        for members in groups.values():
+            for index, answer in zip(members, self._answer([requests[i] for i in members]), strict=True):
+                results[index] = answer
+        return results
 
-    def _answer(self, requests: list[Any]) -> None:
+    def _answer(self, requests: list[tuple[TaskSpec, dict[str, Any], list[int]]]) -> list[Any]:
         task = requests[0][0]
-        states = np.concatenate([r[1] for r in requests])
-        instructions = [i for r in requests for i in r[2]]
-        seeds = tuple(s for r in requests for s in r[3])
+        seeds = tuple(s for r in requests for s in r[2])
+        batch: dict[str, Any] = {}
+        for key in requests[0][1]:
+            values = [r[1][key] for r in requests]
+            batch[key] = ([v for value in values for v in value] if isinstance(values[0], list)
+                          else np.concatenate([np.asarray(v) for v in values]))
+        batch[ENV_IDS] = np.arange(len(seeds))
         try:
-            self.policy.reset(PolicyContext(task, seeds, tuple(instructions)))
-            actions = np.asarray(
-                self.policy.act({"state": states, "instruction": instructions, "env_ids": np.arange(len(seeds))}),
-                dtype=np.float64,
-            )
-            if actions.ndim != 2 or actions.shape[0] != len(seeds):
+            self.policy.reset(PolicyContext(task, seeds, tuple(batch.get(INSTRUCTION, [""] * len(seeds)))))
+            actions = np.asarray(self.policy.act(batch), dtype=np.float64)
+            if actions.ndim not in (2, 3) or actions.shape[0] != len(seeds):
                 raise AssayError(f"served policy returned shape {actions.shape} for {len(seeds)} rows")
         except Exception as exc:  # noqa: BLE001 - each caller gets the error; the rollout retries rows alone
-            for request in requests:
-                if not request[4].done():
-                    request[4].set_exception(exc)
-            return
+            return [exc] * len(requests)
         stats = self._stats
         stats["calls"] += 1
         stats["requests"] += len(requests)
         stats["rows"] += len(seeds)
         stats["max_requests_per_call"] = max(stats["max_requests_per_call"], len(requests))
         stats["max_rows_per_call"] = max(stats["max_rows_per_call"], len(seeds))
-        start = 0
+        out, start = [], 0
         for request in requests:
-            end = start + len(request[3])
-            if not request[4].done():
-                request[4].set_result(actions[start:end])
+            end = start + len(request[2])
+            out.append(actions[start:end])
             start = end
+        return out
 
     async def stats(self) -> dict[str, int]:
+        """Calls, requests and rows so far, and the most requests and rows merged into one call."""
         return dict(self._stats)
 
 
@@ -148,9 +148,12 @@ class ServedPolicy:
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         assert self.context is not None, "reset() before act()"
-        seeds = [self.context.seeds[i] for i in observations["env_ids"]]
-        ref = self.server.act.remote(self.context.task, observations["state"], list(observations["instruction"]), seeds)
-        return _ray().get(ref)
+        seeds = [self.context.seeds[i] for i in observations[ENV_IDS]]
+        forwarded = {key: (list(value) if key == INSTRUCTION else value)
+                     for key, value in observations.items() if key != ENV_IDS}
+        ref = self.server.act.remote(self.context.task, forwarded, seeds)
+        result: np.ndarray = _ray().get(ref)
+        return result
 
 
 def _policy_key(spec: PolicySpec) -> str:
