@@ -2,10 +2,17 @@
 
 The worker writes each episode's step file (atomically) and returns its record;
 it never touches the catalog, which only the driver writes.
+
+Policies are built before environments, and triton (shipped with every CUDA build
+of torch) is imported before the first environment of a process: importing triton
+after Mesa's LLVM is loaded (OSMesa, camera rendering on CPU) crashes the process
+with SIGSEGV, so a torch policy built after a camera environment killed its worker.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +27,18 @@ from assay.spec import EpisodeJob, PolicySpec, canonical_json
 from assay.store import EpisodeRecord, build_table, provenance, write_episode, write_video
 
 ENV_CREATION_ATTEMPTS = 3
+# Imported before any environment: each crashes when loaded after Mesa's LLVM (see the module docstring).
+LOAD_BEFORE_RENDERING = ("triton",)
+
+
+def load_before_rendering() -> list[str]:
+    """Import the installed modules of ``LOAD_BEFORE_RENDERING`` not yet imported; returns their names."""
+    loaded = []
+    for name in LOAD_BEFORE_RENDERING:
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            __import__(name)
+            loaded.append(name)
+    return loaded
 
 
 class Worker:
@@ -35,6 +54,8 @@ class Worker:
     def _environments(self, job: EpisodeJob, count: int) -> list[SimEnv]:
         """``count`` environments for the job's task, built once and reused (variants apply per episode)."""
         pool = self._envs.setdefault((job.task.id, job.task.content_hash()), [])
+        if len(pool) < count:
+            load_before_rendering()
         while len(pool) < count:
             for attempt in range(1, ENV_CREATION_ATTEMPTS + 1):
                 try:
@@ -56,10 +77,10 @@ class Worker:
 
     def run_batch(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
         try:
+            policy = self._policy(jobs[0].policy.spec)  # first: its imports must precede the renderer's
             envs = [perturbed(env, jobs[0].variant) for env in self._environments(jobs[0], len(jobs))]
             if jobs[0].safety:  # outermost: it sees the policy's own action
                 envs = [SafetyFilter(env) for env in envs]
-            policy = self._policy(jobs[0].policy.spec)
         except Exception as exc:  # noqa: BLE001 - becomes an error outcome for each job
             fault = Fault(FaultKind.SETUP, f"setup failed: {describe_error(exc)}")
             recorders = [EpisodeRecorder(job) for job in jobs]
