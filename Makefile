@@ -78,17 +78,17 @@ test-ray: install-test
 test-postgres: install-test
 	$(PY) -m pytest -q -m "postgres" tests/test_postgres.py
 
-# The real lerobot reads our LeRobotDataset export. lerobot needs torchvision and torchcodec, so it lives in
-# its own environment (about 6 GB), never in Assay's: torch 2.14.1 + torchvision 0.29.1 + torchcodec 0.17,
-# Debian's ffmpeg, then lerobot 0.4.4 without its pinned dependencies plus the few its dataset reader uses.
+# The real lerobot reads our LeRobotDataset export and trains and runs its ACT policy on it. lerobot lives in its
+# own environment (about 8 GB), never in Assay's: lerobot 0.4.4 with its own dependencies, inside its own pins
+# (torch 2.10.0, torchvision 0.25.0, torchcodec 0.10.0, diffusers, opencv, imageio, pyserial...), frozen in
+# tests/interop/constraints.txt, and Debian's ffmpeg for torchcodec.
 INTEROP_VENV ?= .venv-interop
-$(INTEROP_VENV)/.installed:
+$(INTEROP_VENV)/.installed: tests/interop/constraints.txt
 	@command -v ffmpeg >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ffmpeg; }
 	$(PYTHON) -m venv $(INTEROP_VENV)
-	$(INTEROP_VENV)/bin/pip install -q torch==2.14.1 torchvision==0.29.1 torchcodec==0.17.*
-	$(INTEROP_VENV)/bin/pip install -q --no-deps lerobot==0.4.4
-	$(INTEROP_VENV)/bin/pip install -q pillow accelerate 'datasets<5' 'huggingface-hub<0.36' draccus==0.10.0 \
-		jsonlines deepdiff termcolor einops av pandas pyarrow
+	$(INTEROP_VENV)/bin/pip install -q -c tests/interop/constraints.txt lerobot==0.4.4 torch==2.10.0 \
+		torchvision==0.25.0 torchcodec==0.10.0
+	$(INTEROP_VENV)/bin/pip check
 	touch $@
 
 test-interop: install-test $(INTEROP_VENV)/.installed

@@ -1,4 +1,5 @@
-"""The real lerobot (0.4.4, its own environment) reads our LeRobotDataset v3.0 export: ``make test-interop``.
+"""The real lerobot (0.4.4, its own environment) reads our LeRobotDataset v3.0 export and trains and runs
+its ACT policy on it: ``make test-interop``.
 
 Checks, against the store: every frame's observation.state and action (exact, float32), its task string,
 episode boundaries (dataset_from/to_index, episode_index and frame_index per frame), timestamps, and the
@@ -35,8 +36,13 @@ cameras: [{name: front, width: 32, height: 32}]
 """
 
 
-@pytest.mark.skipif(not INTEROP_PYTHON, reason="needs the lerobot environment: make test-interop")
-def test_real_lerobot_reads_the_export(tmp_path):
+needs_lerobot = pytest.mark.skipif(not INTEROP_PYTHON, reason="needs the lerobot environment: make test-interop")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> tuple[Path, Path]:
+    """(store, LeRobotDataset export) of a small camera campaign."""
+    tmp_path = tmp_path_factory.mktemp("interop")
     (tmp_path / "c.yaml").write_text(CAMPAIGN)
     runner = CliRunner()
     assert runner.invoke(app, ["run", str(tmp_path / "c.yaml"), "--store", str(tmp_path / "s")]).exit_code == 0
@@ -44,15 +50,25 @@ def test_real_lerobot_reads_the_export(tmp_path):
     result = runner.invoke(app, ["export", "lerobot", "--data", "campaign=demos,outcome=any", "--out", str(out),
                                  "--store", str(tmp_path / "s")])
     assert result.exit_code == 0, result.output
-    script = Path(__file__).parent / "interop" / "read_with_lerobot.py"
-    done = subprocess.run([INTEROP_PYTHON, str(script), str(out)], capture_output=True, text=True, timeout=600)
+    return tmp_path / "s", out
+
+
+def _interop(script: str, *args: str) -> dict:
+    path = Path(__file__).parent / "interop" / script
+    done = subprocess.run([INTEROP_PYTHON, str(path), *args], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+@needs_lerobot
+def test_real_lerobot_reads_the_export(exported):
+    store_root, out = exported
+    seen = _interop("read_with_lerobot.py", str(out))
     info, episodes = read_lerobot(out)
     assert seen["num_episodes"] == len(episodes) == 4 and seen["fps"] == info["fps"]
     assert seen["camera_keys"] == ["observation.images.front"]
     assert seen["num_frames"] == len(seen["frames"]) == sum(len(e.states) for e in episodes)
-    with Store(tmp_path / "s", create=False) as store:
+    with Store(store_root, create=False) as store:
         records = {r.key: r for r in store.catalog.episodes(campaign="demos")}
         start = 0
         for episode in episodes:
@@ -72,3 +88,16 @@ def test_real_lerobot_reads_the_export(tmp_path):
             assert decoded.shape == (len(rows), 32, 32, 3)
             assert np.abs(decoded - episode.frames["observation.images.front"].astype(np.int64)).mean() < 4
             start = stop
+
+
+@needs_lerobot
+def test_real_lerobot_trains_and_runs_an_act_policy_on_the_export(exported):
+    """lerobot's own factory builds ACT from the export's features and stats; a training step and inference run."""
+    _, out = exported
+    seen = _interop("run_lerobot_policy.py", str(out))
+    assert seen["lerobot"] == "0.4.4" and seen["policy"] == "ACTPolicy"
+    assert seen["image_features"] == ["observation.images.front"]
+    assert np.isfinite(seen["loss"]) and seen["loss"] > 0 and seen["parameters_with_gradients"] > 10
+    first, second = np.asarray(seen["actions"])
+    assert first.shape == (seen["action_dim"],) == (4,) and np.isfinite(first).all()
+    assert np.array_equal(first, second)  # same torch seed, same action: the policy is deterministic at inference
