@@ -64,3 +64,25 @@ class HangingExpert(_Wrapped):
         if any(self.seeds[i] % self.modulo == 0 for i in observations["env_ids"]):
             time.sleep(3600)
         return super().act(observations)
+
+
+_POISONED = False  # set in the process once a LeakingExpert has "leaked"
+
+
+class LeakingExpert(_Wrapped):
+    """At an episode whose ``seed % modulo == 0`` it runs out of memory (MemoryError) and leaves its
+    process poisoned: every later episode in the same process also dies of MemoryError at step 0.
+    A fresh process is clean, so only a worker that is replaced after a resource error recovers."""
+
+    def __init__(self, modulo: int = 5) -> None:
+        super().__init__()
+        self.modulo = modulo
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        global _POISONED
+        if _POISONED:
+            raise MemoryError("the previous policy leaked everything")
+        if any(self.seeds[i] % self.modulo == 0 for i in observations["env_ids"]):
+            _POISONED = True
+            raise MemoryError("leaked")
+        return super().act(observations)

@@ -44,7 +44,8 @@ def run(
         planned = prepare_campaign(spec)
         faults = fault_policy(spec, episode_timeout)
         make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
-        with open_store(store, catalog, create=True, data_url=data) as opened, opened.run_lock(on_wait=_say_waiting):
+        with render.json_stdout(json_out), open_store(store, catalog, create=True, data_url=data) as opened, \
+                opened.run_lock(on_wait=_say_waiting):
             runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
             progress = CampaignProgress(render.err_console, enabled=not json_out)
             with progress:

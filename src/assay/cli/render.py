@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -19,8 +21,44 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 
 
+_json_fd: int | None = None  # the real standard output while json_stdout() holds it
+
+
 def print_json(document: Any) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
+    text = json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"
+    if _json_fd is not None:
+        os.write(_json_fd, text.encode())
+    else:
+        sys.stdout.write(text)
+
+
+def _real_stdout() -> bool:
+    try:
+        return sys.stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # replaced (a test runner's buffer): nothing to guard
+        return False
+
+
+@contextlib.contextmanager
+def json_stdout(enabled: bool = True) -> Iterator[None]:
+    """Keep standard output clean JSON for the block: whatever else reaches file descriptor 1
+    (a Ray raylet line after an actor is killed, a C library's print) goes to stderr instead,
+    and :func:`print_json` writes to the real standard output."""
+    global _json_fd
+    if not enabled or _json_fd is not None or not _real_stdout():
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    _json_fd = saved
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        _json_fd = None
 
 
 def rate_table(rows: Sequence[RateRow], title: str) -> Table:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from assay.errors import AssayError
-from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key
+from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key, exhausted, rss_mb
 from assay.run.worker import Worker
 from assay.store import EpisodeRecord
 from assay.store.episodes import remove_stale_temporaries
@@ -190,6 +190,17 @@ class LocalExecutor:
                 elsewhere = {environment_key(s.item) for s in slots if s.item is not None}
                 slot.assign(dispatcher.take(slot.environments, elsewhere), self.faults)
 
+    def _worn_out(self, slot: _Slot, records: list[EpisodeRecord]) -> bool:
+        """Whether a worker that finished its batch must be replaced before it gets another one: an
+        episode ended in a resource error (a leak in the policy would poison the next one), or the
+        process is above ``worker_rss_limit_mb``."""
+        limit = self.faults.worker_rss_limit_mb
+        resident = rss_mb(slot.process.pid) if limit is not None and slot.process.pid is not None else None
+        if exhausted(records) is None and (resident is None or limit is None or resident <= limit):
+            return False
+        slot.stop()
+        return True
+
     def _check(self, slot: _Slot, dispatcher: Dispatcher) -> tuple[list[EpisodeRecord], bool]:
         """Collect what ``slot`` has to say: (records to pass on, whether its process must be replaced)."""
         item = slot.item
@@ -204,7 +215,7 @@ class LocalExecutor:
                 slot.mark_ready()
             elif status is Reply.OK:
                 slot.item = slot.deadline = None
-                return dispatcher.succeeded(payload), False
+                return dispatcher.succeeded(payload), self._worn_out(slot, payload)
             elif status is Reply.RAISE:
                 raise payload
         if not slot.process.is_alive():

@@ -26,6 +26,7 @@ atomically, so a killed worker leaves no partial file (only a temporary that
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,29 @@ DEFAULT_MAX_ATTEMPTS = 3
 # for CPU camera campaigns (a 500-step, two-camera batch takes a few minutes); set lower per
 # campaign (``episode_timeout_s``) or per run (``assay run --episode-timeout``).
 DEFAULT_EPISODE_TIMEOUT_S = 900.0
+
+
+# What an error reason says when the worker process itself is exhausted, not just the episode:
+# after such an episode the worker is replaced, so the next policy starts in a fresh process.
+RESOURCE_EXHAUSTION = ("MemoryError", "Cannot allocate memory", "out of memory", "Too many open files")
+
+
+def exhausted(records: Iterable[EpisodeRecord]) -> str | None:
+    """The reason of the first error record that names an exhausted resource, else None."""
+    for record in records:
+        if record.outcome is Outcome.ERROR and any(mark in (record.reason or "") for mark in RESOURCE_EXHAUSTION):
+            return record.reason
+    return None
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of a process in MiB (Linux ``/proc``), None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 class Failure(str, Enum):
@@ -65,6 +89,9 @@ class FaultPolicy:
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S
+    # A worker above this resident memory after a batch is replaced (None: no ceiling). A worker
+    # is always replaced after an episode that ended in a resource error (see ``exhausted``).
+    worker_rss_limit_mb: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

@@ -35,7 +35,7 @@ from assay.errors import AssayError
 from assay.policies import Policy, PolicyContext, make_policy
 from assay.policies.protocol import ENV_IDS, INSTRUCTION
 from assay.policies.remote.batcher import DynamicBatcher
-from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key
+from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key, exhausted
 from assay.run.worker import Worker
 from assay.spec import PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord
@@ -283,7 +283,10 @@ class RayExecutor:
                         continue
                     except ray.exceptions.RayTaskError as exc:
                         raise AssayError(f"ray actor failed: {exc.cause!r}") from None
-                    idle.append(actor)
+                    if exhausted(records) is not None:  # a fresh process for the next batch
+                        self._replace(ray, actor, spawn)
+                    else:
+                        idle.append(actor)
                     finished += dispatcher.succeeded(records)
                 now = time.monotonic()
                 for ref, (actor, item, deadline) in list(running.items()):
