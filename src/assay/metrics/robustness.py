@@ -6,7 +6,11 @@ either side is ``error`` are dropped. Retention = successes under the variant /
 successes at nominal over the same pairs (the ratio of the two rates), with a
 percentile bootstrap interval over pairs and McNemar's exact test on the
 discordant pairs. Retention is undefined (None) when nominal never succeeded.
-The profile pools every level of every factor of one axis.
+The profile pools every level of every factor of one axis. An episode marked as
+running under a conflicting instruction (``provenance.instruction.conflict_with``:
+the words name another task, and the scene's task scores it) is reported on its own
+axis, ``semantic:conflict``: there, retention is how often the policy did the
+scene's task *against* the words (1.0 for a policy that ignores language).
 """
 
 from __future__ import annotations
@@ -45,7 +49,10 @@ class RetentionRow:
 
 def _axis(record: EpisodeRecord) -> str:
     axes = sorted({p["axis"] for p in record.variant.get("perturbations", [])})
-    return "+".join(axes) if axes else "nominal"
+    label = "+".join(axes) if axes else "nominal"
+    if (record.provenance.get("instruction") or {}).get("conflict_with"):
+        label += ":conflict"  # marked: the words name another task; scored by the scene's task, pooled apart
+    return label
 
 
 def _factors(record: EpisodeRecord) -> str:

@@ -18,7 +18,8 @@ from typing import Any
 from assay.errors import SpecError, UnsupportedError
 from assay.policies import check_policy_contract, check_supports, resolve_policy
 from assay.run.executors import Executor
-from assay.sim import TaskRegistry, default_registry, paraphrase, resolve_variant, value_of
+from assay.sim import TaskRegistry, default_registry, resolve_variant
+from assay.sim.semantic import instruct
 from assay.sim.render import VIEWS
 from assay.spec import CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, Variant, batch_jobs, plan
 from assay.store import EpisodeRecord, Outcome, Store
@@ -69,10 +70,6 @@ def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
     return task.model_copy(update={"cameras": cameras})
 
 
-def _instruction(task: TaskSpec, variant: Variant) -> str:
-    return paraphrase(task.instruction, value_of(variant, "instruction.paraphrase"), task.skill)
-
-
 def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -> CampaignPlan:
     """Resolve tasks, variants and policies and plan every job; all spec errors surface here, before any run.
 
@@ -92,7 +89,7 @@ def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -
         for task in tasks:
             check_supports(policy, task)
             check_policy_contract(policy, task)  # the handshake: before episode 1, never during
-    jobs = plan(spec, list(tasks), list(policies), variants, _instruction)
+    jobs = plan(spec, list(tasks), list(policies), variants, instruct)
     return CampaignPlan(spec, tasks, policies, tuple(variants), tuple(jobs))
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from assay.run.batch import Fault
-from assay.sim import Observation, Transition
+from assay.sim import Observation, Transition, conflict_marks
 from assay.spec import EpisodeJob
 from assay.store import EpisodeRecord, Outcome
 
@@ -163,6 +163,11 @@ class EpisodeRecorder:
         digest.update((self.outcome.value if self.outcome else "").encode())
         return digest.hexdigest()[:32]
 
+    def _marks(self) -> dict[str, Any]:
+        """An episode whose words name another task is marked (``provenance.instruction``)."""
+        marks = conflict_marks(self.job.task, self.job.variant, self.job.seed)
+        return {"instruction": marks} if marks else {}
+
     def record(self, provenance: dict[str, Any], data_path: str | None, data_sha256: str | None) -> EpisodeRecord:
         job = self.job
         assert self.outcome is not None, "finish() before record()"
@@ -196,5 +201,5 @@ class EpisodeRecorder:
                 "sim_s": round(self.sim_s, 6),
                 "duration_s": round(self.duration_s, 6),
             },
-            provenance={**provenance, "run": self.run_settings()},
+            provenance={**provenance, "run": self.run_settings(), **self._marks()},
         )

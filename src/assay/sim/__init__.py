@@ -15,6 +15,7 @@ from assay.sim.perturbed import PerturbedEnv, perturbed  # noqa: E402
 from assay.sim.protocol import Observation, SimEnv, Transition  # noqa: E402
 from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env  # noqa: E402
 from assay.sim.safety import SafetyFilter  # noqa: E402
+from assay.sim.semantic import conflict_marks, instruct  # noqa: E402
 
 __all__ = [
     "BACKENDS",
@@ -22,7 +23,9 @@ __all__ = [
     "Factor",
     "PerturbedEnv",
     "SafetyFilter",
+    "conflict_marks",
     "get_factor",
+    "instruct",
     "paraphrase",
     "perturbed",
     "resolve_variant",

@@ -15,6 +15,17 @@ from enum import Enum
 from typing import Any
 
 from assay.errors import SpecError, UnsupportedError
+from assay.sim.semantic import (
+    CONFLICTS,
+    FORMS,
+    LENGTHS,
+    MAX_DISTRACTORS,
+    MAX_TYPO_RATE,
+    OBJECT_SWAPS,
+    REFERRING,
+    SYNONYM_PARTS,
+    TEMPLATES,
+)
 from assay.spec import Axis, Perturbation, TaskSpec, Variant
 
 
@@ -91,6 +102,35 @@ def _f(name, axis, kind, unit, low, high, default, stage, description, backends=
 
 PARAPHRASE_STYLES = ("nominal", "synonym", "reorder", "terse", "verbose", "distractor", "typos", "indirect")
 
+# The semantic axis: rewrites of the instruction (assay.sim.semantic, word lists semantic-v1). Another
+# backend's semantic factors (e.g. LIBERO-PRO's) go in their own block below; the order here is display order.
+SEMANTIC_FACTORS = (
+    _f("instruction.paraphrase", "semantic", "choice", "", 0, 0, "nominal", "reset",
+       "instruction rewritten in a fixed style, ordered by distance from the template", ALL_BACKENDS, PARAPHRASE_STYLES),
+    _f("instruction.synonym", "semantic", "choice", "", 0, 0, "nominal", "reset",
+       "verbs and/or object nouns swapped for synonyms drawn from the episode seed", ALL_BACKENDS, SYNONYM_PARTS),
+    _f("instruction.distractor", "semantic", "int", "clauses", 0, MAX_DISTRACTORS, 0, "reset",
+       "irrelevant clauses appended ('... and ignore the red block'), drawn from the episode seed", ALL_BACKENDS),
+    _f("instruction.form", "semantic", "choice", "", 0, 0, "imperative", "reset",
+       "sentence form and word order: imperative, declarative, question, wish, object first", ALL_BACKENDS, FORMS),
+    _f("instruction.typo_rate", "semantic", "float", "per letter", 0.0, MAX_TYPO_RATE, 0.0, "reset",
+       "character noise: each letter swapped, dropped, doubled or mistyped with this probability", ALL_BACKENDS),
+    _f("instruction.length", "semantic", "choice", "", 0, 0, "nominal", "reset",
+       "instruction length: terse (content words only), nominal, verbose or rambling padding", ALL_BACKENDS, LENGTHS),
+    _f("instruction.referring", "semantic", "choice", "", 0, 0, "nominal", "reset",
+       "the goal object named by a referring expression: its rendered colour, a place, or its function", ALL_BACKENDS,
+       REFERRING),
+    _f("instruction.template", "semantic", "choice", "", 0, 0, "nominal", "reset",
+       "the instruction wrapped in a template never used in training, drawn from the episode seed", ALL_BACKENDS,
+       TEMPLATES),
+    _f("instruction.conflict", "semantic", "choice", "", 0, 0, "nominal", "reset",
+       "the words name another task of the suite (same or other family); scored as the task declares", METAWORLD,
+       CONFLICTS),
+    _f("instruction.object", "semantic", "choice", "", 0, 0, "nominal", "reset",
+       "the goal object renamed: another object of its category, of another category, or a wrong colour", ALL_BACKENDS,
+       OBJECT_SWAPS),
+)
+
 FACTORS: dict[str, Factor] = {
     f.name: f
     for f in (
@@ -117,8 +157,7 @@ FACTORS: dict[str, Factor] = {
         _f("observation.noise", "behavioral", "float", "std", 0.0, 0.2, 0.0, "reset", "Gaussian noise added to the state the policy sees", ALL_BACKENDS),
         _f("control.latency", "behavioral", "int", "steps", 0, 10, 0, "reset", "actions are applied this many steps late", ALL_BACKENDS),
         # semantic
-        _f("instruction.paraphrase", "semantic", "choice", "", 0, 0, "nominal", "reset",
-           "instruction rewritten in a fixed style, ordered by distance from the template", ALL_BACKENDS, PARAPHRASE_STYLES),
+        *SEMANTIC_FACTORS,
     )
 }
 
@@ -142,7 +181,12 @@ def resolve_variant(request: dict[str, Any], task: TaskSpec) -> Variant:
                 f"factor {factor.name} does not apply to {task.id} (backend {task.backend}); "
                 f"it applies to: {', '.join(sorted(factor.backends))}"
             )
-        perturbations.append(Perturbation(axis=factor.axis, factor=factor.name, value=factor.validate(value)))
+        value = factor.validate(value)
+        if factor.name == "instruction.conflict" and value != "nominal" and task.conflict_scoring == "instructed":
+            raise UnsupportedError(
+                f"factor instruction.conflict: {task.id} declares conflict_scoring 'instructed', but a {task.backend} "
+                "scene holds one task and cannot score the instructed one; valid for it: conflict_scoring 'marked'")
+        perturbations.append(Perturbation(axis=factor.axis, factor=factor.name, value=value))
     return Variant(perturbations=tuple(perturbations))
 
 

@@ -152,21 +152,21 @@ def plan(
     tasks: list[TaskSpec],
     policies: list[ResolvedPolicy],
     variants: list[Variant] | None = None,
-    instruction_for: Callable[[TaskSpec, Variant], str] | None = None,
+    instruction_for: Callable[[TaskSpec, Variant, int], str] | None = None,
 ) -> list[EpisodeJob]:
     """Every job of the campaign, in a fixed order (policy, task, variant, index).
 
     ``variants`` are the resolved variants (nominal only when None); ``instruction_for``
-    gives the instruction an episode runs under (semantic perturbations change it).
+    gives the instruction an episode (task, variant, seed) runs under (semantic perturbations change it).
     """
     variants = variants if variants is not None else [Variant()]
     jobs: list[EpisodeJob] = []
     for policy in policies:
         for task in tasks:
             for variant in variants:
-                instruction = instruction_for(task, variant) if instruction_for else task.instruction
                 for index in range(campaign.episodes):
                     seed = episode_seed(campaign.seed, task, index)
+                    instruction = instruction_for(task, variant, seed) if instruction_for else task.instruction
                     key = episode_key(task, variant, policy, seed, instruction, campaign.replan_every, campaign.safety)
                     jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
                                            campaign.replan_every, campaign.pipeline, campaign.safety))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -81,6 +82,9 @@ class TaskSpec(_Frozen):
     family: str = ""
     level: Level = Level.ATOMIC
     tags: tuple[str, ...] = ()
+    # How an episode whose instruction names another task (instruction.conflict) is scored: 'marked' (by this
+    # task's success, the episode marked and reported apart) or 'instructed' (against the task the words name).
+    conflict_scoring: Literal["marked", "instructed"] = "marked"
 
     @field_validator("name")
     @classmethod
@@ -99,7 +103,10 @@ class TaskSpec(_Frozen):
         return self.instructions[0]
 
     def content_hash(self) -> str:
-        return content_hash(self.model_dump(mode="json"))
+        record = self.model_dump(mode="json")
+        if record["conflict_scoring"] == "marked":  # left out at its default: older hashes stay valid
+            del record["conflict_scoring"]
+        return content_hash(record)
 
 
 def parse_task_ref(ref: str) -> tuple[str, int | None]:
