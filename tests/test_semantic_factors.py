@@ -77,7 +77,8 @@ def test_defaults_leave_the_instruction_alone_and_seeds_vary_the_draw(pick_place
 
 def test_object_level_factors_ground_in_the_scene(pick_place):
     blue = {"object.color": [0.0, 0.0, 0.9]}
-    assert _say(pick_place, {"instruction.referring": "colour", **blue}) == "pick up the blue object and place it at the goal"
+    said = _say(pick_place, {"instruction.referring": "colour", **blue})
+    assert said == "pick up the blue object and place it at the goal"
     for seed in range(20):  # a wrong colour is never the rendered one
         assert "blue" not in _say(pick_place, {"instruction.object": "wrong-colour", **blue}, seed)
         same = _say(pick_place, {"instruction.object": "same-category"}, seed).split()[3]
@@ -193,6 +194,7 @@ def test_assay_factors_lists_the_semantic_axis_in_json():
     assert result.exit_code == 0
     listed = {f["name"]: f for f in json.loads(result.stdout)["factors"]}
     assert set(listed) == {f.name for f in FACTORS.values() if f.axis.value == "semantic"}
-    assert listed["instruction.typo_rate"]["valid"] == "[0, 0.5] per letter" and listed["instruction.typo_rate"]["default"] == 0.0
+    typo = listed["instruction.typo_rate"]
+    assert typo["valid"] == "[0, 0.5] per letter" and typo["default"] == 0.0
     assert listed["instruction.conflict"]["backends"] == ["metaworld"]
     assert all(f["axis"] == "semantic" and f["description"] for f in listed.values())

@@ -19,8 +19,8 @@ from assay.errors import SpecError, UnsupportedError
 from assay.policies import check_policy_contract, check_supports, resolve_policy
 from assay.run.executors import Executor
 from assay.sim import TaskRegistry, default_registry, resolve_variant
-from assay.sim.semantic import instruct
 from assay.sim.render import VIEWS
+from assay.sim.semantic import instruct
 from assay.spec import CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, Variant, batch_jobs, plan
 from assay.store import EpisodeRecord, Outcome, Store
 

@@ -142,6 +142,7 @@ def typos(text: str, rate: float, seed: int) -> str:
 
 
 def length(text: str, style: str, seed: int) -> str:
+    """Terse (function words dropped), verbose (a padding drawn from the seed), rambling, or as it was."""
     if style == "terse":
         dropped = set(lexicon()["function_words"])
         return " ".join(w for w in text.split() if w not in dropped) or text
@@ -153,6 +154,7 @@ def length(text: str, style: str, seed: int) -> str:
 
 
 def form(text: str, style: str) -> str:
+    """The sentence in another form (declarative, question, wish) or with the goal object moved first."""
     if style == "imperative":
         return text
     if style == "object-first":
@@ -163,11 +165,13 @@ def form(text: str, style: str) -> str:
         index = found[0]
         start = index - 1 if index > 0 and words[index - 1] in ("the", "a", "an") else index
         subject = " ".join(words[start:index + 1])
-        return lexicon()["forms"][style].format(object=subject, rest=" ".join(words[:start] + ["it"] + words[index + 1:]))
+        rest = " ".join(words[:start] + ["it"] + words[index + 1:])
+        return lexicon()["forms"][style].format(object=subject, rest=rest)
     return lexicon()["forms"][style].format(instruction=text)
 
 
 def distractors(text: str, count: int, seed: int) -> str:
+    """``count`` distinct irrelevant clauses, drawn from the seed, appended."""
     if count <= 0:
         return text
     pool = lexicon()["distractors"]
