@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve lint test test-fast test-ray test-postgres test-interop bench bench-scale install install-test clean
+.PHONY: demo report serve lint semantic-profile test test-fast test-ray test-postgres test-interop bench bench-scale install install-test clean
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
 SYSTEM_READY := $(VENV)/.system
@@ -60,6 +60,11 @@ demo: install
 	@echo "Open $(STORE)/quickstart.html, or browse the store: $(ASSAY) serve --store $(STORE)"
 
 # The demo campaign as one self-contained HTML file, and the live dashboard over the demo store.
+# The semantic robustness experiment of docs/RESULTS.md: nominal-instruction demos, BC conditioned on the
+# instruction's MiniLM embedding, evaluated beside the router and the expert under every semantic factor.
+semantic-profile: install-test
+	$(ASSAY) semantic-profile --demos 25 --episodes 5 --workers 2 --store runs/semantic --report runs/semantic/semantic.html
+
 report: install
 	$(ASSAY) report quickstart --store $(STORE) -o $(STORE)/quickstart.html
 

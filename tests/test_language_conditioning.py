@@ -70,3 +70,27 @@ def test_an_instruction_conditioned_checkpoint_reads_the_words(demos, tmp_path):
     assert actions[0, 0] > 0.3 and actions[1, 0] < -0.3  # the words pick the behaviour, not the task id
     alone = policy.act({"state": states[1:2], "env_ids": np.array([1])})
     assert np.array_equal(alone[0], actions[1])  # a row never depends on its batch-mates
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_semantic_profile_command_runs_end_to_end(tmp_path):
+    """The experiment's command at toy size: demos, instruction-conditioned BC, three policies, every factor."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+
+    report = tmp_path / "semantic.html"
+    result = CliRunner().invoke(app, ["semantic-profile", "--tasks", "metaworld/reach@1", "--demos", "3", "--episodes",
+                                      "1", "--epochs", "2", "--horizon", "60", "--store", str(tmp_path / "store"),
+                                      "--report", str(report), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["checkpoint"]["tasks"] == ["metaworld/reach@1"] and document["nominal"]["expert"] == [1, 1]
+    rows = document["retention"]
+    assert {r["policy"] for r in rows} == {"language-bc", "router", "expert"} and len(rows) == 30
+    assert document["expert_retention_exactly_one"] is True
+    assert all(r["retention"] == 1.0 for r in rows if r["policy"] == "expert")
+    assert "semantic retention exactly 1.0" in report.read_text()

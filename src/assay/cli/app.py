@@ -225,6 +225,9 @@ twin_commands.register(app)
 from assay.cli import learning_commands  # noqa: E402  (train-bc, flywheel, export lerobot)
 
 learning_commands.register(app)
+from assay.cli import semantic_commands  # noqa: E402  (semantic-profile)
+
+semantic_commands.register(app)
 
 
 def main() -> None:

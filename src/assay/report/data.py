@@ -54,6 +54,9 @@ class RobustnessRow:
     nominal_rate: float | None
     variant_rate: float | None
     retention: float | None  # variant_rate / nominal_rate; None when nominal never succeeded
+    ci_low: float | None = None  # percentile bootstrap over the pairs (metrics.retention_table)
+    ci_high: float | None = None
+    discordant: int = 0  # pairs whose outcome changed under the variant
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -121,10 +124,11 @@ def robustness_rows(records: Sequence[EpisodeRecord], retention: Sequence[Retent
     rows = []
     for row in _retention(records) if retention is None else retention:
         axis, factor, value = labels[row.variant]
+        axis = axis if axis == "mixed" else row.axis  # semantic:conflict marks words that name another task
         n = row.pairs
         rows.append(RobustnessRow(row.policy, row.variant, axis, factor, value, n,
                                   row.nominal_successes / n if n else None, row.variant_successes / n if n else None,
-                                  row.retention))
+                                  row.retention, row.ci_low, row.ci_high, row.only_nominal + row.only_variant))
     return rows
 
 

@@ -72,7 +72,8 @@ def _robustness(data: ReportData) -> str:
     if not data.robustness:
         return "<p class='muted'>This campaign ran the nominal variant only; no robustness profile.</p>"
     rows = [[escape(r.policy), escape(r.axis), escape(r.factor), escape(r.value), str(r.pairs), pct(r.nominal_rate),
-             pct(r.variant_rate), number(r.retention)]
+             pct(r.variant_rate), number(r.retention),
+             f"[{number(r.ci_low)}, {number(r.ci_high)}]" if r.ci_low is not None else "–"]
             for r in sorted(data.robustness, key=lambda r: (r.policy, r.axis, r.factor, r.value))]
     sweep = figures.sweep_svg(data.robustness)
     axes = [[escape(a.policy), escape(a.axis), str(a.variants), str(a.pairs), number(a.retention),
@@ -82,10 +83,27 @@ def _robustness(data: ReportData) -> str:
             + table(["policy", "axis", "variants", "pairs", "retention", "worst variant", "its retention"], axes,
                     {2, 3, 4, 6})
             + "<h3>By factor</h3>"
-            + table(["policy", "axis", "factor", "value", "pairs", "nominal", "variant", "retention"], rows,
-                   {4, 5, 6, 7})
+            + table(["policy", "axis", "factor", "value", "pairs", "nominal", "variant", "retention", "95% CI"], rows,
+                   {4, 5, 6, 7, 8})
+            + _semantic_notes(data)
             + f"<div class='figure'>{figures.robustness_svg(data.robustness)}</div>"
             + (f"<h3>Sweep curves</h3><div class='figure'>{sweep}</div>" if sweep else ""))
+
+
+def _semantic_notes(data: ReportData) -> str:
+    """What the semantic rows mean: a policy blind to the words retains exactly 1.0; conflict rows are marked."""
+    semantic = [r for r in data.robustness if r.axis.startswith("semantic")]
+    notes = []
+    for policy in sorted({r.policy for r in semantic}):
+        mine = [r for r in semantic if r.policy == policy]
+        if all(r.retention == 1.0 and r.discordant == 0 for r in mine):
+            notes.append(f"<b>{escape(policy)}</b>: semantic retention exactly 1.0 on all {len(mine)} variants, no "
+                         "pair changed outcome: its behaviour does not depend on the instruction's words (a policy "
+                         "that ignores language, such as the scripted expert, must show exactly this).")
+    if any(r.axis == "semantic:conflict" for r in semantic):
+        notes.append("Axis <b>semantic:conflict</b>: the words name another task of the suite; the episode is marked "
+                     "and scored by the scene's own task, so a low retention there means the policy followed the words.")
+    return "".join(f"<p class='muted'>{n}</p>" for n in notes)
 
 
 def _failures(data: ReportData) -> str:

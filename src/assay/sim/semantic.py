@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from assay.errors import SpecError
 from assay.sim.paraphrase import paraphrase
 from assay.spec import TaskSpec, Variant, derive_seed
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
@@ -53,7 +54,8 @@ def lexicon() -> dict[str, Any]:
     """The versioned word lists and templates."""
     text = resources.files("assay.sim").joinpath("data", f"{SEMANTIC_SET}.json").read_text(encoding="utf-8")
     data = json.loads(text)
-    assert data["version"] == SEMANTIC_SET, f"{SEMANTIC_SET}.json holds {data['version']}"
+    if data.get("version") != SEMANTIC_SET:
+        raise SpecError(f"package data {SEMANTIC_SET}.json holds word lists {data.get('version')!r}; reinstall assay")
     return data
 
 
