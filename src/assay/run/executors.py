@@ -27,7 +27,7 @@ from assay.errors import AssayError
 from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key, exhausted, rss_mb
 from assay.run.worker import Worker
 from assay.store import EpisodeRecord
-from assay.store.episodes import remove_stale_temporaries
+from assay.store.roots import as_root, remove_stale_temporaries
 
 __all__ = ["Batch", "Executor", "InlineExecutor", "LocalExecutor", "make_executor"]
 
@@ -48,7 +48,7 @@ class Executor(Protocol):
 
 def _root(store_root: str | Path) -> str | Path:
     """A local directory stays a Path; an fsspec URL (``s3://``, ``file://``) stays a string."""
-    return store_root if isinstance(store_root, str) and "://" in store_root else Path(store_root)
+    return as_root(store_root)
 
 
 class InlineExecutor:

@@ -39,7 +39,7 @@ from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, 
 from assay.run.worker import Worker
 from assay.spec import PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord
-from assay.store.episodes import is_url, remove_stale_temporaries
+from assay.store.roots import is_url, remove_stale_temporaries
 
 
 def _ray() -> Any:

@@ -25,6 +25,7 @@ from assay.run.rollout import rollout
 from assay.sim import SafetyFilter, SimEnv, make_env, perturbed
 from assay.spec import EpisodeJob, PolicySpec, canonical_json
 from assay.store import EpisodeRecord, build_table, provenance, write_episode, write_video
+from assay.store.roots import as_root
 
 ENV_CREATION_ATTEMPTS = 3
 # Imported before any environment: each crashes when loaded after Mesa's LLVM (see the module docstring).
@@ -46,7 +47,7 @@ class Worker:
     (a Ray env actor passes one that returns a client of a shared policy server)."""
 
     def __init__(self, store_root: str | Path, policy_factory: Callable[[PolicySpec], Policy] = make_policy) -> None:
-        self.store_root = store_root if isinstance(store_root, str) and "://" in store_root else Path(store_root)
+        self.store_root = as_root(store_root)
         self.policy_factory = policy_factory
         self._envs: dict[tuple[str, str], list[SimEnv]] = {}
         self._policies: dict[str, Policy] = {}

@@ -1,0 +1,181 @@
+"""Where step files live: one interface over a local directory and an fsspec URL.
+
+A store's data root is a local directory (a ``Path``) or, for a cluster, any fsspec
+URL (``s3://bucket/prefix``, ``gs://...``, ``file:///shared/...``) that every node
+reaches. :func:`open_root` gives either as a :class:`DataRoot`; the episode and
+video modules write and read through it and never ask which kind they hold.
+
+Writes are atomic: to a temporary name beside the target (``.tmp-<host>-<pid>``),
+then renamed; on an object store (no rename) the single PUT is the atomic step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from pathlib import Path
+from typing import Protocol
+
+from assay.errors import StoreError
+
+Root = str | Path
+TMP_MARK = ".tmp-"
+
+
+def is_url(root: Root) -> bool:
+    """Whether ``root`` names an fsspec URL rather than a local directory."""
+    return isinstance(root, str) and "://" in root
+
+
+def as_root(root: Root) -> Root:
+    """A URL stays a string; anything else becomes a ``Path``."""
+    return root if isinstance(root, str) and is_url(root) else Path(root)
+
+
+def tmp_suffix() -> str:
+    """This process's temporary-name suffix (dead writers' temporaries are found by it)."""
+    return f"{TMP_MARK}{socket.gethostname()}-{os.getpid()}"
+
+
+class DataRoot(Protocol):
+    """A place files are written atomically and read back, named by paths relative to it."""
+
+    def write(self, relpath: str, data: bytes) -> str:
+        """Write ``data`` at ``relpath`` atomically; return its sha256 (StoreError when it cannot)."""
+
+    def read(self, relpath: str) -> bytes:
+        """The file's bytes; FileNotFoundError when it is not there."""
+
+    def sha256(self, relpath: str) -> str:
+        """The file's sha256; FileNotFoundError when missing, OSError when unreadable."""
+
+    def where(self, relpath: str) -> str:
+        """How messages name the file."""
+
+    def temporaries(self, folders: tuple[str, ...]) -> list[str]:
+        """Names of temporaries in ``folder/*/`` for each folder."""
+
+    def remove(self, name: str) -> None:
+        """Delete one name returned by :meth:`temporaries`."""
+
+
+class LocalRoot:
+    """A local directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, relpath: str, data: bytes) -> str:
+        final = self.path / relpath
+        tmp = final.with_name(f"{final.name}{tmp_suffix()}")
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)
+            os.replace(tmp, final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"cannot write {final}: {exc.strerror or exc}") from None
+        return hashlib.sha256(data).hexdigest()
+
+    def read(self, relpath: str) -> bytes:
+        return (self.path / relpath).read_bytes()
+
+    def sha256(self, relpath: str) -> str:
+        digest = hashlib.sha256()
+        with open(self.path / relpath, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    def where(self, relpath: str) -> str:
+        return str(self.path / relpath)
+
+    def temporaries(self, folders: tuple[str, ...]) -> list[str]:
+        return [str(p) for folder in folders for p in (self.path / folder).glob(f"*/*{TMP_MARK}*")]
+
+    def remove(self, name: str) -> None:
+        Path(name).unlink(missing_ok=True)
+
+
+class FsspecRoot:
+    """An fsspec URL: the file is built in memory and written whole."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            import fsspec
+        except ImportError:
+            raise StoreError(f"step data at {url} needs fsspec: pip install 'assay[ray]'") from None
+        try:
+            self.fs, base = fsspec.core.url_to_fs(url)
+        except (ImportError, ValueError) as exc:
+            raise StoreError(f"cannot open step-data location {url}: {exc}") from None
+        self.url, self.base = url, base.rstrip("/")
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        self.renames = protocol in ("file", "local")  # object stores have no rename: one PUT is atomic
+
+    def write(self, relpath: str, data: bytes) -> str:
+        final = f"{self.base}/{relpath}"
+        try:
+            self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+            if self.renames:
+                tmp = final + tmp_suffix()
+                self.fs.pipe_file(tmp, data)
+                self.fs.mv(tmp, final)
+            else:
+                self.fs.pipe_file(final, data)
+        except OSError as exc:
+            raise StoreError(f"cannot write {self.url}/{relpath}: {exc}") from None
+        return hashlib.sha256(data).hexdigest()
+
+    def read(self, relpath: str) -> bytes:
+        data: bytes = self.fs.cat_file(f"{self.base}/{relpath}")
+        return data
+
+    def sha256(self, relpath: str) -> str:
+        return hashlib.sha256(self.read(relpath)).hexdigest()
+
+    def where(self, relpath: str) -> str:
+        return f"{self.url}/{relpath}"
+
+    def temporaries(self, folders: tuple[str, ...]) -> list[str]:
+        names: list[str] = []
+        for folder in folders:
+            names += self.fs.glob(f"{self.base}/{folder}/*/*{TMP_MARK}*")
+        return names
+
+    def remove(self, name: str) -> None:
+        self.fs.rm_file(name)
+
+
+def open_root(root: Root) -> DataRoot:
+    """The data root ``root`` names (a URL or a directory)."""
+    return FsspecRoot(str(root)) if is_url(root) else LocalRoot(Path(root))
+
+
+def remove_stale_temporaries(root: Root, folders: tuple[str, ...] = ("episodes", "campaigns")) -> int:
+    """Delete temporaries left by dead writers on this host; return how many were removed."""
+    data = open_root(root)
+    host = socket.gethostname()
+    removed = 0
+    for name in data.temporaries(folders):
+        owner = name.rsplit(TMP_MARK, 1)[1]
+        owner_host, _, pid = owner.rpartition("-")
+        if owner_host == host and pid.isdigit() and not _alive(int(pid)):
+            data.remove(name)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+__all__ = ["DataRoot", "FsspecRoot", "LocalRoot", "Root", "as_root", "is_url", "open_root",
+           "remove_stale_temporaries", "tmp_suffix"]
