@@ -20,12 +20,17 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
                      seed: Annotated[int, typer.Option("--seed", help="Training seed (same seed, same weights).")] = 0,
                      epochs: Annotated[int, typer.Option("--epochs")] = 100,
                      hidden: Annotated[str, typer.Option("--hidden", help="Hidden layer widths, comma separated.")] = "256,256",
-                     batch_size: Annotated[int, typer.Option("--batch-size")] = 256,
-                     lr: Annotated[float, typer.Option("--lr")] = 1e-3,
+                     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Default 256 (state), 64 (image+proprio).")] = None,
+                     lr: Annotated[float | None, typer.Option("--lr", help="Default 1e-3.")] = None,
+                     obs: Annotated[str, typer.Option("--obs", help="'state' (MLP on the true state) or 'image+proprio' "
+                                                      "(CNN on recorded camera frames + hand/gripper only).")] = "state",
+                     camera: Annotated[str, typer.Option("--camera", help="Camera whose recorded frames are used (image+proprio).")] = "front",
+                     image_size: Annotated[int, typer.Option("--image-size", help="Network input size in px (image+proprio).")] = 64,
+                     augment: Annotated[str, typer.Option("--augment", help="'none' or 'shift' (random shifts; image+proprio).")] = "none",
                      conditioning: Annotated[str, typer.Option("--conditioning", help="task (a one-hot) | instruction "
-                                                               "(MiniLM embedding of each episode's instruction)")] = "task",
+                                                               "(MiniLM embedding of each episode's instruction; state only)")] = "task",
                      json_out: JsonOpt = False) -> None:
-    """Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT'."""
+    """Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT' (or 'pixel-bc:OUT')."""
     from assay.learning import TrainConfig, load_demos, train_bc
 
     with user_errors():
@@ -33,17 +38,28 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
             widths = tuple(int(w) for w in split_list(hidden))
         except ValueError:
             raise AssayError(f"--hidden {hidden!r} must be comma-separated integers, e.g. 256,256") from None
-        config = TrainConfig(seed=seed, epochs=epochs, hidden=widths, batch_size=batch_size, lr=lr,
-                             conditioning=conditioning)
+        if obs not in ("state", "image+proprio"):
+            raise AssayError(f"--obs {obs!r} is not one of state, image+proprio")
+        if obs != "state" and conditioning != "task":
+            raise AssayError(f"--conditioning {conditioning!r} is for --obs state; pixel BC conditions on a task one-hot")
         with open_store(store, catalog) as opened:
             demos = load_demos(opened, data)
-        result = train_bc(demos, config, out)
+            if obs == "state":
+                result = train_bc(demos, TrainConfig(seed=seed, epochs=epochs, hidden=widths, batch_size=batch_size or 256,
+                                                     lr=lr or 1e-3, conditioning=conditioning), out)
+            else:
+                from assay.learning.pixel_bc import PixelTrainConfig, train_pixel_bc
+
+                config = PixelTrainConfig(seed=seed, epochs=epochs, camera=camera, image_size=image_size, hidden=widths,
+                                          batch_size=batch_size or 64, lr=lr or 1e-3, augment=augment)
+                result = train_pixel_bc(opened, demos, config, out)  # type: ignore[assignment]
+    prefix = "bc" if obs == "state" else "pixel-bc"
     if json_out:
         render.print_json(result.to_dict())
     else:
         render.console.print(f"trained on {result.demos} demos ({result.frames} frames, tasks {', '.join(result.tasks)}); "
                              f"final loss {result.final_loss:.5f}; wrote {result.path} (version {result.version}); "
-                             f"run it as policy bc:{result.path}")
+                             f"run it as policy {prefix}:{result.path}")
 
 
 def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],

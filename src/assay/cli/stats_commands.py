@@ -307,7 +307,8 @@ def openloop_command(
             recorded = [r for r in records if r.policy_name == reference]
             if episodes is not None:
                 recorded = [r for r in recorded if r.episode_index < episodes]
-            trajectories = load_trajectories(opened, recorded)
+            cameras = sorted({c.name for task in tasks.values() for c in task.cameras})
+            trajectories = load_trajectories(opened, recorded, cameras)
             rows = openloop_table(trajectories, {p: predictor(specs[p], tasks) for p in chosen})
             closed = {(r.group["policy"], r.group["task"]): r.rate for r in rate_table(records) if r.rate is not None}
             agreement = rank_agreement(rows, closed)

@@ -29,6 +29,8 @@ def replay(policy: Any, task: TaskSpec, trajectories: Sequence[Trajectory]) -> l
         active = [i for i, t in enumerate(trajectories) if len(t.actions) > step]
         batch = {"state": np.stack([trajectories[i].observations[step] for i in active]),
                  "instruction": [instructions[i] for i in active], "env_ids": np.asarray(active)}
+        for camera in trajectories[0].frames:  # recorded frames, for policies that look (pixel-bc)
+            batch[f"image.{camera}"] = np.stack([trajectories[i].frames[camera][step] for i in active])
         actions = np.asarray(policy.act(batch), dtype=np.float64)
         if actions.shape != (len(active), task.action.dim):
             raise AssayError(f"policy returned actions of shape {actions.shape}; expected {(len(active), task.action.dim)}")

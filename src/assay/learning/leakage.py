@@ -23,16 +23,16 @@ def contaminated(records: Sequence[EpisodeRecord], provenance: Iterable[Mapping[
 
 
 def checkpoint_provenance(path: str) -> list[dict[str, object]]:
-    from assay.policies.bc import load_checkpoint
+    from assay.policies.bc import load_checkpoint_data
 
-    return list(load_checkpoint(path)["provenance"])
+    return list(load_checkpoint_data(path)["provenance"])
 
 
 def leakage_report(records: Sequence[EpisodeRecord]) -> dict[str, list[str]]:
-    """For every bc policy among the records: the keys of its contaminated episodes (empty list if clean)."""
+    """For every bc or pixel-bc policy among the records: the keys of its contaminated episodes (empty list if clean)."""
     by_path: dict[str, list[EpisodeRecord]] = {}
     for record in records:
         spec = record.policy_spec or {}
-        if spec.get("builtin") == "bc" and isinstance(spec.get("params"), dict) and "path" in spec["params"]:
+        if spec.get("builtin") in ("bc", "pixel-bc") and isinstance(spec.get("params"), dict) and "path" in spec["params"]:
             by_path.setdefault(str(spec["params"]["path"]), []).append(record)
     return {path: contaminated(group, checkpoint_provenance(path)) for path, group in sorted(by_path.items())}

@@ -16,7 +16,8 @@ from pathlib import Path
 from assay.metrics import success_interval
 from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
 from assay.run.campaign import CampaignPlan
-from assay.spec import CampaignSpec, PolicySpec
+from assay.spec import CameraSpec, CampaignSpec, PolicySpec
+from assay.spec.campaign import VariantRequest
 from assay.store import EpisodeRecord, Outcome, Store
 
 DEMO_SEED, PROBE_SEED, EVAL_SEED = 1000, 2000, 3000
@@ -27,10 +28,11 @@ def bc_spec(name: str, path: Path) -> PolicySpec:
 
 
 def run_grid(store: Store, name: str, tasks: Sequence[str], policies: Sequence[PolicySpec], episodes: int,
-             seed: int, horizon: int | None = None, workers: int = 1) -> tuple[CampaignPlan, list[EpisodeRecord]]:
+             seed: int, horizon: int | None = None, workers: int = 1, cameras: Sequence[CameraSpec] = (),
+             variants: Sequence[VariantRequest] = ({},)) -> tuple[CampaignPlan, list[EpisodeRecord]]:
     """Run (or resume) a campaign; return its plan and its records, ordered by policy, task, episode index."""
     spec = CampaignSpec(name=name, seed=seed, episodes=episodes, tasks=tuple(tasks), policies=tuple(policies),
-                        horizon=horizon, envs_per_worker=4)
+                        horizon=horizon, envs_per_worker=4, cameras=tuple(cameras), variants=tuple(variants))
     plan = prepare_campaign(spec)
     executor = InlineExecutor(store.data_root) if workers <= 1 else LocalExecutor(store.data_root, workers=workers)
     run_campaign(plan, store, executor)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -35,6 +36,7 @@ class Trajectory:
     record: EpisodeRecord
     observations: np.ndarray  # (steps, state_dim)
     actions: np.ndarray  # (steps, action_dim)
+    frames: Mapping[str, np.ndarray] = field(default_factory=dict)  # camera -> recorded (steps, H, W, 3) uint8
 
 
 # trajectories of one task -> the policy's action at every recorded step, one array per trajectory
@@ -51,15 +53,20 @@ def column_matrix(table: object, column: str, key: str) -> np.ndarray:
     return np.asarray(chunked.flatten(), dtype=np.float64).reshape(len(chunked), width)
 
 
-def load_trajectories(store: Store, records: Sequence[EpisodeRecord]) -> list[Trajectory]:
-    """Recorded observations and actions of every record that has step data (checksums verified)."""
+def load_trajectories(store: Store, records: Sequence[EpisodeRecord], cameras: Sequence[str] = ()) -> list[Trajectory]:
+    """Recorded observations and actions of every record that has step data (checksums verified), with the
+    recorded frames of ``cameras`` (for pixel policies; a camera the episode did not record is left out)."""
+    from assay.store import read_video, video_relpath
+
     out = []
     for record in records:
         if record.data_path is None:
             continue
         table = store.steps(record)
-        out.append(Trajectory(record, column_matrix(table, "observation.state", record.key),
-                              column_matrix(table, "action", record.key)))
+        actions = column_matrix(table, "action", record.key)
+        frames = {camera: read_video(Path(store.data_root), video_relpath(record.key, camera))[: len(actions)]
+                  for camera in cameras if (Path(store.data_root) / video_relpath(record.key, camera)).exists()}
+        out.append(Trajectory(record, column_matrix(table, "observation.state", record.key), actions, frames))
     return out
 
 

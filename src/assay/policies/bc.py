@@ -57,8 +57,8 @@ def build_network(state_dim: int, n_tasks: int, hidden: tuple[int, ...], action_
     return torch.nn.Sequential(*layers)
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checkpoint dict; SpecError naming the file when it is missing or not a BC checkpoint."""
+def load_checkpoint_data(path: str | Path) -> dict[str, Any]:
+    """Any Assay checkpoint's dict (``bc`` or ``pixel-bc``); SpecError naming the file when it is missing or unreadable."""
     torch = import_torch()
     path = Path(path)
     if not path.is_file():
@@ -67,8 +67,17 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a bad file
         raise SpecError(f"{path} is not a readable bc checkpoint: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(data, dict):
         raise SpecError(f"{path} is not a bc checkpoint (format {CHECKPOINT_FORMAT!r} expected)")
+    return data
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint dict; SpecError naming the file when it is missing or not a (state) BC checkpoint."""
+    data = load_checkpoint_data(path)
+    if data.get("format") != CHECKPOINT_FORMAT:
+        hint = f"; it is a pixel checkpoint: run it as pixel-bc:{path}" if str(data.get("format", "")).startswith("assay-pixel-bc") else ""
+        raise SpecError(f"{path} is not a bc checkpoint (format {CHECKPOINT_FORMAT!r} expected){hint}")
     return data
 
 

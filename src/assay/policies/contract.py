@@ -120,6 +120,8 @@ _ACTION_KINDS: dict[str, tuple[ActionMode, GripperPolarity]] = {
 def task_interface(task: TaskSpec) -> TaskInterface:
     mode, gripper = _ACTION_KINDS.get(task.action.kind, (None, None))
     observations: dict[str, tuple[int, ...]] = {STATE_KEY: (task.state_dim,)}
+    for camera in task.cameras:  # a camera task also gives its rendered images
+        observations[f"image.{camera.name}"] = (camera.height, camera.width, 3)
     layout = f"{task.backend}/state-{task.state_dim}" if task.backend == "metaworld" else f"{task.backend}/{task.env_name}"
     return TaskInterface(observations, layout, task.action.dim, mode, gripper, task.action.low, task.action.high,
                          task.control_hz)
@@ -155,7 +157,8 @@ def check_contract(contract: PolicyContract, task: TaskSpec) -> ContractReport:
             errors.append(f"observation {key!r}: policy expects dtype {spec.dtype}, task gives floating-point state")
     for key in contract.images:
         if key not in given.observations:
-            errors.append(f"image {key!r}: policy requires it, task renders no images")
+            rendered = sorted(k for k in given.observations if k.startswith("image.")) or "no images"
+            errors.append(f"image {key!r}: policy requires it, task renders {rendered} (add the camera to the campaign)")
     if contract.state_layout is not None and contract.state_layout != given.state_layout:
         errors.append(f"state layout: policy {contract.state_layout!r}, task {given.state_layout!r}")
     action = contract.action

@@ -60,13 +60,16 @@ class PolicySpec(BaseModel):
 def policy_from_shorthand(value: str) -> PolicySpec:
     """``'expert'`` is a builtin; ``'pkg.mod:attr'`` an entrypoint named after its attr;
     ``'remote:ws://host:port'`` a policy server, named ``remote-host-port``; ``'bc:PATH'`` a
-    behaviour-cloning checkpoint (builtin ``bc`` with param ``path``), named ``bc-<file stem>``."""
-    if value.startswith("bc:"):
-        path = value[len("bc:"):]
-        if not path:
-            raise ValueError("'bc:' needs a checkpoint path, e.g. bc:runs/base.pt")
-        stem = re.sub(r"[^\w.\-]+", "-", path.rsplit("/", 1)[-1].rsplit(".", 1)[0]).strip("-") or "ckpt"
-        return PolicySpec(name=f"bc-{stem}", builtin="bc", params={"path": path})
+    behaviour-cloning checkpoint (builtin ``bc`` with param ``path``), named ``bc-<file stem>``;
+    ``'pixel-bc:PATH'`` a camera BC checkpoint (builtin ``pixel-bc``), named ``pixel-bc-<file stem>``;
+    ``'lerobot:PATH'`` a lerobot PreTrainedPolicy directory (builtin ``lerobot``), named ``lerobot-<dir name>``."""
+    for prefix in ("bc:", "pixel-bc:", "lerobot:"):
+        if value.startswith(prefix):
+            path = value[len(prefix):]
+            if not path:
+                raise ValueError(f"'{prefix}' needs a checkpoint path, e.g. {prefix}runs/base.pt")
+            stem = re.sub(r"[^\w.\-]+", "-", path.rstrip("/").rsplit("/", 1)[-1].rsplit(".", 1)[0]).strip("-") or "ckpt"
+            return PolicySpec(name=f"{prefix[:-1]}-{stem}", builtin=prefix[:-1], params={"path": path})
     if value.startswith("remote:"):
         url = value[len("remote:"):]
         name = "remote-" + re.sub(r"[^\w.\-]+", "-", url.split("://", 1)[-1]).strip("-")

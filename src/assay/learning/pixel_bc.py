@@ -1,0 +1,166 @@
+"""Pixel behaviour cloning on CPU: camera frames from the store + proprioception -> action.
+
+``train_pixel_bc(store, demos, config, out)`` fits the ``pixel-bc`` network
+(``assay.policies.pixel_bc``) to (image, proprioception, task) -> action pairs by
+mean-squared error with Adam. The frames are the ones the campaign recorded
+(``videos/<key>.<camera>.mp4`` in the store): nothing is rendered again. Frame
+``i`` is the image the expert acted on at step ``i``.
+
+Augmentation (``augment="shift"``): the random shift of DrQ (Kostrikov et al.,
+2020): each training image is padded by ``shift_pad`` pixels (edge replicated) and
+cropped back at a random offset; off (``"none"``) by default, and recorded in the
+checkpoint's ``train`` metadata either way.
+
+Determinism as in ``assay.learning.bc``: seeded initialisation, a seeded generator
+for minibatch order and shifts, deterministic algorithms, one thread; the same
+frames and config give identical checkpoint bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from assay.errors import AssayError
+from assay.learning.bc import _atomic_write, deterministic_torch
+from assay.learning.data import Demo, DataQueryError
+from assay.policies.bc import checkpoint_version
+from assay.policies.mlp import import_torch
+from assay.policies.pixel_bc import PIXEL_FORMAT, PROPRIO, build_pixel_network, to_tensor_images
+from assay.store import Store, read_video, video_relpath
+
+AUGMENTATIONS = ("none", "shift")
+
+
+@dataclass(frozen=True)
+class PixelTrainConfig:
+    seed: int = 0
+    epochs: int = 30
+    camera: str = "front"
+    image_size: int = 64
+    channels: tuple[int, ...] = (16, 32, 32)
+    hidden: tuple[int, ...] = (256, 256)
+    batch_size: int = 64
+    lr: float = 1e-3
+    augment: str = "none"
+    shift_pad: int = 4
+
+    def __post_init__(self) -> None:
+        if self.augment not in AUGMENTATIONS:
+            raise AssayError(f"augmentation {self.augment!r} is not one of {', '.join(AUGMENTATIONS)}")
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or not self.hidden or min(self.hidden) < 1 \
+                or not self.channels or min(self.channels) < 1 or not 8 <= self.image_size <= 256 or self.shift_pad < 0:
+            raise AssayError(f"invalid pixel training config {self}: epochs, batch size, lr, widths and channels must be "
+                             "positive, image size within [8, 256]")
+
+
+@dataclass(frozen=True)
+class PixelTrainResult:
+    path: str
+    version: str
+    demos: int
+    frames: int
+    tasks: tuple[str, ...]
+    final_loss: float
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def demo_frames(store: Store, demo: Demo, camera: str) -> np.ndarray:
+    """The recorded frames (T, H, W, 3) uint8 of a demo's camera, one per step."""
+    if demo.purpose != "episode":
+        raise DataQueryError(f"demo {demo.key} is a recovery demo without camera frames; pixel BC trains on episodes")
+    relpath = video_relpath(demo.key, camera)
+    if not (Path(store.data_root) / relpath).exists():
+        raise DataQueryError(f"episode {demo.key} has no {camera!r} camera video; collect demos with "
+                             f"'cameras: [{{name: {camera}, width: 64, height: 64}}]' in the campaign")
+    frames = read_video(Path(store.data_root), relpath)
+    if len(frames) < len(demo.actions):
+        raise DataQueryError(f"episode {demo.key}: {len(frames)} frames for {len(demo.actions)} steps")
+    return frames[: len(demo.actions)]
+
+
+def pixel_arrays(store: Store, demos: Sequence[Demo], tasks: Sequence[str], camera: str,
+                 image_size: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+    """(images (N, 3, S, S) float tensor, proprioception (N, P), task one-hots (N, K), actions clipped to [-1, 1])."""
+    if not demos:
+        raise AssayError("no demonstrations to train on")
+    dims = {(d.observations.shape[1], d.actions.shape[1]) for d in demos}
+    if len(dims) != 1:
+        raise AssayError(f"demos disagree on (state, action) dimensions: {sorted(dims)}; train one model per embodiment")
+    torch = import_torch()
+    images = torch.cat([to_tensor_images(demo_frames(store, d, camera), image_size) for d in demos])
+    proprio = np.concatenate([d.observations[:, list(PROPRIO)] for d in demos]).astype(np.float32)
+    actions = np.clip(np.concatenate([d.actions for d in demos]), -1.0, 1.0).astype(np.float32)
+    hot = np.zeros((len(actions), len(tasks)), np.float32)
+    row = 0
+    for demo in demos:
+        hot[row:row + len(demo.actions), tasks.index(demo.task_id)] = 1.0
+        row += len(demo.actions)
+    return images, proprio, hot, actions
+
+
+def random_shift(torch: Any, images: Any, pad: int, generator: Any) -> Any:
+    """Pad each image by ``pad`` pixels (edges replicated) and crop it back at a seeded random offset."""
+    if pad == 0:
+        return images
+    size = images.shape[-1]
+    padded = torch.nn.functional.pad(images, (pad, pad, pad, pad), mode="replicate")
+    offsets = torch.randint(0, 2 * pad + 1, (len(images), 2), generator=generator).tolist()
+    return torch.stack([padded[i, :, dy:dy + size, dx:dx + size] for i, (dy, dx) in enumerate(offsets)])
+
+
+def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig, out: str | Path) -> PixelTrainResult:
+    """Train on the demos' recorded frames, write the checkpoint to ``out`` atomically, and describe it."""
+    tasks = sorted({d.task_id for d in demos})
+    with deterministic_torch(config.seed) as torch:
+        images, proprio, hot, actions = pixel_arrays(store, demos, tasks, config.camera, config.image_size)
+        mean = proprio.mean(axis=0)
+        std = np.maximum(proprio.std(axis=0), 1e-3)
+        torch.manual_seed(config.seed)
+        model = build_pixel_network(config.image_size, config.channels, proprio.shape[1], len(tasks), config.hidden,
+                                    actions.shape[1])
+        optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
+        p = torch.from_numpy(((proprio - mean) / std).astype(np.float32))
+        k, y = torch.from_numpy(hot), torch.from_numpy(actions)
+        generator = torch.Generator().manual_seed(config.seed)
+        loss_value = float("nan")
+        for _ in range(config.epochs):
+            order = torch.randperm(len(y), generator=generator)
+            total, count = 0.0, 0
+            for start in range(0, len(y), config.batch_size):
+                batch = order[start:start + config.batch_size]
+                x = images[batch]
+                if config.augment == "shift":
+                    x = random_shift(torch, x, config.shift_pad, generator)
+                loss = torch.nn.functional.mse_loss(model(x, p[batch], k[batch]), y[batch])
+                optimiser.zero_grad()
+                loss.backward()
+                optimiser.step()
+                total += loss.item() * len(batch)
+                count += len(batch)
+            loss_value = total / count
+        checkpoint = {
+            "format": PIXEL_FORMAT,
+            "config": {"state_dim": int(demos[0].observations.shape[1]), "action_dim": int(actions.shape[1]),
+                       "tasks": tasks, "camera": config.camera, "image_size": config.image_size,
+                       "channels": list(config.channels), "hidden": list(config.hidden), "proprio": list(PROPRIO),
+                       "conditioning": "task-onehot"},
+            "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
+            "state_dict": {name: v.detach().clone() for name, v in model.state_dict().items()},
+            "proprio_mean": torch.from_numpy(mean.astype(np.float32)),
+            "proprio_std": torch.from_numpy(std.astype(np.float32)),
+            "provenance": [d.provenance() for d in demos],
+            "final_loss": loss_value,
+        }
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+    path = Path(out)
+    _atomic_write(path, buffer.getvalue())
+    return PixelTrainResult(str(path), checkpoint_version(path), len(demos), len(actions), tuple(tasks), loss_value)

@@ -1,0 +1,206 @@
+"""``pixel-bc``: a behaviour-cloned CNN that sees camera images and proprioception only.
+
+The checkpoint (written by ``assay train-bc --obs image+proprio``; ``torch.save`` of
+plain dicts and tensors, read with ``weights_only=True``) holds the network, the
+camera it reads, its input image size, the proprioception normalisation, the task
+list for the one-hot task embedding, the training options (augmentation included)
+and the provenance of every training episode. The version is the content hash of
+the file, as for ``bc``.
+
+What the network receives (:meth:`PixelBCPolicy.network_inputs`) is the camera's
+RGB image, resized to the checkpoint's size by area averaging, and
+``state[PROPRIO]``: the hand position and gripper opening of this and the previous
+control step. Object and goal positions, which the Meta-World state also carries,
+never reach it: they must be seen. Batches are zero-padded to a multiple of
+``PAD_ROWS`` rows and inference runs on one torch thread, so every row's action is
+bitwise independent of its batch-mates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from assay.errors import SpecError
+from assay.policies.bc import checkpoint_version, load_checkpoint_data
+from assay.policies.contract import STATE_KEY, ActionContract, ActionMode, ArraySpec, GripperPolarity, ImageSpec, PolicyContract
+from assay.policies.mlp import PAD_ROWS, import_torch
+from assay.policies.protocol import PolicyContext
+from assay.spec import TaskSpec
+
+PIXEL_FORMAT = "assay-pixel-bc/1"
+# Meta-World's 39-d state: hand xyz (0:3), gripper (3), objects (4:18), the same 18 of the previous
+# step (18:36), goal (36:39). Proprioception is the robot's own part of both steps.
+PROPRIO = (0, 1, 2, 3, 18, 19, 20, 21)
+
+
+class PixelBCParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(description="a checkpoint written by 'assay train-bc --obs image+proprio'")
+
+
+def build_pixel_network(image_size: int, channels: tuple[int, ...], proprio_dim: int, n_tasks: int,
+                        hidden: tuple[int, ...], action_dim: int) -> Any:
+    """Conv encoder (stride-2 3x3 convolutions, ReLU) -> spatial softmax keypoints (x, y per channel),
+    concatenated with normalised proprioception and the task one-hot -> MLP -> action."""
+    torch = import_torch()
+    nn = torch.nn
+
+    class SpatialSoftmax(nn.Module):  # type: ignore[misc]
+        """Expected (x, y) image coordinate of each channel's activation: where things are."""
+
+        def forward(self, features: Any) -> Any:
+            batch, chans, height, width = features.shape
+            weights = torch.softmax(features.reshape(batch, chans, height * width), dim=-1)
+            ys = torch.linspace(-1.0, 1.0, height, dtype=features.dtype).repeat_interleave(width)
+            xs = torch.linspace(-1.0, 1.0, width, dtype=features.dtype).repeat(height)
+            return torch.cat([(weights * xs).sum(-1), (weights * ys).sum(-1)], dim=1)
+
+    class PixelNet(nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            layers: list[Any] = []
+            n_in = 3
+            for index, n_out in enumerate(channels):
+                layers += [nn.Conv2d(n_in, n_out, 3, stride=2 if index < len(channels) - 1 else 1, padding=1), nn.ReLU()]
+                n_in = n_out
+            self.encoder = nn.Sequential(*layers, SpatialSoftmax())
+            widths = (2 * channels[-1] + proprio_dim + n_tasks, *hidden)
+            head: list[Any] = []
+            for a, b in zip(widths[:-1], widths[1:]):
+                head += [nn.Linear(a, b), nn.ReLU()]
+            self.head = nn.Sequential(*head, nn.Linear(widths[-1], action_dim))
+
+        def forward(self, images: Any, proprio: Any, task: Any) -> Any:
+            return self.head(torch.cat([self.encoder(images), proprio, task], dim=1))
+
+    if image_size < 8 or not channels:
+        raise SpecError(f"pixel network needs image size >= 8 and at least one conv layer, got {image_size}, {channels}")
+    return PixelNet()
+
+
+def to_tensor_images(frames: np.ndarray, size: int) -> Any:
+    """(B, H, W, 3) uint8 -> (B, 3, size, size) float32 in [0, 1]; resized by area averaging if needed."""
+    torch = import_torch()
+    images = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float().div_(255.0)
+    if images.shape[-2:] != (size, size):
+        images = torch.nn.functional.interpolate(images, size=(size, size), mode="area")
+    return images.contiguous()
+
+
+def load_pixel_checkpoint(path: str | Path) -> dict[str, Any]:
+    data = load_checkpoint_data(path)
+    if data.get("format") != PIXEL_FORMAT:
+        raise SpecError(f"{path} is not a pixel-bc checkpoint (format {PIXEL_FORMAT!r} expected, found "
+                        f"{data.get('format')!r}); a state checkpoint runs as bc:{path}")
+    return data
+
+
+class PixelBCPolicy:
+    """``action = clip(CNN(image) ⊕ proprio ⊕ onehot(task) -> MLP, -1, 1)``."""
+
+    Params = PixelBCParams
+    version = "1"
+
+    def __init__(self, **params: Any) -> None:
+        self.params = PixelBCParams(**params)
+        torch = import_torch()
+        self._torch = torch
+        data = load_pixel_checkpoint(self.params.path)
+        config = data["config"]
+        self.config = config
+        self.tasks: list[str] = list(config["tasks"])
+        self.camera: str = config["camera"]
+        self.image_size = int(config["image_size"])
+        self.proprio = tuple(int(i) for i in config["proprio"])
+        self.action_dim = int(config["action_dim"])
+        self.model = build_pixel_network(self.image_size, tuple(config["channels"]), len(self.proprio), len(self.tasks),
+                                         tuple(config["hidden"]), self.action_dim)
+        self.model.load_state_dict(data["state_dict"])
+        self.model.eval()
+        self.mean = data["proprio_mean"].numpy().astype(np.float32)
+        self.std = data["proprio_std"].numpy().astype(np.float32)
+        self.trained = {(p["task_hash"], int(p["seed"])) for p in data["provenance"]}
+        self._onehot = np.zeros(len(self.tasks), np.float32)
+        self._flags: list[dict[str, Any]] = []
+
+    @staticmethod
+    def supports(task: TaskSpec) -> str | None:
+        if not task.cameras:
+            return "pixel-bc needs camera images; add 'cameras:' to the campaign (e.g. {name: front, width: 64, height: 64})"
+        return None
+
+    @staticmethod
+    def resolve_version(params: Mapping[str, Any]) -> str:
+        path = params.get("path")
+        if not path or not Path(path).is_file():
+            raise SpecError(f"pixel-bc checkpoint {path} does not exist (write one with 'assay train-bc --obs image+proprio')")
+        return checkpoint_version(path)
+
+    @staticmethod
+    def contract(params: Mapping[str, Any]) -> PolicyContract:
+        config = load_pixel_checkpoint(PixelBCParams(**params).path)["config"]
+        size = int(config["image_size"])
+        return PolicyContract(
+            observations={STATE_KEY: ArraySpec(shape=(int(config["state_dim"]),), dtype="float32")},
+            images={f"image.{config['camera']}": ImageSpec(height=size, width=size)},
+            action=ActionContract(dim=int(config["action_dim"]), mode=ActionMode.DELTA,
+                                  gripper=GripperPolarity.POSITIVE_CLOSES, low=-1.0, high=1.0),
+            chunk_length=1,
+        )
+
+    def reset(self, context: PolicyContext) -> None:
+        self._onehot = self.task_onehot(context.task.id)
+        task_hash = context.task.content_hash()
+        self._flags = [{"task_known": context.task.id in self.tasks,
+                        "trained_on_seed": (task_hash, int(seed)) in self.trained} for seed in context.seeds]
+
+    def episode_info(self, slot: int) -> dict[str, Any]:
+        return dict(self._flags[slot]) if slot < len(self._flags) else {}
+
+    def task_onehot(self, task_id: str) -> np.ndarray:
+        hot = np.zeros(len(self.tasks), np.float32)
+        if task_id in self.tasks:
+            hot[self.tasks.index(task_id)] = 1.0
+        return hot
+
+    def network_inputs(self, observations: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Exactly what the network sees: the camera's frames (B, H, W, 3) uint8 and the proprioception (B, P)."""
+        key = f"image.{self.camera}"
+        if key not in observations:
+            raise KeyError(f"pixel-bc reads {key!r}; the observation has {sorted(k for k in observations if k.startswith('image.'))}")
+        frames = np.asarray(observations[key])
+        if frames.ndim == 3:
+            frames = frames[None]
+        states = np.asarray(observations["state"], dtype=np.float32)
+        if states.ndim == 1:
+            states = states[None]
+        return frames, states[:, list(self.proprio)]
+
+    def predict(self, frames: np.ndarray, proprio: np.ndarray, onehot: np.ndarray | None = None) -> np.ndarray:
+        """Actions for B frames and proprioception rows; padded to PAD_ROWS rows so rows never affect each other."""
+        torch = self._torch
+        rows = len(frames)
+        if len(proprio) != rows:
+            raise ValueError(f"pixel-bc got {rows} frames but {len(proprio)} proprioception rows")
+        hot = np.broadcast_to(self._onehot if onehot is None else onehot, (rows, len(self.tasks))).astype(np.float32)
+        prop = ((np.asarray(proprio, np.float32) - self.mean) / self.std).astype(np.float32)
+        pad = (-rows) % PAD_ROWS
+        if pad:
+            frames = np.concatenate([frames, np.zeros((pad, *frames.shape[1:]), frames.dtype)])
+            prop = np.concatenate([prop, np.zeros((pad, prop.shape[1]), np.float32)])
+            hot = np.concatenate([hot, np.zeros((pad, hot.shape[1]), np.float32)])
+        if torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
+        with torch.inference_mode():
+            out = self.model(to_tensor_images(frames, self.image_size), torch.from_numpy(np.ascontiguousarray(prop)),
+                             torch.from_numpy(np.ascontiguousarray(hot))).numpy()[:rows]
+        return np.clip(out, -1.0, 1.0)
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        return self.predict(*self.network_inputs(observations))
