@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve lint semantic-profile test test-fast test-ray test-postgres test-interop bench bench-scale install install-test clean
+.PHONY: demo report serve lint semantic-profile test test-fast test-ray test-postgres test-interop bench bench-scale install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
 SYSTEM_READY := $(VENV)/.system
@@ -98,6 +98,24 @@ $(INTEROP_VENV)/.installed: tests/interop/constraints.txt
 
 test-interop: install-test $(INTEROP_VENV)/.installed
 	ASSAY_INTEROP_PYTHON=$(INTEROP_VENV)/bin/python $(PY) -m pytest -q -m interop tests/test_export_interop.py
+
+# The policy zoo (docs/RESULTS.md): camera demos, six pixel BC checkpoints on three tasks, their nominal
+# evaluation with open- vs closed-loop, and their visual robustness profile beside the state expert.
+ZOO_STORE ?= runs/zoo
+ZOO_EPISODES ?= 20
+ZOO_VISUAL_EPISODES ?= 10
+ZOO_VISUAL_TASKS ?= metaworld/reach@1,metaworld/button-press-topdown@1
+zoo: install-test
+	$(ASSAY) zoo build --store $(ZOO_STORE) --out $(ZOO_STORE)/zoo/main --workers 2
+	$(ASSAY) zoo campaign $(ZOO_STORE)/zoo/main -o $(ZOO_STORE)/zoo-nominal.yaml --name zoo-nominal --episodes $(ZOO_EPISODES)
+	$(ASSAY) run $(ZOO_STORE)/zoo-nominal.yaml --store $(ZOO_STORE) --workers 2
+	$(ASSAY) openloop --store $(ZOO_STORE) --campaign zoo-nominal --reference expert
+	$(ASSAY) report zoo-nominal --store $(ZOO_STORE) --baseline expert -o $(ZOO_STORE)/zoo-nominal.html
+	$(ASSAY) zoo campaign $(ZOO_STORE)/zoo/main -o $(ZOO_STORE)/zoo-visual.yaml --name zoo-visual --visual \
+		--episodes $(ZOO_VISUAL_EPISODES) --tasks $(ZOO_VISUAL_TASKS)
+	$(ASSAY) run $(ZOO_STORE)/zoo-visual.yaml --store $(ZOO_STORE) --workers 2
+	$(ASSAY) results --store $(ZOO_STORE) --campaign zoo-visual --profile
+	$(ASSAY) report zoo-visual --store $(ZOO_STORE) --baseline expert -o $(ZOO_STORE)/zoo-visual.html
 
 bench-scale: install-test
 	$(PY) benchmarks/eval_throughput.py

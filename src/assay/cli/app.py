@@ -228,6 +228,9 @@ learning_commands.register(app)
 from assay.cli import semantic_commands  # noqa: E402  (semantic-profile)
 
 semantic_commands.register(app)
+from assay.cli import zoo_commands  # noqa: E402  (zoo build, zoo campaign)
+
+zoo_commands.register(app)
 
 
 def main() -> None:
