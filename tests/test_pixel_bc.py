@@ -82,6 +82,15 @@ def test_pixel_policy_never_receives_privileged_state(camera_store, tiny_checkpo
 
 
 @pytest.mark.sim
+def test_pixel_policy_passes_the_conformance_kit(camera_store, tiny_checkpoint):
+    from assay.sim import default_registry
+    from assay.testing import check_policy
+
+    task = default_registry().get(TASK).model_copy(update={"cameras": CAMERAS, "horizon": HORIZON})
+    check_policy(PixelBCPolicy(path=tiny_checkpoint.path), task, bounded=True)
+
+
+@pytest.mark.sim
 def test_pixel_policy_loading_and_contract(camera_store, tiny_checkpoint, tmp_path):
     spec = policy_from_shorthand(f"pixel-bc:{tiny_checkpoint.path}")
     assert spec.builtin == "pixel-bc" and spec.name == "pixel-bc-tiny"

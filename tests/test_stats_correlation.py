@@ -92,3 +92,17 @@ def test_rates_without_counts_resample_policies():
     # Drawing the same policy 4 times gives a constant vector: such resamples are counted, not NaN'd into the CI.
     assert task.stats["pearson"].undefined_resamples > 0
     assert report.unmatched == ()
+
+
+def test_open_loop_misranked_pairs_golden():
+    from assay.metrics.openloop import OpenLoopRow, misranked_pairs, rank_agreement
+
+    # c has the lowest MSE but the lowest success: misranked against every other; b and d tie on success
+    names, mse, closed = ("a", "b", "c", "d"), (0.2, 0.3, 0.1, 0.4), (0.9, 0.5, 0.1, 0.5)
+    assert misranked_pairs(names, mse, closed) == (("c", "a"), ("c", "b"), ("c", "d"))
+    assert misranked_pairs(("x", "y"), (0.1, 0.1), (0.0, 1.0)) == ()  # equal MSE: no order to get wrong
+    assert misranked_pairs(("x",), (0.1,), (0.5,)) == ()
+    rows = [OpenLoopRow(policy=n, task="t", episodes=1, steps=1, mse=m, r2=None, r2_reason="-", constant_dims=0)
+            for n, m in zip(names, mse)]
+    (agreement,) = rank_agreement(rows, {(n, "t"): c for n, c in zip(names, closed)})
+    assert agreement.misranked == (("c", "a"), ("c", "b"), ("c", "d"))

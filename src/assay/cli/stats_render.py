@@ -94,12 +94,13 @@ def openloop_tables(rows: Sequence[OpenLoopRow], agreement: Sequence[RankAgreeme
         scores.add_row(r.policy, r.task, str(r.episodes), str(r.steps), f"{r.mse:.4g}",
                        _num(r.r2, 3) if r.r2 is not None else f"[yellow]{r.r2_reason}[/]")
     side = Table(title="open-loop vs closed-loop ranking", title_justify="left")
-    for column in ("task", "closed-loop order (success)", "open-loop order (MSE)", "Kendall τ", "MMRV"):
+    for column in ("task", "closed-loop order (success)", "open-loop order (MSE)", "Kendall τ", "MMRV", "misranked pairs"):
         side.add_column(column)
     for a in agreement:
         closed = sorted(zip(a.policies, a.closed_loop, strict=True), key=lambda x: (-x[1], x[0]))
         opened = sorted(zip(a.policies, a.open_loop_mse, strict=True), key=lambda x: (x[1], x[0]))
         side.add_row(a.task, " > ".join(f"{p} {v:.2f}" for p, v in closed),
                      " > ".join(f"{p} {v:.3g}" for p, v in opened),
-                     _num(a.kendall, 3) if a.kendall is not None else str(a.kendall_reason), f"{a.mmrv:.3f}")
+                     _num(a.kendall, 3) if a.kendall is not None else str(a.kendall_reason), f"{a.mmrv:.3f}",
+                     ", ".join(f"{x}<{y}" for x, y in a.misranked) or "none")
     return [scores, side]

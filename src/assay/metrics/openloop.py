@@ -132,6 +132,21 @@ class RankAgreement:
     kendall: float | None
     kendall_reason: str | None
     mmrv: float
+    # (ranked higher open loop, ranked lower) pairs: lower MSE but strictly lower closed-loop success
+    misranked: tuple[tuple[str, str], ...] = ()
+
+
+def misranked_pairs(policies: Sequence[str], mse: Sequence[float], closed: Sequence[float]) -> tuple[tuple[str, str], ...]:
+    """Every pair the open-loop order gets wrong: the policy with the lower MSE has the strictly lower success."""
+    out = []
+    for i in range(len(policies)):
+        for j in range(i + 1, len(policies)):
+            if mse[i] == mse[j]:
+                continue
+            better, other = (i, j) if mse[i] < mse[j] else (j, i)
+            if closed[better] < closed[other]:
+                out.append((policies[better], policies[other]))
+    return tuple(sorted(out))
 
 
 def rank_agreement(rows: Sequence[OpenLoopRow], closed_rates: Mapping[tuple[str, str], float]) -> list[RankAgreement]:
@@ -143,8 +158,9 @@ def rank_agreement(rows: Sequence[OpenLoopRow], closed_rates: Mapping[tuple[str,
         score = [-r.mse for r in cells]
         tau, reason = correlation("kendall", closed, score, ("closed-loop", "open-loop"))
         value, _ = correlation("mmrv", closed, score)
-        result.append(RankAgreement(task, tuple(r.policy for r in cells), tuple(closed), tuple(r.mse for r in cells),
-                                    tau, reason, value or 0.0))
+        names, mse = tuple(r.policy for r in cells), tuple(r.mse for r in cells)
+        result.append(RankAgreement(task, names, tuple(closed), mse, tau, reason, value or 0.0,
+                                    misranked_pairs(names, mse, closed)))
     return result
 
 
@@ -173,7 +189,9 @@ def load_openloop(store: Store, campaign: str) -> dict[str, object] | None:
         document = json.loads(path.read_text())
         rows = [OpenLoopRow(**r) for r in document["openloop"]]
         agreement = [RankAgreement(**{**a, "policies": tuple(a["policies"]), "closed_loop": tuple(a["closed_loop"]),
-                                      "open_loop_mse": tuple(a["open_loop_mse"])}) for a in document["agreement"]]
+                                      "open_loop_mse": tuple(a["open_loop_mse"]),
+                                      "misranked": tuple(tuple(p) for p in a.get("misranked", ()))})
+                     for a in document["agreement"]]
         closed = {(c["policy"], c["task"]): float(c["rate"]) for c in document["closed_loop"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StoreError(f"cannot read {path}: {exc}; rerun `assay openloop --campaign {campaign}`") from None

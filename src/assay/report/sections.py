@@ -55,13 +55,14 @@ def openloop(data: ReportData) -> str:
                   for r in sorted(rows, key=lambda r: (r.task, r.mse))]
     agree_rows = [[escape(a.task), str(len(a.policies)),
                    number(a.kendall) if a.kendall is not None else escape(a.kendall_reason or "undefined"),
-                   number(a.mmrv, 3)] for a in agreement]
+                   number(a.mmrv, 3), escape(", ".join(f"{x} < {y}" for x, y in a.misranked) or "none")]
+                  for a in agreement]
     return (f"<p class='muted'>Open loop: each policy predicts actions on <b>{escape(str(saved['reference']))}</b>'s "
             "recorded observations (it never sees its own consequences); closed loop: its success in this campaign. "
             "A low MSE that does not come with a high success is the open-loop trap.</p>"
             + table(["policy", "task", "episodes", "action MSE", "R²", "closed-loop success"], score_rows, {2, 3, 4, 5})
             + "<h3>Do the two orders agree?</h3>"
-            + table(["task", "policies", "Kendall τ", "MMRV"], agree_rows, {1, 2, 3})
+            + table(["task", "policies", "Kendall τ", "MMRV", "misranked (lower MSE, lower success)"], agree_rows, {1, 2, 3})
             + f"<div class='figure'>{figures.openloop_svg(rows, closed)}</div>")
 
 
