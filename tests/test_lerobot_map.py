@@ -21,10 +21,16 @@ def _task(*cameras: CameraSpec):
 
 
 FRONT = CameraSpec(name="front", width=64, height=48)
-CONFIG = {"type": "act", "n_action_steps": 10, "chunk_size": 20,
-          "input_features": {"observation.state": {"type": "STATE", "shape": [39]},
-                             "observation.images.front": {"type": "VISUAL", "shape": [3, 48, 64]}},
-          "output_features": {"action": {"type": "ACTION", "shape": [4]}}}
+CONFIG = {
+    "type": "act",
+    "n_action_steps": 10,
+    "chunk_size": 20,
+    "input_features": {
+        "observation.state": {"type": "STATE", "shape": [39]},
+        "observation.images.front": {"type": "VISUAL", "shape": [3, 48, 64]},
+    },
+    "output_features": {"action": {"type": "ACTION", "shape": [4]}},
+}
 
 
 def test_features_map_to_the_task_and_back():
@@ -43,18 +49,39 @@ def test_features_map_to_the_task_and_back():
     assert chunk.shape == (2, 10, 4) and chunk.dtype == np.float64  # the runner replans through the chunk
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"input_features": {**CONFIG["input_features"], "observation.images.wrist": {"type": "VISUAL", "shape": [3, 48, 64]}}},
-     r"lerobot input 'observation.images.wrist' needs camera 'wrist'; Assay task metaworld/reach@1 renders \['front'\]"),
-    ({"input_features": {"observation.images.front": {"type": "VISUAL", "shape": [3, 96, 96]}}},
-     r"lerobot input 'observation.images.front' has shape \[3, 96, 96\]; Assay camera 'front' renders \[3, 48, 64\]"),
-    ({"input_features": {"observation.state": {"type": "STATE", "shape": [14]}}},
-     r"lerobot input 'observation.state' has shape \[14\]; Assay task metaworld/reach@1 gives state of shape \[39\]"),
-    ({"output_features": {"action": {"type": "ACTION", "shape": [7]}}},
-     r"lerobot output 'action' has shape \[7\]; Assay task metaworld/reach@1 takes actions of shape \[4\]"),
-    ({"input_features": {"observation.environment_state": {"type": "ENV", "shape": [3]}}},
-     r"lerobot input 'observation.environment_state' has no Assay counterpart"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {
+                "input_features": {
+                    **CONFIG["input_features"],
+                    "observation.images.wrist": {"type": "VISUAL", "shape": [3, 48, 64]},
+                }
+            },
+            r"lerobot input 'observation.images.wrist' needs camera 'wrist'; "
+            r"Assay task metaworld/reach@1 renders \['front'\]",
+        ),
+        (
+            {"input_features": {"observation.images.front": {"type": "VISUAL", "shape": [3, 96, 96]}}},
+            r"lerobot input 'observation.images.front' has shape \[3, 96, 96\]; "
+            r"Assay camera 'front' renders \[3, 48, 64\]",
+        ),
+        (
+            {"input_features": {"observation.state": {"type": "STATE", "shape": [14]}}},
+            r"lerobot input 'observation.state' has shape \[14\]; "
+            r"Assay task metaworld/reach@1 gives state of shape \[39\]",
+        ),
+        (
+            {"output_features": {"action": {"type": "ACTION", "shape": [7]}}},
+            r"lerobot output 'action' has shape \[7\]; Assay task metaworld/reach@1 takes actions of shape \[4\]",
+        ),
+        (
+            {"input_features": {"observation.environment_state": {"type": "ENV", "shape": [3]}}},
+            r"lerobot input 'observation.environment_state' has no Assay counterpart",
+        ),
+    ],
+)
 def test_a_mismatch_is_one_line_naming_both_sides(change, message):
     with pytest.raises(ContractError, match=message) as caught:
         map_features({**CONFIG, **change}, _task(FRONT))
@@ -65,7 +92,9 @@ def test_runtime_shape_and_action_mismatches():
     features = map_features(CONFIG, _task(FRONT))
     with pytest.raises(ContractError, match=r"expects 48x64 frames; Assay camera 'front' gave \[64, 64, 3\]"):
         lerobot_batch(features, {"state": np.ones((1, 39)), "image.front": np.zeros((1, 64, 64, 3), np.uint8)})
-    with pytest.raises(ContractError, match=r"returned actions of shape \[1, 10, 6\]; Assay expects \[1, 4\] or \[1, H, 4\]"):
+    with pytest.raises(
+        ContractError, match=r"returned actions of shape \[1, 10, 6\]; Assay expects \[1, 4\] or \[1, H, 4\]"
+    ):
         assay_actions(features, np.zeros((1, 10, 6)), 1)
 
 
@@ -83,7 +112,9 @@ def test_policy_directory_contract_and_version_without_lerobot(tmp_path):
     contract = LeRobotPolicy.contract({"path": str(folder)})
     assert contract.chunk_length == 10 and contract.action.dim == 4 and "image.front" in contract.images
     assert check_contract(contract, _task(FRONT)).errors == ()
-    assert any("image 'image.front'" in e for e in check_contract(contract, _task()).errors)  # no camera: caught at plan
+    assert any(
+        "image 'image.front'" in e for e in check_contract(contract, _task()).errors
+    )  # no camera: caught at plan
     try:
         import lerobot  # noqa: F401
     except ImportError:

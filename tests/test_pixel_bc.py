@@ -32,8 +32,16 @@ TINY = PixelTrainConfig(seed=3, epochs=2, channels=(8, 8), hidden=(32,), augment
 def camera_store(tmp_path_factory):
     root = tmp_path_factory.mktemp("pixel-store")
     with Store(root) as store:
-        run_grid(store, "cam-demos", [TASK], [PolicySpec(name="expert", builtin="expert")], 20, DEMO_SEED, HORIZON,
-                 cameras=CAMERAS)
+        run_grid(
+            store,
+            "cam-demos",
+            [TASK],
+            [PolicySpec(name="expert", builtin="expert")],
+            20,
+            DEMO_SEED,
+            HORIZON,
+            cameras=CAMERAS,
+        )
         yield store
 
 
@@ -66,19 +74,26 @@ def test_pixel_policy_never_receives_privileged_state(camera_store, tiny_checkpo
     observation = {"state": demo.observations, "image.front": frames}
     images, proprio = policy.network_inputs(observation)
     assert images.shape == (len(frames), 64, 64, 3) and images.dtype == np.uint8
-    assert proprio.shape == (len(frames), 8) and np.array_equal(proprio, demo.observations[:, PROPRIO].astype(np.float32))
+    assert proprio.shape == (len(frames), 8) and np.array_equal(
+        proprio, demo.observations[:, PROPRIO].astype(np.float32)
+    )
     # object and goal positions (and everything else outside proprioception) cannot change the action
     scrambled = demo.observations.copy()
     private = [i for i in range(scrambled.shape[1]) if i not in PROPRIO]
     scrambled[:, private] = np.random.default_rng(0).uniform(-5, 5, size=(len(scrambled), len(private)))
     assert np.array_equal(policy.act({"state": scrambled, "image.front": frames}), policy.act(observation))
     # ... while the image does
-    assert not np.array_equal(policy.act({"state": demo.observations, "image.front": frames[::-1].copy()}),
-                              policy.act(observation))
+    assert not np.array_equal(
+        policy.act({"state": demo.observations, "image.front": frames[::-1].copy()}), policy.act(observation)
+    )
     # rows are independent of their batch-mates
     whole = policy.act(observation)
-    assert np.array_equal(np.concatenate([policy.act({"state": demo.observations[i:i + 1], "image.front": frames[i:i + 1]})
-                                          for i in range(5)]), whole[:5])
+    assert np.array_equal(
+        np.concatenate(
+            [policy.act({"state": demo.observations[i : i + 1], "image.front": frames[i : i + 1]}) for i in range(5)]
+        ),
+        whole[:5],
+    )
 
 
 @pytest.mark.sim
@@ -104,8 +119,15 @@ def test_pixel_policy_loading_and_contract(camera_store, tiny_checkpoint, tmp_pa
     with pytest.raises(Exception, match="pixel-bc needs camera images"):
         prepare_campaign(CampaignSpec(name="x", episodes=1, tasks=(TASK,), policies=(spec,)))
     with pytest.raises(SpecError, match=r"image 'image.front': policy requires it, task renders \['image.side'\]"):
-        prepare_campaign(CampaignSpec(name="x", episodes=1, tasks=(TASK,), policies=(spec,),
-                                      cameras=(CameraSpec(name="side", width=64, height=64),)))
+        prepare_campaign(
+            CampaignSpec(
+                name="x",
+                episodes=1,
+                tasks=(TASK,),
+                policies=(spec,),
+                cameras=(CameraSpec(name="side", width=64, height=64),),
+            )
+        )
 
 
 @pytest.mark.sim
@@ -113,8 +135,10 @@ def test_pixel_policy_loading_and_contract(camera_store, tiny_checkpoint, tmp_pa
 def test_pixel_bc_beats_random_on_reach(camera_store, tmp_path):
     demos = load_demos(camera_store, "campaign=cam-demos")
     result = train_pixel_bc(camera_store, demos, PixelTrainConfig(seed=0, epochs=30), tmp_path / "reach.pt")
-    policies = [PolicySpec(name="pixel", builtin="pixel-bc", params={"path": str(Path(result.path).resolve())}),
-                PolicySpec(name="random", builtin="random")]
+    policies = [
+        PolicySpec(name="pixel", builtin="pixel-bc", params={"path": str(Path(result.path).resolve())}),
+        PolicySpec(name="random", builtin="random"),
+    ]
     _, records = run_grid(camera_store, "pixel-vs-random", [TASK], policies, 10, EVAL_SEED, HORIZON, cameras=CAMERAS)
     pixel, rnd = score(records, "pixel"), score(records, "random")
     assert pixel.trials == rnd.trials == 10  # measured when written: pixel 5/10, random 0/10
@@ -125,16 +149,60 @@ def test_pixel_bc_beats_random_on_reach(camera_store, tmp_path):
 @pytest.mark.sim
 def test_train_bc_cli_image_obs(camera_store, tmp_path):
     out = tmp_path / "cli.pt"
-    result = CliRunner().invoke(app, ["train-bc", "--data", "campaign=cam-demos", "--store", str(camera_store.root),
-                                      "--out", str(out), "--obs", "image+proprio", "--epochs", "1", "--hidden", "16",
-                                      "--augment", "shift", "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train-bc",
+            "--data",
+            "campaign=cam-demos",
+            "--store",
+            str(camera_store.root),
+            "--out",
+            str(out),
+            "--obs",
+            "image+proprio",
+            "--epochs",
+            "1",
+            "--hidden",
+            "16",
+            "--augment",
+            "shift",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     assert summary["demos"] == len(load_demos(camera_store, "campaign=cam-demos")) and summary["tasks"] == [TASK]
     assert out.is_file() and summary["version"] == resolve_policy(policy_from_shorthand(f"pixel-bc:{out}")).version
-    bad = CliRunner().invoke(app, ["train-bc", "--data", "campaign=cam-demos", "--store", str(camera_store.root),
-                                   "--out", str(out), "--obs", "image+proprio", "--augment", "crop"])
+    bad = CliRunner().invoke(
+        app,
+        [
+            "train-bc",
+            "--data",
+            "campaign=cam-demos",
+            "--store",
+            str(camera_store.root),
+            "--out",
+            str(out),
+            "--obs",
+            "image+proprio",
+            "--augment",
+            "crop",
+        ],
+    )
     assert bad.exit_code == 2 and "augmentation 'crop' is not one of none, shift" in bad.output
-    bad = CliRunner().invoke(app, ["train-bc", "--data", "campaign=cam-demos", "--store", str(camera_store.root),
-                                   "--out", str(out), "--obs", "pixels"])
+    bad = CliRunner().invoke(
+        app,
+        [
+            "train-bc",
+            "--data",
+            "campaign=cam-demos",
+            "--store",
+            str(camera_store.root),
+            "--out",
+            str(out),
+            "--obs",
+            "pixels",
+        ],
+    )
     assert bad.exit_code == 2 and "--obs 'pixels' is not one of state, image+proprio" in bad.output

@@ -103,6 +103,6 @@ def test_open_loop_misranked_pairs_golden():
     assert misranked_pairs(("x", "y"), (0.1, 0.1), (0.0, 1.0)) == ()  # equal MSE: no order to get wrong
     assert misranked_pairs(("x",), (0.1,), (0.5,)) == ()
     rows = [OpenLoopRow(policy=n, task="t", episodes=1, steps=1, mse=m, r2=None, r2_reason="-", constant_dims=0)
-            for n, m in zip(names, mse)]
-    (agreement,) = rank_agreement(rows, {(n, "t"): c for n, c in zip(names, closed)})
+            for n, m in zip(names, mse, strict=True)]
+    (agreement,) = rank_agreement(rows, {(n, "t"): c for n, c in zip(names, closed, strict=True)})
     assert agreement.misranked == (("c", "a"), ("c", "b"), ("c", "d"))

@@ -24,8 +24,24 @@ TASKS = "metaworld/reach@1,metaworld/button-press-topdown@1"
 @pytest.mark.slow
 def test_zoo_builds_and_evaluates_on_a_tiny_budget(tmp_path):
     store = tmp_path / "store"
-    built = CliRunner().invoke(app, ["zoo", "build", "--tasks", TASKS, "--demos", "3", "--epochs", "10", "--horizon", "70",
-                                     "--store", str(store), "--json"])
+    built = CliRunner().invoke(
+        app,
+        [
+            "zoo",
+            "build",
+            "--tasks",
+            TASKS,
+            "--demos",
+            "3",
+            "--epochs",
+            "10",
+            "--horizon",
+            "70",
+            "--store",
+            str(store),
+            "--json",
+        ],
+    )
     assert built.exit_code == 0, built.output
     manifest = json.loads(built.output)
     members = manifest["members"]
@@ -34,14 +50,35 @@ def test_zoo_builds_and_evaluates_on_a_tiny_budget(tmp_path):
     assert load_manifest(manifest["dir"])["members"] == members
     for member in members:  # provenance: the checkpoint names the episodes the manifest says it saw
         data = load_checkpoint_data(member["path"])
-        assert [p["key"] for p in data["provenance"]] == member["episodes"] and data["config"]["tasks"] == sorted(TASKS.split(","))
-    again = CliRunner().invoke(app, ["zoo", "build", "--tasks", TASKS, "--demos", "3", "--epochs", "10", "--horizon", "70",
-                                     "--store", str(store), "--json"])
-    assert [m["version"] for m in json.loads(again.output)["members"]] == [m["version"] for m in members]  # deterministic
+        assert [p["key"] for p in data["provenance"]] == member["episodes"] and data["config"]["tasks"] == sorted(
+            TASKS.split(",")
+        )
+    again = CliRunner().invoke(
+        app,
+        [
+            "zoo",
+            "build",
+            "--tasks",
+            TASKS,
+            "--demos",
+            "3",
+            "--epochs",
+            "10",
+            "--horizon",
+            "70",
+            "--store",
+            str(store),
+            "--json",
+        ],
+    )
+    assert [m["version"] for m in json.loads(again.output)["members"]] == [
+        m["version"] for m in members
+    ]  # deterministic
 
     spec = tmp_path / "zoo.yaml"
-    wrote = CliRunner().invoke(app, ["zoo", "campaign", manifest["dir"], "-o", str(spec), "--episodes", "1",
-                                     "--tasks", "metaworld/reach@1"])
+    wrote = CliRunner().invoke(
+        app, ["zoo", "campaign", manifest["dir"], "-o", str(spec), "--episodes", "1", "--tasks", "metaworld/reach@1"]
+    )
     assert wrote.exit_code == 0, wrote.output
     ran = CliRunner().invoke(app, ["run", str(spec), "--store", str(store)])
     assert ran.exit_code == 0, ran.output

@@ -94,7 +94,8 @@ def openloop_tables(rows: Sequence[OpenLoopRow], agreement: Sequence[RankAgreeme
         scores.add_row(r.policy, r.task, str(r.episodes), str(r.steps), f"{r.mse:.4g}",
                        _num(r.r2, 3) if r.r2 is not None else f"[yellow]{r.r2_reason}[/]")
     side = Table(title="open-loop vs closed-loop ranking", title_justify="left")
-    for column in ("task", "closed-loop order (success)", "open-loop order (MSE)", "Kendall τ", "MMRV", "misranked pairs"):
+    columns = ("task", "closed-loop order (success)", "open-loop order (MSE)", "Kendall τ", "MMRV", "misranked pairs")
+    for column in columns:
         side.add_column(column)
     for a in agreement:
         closed = sorted(zip(a.policies, a.closed_loop, strict=True), key=lambda x: (-x[1], x[0]))

@@ -29,10 +29,11 @@ def checkpoint_provenance(path: str) -> list[dict[str, object]]:
 
 
 def leakage_report(records: Sequence[EpisodeRecord]) -> dict[str, list[str]]:
-    """For every bc or pixel-bc policy among the records: the keys of its contaminated episodes (empty list if clean)."""
+    """For every bc or pixel-bc policy among the records: the keys of its contaminated episodes (empty if clean)."""
     by_path: dict[str, list[EpisodeRecord]] = {}
     for record in records:
         spec = record.policy_spec or {}
-        if spec.get("builtin") in ("bc", "pixel-bc") and isinstance(spec.get("params"), dict) and "path" in spec["params"]:
+        params = spec.get("params")
+        if spec.get("builtin") in ("bc", "pixel-bc") and isinstance(params, dict) and "path" in params:
             by_path.setdefault(str(spec["params"]["path"]), []).append(record)
     return {path: contaminated(group, checkpoint_provenance(path)) for path, group in sorted(by_path.items())}

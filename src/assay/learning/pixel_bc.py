@@ -28,7 +28,7 @@ import numpy as np
 
 from assay.errors import AssayError
 from assay.learning.bc import _atomic_write, deterministic_torch
-from assay.learning.data import Demo, DataQueryError
+from assay.learning.data import DataQueryError, Demo
 from assay.policies.bc import checkpoint_version
 from assay.policies.mlp import import_torch
 from assay.policies.pixel_bc import PIXEL_FORMAT, PROPRIO, build_pixel_network, to_tensor_images
@@ -39,6 +39,7 @@ AUGMENTATIONS = ("none", "shift")
 
 @dataclass(frozen=True)
 class PixelTrainConfig:
+    """Pixel BC training options (all recorded in the checkpoint's ``train`` metadata)."""
     seed: int = 0
     epochs: int = 30
     camera: str = "front"
@@ -53,14 +54,26 @@ class PixelTrainConfig:
     def __post_init__(self) -> None:
         if self.augment not in AUGMENTATIONS:
             raise AssayError(f"augmentation {self.augment!r} is not one of {', '.join(AUGMENTATIONS)}")
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or not self.hidden or min(self.hidden) < 1 \
-                or not self.channels or min(self.channels) < 1 or not 8 <= self.image_size <= 256 or self.shift_pad < 0:
-            raise AssayError(f"invalid pixel training config {self}: epochs, batch size, lr, widths and channels must be "
-                             "positive, image size within [8, 256]")
+        if (
+            self.epochs < 1
+            or self.batch_size < 1
+            or self.lr <= 0
+            or not self.hidden
+            or min(self.hidden) < 1
+            or not self.channels
+            or min(self.channels) < 1
+            or not 8 <= self.image_size <= 256
+            or self.shift_pad < 0
+        ):
+            raise AssayError(
+                f"invalid pixel training config {self}: epochs, batch size, lr, widths and channels must be "
+                "positive, image size within [8, 256]"
+            )
 
 
 @dataclass(frozen=True)
 class PixelTrainResult:
+    """What training wrote: the checkpoint, its version, the data it saw and the final loss."""
     path: str
     version: str
     demos: int
@@ -69,6 +82,7 @@ class PixelTrainResult:
     final_loss: float
 
     def to_dict(self) -> dict[str, object]:
+        """Plain data for ``--json``."""
         return asdict(self)
 
 
@@ -78,22 +92,27 @@ def demo_frames(store: Store, demo: Demo, camera: str) -> np.ndarray:
         raise DataQueryError(f"demo {demo.key} is a recovery demo without camera frames; pixel BC trains on episodes")
     relpath = video_relpath(demo.key, camera)
     if not (Path(store.data_root) / relpath).exists():
-        raise DataQueryError(f"episode {demo.key} has no {camera!r} camera video; collect demos with "
-                             f"'cameras: [{{name: {camera}, width: 64, height: 64}}]' in the campaign")
+        raise DataQueryError(
+            f"episode {demo.key} has no {camera!r} camera video; collect demos with "
+            f"'cameras: [{{name: {camera}, width: 64, height: 64}}]' in the campaign"
+        )
     frames = read_video(Path(store.data_root), relpath)
     if len(frames) < len(demo.actions):
         raise DataQueryError(f"episode {demo.key}: {len(frames)} frames for {len(demo.actions)} steps")
     return frames[: len(demo.actions)]
 
 
-def pixel_arrays(store: Store, demos: Sequence[Demo], tasks: Sequence[str], camera: str,
-                 image_size: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+def pixel_arrays(
+    store: Store, demos: Sequence[Demo], tasks: Sequence[str], camera: str, image_size: int
+) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
     """(images (N, 3, S, S) float tensor, proprioception (N, P), task one-hots (N, K), actions clipped to [-1, 1])."""
     if not demos:
         raise AssayError("no demonstrations to train on")
     dims = {(d.observations.shape[1], d.actions.shape[1]) for d in demos}
     if len(dims) != 1:
-        raise AssayError(f"demos disagree on (state, action) dimensions: {sorted(dims)}; train one model per embodiment")
+        raise AssayError(
+            f"demos disagree on (state, action) dimensions: {sorted(dims)}; train one model per embodiment"
+        )
     torch = import_torch()
     images = torch.cat([to_tensor_images(demo_frames(store, d, camera), image_size) for d in demos])
     proprio = np.concatenate([d.observations[:, list(PROPRIO)] for d in demos]).astype(np.float32)
@@ -101,7 +120,7 @@ def pixel_arrays(store: Store, demos: Sequence[Demo], tasks: Sequence[str], came
     hot = np.zeros((len(actions), len(tasks)), np.float32)
     row = 0
     for demo in demos:
-        hot[row:row + len(demo.actions), tasks.index(demo.task_id)] = 1.0
+        hot[row : row + len(demo.actions), tasks.index(demo.task_id)] = 1.0
         row += len(demo.actions)
     return images, proprio, hot, actions
 
@@ -113,7 +132,7 @@ def random_shift(torch: Any, images: Any, pad: int, generator: Any) -> Any:
     size = images.shape[-1]
     padded = torch.nn.functional.pad(images, (pad, pad, pad, pad), mode="replicate")
     offsets = torch.randint(0, 2 * pad + 1, (len(images), 2), generator=generator).tolist()
-    return torch.stack([padded[i, :, dy:dy + size, dx:dx + size] for i, (dy, dx) in enumerate(offsets)])
+    return torch.stack([padded[i, :, dy : dy + size, dx : dx + size] for i, (dy, dx) in enumerate(offsets)])
 
 
 def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig, out: str | Path) -> PixelTrainResult:
@@ -124,8 +143,9 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
         mean = proprio.mean(axis=0)
         std = np.maximum(proprio.std(axis=0), 1e-3)
         torch.manual_seed(config.seed)
-        model = build_pixel_network(config.image_size, config.channels, proprio.shape[1], len(tasks), config.hidden,
-                                    actions.shape[1])
+        model = build_pixel_network(
+            config.image_size, config.channels, proprio.shape[1], len(tasks), config.hidden, actions.shape[1]
+        )
         optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
         p = torch.from_numpy(((proprio - mean) / std).astype(np.float32))
         k, y = torch.from_numpy(hot), torch.from_numpy(actions)
@@ -135,7 +155,7 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
             order = torch.randperm(len(y), generator=generator)
             total, count = 0.0, 0
             for start in range(0, len(y), config.batch_size):
-                batch = order[start:start + config.batch_size]
+                batch = order[start : start + config.batch_size]
                 x = images[batch]
                 if config.augment == "shift":
                     x = random_shift(torch, x, config.shift_pad, generator)
@@ -148,10 +168,17 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
             loss_value = total / count
         checkpoint = {
             "format": PIXEL_FORMAT,
-            "config": {"state_dim": int(demos[0].observations.shape[1]), "action_dim": int(actions.shape[1]),
-                       "tasks": tasks, "camera": config.camera, "image_size": config.image_size,
-                       "channels": list(config.channels), "hidden": list(config.hidden), "proprio": list(PROPRIO),
-                       "conditioning": "task-onehot"},
+            "config": {
+                "state_dim": int(demos[0].observations.shape[1]),
+                "action_dim": int(actions.shape[1]),
+                "tasks": tasks,
+                "camera": config.camera,
+                "image_size": config.image_size,
+                "channels": list(config.channels),
+                "hidden": list(config.hidden),
+                "proprio": list(PROPRIO),
+                "conditioning": "task-onehot",
+            },
             "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
             "state_dict": {name: v.detach().clone() for name, v in model.state_dict().items()},
             "proprio_mean": torch.from_numpy(mean.astype(np.float32)),

@@ -56,6 +56,7 @@ MEMBERS = (
 
 @dataclass(frozen=True)
 class ZooConfig:
+    """The zoo's tasks, demo budget, longest training, camera, horizon and members."""
     tasks: tuple[str, ...] = ZOO_TASKS
     demos: int = 20  # expert episodes per task (successes are used)
     epochs: int = 30  # the longest-trained member's epochs
@@ -73,58 +74,102 @@ class ZooConfig:
             raise AssayError(f"zoo member names must be unique: {names}")
 
     def camera(self) -> CameraSpec:
+        """The camera the demos record and the members read (``front``, square)."""
         return CameraSpec(name="front", width=self.camera_size, height=self.camera_size)
 
     def tag(self) -> str:
+        """Content hash of the config (worker count excluded): names the demo campaign and the folder."""
         return content_hash(asdict(self) | {"workers": None}, length=8)
 
 
 def zoo_dir(store: Store, config: ZooConfig) -> Path:
+    """The zoo's default folder, ``STORE/zoo/<tag>``."""
     return store.root / "zoo" / config.tag()
 
 
-def build_zoo(store: Store, config: ZooConfig, progress: Callable[[str], None] = lambda _: None,
-              folder: Path | None = None) -> dict[str, Any]:
+def build_zoo(
+    store: Store, config: ZooConfig, progress: Callable[[str], None] = lambda _: None, folder: Path | None = None
+) -> dict[str, Any]:
     """Collect camera demos (or reuse them: the campaign resumes), train every member, write ``zoo.json``
     (in ``folder``, default ``STORE/zoo/<tag>``)."""
     started = time.perf_counter()
     tag = config.tag()
     expert = [PolicySpec(name="expert", builtin="expert")]
-    _, records = run_grid(store, f"zoo-{tag}-demos", config.tasks, expert, config.demos, DEMO_SEED, config.horizon,
-                          config.workers, cameras=(config.camera(),))
+    _, records = run_grid(
+        store,
+        f"zoo-{tag}-demos",
+        config.tasks,
+        expert,
+        config.demos,
+        DEMO_SEED,
+        config.horizon,
+        config.workers,
+        cameras=(config.camera(),),
+    )
     collect_s = time.perf_counter() - started
     ok = [r for r in records if r.outcome is Outcome.SUCCESS]
     by_task: dict[str, list[Any]] = {}
     for record in sorted(ok, key=lambda r: (r.task_id, r.episode_index)):
         by_task.setdefault(record.task_id, []).append(record)
     if len(by_task) < len(config.tasks):
-        raise AssayError(f"the expert solved no demo of some zoo task (solved: {', '.join(sorted(by_task)) or 'none'}); "
-                         "the zoo needs demos of every task")
+        raise AssayError(
+            f"the expert solved no demo of some zoo task (solved: {', '.join(sorted(by_task)) or 'none'}); "
+            "the zoo needs demos of every task"
+        )
     progress(f"demos: {len(ok)} successes of {len(records)} expert episodes ({collect_s:.0f} s)")
     folder = Path(folder).resolve() if folder is not None else zoo_dir(store, config)
     members = []
     for member in config.members:
-        chosen = [r for task in sorted(by_task) for r in by_task[task][: max(1, round(member.demo_fraction * len(by_task[task])))]]
-        train = PixelTrainConfig(seed=config.seed, epochs=max(1, round(member.epoch_fraction * config.epochs)),
-                                 image_size=member.image_size, augment=member.augment)
+        chosen = [
+            r
+            for task in sorted(by_task)
+            for r in by_task[task][: max(1, round(member.demo_fraction * len(by_task[task])))]
+        ]
+        train = PixelTrainConfig(
+            seed=config.seed,
+            epochs=max(1, round(member.epoch_fraction * config.epochs)),
+            image_size=member.image_size,
+            augment=member.augment,
+        )
         t0 = time.perf_counter()
         result = train_pixel_bc(store, [episode_demo(store, r) for r in chosen], train, folder / f"{member.name}.pt")
         seconds = time.perf_counter() - t0
-        progress(f"trained {member.name}: {result.demos} demos, {result.frames} frames, {train.epochs} epochs, "
-                 f"loss {result.final_loss:.5f} ({seconds:.0f} s)")
-        members.append({"name": member.name, "path": str(Path(result.path).resolve()), "version": result.version,
-                        "demos": result.demos, "frames": result.frames, "epochs": train.epochs,
-                        "augment": member.augment, "image_size": member.image_size, "final_loss": result.final_loss,
-                        "train_s": round(seconds, 1), "episodes": [r.key for r in chosen]})
-    manifest = {"schema_version": 1, "tag": tag, "config": {k: v for k, v in asdict(config).items() if k != "members"},
-                "camera": config.camera().model_dump(mode="json"), "demo_campaign": f"zoo-{tag}-demos",
-                "collect_s": round(collect_s, 1), "build_s": round(time.perf_counter() - started, 1), "members": members}
+        progress(
+            f"trained {member.name}: {result.demos} demos, {result.frames} frames, {train.epochs} epochs, "
+            f"loss {result.final_loss:.5f} ({seconds:.0f} s)"
+        )
+        members.append(
+            {
+                "name": member.name,
+                "path": str(Path(result.path).resolve()),
+                "version": result.version,
+                "demos": result.demos,
+                "frames": result.frames,
+                "epochs": train.epochs,
+                "augment": member.augment,
+                "image_size": member.image_size,
+                "final_loss": result.final_loss,
+                "train_s": round(seconds, 1),
+                "episodes": [r.key for r in chosen],
+            }
+        )
+    manifest = {
+        "schema_version": 1,
+        "tag": tag,
+        "config": {k: v for k, v in asdict(config).items() if k != "members"},
+        "camera": config.camera().model_dump(mode="json"),
+        "demo_campaign": f"zoo-{tag}-demos",
+        "collect_s": round(collect_s, 1),
+        "build_s": round(time.perf_counter() - started, 1),
+        "members": members,
+    }
     manifest["dir"] = str(folder)
     write_blob(folder, "zoo.json", json.dumps(manifest, indent=2).encode())
     return manifest
 
 
 def load_manifest(path: str | Path) -> dict[str, Any]:
+    """The manifest of a zoo folder (or a zoo.json path); AssayError when there is none."""
     path = Path(path)
     file = path / "zoo.json" if path.is_dir() else path
     if not file.is_file():
@@ -132,11 +177,24 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     return json.loads(file.read_text())
 
 
-def zoo_campaign(manifest: dict[str, Any], name: str, episodes: int, variants: Sequence[dict[str, Any]] = ({},),
-                 tasks: Sequence[str] | None = None) -> dict[str, Any]:
+def zoo_campaign(
+    manifest: dict[str, Any],
+    name: str,
+    episodes: int,
+    variants: Sequence[dict[str, Any]] = ({},),
+    tasks: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """A campaign spec (plain data, as YAML would give) evaluating every member and the state expert."""
     config = manifest["config"]
     policies = [{"name": m["name"], "builtin": "pixel-bc", "params": {"path": m["path"]}} for m in manifest["members"]]
-    return {"name": name, "seed": EVAL_SEED, "episodes": episodes, "tasks": list(tasks or config["tasks"]),
-            "policies": [*policies, {"name": "expert", "builtin": "expert"}], "variants": list(variants),
-            "cameras": [manifest["camera"]], "horizon": config["horizon"], "envs_per_worker": 4}
+    return {
+        "name": name,
+        "seed": EVAL_SEED,
+        "episodes": episodes,
+        "tasks": list(tasks or config["tasks"]),
+        "policies": [*policies, {"name": "expert", "builtin": "expert"}],
+        "variants": list(variants),
+        "cameras": [manifest["camera"]],
+        "horizon": config["horizon"],
+        "envs_per_worker": 4,
+    }

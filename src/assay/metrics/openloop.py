@@ -136,7 +136,8 @@ class RankAgreement:
     misranked: tuple[tuple[str, str], ...] = ()
 
 
-def misranked_pairs(policies: Sequence[str], mse: Sequence[float], closed: Sequence[float]) -> tuple[tuple[str, str], ...]:
+def misranked_pairs(policies: Sequence[str], mse: Sequence[float],
+                    closed: Sequence[float]) -> tuple[tuple[str, str], ...]:
     """Every pair the open-loop order gets wrong: the policy with the lower MSE has the strictly lower success."""
     out = []
     for i in range(len(policies)):

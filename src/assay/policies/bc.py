@@ -58,7 +58,7 @@ def build_network(state_dim: int, n_tasks: int, hidden: tuple[int, ...], action_
 
 
 def load_checkpoint_data(path: str | Path) -> dict[str, Any]:
-    """Any Assay checkpoint's dict (``bc`` or ``pixel-bc``); SpecError naming the file when it is missing or unreadable."""
+    """Any Assay checkpoint's dict (``bc`` or ``pixel-bc``); SpecError naming the file if missing or unreadable."""
     torch = import_torch()
     path = Path(path)
     if not path.is_file():
@@ -76,7 +76,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The checkpoint dict; SpecError naming the file when it is missing or not a (state) BC checkpoint."""
     data = load_checkpoint_data(path)
     if data.get("format") != CHECKPOINT_FORMAT:
-        hint = f"; it is a pixel checkpoint: run it as pixel-bc:{path}" if str(data.get("format", "")).startswith("assay-pixel-bc") else ""
+        pixel = str(data.get("format", "")).startswith("assay-pixel-bc")
+        hint = f"; it is a pixel checkpoint: run it as pixel-bc:{path}" if pixel else ""
         raise SpecError(f"{path} is not a bc checkpoint (format {CHECKPOINT_FORMAT!r} expected){hint}")
     return data
 

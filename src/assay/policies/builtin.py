@@ -128,8 +128,8 @@ class DegradedExpertPolicy:
 def _builtins() -> dict[str, type]:
     from assay.policies.bc import BCPolicy
     from assay.policies.lerobot_policy import LeRobotPolicy
-    from assay.policies.pixel_bc import PixelBCPolicy
     from assay.policies.perception import PerceptionExpertPolicy  # it builds on ExpertPolicy, defined above
+    from assay.policies.pixel_bc import PixelBCPolicy
     from assay.policies.router import InstructionRouterPolicy
 
     return {

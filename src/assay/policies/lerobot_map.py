@@ -48,13 +48,18 @@ def read_config(path: str | Path) -> dict[str, Any]:
     """``config.json`` of a lerobot PreTrainedPolicy directory; SpecError naming the file otherwise."""
     file = Path(path) / "config.json"
     if not file.is_file():
-        raise SpecError(f"{path} is not a lerobot policy directory: no config.json (save one with policy.save_pretrained)")
+        raise SpecError(
+            f"{path} is not a lerobot policy directory: no config.json (save one with policy.save_pretrained)"
+        )
     try:
         config = json.loads(file.read_text())
     except json.JSONDecodeError as exc:
         raise SpecError(f"{file} is not valid JSON: {exc}") from None
-    if not isinstance(config, dict) or not isinstance(config.get("input_features"), dict) \
-            or not isinstance(config.get("output_features"), dict):
+    if (
+        not isinstance(config, dict)
+        or not isinstance(config.get("input_features"), dict)
+        or not isinstance(config.get("output_features"), dict)
+    ):
         raise SpecError(f"{file} has no input_features/output_features; is it a lerobot PreTrainedConfig?")
     return config
 
@@ -75,29 +80,39 @@ def map_features(config: Mapping[str, Any], task: TaskSpec) -> FeatureMap:
         shape = _shape(feature, key)
         if key == STATE_FEATURE:
             if shape != (task.state_dim,):
-                raise ContractError(f"lerobot input {key!r} has shape {list(shape)}; Assay task {task.id} gives state "
-                                    f"of shape [{task.state_dim}]")
+                raise ContractError(
+                    f"lerobot input {key!r} has shape {list(shape)}; Assay task {task.id} gives state "
+                    f"of shape [{task.state_dim}]"
+                )
             state_dim = task.state_dim
         elif key.startswith(IMAGE_PREFIX):
-            camera = key[len(IMAGE_PREFIX):]
+            camera = key[len(IMAGE_PREFIX) :]
             if camera not in cameras:
-                raise ContractError(f"lerobot input {key!r} needs camera {camera!r}; Assay task {task.id} renders "
-                                    f"{sorted(cameras) or 'no cameras'} (add {{name: {camera}, ...}} to the campaign's cameras)")
+                raise ContractError(
+                    f"lerobot input {key!r} needs camera {camera!r}; Assay task {task.id} renders "
+                    f"{sorted(cameras) or 'no cameras'} (add {{name: {camera}, ...}} to the campaign's cameras)"
+                )
             spec = cameras[camera]
             if len(shape) != 3 or shape != (3, spec.height, spec.width):
-                raise ContractError(f"lerobot input {key!r} has shape {list(shape)}; Assay camera {camera!r} renders "
-                                    f"[3, {spec.height}, {spec.width}]")
+                raise ContractError(
+                    f"lerobot input {key!r} has shape {list(shape)}; Assay camera {camera!r} renders "
+                    f"[3, {spec.height}, {spec.width}]"
+                )
             images.append((key, camera, (3, spec.height, spec.width)))
         else:
-            raise ContractError(f"lerobot input {key!r} has no Assay counterpart; Assay gives {STATE_FEATURE!r} and "
-                                f"{[IMAGE_PREFIX + c for c in sorted(cameras)]}")
+            raise ContractError(
+                f"lerobot input {key!r} has no Assay counterpart; Assay gives {STATE_FEATURE!r} and "
+                f"{[IMAGE_PREFIX + c for c in sorted(cameras)]}"
+            )
     action = config["output_features"].get(ACTION_FEATURE)
     if action is None:
         raise ContractError(f"lerobot outputs {sorted(config['output_features'])}; Assay needs {ACTION_FEATURE!r}")
     action_shape = _shape(action, ACTION_FEATURE)
     if action_shape != (task.action.dim,):
-        raise ContractError(f"lerobot output 'action' has shape {list(action_shape)}; Assay task {task.id} takes "
-                            f"actions of shape [{task.action.dim}]")
+        raise ContractError(
+            f"lerobot output 'action' has shape {list(action_shape)}; Assay task {task.id} takes "
+            f"actions of shape [{task.action.dim}]"
+        )
     chunk = config.get("n_action_steps") or config.get("chunk_size") or 1
     return FeatureMap(state_dim, tuple(images), task.action.dim, int(chunk))
 
@@ -110,8 +125,10 @@ def lerobot_batch(features: FeatureMap, observations: Mapping[str, Any]) -> dict
     for key, camera, (channels, height, width) in features.images:
         frames = np.asarray(observations[f"image.{camera}"])
         if frames.shape[1:] != (height, width, channels):
-            raise ContractError(f"lerobot input {key!r} expects {height}x{width} frames; Assay camera {camera!r} "
-                                f"gave {list(frames.shape[1:])}")
+            raise ContractError(
+                f"lerobot input {key!r} expects {height}x{width} frames; Assay camera {camera!r} "
+                f"gave {list(frames.shape[1:])}"
+            )
         batch[key] = np.ascontiguousarray(frames.transpose(0, 3, 1, 2), dtype=np.float32) / 255.0
     return batch
 
@@ -120,6 +137,8 @@ def assay_actions(features: FeatureMap, actions: Any, rows: int) -> np.ndarray:
     """lerobot's actions (B, A) or chunk (B, H, A) as Assay's; ContractError if the action dimension differs."""
     array = np.asarray(actions, dtype=np.float64)
     if array.ndim not in (2, 3) or array.shape[0] != rows or array.shape[-1] != features.action_dim:
-        raise ContractError(f"lerobot policy returned actions of shape {list(array.shape)}; Assay expects "
-                            f"[{rows}, {features.action_dim}] or [{rows}, H, {features.action_dim}]")
+        raise ContractError(
+            f"lerobot policy returned actions of shape {list(array.shape)}; Assay expects "
+            f"[{rows}, {features.action_dim}] or [{rows}, H, {features.action_dim}]"
+        )
     return array

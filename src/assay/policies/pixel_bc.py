@@ -27,7 +27,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from assay.errors import SpecError
 from assay.policies.bc import checkpoint_version, load_checkpoint_data
-from assay.policies.contract import STATE_KEY, ActionContract, ActionMode, ArraySpec, GripperPolarity, ImageSpec, PolicyContract
+from assay.policies.contract import (
+    STATE_KEY,
+    ActionContract,
+    ActionMode,
+    ArraySpec,
+    GripperPolarity,
+    ImageSpec,
+    PolicyContract,
+)
 from assay.policies.mlp import PAD_ROWS, import_torch
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec
@@ -39,19 +47,21 @@ PROPRIO = (0, 1, 2, 3, 18, 19, 20, 21)
 
 
 class PixelBCParams(BaseModel):
+    """Parameters of the ``pixel-bc`` policy."""
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     path: str = Field(description="a checkpoint written by 'assay train-bc --obs image+proprio'")
 
 
-def build_pixel_network(image_size: int, channels: tuple[int, ...], proprio_dim: int, n_tasks: int,
-                        hidden: tuple[int, ...], action_dim: int) -> Any:
+def build_pixel_network(
+    image_size: int, channels: tuple[int, ...], proprio_dim: int, n_tasks: int, hidden: tuple[int, ...], action_dim: int
+) -> Any:
     """Conv encoder (stride-2 3x3 convolutions, ReLU) -> spatial softmax keypoints (x, y per channel),
     concatenated with normalised proprioception and the task one-hot -> MLP -> action."""
     torch = import_torch()
     nn = torch.nn
 
-    class SpatialSoftmax(nn.Module):  # type: ignore[misc]
+    class SpatialSoftmax(nn.Module):  # type: ignore[name-defined]
         """Expected (x, y) image coordinate of each channel's activation: where things are."""
 
         def forward(self, features: Any) -> Any:
@@ -61,18 +71,21 @@ def build_pixel_network(image_size: int, channels: tuple[int, ...], proprio_dim:
             xs = torch.linspace(-1.0, 1.0, width, dtype=features.dtype).repeat(height)
             return torch.cat([(weights * xs).sum(-1), (weights * ys).sum(-1)], dim=1)
 
-    class PixelNet(nn.Module):  # type: ignore[misc]
+    class PixelNet(nn.Module):  # type: ignore[name-defined]
         def __init__(self) -> None:
             super().__init__()
             layers: list[Any] = []
             n_in = 3
             for index, n_out in enumerate(channels):
-                layers += [nn.Conv2d(n_in, n_out, 3, stride=2 if index < len(channels) - 1 else 1, padding=1), nn.ReLU()]
+                layers += [
+                    nn.Conv2d(n_in, n_out, 3, stride=2 if index < len(channels) - 1 else 1, padding=1),
+                    nn.ReLU(),
+                ]
                 n_in = n_out
             self.encoder = nn.Sequential(*layers, SpatialSoftmax())
             widths = (2 * channels[-1] + proprio_dim + n_tasks, *hidden)
             head: list[Any] = []
-            for a, b in zip(widths[:-1], widths[1:]):
+            for a, b in zip(widths[:-1], widths[1:], strict=True):
                 head += [nn.Linear(a, b), nn.ReLU()]
             self.head = nn.Sequential(*head, nn.Linear(widths[-1], action_dim))
 
@@ -80,7 +93,9 @@ def build_pixel_network(image_size: int, channels: tuple[int, ...], proprio_dim:
             return self.head(torch.cat([self.encoder(images), proprio, task], dim=1))
 
     if image_size < 8 or not channels:
-        raise SpecError(f"pixel network needs image size >= 8 and at least one conv layer, got {image_size}, {channels}")
+        raise SpecError(
+            f"pixel network needs image size >= 8 and at least one conv layer, got {image_size}, {channels}"
+        )
     return PixelNet()
 
 
@@ -94,10 +109,13 @@ def to_tensor_images(frames: np.ndarray, size: int) -> Any:
 
 
 def load_pixel_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A pixel-bc checkpoint's dict; SpecError naming the file (and the right policy) otherwise."""
     data = load_checkpoint_data(path)
     if data.get("format") != PIXEL_FORMAT:
-        raise SpecError(f"{path} is not a pixel-bc checkpoint (format {PIXEL_FORMAT!r} expected, found "
-                        f"{data.get('format')!r}); a state checkpoint runs as bc:{path}")
+        raise SpecError(
+            f"{path} is not a pixel-bc checkpoint (format {PIXEL_FORMAT!r} expected, found "
+            f"{data.get('format')!r}); a state checkpoint runs as bc:{path}"
+        )
     return data
 
 
@@ -119,8 +137,14 @@ class PixelBCPolicy:
         self.image_size = int(config["image_size"])
         self.proprio = tuple(int(i) for i in config["proprio"])
         self.action_dim = int(config["action_dim"])
-        self.model = build_pixel_network(self.image_size, tuple(config["channels"]), len(self.proprio), len(self.tasks),
-                                         tuple(config["hidden"]), self.action_dim)
+        self.model = build_pixel_network(
+            self.image_size,
+            tuple(config["channels"]),
+            len(self.proprio),
+            len(self.tasks),
+            tuple(config["hidden"]),
+            self.action_dim,
+        )
         self.model.load_state_dict(data["state_dict"])
         self.model.eval()
         self.mean = data["proprio_mean"].numpy().astype(np.float32)
@@ -131,39 +155,55 @@ class PixelBCPolicy:
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
+        """A reason when the task renders no camera (the contract names which camera is needed)."""
         if not task.cameras:
-            return "pixel-bc needs camera images; add 'cameras:' to the campaign (e.g. {name: front, width: 64, height: 64})"
+            return ("pixel-bc needs camera images; add 'cameras:' to the campaign "
+                    "(e.g. {name: front, width: 64, height: 64})")
         return None
 
     @staticmethod
     def resolve_version(params: Mapping[str, Any]) -> str:
+        """The checkpoint's content hash; SpecError when the file is missing."""
         path = params.get("path")
         if not path or not Path(path).is_file():
-            raise SpecError(f"pixel-bc checkpoint {path} does not exist (write one with 'assay train-bc --obs image+proprio')")
+            raise SpecError(
+                f"pixel-bc checkpoint {path} does not exist (write one with 'assay train-bc --obs image+proprio')"
+            )
         return checkpoint_version(path)
 
     @staticmethod
     def contract(params: Mapping[str, Any]) -> PolicyContract:
+        """State (for proprioception), the camera image it reads, a delta action in [-1, 1]."""
         config = load_pixel_checkpoint(PixelBCParams(**params).path)["config"]
         size = int(config["image_size"])
         return PolicyContract(
             observations={STATE_KEY: ArraySpec(shape=(int(config["state_dim"]),), dtype="float32")},
             images={f"image.{config['camera']}": ImageSpec(height=size, width=size)},
-            action=ActionContract(dim=int(config["action_dim"]), mode=ActionMode.DELTA,
-                                  gripper=GripperPolarity.POSITIVE_CLOSES, low=-1.0, high=1.0),
+            action=ActionContract(
+                dim=int(config["action_dim"]),
+                mode=ActionMode.DELTA,
+                gripper=GripperPolarity.POSITIVE_CLOSES,
+                low=-1.0,
+                high=1.0,
+            ),
             chunk_length=1,
         )
 
     def reset(self, context: PolicyContext) -> None:
+        """Select the task's one-hot and note, per episode, whether its seed was in the training data."""
         self._onehot = self.task_onehot(context.task.id)
         task_hash = context.task.content_hash()
-        self._flags = [{"task_known": context.task.id in self.tasks,
-                        "trained_on_seed": (task_hash, int(seed)) in self.trained} for seed in context.seeds]
+        self._flags = [
+            {"task_known": context.task.id in self.tasks, "trained_on_seed": (task_hash, int(seed)) in self.trained}
+            for seed in context.seeds
+        ]
 
     def episode_info(self, slot: int) -> dict[str, Any]:
+        """``task_known`` and ``trained_on_seed`` for the episode in ``slot``."""
         return dict(self._flags[slot]) if slot < len(self._flags) else {}
 
     def task_onehot(self, task_id: str) -> np.ndarray:
+        """The one-hot of ``task_id`` over the trained tasks (zeros for an unknown task)."""
         hot = np.zeros(len(self.tasks), np.float32)
         if task_id in self.tasks:
             hot[self.tasks.index(task_id)] = 1.0
@@ -173,7 +213,10 @@ class PixelBCPolicy:
         """Exactly what the network sees: the camera's frames (B, H, W, 3) uint8 and the proprioception (B, P)."""
         key = f"image.{self.camera}"
         if key not in observations:
-            raise KeyError(f"pixel-bc reads {key!r}; the observation has {sorted(k for k in observations if k.startswith('image.'))}")
+            raise KeyError(
+                f"pixel-bc reads {key!r}; the observation has "
+                f"{sorted(k for k in observations if k.startswith('image.'))}"
+            )
         frames = np.asarray(observations[key])
         if frames.ndim == 3:
             frames = frames[None]
@@ -198,9 +241,13 @@ class PixelBCPolicy:
         if torch.get_num_threads() != 1:
             torch.set_num_threads(1)
         with torch.inference_mode():
-            out = self.model(to_tensor_images(frames, self.image_size), torch.from_numpy(np.ascontiguousarray(prop)),
-                             torch.from_numpy(np.ascontiguousarray(hot))).numpy()[:rows]
+            out = self.model(
+                to_tensor_images(frames, self.image_size),
+                torch.from_numpy(np.ascontiguousarray(prop)),
+                torch.from_numpy(np.ascontiguousarray(hot)),
+            ).numpy()[:rows]
         return np.clip(out, -1.0, 1.0)
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """Actions for the batch, from the camera image and proprioception only."""
         return self.predict(*self.network_inputs(observations))
