@@ -80,6 +80,8 @@ def test_zoo_builds_and_evaluates_on_a_tiny_budget(tmp_path):
         app, ["zoo", "campaign", manifest["dir"], "-o", str(spec), "--episodes", "1", "--tasks", "metaworld/reach@1"]
     )
     assert wrote.exit_code == 0, wrote.output
+    bad = CliRunner().invoke(app, ["zoo", "campaign", manifest["dir"], "-o", str(spec), "--members", "full,nope"])
+    assert bad.exit_code == 2 and "unknown zoo member nope; this zoo has full-shift, full," in bad.output
     ran = CliRunner().invoke(app, ["run", str(spec), "--store", str(store)])
     assert ran.exit_code == 0, ran.output
     with Store(store) as opened:

@@ -76,6 +76,7 @@ def campaign_command(
         ),
     ] = False,
     tasks: Annotated[str | None, typer.Option("--tasks", help="A subset of the zoo's tasks.")] = None,
+    members: Annotated[str | None, typer.Option("--members", help="A subset of the zoo's checkpoints.")] = None,
 ) -> None:
     """Write the campaign that evaluates every zoo checkpoint and the state expert on held-out seeds."""
     import yaml
@@ -91,6 +92,7 @@ def campaign_command(
             episodes,
             variants,
             split_list(tasks) if tasks else None,
+            split_list(members) if members else None,
         )
         out.write_text(yaml.safe_dump(spec, sort_keys=False))
     render.console.print(

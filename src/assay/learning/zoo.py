@@ -183,10 +183,16 @@ def zoo_campaign(
     episodes: int,
     variants: Sequence[dict[str, Any]] = ({},),
     tasks: Sequence[str] | None = None,
+    members: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """A campaign spec (plain data, as YAML would give) evaluating every member and the state expert."""
+    """A campaign spec (plain data, as YAML would give) evaluating the members (default all) and the state expert."""
     config = manifest["config"]
-    policies = [{"name": m["name"], "builtin": "pixel-bc", "params": {"path": m["path"]}} for m in manifest["members"]]
+    known = [m["name"] for m in manifest["members"]]
+    unknown = sorted(set(members or ()) - set(known))
+    if unknown:
+        raise AssayError(f"unknown zoo member {', '.join(unknown)}; this zoo has {', '.join(known)}")
+    policies = [{"name": m["name"], "builtin": "pixel-bc", "params": {"path": m["path"]}}
+                for m in manifest["members"] if not members or m["name"] in members]
     return {
         "name": name,
         "seed": EVAL_SEED,
