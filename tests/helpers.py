@@ -43,7 +43,9 @@ def comparable_steps(store: Any, record: Any) -> bytes | None:
 
     if record.data_path is None:
         return None
-    table = store.steps(record).drop_columns(["policy_latency_ms"])
+    table = store.steps(record)
+    # wall-clock facts: the request latency, and how many requests the server happened to batch together
+    table = table.drop_columns([c for c in ("policy_latency_ms", "trace.server_batch_size") if c in table.column_names])
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -94,3 +96,19 @@ def kill_after_episodes(command: list[str], store: Any, count: int, timeout_s: f
             break
     process.wait()
     return done
+
+
+class SevenDimPolicy:
+    """Declares a 7-dim action contract (a 7-DoF arm's policy): the handshake refuses it on Meta-World."""
+
+    @staticmethod
+    def contract(params: Mapping[str, Any]) -> Any:
+        from assay.policies.contract import ActionContract, ArraySpec, PolicyContract
+
+        return PolicyContract(observations={"observation/state": ArraySpec(shape=(39,))}, action=ActionContract(dim=7))
+
+    def reset(self, context: PolicyContext) -> None:
+        pass
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        return np.zeros((len(observations["env_ids"]), 7))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,9 +13,30 @@ from assay.cli import render
 from assay.cli.common import user_errors
 from assay.errors import AssayError, SpecError
 
+if TYPE_CHECKING:
+    from assay.policies.remote import PolicyServer, ServerConfig
+
 
 def register(app: typer.Typer) -> None:
     app.command("serve-policy")(serve_policy)
+
+
+def policy_server(policy: str, task: str, params: dict, config: "ServerConfig") -> "PolicyServer":
+    """The server ``serve-policy`` runs: the policy, its identity and its class's own declared contract
+    (else the served task's interface), bound to ``task``."""
+    from assay.policies import make_policy, policy_contract, resolve_policy
+    from assay.policies.remote import PolicyServer
+    from assay.sim import default_registry
+    from assay.spec import PolicySpec, policy_from_shorthand
+
+    base = policy_from_shorthand(policy)
+    if base.remote is not None:
+        raise SpecError("serve-policy serves a local policy; a remote: URL is already served")
+    spec = PolicySpec(**{**base.model_dump(), "params": params})
+    resolved = resolve_policy(spec)
+    served_task = default_registry().get(task)
+    identity = {"policy": spec.name, "source": spec.source, "params": spec.params, "version": resolved.version}
+    return PolicyServer(make_policy(spec), served_task, config, identity, policy_contract(resolved))
 
 
 def serve_policy(
@@ -35,10 +56,7 @@ def serve_policy(
                                                 help="Close a connection idle this many seconds (0: never).")] = 300.0,
 ) -> None:
     """Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all connections."""
-    from assay.policies import make_policy, resolve_policy
-    from assay.policies.remote import PolicyServer, ServerConfig
-    from assay.sim import default_registry
-    from assay.spec import PolicySpec, policy_from_shorthand
+    from assay.policies.remote import ServerConfig
 
     with user_errors():
         try:
@@ -47,20 +65,14 @@ def serve_policy(
             raise SpecError(f"--params is not valid JSON: {exc}") from None
         if not isinstance(parsed, dict):
             raise SpecError("--params must be a JSON object like '{\"hidden\": [256, 256]}'")
-        base = policy_from_shorthand(policy)
-        if base.remote is not None:
-            raise SpecError("serve-policy serves a local policy; a remote: URL is already served")
-        spec = PolicySpec(**{**base.model_dump(), "params": parsed})
-        resolved = resolve_policy(spec)
-        served_task = default_registry().get(task)
         config = ServerConfig(host=host, port=port, max_batch=max_batch, max_wait_ms=max_wait_ms,
                               api_key=api_key or os.environ.get("ASSAY_API_KEY") or None,
                               max_message_bytes=int(max_message_mb * 1024 * 1024), max_connections=max_connections,
                               idle_timeout_s=idle_timeout or None)
-        identity = {"policy": spec.name, "source": spec.source, "params": spec.params, "version": resolved.version}
-        server = PolicyServer(make_policy(spec), served_task, config, identity)
+        server = policy_server(policy, task, parsed, config)
+        spec, served_task = server.metadata["assay"], server.task
         render.err_console.print(
-            f"serving {spec.name} ({resolved.version}) for {served_task.id} on ws://{host}:{port} — max batch "
+            f"serving {spec['policy']} ({spec['version']}) for {served_task.id} on ws://{host}:{port} — max batch "
             f"{max_batch}, max wait {max_wait_ms:g} ms{', API key required' if config.api_key else ''}; "
             "GET /healthz for health", highlight=False, soft_wrap=True)
         try:

@@ -18,7 +18,8 @@ Fields left out of a contract (``None``) are not checked.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -29,6 +30,21 @@ from assay.spec import TaskSpec
 
 STATE_KEY = "observation/state"
 PROMPT_KEY = "prompt"
+IMAGE_KEYS = ("observation/image", "observation/wrist_image")
+"""The wire keys openpi policies read images from, given to a task's cameras in order
+(a third camera and beyond get ``observation/image_<n>``); a campaign may map them itself."""
+
+
+def camera_wire_keys(cameras: Sequence[str], mapping: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Wire key -> camera name: ``mapping`` when given (each camera must exist), else the default order."""
+    if mapping:
+        unknown = sorted(set(mapping.values()) - set(cameras))
+        if unknown:
+            raise SpecError(f"images: camera {', '.join(unknown)} is not rendered by the campaign; "
+                            f"cameras: {', '.join(cameras) or 'none (add cameras: to the campaign)'}")
+        return dict(mapping)
+    names = list(IMAGE_KEYS) + [f"observation/image_{n}" for n in range(len(IMAGE_KEYS), len(cameras))]
+    return dict(zip(names, cameras))
 
 
 class ContractError(SpecError):
@@ -99,7 +115,8 @@ class PolicyContract(_Frozen):
 
 @dataclass(frozen=True)
 class TaskInterface:
-    """What a task gives a policy and expects back, in the contract's terms."""
+    """What a task gives a policy and expects back, in the contract's terms. ``images`` maps the
+    image wire keys to the camera behind each (the client resizes them to what a contract declares)."""
 
     observations: dict[str, tuple[int, ...]]
     state_layout: str
@@ -109,22 +126,31 @@ class TaskInterface:
     low: float
     high: float
     control_hz: float
+    images: dict[str, str] = field(default_factory=dict)
 
 
 # What each action kind of a TaskSpec means; a kind not listed leaves mode and polarity unchecked.
 _ACTION_KINDS: dict[str, tuple[ActionMode, GripperPolarity]] = {
     "delta_ee_gripper": (ActionMode.DELTA, GripperPolarity.POSITIVE_CLOSES),
+    # Meta-World v3: xyz end-effector deltas, then the gripper effort (+1 closes, -1 opens)
+    "delta_ee_xyz+gripper": (ActionMode.DELTA, GripperPolarity.POSITIVE_CLOSES),
 }
 
 
-def task_interface(task: TaskSpec) -> TaskInterface:
+def task_interface(task: TaskSpec, images: Mapping[str, str] | None = None) -> TaskInterface:
+    """The task's side of the handshake; its cameras appear under their image wire keys
+    (``images``: wire key -> camera, default :data:`IMAGE_KEYS` in camera order)."""
     mode, gripper = _ACTION_KINDS.get(task.action.kind, (None, None))
     observations: dict[str, tuple[int, ...]] = {STATE_KEY: (task.state_dim,)}
     for camera in task.cameras:  # a camera task also gives its rendered images
         observations[f"image.{camera.name}"] = (camera.height, camera.width, 3)
+    cameras = {camera.name: camera for camera in task.cameras}
+    wire = camera_wire_keys(list(cameras), images)  # and, for a remote policy, each under its wire key
+    for key, name in wire.items():
+        observations[key] = (cameras[name].height, cameras[name].width, 3)
     layout = f"{task.backend}/state-{task.state_dim}" if task.backend == "metaworld" else f"{task.backend}/{task.env_name}"
     return TaskInterface(observations, layout, task.action.dim, mode, gripper, task.action.low, task.action.high,
-                         task.control_hz)
+                         task.control_hz, wire)
 
 
 @dataclass(frozen=True)
@@ -141,9 +167,11 @@ class ContractReport:
             warnings.warn(f"policy {policy!r} on task {task.id}: {message}", ContractWarning, stacklevel=3)
 
 
-def check_contract(contract: PolicyContract, task: TaskSpec) -> ContractReport:
-    """Compare a contract with a task; every difference is one ``field: policy X, task Y`` line."""
-    given = task_interface(task)
+def check_contract(contract: PolicyContract, task: TaskSpec, images: Mapping[str, str] | None = None) -> ContractReport:
+    """Compare a contract with a task; every difference is one ``field: policy X, task Y`` line.
+
+    Images are resized to the size a contract declares, so only their presence is checked."""
+    given = task_interface(task, images)
     errors: list[str] = []
     found: list[str] = []
     for key, spec in contract.observations.items():
@@ -151,14 +179,19 @@ def check_contract(contract: PolicyContract, task: TaskSpec) -> ContractReport:
             continue
         if key not in given.observations:
             errors.append(f"observation {key!r}: policy requires it, task gives only {sorted(given.observations)}")
+        elif key in given.images:
+            continue
         elif tuple(spec.shape) != given.observations[key]:
             errors.append(f"observation {key!r}: policy expects shape {tuple(spec.shape)}, task gives {given.observations[key]}")
         elif key == STATE_KEY and _kind(spec.dtype) != "f":
             errors.append(f"observation {key!r}: policy expects dtype {spec.dtype}, task gives floating-point state")
     for key in contract.images:
         if key not in given.observations:
-            rendered = sorted(k for k in given.observations if k.startswith("image.")) or "no images"
-            errors.append(f"image {key!r}: policy requires it, task renders {rendered} (add the camera to the campaign)")
+            # an in-process policy reads image.<camera>, a remote one the wire keys: list the same kind
+            rendered = sorted(k for k in given.observations if k.startswith("image.")) if key.startswith("image.") \
+                else sorted(given.images)
+            errors.append(f"image {key!r}: policy requires it, task renders {rendered or 'no images'} "
+                          "(add the camera to the campaign)")
     if contract.state_layout is not None and contract.state_layout != given.state_layout:
         errors.append(f"state layout: policy {contract.state_layout!r}, task {given.state_layout!r}")
     action = contract.action

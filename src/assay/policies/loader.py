@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from assay.errors import SpecError, UnknownPolicyError, UnsupportedError
 from assay.policies.builtin import BUILTIN_POLICIES
-from assay.policies.contract import PolicyContract, check_contract
+from assay.policies.contract import ContractError, PolicyContract, camera_wire_keys, check_contract
 from assay.policies.protocol import (
     Policy,
     PolicyClass,
@@ -87,13 +87,39 @@ def resolve_policy(spec: PolicySpec) -> ResolvedPolicy:
             version = f"builtin-{cls.version}"
         return ResolvedPolicy(spec, spec.version or version)
     if spec.remote is not None:
-        # The server's identity (policy, params, version) is what the episodes depend on, not its URL.
         _check_params(spec, RemoteParams)
-        served = fetch_metadata(spec.remote, **spec.params).get("assay", {})
-        identity = {k: served.get(k) for k in ("policy", "source", "params", "version")}
-        return ResolvedPolicy(spec, spec.version or "remote-" + content_hash(identity, length=12))
+        return ResolvedPolicy(spec, remote_version(spec, fetch_metadata(spec.remote, **spec.params)))
     target = _import_entrypoint(spec)
     return ResolvedPolicy(spec, spec.version or _source_version(target))
+
+
+def remote_version(spec: PolicySpec, metadata: dict[str, Any]) -> str:
+    """A served policy's version: what the server declares (policy, params, version, served task,
+    contract), not its URL, so a restarted server gives the same keys and another checkpoint or task
+    gives new ones. A server that declares no identity (a plain openpi server) needs ``version:``."""
+    served = metadata.get("assay") if isinstance(metadata.get("assay"), dict) else {}
+    declared: dict[str, Any] = {k: served.get(k) for k in ("policy", "source", "params", "version", "task")
+                                if served.get(k) is not None}
+    if isinstance(metadata.get("contract"), dict):
+        declared["contract"] = metadata["contract"]
+    if not served.get("version"):
+        if spec.version is None:
+            raise SpecError(
+                f"policy {spec.name!r}: the server at {spec.remote} declares no identity (not an `assay serve-policy` "
+                "server), so a restart with another checkpoint would look the same; set `version:` on the policy "
+                "(e.g. the checkpoint's name) and change it when the served model changes")
+        return spec.version if not declared else f"{spec.version}+{content_hash(declared, length=12)}"
+    digest = "remote-" + content_hash(declared, length=12)
+    return digest if spec.version is None else f"{spec.version}+{digest}"
+
+
+def check_served_task(spec: PolicySpec, metadata: dict[str, Any], task: TaskSpec) -> None:
+    """A server bound to one task (``serve-policy --task``) must be asked for that task only."""
+    served = metadata.get("assay") if isinstance(metadata.get("assay"), dict) else {}
+    bound = served.get("task")
+    if bound and bound != task.id:
+        raise ContractError(f"policy {spec.name!r}: the server at {spec.remote} serves task {bound}, the campaign "
+                            f"runs {task.id}; restart it with `assay serve-policy ... --task {task.id}`")
 
 
 def check_supports(policy: ResolvedPolicy, task: TaskSpec) -> None:
@@ -116,10 +142,19 @@ def policy_contract(policy: ResolvedPolicy) -> PolicyContract | None:
 
 
 def check_policy_contract(policy: ResolvedPolicy, task: TaskSpec) -> None:
-    """The handshake: ContractError (a SpecError) with a precise diff, or ContractWarnings for ranges."""
-    contract = policy_contract(policy)
+    """The handshake: ContractError (a SpecError) with a precise diff, or ContractWarnings for ranges.
+    A server bound to another task than ``task`` is refused first."""
+    spec = policy.spec
+    if spec.remote is not None:
+        metadata = fetch_metadata(spec.remote, **spec.params)
+        check_served_task(spec, metadata, task)
+        contract = PolicyContract.from_metadata(metadata)
+        images = RemoteParams(**spec.params).images
+        camera_wire_keys([camera.name for camera in task.cameras], images)  # every mapped camera is rendered
+    else:
+        contract, images = policy_contract(policy), None
     if contract is not None:
-        check_contract(contract, task).raise_or_warn(policy.name, task)
+        check_contract(contract, task, images).raise_or_warn(policy.name, task)
 
 
 def make_policy(spec: PolicySpec) -> Policy:

@@ -1,7 +1,13 @@
 """The remote policy client: a campaign's ``remote:ws://host:port`` policy.
 
-Each environment row becomes one openpi request (``observation/state``,
-``prompt``, plus any other observation the server's contract names); the rows of
+Each environment row becomes one openpi request: ``observation/state`` (in the
+dtype the server's contract declares, float32 when it declares none), ``prompt``,
+each camera's RGB image under the wire key openpi policies read
+(``observation/image``, ``observation/wrist_image``; ``images:`` in the
+campaign's policy params maps them otherwise) as uint8 HWC, resized with padding
+to the size the contract declares (openpi's ``resize_with_pad``), and any other
+observation the contract names. The server's metadata frame is read before the
+first request is built, so every request of a campaign has the same form. The rows of
 a batch travel concurrently on a pool of connections (openpi's protocol answers
 one request per connection at a time), so a server with a dynamic batcher can
 gather them, and those of other workers, into one forward pass. The reply's
@@ -29,7 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from assay.errors import EpisodeError, SpecError
-from assay.policies.contract import PROMPT_KEY, STATE_KEY, PolicyContract
+from assay.policies.contract import PROMPT_KEY, STATE_KEY, ImageLayout, PolicyContract, camera_wire_keys
 from assay.policies.protocol import PolicyContext
 from assay.policies.remote.wire import MAX_MESSAGE_BYTES, WireError, packb, unpackb
 
@@ -51,6 +57,8 @@ class RemoteParams(BaseModel):
     max_backoff_s: float = Field(default=2.0, ge=0, description="longest delay between two attempts")
     api_key_env: str = Field(default="ASSAY_API_KEY", description="environment variable holding the API key")
     max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, gt=0)
+    images: dict[str, str] | None = Field(
+        default=None, description="wire key -> camera, e.g. {observation/image: front}; default: cameras in order")
 
 
 def _headers(params: RemoteParams) -> dict[str, str] | None:
@@ -139,31 +147,49 @@ class RemotePolicy:
         self.contract: PolicyContract | None = None
         self._loop: _Loop | None = None
         self._idle: list[Any] = []
+        self._images: dict[str, str] = {}  # wire key -> camera, set at reset from the task's cameras
+        self._batch_sizes: dict[int, int] = {}  # env slot -> the server's batch size for its latest request
 
     @staticmethod
     def supports(task: Any) -> str | None:
         return None
 
     def reset(self, context: PolicyContext) -> None:
-        pass  # openpi servers have no reset; the served policy is a function of its observation
+        # openpi servers have no reset; the served policy is a function of its observation
+        self._images = camera_wire_keys([c.name for c in context.task.cameras], self.params.images)
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         if self._loop is None:
             self._loop = _Loop()
-        requests = self._requests(observations)
-        replies = self._loop.run(self._round(requests))
-        return _stack(replies, self.url)
+        slots = [int(s) for s in np.asarray(observations.get("env_ids", np.arange(len(observations["state"]))))]
+        replies = self._loop.run(self._round(observations, len(slots)))
+        self._batch_sizes.update(zip(slots, (size for _, size in replies)))
+        return _stack([actions for actions, _ in replies], self.url)
+
+    def step_trace(self, slot: int) -> dict[str, float]:
+        """The server's batch size for the request that produced this slot's action (``trace.server_batch_size``)."""
+        size = self._batch_sizes.get(slot)
+        return {"server_batch_size": float(size)} if size is not None else {}
+
+    def episode_info(self, slot: int) -> dict[str, Any]:
+        """What the server said about itself (its metadata frame, contract aside), kept with each episode."""
+        return {"server": {k: v for k, v in self.metadata.items() if k != "contract"}} if self.metadata else {}
 
     def _requests(self, observations: Mapping[str, Any]) -> list[dict[str, Any]]:
         state = np.asarray(observations["state"])
         dtype = np.float32
         if self.contract is not None and STATE_KEY in self.contract.observations:
             dtype = np.dtype(self.contract.observations[STATE_KEY].dtype)
-        extra = [k for k in (self.contract.observations if self.contract else {}) if k not in (STATE_KEY, PROMPT_KEY)]
+        images = {key: (camera, self._image_target(key)) for key, camera in self._images.items()
+                  if f"image.{camera}" in observations}
+        extra = [k for k in (self.contract.observations if self.contract else {})
+                 if k not in (STATE_KEY, PROMPT_KEY) and k not in images]
         rows = []
         for row in range(len(state)):
             request: dict[str, Any] = {STATE_KEY: np.ascontiguousarray(state[row], dtype=dtype),
                                        PROMPT_KEY: str(observations["instruction"][row])}
+            for key, (camera, target) in images.items():
+                request[key] = wire_image(observations[f"image.{camera}"][row], *target)
             for key in extra:
                 name = key.split("/", 1)[-1]
                 if name in observations:
@@ -171,18 +197,32 @@ class RemotePolicy:
             rows.append(request)
         return rows
 
-    async def _round(self, requests: list[dict[str, Any]]) -> list[Any]:
+    def _image_target(self, key: str) -> tuple[tuple[int, int] | None, ImageLayout]:
+        """The (height, width) and layout the server's contract declares for an image key (None: as rendered)."""
+        if self.contract is None:
+            return None, ImageLayout.HWC
+        if key in self.contract.images:
+            spec = self.contract.images[key]
+            return (spec.height, spec.width), spec.layout
+        declared = self.contract.observations.get(key)
+        if declared is not None and len(declared.shape) == 3:
+            return (declared.shape[0], declared.shape[1]), ImageLayout.HWC
+        return None, ImageLayout.HWC
+
+    async def _round(self, observations: Mapping[str, Any], rows: int) -> list[tuple[np.ndarray, int | None]]:
         from websockets.protocol import State
 
         self._idle = [ws for ws in self._idle if ws.state is State.OPEN]  # a restarted server left stale ones
-        while len(self._idle) < len(requests):
-            missing = len(requests) - len(self._idle)
+        while len(self._idle) < rows:
+            missing = rows - len(self._idle)
             opened = await asyncio.gather(*(_connect(self.url, self.params) for _ in range(missing)))
             for ws, metadata in opened:
                 self._idle.append(ws)
                 if metadata and not self.metadata:
                     self.metadata = metadata
                     self.contract = PolicyContract.from_metadata(metadata)
+        # built only now: the contract (state dtype, image sizes) is known before the first request
+        requests = self._requests(observations)
         connections = [self._idle.pop() for _ in requests]
         results = await asyncio.gather(*(self._request(ws, r) for ws, r in zip(connections, requests, strict=True)),
                                        return_exceptions=True)
@@ -199,7 +239,7 @@ class RemotePolicy:
                 raise result
         return results
 
-    async def _request(self, ws: Any, request: dict[str, Any]) -> Any:
+    async def _request(self, ws: Any, request: dict[str, Any]) -> tuple[np.ndarray, int | None]:
         from websockets.exceptions import ConnectionClosed
 
         try:
@@ -221,7 +261,9 @@ class RemotePolicy:
         actions = message.get("actions") if isinstance(message, dict) else None
         if not isinstance(actions, np.ndarray):
             raise RemotePolicyError(f"policy server {self.url}: reply has no 'actions' array")
-        return actions
+        timing = message.get("server_timing")
+        size = timing.get("batch_size") if isinstance(timing, dict) else None
+        return actions, int(size) if isinstance(size, (int, np.integer)) else None
 
     def close(self) -> None:
         """Close the connections and stop the client's event loop thread."""
@@ -236,6 +278,28 @@ class RemotePolicy:
             finally:
                 self._loop.stop()
         self._loop = None
+
+
+def wire_image(image: np.ndarray, size: tuple[int, int] | None, layout: ImageLayout = ImageLayout.HWC) -> np.ndarray:
+    """One camera frame as openpi policies take it: uint8, resized with zero padding to ``size`` (H, W)
+    keeping its aspect ratio (openpi's ``image_tools.resize_with_pad``, bilinear), HWC or CHW."""
+    frame = np.asarray(image)
+    if frame.dtype.kind == "f":
+        frame = (255 * np.clip(frame, 0.0, 1.0)).astype(np.uint8)
+    frame = frame.astype(np.uint8, copy=False)
+    if size is not None and frame.shape[:2] != tuple(size):
+        from PIL import Image
+
+        height, width = size
+        ratio = max(frame.shape[1] / width, frame.shape[0] / height)
+        scaled = Image.fromarray(frame).resize((int(frame.shape[1] / ratio), int(frame.shape[0] / ratio)),
+                                               resample=Image.BILINEAR)
+        canvas = Image.new(scaled.mode, (width, height), 0)
+        canvas.paste(scaled, (max(0, int((width - scaled.width) / 2)), max(0, int((height - scaled.height) / 2))))
+        frame = np.asarray(canvas)
+    if layout is ImageLayout.CHW:
+        frame = np.moveaxis(frame, -1, 0)
+    return np.ascontiguousarray(frame)
 
 
 def _stack(replies: list[np.ndarray], url: str) -> np.ndarray:

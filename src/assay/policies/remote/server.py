@@ -122,9 +122,9 @@ def default_contract(policy: Policy, task: TaskSpec) -> PolicyContract:
 
 class PolicyServer:
     def __init__(self, policy: Policy, task: TaskSpec, config: ServerConfig = ServerConfig(),
-                 identity: dict[str, Any] | None = None) -> None:
+                 identity: dict[str, Any] | None = None, contract: PolicyContract | None = None) -> None:
         self.policy, self.task, self.config = policy, task, config
-        self.contract = default_contract(policy, task)
+        self.contract = contract if contract is not None else default_contract(policy, task)
         self.metadata: dict[str, Any] = {
             "assay": dict(identity or {}, task=task.id),
             "contract": self.contract.model_dump(mode="json"),
