@@ -36,6 +36,7 @@ def run(
     episode_timeout: Annotated[float | None, typer.Option(
         "--episode-timeout", min=0.001, help="Wall-clock limit of one batch of episodes, seconds (default: the "
         "campaign's episode_timeout_s, else 900); a hung episode becomes an error (local and ray executors).")] = None,
+    new_catalog: Annotated[bool, typer.Option("--new-catalog", help="Index this store with another catalog than the one it names in store.json.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
@@ -44,7 +45,8 @@ def run(
         planned = prepare_campaign(spec)
         faults = fault_policy(spec, episode_timeout)
         make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
-        with render.json_stdout(json_out), open_store(store, catalog, create=True, data_url=data) as opened, \
+        with render.json_stdout(json_out), open_store(store, catalog, create=True, data_url=data,
+                                                      new_catalog=new_catalog) as opened, \
                 opened.run_lock(on_wait=_say_waiting):
             runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
             progress = CampaignProgress(render.err_console, enabled=not json_out)
@@ -231,6 +233,9 @@ semantic_commands.register(app)
 from assay.cli import zoo_commands  # noqa: E402  (zoo build, zoo campaign)
 
 zoo_commands.register(app)
+from assay.cli import store_commands  # noqa: E402  (store verify, episodes replay)
+
+store_commands.register(app, episodes_app)
 
 
 def main() -> None:

@@ -47,8 +47,9 @@ class _CommandStore(Store):
         super().__exit__(*exc)
 
 
-def open_store(store: Path, catalog: str | None, create: bool = False, data_url: str | None = None) -> Store:
-    return _CommandStore(store, catalog, create=create, data_url=data_url)
+def open_store(store: Path, catalog: str | None, create: bool = False, data_url: str | None = None,
+               new_catalog: bool = False) -> Store:
+    return _CommandStore(store, catalog, create=create, data_url=data_url, new_catalog=new_catalog)
 
 
 def split_list(value: str) -> list[str]:

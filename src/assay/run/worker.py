@@ -1,6 +1,7 @@
 """A worker: environments and policies built once and reused, batches in, records out.
 
-The worker writes each episode's step file (atomically) and returns its record;
+The worker writes each episode's step file (atomically, its metadata naming the key, task,
+variant, seed, instruction and policy) and returns its record;
 it never touches the catalog, which only the driver writes.
 
 Policies are built before environments, and triton (shipped with every CUDA build
@@ -12,6 +13,7 @@ with SIGSEGV, so a torch policy built after a camera environment killed its work
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -94,7 +96,7 @@ class Worker:
     def _save(self, recorder: EpisodeRecorder) -> EpisodeRecord:
         data_path = data_sha = None
         if recorder.steps:
-            table = build_table(recorder.columns(), {"episode_key": recorder.job.key, "task_id": recorder.job.task.id})
+            table = build_table(recorder.columns(), file_metadata(recorder.job))
             for camera, frames in recorder.frames.items():  # videos first: the step file marks completion
                 write_video(self.store_root, recorder.job.key, camera, frames, recorder.job.task.control_hz)
             data_path, data_sha = write_episode(self.store_root, recorder.job.key, table)
@@ -105,3 +107,11 @@ class Worker:
             for env in pool:
                 env.close()
         self._envs.clear()
+
+
+def file_metadata(job: EpisodeJob) -> dict[str, str]:
+    """What makes a step file meaningful without the catalog: key, task, variant, seed, instruction, policy."""
+    policy = {"name": job.policy.name, "version": job.policy.version, "spec": job.policy.spec.model_dump(mode="json")}
+    return {"episode_key": job.key, "task_id": job.task.id, "task_hash": job.task.content_hash(),
+            "variant": job.variant.key, "seed": str(job.seed), "episode_index": str(job.episode_index),
+            "instruction": job.instruction, "policy": json.dumps(policy, sort_keys=True)}

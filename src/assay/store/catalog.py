@@ -342,6 +342,16 @@ class Catalog:
         return found
 
     @_guarded
+    def recorded_steps(self, keys: Iterable[str]) -> dict[str, int]:
+        """For each key present: the number of steps its row records (a step file must have that many rows)."""
+        found: dict[str, int] = {}
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(keys), 500):
+                for row in conn.execute(sa.select(episodes.c.key, episodes.c.steps).where(episodes.c.key.in_(chunk))):
+                    found[row.key] = int(row.steps)
+        return found
+
+    @_guarded
     def campaigns(self) -> list[dict[str, Any]]:
         counts = (
             sa.select(campaign_episodes.c.campaign, sa.func.count().label("episodes"))

@@ -6,11 +6,16 @@ Layout (``schema_version`` 1)::
       catalog.sqlite                  the catalog (unless a database URL is given)
       episodes/<key[:2]>/<key>.parquet  per-step data, one file per episode
       campaigns/<name>/campaign.json  the resolved campaign, saved beside its results
+      store.json                      which catalog indexes this store (its URL, password removed)
 
 On a cluster the step files go where every node can reach them: ``data_url``, a
 shared directory or an fsspec URL (``s3://bucket/prefix``). The catalog remembers
 it (``store_meta.data_url``), so readers find the files without being told, and
 it stays with the driver: workers write files, only the driver writes rows.
+
+The store remembers its catalog in ``store.json``: opening it with another catalog
+(a PostgreSQL campaign rerun without ``--catalog``) is refused, since it would rerun
+everything into a new catalog and overwrite the files, unless ``new_catalog`` is asked.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ from assay.errors import StoreError
 from assay.store.catalog import Catalog
 from assay.store.episodes import (
     Root,
-    check_episode_file,
     is_url,
     read_episode,
     remove_stale_temporaries,
@@ -36,13 +40,34 @@ from assay.store.episodes import (
 )
 from assay.store.locking import run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord
+from assay.store.validation import file_problem, table_problem
+
+DEFAULT_CATALOG = "sqlite (catalog.sqlite in the store)"
+
+
+def public_catalog_url(url: str | None) -> str:
+    """The catalog URL as the store records it: the default's name, or the URL without its password."""
+    if url is None:
+        return DEFAULT_CATALOG
+    from sqlalchemy.engine import URL, make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        given = make_url(url)
+    except ArgumentError:
+        return url
+    return URL.create(given.drivername, given.username, None, given.host, given.port, given.database,
+                      given.query).render_as_string(hide_password=False)
 
 
 class Store:
     def __init__(
-        self, root: str | Path, catalog_url: str | None = None, create: bool = True, data_url: str | None = None
+        self, root: str | Path, catalog_url: str | None = None, create: bool = True, data_url: str | None = None,
+        new_catalog: bool = False,
     ) -> None:
         self.root = Path(root).expanduser().resolve()
+        if self.root.is_dir():
+            self._check_catalog(catalog_url, new_catalog)
         if create:
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
@@ -56,7 +81,33 @@ class Store:
         elif catalog_url is None and not (self.root / "catalog.sqlite").exists():
             raise StoreError(f"{self.root} holds no catalog.sqlite; is it an Assay store?")
         self.catalog = Catalog(catalog_url or f"sqlite:///{self.root / 'catalog.sqlite'}")
+        if create:
+            self._remember_catalog(catalog_url)
         self.data_root: Root = self._data_root(data_url)
+
+    def _check_catalog(self, catalog_url: str | None, new_catalog: bool) -> None:
+        path = self.root / "store.json"
+        if not path.exists() or new_catalog:
+            return
+        try:
+            known = json.loads(path.read_text()).get("catalog")
+        except (OSError, ValueError, AttributeError):
+            raise StoreError(f"{path} is not valid JSON; it names the store's catalog") from None
+        given = public_catalog_url(catalog_url)
+        if known and known != given:
+            hint = "omit --catalog" if known == DEFAULT_CATALOG else f"pass --catalog {known} (with its password)"
+            raise StoreError(f"the store {self.root} is indexed by the catalog {known}, not {given}: {hint}, "
+                             "or pass --new-catalog to index it anew")
+
+    def _remember_catalog(self, catalog_url: str | None) -> None:
+        path = self.root / "store.json"
+        document = {"schema_version": SCHEMA_VERSION, "catalog": public_catalog_url(catalog_url)}
+        try:
+            if path.exists() and json.loads(path.read_text()) == document:
+                return
+        except (OSError, ValueError):
+            pass
+        write_blob(self.root, "store.json", json.dumps(document, indent=2, sort_keys=True).encode())
 
     def _data_root(self, data_url: str | None) -> Root:
         known = self.catalog.meta("data_url")
@@ -106,17 +157,19 @@ class Store:
             yield
 
     def damaged(self, keys: Iterable[str]) -> dict[str, str]:
-        """Episodes among ``keys`` whose catalog row does not decode, or whose step file is missing or
-        fails its checksum: key -> why. A resume forgets and re-runs them.
+        """Episodes among ``keys`` whose catalog row does not decode, or whose step file cannot be
+        trusted: key -> why (missing, checksum, ``schema_version``, episode key, required columns,
+        rows vs the catalog's steps). A resume forgets and re-runs them.
 
         Episodes recorded without step data (errors before the first step) have nothing to check.
         """
         keys = list(keys)
         found = {key: f"catalog row cannot be read ({why})" for key, why in self.catalog.undecodable(keys).items()}
+        steps = self.catalog.recorded_steps(keys)
         for key, (_, data_path, sha) in self.catalog.integrity(keys).items():
             if data_path is None:
                 continue
-            problem = None if key in found else check_episode_file(self.data_root, data_path, sha)
+            problem = None if key in found else file_problem(self.data_root, data_path, sha, key, steps[key])
             if problem is not None:
                 found[key] = problem
         return found
@@ -125,4 +178,9 @@ class Store:
         """The per-step table of an episode, checked against its recorded checksum."""
         if record.data_path is None:
             raise StoreError(f"episode {record.key} has no step data ({record.outcome.value}: {record.reason})")
-        return read_episode(self.data_root, record.data_path, record.data_sha256 if verify else None)
+        table = read_episode(self.data_root, record.data_path, record.data_sha256 if verify else None)
+        problem = table_problem(table.schema, table.num_rows, record.key, record.steps) if verify else None
+        if problem is not None:
+            raise StoreError(f"episode file {record.data_path} does not match its catalog row: {problem} "
+                             "(`assay run` re-runs it; `assay store verify` lists every such file)")
+        return table

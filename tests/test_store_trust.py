@@ -1,0 +1,136 @@
+"""A store that checks itself: step files validated against their catalog rows on read and on
+resume, `assay store verify`, the store's own catalog remembered, self-describing Parquet files,
+and `assay episodes replay`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from assay.cli.app import app
+from assay.errors import StoreError
+from assay.store import Store
+from assay.store.catalog import episodes as episodes_table
+from assay.store.store import public_catalog_url
+from tests.test_integrity import _run
+
+
+def _rewrite(store_root: Path, record, table: pa.Table) -> None:
+    """Replace an episode's file and update its checksum, as a careless tool (or an attacker) would."""
+    path = store_root / record.data_path
+    pq.write_table(table, path)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    with Store(store_root) as store, store.catalog.engine.begin() as conn:
+        conn.execute(episodes_table.update().where(episodes_table.c.key == record.key).values(data_sha256=sha))
+
+
+def _tamper(root: Path, records) -> dict[str, str]:
+    """Four files, each wrong in one way the checksum cannot see; returns key -> the expected problem."""
+    with Store(root) as store:
+        tables = {r.key: store.steps(r) for r in records}
+    version, key, columns, rows = sorted(records, key=lambda r: r.key)
+    meta = dict(tables[version.key].schema.metadata)
+    _rewrite(root, version, tables[version.key].replace_schema_metadata({**meta, b"schema_version": b"99"}))
+    meta = dict(tables[key.key].schema.metadata)
+    _rewrite(root, key, tables[key.key].replace_schema_metadata({**meta, b"episode_key": b"0" * 24}))
+    _rewrite(root, columns, tables[columns.key].drop_columns(["action", "reward"]))
+    _rewrite(root, rows, tables[rows.key].slice(0, 10))
+    return {version.key: "schema_version 99, expected 1",
+            key.key: f"episode_key {'0' * 24} is not the catalog's {key.key}",
+            columns.key: "missing required column(s) action, reward",
+            rows.key: "10 rows, the catalog records 20 steps"}
+
+
+def test_files_that_do_not_match_their_catalog_row_are_refused_and_rerun(tmp_path):
+    root = tmp_path / "store"
+    first, records = _run(root)
+    before = {r.key: (r.trajectory_hash, r.steps) for r in records}
+    expected = _tamper(root, records)
+    with Store(root) as store:
+        assert store.damaged(before) == expected
+        for record in store.catalog.episodes(campaign="integrity"):  # the rows with the updated checksums
+            with pytest.raises(StoreError, match="does not match its catalog row"):
+                store.steps(record)
+    second, again = _run(root)
+    assert (second.ran, second.repaired) == (4, 4)
+    assert {r.key: (r.trajectory_hash, r.steps) for r in again} == before
+    with Store(root) as store:
+        assert store.damaged(before) == {}
+
+
+def test_store_verify_lists_every_untrustworthy_file(tmp_path):
+    root = tmp_path / "store"
+    _, records = _run(root)
+    runner = CliRunner()
+    clean = runner.invoke(app, ["store", "verify", "--store", str(root)])
+    assert clean.exit_code == 0 and "4 step files checked (4 episodes): 4 ok, 0 failed" in clean.output
+    expected = _tamper(root, records[:4])
+    result = runner.invoke(app, ["store", "verify", "--store", str(root), "--json"])
+    assert result.exit_code == 1
+    document = json.loads(result.output)
+    assert (document["ok"], document["failed"]) == (0, 4)
+    assert {p["key"]: p["problem"] for p in document["problems"]} == expected
+
+
+def test_the_store_refuses_another_catalog_unless_told(tmp_path):
+    root = tmp_path / "store"
+    _run(root)
+    other = f"sqlite:///{tmp_path / 'other.sqlite'}"
+    with pytest.raises(StoreError, match=r"indexed by the catalog sqlite \(catalog.sqlite in the store\), not "
+                                         r"sqlite:///.*other.sqlite: omit --catalog, or pass --new-catalog"):
+        Store(root, other)
+    with Store(root, other, new_catalog=True):
+        pass
+    assert json.loads((root / "store.json").read_text())["catalog"] == other
+    with pytest.raises(StoreError, match=r"indexed by the catalog sqlite:///.*other.sqlite, not sqlite \(catalog"):
+        Store(root)  # the rerun that forgot --catalog
+    result = CliRunner().invoke(app, ["episodes", "ls", "--store", str(root)])
+    assert result.exit_code == 2 and "pass --catalog sqlite:///" in result.output
+
+
+def test_the_recorded_catalog_url_has_no_password():
+    assert public_catalog_url("postgresql+psycopg://eval:s3cret@db.lab:5432/assay") == \
+        "postgresql+psycopg://eval@db.lab:5432/assay"
+    assert public_catalog_url(None) == "sqlite (catalog.sqlite in the store)"
+
+
+def test_a_step_file_names_its_episode_without_the_catalog(tmp_path):
+    root = tmp_path / "store"
+    _, records = _run(root)
+    record = records[0]
+    meta = {k.decode(): v.decode() for k, v in pq.read_schema(root / record.data_path).metadata.items()}
+    assert meta["episode_key"] == record.key and meta["seed"] == str(record.seed)
+    assert meta["instruction"] == record.instruction and meta["task_id"] == "gymnasium/Pendulum-v1@1"
+    policy = json.loads(meta["policy"])
+    assert (policy["name"], policy["version"]) == (record.policy_name, record.policy_version)
+    assert policy["spec"] == record.policy_spec
+
+
+def test_episodes_replay_resimulates_and_finds_the_first_difference(tmp_path):
+    root = tmp_path / "store"
+    _, records = _run(root)
+    record = records[0]
+    runner = CliRunner()
+    same = runner.invoke(app, ["episodes", "replay", record.key[:10], "--store", str(root)])
+    assert same.exit_code == 0, same.output
+    assert f"episode {record.key[:12]}: 20 steps replayed, every state and reward identical" in same.output
+    with Store(root) as store:
+        table = store.steps(record)
+    rewards = table.column("reward").to_numpy().copy()
+    rewards[7] += 1e-9
+    index = table.column_names.index("reward")
+    _rewrite(root, record, table.set_column(index, "reward", pa.array(rewards)))
+    result = runner.invoke(app, ["episodes", "replay", record.key, "--store", str(root), "--json"])
+    assert result.exit_code == 1, result.output
+    assert result.exit_code == 1
+    document = json.loads(result.output)
+    assert document["identical"] is False and document["first_difference"]["step"] == 7
+    assert document["first_difference"]["what"].startswith("reward ")
+
