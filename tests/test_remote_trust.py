@@ -206,3 +206,34 @@ def test_a_remote_campaign_is_bit_identical_on_any_executor_worker_count_and_pip
     assert runs["inline"] == runs["local-1"] == runs["local-2"] == runs["decoupled-2"]
     assert len({v[3] for v in runs["inline"].values()}) == 4
     assert all(v[0] is not Outcome.ERROR for v in runs["inline"].values())
+
+
+def test_a_user_policys_version_changes_when_a_module_it_imports_changes(tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    from assay.policies import resolve_policy
+
+    package = tmp_path / "trustpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "gains.py").write_text("GAIN = 1.0\n")
+    (package / "policy.py").write_text("from trustpkg.gains import GAIN\n\nclass Policy:\n    gain = GAIN\n")
+    (tmp_path / "solo_consts.py").write_text("GAIN = 1.0\n")
+    (tmp_path / "solo_policy.py").write_text("from solo_consts import GAIN\n\nclass Policy:\n    gain = GAIN\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    try:
+        versions = {}
+        for entry in ("trustpkg.policy:Policy", "solo_policy:Policy"):
+            versions[entry] = resolve_policy(PolicySpec(name="p", entrypoint=entry)).version
+            assert versions[entry] == resolve_policy(PolicySpec(name="p", entrypoint=entry)).version  # stable
+        (package / "gains.py").write_text("GAIN = 2.0\n")
+        (tmp_path / "solo_consts.py").write_text("GAIN = 2.0\n")
+        for entry, before in versions.items():
+            assert resolve_policy(PolicySpec(name="p", entrypoint=entry)).version != before, entry
+        pinned = PolicySpec(name="p", entrypoint="trustpkg.policy:Policy", version="v7")
+        assert resolve_policy(pinned).version == "v7"
+    finally:
+        for name in [n for n in sys.modules if n.startswith(("trustpkg", "solo_"))]:
+            del sys.modules[name]

@@ -16,7 +16,7 @@ from assay.metrics import entries_from_records, rate_table, write_results_csv
 from assay.policies import BUILTIN_POLICIES
 from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.sim import default_registry
-from assay.spec import CampaignSpec, load_campaign
+from assay.spec import CampaignSpec, SuccessMode, load_campaign
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Closed-loop simulation evaluation for robot policies.")
 episodes_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
@@ -60,7 +60,8 @@ def run(
                                    "retried": summary.retried, "outcomes": summary.outcomes,
                                    "results": [r.to_dict() for r in rows]})
                 return
-            render.console.print(render.rate_table(rows, f"campaign {spec.name}: success by policy × task"))
+            no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)
+            render.console.print(render.rate_table(rows, f"campaign {spec.name}: success by policy × task", no_success))
             render.console.print(
                 f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store"
                 + (f" ({summary.repaired} re-run: step file or catalog row damaged)" if summary.repaired else "")
@@ -127,9 +128,11 @@ def results(
     variant: Annotated[str | None, typer.Option("--variant", help="Only this variant's episodes.")] = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Also write task,policy,successes,trials to this "
                                                     "file (one variant: what `assay correlate` reads).")] = None,
+    errors_as_failures: Annotated[bool, typer.Option("--errors-as-failures", help="Score error episodes as failures "
+                                                     "(default: left out of the denominator, marked *).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Success rates with Wilson 95% intervals, from the catalog."""
+    """Success rates with Wilson 95% intervals and mean returns with t intervals, from the catalog."""
     with user_errors():
         with open_store(store, catalog) as opened:
             name = campaign or opened.catalog.latest_campaign()
@@ -150,14 +153,16 @@ def results(
                     raise AssayError(f"campaign {name!r} has variants {', '.join(variants)}; a results CSV holds one "
                                      "rate per (task, policy): pick one with --variant")
                 write_results_csv(csv_out, entries_from_records(episodes, name))
-            rows = rate_table(episodes, by=split_list(by))
+            rows = rate_table(episodes, by=split_list(by), errors_as_failures=errors_as_failures)
             extras = stats_commands.results_extras(opened, name)
             robustness = robustness_commands.profile_document(episodes) if profile else None
         if json_out:
-            render.print_json({"campaign": name, "by": split_list(by), "results": [r.to_dict() for r in rows],
+            render.print_json({"campaign": name, "by": split_list(by), "errors_as_failures": errors_as_failures,
+                               "results": [r.to_dict() for r in rows],
                                **extras.document, **(robustness or {})})
         else:
-            render.console.print(render.rate_table(rows, f"campaign {name}"))
+            no_success = frozenset(t for t in {r.task_id for r in episodes} if stats_commands.return_scored(t))
+            render.console.print(render.rate_table(rows, f"campaign {name}", no_success, errors_as_failures))
             extras.print()
             if robustness is not None:
                 robustness_commands.print_profile(robustness)

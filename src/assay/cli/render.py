@@ -61,9 +61,20 @@ def json_stdout(enabled: bool = True) -> Iterator[None]:
         _json_fd = None
 
 
-def rate_table(rows: Sequence[RateRow], title: str) -> Table:
+def rate_table(rows: Sequence[RateRow], title: str, return_scored: frozenset[str] = frozenset(),
+               errors_as_failures: bool = False) -> Table:
+    """Success (Wilson interval) and mean return (t interval) per group; a row whose task has no
+    success signal (``return_scored``) shows "n/a" for success: its endpoint is the return. A rate
+    with errors left out of its denominator is marked ``*`` and the caption says so."""
     group_names = list(rows[0].group) if rows else []
-    table = Table(title=title, title_justify="left")
+    excluded = sum(row.errors for row in rows) if not errors_as_failures else 0
+    caption = None
+    if excluded:
+        caption = (f"[bold yellow]* {excluded} error episode(s) excluded from the success denominators[/]; "
+                   "--errors-as-failures counts them as failures")
+    elif errors_as_failures and any(row.errors for row in rows):
+        caption = "errors counted as failures (--errors-as-failures)"
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for name in group_names:
         table.add_column(name)
     table.add_column("success", justify="right")
@@ -73,18 +84,36 @@ def rate_table(rows: Sequence[RateRow], title: str) -> Table:
     table.add_column("fail", justify="right")
     table.add_column("error", justify="right")
     table.add_column("steps", justify="right")
+    table.add_column("return [95%]", justify="right")
     for row in rows:
+        no_success = row.group.get("task") in return_scored
         table.add_row(
             *[row.group[name] for name in group_names],
-            f"{row.rate:.2f}" if row.rate is not None else "n/a",
+            _rate_text(row, no_success, errors_as_failures),
             f"[{row.ci_low:.2f}, {row.ci_high:.2f}]" if row.ci_low is not None else "-",
             f"{row.successes}/{row.scored}",
             str(row.timeouts),
             str(row.failures),
             f"[red]{row.errors}[/red]" if row.errors else "0",
             f"{row.mean_steps:.0f}" if row.mean_steps is not None else "-",
+            _return_text(row),
         )
     return table
+
+
+def _rate_text(row: RateRow, no_success: bool, errors_as_failures: bool) -> str:
+    if row.rate is None or no_success:
+        return "n/a"
+    return f"{row.rate:.2f}" + ("[bold yellow]*[/]" if row.errors and not errors_as_failures else "")
+
+
+def _return_text(row: RateRow) -> str:
+    if row.mean_return is None:
+        return "-"
+    digits = 1 if abs(row.mean_return) >= 10 else 2
+    if row.return_ci_low is None or row.return_ci_high is None:
+        return f"{row.mean_return:.{digits}f}"
+    return f"{row.mean_return:.{digits}f} [{row.return_ci_low:.{digits}f}, {row.return_ci_high:.{digits}f}]"
 
 
 def task_dict(task: TaskSpec) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from assay.cli import stats_render as show
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
 from assay.errors import AssayError
 from assay.metrics import (
+    compare_returns,
     Pairing,
     RateEntry,
     Thresholds,
@@ -123,18 +124,41 @@ def compare_command(
     seed: SeedOpt = 0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Per-task and suite differences A − B with intervals, p-values and verdicts."""
+    """Per-task and suite differences A − B with intervals, p-values and verdicts. Tasks without a
+    success signal (gymnasium ids) are compared on paired mean return instead (``returns`` in --json)."""
     with user_errors():
         name, _, records = _episodes(store, catalog, campaign)
         grid = outcome_grid(records, _split(tasks) if tasks else None, variant)
-        rows = compare(grid, a, others, Pairing.UNPAIRED if unpaired else Pairing.PAIRED, alpha, confidence,
-                       resamples, seed)
+        grid.require([a, *others])
+        by_return = [t for t in grid.task_ids if return_scored(t)]
+        by_success = [t for t in grid.task_ids if t not in by_return]
+        rows = compare(outcome_grid(records, by_success, variant), a, others,
+                       Pairing.UNPAIRED if unpaired else Pairing.PAIRED, alpha, confidence,
+                       resamples, seed) if by_success else []
+        kept = [r for r in records if variant is None or r.variant_name == variant]
+        returns = compare_returns(kept, a, others, by_return, alpha, confidence) if by_return else []
         if json_out:
             render.print_json({"campaign": name, "a": a, "others": others, "alpha": alpha, "confidence": confidence,
                                "seed": seed, "n_resamples": resamples,
-                               "comparisons": [r.to_dict() for r in rows]})
+                               "comparisons": [r.to_dict() for r in rows], "returns": [r.to_dict() for r in returns]})
             return
-        render.console.print(show.comparison_table(rows, f"campaign {name}: {a} (A) vs {', '.join(others)} (B)"))
+        title = f"campaign {name}: {a} (A) vs {', '.join(others)} (B)"
+        if rows:
+            render.console.print(show.comparison_table(rows, title))
+        if returns:
+            render.console.print(show.return_comparison_table(
+                returns, f"{title}, mean return (no success signal: {', '.join(by_return)})", confidence))
+
+
+def return_scored(task_id: str) -> bool:
+    """Whether a task has no success signal (``SuccessMode.NONE``), so return is its endpoint."""
+    from assay.sim import default_registry
+    from assay.spec import SuccessMode
+
+    try:
+        return default_registry().get(task_id).success is SuccessMode.NONE
+    except AssayError:
+        return False
 
 
 def leaderboard_command(

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from assay.metrics import Comparison, CorrelationReport, Leaderboard, OpenLoopRow, Signoff, Verdict
+from assay.metrics import Comparison, CorrelationReport, Leaderboard, OpenLoopRow, ReturnComparison, Signoff, Verdict
 from assay.metrics.correlation import STATISTICS, Estimate
 from assay.metrics.openloop import RankAgreement
 
@@ -33,6 +33,18 @@ def comparison_table(rows: Sequence[Comparison], title: str) -> Table:
         table.add_row(r.b, r.task, test, _num(r.a_rate), _num(r.b_rate), _num(r.difference, 3),
                       _ci(r.ci_low, r.ci_high, 3), n, f"{r.p_value:.3g}", f"{r.p_adjusted:.3g}",
                       f"[{VERDICT_STYLE[r.verdict]}]{r.verdict.value}[/]", style=style)
+    return table
+
+
+def return_comparison_table(rows: Sequence[ReturnComparison], title: str, confidence: float = 0.95) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("B", "task", "test", "A return", "B return", "A − B", f"{confidence:.0%} CI", "pairs", "p",
+                   "p (Holm)", "verdict"):
+        table.add_column(column, justify="left" if column in ("B", "task", "test", "verdict") else "right")
+    for r in rows:
+        table.add_row(r.b, r.task, "paired t", _num(r.a_mean, 1), _num(r.b_mean, 1), _num(r.difference, 1),
+                      _ci(r.ci_low, r.ci_high, 1), str(r.pairs), f"{r.p_value:.3g}", f"{r.p_adjusted:.3g}",
+                      f"[{VERDICT_STYLE[r.verdict]}]{r.verdict.value}[/]", style="bold" if r.task == "suite" else "")
     return table
 
 

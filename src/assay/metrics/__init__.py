@@ -43,6 +43,7 @@ from assay.metrics.results_csv import (
     read_results_csv,
     write_results_csv,
 )
+from assay.metrics.returns import ReturnComparison, compare_returns, return_interval
 from assay.metrics.robustness import AxisProfile, RetentionRow, retention_table, robustness_profile
 from assay.metrics.stability import Stability, stability
 
@@ -50,6 +51,7 @@ __all__ = [
     "AxisProfile", "RetentionRow", "retention_table", "robustness_profile",
     "Budget", "CalibrationRecord", "Comparison", "CorrelationReport", "GROUP_FIELDS", "INTERVAL_METHODS", "Interval",
     "Leaderboard", "NOT_VALIDATED", "OpenLoopRow", "OutcomeGrid", "Pairing", "Predictor", "RateEntry", "RateRow",
+    "ReturnComparison", "compare_returns", "return_interval",
     "ResultsCsvError", "Signoff", "Stability", "Thresholds", "Trajectory", "Verdict", "compare", "correlate",
     "correlation", "entries_from_records", "episode_budget", "holm", "leaderboard", "load_calibration",
     "load_openloop", "load_real_results", "load_thresholds", "load_trajectories", "mcnemar_exact", "mmrv", "newcombe_interval", "openloop_table",

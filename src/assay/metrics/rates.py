@@ -1,6 +1,7 @@
 """Success rates with honest intervals, grouped into result tables.
 
-``error`` episodes are infrastructure or policy-contract faults: they are left out
+Each row also carries the mean return with a Student-t interval, the endpoint of tasks that
+have no success signal. ``error`` episodes are infrastructure or policy-contract faults: they are left out
 of the denominator and reported beside it, never scored as failures.
 """
 
@@ -10,6 +11,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+import math
+
+import numpy as np
+from scipy import stats
 from scipy.stats import binomtest
 
 from assay.errors import AssayError
@@ -35,6 +40,16 @@ def success_interval(successes: int, trials: int, confidence: float = 0.95, meth
     return Interval(float(ci.low), float(ci.high))
 
 
+def return_interval(values: Sequence[float], confidence: float = 0.95) -> Interval | None:
+    """Student-t interval of the mean; None with fewer than two values. Zero spread gives a point."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return None
+    mean, sem = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(len(x))
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 1)) * sem
+    return Interval(mean - half, mean + half)
+
+
 @dataclass(frozen=True)
 class RateRow:
     group: dict[str, str]
@@ -49,24 +64,28 @@ class RateRow:
     ci_high: float | None
     mean_return: float | None
     mean_steps: float | None
+    return_ci_low: float | None = None  # Student-t interval of the mean return (the endpoint of tasks
+    return_ci_high: float | None = None  # without a success signal); None below two scored episodes
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def _row(group: dict[str, str], records: Sequence[EpisodeRecord], confidence: float, method: str) -> RateRow:
+def _row(group: dict[str, str], records: Sequence[EpisodeRecord], confidence: float, method: str,
+         errors_as_failures: bool = False) -> RateRow:
     counts = {o: 0 for o in Outcome}
     for record in records:
         counts[record.outcome] += 1
-    scored = len(records) - counts[Outcome.ERROR]
+    scored = len(records) - (0 if errors_as_failures else counts[Outcome.ERROR])
     interval = success_interval(counts[Outcome.SUCCESS], scored, confidence, method)
     valid = [r for r in records if r.outcome is not Outcome.ERROR]
+    returns = return_interval([r.total_return for r in valid], confidence)
     return RateRow(
         group=group,
         episodes=len(records),
         scored=scored,
         successes=counts[Outcome.SUCCESS],
-        failures=counts[Outcome.FAILURE],
+        failures=counts[Outcome.FAILURE] + (counts[Outcome.ERROR] if errors_as_failures else 0),
         timeouts=counts[Outcome.TIMEOUT],
         errors=counts[Outcome.ERROR],
         rate=counts[Outcome.SUCCESS] / scored if scored else None,
@@ -74,14 +93,18 @@ def _row(group: dict[str, str], records: Sequence[EpisodeRecord], confidence: fl
         ci_high=interval.high if interval else None,
         mean_return=sum(r.total_return for r in valid) / len(valid) if valid else None,
         mean_steps=sum(r.steps for r in valid) / len(valid) if valid else None,
+        return_ci_low=returns.low if returns else None,
+        return_ci_high=returns.high if returns else None,
     )
 
 
 def rate_table(records: Iterable[EpisodeRecord], by: Sequence[str] = ("policy", "task"), confidence: float = 0.95,
-               method: str = "wilson") -> list[RateRow]:
+               method: str = "wilson", errors_as_failures: bool = False) -> list[RateRow]:
     """One row per group (``by`` from policy, task, variant, campaign), sorted by group.
 
-    ``method`` is ``wilson`` (default) or ``exact`` (Clopper–Pearson).
+    ``method`` is ``wilson`` (default) or ``exact`` (Clopper–Pearson). By default ``error``
+    episodes are left out of the denominator; ``errors_as_failures`` is the pessimistic view that
+    scores them as failures (``errors`` still counts them, ``failures`` includes them).
     """
     if method not in INTERVAL_METHODS:
         raise AssayError(f"interval method {method!r} is not valid; valid: {', '.join(INTERVAL_METHODS)}")
@@ -91,4 +114,5 @@ def rate_table(records: Iterable[EpisodeRecord], by: Sequence[str] = ("policy", 
     groups: dict[tuple[str, ...], list[EpisodeRecord]] = defaultdict(list)
     for record in records:
         groups[tuple(getattr(record, GROUP_FIELDS[name]) for name in by)].append(record)
-    return [_row(dict(zip(by, key, strict=True)), groups[key], confidence, method) for key in sorted(groups)]
+    return [_row(dict(zip(by, key, strict=True)), groups[key], confidence, method, errors_as_failures)
+            for key in sorted(groups)]

@@ -9,6 +9,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import os
+import sys
+from pathlib import Path
 from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
@@ -67,13 +70,42 @@ def _check_params(spec: PolicySpec, params_model: type[BaseModel]) -> None:
         raise SpecError(f"policy {spec.name!r}: params.{field}: {message} (valid parameters: {valid})") from None
 
 
+def _source_files(module: Any) -> list[Path]:
+    """The files a user policy's behaviour can depend on: every ``.py`` file of its top-level package,
+    or, for a top-level module, itself and the sibling modules it imported."""
+    origin = getattr(module, "__file__", None)
+    if origin is None:
+        return []
+    path = Path(origin).resolve()
+    top = sys.modules.get(module.__name__.split(".", 1)[0])
+    top_file = getattr(top, "__file__", None)
+    if top is not None and top is not module and top_file and Path(top_file).name == "__init__.py":
+        return sorted(Path(top_file).resolve().parent.rglob("*.py"))
+    if path.name == "__init__.py":
+        return sorted(path.parent.rglob("*.py"))
+    siblings = {Path(f).resolve() for m in list(sys.modules.values())
+                if isinstance(f := getattr(m, "__file__", None), str) and Path(f).resolve().parent == path.parent}
+    return sorted(siblings | {path})
+
+
 def _source_version(target: Any) -> str:
+    """``src-`` + a hash of every file the policy's package holds (see :func:`_source_files`): change a
+    constant in a module it imports and the version, hence every episode key, changes."""
     module = inspect.getmodule(target)
-    try:
-        source = inspect.getsource(module) if module is not None else repr(target)
-    except (OSError, TypeError):
-        source = repr(target)
-    return "src-" + hashlib.sha256(source.encode()).hexdigest()[:12]
+    files = _source_files(module) if module is not None else []
+    digest = hashlib.sha256()
+    if not files:
+        digest.update(repr(target).encode())
+    root = Path(os.path.commonpath([f.parent for f in files])) if files else None
+    for file in files:
+        try:
+            data = file.read_bytes()
+        except OSError:
+            continue
+        name = os.path.relpath(file, root) if root is not None else file.name
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return "src-" + digest.hexdigest()[:12]
 
 
 def resolve_policy(spec: PolicySpec) -> ResolvedPolicy:
