@@ -5,7 +5,10 @@
 Every figure is env steps per second of real Meta-World rollouts (metaworld/reach,
 horizon cut to ``--steps``) driven by the built-in ``mlp`` policy with its default
 size; the servers are ``assay serve-policy`` subprocesses on 127.0.0.1. Torch uses
-one thread on each side, so the simulator and the server each have a core.
+one thread on each side, so the simulator and the server each have a core. Every
+``mlp`` here runs with ``batch_invariant: false``: its forwards are not padded to 8
+rows, so the unbatched baseline (one row per forward) does no padded work
+(``--padded`` measures the deterministic default instead).
 Ratios are what to read: they are measured in one run, on one machine.
 """
 
@@ -40,7 +43,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(*options: str, params: str = '{"threads": 1}'):
+def server(*options: str, params: str = '{"threads": 1, "batch_invariant": false}'):
     port = free_port()
     cmd = [sys.executable, "-m", "assay.cli.app", "serve-policy", "mlp", "--port", str(port), "--task", TASK,
            "--params", params, *options]
@@ -66,7 +69,7 @@ def jobs(task, n: int, pipeline: Pipeline) -> list[EpisodeJob]:
     for i in range(n):
         seed = episode_seed(0, task, i)
         out.append(EpisodeJob("bench", task, Variant(), policy, i, seed, episode_key(task, Variant(), policy, seed),
-                              None, pipeline))
+                              task.instruction, pipeline=pipeline))
     return out
 
 
@@ -137,7 +140,9 @@ def main() -> None:
     parser.add_argument("--envs", default="1,8,32")
     parser.add_argument("--json", default=None)
     parser.add_argument("--device-ms", type=float, default=15.0, help="device time per batch of the stand-in")
+    parser.add_argument("--padded", action="store_true", help="serve the mlp padded to 8 rows (its default)")
     args = parser.parse_args()
+    padding = {"batch_invariant": bool(args.padded)}
     sizes = [int(n) for n in args.envs.split(",")]
     task = default_registry().get(TASK).model_copy(update={"horizon": args.steps})
     t0 = time.perf_counter()
@@ -146,14 +151,15 @@ def main() -> None:
 
     results: dict[str, dict[int, float]] = {}
     serving: dict[str, dict[int, float]] = {}
-    local = MLPPolicy(threads=1)
+    local = MLPPolicy(threads=1, **padding)
     results["in-process"] = {n: steps_per_s(envs, local, task, n) for n in sizes}
-    with server("--max-batch", "1") as url:
+    params = json.dumps({"threads": 1, **padding})
+    with server("--max-batch", "1", params=params) as url:
         remote = RemotePolicy(url, timeout_s=120)
         results["remote, unbatched (max-batch 1)"] = {n: steps_per_s(envs, remote, task, n) for n in sizes}
         remote.close()
         serving["unbatched (max-batch 1)"] = {n: serving_rows_per_s(url, n) for n in sizes}
-    with server("--max-batch", "32", "--max-wait-ms", "2") as url:
+    with server("--max-batch", "32", "--max-wait-ms", "2", params=params) as url:
         remote = RemotePolicy(url, timeout_s=120)
         results["remote, dynamic batching (max-batch 32)"] = {n: steps_per_s(envs, remote, task, n) for n in sizes}
         results["remote, dynamic batching + decoupled"] = {
