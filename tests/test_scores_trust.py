@@ -96,3 +96,30 @@ def test_a_task_without_success_is_scored_and_compared_on_return(tmp_path):
     assert row["difference"] == pytest.approx(row["a_mean"] - row["b_mean"])
     table = runner.invoke(app, ["compare", "random", "still", "--store", store])
     assert "mean return (no success signal: gymnasium/Pendulum-v1@1)" in table.output
+
+
+def test_small_outputs_say_what_happened_in_words(tmp_path):
+    from assay.cli.failures_commands import boundary_line, ponr_line
+    from tests.test_integrity import _run
+
+    found = {"key": "a" * 24, "t": None, "steps": 40, "handoffs": 1, "plot": "p.png", "demos": []}
+    assert "no point of no return: the reference cannot recover even from step 0 of 40" in ponr_line(found, False)
+    assert "t=None" not in ponr_line(found, False)
+    assert ponr_line({**found, "t": 12}, False).endswith("no recovery demos written (add --demos)")
+    assert "point of no return t=12 of 40 steps" in ponr_line({**found, "t": 12}, True)
+    assert boundary_line("action.noise", None, 0.5, 1.0) == (
+        "no boundary found: success stays at or above 0.5 up to action.noise = 1 (raise --hard to search further)")
+    assert boundary_line("action.noise", 0.25, 0.5, 1.0) == "boundary: action.noise = 0.25 (success < 0.5)"
+
+    root = tmp_path / "store"
+    _run(root)
+    runner = CliRunner()
+    listed = runner.invoke(app, ["episodes", "ls", "--store", str(root), "--limit", "3"])
+    assert listed.exit_code == 0 and "showing 3 of 4 episodes (--limit 3)" in listed.output
+    document = json.loads(runner.invoke(app, ["episodes", "ls", "--store", str(root), "--limit", "3", "--json"]).output)
+    assert (document["total"], document["shown"], len(document["episodes"])) == (4, 3, 3)
+    policies = json.loads(runner.invoke(app, ["policies", "--json"]).output)
+    bc = next(p for p in policies["policies"] if p["name"] == "bc")
+    assert bc["params"]["path"]["default"] == "(required)"
+    help_text = " ".join(runner.invoke(app, ["export", "lerobot", "--help"]).output.replace("│", " ").split())
+    assert "Only successful episodes unless the query says otherwise" in help_text

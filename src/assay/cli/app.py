@@ -103,7 +103,8 @@ def policies(json_out: JsonOpt = False) -> None:
     """List built-in policies and their parameters."""
     rows = []
     for name, cls in sorted(BUILTIN_POLICIES.items()):
-        params = {field: {"default": info.default, "description": info.description or ""}
+        params = {field: {"default": "(required)" if info.is_required() else info.default,
+                          "description": info.description or ""}
                   for field, info in cls.Params.model_fields.items()}
         rows.append({"name": name, "version": cls.version, "doc": (cls.__doc__ or "").strip(), "params": params})
     if json_out:
@@ -184,11 +185,15 @@ def episodes_ls(
         if outcome is not None and outcome not in {"success", "failure", "timeout", "error"}:
             raise AssayError(f"--outcome {outcome!r} is not valid; valid: success, failure, timeout, error")
         with open_store(store, catalog) as opened:
-            found = opened.catalog.episodes(campaign=campaign, task=task, policy=policy, outcome=outcome, limit=limit)
+            matching = opened.catalog.episodes(campaign=campaign, task=task, policy=policy, outcome=outcome)
+        found = matching[:limit]
         if json_out:
-            render.print_json({"episodes": [r.to_dict() for r in found]})
+            render.print_json({"total": len(matching), "shown": len(found), "episodes": [r.to_dict() for r in found]})
         else:
             render.console.print(render.episodes_table(found))
+            if len(found) < len(matching):
+                render.console.print(f"showing {len(found)} of {len(matching)} episodes (--limit {limit})",
+                                     highlight=False)
 
 
 @episodes_app.command("show")

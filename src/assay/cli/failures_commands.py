@@ -75,6 +75,30 @@ def mine(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
             render.console.print(f"  {row['capability']:<20} {row['confidence']:<9} {row['failures']:>4}  {row['share']:.0%}")
 
 
+def ponr_line(found: dict, demos: bool) -> str:
+    """One point of no return in words (``t`` None: the reference fails even from the first step)."""
+    if found.get("cached"):
+        where = "already found"
+    elif demos:
+        where = f"plot {found['plot']}; {len(found['demos'])} recovery demos"
+    else:
+        where = f"plot {found['plot']}; no recovery demos written (add --demos)"
+    head = f"{found['key'][:12]}: "
+    if found["t"] is None:
+        head += (f"no point of no return: the reference cannot recover even from step 0 of {found['steps']} "
+                 "(the task is beyond it from the start)")
+    else:
+        head += f"point of no return t={found['t']} of {found['steps']} steps"
+    return f"{head} ({found['handoffs']} hand-overs); {where}"
+
+
+def boundary_line(factor: str, level: float | None, threshold: float, hard: float) -> str:
+    if level is None:
+        return (f"no boundary found: success stays at or above {threshold:g} up to {factor} = {hard:g} "
+                "(raise --hard to search further)")
+    return f"boundary: {factor} = {level:g} (success < {threshold:g})"
+
+
 def _ponr_one(opened: Store, record: EpisodeRecord, demos: bool) -> dict:
     table = opened.steps(record)
     arrays = step_arrays(table)
@@ -135,10 +159,7 @@ def ponr(key: Annotated[str | None, typer.Argument(help="Episode key (a unique p
         if not results:
             render.console.print("no failed episodes with step data to analyse", highlight=False)
         for found in results:
-            where = "already found" if found.get("cached") else \
-                f"plot {found['plot']}; {len(found['demos'])} recovery demos"
-            render.console.print(f"{found['key'][:12]}: point of no return t={found['t']} of {found['steps']} steps "
-                                 f"({found['handoffs']} hand-overs); {where}", highlight=False, soft_wrap=True)
+            render.console.print(ponr_line(found, demos), highlight=False, soft_wrap=True)
 
 
 def _task_of(opened: Store, record: EpisodeRecord) -> TaskSpec:
@@ -280,7 +301,7 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
             return
         for p in probes:
             render.console.print(f"  {factor}={p.level:<10.4g} success {p.successes}/{p.episodes} [{p.low:.2f}, {p.high:.2f}]")
-        render.console.print(f"boundary: {factor} = {level} (success < {threshold})")
+        render.console.print(boundary_line(factor, level, threshold, hard), highlight=False)
 
 
 def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or a unique prefix).")],

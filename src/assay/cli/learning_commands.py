@@ -12,7 +12,8 @@ from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_
 from assay.errors import AssayError
 
 DataOpt = Annotated[str, typer.Option("--data", help="Data query, e.g. 'campaign=demos,task=metaworld/reach@1' "
-                                      "(keys: campaign, task, policy, outcome, demos; '|' for alternatives).")]
+                                      "(keys: campaign, task, policy, outcome, demos; '|' for alternatives; "
+                                      "outcome defaults to success: outcome=any selects every episode).")]
 
 
 def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="Checkpoint file to write.")],
@@ -117,7 +118,10 @@ def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--o
                            store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
                            robot_type: Annotated[str, typer.Option("--robot-type")] = "sawyer",
                            json_out: JsonOpt = False) -> None:
-    """Export the episodes a data query selects as a LeRobotDataset v3.0 (data, metadata, stats, videos)."""
+    """Export the episodes a data query selects as a LeRobotDataset v3.0 (data, metadata, stats, videos).
+
+    Only successful episodes unless the query says otherwise: the query's outcome defaults to
+    success; add outcome=any (or failure, timeout) to export the others."""
     from assay.learning.data import DataQuery, DataQueryError, select_records
     from assay.store.export_lerobot import export_lerobot
 
