@@ -12,8 +12,7 @@ import pytest
 
 from assay.errors import SpecError
 from assay.policies import ContractError, MLPPolicy, PolicyContext, check_contract
-from assay.policies.contract import (ActionContract, ActionMode, ArraySpec, GripperPolarity, ImageSpec,
-                                     PolicyContract)
+from assay.policies.contract import ActionContract, ActionMode, ArraySpec, GripperPolarity, ImageSpec, PolicyContract
 from assay.policies.loader import remote_version
 from assay.policies.remote import RemotePolicy, ServerConfig
 from assay.run import InlineExecutor, prepare_campaign, rollout, run_campaign

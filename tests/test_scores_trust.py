@@ -26,7 +26,7 @@ def test_return_interval_is_the_student_t_interval():
 
 
 def _with_returns(rows, returns):
-    return [dataclasses.replace(r, total_return=value) for r, value in zip(rows, returns)]
+    return [dataclasses.replace(r, total_return=value) for r, value in zip(rows, returns, strict=True)]
 
 
 def test_returns_are_compared_paired_on_a_task_without_success():

@@ -29,7 +29,7 @@ def _record(key="k" * 24, campaign="c", policy="p"):
 
 
 def test_episode_files_round_trip_with_schema_version_and_checksum(tmp_path):
-    table = build_table(_columns(), {"episode_key": "abc", "task_id": "metaworld/reach@1"})
+    table = build_table(_columns(), {"episode_key": "abcdef", "task_id": "metaworld/reach@1"})
     relpath, sha = write_episode(tmp_path, "abcdef", table)
     store = Store(tmp_path)
     record = dataclasses.replace(_record(key="abcdef"), data_path=relpath, data_sha256=sha)

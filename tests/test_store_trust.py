@@ -11,7 +11,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from assay.cli.app import app

@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
     app.command("serve-policy")(serve_policy)
 
 
-def policy_server(policy: str, task: str, params: dict, config: "ServerConfig") -> "PolicyServer":
+def policy_server(policy: str, task: str, params: dict, config: ServerConfig) -> PolicyServer:
     """The server ``serve-policy`` runs: the policy, its identity and its class's own declared contract
     (else the served task's interface), bound to ``task``."""
     from assay.policies import make_policy, policy_contract, resolve_policy

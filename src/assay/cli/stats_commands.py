@@ -19,11 +19,11 @@ from assay.cli import stats_render as show
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
 from assay.errors import AssayError
 from assay.metrics import (
-    compare_returns,
     Pairing,
     RateEntry,
     Thresholds,
     compare,
+    compare_returns,
     correlate,
     entries_from_records,
     episode_budget,

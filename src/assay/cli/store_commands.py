@@ -16,6 +16,7 @@ store_app = typer.Typer(no_args_is_help=True, help="Check the store itself.")
 
 
 def register(app: typer.Typer, episodes_app: typer.Typer) -> None:
+    """Add ``store verify`` and ``episodes replay`` to the ``assay`` command."""
     app.add_typer(store_app, name="store")
     store_app.command("verify")(store_verify)
     episodes_app.command("replay")(episodes_replay)
@@ -35,8 +36,8 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
     if json_out:
         render.print_json(document)
     else:
-        for row in document["problems"]:
-            render.console.print(f"  {row['key'][:12]}  {row['problem']}", highlight=False)
+        for key in sorted(problems):
+            render.console.print(f"  {key[:12]}  {problems[key]}", highlight=False)
         render.console.print(f"{document['files']} step files checked ({document['episodes']} episodes): "
                              f"{document['ok']} ok, {document['failed']} failed", highlight=False)
     if problems:

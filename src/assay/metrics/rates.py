@@ -7,11 +7,10 @@ of the denominator and reported beside it, never scored as failures.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-
-import math
 
 import numpy as np
 from scipy import stats

@@ -23,6 +23,8 @@ from assay.store import EpisodeRecord, Outcome
 
 @dataclass(frozen=True)
 class ReturnComparison:
+    """A versus B on one task (or ``suite``) by paired mean return; ``difference`` = A − B."""
+
     task: str
     a: str
     b: str
@@ -37,6 +39,7 @@ class ReturnComparison:
     verdict: Verdict
 
     def to_dict(self) -> dict[str, object]:
+        """The row as JSON-ready data (the verdict as its text)."""
         data = asdict(self)
         data["verdict"] = self.verdict.value
         return data
@@ -78,7 +81,7 @@ def compare_returns(records: Sequence[EpisodeRecord], a: str, others: Sequence[s
             rows.append(_row(SUITE, a, b, *_paired([r for r in records if r.task_id in tasks], a, b, None), confidence))
     adjusted = holm([row["p_value"] for row in rows])
     out = []
-    for row, p_adjusted in zip(rows, adjusted):
+    for row, p_adjusted in zip(rows, adjusted, strict=True):
         difference = row["difference"]
         if difference is None or p_adjusted >= alpha or difference == 0:
             verdict = Verdict.NO_DIFFERENCE

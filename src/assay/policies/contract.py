@@ -44,7 +44,7 @@ def camera_wire_keys(cameras: Sequence[str], mapping: Mapping[str, str] | None =
                             f"cameras: {', '.join(cameras) or 'none (add cameras: to the campaign)'}")
         return dict(mapping)
     names = list(IMAGE_KEYS) + [f"observation/image_{n}" for n in range(len(IMAGE_KEYS), len(cameras))]
-    return dict(zip(names, cameras))
+    return dict(zip(names, cameras, strict=False))  # more names than cameras
 
 
 class ContractError(SpecError):

@@ -129,7 +129,7 @@ def remote_version(spec: PolicySpec, metadata: dict[str, Any]) -> str:
     """A served policy's version: what the server declares (policy, params, version, served task,
     contract), not its URL, so a restarted server gives the same keys and another checkpoint or task
     gives new ones. A server that declares no identity (a plain openpi server) needs ``version:``."""
-    served = metadata.get("assay") if isinstance(metadata.get("assay"), dict) else {}
+    served: dict[str, Any] = metadata["assay"] if isinstance(metadata.get("assay"), dict) else {}
     declared: dict[str, Any] = {k: served.get(k) for k in ("policy", "source", "params", "version", "task")
                                 if served.get(k) is not None}
     if isinstance(metadata.get("contract"), dict):
@@ -147,7 +147,7 @@ def remote_version(spec: PolicySpec, metadata: dict[str, Any]) -> str:
 
 def check_served_task(spec: PolicySpec, metadata: dict[str, Any], task: TaskSpec) -> None:
     """A server bound to one task (``serve-policy --task``) must be asked for that task only."""
-    served = metadata.get("assay") if isinstance(metadata.get("assay"), dict) else {}
+    served: dict[str, Any] = metadata["assay"] if isinstance(metadata.get("assay"), dict) else {}
     bound = served.get("task")
     if bound and bound != task.id:
         raise ContractError(f"policy {spec.name!r}: the server at {spec.remote} serves task {bound}, the campaign "

@@ -56,8 +56,8 @@ def public_catalog_url(url: str | None) -> str:
         given = make_url(url)
     except ArgumentError:
         return url
-    return URL.create(given.drivername, given.username, None, given.host, given.port, given.database,
-                      given.query).render_as_string(hide_password=False)
+    public = URL.create(given.drivername, given.username, None, given.host, given.port, given.database, given.query)
+    return str(public.render_as_string(hide_password=False))
 
 
 class Store:

@@ -163,7 +163,7 @@ class RemotePolicy:
             self._loop = _Loop()
         slots = [int(s) for s in np.asarray(observations.get("env_ids", np.arange(len(observations["state"]))))]
         replies = self._loop.run(self._round(observations, len(slots)))
-        self._batch_sizes.update(zip(slots, (size for _, size in replies)))
+        self._batch_sizes.update(zip(slots, (size for _, size in replies), strict=True))
         return _stack([actions for actions, _ in replies], self.url)
 
     def step_trace(self, slot: int) -> dict[str, float]:
@@ -237,7 +237,7 @@ class RemotePolicy:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        return results
+        return [result for result in results if not isinstance(result, BaseException)]
 
     async def _request(self, ws: Any, request: dict[str, Any]) -> tuple[np.ndarray, int | None]:
         from websockets.exceptions import ConnectionClosed
@@ -293,7 +293,7 @@ def wire_image(image: np.ndarray, size: tuple[int, int] | None, layout: ImageLay
         height, width = size
         ratio = max(frame.shape[1] / width, frame.shape[0] / height)
         scaled = Image.fromarray(frame).resize((int(frame.shape[1] / ratio), int(frame.shape[0] / ratio)),
-                                               resample=Image.BILINEAR)
+                                               resample=Image.Resampling.BILINEAR)
         canvas = Image.new(scaled.mode, (width, height), 0)
         canvas.paste(scaled, (max(0, int((width - scaled.width) / 2)), max(0, int((height - scaled.height) / 2))))
         frame = np.asarray(canvas)
