@@ -9,13 +9,13 @@ readers raise :class:`StoreError`, a resume forgets the episode and re-runs it.
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from assay.store.episodes import REQUIRED_COLUMNS, Root, _filesystem, is_url
+from assay.store.episodes import REQUIRED_COLUMNS
 from assay.store.records import SCHEMA_VERSION
+from assay.store.roots import Root, open_root
 
 
 def table_problem(schema: pa.Schema, rows: int, key: str, steps: int) -> str | None:
@@ -35,17 +35,10 @@ def table_problem(schema: pa.Schema, rows: int, key: str, steps: int) -> str | N
     return None
 
 
-def _read(root: Root, relpath: str) -> bytes:
-    if is_url(root):
-        fs, base = _filesystem(str(root))
-        return bytes(fs.cat_file(f"{base}/{relpath}"))
-    return (Path(root) / relpath).read_bytes()
-
-
 def file_problem(root: Root, relpath: str, sha256: str | None, key: str, steps: int) -> str | None:
     """Why the episode file cannot be trusted (missing, checksum, schema, key, columns, rows), or None."""
     try:
-        data = _read(root, relpath)
+        data = open_root(root).read(relpath)
     except FileNotFoundError:
         return "missing"
     except OSError as exc:
