@@ -4,7 +4,8 @@ Exactly one source: a ``builtin`` name (``expert``, ``random``, ``degraded-exper
 an ``entrypoint`` ``module:attr`` (a Policy class or a factory taking the params), or a
 ``remote`` policy server URL (``ws://host:port``, openpi's wire protocol).
 The version is part of every episode key; builtins carry their own, an entrypoint
-without an explicit version is versioned by the hash of its module's source.
+without an explicit version is versioned by the hash of every file of its package (a top-level
+module: itself and the sibling modules it imported), so changing a module it imports changes its keys.
 """
 
 from __future__ import annotations
