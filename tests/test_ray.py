@@ -109,3 +109,20 @@ def test_the_cli_runs_a_campaign_on_ray_with_step_files_at_a_url(tmp_path, write
 
     wrong = CliRunner().invoke(app, args[:4] + ["--executor", "local", "--address", "auto"])
     assert wrong.exit_code == 2 and "--address is for the ray executor only" in wrong.stderr
+
+
+@pytest.mark.slow
+def test_a_remote_campaign_on_ray_gives_exactly_the_local_results(tmp_path):
+    """A served policy driven from Ray actors: the same episodes, down to the step data, as local workers."""
+    from assay.policies import ExpertPolicy
+    from assay.sim import default_registry
+    from tests.remote_support import serving
+
+    reach = default_registry().get("metaworld/reach@1")
+    with serving(ExpertPolicy(), reach, max_batch=8, max_wait_ms=2) as server:
+        data = {"name": "remote-ray", "seed": 3, "episodes": 4, "horizon": 20, "envs_per_worker": 2,
+                "tasks": ["metaworld/reach@1"], "policies": [{"name": "served", "remote": server.url}]}
+        _, local, _ = run_and_collect(tmp_path / "local", LocalExecutor(tmp_path / "local", 2), data)
+        _, on_ray, _ = run_and_collect(tmp_path / "ray", RayExecutor(tmp_path / "ray", actors=2), data)
+    assert on_ray == local and len(local) == 4
+    assert all(v[0] is not Outcome.ERROR for v in local.values())
