@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve lint semantic-profile test test-fast test-ray test-postgres test-interop bench bench-scale install install-test clean zoo
+.PHONY: demo report serve lint semantic-profile test test-fast test-ray test-postgres test-interop bench bench-scale sequential-evidence install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
 SYSTEM_READY := $(VENV)/.system
@@ -122,6 +122,9 @@ bench-scale: install-test
 
 bench: install
 	$(PY) benchmarks/throughput.py
+
+sequential-evidence: install
+	$(PY) benchmarks/sequential_evidence.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

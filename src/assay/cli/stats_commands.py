@@ -19,6 +19,7 @@ from assay.cli import stats_render as show
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
 from assay.errors import AssayError
 from assay.metrics import (
+    MmrvConvention,
     Pairing,
     RateEntry,
     Thresholds,
@@ -235,19 +236,25 @@ def correlate_command(
     catalog: CatalogOpt = None,
     record: Annotated[bool, typer.Option("--record", help="Save per-task calibration records (and the real results, "
                                          "for reports) in --store.")] = False,
+    mmrv_weight: Annotated[str, typer.Option("--mmrv-weight", help="Gap a rank violation costs: real (SIMPLER's "
+                                             "published form) or sim.")] = "real",
+    mmrv_ties: Annotated[str, typer.Option("--mmrv-ties", help="Strict comparison defining a violation: '<' "
+                                           "(SIMPLER) or '>' (a sim tie is charged at the higher real rate).")] = "<",
     confidence: ConfidenceOpt = 0.95,
     resamples: ResamplesOpt = 2000,
     seed: SeedOpt = 0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Pearson, Spearman, Kendall and MMRV between real and sim success rates, per task and averaged."""
+    """Pearson, Spearman, Kendall and MMRV between real and sim success rates, per task and averaged, with
+    what limits them: k, a Fisher-z interval, drop-one leverage and the exact permutation p-value (floor 1/k!)."""
     with user_errors():
         if (sim is None) == (campaign is None):
             raise AssayError("give exactly one of --sim SIM.csv or --campaign NAME (with --store)")
         reference = read_results_csv(real)
         other = read_results_csv(sim) if sim is not None else \
             _campaign_entries(store, catalog, *_name_and_variant(campaign))
-        report = correlate(reference, other, ("real", "sim"), confidence, resamples, seed)
+        convention = MmrvConvention(mmrv_weight, mmrv_ties)
+        report = correlate(reference, other, ("real", "sim"), confidence, resamples, seed, convention)
         saved = None
         if record:
             source = f"real {real.name} vs " + (f"sim {sim.name}" if sim is not None else f"campaign {campaign}")
@@ -258,6 +265,7 @@ def correlate_command(
             render.print_json({**report.to_dict(), "calibration_file": str(saved) if saved else None})
             return
         render.console.print(show.correlation_table(report, "real-to-sim agreement (95% bootstrap intervals)"))
+        render.console.print(show.correlation_checks_table(report))
         if report.unmatched:
             render.console.print(f"sim cells without a real counterpart (ignored): {', '.join(report.unmatched)}",
                                  highlight=False, soft_wrap=True)

@@ -98,6 +98,27 @@ def correlation_table(report: CorrelationReport, title: str) -> Table:
     return table
 
 
+def correlation_checks_table(report: CorrelationReport) -> Table:
+    conv = report.mmrv_convention
+    table = Table(title=f"how far to trust it (MMRV: {conv.weight}-gap weighting, ties by '{conv.ties}')",
+                  title_justify="left")
+    for column in ("task", "k", "Pearson r", "Fisher-z CI", "bootstrap CI", "drop-one r", "most influential",
+                   "perm. p (one-sided)", "floor 1/k!"):
+        table.add_column(column, justify="left" if column in ("task", "most influential") else "right")
+    for t in report.tasks:
+        c = t.checks
+        if c is None:
+            continue
+        r = t.stats["pearson"]
+        fisher = _ci(c.fisher_low, c.fisher_high, 3) if c.fisher_reason is None else f"[yellow]{c.fisher_reason}[/]"
+        lev = c.leverage["pearson"]
+        perm = "-" if c.permutation_p is None else f"{c.permutation_p:.3g}" + (" (sampled)" if c.permutation_mode == "sampled" else "")
+        table.add_row(t.task, str(c.k), _num(r.value, 3), fisher, _ci(r.ci_low, r.ci_high, 3),
+                      _ci(lev.low, lev.high, 3), c.most_influential or "-", perm,
+                      "-" if c.permutation_floor is None else f"{c.permutation_floor:.3g}")
+    return table
+
+
 def openloop_tables(rows: Sequence[OpenLoopRow], agreement: Sequence[RankAgreement], reference: str) -> list[Table]:
     scores = Table(title=f"open-loop on {reference}'s recorded trajectories", title_justify="left")
     for column in ("policy", "task", "episodes", "steps", "action MSE", "R²"):

@@ -1,5 +1,6 @@
 """Metrics: success rates and intervals, paired comparisons, rankings with uncertainty,
-episode budgets, real-to-sim correlation, the sign-off gate and open-loop scores.
+episode budgets, real-to-sim correlation, the sign-off gate, open-loop scores,
+anytime-valid sequential tests and confidence sequences, and Beta-binomial posteriors.
 
 May import ``assay.spec`` and ``assay.store`` only; reads the catalog, never the
 runner, and never builds a policy (open-loop scoring takes a predictor).
@@ -21,7 +22,7 @@ from assay.metrics.calibration import (
     signoff,
 )
 from assay.metrics.comparisons import Comparison, Pairing, Verdict, compare, holm, mcnemar_exact, newcombe_interval
-from assay.metrics.correlation import CorrelationReport, correlate, correlation, mmrv
+from assay.metrics.correlation import CorrelationReport, MmrvConvention, correlate, correlation, mmrv
 from assay.metrics.openloop import (
     OpenLoopRow,
     Predictor,
@@ -34,6 +35,7 @@ from assay.metrics.openloop import (
     save_openloop,
 )
 from assay.metrics.outcomes import OutcomeGrid, outcome_grid
+from assay.metrics.posterior import Posterior, PosteriorComparison, posterior, posterior_comparison, prob_greater
 from assay.metrics.ranking import Leaderboard, leaderboard
 from assay.metrics.rates import GROUP_FIELDS, INTERVAL_METHODS, Interval, RateRow, rate_table, success_interval
 from assay.metrics.results_csv import (
@@ -45,6 +47,15 @@ from assay.metrics.results_csv import (
 )
 from assay.metrics.returns import ReturnComparison, compare_returns, return_interval
 from assay.metrics.robustness import AxisProfile, RetentionRow, retention_table, robustness_profile
+from assay.metrics.sequential import (
+    LatticeBoundary,
+    SequentialComparison,
+    compare_stop,
+    lattice_boundary,
+    mean_cs,
+    paired_difference_cs,
+    rate_cs,
+)
 from assay.metrics.stability import Stability, stability
 
 __all__ = [
@@ -58,4 +69,7 @@ __all__ = [
     "outcome_grid", "RankAgreement", "rank_agreement", "rate_table", "read_results_csv", "records_from_report",
     "save_calibration", "save_openloop", "save_real_results",
     "signoff", "stability", "success_interval", "write_results_csv",
+    "LatticeBoundary", "MmrvConvention", "Posterior", "PosteriorComparison", "SequentialComparison", "compare_stop",
+    "lattice_boundary", "mean_cs", "paired_difference_cs", "posterior", "posterior_comparison", "prob_greater",
+    "rate_cs",
 ]

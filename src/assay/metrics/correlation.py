@@ -18,6 +18,18 @@ and other rates S (sim). Statistics, each with a seeded bootstrap interval:
   gap is penalised once, by the gap. Pairs tied on both sides never count.
   Example: S = [0.5, 0.5, 0.2], R = [0.9, 0.1, 0.5] gives (0 + 0.8 + 0.4) / 3 = 0.4.
 
+  That is the default convention (``weight="real"``, ``ties="<"``), SIMPLER's
+  published form. Papers differ, so both choices are switches: ``weight="sim"``
+  costs a violation the sim gap |S_i − S_j| instead of the real one, and
+  ``ties=">"`` uses 1[(S_i > S_j) ≠ (R_i > R_j)], which charges a pair tied in sim
+  at the endpoint with the *higher* real rate. The example above gives 0.4 by
+  default, (0.8 + 0.4 + 0.4) / 3 = 0.533 with ``ties=">"`` and 0.2 with
+  ``weight="sim"``.
+
+Beside the figures, ``metrics/correlation_checks.py`` reports what limits them:
+the number of policies k, a Fisher-z interval of r, the drop-one leverage range,
+and the exact permutation p-value with its floor 1/k!.
+
 Intervals: when every rate of the task carries counts (successes, trials), each
 resample redraws every (policy, side) cell's episodes with replacement, i.e.
 Binomial(trials, observed rate); otherwise policies are resampled with
@@ -35,21 +47,46 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import kendalltau, pearsonr, rankdata
 
+from assay.errors import AssayError
 from assay.metrics.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, check_settings, generator, percentile_interval
+from assay.metrics.correlation_checks import Checks, fisher_interval, leverage, permutation_p
 from assay.metrics.results_csv import RateEntry, ResultsCsvError
 
 STATISTICS = ("pearson", "spearman", "kendall", "mmrv")
+MMRV_WEIGHTS = ("real", "sim")
+MMRV_TIES = ("<", ">")
 
 
-def mmrv(real: Sequence[float], sim: Sequence[float]) -> float:
+@dataclass(frozen=True)
+class MmrvConvention:
+    """Which gap a rank violation costs and which strict comparison defines it (default: SIMPLER's)."""
+
+    weight: str = "real"
+    ties: str = "<"
+
+    def __post_init__(self) -> None:
+        if self.weight not in MMRV_WEIGHTS:
+            raise AssayError(f"MMRV weight {self.weight!r} is not known; valid: {', '.join(MMRV_WEIGHTS)}")
+        if self.ties not in MMRV_TIES:
+            raise AssayError(f"MMRV ties {self.ties!r} is not known; valid: {', '.join(MMRV_TIES)}")
+
+
+SIMPLER = MmrvConvention()
+
+
+def mmrv(real: Sequence[float], sim: Sequence[float], convention: MmrvConvention = SIMPLER) -> float:
     """MMRV of ``sim`` against the reference ``real`` (see the module docstring for ties)."""
     r, s = np.asarray(real, dtype=np.float64), np.asarray(sim, dtype=np.float64)
-    return float(_mmrv_rows(r[None, :], s[None, :])[0])
+    return float(_mmrv_rows(r[None, :], s[None, :], convention)[0])
 
 
-def _mmrv_rows(r: np.ndarray, s: np.ndarray) -> np.ndarray:
-    violated = (s[:, :, None] < s[:, None, :]) != (r[:, :, None] < r[:, None, :])
-    gaps = np.abs(r[:, :, None] - r[:, None, :])
+def _mmrv_rows(r: np.ndarray, s: np.ndarray, convention: MmrvConvention = SIMPLER) -> np.ndarray:
+    if convention.ties == "<":
+        violated = (s[:, :, None] < s[:, None, :]) != (r[:, :, None] < r[:, None, :])
+    else:
+        violated = (s[:, :, None] > s[:, None, :]) != (r[:, :, None] > r[:, None, :])
+    weights = r if convention.weight == "real" else s
+    gaps = np.abs(weights[:, :, None] - weights[:, None, :])
     return (gaps * violated).max(axis=2).mean(axis=1)
 
 
@@ -63,11 +100,12 @@ def _undefined(real: np.ndarray, sim: np.ndarray, labels: tuple[str, str]) -> st
 
 
 def correlation(kind: str, real: Sequence[float], sim: Sequence[float],
-                labels: tuple[str, str] = ("real", "sim")) -> tuple[float | None, str | None]:
+                labels: tuple[str, str] = ("real", "sim"),
+                convention: MmrvConvention = SIMPLER) -> tuple[float | None, str | None]:
     """(value, None) or (None, reason) for ``pearson``, ``spearman``, ``kendall`` or ``mmrv``."""
     r, s = np.asarray(real, dtype=np.float64), np.asarray(sim, dtype=np.float64)
     if kind == "mmrv":
-        return (mmrv(r, s), None) if r.size else (None, "undefined: no policies")
+        return (mmrv(r, s, convention), None) if r.size else (None, "undefined: no policies")
     reason = _undefined(r, s, labels)
     if reason:
         return None, reason
@@ -78,10 +116,10 @@ def correlation(kind: str, real: Sequence[float], sim: Sequence[float],
     return float(pearsonr(r, s).statistic), None
 
 
-def _rows(kind: str, r: np.ndarray, s: np.ndarray) -> np.ndarray:
+def _rows(kind: str, r: np.ndarray, s: np.ndarray, convention: MmrvConvention = SIMPLER) -> np.ndarray:
     """The statistic for each resample row; NaN where it is undefined."""
     if kind == "mmrv":
-        return _mmrv_rows(r, s)
+        return _mmrv_rows(r, s, convention)
     out = np.full(r.shape[0], np.nan)
     ok = ~(np.all(r == r[:, :1], axis=1) | np.all(s == s[:, :1], axis=1)) if r.shape[1] >= 2 else np.zeros(len(r), bool)
     if not ok.any():
@@ -125,6 +163,7 @@ class TaskCorrelation:
     other_rates: tuple[float, ...]
     resampling: str  # "episodes" or "policies"
     stats: dict[str, Estimate]
+    checks: Checks | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +176,7 @@ class CorrelationReport:
     confidence: float
     n_resamples: int
     seed: int
+    mmrv_convention: MmrvConvention = SIMPLER
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -200,6 +240,7 @@ def correlate(
     confidence: float = 0.95,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    convention: MmrvConvention = SIMPLER,
 ) -> CorrelationReport:
     check_settings(confidence, n_resamples)
     aligned, unmatched = align(reference, other, labels)
@@ -213,13 +254,15 @@ def correlate(
         mode, rb, sb = _resample(pairs, rng, n_resamples)
         stats = {}
         for kind in STATISTICS:
-            value, reason = correlation(kind, r, s, labels)
-            boot = _rows(kind, rb, sb)
+            value, reason = correlation(kind, r, s, labels, convention)
+            boot = _rows(kind, rb, sb, convention)
             stats[kind] = _estimate(value, reason, boot, confidence)
             if value is not None:
                 values[kind].append(value)
                 samples[kind].append(boot)
-        tasks.append(TaskCorrelation(task, matched, tuple(a.policy for a, _ in pairs), tuple(r), tuple(s), mode, stats))
+        policies = tuple(a.policy for a, _ in pairs)
+        checks = task_checks(policies, r, s, stats["pearson"].value, labels, confidence, seed, convention)
+        tasks.append(TaskCorrelation(task, matched, policies, tuple(r), tuple(s), mode, stats, checks))
     average = {}
     for kind in STATISTICS:
         if not values[kind]:
@@ -232,4 +275,26 @@ def correlate(
             mean = np.where(counts > 0, np.where(defined, stacked, 0.0).sum(axis=0) / np.maximum(counts, 1), np.nan)
         average[kind] = _estimate(float(np.mean(values[kind])), None, mean, confidence)
     return CorrelationReport(labels, tuple(tasks), average, {k: len(v) for k, v in values.items()}, tuple(unmatched),
-                             confidence, n_resamples, seed)
+                             confidence, n_resamples, seed, convention)
+
+
+def task_checks(policies: Sequence[str], real: Sequence[float], sim: Sequence[float], pearson: float | None,
+                labels: tuple[str, str] = ("real", "sim"), confidence: float = 0.95, seed: int = DEFAULT_SEED,
+                convention: MmrvConvention = SIMPLER) -> Checks:
+    """k, Fisher-z interval, drop-one leverage and the permutation p-value of one task."""
+    k = len(policies)
+    low, high, why = fisher_interval(pearson, k, confidence)
+    dropped: dict[str, list[float | None]] = {kind: [] for kind in STATISTICS}
+    moved: list[tuple[float, str]] = []
+    if k >= 3:
+        for i, policy in enumerate(policies):
+            r_sub = [v for j, v in enumerate(real) if j != i]
+            s_sub = [v for j, v in enumerate(sim) if j != i]
+            for kind in STATISTICS:
+                dropped[kind].append(correlation(kind, r_sub, s_sub, labels, convention)[0])
+            value = dropped["pearson"][-1]
+            if value is not None and pearson is not None:
+                moved.append((abs(value - pearson), policy))
+    most = min(moved, key=lambda m: (-m[0], m[1]))[1] if moved else None
+    p, floor, mode = permutation_p(real, sim, seed)
+    return Checks(k, low, high, why, leverage(dropped), most, p, floor, mode)
