@@ -9,12 +9,15 @@ from typing import Annotated
 import typer
 
 from assay.cli import render
+from assay.cli.adaptive_render import adaptive_render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
 from assay.cli.progress import CampaignProgress
 from assay.errors import AssayError
 from assay.metrics import entries_from_records, rate_table, write_results_csv
+from assay.metrics.adaptive import judge_for
 from assay.policies import BUILTIN_POLICIES
 from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
+from assay.run.adaptive import load_state
 from assay.sim import default_registry
 from assay.spec import CampaignSpec, SuccessMode, load_campaign
 
@@ -52,16 +55,22 @@ def run(
             progress = CampaignProgress(render.err_console, enabled=not json_out)
             with progress:
                 summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
-                                       retry_errors=retry_errors)
+                                       retry_errors=retry_errors,
+                                       judge=judge_for(spec) if spec.adaptive is not None else None)
+            adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
             rows = rate_table(opened.catalog.episodes(campaign=spec.name), by=("policy", "task"))
             if json_out:
                 render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
                                    "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
                                    "retried": summary.retried, "outcomes": summary.outcomes,
-                                   "results": [r.to_dict() for r in rows]})
+                                   "results": [r.to_dict() for r in rows],
+                                   **({"adaptive": adaptive} if adaptive is not None else {})})
                 return
             no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)
             render.console.print(render.rate_table(rows, f"campaign {spec.name}: success by policy × task", no_success))
+            if adaptive is not None:
+                for part in adaptive_render(adaptive):
+                    render.console.print(part, highlight=False, soft_wrap=True)
             render.console.print(
                 f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store"
                 + (f" ({summary.repaired} re-run: step file or catalog row damaged)" if summary.repaired else "")

@@ -15,11 +15,15 @@ from typing import Annotated, Any
 import typer
 
 from assay.cli import render
+from assay.cli.adaptive_render import adaptive_render
 from assay.cli import stats_render as show
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
 from assay.errors import AssayError
+from assay.run.adaptive import load_state
 from assay.metrics import (
     MmrvConvention,
+    PosteriorComparison,
+    posterior_comparison,
     Pairing,
     RateEntry,
     Thresholds,
@@ -96,9 +100,27 @@ def results_extras(store: Store, campaign: str, records: Sequence[EpisodeRecord]
     grid = outcome_grid(records)
     board = leaderboard(grid)
     gate = signoff(grid.task_ids, load_calibration(store.root), load_thresholds(store.root))
-    return Extras({"leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate]},
-                  [show.leaderboard_table(board, f"campaign {campaign}: leaderboard (rank [95% interval])"),
-                   show.signoff_table(gate)])
+    extras = Extras({"leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate]},
+                    [show.leaderboard_table(board, f"campaign {campaign}: leaderboard (rank [95% interval])"),
+                     show.signoff_table(gate)])
+    _add_adaptive(extras, store.root, campaign)
+    return extras
+
+
+def _add_adaptive(extras: Extras, root: Path, campaign: str) -> None:
+    """An adaptive campaign's stopping reasons, sequential p-values/intervals and episodes saved."""
+    state = load_state(root, campaign)
+    if state is not None:
+        extras.document["adaptive"] = state
+        extras.tables.extend(adaptive_render(state))
+
+
+def _posterior(grid: Any, a: str, others: Sequence[str], seed: int) -> list[PosteriorComparison]:
+    out = []
+    for b in others:
+        counts = {t.task: (*t.counts(a), *t.counts(b)) for t in grid.tasks}
+        out.append(posterior_comparison(counts, seed=seed))
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -128,27 +150,37 @@ def compare_command(
     """Per-task and suite differences A − B with intervals, p-values and verdicts. Tasks without a
     success signal (gymnasium ids) are compared on paired mean return instead (``returns`` in --json)."""
     with user_errors():
-        name, _, records = _episodes(store, catalog, campaign)
+        name, root, records = _episodes(store, catalog, campaign)
         grid = outcome_grid(records, _split(tasks) if tasks else None, variant)
         grid.require([a, *others])
         by_return = [t for t in grid.task_ids if return_scored(t)]
         by_success = [t for t in grid.task_ids if t not in by_return]
-        rows = compare(outcome_grid(records, by_success, variant), a, others,
-                       Pairing.UNPAIRED if unpaired else Pairing.PAIRED, alpha, confidence,
-                       resamples, seed) if by_success else []
+        success_grid = outcome_grid(records, by_success, variant) if by_success else None
+        rows = compare(success_grid, a, others, Pairing.UNPAIRED if unpaired else Pairing.PAIRED, alpha, confidence,
+                       resamples, seed) if success_grid is not None else []
         kept = [r for r in records if variant is None or r.variant_name == variant]
         returns = compare_returns(kept, a, others, by_return, alpha, confidence) if by_return else []
+        posteriors = _posterior(success_grid, a, others, seed) if success_grid is not None else []
+        extras = Extras({})
+        _add_adaptive(extras, root, name)
         if json_out:
             render.print_json({"campaign": name, "a": a, "others": others, "alpha": alpha, "confidence": confidence,
                                "seed": seed, "n_resamples": resamples,
-                               "comparisons": [r.to_dict() for r in rows], "returns": [r.to_dict() for r in returns]})
+                               "comparisons": [r.to_dict() for r in rows], "returns": [r.to_dict() for r in returns],
+                               "posterior": [{"b": b, **p.to_dict()} for b, p in zip(others, posteriors)],
+                               **extras.document})
             return
         title = f"campaign {name}: {a} (A) vs {', '.join(others)} (B)"
         if rows:
             render.console.print(show.comparison_table(rows, title))
+            render.console.print(show.posterior_table(a, others, posteriors))
         if returns:
             render.console.print(show.return_comparison_table(
                 returns, f"{title}, mean return (no success signal: {', '.join(by_return)})", confidence))
+        if extras.tables:
+            render.console.print("[yellow]adaptive campaign: the fixed-n p-values above are not valid after optional "
+                                 "stopping; use the sequential p-values below[/]")
+            extras.print()
 
 
 def return_scored(task_id: str) -> bool:
@@ -183,13 +215,16 @@ def leaderboard_command(
         board = leaderboard(grid, confidence, resamples, seed)
         thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies)
         gate = signoff(grid.task_ids, load_calibration(root), thresholds)
+        extras = Extras({})
+        _add_adaptive(extras, root, name)
         if json_out:
             render.print_json({"campaign": name, "leaderboard": board.to_dict(), "thresholds": asdict(thresholds),
-                               "signoff": [s.to_dict() for s in gate]})
+                               "signoff": [s.to_dict() for s in gate], **extras.document})
             return
         render.console.print(show.leaderboard_table(board, f"campaign {name}: leaderboard"))
         render.console.print(show.p_better_table(board))
         render.console.print(show.signoff_table(gate))
+        extras.print()
 
 
 def budget_command(

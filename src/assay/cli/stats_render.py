@@ -6,7 +6,16 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from assay.metrics import Comparison, CorrelationReport, Leaderboard, OpenLoopRow, ReturnComparison, Signoff, Verdict
+from assay.metrics import (
+    Comparison,
+    CorrelationReport,
+    Leaderboard,
+    OpenLoopRow,
+    PosteriorComparison,
+    ReturnComparison,
+    Signoff,
+    Verdict,
+)
 from assay.metrics.correlation import STATISTICS, Estimate
 from assay.metrics.openloop import RankAgreement
 
@@ -95,6 +104,17 @@ def correlation_table(report: CorrelationReport, title: str) -> Table:
     counts = report.tasks_averaged
     table.add_row("[bold]mean over tasks[/]", "", "", *[
         f"{_estimate(report.average[k])} ({counts[k]} tasks)" for k in STATISTICS])
+    return table
+
+
+def posterior_table(a: str, others: Sequence[str], posteriors: Sequence[PosteriorComparison]) -> Table:
+    table = Table(title=f"Beta-binomial posteriors (uniform prior): P({a} > B)", title_justify="left")
+    for column in ("B", "task", f"P({a} > B)"):
+        table.add_column(column, justify="right" if column.startswith("P(") else "left")
+    for b, post in zip(others, posteriors):
+        for task, p in post.per_task.items():
+            table.add_row(b, task, f"{p:.3f}")
+        table.add_row(b, "suite", f"{post.suite:.3f}", style="bold")
     return table
 
 

@@ -305,12 +305,15 @@ def _looks(n: int, batch: int, max_pairs: int) -> list[int]:
 
 def compare_stop(a: Sequence[float], b: Sequence[float], *, alpha: float = 0.05, power: float = 0.8,
                  delta: float = 0.1, batch: int = 8, max_pairs: int = 200, method: str = "mixture",
-                 futility: bool = True) -> SequentialComparison | None:
+                 futility: bool = True, looks: Sequence[int] | None = None,
+                 final: bool = False) -> SequentialComparison | None:
     """Where the sequential comparison of paired outcomes (seed order) stops; None if it has not yet.
 
     ``a``/``b`` are 0/1 successes (or scores in [0, 1]: the mixture and lattice
     tests then count a pair as discordant only when one side is 1 and the other 0;
-    use binary outcomes for them). Looks happen after every full ``batch`` of pairs.
+    use binary outcomes for them). Looks happen after every full ``batch`` of pairs, or at the
+    given prefix lengths ``looks``; ``final`` makes the last look the budget's (``budget reached``
+    there if nothing else stopped it).
     """
     _check_alpha(alpha)
     if method not in METHODS:
@@ -318,7 +321,7 @@ def compare_stop(a: Sequence[float], b: Sequence[float], *, alpha: float = 0.05,
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if x.shape != y.shape:
         raise AssayError(f"paired outcomes need equal lengths; got {x.size} and {y.size}")
-    looks = _looks(x.size, batch, max_pairs)
+    looks = _looks(x.size, batch, max_pairs) if looks is None else sorted({int(v) for v in looks if 0 < v <= x.size})
     if not looks:
         return None
     a_only = np.cumsum((x == 1) & (y == 0))
@@ -344,7 +347,7 @@ def compare_stop(a: Sequence[float], b: Sequence[float], *, alpha: float = 0.05,
             reason = DECIDED
         elif futility and -delta < lo and hi < delta:
             reason = NO_DIFFERENCE
-        elif end >= max_pairs:
+        elif end >= max_pairs or (final and k == len(looks) - 1):
             reason = BUDGET
         if reason:
             diff = float(np.mean(x[:end] - y[:end]))

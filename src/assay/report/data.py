@@ -8,6 +8,8 @@ from the table that ``assay failures mine`` fills.
 
 from __future__ import annotations
 
+import json
+
 import shlex
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -93,6 +95,7 @@ class ReportData:
     regression: tuple[SetStatus, ...] = ()
     baseline: str | None = None
     comparisons: tuple[Comparison, ...] = ()
+    adaptive: dict[str, Any] | None = None  # campaigns/NAME/adaptive.json of an adaptive campaign
 
     @property
     def progress(self) -> tuple[int, int]:
@@ -202,7 +205,9 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         f"assay run {shlex.quote(name_file)} --store {shlex.quote(str(store.root))}",
         f"assay report {shlex.quote(campaign)} --store {shlex.quote(str(store.root))} -o {shlex.quote(campaign)}.html",
     )
+    adaptive_path = store.campaign_dir(campaign) / "adaptive.json"
     return ReportData(
+        adaptive=json.loads(adaptive_path.read_text()) if adaptive_path.exists() else None,
         campaign=campaign, spec=spec, store_root=str(store.root), records=records,
         rates=tuple(rate_table(records, by=("policy", "task"), confidence=confidence)) if records else (),
         leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(robustness_rows(records, retention)),

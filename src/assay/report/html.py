@@ -144,11 +144,30 @@ def _provenance(data: ReportData) -> str:
             + f"<pre>{escape(chr(10).join(data.reproduce))}</pre>")
 
 
+def _adaptive(data: ReportData) -> str:
+    state = data.adaptive
+    if state is None:
+        return "<p class='muted'>A fixed-n campaign: every cell ran all its episodes.</p>"
+    d = state["design"]
+    rows = [[escape(q["task"]), escape(" vs ".join(q["policies"]) if q["kind"] == "compare" else q["policies"][0]),
+             str(q["episodes"]), escape(q["reason"] or "running"), number(q["estimate"], 3),
+             f"[{number(q['low'], 3)}, {number(q['high'], 3)}]",
+             "-" if q["p_value"] is None else f"{q['p_value']:.3g}"] for q in state["questions"]]
+    return (f"<p>Goal <b>{escape(d['goal'])}</b>, {escape(d['method'])} test, α {d['alpha']}, power {d['power']}, "
+            f"δ {d['delta']}, batch {d['batch']}, horizon {d['max_episodes']}. Anytime-valid p-values and confidence "
+            "sequences: the fixed-n p-values elsewhere in this report are not valid after optional stopping.</p>"
+            + table(["task", "question", "episodes/cell", "stopped because", "estimate", "interval", "seq. p"],
+                    rows, {2, 4, 6})
+            + f"<p>Episodes used {state['episodes_used']} against {state['episodes_fixed']} for the fixed-n design "
+              f"of the same error rates: {pct(state['saved'])} saved.</p>")
+
+
 def render_html(data: ReportData, store: Store, embed_video: bool = True, out_dir: Path | None = None) -> str:
     done, total = data.progress
     sections: list[tuple[str, str, str]] = [
         ("leaderboard", "Leaderboard", _leaderboard(data)),
         ("rates", "Success by policy × task", _rates(data)),
+        *([("adaptive", "Adaptive stopping", _adaptive(data))] if data.adaptive is not None else []),
         ("checkpoints", "Checkpoint comparison", parts.checkpoints(data)),
         ("robustness", "Robustness profile", _robustness(data)),
         ("real-to-sim", "Real-to-sim agreement", parts.real_to_sim(data)),

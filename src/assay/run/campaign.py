@@ -17,6 +17,7 @@ from typing import Any
 
 from assay.errors import SpecError, UnsupportedError
 from assay.policies import check_policy_contract, check_supports, resolve_policy
+from assay.run.adaptive import Judge, run_rounds
 from assay.run.executors import Executor
 from assay.sim import TaskRegistry, default_registry, resolve_variant
 from assay.sim.render import VIEWS
@@ -36,7 +37,7 @@ class CampaignPlan:
     def resolved(self) -> dict[str, Any]:
         """What is saved beside the results: the spec plus everything resolved from it."""
         return {
-            "campaign": self.spec.model_dump(mode="json"),
+            "campaign": self.spec.dump(),
             "tasks": [{"id": t.id, "hash": t.content_hash(), "spec": t.model_dump(mode="json")} for t in self.tasks],
             "policies": [{"name": p.name, "version": p.version, "spec": p.spec.model_dump(mode="json")} for p in self.policies],
             "variants": [{"key": v.key, "name": v.name, "spec": v.model_dump(mode="json")} for v in self.variants],
@@ -100,11 +101,21 @@ def run_campaign(
     on_start: Callable[[CampaignSummary], None] | None = None,
     on_record: Callable[[EpisodeRecord], None] | None = None,
     retry_errors: bool = False,
+    judge: Judge | None = None,
 ) -> CampaignSummary:
     """Run the campaign's pending jobs, holding the store's run lock: a second run on the same
-    store waits for this one and then finds its episodes done (none runs twice)."""
+    store waits for this one and then finds its episodes done (none runs twice).
+
+    An adaptive campaign (``adaptive:`` in its spec) runs in rounds judged by ``judge``
+    (``assay.metrics.adaptive.judge_for(spec)``), see :mod:`assay.run.adaptive`."""
     with store.run_lock():
-        return _run_pending(campaign, store, executor, on_start, on_record, retry_errors)
+        if campaign.spec.adaptive is None:
+            return _run_pending(campaign, store, executor, on_start, on_record, retry_errors)
+        if judge is None:
+            raise SpecError(f"campaign {campaign.spec.name!r} is adaptive: pass judge=assay.metrics.adaptive."
+                            "judge_for(spec) (assay run does)")
+        return run_rounds(campaign, store, lambda sub: _run_pending(sub, store, executor, on_start, on_record,
+                                                                    retry_errors), judge)[0]
 
 
 def _run_pending(

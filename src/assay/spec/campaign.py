@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from assay.spec.hashing import content_hash, derive_seed
 from assay.spec.policy import PolicySpec
@@ -44,8 +44,42 @@ class Pipeline(str, Enum):
     DECOUPLED = "decoupled"
 
 
+class Goal(str, Enum):
+    """What an adaptive campaign stops for (see docs/STATISTICS.md, "Adaptive campaigns")."""
+
+    COMPARE = "compare"  # two policies: is one better, per task × variant
+    RANK = "rank"  # a leaderboard: every pair of policies resolved, per task × variant
+    INTERVAL = "interval"  # every cell's confidence sequence narrower than ± width
+
+
+class AdaptiveSpec(BaseModel):
+    """Run in batches of paired seeds and stop each cell as soon as its question is answered."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    goal: Goal
+    policies: tuple[str, ...] = Field(default=(), description="the policies the goal is about (default: all)")
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    power: float = Field(default=0.8, gt=0.0, lt=1.0)
+    delta: float = Field(default=0.1, gt=0.0, le=0.5, description="the smallest difference worth detecting")
+    max_episodes: int = Field(default=200, gt=0, le=100_000, description="per cell; the horizon")
+    batch: int = Field(default=8, gt=0, le=10_000, description="episodes per cell between looks")
+    width: float | None = Field(default=None, gt=0.0, lt=0.5, description="interval goal: half-width to reach")
+    method: str = Field(default="lattice", pattern=r"^(lattice|mixture)$")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "AdaptiveSpec":
+        if self.goal == Goal.INTERVAL and self.width is None:
+            raise ValueError("adaptive goal 'interval' needs 'width' (the half-width to reach, e.g. 0.1)")
+        if self.goal == Goal.COMPARE and self.policies and len(self.policies) != 2:
+            raise ValueError(f"adaptive goal 'compare' takes exactly 2 policies; got {len(self.policies)}")
+        if self.batch > self.max_episodes:
+            raise ValueError(f"adaptive batch {self.batch} is larger than max_episodes {self.max_episodes}")
+        return self
+
+
 class CampaignSpec(BaseModel):
-    """The grid: policies × tasks × variants × ``episodes`` seeds."""
+    """The grid: policies × tasks × variants × ``episodes`` seeds (or adaptively, up to ``adaptive.max_episodes``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -68,6 +102,49 @@ class CampaignSpec(BaseModel):
         description="wall-clock limit of one batch of episodes in seconds (default 900): past it the worker is "
                     "killed and its episodes are errors (an execution setting: not part of the campaign's hash)")
     description: str = ""
+    adaptive: AdaptiveSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _adaptive_horizon(cls, data: Any) -> Any:
+        """In an adaptive campaign ``episodes`` is the horizon: it defaults to adaptive.max_episodes and back."""
+        if not isinstance(data, dict) or not isinstance(data.get("adaptive"), dict):
+            return data
+        adaptive = dict(data["adaptive"])
+        if "episodes" in data and "max_episodes" in adaptive and data["episodes"] != adaptive["max_episodes"]:
+            raise ValueError(f"episodes {data['episodes']} and adaptive.max_episodes {adaptive['max_episodes']} "
+                             "differ; in an adaptive campaign give one of them (the horizon per cell)")
+        if "episodes" in data:
+            adaptive.setdefault("max_episodes", data["episodes"])
+        else:
+            horizon = adaptive.get("max_episodes", AdaptiveSpec.model_fields["max_episodes"].default)
+            data = {**data, "episodes": horizon}
+        return {**data, "adaptive": adaptive}
+
+    @model_validator(mode="after")
+    def _adaptive_policies(self) -> "CampaignSpec":
+        if self.adaptive is None:
+            return self
+        names = [p.name for p in self.policies]
+        unknown = [p for p in self.adaptive.policies if p not in names]
+        if unknown:
+            raise ValueError(f"adaptive policy {', '.join(unknown)} is not in the campaign; valid: {', '.join(names)}")
+        listed = self.adaptive.policies or tuple(names)
+        left = [n for n in names if n not in listed]
+        if left:
+            raise ValueError(f"policy {', '.join(left)} is not in adaptive.policies; list it or remove it")
+        if self.adaptive.goal == Goal.COMPARE and len(listed) != 2:
+            raise ValueError(f"adaptive goal 'compare' takes exactly 2 policies; the campaign has {len(listed)}")
+        if self.adaptive.goal == Goal.RANK and len(listed) < 2:
+            raise ValueError("adaptive goal 'rank' needs at least 2 policies")
+        return self
+
+    def dump(self) -> dict[str, Any]:
+        """The spec as JSON data; an absent ``adaptive`` block is left out, so fixed-n campaigns hash as before."""
+        data = self.model_dump(mode="json")
+        if data.get("adaptive") is None:
+            data.pop("adaptive", None)
+        return data
 
     @field_validator("policies")
     @classmethod
@@ -79,7 +156,10 @@ class CampaignSpec(BaseModel):
         return policies
 
     def content_hash(self) -> str:
-        return content_hash(self.model_dump(mode="json", exclude=EXECUTION_SETTINGS))
+        data = self.model_dump(mode="json", exclude=EXECUTION_SETTINGS)
+        if data.get("adaptive") is None:  # fixed-n campaigns hash as they did before adaptive campaigns existed
+            data.pop("adaptive", None)
+        return content_hash(data)
 
 
 @dataclass(frozen=True)
