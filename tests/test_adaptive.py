@@ -87,7 +87,8 @@ def test_spec_errors_are_one_line():
     with pytest.raises(SpecError, match="not in the campaign"):
         campaign_from_data({**base, "adaptive": {"goal": "compare", "policies": ["expert", "zero"]}}, "c.yaml")
     with pytest.raises(SpecError, match="exactly 2 policies"):
-        campaign_from_data({**base, "policies": ["expert", "random", "zero"], "adaptive": {"goal": "compare"}}, "c.yaml")
+        campaign_from_data({**base, "policies": ["expert", "random", "zero"], "adaptive": {"goal": "compare"}},
+                           "c.yaml")
     with pytest.raises(SpecError, match="differ"):
         campaign_from_data({**base, "episodes": 5, "adaptive": {"goal": "compare", "max_episodes": 8}}, "c.yaml")
 
@@ -132,7 +133,8 @@ def _run(root: Path, executor, data=ADAPTIVE):
     spec = campaign_from_data(data, "c.yaml")
     with Store(root, create=True) as store:
         run_campaign(prepare_campaign(spec), store, executor, judge=judge_for(spec))
-        return load_state(store, spec.name), sorted(store.catalog.existing_keys(j.key for j in prepare_campaign(spec).jobs))
+        keys = store.catalog.existing_keys(j.key for j in prepare_campaign(spec).jobs)
+        return load_state(store, spec.name), sorted(keys)
 
 
 @pytest.mark.sim

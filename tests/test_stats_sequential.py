@@ -29,12 +29,11 @@ from assay.metrics.sequential import (
 )
 from assay.metrics.sequential_evidence import draw_pairs, simulate_compare, simulate_methods, stop_looks
 
-
 # ---------------------------------------------------------------- mixture e-process
 
 def test_mixture_e_value_is_the_beta_mixture_likelihood_ratio() -> None:
     for s, f in [(0, 0), (3, 0), (2, 5), (10, 1)]:
-        density = integrate.quad(lambda t: t**s * (1 - t) ** f * stats.beta.pdf(t, 0.5, 0.5), 0, 1)[0]
+        density = integrate.quad(lambda t, s=s, f=f: t**s * (1 - t) ** f * stats.beta.pdf(t, 0.5, 0.5), 0, 1)[0]
         assert math.exp(mixture_log_e(s, f)) == pytest.approx(density * 2 ** (s + f), rel=1e-7)
     assert mixture_log_e(0, 0) == pytest.approx(0.0)
 
@@ -197,7 +196,8 @@ def test_power_and_episodes_saved_at_the_design_difference_and_beyond() -> None:
 
 def test_prob_greater_matches_integration_and_symmetry() -> None:
     for sa, na, sb, nb in [(3, 10, 5, 10), (7, 20, 12, 30), (0, 5, 5, 5), (24, 24, 0, 24)]:
-        f = lambda x: stats.beta.pdf(x, 1 + sa, 1 + na - sa) * stats.beta.cdf(x, 1 + sb, 1 + nb - sb)  # noqa: E731
+        def f(x, sa=sa, na=na, sb=sb, nb=nb):
+            return stats.beta.pdf(x, 1 + sa, 1 + na - sa) * stats.beta.cdf(x, 1 + sb, 1 + nb - sb)
         assert prob_greater(sa, na, sb, nb) == pytest.approx(integrate.quad(f, 0, 1)[0], abs=1e-9)
         assert prob_greater(sa, na, sb, nb) + prob_greater(sb, nb, sa, na) == pytest.approx(1.0)
     assert prob_greater(0, 0, 0, 0) == pytest.approx(0.5)

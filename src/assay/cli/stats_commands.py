@@ -15,16 +15,14 @@ from typing import Annotated, Any
 import typer
 
 from assay.cli import render
-from assay.cli.adaptive_render import adaptive_render
 from assay.cli import stats_render as show
+from assay.cli.adaptive_render import adaptive_render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
 from assay.errors import AssayError
-from assay.run.adaptive import load_state
 from assay.metrics import (
     MmrvConvention,
-    PosteriorComparison,
-    posterior_comparison,
     Pairing,
+    PosteriorComparison,
     RateEntry,
     Thresholds,
     compare,
@@ -36,6 +34,7 @@ from assay.metrics import (
     load_calibration,
     load_thresholds,
     outcome_grid,
+    posterior_comparison,
     rate_table,
     read_results_csv,
     records_from_report,
@@ -44,6 +43,7 @@ from assay.metrics import (
     signoff,
     stability,
 )
+from assay.run.adaptive import load_state
 from assay.store import EpisodeRecord, Store
 
 ConfidenceOpt = Annotated[float, typer.Option("--confidence", help="Interval level.")]
@@ -167,7 +167,7 @@ def compare_command(
             render.print_json({"campaign": name, "a": a, "others": others, "alpha": alpha, "confidence": confidence,
                                "seed": seed, "n_resamples": resamples,
                                "comparisons": [r.to_dict() for r in rows], "returns": [r.to_dict() for r in returns],
-                               "posterior": [{"b": b, **p.to_dict()} for b, p in zip(others, posteriors)],
+                               "posterior": [{"b": b, **p.to_dict()} for b, p in zip(others, posteriors, strict=False)],
                                **extras.document})
             return
         title = f"campaign {name}: {a} (A) vs {', '.join(others)} (B)"

@@ -111,7 +111,7 @@ def posterior_table(a: str, others: Sequence[str], posteriors: Sequence[Posterio
     table = Table(title=f"Beta-binomial posteriors (uniform prior): P({a} > B)", title_justify="left")
     for column in ("B", "task", f"P({a} > B)"):
         table.add_column(column, justify="right" if column.startswith("P(") else "left")
-    for b, post in zip(others, posteriors):
+    for b, post in zip(others, posteriors, strict=True):
         for task, p in post.per_task.items():
             table.add_row(b, task, f"{p:.3f}")
         table.add_row(b, "suite", f"{post.suite:.3f}", style="bold")
@@ -132,7 +132,8 @@ def correlation_checks_table(report: CorrelationReport) -> Table:
         r = t.stats["pearson"]
         fisher = _ci(c.fisher_low, c.fisher_high, 3) if c.fisher_reason is None else f"[yellow]{c.fisher_reason}[/]"
         lev = c.leverage["pearson"]
-        perm = "-" if c.permutation_p is None else f"{c.permutation_p:.3g}" + (" (sampled)" if c.permutation_mode == "sampled" else "")
+        sampled = " (sampled)" if c.permutation_mode == "sampled" else ""
+        perm = "-" if c.permutation_p is None else f"{c.permutation_p:.3g}{sampled}"
         table.add_row(t.task, str(c.k), _num(r.value, 3), fisher, _ci(r.ci_low, r.ci_high, 3),
                       _ci(lev.low, lev.high, 3), c.most_influential or "-", perm,
                       "-" if c.permutation_floor is None else f"{c.permutation_floor:.3g}")

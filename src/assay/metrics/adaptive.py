@@ -45,6 +45,7 @@ RANKED = "ranked (every pair resolved)"
 
 @dataclass(frozen=True)
 class Design:
+    """The design of an adaptive campaign's goal (from its ``adaptive:`` block)."""
     goal: str
     policies: tuple[str, ...]
     alpha: float
@@ -58,6 +59,7 @@ class Design:
 
 @dataclass(frozen=True)
 class Question:
+    """One comparison (A vs B) or one interval (a cell's rate) and where it stands."""
     kind: str  # "compare" or "interval"
     task: str
     variant: str
@@ -74,6 +76,7 @@ class Question:
 
 @dataclass(frozen=True)
 class CellState:
+    """One (policy, task, variant) cell: episodes run and why it stopped (None: still running)."""
     policy: str
     task: str
     variant: str
@@ -84,6 +87,7 @@ class CellState:
 
 @dataclass(frozen=True)
 class AdaptiveState:
+    """Every question and cell after the completed rounds; ``active`` are the cells to run next."""
     design: Design
     questions: tuple[Question, ...]
     cells: tuple[CellState, ...]
@@ -92,13 +96,16 @@ class AdaptiveState:
 
     @property
     def active(self) -> tuple[Cell, ...]:
+        """The cells that still run in the next round."""
         return tuple((c.policy, c.task, c.variant) for c in self.cells if c.reason is None)
 
     @property
     def saved(self) -> float:
+        """1 − episodes used / episodes of the fixed-n design (0 without a design)."""
         return 1.0 - self.episodes_used / self.episodes_fixed if self.episodes_fixed else 0.0
 
     def to_dict(self) -> dict[str, object]:
+        """Plain data for JSON."""
         return {**asdict(self), "saved": self.saved}
 
 
@@ -122,7 +129,8 @@ def _compare(design: Design, alpha: float, task: str, variant: str, a_name: str,
                           method=design.method, looks=looks, final=at_budget) if looks else None
     if result is None:
         reason = BUDGET if at_budget else None
-        return Question("compare", task, variant, (a_name, b_name), ends[-1] if ends else 0, reason, 1.0 if reason else None,
+        return Question("compare", task, variant, (a_name, b_name), ends[-1] if ends else 0, reason,
+                        1.0 if reason else None,
                         float(np.mean(x - y)) if x.size else 0.0, -1.0, 1.0, int(np.sum((x == 1) & (y == 0))),
                         int(np.sum((x == 0) & (y == 1))))
     episodes = ends[looks.index(result.pairs)] if result.pairs in looks else ends[-1]
@@ -146,6 +154,7 @@ def _interval(design: Design, task: str, variant: str, policy: str, values: np.n
 
 
 def interval_fixed_n(alpha: float, width: float) -> int:
+    """Episodes per cell a fixed-n Wald interval needs for half-width ``width`` at p = ½."""
     z = float(norm.ppf(1 - alpha / 2))
     return math.ceil(z * z * 0.25 / (width * width) - 1e-9)
 
@@ -186,6 +195,7 @@ def decide(design: Design, outcomes: Mapping[Cell, Sequence[float]]) -> Adaptive
 
 
 def design_for(spec: CampaignSpec) -> Design:
+    """The adaptive design of a campaign spec (ValueError if it is not adaptive)."""
     ad = spec.adaptive
     if ad is None:
         raise ValueError(f"campaign {spec.name!r} is not adaptive")
@@ -200,4 +210,5 @@ def judge_for(spec: CampaignSpec) -> Callable[[Mapping[Cell, Sequence[float]]], 
     return lambda outcomes: decide(design, outcomes)
 
 
-__all__ = ["design_for", "judge_for", "AdaptiveState", "CellState", "Design", "Question", "RANKED", "decide", "interval_fixed_n", "DECIDED"]
+__all__ = ["DECIDED", "RANKED", "AdaptiveState", "CellState", "Design", "Question", "decide", "design_for",
+           "interval_fixed_n", "judge_for"]

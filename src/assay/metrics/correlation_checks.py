@@ -36,6 +36,7 @@ DEFAULT_PERMUTATIONS = 100_000
 
 @dataclass(frozen=True)
 class Leverage:
+    """The range of a statistic over the leave-one-policy-out subsets."""
     low: float | None
     high: float | None
     undefined_subsets: int
@@ -43,6 +44,7 @@ class Leverage:
 
 @dataclass(frozen=True)
 class Checks:
+    """What limits one task's correlation: k, Fisher-z interval, leverage, permutation p and its floor."""
     k: int
     fisher_low: float | None
     fisher_high: float | None
@@ -54,10 +56,12 @@ class Checks:
     permutation_mode: str  # "exact", "sampled" or "undefined: ..."
 
     def to_dict(self) -> dict[str, object]:
+        """Plain data for JSON."""
         return asdict(self)
 
 
 def fisher_interval(r: float | None, k: int, confidence: float = 0.95) -> tuple[float | None, float | None, str | None]:
+    """(low, high, None) or (None, None, reason): the Fisher-z interval of Pearson r over k policies."""
     if r is None:
         return None, None, "undefined: Pearson r is undefined"
     if k < 4:
@@ -95,6 +99,7 @@ def permutation_p(real: Sequence[float], sim: Sequence[float], seed: int = 0,
 
 
 def leverage(kind_values: dict[str, list[float | None]]) -> dict[str, Leverage]:
+    """Leverage ranges from each statistic's leave-one-out values (None where undefined)."""
     out = {}
     for kind, values in kind_values.items():
         defined = [v for v in values if v is not None]

@@ -35,6 +35,7 @@ DEFAULT_DRAWS = 20000
 
 @dataclass(frozen=True)
 class Posterior:
+    """A cell's Beta posterior: mean and central credible interval."""
     successes: int
     trials: int
     mean: float
@@ -42,6 +43,7 @@ class Posterior:
     high: float
 
     def to_dict(self) -> dict[str, object]:
+        """Plain data for JSON."""
         return asdict(self)
 
 
@@ -78,12 +80,14 @@ def prob_greater(successes_a: int, trials_a: int, successes_b: int, trials_b: in
 
 @dataclass(frozen=True)
 class PosteriorComparison:
+    """P(θ_A > θ_B) per task and for the suite mean."""
     per_task: dict[str, float]  # P(θ_A > θ_B) per task
     suite: float  # P(mean over tasks of θ_A > that of θ_B)
     draws: int
     seed: int
 
     def to_dict(self) -> dict[str, object]:
+        """Plain data for JSON."""
         return asdict(self)
 
 

@@ -105,6 +105,7 @@ class LatticeBoundary:
     type_one: float  # exact P_H0(reject by max_discordant), ≤ alpha
 
     def rejects(self, a_only: int, b_only: int) -> bool:
+        """Whether the counts (a_only, b_only) lie in the rejection region."""
         return abs(a_only - b_only) >= self.intercept + self.slope * (a_only + b_only) - 1e-12
 
 
@@ -136,7 +137,8 @@ def lattice_boundary(alpha: float, delta: float, max_discordant: int, discordanc
     """The exact-α lattice region for horizon ``max_discordant`` (see the module docstring)."""
     _check_alpha(alpha)
     if not 0.0 < delta <= discordance <= 1.0:
-        raise AssayError(f"delta {delta} with discordance {discordance} is impossible; valid: 0 < delta ≤ discordance ≤ 1")
+        raise AssayError(f"delta {delta} with discordance {discordance} is impossible; "
+                         "valid: 0 < delta ≤ discordance ≤ 1")
     if max_discordant < 1:
         raise AssayError(f"max_discordant {max_discordant} is out of range; valid: 1 or more")
     slope = _sprt_slope(delta, discordance)
@@ -170,11 +172,13 @@ def lattice_p_value(boundary: LatticeBoundary, a_only: Sequence[int], b_only: Se
 
 @dataclass(frozen=True)
 class Interval2:
+    """A confidence-sequence interval [low, high]."""
     low: float
     high: float
 
     @property
     def width(self) -> float:
+        """high − low."""
         return self.high - self.low
 
 
@@ -200,7 +204,7 @@ def rate_cs(successes: int, trials: int, alpha: float = 0.05) -> Interval2:
 
 
 def mean_cs_path(x: np.ndarray, alpha: float = 0.05, grid_size: int = GRID,
-                 looks: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 looks: Sequence[int] | np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Betting CS for the mean of [0, 1] scores after each prefix in ``looks`` (default every one):
     (low, high), each (campaigns, len(looks)); intersected over the looks.
 
@@ -260,7 +264,7 @@ def paired_difference_cs(a: Sequence[float], b: Sequence[float], alpha: float = 
     """CS for E[a − b] with a, b in [0, 1] on the same seeds (betting CS on (a − b + 1) / 2)."""
     if len(a) != len(b):
         raise AssayError(f"paired scores need equal lengths; got {len(a)} and {len(b)}")
-    ci = mean_cs([(x - y + 1.0) / 2.0 for x, y in zip(a, b)], alpha)
+    ci = mean_cs([(x - y + 1.0) / 2.0 for x, y in zip(a, b, strict=True)], alpha)
     return Interval2(2.0 * ci.low - 1.0, 2.0 * ci.high - 1.0)
 
 
@@ -274,6 +278,7 @@ BUDGET = "budget reached"
 
 @dataclass(frozen=True)
 class SequentialComparison:
+    """Where and why a sequential paired comparison stopped, with its anytime-valid figures."""
     pairs: int  # pairs used when it stopped
     reason: str
     p_value: float  # anytime-valid
@@ -286,6 +291,7 @@ class SequentialComparison:
     fixed_n: int  # pairs of the fixed-n McNemar design of the same alpha, power, delta
 
     def to_dict(self) -> dict[str, object]:
+        """Plain data for JSON."""
         return asdict(self)
 
 

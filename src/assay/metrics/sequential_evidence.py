@@ -30,6 +30,7 @@ from assay.metrics.sequential import (
 
 @dataclass(frozen=True)
 class SimulatedDesign:
+    """Operating characteristics of one (p_A, p_B) point over many simulated campaigns."""
     p_a: float
     p_b: float
     method: str
@@ -43,6 +44,7 @@ class SimulatedDesign:
     saved: float  # 1 − mean_pairs / fixed_n
 
     def to_dict(self) -> dict[str, object]:
+        """Plain data for JSON."""
         return asdict(self)
 
 
@@ -58,6 +60,7 @@ def draw_pairs(p_a: float, p_b: float, campaigns: int, max_pairs: int, seed: int
 
 
 def look_points(batch: int, max_pairs: int) -> np.ndarray:
+    """The look times: every ``batch`` pairs, and the horizon."""
     looks = np.arange(batch, max_pairs + 1, batch)
     if looks.size == 0 or looks[-1] != max_pairs:
         looks = np.append(looks, max_pairs)
@@ -104,6 +107,7 @@ def stop_looks(a: np.ndarray, b: np.ndarray, *, alpha: float, delta: float, batc
 def simulate_compare(p_a: float, p_b: float, *, campaigns: int = 2000, seed: int = 0, alpha: float = 0.05,
                      power: float = 0.8, delta: float = 0.1, batch: int = 8, max_pairs: int = 400,
                      method: str = "mixture", futility: bool = True) -> SimulatedDesign:
+    """The operating characteristics of one test at (p_A, p_B) over ``campaigns`` seeded campaigns."""
     return simulate_methods(p_a, p_b, (method,), campaigns=campaigns, seed=seed, alpha=alpha, power=power,
                             delta=delta, batch=batch, max_pairs=max_pairs, futility=futility)[0]
 

@@ -9,7 +9,6 @@ from the table that ``assay failures mine`` fills.
 from __future__ import annotations
 
 import json
-
 import shlex
 from collections import Counter, defaultdict
 from collections.abc import Sequence

@@ -5,20 +5,21 @@ cell, the same seeds for every policy). Round r runs episode indices
 [r·batch, (r+1)·batch) of every still-active cell through the ordinary runner
 (resume, repair and linking as for any campaign) and waits for all of them; then
 the ``judge`` (``assay.metrics.adaptive.judge_for``; metrics sit above run, so the
-caller passes it in) decides on the outcomes of the completed rounds, read back from the catalog in seed order. Nothing depends on
-which worker finished first, so 1 or N workers and every executor stop at the same
-points; a killed campaign, rerun, finds its finished episodes in the catalog,
-completes the interrupted round and reaches the same decisions. The final state
-(why each cell stopped, the sequential p-values and intervals, episodes used and
-the fixed-n yardstick) is written to ``campaigns/NAME/adaptive.json``.
+caller passes it in) decides on the outcomes of the completed rounds, read back
+from the catalog in seed order. Nothing depends on which worker finished first, so
+1 or N workers and every executor stop at the same points; a killed campaign,
+rerun, finds its finished episodes in the catalog, completes the interrupted round
+and reaches the same decisions. The final state (why each cell stopped, the
+sequential p-values and intervals, episodes used and the fixed-n yardstick) is
+written to ``campaigns/NAME/adaptive.json``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from assay.spec import EpisodeJob
@@ -32,13 +33,21 @@ Cell = tuple[str, str, str]  # (policy, task id, variant key)
 
 
 class Judgement(Protocol):
-    @property
-    def active(self) -> tuple[Cell, ...]: ...
+    """What a judge returns after a round: the cells to run next, episodes used, and its JSON."""
 
     @property
-    def episodes_used(self) -> int: ...
+    def active(self) -> tuple[Cell, ...]:
+        """The cells that still run in the next round."""
+        ...
 
-    def to_dict(self) -> dict[str, object]: ...
+    @property
+    def episodes_used(self) -> int:
+        """Episodes run so far over all cells."""
+        ...
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data for JSON."""
+        ...
 
 
 Judge = Callable[[Mapping[Cell, Sequence[float]]], Judgement]
@@ -97,6 +106,7 @@ def _add(a: CampaignSummary, b: CampaignSummary) -> CampaignSummary:
 
 
 def save_state(store: Store, campaign: CampaignPlan, state: Judgement) -> None:
+    """Write the final adaptive state to ``campaigns/NAME/adaptive.json`` and the resolved campaign."""
     spec = campaign.spec
     resolved = {**campaign.resolved(), "jobs": state.episodes_used}
     store.save_resolved_campaign(spec.name, spec.content_hash(), resolved)

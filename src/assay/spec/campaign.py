@@ -68,7 +68,7 @@ class AdaptiveSpec(BaseModel):
     method: str = Field(default="lattice", pattern=r"^(lattice|mixture)$")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "AdaptiveSpec":
+    def _consistent(self) -> AdaptiveSpec:
         if self.goal == Goal.INTERVAL and self.width is None:
             raise ValueError("adaptive goal 'interval' needs 'width' (the half-width to reach, e.g. 0.1)")
         if self.goal == Goal.COMPARE and self.policies and len(self.policies) != 2:
@@ -122,7 +122,7 @@ class CampaignSpec(BaseModel):
         return {**data, "adaptive": adaptive}
 
     @model_validator(mode="after")
-    def _adaptive_policies(self) -> "CampaignSpec":
+    def _adaptive_policies(self) -> CampaignSpec:
         if self.adaptive is None:
             return self
         names = [p.name for p in self.policies]
