@@ -78,6 +78,18 @@ def page(server: str) -> Iterator[object]:
         browser.close()
 
 
+def _overlapping_labels(page: object, selector: str) -> list[list[str]]:
+    """Pairs of text elements under ``selector`` whose rendered boxes intersect."""
+    return page.evaluate("""sel => {
+      const boxes = [...document.querySelectorAll(sel)].map(t => [t.textContent, t.getBoundingClientRect()]);
+      const hits = [];
+      for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+        const [a, p] = boxes[i], [b, q] = boxes[j];
+        if (p.left < q.right - 0.5 && q.left < p.right - 0.5 && p.top < q.bottom - 0.5 && q.top < p.bottom - 0.5) hits.push([a, b]);
+      }
+      return hits; }""", selector)
+
+
 def _shot(page: object, name: str) -> None:
     directory = os.environ.get("ASSAY_SCREENSHOTS")
     if directory:
@@ -102,7 +114,9 @@ def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report
     assert failures.count() == len(unsuccessful) >= 4  # random never reaches in 60 steps
     [analysed] = load_ponrs(report_store).values()  # the fixture found one point of no return
     ponr_cell = page.locator(f"#failures tr[data-key='{analysed.key}'] td.ponr").inner_text()
-    assert ponr_cell == ("beyond the expert" if analysed.t is None else f"step {analysed.t} of {analysed.steps}")
+    expected = "beyond the expert" if analysed.t is None else f"never lost (budget {analysed.budget})" \
+        if analysed.lost is False else f"step {analysed.t} of {analysed.steps}"
+    assert ponr_cell == expected
     _shot(page, "campaign")
 
     failures.first.locator("a").click()
@@ -124,7 +138,9 @@ def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report
     page.locator(f"h2:has-text('Episode {analysed.key}')").wait_for()
     page.locator("svg[data-plot='events']").wait_for()
     assert "point of no return" in page.locator("#failure-facts").inner_text()
-    assert page.locator("svg[data-plot='events'] g.event[data-kind='ponr']").count() == (analysed.t is not None)
+    assert page.locator("svg[data-plot='events'] g.event[data-kind='ponr']").count() == (analysed.point is not None)
+    assert _overlapping_labels(page, "svg[data-plot='events'] text") == []  # events close in time stack, not overprint
+    _shot(page, "episode-events")
     assert page.errors == []
 
 
@@ -197,3 +213,59 @@ def test_report_renders_offline_in_the_browser(report_store: Path, page: object,
     page.wait_for_function("document.querySelector('#gallery video').currentTime > 0.2", timeout=15000)
     assert all(url.startswith(("file:", "data:")) for url in requests), requests
     _shot(page, "report")
+
+
+LIVE_CAMPAIGN = """
+name: live
+seed: 1
+episodes: 12
+horizon: 400
+envs_per_worker: 1
+tasks: [metaworld/reach@1]
+policies: [random]
+"""
+
+
+@pytest.mark.slow
+def test_campaign_tables_refresh_while_and_after_a_run(tmp_path: Path) -> None:
+    """On b6a562f a page opened mid-run kept "Episodes (0)" after the run finished."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    (tmp_path / "live.yaml").write_text(LIVE_CAMPAIGN)
+    store, port = tmp_path / "store", _free_port()
+    Store(store).close()
+    serve = subprocess.Popen([sys.executable, "-m", "assay.cli.app", "serve", "--store", str(store), "--port",
+                              str(port), "--token", TOKEN], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen([sys.executable, "-m", "assay.cli.app", "run", str(tmp_path / "live.yaml"), "--store",
+                            str(store), "--executor", "inline"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the campaign is registered before its first episode is written
+            try:
+                if any(c["name"] == "live" for c in json.loads(urllib.request.urlopen(url + "/api/campaigns").read())):
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the campaign never appeared"
+            time.sleep(0.1)
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"{url}/#/c/live")
+            title = page.locator("#episodes-title")
+            title.wait_for()
+            at_open = int(title.inner_text().split("(")[1].rstrip(")"))
+            assert at_open < 12, "the run finished before the page opened: nothing to check"
+            page.wait_for_function("document.getElementById('episodes-title') && "
+                                   "document.getElementById('episodes-title').textContent === 'Episodes (12)'",
+                                   timeout=120_000)
+            assert page.locator("#episodes tbody tr").count() == 12
+            assert page.locator("#rates tbody tr").first.inner_text().endswith("/12")
+            _shot(page, "live-campaign")
+            browser.close()
+        assert run.wait(timeout=120) == 0
+    finally:
+        for process in (run, serve):
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=10)

@@ -48,7 +48,7 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
     assert runner.invoke(app, ["run", str(tmp_path / "c.yaml"), "--store", str(tmp_path / "s")]).exit_code == 0
     out = tmp_path / "export"
     result = runner.invoke(app, ["export", "lerobot", "--data", "campaign=demos,outcome=any", "--out", str(out),
-                                 "--store", str(tmp_path / "s")])
+                                 "--store", str(tmp_path / "s"), "--no-gate"])
     assert result.exit_code == 0, result.output
     return tmp_path / "s", out
 

@@ -30,9 +30,15 @@ def test_export_round_trips_frames_actions_tasks_and_boundaries(tmp_path):
     store_dir = tmp_path / "store"
     (tmp_path / "c.yaml").write_text(CAMPAIGN)
     assert runner.invoke(app, ["run", str(tmp_path / "c.yaml"), "--store", str(store_dir)]).exit_code == 0
+    gated = runner.invoke(app, ["export", "lerobot", "--data", "campaign=demos,outcome=any", "--out",
+                                str(tmp_path / "gated"), "--store", str(store_dir), "--json"])
+    assert gated.exit_code == 0, gated.output
+    gated_summary = json.loads(gated.stdout)  # the quality gate drops random's jittery episodes, saying why
+    assert gated_summary["episodes"] == 8 - len(gated_summary["dropped"]) and gated_summary["dropped"]
+    assert all(why.startswith("jitter") for why in gated_summary["dropped"].values())
     out = tmp_path / "lerobot"
     result = runner.invoke(app, ["export", "lerobot", "--data", "campaign=demos,outcome=any", "--out", str(out),
-                                 "--store", str(store_dir), "--json"])
+                                 "--store", str(store_dir), "--no-gate", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["episodes"] == 8 and summary["tasks"] == 2 and summary["cameras"] == ["front"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from assay.failures import Category, add_sets, attribute, coverage, diff_runs
+from assay.failures import Category, add_sets, attribute, bisect_ponr, coverage, diff_runs
 from assay.failures.categories import Categorized, signals
 from assay.failures.regression import RegressionError, is_set_name
 from assay.store import EpisodeRecord, Outcome
@@ -41,6 +41,10 @@ def _stalled_state() -> np.ndarray:
     return state
 
 
+def _no_object() -> dict[str, float]:
+    return {name: np.nan for name in ("contact", "grasped", "dropped", "goal_progress", "ee_obj_dist", "lifted")}
+
+
 CASES = [
     ("pick-place", Outcome.ERROR, "step 3: invalid action: contains NaN or infinity", _episode(), Category.POLICY_ERROR),
     ("pick-place", Outcome.TIMEOUT, "", _episode(unstable=_steps(60, 61)), Category.INSTABILITY),
@@ -51,10 +55,19 @@ CASES = [
     ("pick-place", Outcome.TIMEOUT, "", _episode(contact=_steps(30, 40)), Category.GRASP_FAILURE),
     ("pick-place", Outcome.TIMEOUT, "", _episode(contact=_steps(30, 60), grasped=_steps(30, 60), dropped=_steps(60, 61)),
      Category.DROP),
-    ("pick-place", Outcome.TIMEOUT, "", _episode(contact=_steps(30), grasped=_steps(30)), Category.PLACEMENT_MISS),
+    ("pick-place", Outcome.TIMEOUT, "", _episode(contact=_steps(30), grasped=_steps(30), lifted=_steps(40)),
+     Category.PLACEMENT_MISS),
+    # Held but never lifted: not a placement miss (the object never left the table).
+    ("pick-place", Outcome.TIMEOUT, "", _episode(contact=_steps(30), grasped=_steps(30), lifted=0.0), Category.LIFT_FAILURE),
     ("pick-place", Outcome.TIMEOUT, "",
      {**_episode(contact=_steps(30), grasped=_steps(30)), "observation.state": _stalled_state()}, Category.STAGNATION),
-    ("push", Outcome.TIMEOUT, "", _episode(contact=_steps(30, 70)), Category.PLACEMENT_MISS),
+    ("push", Outcome.TIMEOUT, "", _episode(contact=_steps(30, 70)), Category.SHORT_OF_GOAL),
+    ("push", Outcome.TIMEOUT, "", _episode(contact=_steps(30, 70), object_moved=0.002), Category.CONTACT_FAILURE),
+    # Articulated tasks: no free object, so the object events are NaN; the joint's displacement is the evidence.
+    ("open-close", Outcome.TIMEOUT, "", _episode(**_no_object(), object_moved=np.linspace(0, 0.06, N)),
+     Category.SHORT_OF_GOAL),
+    ("open-close", Outcome.TIMEOUT, "", _episode(**_no_object(), object_moved=0.0), Category.APPROACH_FAILURE),
+    ("open-close", Outcome.TIMEOUT, "", _episode(**_no_object()), Category.UNKNOWN),
     ("push", Outcome.TIMEOUT, "", _episode(), Category.APPROACH_FAILURE),
     ("reach", Outcome.TIMEOUT, "", {**_episode(), "observation.state": _stalled_state()}, Category.STAGNATION),
 ]
@@ -69,6 +82,15 @@ def test_each_category_fires_and_only_that_one(family, outcome, reason, steps, e
 
 def test_every_category_is_exercised():
     assert {c[4] for c in CASES} == set(Category)
+
+
+def test_a_drawer_that_moved_is_not_an_approach_failure():
+    """On b6a562f NaN object events were summed to 0 ("never touched"): a drawer pulled 4-10 cm was an
+    approach failure. The joint displacement says it was reached and moved."""
+    found, evidence = signals("open-close", Outcome.TIMEOUT, "",
+                              _episode(**_no_object(), object_moved=np.linspace(0.0, 0.08, N)))
+    assert found == (Category.SHORT_OF_GOAL,) and evidence["object_moved"] == pytest.approx(0.08)
+    assert evidence["contact_steps"] is None  # missing, not zero
 
 
 def test_success_and_missing_events_get_no_category():
@@ -113,12 +135,45 @@ def test_attribution_on_paired_seeds():
         "beh1": ("contact", "paired"),
         "beh1b": ("control", "paired"),
         "nom2": ("contact", "category"),
-        "vis2": ("unattributed", "none"),
-        "vis3": ("unattributed", "none"),
+        "vis2": ("unknown", "none"),
+        "vis3": ("unknown", "none"),
     }
     rows = coverage(attribute(records, categories))
     assert sum(r["failures"] for r in rows) == 7
-    assert {"capability": "unattributed", "confidence": "none", "failures": 2, "share": 2 / 7} in rows
+    assert {"policy": "p", "capability": "unknown", "confidence": "none", "failures": 2, "share": 2 / 7} in rows
+
+
+def test_a_perception_failure_without_a_nominal_twin_is_attributed_from_the_policys_trace():
+    """A campaign with only the dark variant has no twin: on b6a562f these became ``control (category)``.
+    The policy's own trace says it never saw the goal."""
+    blind = Categorized(Category.SHORT_OF_GOAL, (Category.SHORT_OF_GOAL,), "push",
+                        {"trace": {"detected.goal": 0.0, "detected.object": 0.0}})
+    misrouted = Categorized(Category.APPROACH_FAILURE, (Category.APPROACH_FAILURE,), "push",
+                            {"trace": {"skill": "door-open-v3", "skill_matches_task": 0.0, "similarity": 0.3}})
+    off = Categorized(Category.SHORT_OF_GOAL, (Category.SHORT_OF_GOAL,), "push", {"trace": {"detected.goal": 1.0,
+                                                                                           "error_m.goal": 0.12}})
+    seeing = Categorized(Category.SHORT_OF_GOAL, (Category.SHORT_OF_GOAL,), "push", {"trace": {"detected.goal": 1.0,
+                                                                                              "error_m.goal": 0.004}})
+    records = [_record("dark", _variant("visual", "light.intensity", 0.1), Outcome.TIMEOUT, task="metaworld/push"),
+               _record("para", _variant("semantic", "instruction.paraphrase", "indirect"), Outcome.TIMEOUT, seed=2,
+                       task="metaworld/push"),
+               _record("plain", {}, Outcome.TIMEOUT, seed=3, task="metaworld/push"),
+               _record("cam", _variant("visual", "camera.shift", 0.1), Outcome.TIMEOUT, seed=4, task="metaworld/push"),
+               _record("ok", _variant("visual", "light.intensity", 0.1), Outcome.TIMEOUT, seed=5, task="metaworld/push")]
+    categories = {"dark": blind, "para": misrouted, "plain": misrouted, "cam": off, "ok": seeing}
+    got = {a.key: (a.capability, a.confidence) for a in attribute(records, categories)}
+    assert got == {"dark": ("perception", "trace"), "para": ("language_grounding", "trace"),
+                   "plain": ("planning", "trace"), "cam": ("perception", "trace"), "ok": ("control", "category")}
+
+
+def test_attribution_shares_are_per_policy():
+    records = [_record("a1", {}, Outcome.TIMEOUT), _record("a2", {}, Outcome.TIMEOUT, seed=2)]
+    records.append(EpisodeRecord(**{**records[0].to_dict(), "key": "b1", "policy_name": "q", "outcome": Outcome.TIMEOUT}))
+    categories = {k: Categorized(Category.DROP, (Category.DROP,), "pick-place") for k in ("a1", "a2")}
+    categories["b1"] = Categorized(Category.APPROACH_FAILURE, (Category.APPROACH_FAILURE,), "pick-place")
+    rows = coverage(attribute(records, categories))
+    assert rows == [{"policy": "p", "capability": "contact", "confidence": "category", "failures": 2, "share": 1.0},
+                    {"policy": "q", "capability": "control", "confidence": "category", "failures": 1, "share": 1.0}]
 
 
 def test_regression_diff_against_previous_run():
@@ -140,3 +195,67 @@ def test_set_names_that_are_not(name, tmp_path):
     with pytest.raises(RegressionError, match="is not valid"):
         add_sets(tmp_path, name, "c", [], 0.0)
     assert not (tmp_path / "regression").exists()
+
+
+def test_bracket_search_survives_non_monotone_recoverability():
+    """``...1110111111101...``: bisection (which assumes true-then-false) can land on the wrong side of the
+    dip; the bracket search finds the last recoverable step and says the pattern was not monotone."""
+    from assay.failures.ponr import bracket_search, scan_search
+
+    pattern = "1" * 10 + "0" * 10 + "1" * 5 + "0" * 5  # recoverable at t where pattern[t] == "1"
+    steps = len(pattern) - 1
+
+    def recoverable(t: int) -> bool:
+        return pattern[t] == "1"
+
+    truth = scan_search(recoverable, steps)
+    found = bracket_search(recoverable, steps, stride=5)
+    assert truth.t == found.t == pattern.rindex("1") and found.interval == (found.t, found.t + 1)
+    assert truth.non_monotone and found.non_monotone  # the probes at 10 and 15 saw the dip
+    bisected, _ = bisect_ponr(recoverable, steps)
+    assert bisected != truth.t  # what the old search answered
+
+
+def test_bracket_search_edge_cases():
+    from assay.failures.ponr import bracket_search
+
+    never = bracket_search(lambda t: False, 30, stride=4)
+    assert never.t is None and never.interval is None
+    always = bracket_search(lambda t: True, 30, stride=4)
+    assert always.t == 30 and always.interval == (30, 30) and not always.non_monotone
+    one = bracket_search(lambda t: t == 0, 1, stride=1)
+    assert one.t == 0 and one.interval == (0, 1)
+
+
+def _init_record(key: str, policy: str, x: float, outcome: Outcome) -> EpisodeRecord:
+    return EpisodeRecord(key=key, campaign="c", task_id="metaworld/push@1", task_hash="h", variant_key="nominal",
+                         variant_name="nominal", variant={}, policy_name=policy, policy_version="1", policy_spec={},
+                         seed=int(x * 1000), episode_index=0, instruction="", outcome=outcome, reason="", steps=10,
+                         total_return=0.0, success_step=None, trajectory_hash="",
+                         initial_conditions={"rand_vec": [x, 0.6, 0.02, 0.1, 0.8, 0.02]})
+
+
+def test_priorities_are_per_policy_over_initial_condition_regions():
+    """The policy fails where the object starts left (x < 0): the advice names that region, per policy,
+    and a policy whose failures the expert cannot save is not sent to collect expert demos there first."""
+    from assay.failures.ponr import PointOfNoReturn
+    from assay.failures.priorities import priorities
+
+    xs = [-0.2, -0.15, -0.1, -0.05, 0.05, 0.1, 0.15, 0.2]
+    records = [_init_record(f"a{i}", "a", x, Outcome.TIMEOUT if x < 0 else Outcome.SUCCESS) for i, x in enumerate(xs)]
+    records += [_init_record(f"r{i}", "random", x, Outcome.TIMEOUT) for i, x in enumerate(xs)]
+    cat = Categorized(Category.SHORT_OF_GOAL, (Category.SHORT_OF_GOAL,), "push")
+    categories = {r.key: cat for r in records if r.outcome is not Outcome.SUCCESS}
+    ponrs = {"a0": PointOfNoReturn("a0", 5, 10, 3, "bracket", 150, True, verified=True),
+             "a1": PointOfNoReturn("a1", None, 10, 3, "bracket", 150, None, verified=True),
+             "r0": PointOfNoReturn("r0", 10, 10, 3, "bracket", 150, False, verified=True)}
+    rows = priorities(records, categories, ponrs)
+    by_policy = {p: [r for r in rows if r.policy == p] for p in ("a", "random")}
+    [a] = by_policy["a"]
+    assert a.region == "nominal, init[0] < 0.000" and (a.episodes, a.failures) == (4, 4)
+    assert a.mass == 0.5 and a.recoverability == 0.5 and a.score == 0.25 and a.demos == 12
+    assert a.advice.startswith("collect 12 demos of metaworld/push@1 in nominal, init[0] < 0.000 (a fails 4/4")
+    assert "the expert recovers 1/2 searched" in a.advice
+    [r] = by_policy["random"]  # fails everywhere: no region inside the cell
+    assert r.region == "nominal (all initial conditions)" and r.failures == 8 and r.score == 1.0
+    assert [row.policy for row in rows] == ["a", "random"]  # grouped per policy, never one mixed ranking

@@ -71,7 +71,13 @@ def test_point_of_no_return_plot_demos_and_priorities(store):
     assert demo.schema.metadata[b"purpose"] == b"recovery" and demo.schema.metadata[b"source_episode"] == found["key"].encode()
     assert demo.column("success").to_pylist()[-1] is True
     rows = json.loads(invoke("priorities", "--store", str(store), "--campaign", "mine", "--json").stdout)
-    assert rows[0]["score"] is not None and rows[0]["recoverable"] == 1
+    assert rows[0]["score"] is not None and rows[0]["recoverable"] == 1 and rows[0]["policy"] == "random"
+    assert rows[0]["advice"].startswith(f"collect {rows[0]['demos']} demos of metaworld/reach@1 in nominal")
+    assert rows[0]["demos"] == 3 * rows[0]["failures"] and "the expert recovers 1/1 searched" in rows[0]["advice"]
+    text = invoke("priorities", "--store", str(store), "--campaign", "mine").output
+    assert "collect" in text and "random" in text
+    bad = runner.invoke(app, ["priorities", "--store", str(store), "--campaign", "mine", "--policy", "nobody"])
+    assert bad.exit_code == 2 and "valid: random" in bad.output
 
 
 def test_ponr_picks_a_campaigns_failures_and_never_redoes_one(store):
@@ -95,3 +101,46 @@ def test_regression_set_of_one_policys_failures(store):
     added = json.loads(invoke("regress", "add", "rnd", "--from", "mine", "--policy", "random", "--holdout", "0",
                               "--store", str(store), "--json").stdout)
     assert added["mined"]["cases"] == 4 and added["heldout"] is None
+
+
+SAFE_CAMPAIGN = """
+name: safe-cells
+seed: 2
+episodes: 2
+horizon: 40
+envs_per_worker: 2
+safety: true
+replan_every: 2
+tasks: [metaworld/reach@1]
+policies:
+  - random
+  - {name: shaky, builtin: degraded-expert, params: {action_noise: 0.9, action_delay: 3}}
+"""
+
+
+def test_a_rerun_of_a_safety_cell_keeps_every_setting(tmp_path):
+    """On b6a562f a rerun dropped safety and replan_every (another episode than the one mined) and a
+    parametrised policy such as ``shaky`` could not be named."""
+    (tmp_path / "c.yaml").write_text(SAFE_CAMPAIGN)
+    store = str(tmp_path / "s")
+    invoke("run", str(tmp_path / "c.yaml"), "--store", store, "--executor", "inline")
+    invoke("regress", "add", "safe", "--from", "safe-cells", "--holdout", "0", "--store", store)
+    from assay.failures.regression import load_set
+    from assay.store import Store
+
+    cases = load_set(tmp_path / "s", "safe").cases
+    assert cases and all(c.run_settings == {"safety": True, "replan_every": 2, "pipeline": "lockstep"} for c in cases)
+    for policy in ("random", "shaky"):
+        [row] = json.loads(invoke("regress", "run", "safe", "--policy", policy, "--store", store, "--json").stdout)
+        assert row["cases"] == len(cases)
+    with Store(tmp_path / "s", create=False) as opened:
+        original = {r.key for r in opened.catalog.episodes(campaign="safe-cells")}
+        reruns = opened.catalog.episodes(campaign="regress-safe-v1")
+    assert reruns and all(r.provenance["run"]["safety"] and r.provenance["run"]["replan_every"] == 2 for r in reruns)
+    # the same policy with the same settings is the same episode: the mined failures themselves
+    mined = {c.source_key for c in cases}
+    assert mined <= {r.key for r in reruns} and mined <= original
+    for bad, message in (("{name: x}", "--policy '{name: x}' is not valid"), ("nosuch", "unknown builtin 'nosuch'")):
+        result = runner.invoke(app, ["regress", "run", "safe", "--policy", bad, "--store", store])
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+        assert "shaky" in result.output  # the campaign's own policies are listed as valid

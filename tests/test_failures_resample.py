@@ -53,6 +53,15 @@ def test_resample_estimates_the_local_failure_rate(tmp_path, write_campaign):
     assert (document["variants"], document["episodes"]) == (3, 6)
     assert document["failure_rate"] == 1.0 and document["interval"][0] > 0.5  # random never reaches
     assert len(document["by_variant"]) == 3 and "action.noise=0.5" in document["by_variant"]
+    assert document["initial_conditions"]["per_variant"] == 2 and document["initial_conditions"]["max_distance"] < 0.3
+    # a nominal failure: --samples is honoured, over initial conditions
+    nominal = str(tmp_path / "nominal")
+    path.write_text(path.read_text().replace("variants: [{action.noise: 0.5}]", "variants: [nominal]"))
+    assert runner.invoke(app, ["run", str(path), "--store", nominal, "--executor", "inline"]).exit_code == 0
+    failed = json.loads(runner.invoke(app, ["episodes", "ls", "--store", nominal, "--json"]).stdout)["episodes"][0]
+    counts = [json.loads(runner.invoke(app, ["failures", "resample", failed["key"], "--samples", str(n), "--seeds", "2",
+                                             "--store", nominal, "--json"]).stdout)["episodes"] for n in (1, 2)]
+    assert counts == [2, 4]
 
 
 @pytest.mark.sim
@@ -67,3 +76,4 @@ def test_boundary_bisects_a_real_factor(tmp_path):
     assert levels == [0.0, 1.0, 0.5]  # both ends, then one bisection step
     assert document["probes"][0]["successes"] == 2  # the expert with no latency
     assert document["boundary"] is not None
+    assert document["interval"] is not None and document["bracket"][1] == document["boundary"]

@@ -74,8 +74,40 @@ def test_leakage_flags_evaluation_on_training_seeds(demo_store, checkpoint):
     flagged = leakage_report(records)[str(Path(checkpoint.path).resolve())]
     assert sorted(flagged) == sorted(r.key for r in records) and len(flagged) == 3
     assert all(r.policy_info["trained_on_seed"] for r in records)
-    other_variant = [{"task_hash": r.task_hash, "variant_key": "elsewhere", "seed": r.seed} for r in records]
+    other_variant = [{"task_id": r.task_id, "variant_key": "elsewhere", "seed": r.seed} for r in records]
     assert contaminated(records, other_variant) == []  # same seed, another variant: not the same episode
+
+
+@pytest.mark.sim
+def test_leakage_across_horizons_is_caught(demo_store, checkpoint):
+    """Trained at horizon 100, evaluated on the same seeds at horizon 60: the same scenes (the task hash
+    differs, which on b6a562f let every contaminated seed pass as clean). ``results`` and ``assay leakage``
+    say so."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+
+    _, records = run_grid(demo_store, "bc-other-horizon", [TASK], [bc_spec("bc", Path(checkpoint.path))], 3,
+                          DEMO_SEED, 60)
+    trained = {p["task_hash"] for p in torch.load(checkpoint.path, weights_only=True)["provenance"]}
+    assert {r.task_hash for r in records}.isdisjoint(trained)  # another task hash ...
+    assert sorted(leakage_report(records)[str(Path(checkpoint.path).resolve())]) == sorted(r.key for r in records)
+    assert all(r.policy_info["trained_on_seed"] for r in records)  # ... the same scenes
+    runner = CliRunner()
+    found = runner.invoke(app, ["leakage", checkpoint.path, "--campaign", "bc-other-horizon", "--store",
+                                str(demo_store.root), "--json"])
+    assert found.exit_code == 0, found.output
+    document = json.loads(found.stdout)
+    assert document["contaminated"] == 3 and document["episodes"] == 3 and sorted(document["keys"]) == sorted(
+        r.key for r in records)
+    shown = runner.invoke(app, ["results", "--campaign", "bc-other-horizon", "--store", str(demo_store.root), "--json"])
+    assert json.loads(shown.stdout)["leakage"][0]["contaminated"] == 3
+    text = runner.invoke(app, ["results", "--campaign", "bc-other-horizon", "--store", str(demo_store.root)]).output
+    assert "contaminated" in text and "leakage" in text
+    missing = runner.invoke(app, ["leakage", checkpoint.path, "--campaign", "nope", "--store", str(demo_store.root)])
+    assert missing.exit_code == 2 and "no campaign 'nope'" in missing.output
 
 
 def test_bc_shorthand_and_content_version(checkpoint, tmp_path):

@@ -106,7 +106,7 @@ def test_report_is_one_self_contained_file(report_store: Path, tmp_path: Path) -
     parsed = _Collector()
     parsed.feed(html)
     assert parsed.sections == ["leaderboard", "rates", "checkpoints", "robustness", "real-to-sim", "openloop",
-                               "failures", "gallery", "regression", "provenance"]
+                               "failures", "gallery", "regression", "integrity", "provenance"]
     # nothing fetched from anywhere: every src/href is an in-page anchor or a data: URI
     assert parsed.urls and all(u.startswith(("#", "data:")) for u in parsed.urls), \
         [u[:40] for u in parsed.urls if not u.startswith(("#", "data:"))]
@@ -143,3 +143,14 @@ def test_report_errors_are_one_line(report_store: Path, tmp_path: Path) -> None:
     assert list((tmp_path / "adir").iterdir()) == []
     result = runner.invoke(app, ["report", "tiny", "--store", str(tmp_path / "missing")])
     assert result.exit_code == 2 and "no store" in result.output
+
+
+def test_real_to_sim_labels_never_share_a_place():
+    """Two policies on one point get one label; nearby points stack their labels instead of overprinting."""
+    from assay.report.figures import point_labels
+
+    labels = point_labels(["a", "b", "c", "d"], [0.5, 0.5, 0.52, 0.9], [0.5, 0.5, 0.51, 0.1])
+    texts = [t for t, _, _ in labels]
+    assert texts == ["c", "a, b", "d"]
+    offsets = {t: o for t, _, o in labels}
+    assert offsets["c"] != offsets["a, b"] and offsets["d"] == (4, 4)

@@ -42,3 +42,13 @@ def test_the_filter_rejects_nan_clips_and_counts_and_is_part_of_the_key(tmp_path
             assert run["interventions"] == {"nan": int(nan.sum()), "limit": int(limit.sum()),
                                             "workspace": int(np.asarray(steps.column("info.safety.workspace")).sum())}
         assert all(r.provenance["run"] == {"safety": False, "replan_every": None, "pipeline": "lockstep"} for r in raw)
+        # ... and results and the report show the counts per cell
+        from assay.failures.safety import intervention_rows
+        from assay.report import write_report
+
+        [row] = intervention_rows(store.catalog.episodes(campaign="safe"))
+        total = sum(r.provenance["run"]["interventions"]["nan"] for r in store.catalog.episodes(campaign="safe"))
+        assert row["episodes"] == 2 and row["nan"] == total > 0 and row["limit"] > 0
+        html = write_report(store, "safe", tmp_path / "r.html", embed_video=False).read_text()
+        integrity = html.split("<section id='integrity'>")[1].split("</section>")[0]
+        assert "Safety filter interventions" in integrity and f'<td class="num">{total}</td>' in integrity

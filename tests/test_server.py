@@ -92,12 +92,16 @@ def test_failures_carry_what_mining_stored(client: TestClient, report_store: Pat
     assert {k: f["category"] for k, f in failures.items()} == {k: c.category.value for k, c in stored.items()
                                                               if k in failures}
     assert all(f["attribution"]["capability"] for f in failures.values())
-    assert failures[ponr.key]["ponr"] == {"t": ponr.t, "steps": ponr.steps, "handoffs": ponr.handoffs}
+    shown = failures[ponr.key]["ponr"]
+    assert {k: shown[k] for k in ("t", "steps", "handoffs", "lost", "budget", "verified")} == \
+        {"t": ponr.t, "steps": ponr.steps, "handoffs": ponr.handoffs, "lost": ponr.lost, "budget": ponr.budget,
+         "verified": True}
+    assert shown["summary"] == ponr.describe()
     assert sum(f["ponr"] is not None for f in failures.values()) == 1
     detail = client.get(f"/api/episodes/{ponr.key}").json()
     assert detail["failure"] == failures[ponr.key]
     marked = [e["step"] for e in detail["events"] if e["kind"] == "ponr"]
-    assert marked == ([] if ponr.t is None else [ponr.t])
+    assert marked == ([] if ponr.point is None else [ponr.point])  # a never-lost episode has no such step
     success = next(e for e in client.get("/api/campaigns/tiny/episodes").json() if e["outcome"] == "success")
     assert client.get(f"/api/episodes/{success['key']}").json()["failure"] is None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from assay.failures import attribute, categorize, step_arrays
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
 from assay.spec import campaign_from_data
 from assay.store import Outcome, Store, read_video, video_relpath
@@ -40,6 +41,10 @@ def test_perception_expert_sees_the_goal_and_is_blinded_by_darkness(tmp_path):
     # The same account, per step, in the data contract: one trace value per recorded step.
     assert store.steps(seen).column("trace.detected.goal").to_pylist() == [1.0] * seen.steps
     assert store.steps(dark).column("trace.detected.goal").to_pylist() == [0.0] * dark.steps
+    # Without the nominal twins (a campaign of the dark variant alone) the trace still names perception.
+    alone = [r for r in records if r.policy_name == "perception-expert" and r.variant_name != "nominal"]
+    found = {r.key: categorize(r, step_arrays(store.steps(r))) for r in alone}
+    assert {(a.capability, a.confidence) for a in attribute(alone, found)} == {("perception", "trace")}
 
     frames = read_video(store.root, video_relpath(seen.key, "front"))  # one MP4 frame per step
     steps = store.steps(seen)
@@ -67,5 +72,7 @@ def test_router_follows_the_instruction_and_misroutes_a_far_paraphrase(tmp_path)
     steps = store.steps(far[0])  # the router's choice, per step, beside the task it was given
     assert set(steps.column("trace.skill").to_pylist()) == {far[0].policy_info["chosen_skill"]}
     assert steps.column("trace.skill_matches_task").to_pylist() == [0.0] * far[0].steps
+    found = {r.key: categorize(r, step_arrays(store.steps(r))) for r in far}
+    assert {(a.capability, a.confidence) for a in attribute(far, found)} == {("language_grounding", "trace")}
     nominal = store.steps(by_variant["nominal"][0])
     assert nominal.column("trace.skill_matches_task").to_pylist() == [1.0] * by_variant["nominal"][0].steps

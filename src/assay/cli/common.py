@@ -9,7 +9,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -50,6 +50,44 @@ class _CommandStore(Store):
 def open_store(store: Path, catalog: str | None, create: bool = False, data_url: str | None = None,
                new_catalog: bool = False) -> Store:
     return _CommandStore(store, catalog, create=create, data_url=data_url, new_catalog=new_catalog)
+
+
+POLICY_FORMS = ("a builtin (expert, random, degraded-expert, ...), module:attr, remote:ws://host:port, bc:PATH, "
+                "a mapping like '{name: shaky, builtin: degraded-expert, params: {action_noise: 0.5}}'")
+
+
+def policy_option(value: str, known: dict[str, Any] | None = None) -> Any:
+    """The resolved policy a ``--policy`` value names: a policy of the source campaign by its name (with its
+    parameters: ``shaky-expert``), a YAML mapping, or a shorthand. Anything else is one line naming the forms."""
+    from pydantic import ValidationError
+
+    from assay.policies import resolve_policy
+    from assay.spec import PolicySpec, policy_from_shorthand
+
+    known = known or {}
+    try:
+        if value in known:
+            spec = PolicySpec.model_validate(known[value])
+        elif value.lstrip().startswith("{"):
+            import yaml
+
+            data = yaml.safe_load(value)
+            if not isinstance(data, dict):
+                raise ValueError("it is not a mapping")
+            spec = PolicySpec.model_validate(data)
+        else:
+            spec = policy_from_shorthand(value)
+        return resolve_policy(spec)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "policy"
+        message = f"{where}: {first.get('msg', 'invalid')}"
+    except (ValueError, TypeError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except AssayError as exc:
+        message = str(exc)
+    names = f"; or one of the campaign's policies: {', '.join(sorted(known))}" if known else ""
+    raise AssayError(f"--policy {value!r} is not valid ({message}); valid: {POLICY_FORMS}{names}") from None
 
 
 def split_list(value: str) -> list[str]:

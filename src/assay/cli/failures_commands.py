@@ -13,18 +13,17 @@ from typing import Annotated
 import typer
 
 from assay.cli import render
-from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, user_errors
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, policy_option, user_errors
 from assay.errors import AssayError
 from assay.failures import FailureTable, Replayer, attribute, case_from, categorize, coverage, find_ponr, step_arrays
-from assay.failures.boundary import bisect_boundary
+from assay.failures.boundary import bisect_boundary, boundary_interval
 from assay.failures.ponr import camera_keyframes, load_ponrs, save_ponr, state_plot
 from assay.failures.priorities import priorities
-from assay.failures.recovery import recovery_demos
-from assay.failures.regression import HELDOUT_SUFFIX, add_sets, load_set, record_run, versions
-from assay.policies import resolve_policy
+from assay.failures.recovery import gated_recovery_demos
+from assay.failures.regression import HELDOUT_SUFFIX, Case, add_sets, load_set, record_run, versions
 from assay.run import InlineExecutor
 from assay.sim import default_registry, resolve_variant
-from assay.spec import EpisodeJob, TaskSpec, Variant, batch_jobs, episode_key, policy_from_shorthand
+from assay.spec import EpisodeJob, Pipeline, ResolvedPolicy, TaskSpec, Variant, batch_jobs, episode_key
 from assay.store import EpisodeRecord, Outcome, Store
 
 failures_app = typer.Typer(no_args_is_help=True, help="Mine failures: categories, attribution, point of no return.")
@@ -61,61 +60,91 @@ def mine(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
             name, records = _campaign_records(opened, campaign)
             found = _mine(opened, records)
             attributions = attribute(records, found)
+        label = {r.key: r.policy_name for r in records}
         counts = Counter(c.category.value if c.category else "uncategorized" for c in found.values())
+        by_policy: dict[str, Counter] = {}
+        for key, c in found.items():
+            by_policy.setdefault(label[key], Counter())[c.category.value if c.category else "uncategorized"] += 1
         document = {"campaign": name, "episodes": len(records), "failures": len(found), "categories": dict(counts),
+                    "categories_by_policy": {p: dict(c) for p, c in sorted(by_policy.items())},
                     "attribution": coverage(attributions)}
         if json_out:
             render.print_json(document)
             return
         render.console.print(f"[bold]{name}[/]: {len(found)} failures of {len(records)} episodes")
-        for category, n in counts.most_common():
-            render.console.print(f"  {category:<24} {n}")
-        render.console.print("[bold]attribution[/] (capability, evidence, failures, share)")
+        for policy_name, policy_counts in sorted(by_policy.items()):
+            render.console.print(f"  [bold]{policy_name}[/] ({sum(policy_counts.values())} failures)")
+            for category, n in policy_counts.most_common():
+                render.console.print(f"    {category:<24} {n}")
+        render.console.print("[bold]attribution[/] (policy, capability, evidence, failures, share of its failures)")
         for row in document["attribution"]:
-            render.console.print(f"  {row['capability']:<20} {row['confidence']:<9} {row['failures']:>4}  {row['share']:.0%}")
+            render.console.print(f"  {row['policy']:<16} {row['capability']:<20} {row['confidence']:<9} "
+                                 f"{row['failures']:>4}  {row['share']:.0%}", highlight=False)
 
 
 def ponr_line(found: dict, demos: bool) -> str:
     """One point of no return in words (``t`` None: the reference fails even from the first step)."""
+    dropped: dict[str, str] = found.get("demos_dropped") or {}
     if found.get("cached"):
         where = "already found"
     elif demos:
-        where = f"plot {found['plot']}; {len(found['demos'])} recovery demos"
+        where = f"plot {found['plot']}; {len(found['demos'])} recovery demos" + (
+            f" ({len(dropped)} dropped by the quality gate: {'; '.join(sorted(set(dropped.values())))})"
+            if dropped else "")
     else:
         where = f"plot {found['plot']}; no recovery demos written (add --demos)"
     head = f"{found['key'][:12]}: "
-    if found["t"] is None:
+    if found.get("verified") is False:
+        head += f"no point of no return searched: {found.get('mismatch')}"
+    elif found["t"] is None:
         head += (f"no point of no return: the reference cannot recover even from step 0 of {found['steps']} "
                  "(the task is beyond it from the start)")
     else:
         head += f"point of no return t={found['t']} of {found['steps']} steps"
+        if found.get("summary"):
+            head += f" ({found['summary']})"
     return f"{head} ({found['handoffs']} hand-overs); {where}"
 
 
 def boundary_line(factor: str, level: float | None, threshold: float, hard: float) -> str:
+    """The boundary found, or that none was found up to ``hard``."""
     if level is None:
         return (f"no boundary found: success stays at or above {threshold:g} up to {factor} = {hard:g} "
                 "(raise --hard to search further)")
     return f"boundary: {factor} = {level:g} (success < {threshold:g})"
 
 
-def _ponr_one(opened: Store, record: EpisodeRecord, demos: bool) -> dict:
+def run_settings(opened: Store, record: EpisodeRecord) -> dict:
+    """How the episode's cell ran (safety filter, replan_every, pipeline): from the record, or for
+    records written before it carried them, from the campaign that ran it."""
+    recorded = record.provenance.get("run") if isinstance(record.provenance, dict) else None
+    if isinstance(recorded, dict) and "safety" in recorded:
+        return {k: recorded.get(k) for k in ("safety", "replan_every", "pipeline")}
+    spec = next((c.get("spec") for c in opened.catalog.campaigns() if c["name"] == record.campaign), None)
+    source = spec.get("campaign", {}) if isinstance(spec, dict) else {}
+    return {"safety": bool(source.get("safety", False)), "replan_every": source.get("replan_every"),
+            "pipeline": source.get("pipeline", "lockstep")}
+
+
+def _ponr_one(opened: Store, record: EpisodeRecord, demos: bool, budget: int | None, method: str, draws: int) -> dict:
     table = opened.steps(record)
     arrays = step_arrays(table)
-    actions = table.column("action").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
+    actions = table.column("action").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(len(table), -1)
     task = _task_of(opened, record)
-    replayer = Replayer(task, Variant.model_validate(record.variant))
+    replayer = Replayer(task, Variant.model_validate(record.variant), safety=bool(run_settings(opened, record)["safety"]))
     try:
-        found = find_ponr(replayer, record.key, record.seed, actions, record.instruction)
-        written = recovery_demos(replayer, opened.root, found, record.seed, actions,
-                                 instruction=record.instruction) if demos else []
+        found = find_ponr(replayer, record.key, record.seed, actions, record.instruction,
+                          states=arrays["observation.state"], budget=budget, method=method, draws=draws)
+        written, dropped = gated_recovery_demos(replayer, opened.root, found, record.seed, actions,
+                                                instruction=record.instruction) if demos else ([], {})
     finally:
         replayer.close()
     save_ponr(opened.root, found)
     out = opened.root / "failures" / "keyframes"
     plot = state_plot(out / f"{record.key}.png", arrays, found)
     frames = camera_keyframes(Path(opened.data_root), record.key, [c.name for c in task.cameras], found, out)
-    return {**found.to_dict(), "plot": str(plot), "frames": [str(f) for f in frames], "demos": written}
+    return {**found.to_dict(), "summary": found.describe(), "plot": str(plot), "frames": [str(f) for f in frames],
+            "demos": written, "demos_dropped": dropped}
 
 
 def _ponr_targets(opened: Store, key: str | None, campaign: str | None, policy: str | None,
@@ -146,13 +175,23 @@ def ponr(key: Annotated[str | None, typer.Argument(help="Episode key (a unique p
          policy: Annotated[str | None, typer.Option("--policy", "-p", help="Only this policy's failures.")] = None,
          limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many failures (with no KEY).")] = 3,
          demos: Annotated[bool, typer.Option("--demos", help="Also write recovery demos from just before it.")] = False,
+         budget: Annotated[int | None, typer.Option("--budget", min=1, help="The expert's step budget from "
+                                                       "every state (default: the task's horizon).")] = None,
+         scan: Annotated[bool, typer.Option("--scan", help="Check every step (exact; one hand-over per step) "
+                                            "instead of probing and refining.")] = False,
+         draws: Annotated[int, typer.Option("--draws", min=1, max=20, help="Noise draws per probe under a "
+                                            "noisy variant.")] = 3,
          json_out: JsonOpt = False) -> None:
-    """Find a failed episode's point of no return (replay, hand over to the expert, bisect); plot keyframes."""
+    """Find a failed episode's point of no return: verify the replay, hand over to the expert with a fixed
+    budget at probed steps, refine; plot keyframes."""
+    method = "scan" if scan else "bracket"
     with user_errors():
         with open_store(store, catalog) as opened:
             done = load_ponrs(opened.root) if key is None else {}
-            results = [{**done[r.key].to_dict(), "cached": True} if r.key in done and not demos
-                       else _ponr_one(opened, r, demos) for r in _ponr_targets(opened, key, campaign, policy, limit)]
+            results = [{**done[r.key].to_dict(), "summary": done[r.key].describe(), "cached": True}
+                       if r.key in done and not demos and done[r.key].budget is not None
+                       else _ponr_one(opened, r, demos, budget, method, draws)
+                       for r in _ponr_targets(opened, key, campaign, policy, limit)]
         if json_out:
             render.print_json(results[0] if key is not None else results)
             return
@@ -194,7 +233,7 @@ def regress_add(name: Annotated[str, typer.Argument(help="Set name.")],
             if category is not None:
                 found = _mine(opened, failing)
                 failing = [r for r in failing if found[r.key].category is not None and found[r.key].category.value == category]
-            cases = [case_from(r, _task_of(opened, r)) for r in failing]
+            cases = [case_from(r, _task_of(opened, r), run_settings(opened, r)) for r in failing]
             mined, held = add_sets(opened.root, name, source, cases, holdout)
         document = {"mined": {"name": mined.name, "version": mined.version, "cases": len(mined.cases)},
                     "heldout": None if held is None else {"name": held.name, "version": held.version, "cases": len(held.cases)}}
@@ -205,17 +244,42 @@ def regress_add(name: Annotated[str, typer.Argument(help="Set name.")],
                                  + (f"; held out {held.name} v{held.version}: {len(held.cases)} cases" if held else ""))
 
 
+def case_job(campaign: str, index: int, case: Case, policy: ResolvedPolicy) -> EpisodeJob:
+    """The rerun of one case: its task, variant, seed and instruction, and every setting its cell ran with."""
+    task, variant, settings = case.task_spec, case.variant_spec, case.run_settings
+    replan_every, safety = settings["replan_every"], bool(settings["safety"])
+    key = episode_key(task, variant, policy, case.seed, case.instruction, replan_every, safety)
+    return EpisodeJob(campaign, task, variant, policy, index, case.seed, key, case.instruction, replan_every,
+                      Pipeline(settings["pipeline"]), safety)
+
+
+def _source_policies(opened: Store, source: str) -> dict[str, dict]:
+    """The policies of campaign ``source`` by name, as its spec stored them (with their parameters)."""
+    spec = next((c.get("spec") for c in opened.catalog.campaigns() if c["name"] == source), None)
+    policies = spec.get("policies", []) if isinstance(spec, dict) else []
+    out = {}
+    for entry in policies:
+        data = entry.get("spec", entry) if isinstance(entry, dict) else None
+        if isinstance(data, dict) and "name" in data:
+            out[str(data["name"])] = data
+    return out
+
+
 def _rerun(opened: Store, set_name: str, policy_value: str) -> dict:
     regression_set = load_set(opened.root, set_name)
-    policy = resolve_policy(policy_from_shorthand(policy_value))
+    known = _source_policies(opened, regression_set.source)
+    known.update({c.policy["name"]: c.policy for c in regression_set.cases if c.policy.get("name")})
+    policy = policy_option(policy_value, known)
     campaign = f"regress-{set_name}-v{regression_set.version}"
-    jobs = []
-    for index, case in enumerate(regression_set.cases):
-        task, variant = case.task_spec, case.variant_spec
-        key = episode_key(task, variant, policy, case.seed, case.instruction)
-        jobs.append((case.id, EpisodeJob(campaign, task, variant, policy, index, case.seed, key, case.instruction)))
+    jobs = [(case.id, case_job(campaign, index, case, policy)) for index, case in enumerate(regression_set.cases)]
     done = opened.catalog.existing_keys(job.key for _, job in jobs)
-    records = {r.key: r for r in InlineExecutor(opened.data_root).run(batch_jobs([j for _, j in jobs if j.key not in done], 4))}
+    cells: dict[tuple, list[EpisodeJob]] = {}
+    for _, job in jobs:  # one batch per cell: a batch shares its settings
+        if job.key not in done:
+            cells.setdefault((job.task.id, job.task.content_hash(), job.variant.key, job.replan_every, job.pipeline,
+                              job.safety), []).append(job)
+    batches = [batch for group in cells.values() for batch in batch_jobs(group, 4)]
+    records = {r.key: r for r in InlineExecutor(opened.data_root).run(batches)}
     for record in records.values():
         opened.catalog.add(record)
     opened.catalog.link(campaign, [(job.key, job.policy.name) for _, job in jobs])
@@ -247,22 +311,32 @@ def regress_run(name: Annotated[str, typer.Argument(help="Set name.")],
 
 def priorities_command(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
                        campaign: Annotated[str | None, typer.Option("--campaign", "-c")] = None,
+                       policy: Annotated[str | None, typer.Option("--policy", "-p", help="Only this policy.")] = None,
                        json_out: JsonOpt = False) -> None:
-    """What to collect next: (task, factor region, category) by failure mass x recoverability."""
+    """What to collect next, per policy: "collect N demos of task T in region R (why)", by failure mass x
+    recoverability over factor and initial-condition regions."""
     with user_errors():
         with open_store(store, catalog) as opened:
-            _, records = _campaign_records(opened, campaign)
+            name, records = _campaign_records(opened, campaign)
+            if policy is not None:
+                valid = sorted({r.policy_name for r in records})
+                if policy not in valid:
+                    raise AssayError(f"campaign {name!r} has no policy {policy!r}; valid: {', '.join(valid)}")
+                records = [r for r in records if r.policy_name == policy]
             found = FailureTable(opened).get([r.key for r in records])
             if not found:
                 found = _mine(opened, records)
             rows = priorities(records, found, load_ponrs(opened.root))
         if json_out:
-            render.print_json([row.__dict__ for row in rows])
+            render.print_json([row.to_dict() for row in rows])
             return
+        current = None
         for row in rows:
+            if row.policy != current:
+                current = row.policy
+                render.console.print(f"[bold]{current}[/]")
             score = "   n/a" if row.score is None else f"{row.score:6.3f}"
-            render.console.print(f"{score}  {row.task:<28} {row.region:<32} {row.category:<22} failures {row.failures}, "
-                                 f"recoverable {row.recoverable}/{row.searched} searched")
+            render.console.print(f"  {score}  {row.advice}", highlight=False, soft_wrap=True)
 
 
 def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotated[str, typer.Option("--factor", "-f")],
@@ -279,7 +353,7 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
 
     with user_errors():
         spec = default_registry().get(task)
-        resolved = resolve_policy(policy_from_shorthand(policy))
+        resolved = policy_option(policy)
         seeds = [derive_seed("boundary", seed, spec.id, i) for i in range(episodes)]
         with open_store(store, catalog, create=True) as opened:
             def evaluate(level: float) -> tuple[int, int]:
@@ -294,7 +368,9 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
                 return sum(o is Outcome.SUCCESS for o in outcomes), len(outcomes)
 
             level, probes = bisect_boundary(evaluate, safe, hard, threshold, iterations)
+        where = boundary_interval(probes, safe, hard, threshold)
         document = {"task": spec.id, "factor": factor, "threshold": threshold, "boundary": level,
+                    "bracket": where.bracket, "interval": where.interval, "undecided": list(where.undecided),
                     "probes": [p.__dict__ for p in probes]}
         if json_out:
             render.print_json(document)
@@ -302,51 +378,87 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
         for p in probes:
             render.console.print(f"  {factor}={p.level:<10.4g} success {p.successes}/{p.episodes} [{p.low:.2f}, {p.high:.2f}]")
         render.console.print(boundary_line(factor, level, threshold, hard), highlight=False)
+        if where.interval is not None:
+            render.console.print(f"  it lies in [{where.interval[0]:.4g}, {where.interval[1]:.4g}] (the bisection closed "
+                                 f"{where.bracket}; widened to the nearest levels whose "
+                                 f"95% intervals clear the threshold)", highlight=False)
 
 
 def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or a unique prefix).")],
-             samples: Annotated[int, typer.Option("--samples", min=1, max=50, help="Nearby variants.")] = 4,
-             seeds: Annotated[int, typer.Option("--seeds", min=1, max=100, help="Fresh seeds per variant.")] = 5,
+             samples: Annotated[int, typer.Option("--samples", min=1, max=50, help="Nearby variants (a nominal "
+                                                  "failure: nearby initial conditions per seed).")] = 4,
+             seeds: Annotated[int, typer.Option("--seeds", min=1, max=100, help="Nearest initial conditions per "
+                                                "variant.")] = 5,
              radius: Annotated[float, typer.Option("--radius", help="Fraction of each factor's range.")] = 0.1,
              executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local")] = "inline",
              workers: Annotated[int, typer.Option("--workers", "-w", min=1)] = 2,
              store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
-    """Estimate the failure rate around one failure: nearby factor values and fresh seeds."""
-    from assay.failures.resample import neighbourhood, variant_request
+    """Estimate the failure rate around one failure: nearby factor values and nearby initial conditions,
+    run with the failed cell's own settings (safety, replan_every, pipeline)."""
+    from assay.failures.resample import nearest_seeds, neighbourhood, variant_request
     from assay.metrics import success_interval
-    from assay.run import make_executor, prepare_campaign, run_campaign
-    from assay.spec import campaign_from_data, derive_seed
+    from assay.run import make_executor
+    from assay.spec import derive_seed
 
     with user_errors():
         with open_store(store, catalog) as opened:
             record = opened.catalog.episode(key)
-            source = next(c for c in opened.catalog.campaigns() if c["name"] == record.campaign)["spec"]["campaign"]
+            if record.outcome is Outcome.SUCCESS:
+                raise AssayError(f"episode {record.key} succeeded; resample around a failure")
+            task = _task_of(opened, record)
+            policy = policy_option(record.policy_name, {record.policy_name: record.policy_spec})
+            settings = run_settings(opened, record)
             original = variant_request(record.variant)
-            variants = [original] + (neighbourhood(original, radius, samples, derive_seed(record.key)) if original else [])
-            data = {"name": f"resample-{record.key[:12]}", "seed": derive_seed("resample", record.key) % 100_000,
-                    "episodes": seeds, "tasks": [record.task_id], "policies": [record.policy_spec],
-                    "variants": variants, "cameras": source.get("cameras", []), "horizon": source.get("horizon"),
-                    "envs_per_worker": min(seeds, 4)}
-            planned = prepare_campaign(campaign_from_data(data, "<resample>"))
-            run_campaign(planned, opened, make_executor(executor, opened.data_root, workers))
-            around = opened.catalog.episodes(campaign=planned.spec.name)
+            requests = [original] + (neighbourhood(original, radius, samples, derive_seed(record.key)) if original else [])
+            per_variant = seeds if original else samples * seeds
+            target = list(record.initial_conditions.get("rand_vec", []))
+            campaign = f"resample-{record.key[:12]}"
+            case = Case("", task.model_dump(mode="json"), {}, 0, record.instruction, record.key, settings)
+            jobs: list[EpisodeJob] = []
+            distances: list[float] = []
+            for request in requests:
+                variant = resolve_variant(request, task)
+                near = nearest_seeds(task, variant, target, per_variant, derive_seed("resample", record.key),
+                                     exclude=record.seed)
+                distances += [d for _, d in near]
+                for seed, _ in near:
+                    job = case_job(campaign, len(jobs), Case(case.id, case.task, variant.model_dump(mode="json"), seed,
+                                                             record.instruction, record.key, settings), policy)
+                    jobs.append(job)
+            done = opened.catalog.existing_keys(j.key for j in jobs)
+            cells: dict[str, list[EpisodeJob]] = {}
+            for job in jobs:
+                if job.key not in done:
+                    cells.setdefault(job.variant.key, []).append(job)
+            batches = [b for group in cells.values() for b in batch_jobs(group, min(4, per_variant))]
+            for result in make_executor(executor, opened.data_root, workers).run(batches):
+                opened.catalog.add(result)
+            opened.catalog.link(campaign, [(j.key, j.policy.name) for j in jobs])
+            around = [opened.catalog.episode(j.key) for j in jobs]
         scored = [r for r in around if r.outcome is not Outcome.ERROR]
         failures = sum(r.outcome is not Outcome.SUCCESS for r in scored)
         interval = success_interval(failures, len(scored))
         rows = Counter((r.variant_name, r.outcome is Outcome.SUCCESS) for r in scored)
-        document = {"episode": record.key, "campaign": planned.spec.name, "variants": len(variants),
-                    "episodes": len(around), "scored": len(scored), "failures": failures,
+        names = list(dict.fromkeys(r.variant_name for r in around))
+        document = {"episode": record.key, "campaign": campaign, "variants": len(requests), "episodes": len(around),
+                    "scored": len(scored), "failures": failures, "settings": settings,
                     "failure_rate": failures / len(scored) if scored else None,
                     "interval": None if interval is None else [interval.low, interval.high],
-                    "by_variant": {v.name: {"failures": rows[(v.name, False)], "successes": rows[(v.name, True)]}
-                                   for v in planned.variants}}
+                    "initial_conditions": {"per_variant": per_variant, "max_distance": max(distances, default=None)},
+                    "by_variant": {n: {"failures": rows[(n, False)], "successes": rows[(n, True)]} for n in names}}
         if json_out:
             render.print_json(document)
             return
-        render.console.print(f"around {record.key[:12]} ({record.task_id}, {record.variant_name}, seed {record.seed}):")
+        render.console.print(f"around {record.key[:12]} ({record.task_id}, {record.variant_name}, seed {record.seed}):",
+                             highlight=False)
+        if not original:
+            render.console.print(f"  nominal failure: no factor to move; {per_variant} nearest initial conditions "
+                                 f"(--samples {samples} x --seeds {seeds})", highlight=False)
         for name, counts in document["by_variant"].items():
             render.console.print(f"  {name:<60} failures {counts['failures']}/{counts['failures'] + counts['successes']}",
                                  highlight=False)
+        render.console.print(f"  initial conditions within {document['initial_conditions']['max_distance']} of the "
+                             "failure's", highlight=False)
         if interval is not None:
             render.console.print(f"local failure rate {failures}/{len(scored)} = {failures / len(scored):.2f} "
                                  f"[{interval.low:.2f}, {interval.high:.2f}] (Wilson 95%)", highlight=False)

@@ -1,4 +1,5 @@
-"""CLI: ``assay train-bc``, ``assay flywheel``, ``assay export lerobot``, ``assay olcl`` (open- vs closed-loop)."""
+"""CLI: ``assay train-bc``, ``assay flywheel``, ``assay export lerobot``, ``assay olcl`` (open- vs closed-loop),
+``assay leakage`` (which evaluation episodes a checkpoint was trained on)."""
 
 from __future__ import annotations
 
@@ -117,11 +118,15 @@ def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
 def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="New dataset directory.")],
                            store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
                            robot_type: Annotated[str, typer.Option("--robot-type")] = "sawyer",
+                           gate: Annotated[bool, typer.Option("--gate/--no-gate", help="Drop unstable, jittery or "
+                                                              "incomplete episodes first (the quality gate).")] = True,
                            json_out: JsonOpt = False) -> None:
     """Export the episodes a data query selects as a LeRobotDataset v3.0 (data, metadata, stats, videos).
 
     Only successful episodes unless the query says otherwise: the query's outcome defaults to
-    success; add outcome=any (or failure, timeout) to export the others."""
+    success; add outcome=any (or failure, timeout) to export the others. The quality gate drops
+    unstable, jittery or incomplete ones first and says why (--no-gate to skip it)."""
+    from assay.failures.safety import quality_gate
     from assay.learning.data import DataQuery, DataQueryError, select_records
     from assay.store.export_lerobot import export_lerobot
 
@@ -130,12 +135,17 @@ def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--o
         if query.demos is not None:
             raise DataQueryError("export takes catalog episodes (campaign=...); recovery demos ('demos=') are not exported")
         with open_store(store, catalog) as opened:
-            summary = export_lerobot(opened, select_records(opened, query), out, robot_type)
+            selected = select_records(opened, query)
+            checked = quality_gate({r.key: opened.steps(r) for r in selected if r.data_path is not None} if gate else {})
+            dropped = checked.dropped
+            summary = export_lerobot(opened, [r for r in selected if r.key not in dropped], out, robot_type)
     if json_out:
-        render.print_json(summary.to_dict())
+        render.print_json({**summary.to_dict(), "dropped": dropped})
     else:
         render.console.print(f"wrote LeRobotDataset v3.0 {summary.path}: {summary.episodes} episodes, {summary.frames} "
                              f"frames, {summary.tasks} tasks, {summary.fps} fps, cameras: {', '.join(summary.cameras) or 'none'}")
+        for key, why in sorted(dropped.items()):
+            render.console.print(f"  dropped {key[:12]} (quality gate): {why}", highlight=False)
 
 
 def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
@@ -177,7 +187,31 @@ def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
                          + (", ".join(f"{a}>{b}" for a, b in result.misranked) or "none"))
 
 
+def leakage_command(checkpoint: Annotated[Path, typer.Argument(help="A bc checkpoint (assay train-bc --out).")],
+                    campaign: Annotated[str, typer.Option("--campaign", "-c", help="The evaluation campaign.")],
+                    store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
+                    json_out: JsonOpt = False) -> None:
+    """Which of a campaign's episodes are scenes (task, variant, seed; not the horizon) the checkpoint was
+    trained on: their successes say nothing about generalisation."""
+    from assay.learning.leakage import leakage
+
+    with user_errors():
+        with open_store(store, catalog) as opened:
+            known = [c["name"] for c in opened.catalog.campaigns()]
+            if campaign not in known:
+                raise AssayError(f"no campaign {campaign!r} in {opened.root}; known: {', '.join(known) or 'none yet'}")
+            records = opened.catalog.episodes(campaign=campaign)
+        found = leakage(records, str(checkpoint))
+    if json_out:
+        render.print_json({"campaign": campaign, **found.to_dict()})
+        return
+    render.console.print(found.describe(), highlight=False, soft_wrap=True)
+    for cell, n in found.by_cell.items():
+        render.console.print(f"  {cell}: {n}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
+    app.command("leakage")(leakage_command)
     app.command("olcl")(olcl_command)
     app.command("train-bc")(train_bc_command)
     app.command("flywheel")(flywheel_command)

@@ -34,6 +34,7 @@ def report(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a line.")] = False,
 ) -> None:
     """Write one self-contained HTML report of a campaign (works offline: inline SVG figures, embedded video)."""
+    from assay.learning.leakage import campaign_leakage
     from assay.metrics import read_results_csv
     from assay.report import write_report
     from assay.store import Store
@@ -41,7 +42,11 @@ def report(
     with user_errors():
         entries = read_results_csv(real) if real is not None else None
         with Store(store, catalog, create=False) as opened:
-            path = write_report(opened, campaign, output, embed_video=not link_video, real=entries, baseline=baseline)
+            known = {c["name"] for c in opened.catalog.campaigns()}
+            leaks = [leak.to_dict() for leak in campaign_leakage(opened.catalog.episodes(campaign=campaign))] \
+                if campaign in known else []
+            path = write_report(opened, campaign, output, embed_video=not link_video, real=entries, baseline=baseline,
+                                leakage=leaks)
     if json_out:
         render.print_json({"campaign": campaign, "report": str(path), "bytes": path.stat().st_size})
     else:

@@ -96,13 +96,23 @@ class Extras:
 
 def results_extras(store: Store, campaign: str, records: Sequence[EpisodeRecord] | None = None) -> Extras:
     """Leaderboard (suite score, CI, rank interval) and sign-off status of each task of a campaign."""
+    from assay.failures.safety import intervention_rows
+    from assay.learning.leakage import campaign_leakage
+
     records = list(records) if records is not None else store.catalog.episodes(campaign=campaign)
     grid = outcome_grid(records)
     board = leaderboard(grid)
     gate = signoff(grid.task_ids, load_calibration(store.root), load_thresholds(store.root))
-    extras = Extras({"leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate]},
-                    [show.leaderboard_table(board, f"campaign {campaign}: leaderboard (rank [95% interval])"),
-                     show.signoff_table(gate)])
+    leaks = campaign_leakage(records)
+    safety = intervention_rows(records)
+    tables: list[Any] = [show.leaderboard_table(board, f"campaign {campaign}: leaderboard (rank [95% interval])"),
+                         show.signoff_table(gate)]
+    if safety:
+        tables.append(show.safety_table(safety))
+    if leaks:
+        tables.append(show.leakage_table(leaks))
+    extras = Extras({"leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate],
+                     "safety": safety, "leakage": [leak.to_dict() for leak in leaks]}, tables)
     _add_adaptive(extras, store.root, campaign)
     return extras
 

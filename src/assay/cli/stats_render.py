@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.table import Table
 
@@ -159,3 +160,26 @@ def openloop_tables(rows: Sequence[OpenLoopRow], agreement: Sequence[RankAgreeme
                      _num(a.kendall, 3) if a.kendall is not None else str(a.kendall_reason), f"{a.mmrv:.3f}",
                      ", ".join(f"{x}<{y}" for x, y in a.misranked) or "none")
     return [scores, side]
+
+
+def safety_table(rows: list[dict[str, Any]]) -> Table:
+    """The safety filter's interventions per cell (steps where it replaced a NaN, clipped, stopped a move)."""
+    table = Table(title="safety filter interventions (steps)", title_justify="left")
+    for column in ("policy", "task", "variant", "episodes", "steps", "nan", "limit", "workspace"):
+        table.add_column(column, justify="left" if column in ("policy", "task", "variant") else "right")
+    for row in rows:
+        table.add_row(row["policy"], row["task"], row["variant"], *(str(row[k]) for k in
+                                                                    ("episodes", "steps", "nan", "limit", "workspace")))
+    return table
+
+
+def leakage_table(leaks: list[Any]) -> Table:
+    """Each bc checkpoint against the campaign's episodes: how many are scenes it was trained on."""
+    table = Table(title="leakage: evaluation episodes whose scene (task, variant, seed) was in the training data",
+                  title_justify="left")
+    for column in ("checkpoint", "episodes", "contaminated", "verdict"):
+        table.add_column(column, justify="right" if column in ("episodes", "contaminated") else "left")
+    for leak in leaks:
+        verdict = "[yellow]not checked[/]" if leak.error else "clean" if leak.clean else "[red]contaminated[/]"
+        table.add_row(leak.checkpoint, str(leak.episodes), "–" if leak.error else str(len(leak.keys)), verdict)
+    return table

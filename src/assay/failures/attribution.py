@@ -1,40 +1,55 @@
-"""Capability attribution of failures by counterfactual pairs on paired seeds.
+"""Capability attribution of failures, from evidence: the policy's own trace, paired seeds, the category.
 
-Seeds are shared across variants (``episode_seed``), so an episode under a
-one-axis variant has a nominal twin: same policy, task and seed. When the twin
-succeeds and the variant fails, the perturbed axis is the evidence:
+Three kinds of evidence, taken in this order; the first that names a capability wins:
 
-* visual   -> ``perception``
-* semantic -> ``language_grounding``
-* behavioral -> ``contact`` or ``control``, split by the failure's category
-  (grasp failure, drop, collision -> contact; approach, placement, stagnation -> control)
+1. ``trace``: the policy's own per-step account (``trace.<name>`` step columns,
+   summarised in the category's evidence). A perception stack that detected its
+   goal in under half of the steps, or whose goal estimate ended more than
+   ``PERCEPTION_ERROR_M`` off, failed at ``perception``; a router that ran a skill
+   other than the task's failed at ``language_grounding`` when its instruction
+   was not the task's own, and at ``planning`` when it chose the wrong skill for
+   an instruction stated plainly. This needs no nominal twin: the same dark
+   episodes are perception failures however the campaign was built.
+2. ``paired``: seeds are shared across variants (``episode_seed``), so an episode
+   under a one-axis variant has a nominal twin (same policy, task and seed). When
+   the twin succeeds and the variant fails, the perturbed axis is the evidence:
+   visual -> ``perception``, semantic -> ``language_grounding``, behavioral ->
+   ``contact`` or ``control`` by the failure's category.
+3. ``category``: the category alone, where it names a phase (contact or control
+   phases, instability -> ``simulation``, policy error -> ``policy_error``).
 
-Confidence ``paired`` marks those. A failure without such a pair (a nominal
-failure, a twin that also failed, a multi-axis variant) is attributed from its
-category alone, with confidence ``category``, only where the category names a
-capability (contact or control phases, instability -> ``simulation``, policy
-error -> ``policy_error``); everything else stays ``unattributed``. Nothing is
-labelled without one of these two kinds of evidence.
+Everything else is ``unknown`` (confidence ``none``): nothing is labelled
+without evidence. :func:`coverage` gives each policy's shares of its own
+failures, so a random baseline's timeouts never dilute another policy's
+profile.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from assay.failures.categories import CONTACT_CATEGORIES, CONTROL_CATEGORIES, Categorized, Category
 from assay.spec import Axis
 from assay.store import EpisodeRecord, Outcome
 
 AXIS_CAPABILITY = {Axis.VISUAL.value: "perception", Axis.SEMANTIC.value: "language_grounding"}
+CAPABILITIES = ("perception", "language_grounding", "planning", "contact", "control", "simulation", "policy_error",
+                "unknown")
+DETECTION_RATE = 0.5  # a perception stack that found its goal in fewer of the steps than this was blind
+PERCEPTION_ERROR_M = 0.05  # a goal estimate this far off (metres) puts the goal somewhere else
+SKILL_MATCH = 0.5  # a router that ran the task's skill in fewer of the steps than this ran the wrong one
 
 
 @dataclass(frozen=True)
 class Attribution:
     key: str
-    capability: str  # perception, language_grounding, contact, control, simulation, policy_error, unattributed
-    confidence: str  # paired, category, none
+    capability: str  # one of CAPABILITIES
+    confidence: str  # trace, paired, category, none
     evidence: str
+    policy: str = ""
 
 
 def _phase(category: Category | None) -> str | None:
@@ -53,6 +68,24 @@ def _axes(record: EpisodeRecord) -> set[str]:
     return {p["axis"] for p in record.variant.get("perturbations", [])}
 
 
+def from_trace(record: EpisodeRecord, trace: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(capability, evidence) when the policy's own account shows which layer failed; else None."""
+    detected = trace.get("detected.goal")
+    if isinstance(detected, float) and detected < DETECTION_RATE:
+        return "perception", f"its own trace: goal detected in {detected:.0%} of steps"
+    error = trace.get("error_m.goal")
+    if isinstance(error, float) and error > PERCEPTION_ERROR_M:
+        return "perception", f"its own trace: goal estimate off by {error:.3f} m"
+    match = trace.get("skill_matches_task")
+    if isinstance(match, float) and match < SKILL_MATCH:
+        skill = trace.get("skill", "another skill")
+        paraphrased = Axis.SEMANTIC.value in _axes(record)
+        if paraphrased:
+            return "language_grounding", f"its own trace: ran {skill} for {record.task_id} (instruction {record.instruction!r})"
+        return "planning", f"its own trace: ran {skill} for {record.task_id} under the task's own instruction"
+    return None
+
+
 def attribute(records: list[EpisodeRecord], categories: dict[str, Categorized]) -> list[Attribution]:
     """One attribution per non-successful episode of ``records``."""
     nominal = {(r.policy_name, r.task_id, r.seed): r for r in records if r.variant_key == "nominal"}
@@ -60,7 +93,13 @@ def attribute(records: list[EpisodeRecord], categories: dict[str, Categorized]) 
     for record in records:
         if record.outcome is Outcome.SUCCESS:
             continue
-        category = categories[record.key].category if record.key in categories else None
+        found = categories.get(record.key)
+        category = found.category if found is not None else None
+        trace = found.evidence.get("trace") if found is not None else None
+        from_policy = from_trace(record, trace) if isinstance(trace, dict) else None
+        if from_policy is not None:
+            out.append(Attribution(record.key, from_policy[0], "trace", from_policy[1], record.policy_name))
+            continue
         twin = nominal.get((record.policy_name, record.task_id, record.seed))
         axes = _axes(record)
         if twin is not None and twin.key != record.key and twin.outcome is Outcome.SUCCESS and len(axes) == 1:
@@ -69,19 +108,24 @@ def attribute(records: list[EpisodeRecord], categories: dict[str, Categorized]) 
             if capability is not None:
                 out.append(Attribution(record.key, capability, "paired",
                                        f"nominal twin {twin.key[:12]} succeeded; fails under {record.variant_name}"
-                                       + (f" ({category.value})" if axis == Axis.BEHAVIORAL.value and category else "")))
+                                       + (f" ({category.value})" if axis == Axis.BEHAVIORAL.value and category else ""),
+                                       record.policy_name))
                 continue
         phase = _phase(category)
         if phase is not None:
-            out.append(Attribution(record.key, phase, "category", f"category {category.value}"))  # type: ignore[union-attr]
+            out.append(Attribution(record.key, phase, "category", f"category {category.value}",  # type: ignore[union-attr]
+                                   record.policy_name))
         else:
-            out.append(Attribution(record.key, "unattributed", "none", "no successful nominal twin and no category"))
+            why = "category unknown (no object evidence)" if category is Category.UNKNOWN else "no category"
+            out.append(Attribution(record.key, "unknown", "none", f"no trace, no successful nominal twin, {why}",
+                                   record.policy_name))
     return out
 
 
 def coverage(attributions: list[Attribution]) -> list[dict[str, object]]:
-    """Rows (capability, confidence, failures, share of all failures), largest first."""
-    total = len(attributions)
-    counts = Counter((a.capability, a.confidence) for a in attributions)
-    return [{"capability": cap, "confidence": conf, "failures": n, "share": n / total}
-            for (cap, conf), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+    """Rows (policy, capability, confidence, failures, share of that policy's failures), per policy by
+    name, largest first within it."""
+    totals = Counter(a.policy for a in attributions)
+    counts = Counter((a.policy, a.capability, a.confidence) for a in attributions)
+    return [{"policy": policy, "capability": cap, "confidence": conf, "failures": n, "share": n / totals[policy]}
+            for (policy, cap, conf), n in sorted(counts.items(), key=lambda item: (item[0][0], -item[1], item[0][1:]))]

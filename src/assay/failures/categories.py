@@ -8,9 +8,17 @@ everything downstream of it). An episode without the event columns gets no
 category (``None``): a label is never invented without evidence.
 
 Families come from ``spec/metaworld_catalog.py``. Grasp families (pick-place,
-insert, tool-use) go approach -> grasp -> transport -> place; contact families
-(push, open-close, press, turn, pull) go approach -> contact -> move to goal;
-``reach`` has no object phase.
+insert, tool-use) go approach -> grasp -> lift -> transport -> place; contact
+families (push, open-close, press, turn, pull) go approach -> contact -> move to
+goal; ``reach`` has no object phase. The object counts as touched when a finger
+touched it or its joints moved (``object_moved``, the evidence articulated
+tasks have: a drawer that slid 5 cm was reached). An object phase with no
+object evidence at all (every object event NaN and no joint displacement) is
+``unknown``: the events cannot say, so nothing is guessed.
+
+Each episode's trace summary (``trace.<name>`` step columns: the policy's own
+account) goes into the evidence as ``trace``: the mean of each numeric column,
+the most frequent value of each text column, for attribution to read.
 """
 
 from __future__ import annotations
@@ -30,24 +38,31 @@ STALL_HAND_M = 0.01  # ... moved the hand less than this (range per axis) ...
 STALL_OBJECT_M = 0.005  # ... and the object less than this: the policy gave up
 GRASP_FAMILIES = frozenset({"pick-place", "insert", "tool-use"})
 REQUIRED_EVENTS = ("contact", "grasped", "dropped", "collision", "unstable", "goal_progress")
+MOVED = 0.01  # object_moved above this (1 cm, or 0.01 rad) is a real displacement, not contact jitter
 
 
 class Category(str, Enum):
     POLICY_ERROR = "policy_error"
     INSTABILITY = "instability"
     COLLISION = "collision"
-    APPROACH_FAILURE = "approach_failure"
-    GRASP_FAILURE = "grasp_failure"
+    APPROACH_FAILURE = "approach_failure"  # never touched or moved the object
+    GRASP_FAILURE = "grasp_failure"  # touched, never held (grasp families)
+    CONTACT_FAILURE = "contact_failure"  # touched, the object never moved (contact families)
+    LIFT_FAILURE = "lift_failure"  # held, never lifted (grasp families)
     DROP = "drop_during_transport"
     STAGNATION = "stagnation"
-    PLACEMENT_MISS = "placement_miss"
+    SHORT_OF_GOAL = "short_of_goal"  # moved the object (or joint), not to the goal (contact families)
+    PLACEMENT_MISS = "placement_miss"  # lifted and carried, not placed (grasp families)
+    UNKNOWN = "unknown"  # the object phase has no evidence (no object events, no joint displacement)
 
 
 PRECEDENCE = tuple(Category)
 
 # The phase each category belongs to, for capability attribution of behavioral failures.
-CONTACT_CATEGORIES = frozenset({Category.GRASP_FAILURE, Category.DROP, Category.COLLISION})
-CONTROL_CATEGORIES = frozenset({Category.APPROACH_FAILURE, Category.PLACEMENT_MISS, Category.STAGNATION})
+CONTACT_CATEGORIES = frozenset({Category.GRASP_FAILURE, Category.CONTACT_FAILURE, Category.LIFT_FAILURE,
+                                Category.DROP, Category.COLLISION})
+CONTROL_CATEGORIES = frozenset({Category.APPROACH_FAILURE, Category.PLACEMENT_MISS, Category.SHORT_OF_GOAL,
+                                Category.STAGNATION})
 
 
 def family_of(task_id: str) -> str:
@@ -87,14 +102,19 @@ def signals(family: str, outcome: Outcome, reason: str, steps: Mapping[str, np.n
     ev = {name: np.asarray(steps[f"info.{name}"], dtype=np.float64) for name in REQUIRED_EVENTS}
     state = np.asarray(steps["observation.state"], dtype=np.float64)
     stalled = _stalled(state)
+    has_object = bool(np.isfinite(ev["contact"]).any())  # NaN object events: no object to read, not "0"
+    moved = _finite_max(steps.get("info.object_moved"))
+    lifted = steps.get("info.lifted")
     evidence: dict[str, Any] = {
         "steps": int(len(state)),
         "unstable_steps": int(np.nansum(ev["unstable"])),
         "collision_steps": int(np.nansum(ev["collision"])),
-        "contact_steps": int(np.nansum(ev["contact"])),
-        "grasped_steps": int(np.nansum(ev["grasped"])),
-        "drops": int(np.nansum(ev["dropped"])),
-        "max_goal_progress": float(np.nanmax(ev["goal_progress"])) if np.isfinite(ev["goal_progress"]).any() else None,
+        "contact_steps": int(np.nansum(ev["contact"])) if has_object else None,
+        "grasped_steps": int(np.nansum(ev["grasped"])) if has_object else None,
+        "lifted_steps": int(np.nansum(lifted)) if lifted is not None and np.isfinite(lifted).any() else None,
+        "drops": int(np.nansum(ev["dropped"])) if has_object else None,
+        "object_moved": moved,
+        "max_goal_progress": _finite_max(ev["goal_progress"]),
         "stalled": stalled,
     }
     if "info.ee_obj_dist" in steps and np.isfinite(steps["info.ee_obj_dist"]).any():
@@ -107,28 +127,73 @@ def signals(family: str, outcome: Outcome, reason: str, steps: Mapping[str, np.n
         # An unstable simulation or a hard collision explains what follows it; the phase
         # evidence after one is a consequence, so it is not read as a second cause.
         return tuple(c for c in PRECEDENCE if c in found), evidence
-    touched = evidence["contact_steps"] > 0
-    if family == "reach" or not touched:
-        found.append(Category.STAGNATION if stalled else Category.APPROACH_FAILURE)
-    elif family in GRASP_FAMILIES and evidence["grasped_steps"] == 0:
-        found.append(Category.STAGNATION if stalled else Category.GRASP_FAILURE)
-    elif evidence["drops"] > 0 and not ev["grasped"][-1] > 0:
-        found.append(Category.DROP)
-    else:
-        found.append(Category.STAGNATION if stalled else Category.PLACEMENT_MISS)
+    found.append(_phase(family, stalled, has_object, moved, evidence, ev["grasped"]))
     return tuple(c for c in PRECEDENCE if c in found), evidence
+
+
+def _finite_max(values: Any) -> float | None:
+    if values is None:
+        return None
+    values = np.asarray(values, dtype=np.float64)
+    return float(np.nanmax(values)) if np.isfinite(values).any() else None
+
+
+def _phase(family: str, stalled: bool, has_object: bool, moved: float | None, evidence: dict[str, Any],
+           grasped: np.ndarray) -> Category:
+    """The phase an episode without instability or collision got stuck in (module docstring)."""
+    if family == "reach":
+        return Category.STAGNATION if stalled else Category.APPROACH_FAILURE
+    if not has_object and moved is None:
+        return Category.UNKNOWN
+    displaced = moved is not None and moved > MOVED
+    touched = bool(evidence["contact_steps"]) or displaced
+    if not touched:
+        return Category.STAGNATION if stalled else Category.APPROACH_FAILURE
+    if family in GRASP_FAMILIES and has_object:
+        if evidence["grasped_steps"] == 0:
+            return Category.STAGNATION if stalled else Category.GRASP_FAILURE
+        if evidence["lifted_steps"] == 0:
+            return Category.STAGNATION if stalled else Category.LIFT_FAILURE
+        if evidence["drops"] and not grasped[-1] > 0:
+            return Category.DROP
+        return Category.STAGNATION if stalled else Category.PLACEMENT_MISS
+    if moved is not None and not displaced:
+        return Category.STAGNATION if stalled else Category.CONTACT_FAILURE
+    return Category.STAGNATION if stalled else Category.SHORT_OF_GOAL
 
 
 def categorize(record: EpisodeRecord, steps: Mapping[str, np.ndarray] | None) -> Categorized:
     """The episode's primary category (``None`` for successes and episodes without events)."""
     family = family_of(record.task_id)
     found, evidence = signals(family, record.outcome, record.reason, steps or {})
+    trace = trace_summary(steps or {})
+    if trace and record.outcome is not Outcome.SUCCESS:
+        evidence = {**evidence, "trace": trace}
     return Categorized(found[0] if found else None, found, family, evidence)
+
+
+def trace_summary(steps: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The policy's own account over the episode: numeric ``trace.*`` means, text ``trace.*`` modes."""
+    out: dict[str, Any] = {}
+    for name, values in sorted(steps.items()):
+        if not name.startswith("trace."):
+            continue
+        values = np.asarray(values)
+        if values.dtype.kind in "fiub":
+            finite = values.astype(np.float64)[np.isfinite(values.astype(np.float64))]
+            if finite.size:
+                out[name[6:]] = round(float(finite.mean()), 6)
+        elif values.size:
+            texts, counts = np.unique(values.astype(str), return_counts=True)
+            out[name[6:]] = str(texts[int(np.argmax(counts))])
+    return out
 
 
 def step_arrays(table: Any) -> dict[str, np.ndarray]:
     """The columns categorization reads, as NumPy arrays, from an episode's step table."""
-    wanted = ["observation.state"] + [c for c in table.column_names if c.startswith("info.")]
+    from pyarrow import types as pa_types
+
+    wanted = ["observation.state"] + [c for c in table.column_names if c.startswith(("info.", "trace."))]
     out: dict[str, np.ndarray] = {}
     for name in wanted:
         if name not in table.column_names:
@@ -137,6 +202,8 @@ def step_arrays(table: Any) -> dict[str, np.ndarray]:
         if name == "observation.state":
             width = column.type.list_size
             out[name] = column.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+        elif name.startswith("trace.") and not (pa_types.is_floating(column.type) or pa_types.is_integer(column.type)):
+            out[name] = np.asarray(column.to_pylist(), dtype=object)
         else:
             out[name] = column.to_numpy(zero_copy_only=False)
     return out

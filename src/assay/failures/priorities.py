@@ -1,53 +1,145 @@
-"""What to collect next: (task, factor region, category) ranked by failure mass x recoverability.
+"""What to collect next, per policy: "collect N demos of task T in region R (why)".
 
-* failure mass: the group's failures / all episodes considered (how much success is lost there);
-* recoverability: the share of the group's failures with a point of no return found
-  (the expert could still save them, so demonstrations there teach something); failures
-  whose point of no return has not been searched count as unknown, and a group with none
-  searched gets no score (``None``, ranked last) rather than a guessed one.
+A region is a factor region (the variant: ``nominal`` or ``factor=value,...``) and,
+where the initial conditions separate failures from successes, an
+initial-condition region inside it: the one threshold on one component of the
+episode's initial-condition vector (Meta-World's ``rand_vec``: object then goal
+position) that best splits the cell's episodes into a failure-heavy side and the
+rest (each side at least ``MIN_SIDE`` episodes; a cell without both outcomes, or
+too small, keeps all its initial conditions). Each region is scored by
 
-The factor region is the variant's name (``nominal`` or ``factor=value,...``).
+* failure mass: the region's failures / the policy's episodes on that task;
+* recoverability: the share of the region's failures whose point of no return was
+  found on a verified replay (the expert saves them from some state, so its demos
+  there teach something); failures not searched yet count as unknown, and a
+  region with none searched has no score (``None``, ranked last) rather than a
+  guessed one. A region whose searched failures are all beyond the expert is
+  listed with score 0: the expert cannot provide its demos.
+
+``N`` is ``DEMOS_PER_FAILURE`` per failure in the region: the recovery demos
+``assay failures ponr --demos`` writes from just before each point of no return.
+Rows are per policy (a random baseline's timeouts never outrank another
+policy's), best first within it.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from assay.failures.categories import Categorized
 from assay.failures.ponr import PointOfNoReturn
+from assay.metrics import success_interval
 from assay.store import EpisodeRecord, Outcome
+
+MIN_SIDE = 2  # an initial-condition region holds at least this many episodes
+INIT_COMPONENTS = 6  # the first components of the initial-condition vector looked at
+DEMOS_PER_FAILURE = 3  # what `assay failures ponr --demos` writes per failure (starts t-10, t-5, t)
 
 
 @dataclass(frozen=True)
 class Priority:
+    policy: str
     task: str
-    region: str
-    category: str
+    region: str  # the factor region, then the initial-condition region inside it
+    categories: dict[str, int]
+    episodes: int
     failures: int
+    failure_rate: float
+    interval: tuple[float, float] | None  # Wilson 95% of the region's failure rate
     mass: float
     searched: int
     recoverable: int
     recoverability: float | None
     score: float | None
+    demos: int
+
+    @property
+    def advice(self) -> str:
+        """The row as one sentence: what to collect, where, and why."""
+        top = ", ".join(f"{c} {n}" for c, n in sorted(self.categories.items(), key=lambda kv: (-kv[1], kv[0])))
+        interval = f" [{self.interval[0]:.2f}, {self.interval[1]:.2f}]" if self.interval else ""
+        if self.recoverability is None:
+            why = "recoverability unknown: run `assay failures ponr`"
+        elif self.recoverable == 0:
+            why = f"but the expert recovers none of {self.searched} searched: its demos cannot help here"
+        else:
+            why = f"the expert recovers {self.recoverable}/{self.searched} searched"
+        return (f"collect {self.demos} demos of {self.task} in {self.region} ({self.policy} fails "
+                f"{self.failures}/{self.episodes}{interval} there: {top}; {why})")
+
+    def to_dict(self) -> dict[str, object]:
+        """The row's fields and its advice, for JSON."""
+        return {**asdict(self), "advice": self.advice}
+
+
+def _init_vector(record: EpisodeRecord) -> np.ndarray | None:
+    values = record.initial_conditions.get("rand_vec") if isinstance(record.initial_conditions, dict) else None
+    if not values:
+        return None
+    return np.asarray(values[:INIT_COMPONENTS], dtype=np.float64)
+
+
+def split_initial_conditions(records: Sequence[EpisodeRecord]) -> tuple[str, list[EpisodeRecord]] | None:
+    """(label, episodes) of the failure-heaviest side of the best one-threshold split, or None."""
+    vectors = [_init_vector(r) for r in records]
+    if any(v is None for v in vectors) or len(records) < 2 * MIN_SIDE:
+        return None
+    failed = np.array([r.outcome is not Outcome.SUCCESS for r in records])
+    if failed.all() or not failed.any():
+        return None
+    matrix = np.stack(vectors)  # type: ignore[arg-type]
+    best: tuple[float, int, float, bool] | None = None
+    for component in range(matrix.shape[1]):
+        values = np.unique(matrix[:, component])
+        for low, high in zip(values[:-1], values[1:], strict=True):
+            threshold = float((low + high) / 2)
+            below = matrix[:, component] < threshold
+            if below.sum() < MIN_SIDE or (~below).sum() < MIN_SIDE:
+                continue
+            rate_below, rate_above = failed[below].mean(), failed[~below].mean()
+            gap = abs(rate_below - rate_above)
+            if best is None or gap > best[0] + 1e-12:
+                best = (gap, component, threshold, bool(rate_below > rate_above))
+    if best is None or best[0] <= 0:
+        return None
+    _, component, threshold, below_worse = best
+    side = matrix[:, component] < threshold if below_worse else matrix[:, component] >= threshold
+    label = f"init[{component}] {'<' if below_worse else '>='} {threshold:.3f}"
+    return label, [r for r, inside in zip(records, side, strict=True) if inside]
 
 
 def priorities(records: list[EpisodeRecord], categories: dict[str, Categorized],
                ponrs: dict[str, PointOfNoReturn]) -> list[Priority]:
-    groups: dict[tuple[str, str, str], list[EpisodeRecord]] = defaultdict(list)
+    cells: dict[tuple[str, str, str], list[EpisodeRecord]] = defaultdict(list)
+    per_task: dict[tuple[str, str], int] = defaultdict(int)
     for record in records:
-        if record.outcome is Outcome.SUCCESS:
+        if record.outcome is Outcome.ERROR:
             continue
-        found = categories.get(record.key)
-        category = found.category.value if found is not None and found.category is not None else "uncategorized"
-        groups[(record.task_id, record.variant_name, category)].append(record)
-    total = max(1, len(records))
+        cells[(record.policy_name, record.task_id, record.variant_name)].append(record)
+        per_task[(record.policy_name, record.task_id)] += 1
     rows = []
-    for (task, region, category), members in groups.items():
-        searched = [ponrs[r.key] for r in members if r.key in ponrs]
+    for (policy, task, variant), members in sorted(cells.items()):
+        split = split_initial_conditions(members)
+        region, inside = (f"{variant}, {split[0]}", split[1]) if split else \
+            (f"{variant} (all initial conditions)", members)
+        failed = [r for r in inside if r.outcome is not Outcome.SUCCESS]
+        if not failed:
+            continue
+        counts: dict[str, int] = defaultdict(int)
+        for r in failed:
+            found = categories.get(r.key)
+            counts[found.category.value if found is not None and found.category is not None else "uncategorized"] += 1
+        searched = [ponrs[r.key] for r in failed if r.key in ponrs and ponrs[r.key].verified is not False]
         recoverable = sum(p.t is not None for p in searched)
         recoverability = recoverable / len(searched) if searched else None
-        mass = len(members) / total
-        rows.append(Priority(task, region, category, len(members), mass, len(searched), recoverable, recoverability,
-                             None if recoverability is None else mass * recoverability))
-    return sorted(rows, key=lambda p: (p.score is None, -(p.score or 0.0), -p.mass, p.task, p.region, p.category))
+        mass = len(failed) / per_task[(policy, task)]
+        interval = success_interval(len(failed), len(inside))
+        rows.append(Priority(policy, task, region, dict(counts), len(inside), len(failed), len(failed) / len(inside),
+                             None if interval is None else (interval.low, interval.high), mass, len(searched),
+                             recoverable, recoverability, None if recoverability is None else mass * recoverability,
+                             DEMOS_PER_FAILURE * len(failed)))
+    return sorted(rows, key=lambda p: (p.policy, p.score is None, -(p.score or 0.0), -p.mass, p.task, p.region))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,9 @@ class RegressionError(AssayError):
     pass
 
 
+DEFAULT_SETTINGS = {"safety": False, "replan_every": None, "pipeline": "lockstep"}
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
@@ -40,6 +43,12 @@ class Case:
     seed: int
     instruction: str
     source_key: str
+    settings: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SETTINGS))  # how the cell ran
+    policy: dict[str, Any] = field(default_factory=dict)  # the failing policy's spec (rerun it by its name)
+
+    @property
+    def run_settings(self) -> dict[str, Any]:
+        return {**DEFAULT_SETTINGS, **self.settings}
 
     @property
     def task_spec(self) -> TaskSpec:
@@ -67,10 +76,16 @@ class RegressionSet:
                 "cases": [asdict(c) for c in self.cases]}
 
 
-def case_from(record: EpisodeRecord, task: TaskSpec) -> Case:
-    identity = {"task": task.id, "task_hash": task.content_hash(), "variant": record.variant_key, "seed": record.seed}
+def case_from(record: EpisodeRecord, task: TaskSpec, settings: dict[str, Any] | None = None) -> Case:
+    """The case of a failed episode; ``settings`` (safety, replan_every, pipeline) as its cell ran, so a
+    rerun repeats them (a non-default setting is part of the case's identity)."""
+    settings = {**DEFAULT_SETTINGS, **(settings or {})}
+    identity: dict[str, Any] = {"task": task.id, "task_hash": task.content_hash(), "variant": record.variant_key,
+                                "seed": record.seed}
+    if settings != DEFAULT_SETTINGS:
+        identity["settings"] = settings
     return Case(content_hash(identity, length=16), task.model_dump(mode="json"), record.variant, record.seed,
-                record.instruction, record.key)
+                record.instruction, record.key, settings, dict(record.policy_spec or {}))
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -106,7 +121,8 @@ def load_set(root: Path, name: str, version: int | None = None) -> RegressionSet
         raise RegressionError(f"regression set {name!r} has no version {chosen}; versions: {', '.join(map(str, found))}")
     data = json.loads((_set_dir(root, name) / f"v{chosen}.json").read_text())
     return RegressionSet(data["name"], data["version"], data["split"], data["source"],
-                         tuple(Case(**c) for c in data["cases"]))
+                         tuple(Case(**{k: v for k, v in c.items() if k in Case.__dataclass_fields__})
+                               for c in data["cases"]))
 
 
 def _save_version(root: Path, name: str, split: str, source: str, cases: list[Case]) -> RegressionSet:

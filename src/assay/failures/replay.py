@@ -1,11 +1,17 @@
-"""Deterministic replay of a recorded episode, and hand-over to a reference policy.
+"""Deterministic replay of a recorded episode, checked against the recording, and hand-over to a reference.
 
 The Meta-World backend sets every initial condition from the seed and
 ``perturbed(env, variant)`` seeds its noise from it, so resetting with the
 episode's seed and stepping its recorded actions reproduces the recorded
-states exactly. :meth:`Replayer.handoff` replays the first ``t`` actions, then
-lets the reference policy (the expert by default) act for the rest of the
-budget and says whether it succeeded.
+states exactly, provided the replay runs the same stack the episode ran: the
+recorded ``action`` is what the policy chose, so a cell run with the safety
+filter (``safety: true``) is replayed through the same filter.
+:meth:`Replayer.verify` replays the whole episode and compares every state with
+the recorded ``observation.state``; nothing built on a replay (a point of no
+return, a recovery demo) may use one that does not reproduce the recording
+(:class:`ReplayMismatch`). :meth:`Replayer.handoff` replays the first ``t``
+actions, then lets the reference policy (the expert by default) act for up to a
+budget of steps; ``draw > 0`` redraws the variant's noise from the hand-over on.
 """
 
 from __future__ import annotations
@@ -14,9 +20,35 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from assay.errors import AssayError
 from assay.policies import ExpertPolicy, Policy, PolicyContext
-from assay.sim import SimEnv, Transition, make_env, perturbed
-from assay.spec import TaskSpec, Variant
+from assay.sim import SafetyFilter, SimEnv, Transition, make_env, perturbed
+from assay.spec import TaskSpec, Variant, derive_seed
+
+STATE_TOLERANCE = 1e-9  # a replay that differs by more than this from the recording is not the recording
+
+
+class ReplayMismatch(AssayError):
+    """A replay does not reproduce the recorded episode: it cannot stand for what happened."""
+
+
+@dataclass(frozen=True)
+class ReplayCheck:
+    """How a replay compared with the recording it replays."""
+
+    steps: int  # recorded steps compared
+    first_mismatch: int | None  # the first step whose replayed state differs; None: it reproduces
+    max_error: float  # largest absolute state difference
+
+    @property
+    def ok(self) -> bool:
+        return self.first_mismatch is None
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"replay reproduces all {self.steps} recorded steps"
+        return (f"replay diverges from the recording at step {self.first_mismatch} of {self.steps} "
+                f"(largest state difference {self.max_error:.3g})")
 
 
 @dataclass
@@ -33,14 +65,21 @@ class Rollout:
 
 
 class Replayer:
-    """One environment for (task, variant), reused for every replay of it."""
+    """One environment for (task, variant), reused for every replay of it; ``safety`` as the cell ran."""
 
-    def __init__(self, task: TaskSpec, variant: Variant, reference: Policy | None = None) -> None:
+    def __init__(self, task: TaskSpec, variant: Variant, reference: Policy | None = None, safety: bool = False) -> None:
         self.task = task
         self.variant = variant
-        self._base = make_env(task)
-        self.env: SimEnv = perturbed(self._base, variant)
+        self.safety = safety
+        # Cameras only render: states (and so every replay) are the same without them, and much cheaper.
+        self._base = make_env(task.model_copy(update={"cameras": []}))
+        self._noisy = perturbed(self._base, variant)
+        self.env: SimEnv = SafetyFilter(self._noisy) if safety else self._noisy
         self.reference = reference or ExpertPolicy()
+
+    @property
+    def stochastic(self) -> bool:
+        return bool(getattr(self._noisy, "stochastic", False))
 
     def close(self) -> None:
         self.env.close()
@@ -60,10 +99,26 @@ class Replayer:
         out.states.append(state)  # the state after the last replayed action
         return out
 
-    def handoff(self, seed: int, actions: np.ndarray, t: int, budget: int, instruction: str = "") -> Rollout:
+    def verify(self, seed: int, actions: np.ndarray, states: np.ndarray) -> ReplayCheck:
+        """Replay every action and compare each pre-action state with the recorded ``states``."""
+        replayed = self.replay(seed, actions)
+        got = np.asarray(replayed.states[:-1], dtype=np.float64).reshape(-1, states.shape[1])
+        n = min(len(got), len(states))
+        if n == 0:
+            return ReplayCheck(len(states), 0 if len(states) else None, float("inf") if len(states) else 0.0)
+        error = np.abs(got[:n] - states[:n]).max(axis=1)
+        error = np.where(np.isfinite(error), error, np.inf)
+        bad = np.flatnonzero(error > STATE_TOLERANCE)
+        first = int(bad[0]) if bad.size else (n if len(got) != len(states) else None)
+        return ReplayCheck(len(states), first, float(error.max()))
+
+    def handoff(self, seed: int, actions: np.ndarray, t: int, budget: int, instruction: str = "",
+                draw: int = 0) -> Rollout:
         """Replay ``actions[:t]``, then the reference acts for up to ``budget`` steps (stops at success).
 
-        The returned rollout holds only the reference's part (its first state is the hand-over state).
+        ``draw`` > 0 under a noisy variant redraws the noise from the hand-over on (draw 0 keeps the
+        episode's own). The returned rollout holds only the reference's part (its first state is the
+        hand-over state).
         """
         prefix = self.replay(seed, actions, t)
         state = prefix.states[-1]
@@ -71,6 +126,13 @@ class Replayer:
         if prefix.success:  # already succeeded during the prefix: nothing to recover
             out.transitions = [prefix.transitions[-1]]
             return out
+        # The budget counts from the hand-over: Meta-World's path-length counter (a benchmark limit, not
+        # physics) restarts here, so a state late in a long episode gets the same budget as an early one.
+        sawyer = getattr(self._base, "unwrapped", None)
+        if sawyer is not None and hasattr(sawyer, "curr_path_length"):
+            sawyer.curr_path_length = 0
+        if draw and self.stochastic:
+            self._noisy.reseed_noise(derive_seed("handoff", seed, t, draw))  # type: ignore[attr-defined]
         self.reference.reset(PolicyContext(self.task, (seed,), (instruction or self.task.instruction,)))
         low, high = self.task.action.low, self.task.action.high
         for _ in range(budget):

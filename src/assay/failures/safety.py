@@ -1,4 +1,9 @@
-"""The quality gate for training exports (the online safety filter is ``assay.sim.safety``).
+"""The quality gate for training exports, and the safety filter's counts per cell.
+
+The online safety filter is ``assay.sim.safety``; each episode's record keeps its
+interventions (``provenance["run"]["interventions"]``), and
+:func:`intervention_rows` sums them per (policy, task, variant) for ``results``,
+the report and the dashboard.
 
 :func:`quality_gate` checks exported trajectories and says why each dropped one
 was dropped: missing required fields, instability (non-finite values or an
@@ -8,12 +13,34 @@ actions above a threshold).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from assay.store import EpisodeRecord
 from assay.store.episodes import REQUIRED_COLUMNS
+
+SAFETY_KINDS = ("nan", "limit", "workspace")
+
+
+def intervention_rows(records: Sequence[EpisodeRecord]) -> list[dict[str, Any]]:
+    """Per (policy, task, variant) of the cells run with the safety filter: episodes, steps, and each kind of
+    intervention (a step that had a NaN replaced, an action clipped, a move out of the workspace stopped)."""
+    cells: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in records:
+        run = r.provenance.get("run") if isinstance(r.provenance, dict) else None
+        if not isinstance(run, dict) or not run.get("safety"):
+            continue
+        row = cells.setdefault((r.policy_name, r.task_id, r.variant_name),
+                               {"policy": r.policy_name, "task": r.task_id, "variant": r.variant_name, "episodes": 0,
+                                "steps": 0, **{k: 0 for k in SAFETY_KINDS}})
+        row["episodes"] += 1
+        row["steps"] += r.steps
+        for kind in SAFETY_KINDS:
+            row[kind] += int((run.get("interventions") or {}).get(kind, 0))
+    return [cells[k] for k in sorted(cells)]
 
 
 @dataclass(frozen=True)

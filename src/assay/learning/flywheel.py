@@ -115,7 +115,9 @@ def mine_recovery(store: Store, replayer: Replayer, failures: list[EpisodeRecord
         searched += 1
         table = store.steps(record)
         actions = np.asarray(table.column("action").combine_chunks().flatten(), dtype=np.float64).reshape(len(table), -1)
-        ponr = find_ponr(replayer, record.key, record.seed, actions, record.instruction)
+        states = np.asarray(table.column("observation.state").combine_chunks().flatten(),
+                            dtype=np.float64).reshape(len(table), -1)
+        ponr = find_ponr(replayer, record.key, record.seed, actions, record.instruction, states=states)
         per_failure.append(recovery_demos(replayer, store.root, ponr, record.seed, actions, instruction=record.instruction))
     chosen: list[str] = []
     for rank in range(max((len(p) for p in per_failure), default=0)):

@@ -108,7 +108,7 @@ class BCPolicy:
         self.model.eval()
         self.mean = data["obs_mean"].numpy().astype(np.float32)
         self.std = data["obs_std"].numpy().astype(np.float32)
-        self.trained = {(p["task_hash"], int(p["seed"])) for p in data["provenance"]}
+        self.trained = {(str(p["task_id"]), int(p["seed"])) for p in data["provenance"]}  # the scene, not the horizon
         self._onehot = np.zeros(len(self.tasks), np.float32)
         self._rows = np.zeros((0, width), np.float32)  # per slot: the instruction's embedding
         self._flags: list[dict[str, Any]] = []
@@ -141,8 +141,7 @@ class BCPolicy:
         known = context.task.id in self.tasks
         if known:
             self._onehot[self.tasks.index(context.task.id)] = 1.0
-        task_hash = context.task.content_hash()
-        self._flags = [{"task_known": known, "trained_on_seed": (task_hash, int(seed)) in self.trained}
+        self._flags = [{"task_known": known, "trained_on_seed": (context.task.id, int(seed)) in self.trained}
                        for seed in context.seeds]
 
     def episode_info(self, slot: int) -> dict[str, Any]:

@@ -149,7 +149,7 @@ class PixelBCPolicy:
         self.model.eval()
         self.mean = data["proprio_mean"].numpy().astype(np.float32)
         self.std = data["proprio_std"].numpy().astype(np.float32)
-        self.trained = {(p["task_hash"], int(p["seed"])) for p in data["provenance"]}
+        self.trained = {(str(p["task_id"]), int(p["seed"])) for p in data["provenance"]}  # the scene, not the horizon
         self._onehot = np.zeros(len(self.tasks), np.float32)
         self._flags: list[dict[str, Any]] = []
 
@@ -192,9 +192,9 @@ class PixelBCPolicy:
     def reset(self, context: PolicyContext) -> None:
         """Select the task's one-hot and note, per episode, whether its seed was in the training data."""
         self._onehot = self.task_onehot(context.task.id)
-        task_hash = context.task.content_hash()
+        task = context.task.id
         self._flags = [
-            {"task_known": context.task.id in self.tasks, "trained_on_seed": (task_hash, int(seed)) in self.trained}
+            {"task_known": task in self.tasks, "trained_on_seed": (task, int(seed)) in self.trained}
             for seed in context.seeds
         ]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from assay.errors import StoreError
 from assay.metrics import RateEntry
@@ -23,10 +24,11 @@ from assay.store import Store
 
 
 def write_report(store: Store, campaign: str, output: str | Path, embed_video: bool = True,
-                 real: Sequence[RateEntry] | None = None, baseline: str | None = None) -> Path:
+                 real: Sequence[RateEntry] | None = None, baseline: str | None = None,
+                 leakage: Sequence[dict[str, Any]] = ()) -> Path:
     """Write the report of ``campaign`` to ``output`` atomically (never a partial file); return its path."""
     output = Path(output).expanduser().resolve()
-    data = gather(store, campaign, real=real, baseline=baseline)
+    data = gather(store, campaign, real=real, baseline=baseline, leakage=leakage)
     html = render_html(data, store, embed_video=embed_video, out_dir=output.parent)
     tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     try:

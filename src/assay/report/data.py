@@ -17,6 +17,7 @@ from typing import Any
 
 from assay.errors import AssayError
 from assay.failures import SetStatus, coverage
+from assay.failures.safety import intervention_rows
 from assay.metrics import (
     AxisProfile,
     Comparison,
@@ -95,6 +96,8 @@ class ReportData:
     baseline: str | None = None
     comparisons: tuple[Comparison, ...] = ()
     adaptive: dict[str, Any] | None = None  # campaigns/NAME/adaptive.json of an adaptive campaign
+    safety: tuple[dict[str, Any], ...] = ()  # failures.safety.intervention_rows: the filter's counts per cell
+    leakage: tuple[dict[str, Any], ...] = ()  # per bc checkpoint (learning.leakage.Leakage.to_dict), from the caller
 
     @property
     def progress(self) -> tuple[int, int]:
@@ -162,11 +165,14 @@ def _provenance(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
 
 
 def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: int = 2000,
-           real: Sequence[RateEntry] | None = None, baseline: str | None = None) -> ReportData:
+           real: Sequence[RateEntry] | None = None, baseline: str | None = None,
+           leakage: Sequence[dict[str, Any]] = ()) -> ReportData:
     """Collect everything the report shows for ``campaign`` (AssayError if the store has no such campaign).
 
     ``real``: real-world results to plot against the campaign (default: those stored by ``assay correlate
-    --record``); ``baseline``: the policy the checkpoint comparison is against (default: the first listed).
+    --record``); ``baseline``: the policy the checkpoint comparison is against (default: the first listed);
+    ``leakage``: the leakage check of each bc checkpoint the campaign ran (the caller loads checkpoints:
+    ``assay.learning.leakage.campaign_leakage``; this package never does).
     """
     known = {c["name"]: c for c in store.catalog.campaigns()}
     if campaign not in known:
@@ -174,7 +180,9 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         raise AssayError(f"no campaign {campaign!r} in {store.root}; known: {valid}")
     spec = known[campaign]["spec"]
     records = tuple(store.catalog.episodes(campaign=campaign))
-    notes: list[str] = []
+    notes: list[str] = [f"leakage: {leak['contaminated']} of {leak['episodes']} episodes of {leak['checkpoint']} are "
+                        "scenes it was trained on; their successes say nothing about generalisation"
+                        for leak in leakage if leak.get("contaminated")]
     board = None
     signoffs: list[Signoff] = []
     if records:
@@ -216,4 +224,5 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         attribution=tuple(coverage(attributions)) if attributions else (),
         real_to_sim=real_report, real_to_sim_note=real_note, openloop=evidence.openloop(store, campaign),
         regression=tuple(evidence.regression_status(store, campaign)), baseline=base, comparisons=tuple(comparisons),
+        safety=tuple(intervention_rows(records)), leakage=tuple(leakage),
     )

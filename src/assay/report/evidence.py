@@ -43,6 +43,7 @@ class FailureFacts:
     category: str | None
     attribution: Attribution | None
     ponr: PointOfNoReturn | None
+    trace: dict[str, Any] | None = None  # the policy's own account over the episode (trace.* summaries)
 
 
 def nominal(records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
@@ -97,7 +98,8 @@ def failure_facts(store: Store, records: Sequence[EpisodeRecord]) -> dict[str, F
     for r in failed:
         known = categories.get(r.key)
         category = known.category.value if known is not None and known.category is not None else None
-        out[r.key] = FailureFacts(category, attributions.get(r.key), ponrs.get(r.key))
+        trace = known.evidence.get("trace") if known is not None else None
+        out[r.key] = FailureFacts(category, attributions.get(r.key), ponrs.get(r.key), trace if isinstance(trace, dict) else None)
     return out
 
 

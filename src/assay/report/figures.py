@@ -80,7 +80,7 @@ def outcomes_svg(outcomes: dict[str, dict[str, int]]) -> str:
         left += counts
     ax.set_yticks(y, policies)
     ax.set_xlabel("episodes")
-    ax.legend(loc="lower right", fontsize=8, ncols=4)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8)  # beside the bars
     return _svg(fig)
 
 
@@ -100,7 +100,7 @@ def robustness_svg(rows: Sequence[RobustnessRow]) -> str:
     ax.axvline(1.0, color="black", lw=0.8, ls="--")
     ax.set_yticks(y, variants)
     ax.set_xlabel("retention = success(variant) / success(nominal), paired seeds")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside, never on, the bars
     return _svg(fig)
 
 
@@ -167,6 +167,25 @@ def sweep_svg(rows: Sequence[RobustnessRow]) -> str | None:
     return _svg(fig)
 
 
+LABEL_NEAR = 0.08  # points closer than this (in rate units) get stacked labels
+
+
+Label = tuple[str, tuple[float, float], tuple[int, int]]  # text, point, offset in points
+
+
+def point_labels(names: Sequence[str], xs: Sequence[float], ys: Sequence[float]) -> list[Label]:
+    """(text, point, offset in points) per distinct point: policies on the same point share one label, and a
+    label near an earlier one is stacked below it, so no two labels of a panel overlap."""
+    groups: dict[tuple[float, float], list[str]] = {}
+    for name, x, y in zip(names, xs, ys, strict=True):
+        groups.setdefault((round(float(x), 3), round(float(y), 3)), []).append(name)
+    out: list[Label] = []
+    for (x, y), members in sorted(groups.items(), key=lambda item: (-item[0][1], item[0][0])):
+        near = sum(abs(x - px) < LABEL_NEAR and abs(y - py) < LABEL_NEAR for _, (px, py), _ in out)
+        out.append((", ".join(members), (x, y), (4, 4 - 10 * near)))
+    return out
+
+
 def real_to_sim_svg(report: CorrelationReport) -> str:
     """Real vs sim success per policy, one panel per task, with the y = x line and the task's r and MMRV."""
     plt = _pyplot()
@@ -175,8 +194,8 @@ def real_to_sim_svg(report: CorrelationReport) -> str:
     for ax, task in zip(axes[0], tasks, strict=True):
         ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
         ax.scatter(task.reference_rates, task.other_rates, color="#1565c0", zorder=3)
-        for policy, x, y in zip(task.policies, task.reference_rates, task.other_rates, strict=True):
-            ax.annotate(policy, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        for text, (x, y), (dx, dy) in point_labels(task.policies, task.reference_rates, task.other_rates):
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7)
         r, m = task.stats["pearson"].value, task.stats["mmrv"].value
         ax.set_title(f"{task.task}\nr = {'undefined' if r is None else f'{r:.2f}'}, MMRV = "
                      f"{'undefined' if m is None else f'{m:.3f}'}", fontsize=9)

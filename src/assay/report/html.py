@@ -175,6 +175,7 @@ def render_html(data: ReportData, store: Store, embed_video: bool = True, out_di
         ("failures", "Failure breakdown", _failures(data)),
         ("gallery", "Failure gallery", parts.gallery(data, store, embed_video, out_dir or Path.cwd())),
         ("regression", "Regression sets", parts.regression(data)),
+        ("integrity", "Leakage and safety", parts.integrity(data)),
         ("provenance", "Provenance and reproduction", _provenance(data)),
     ]
     nav = " · ".join(f"<a href='#{key}' style='color:#fff'>{escape(title)}</a>" for key, title, _ in sections)

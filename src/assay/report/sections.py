@@ -114,11 +114,13 @@ def regression(data: ReportData) -> str:
 def attribution_table(data: ReportData) -> str:
     if not data.attribution:
         return ""
-    rows = [[escape(str(a["capability"])), escape(str(a["confidence"])), str(a["failures"]), pct(float(a["share"]))]
-            for a in data.attribution]
-    return ("<h3>By capability (attribution)</h3><p class='muted'>paired: the nominal twin on the same seed succeeded "
-            "and the perturbed axis names the capability; category: inferred from the failure's category alone.</p>"
-            + table(["capability", "evidence", "failures", "share"], rows, {2, 3}))
+    rows = [[escape(str(a.get("policy", ""))), escape(str(a["capability"])), escape(str(a["confidence"])),
+             str(a["failures"]), pct(float(a["share"]))] for a in data.attribution]
+    return ("<h3>By capability (attribution)</h3><p class='muted'>Shares are of each policy's own failures. trace: "
+            "the policy's own per-step account (detections, chosen skill) names the layer; paired: the nominal twin "
+            "on the same seed succeeded and the perturbed axis names the capability; category: inferred from the "
+            "failure's category alone; unknown: no evidence.</p>"
+            + table(["policy", "capability", "evidence", "failures", "share of its failures"], rows, {3, 4}))
 
 
 def _facts(item: GalleryItem) -> str:
@@ -130,13 +132,16 @@ def _facts(item: GalleryItem) -> str:
         lines.append(f"category <b>{escape(facts.category)}</b>")
     if facts.attribution is not None:
         a = facts.attribution
-        why = f"paired: {a.evidence}" if a.confidence == "paired" else f"from its {a.evidence}" \
+        why = f"{a.confidence}: {a.evidence}" if a.confidence in ("paired", "trace") else f"from its {a.evidence}" \
             if a.confidence == "category" else a.evidence
         lines.append(f"attributed to <b>{escape(a.capability)}</b> ({escape(why)})")
+    if facts.trace:
+        told = ", ".join(f"{escape(k)} {v:.2f}" if isinstance(v, float) else f"{escape(k)} {escape(str(v))}"
+                         for k, v in sorted(facts.trace.items()))
+        lines.append(f"the policy's own account (mean over steps): {told}")
     if facts.ponr is not None:
         p = facts.ponr
-        lines.append("point of no return: <b>" + ("the expert fails even from the start" if p.t is None else
-                                                   f"step {p.t} of {p.steps}") + f"</b> ({p.handoffs} hand-overs)")
+        lines.append(f"point of no return: <b>{escape(p.describe())}</b> ({p.handoffs} hand-overs)")
     if facts.category is None:
         lines.append("<span class='muted'>not mined yet (<code>assay failures mine</code>)</span>")
     if facts.ponr is None:
@@ -146,7 +151,7 @@ def _facts(item: GalleryItem) -> str:
 
 
 def _media(item: GalleryItem, store: Store, embed_video: bool, out_dir: Path) -> list[str]:
-    ponr_t = item.facts.ponr.t if item.facts is not None and item.facts.ponr is not None else None
+    ponr_t = item.facts.ponr.point if item.facts is not None and item.facts.ponr is not None else None
     media = []
     if item.record.data_path is not None:
         try:
@@ -189,3 +194,29 @@ def gallery(data: ReportData, store: Store, embed_video: bool, out_dir: Path) ->
             "no return first, then one per (policy, category) in turn. The red line marks the point of no return: "
             "the last step from which the expert, taking over, still succeeds.</p>")
     return more + "<div class='gallery'>" + "".join(cards) + "</div>"
+
+
+def integrity(data: ReportData) -> str:
+    """Leakage (evaluation scenes in a checkpoint's training data) and the safety filter's interventions."""
+    parts = []
+    if data.leakage:
+        rows = [[escape(str(leak["checkpoint"])), str(leak["episodes"]),
+                 "–" if leak.get("error") else str(leak["contaminated"]),
+                 "<span class='warn'>not checked: " + escape(str(leak["error"])) + "</span>" if leak.get("error")
+                 else "<span class='warn'>contaminated</span>" if leak["contaminated"] else "clean"]
+                for leak in data.leakage]
+        parts.append("<h3>Leakage</h3><p class='muted'>An episode is contaminated when its scene (task id and "
+                     "version, variant, seed; not the horizon) is in the checkpoint's training data.</p>"
+                     + table(["checkpoint", "episodes", "contaminated", "verdict"], rows, {1, 2}))
+    else:
+        parts.append("<p class='muted'>No bc checkpoint in this campaign: nothing to check for leakage "
+                     "(<code>assay leakage CKPT --campaign NAME</code> checks any checkpoint).</p>")
+    if data.safety:
+        rows = [[escape(r["policy"]), escape(r["task"]), escape(r["variant"])]
+                + [str(r[k]) for k in ("episodes", "steps", "nan", "limit", "workspace")] for r in data.safety]
+        parts.append("<h3>Safety filter interventions</h3><p class='muted'>Steps where the filter replaced a "
+                     "non-finite action (nan), clipped one to the action box (limit) or stopped a move out of "
+                     "the workspace (workspace).</p>"
+                     + table(["policy", "task", "variant", "episodes", "steps", "nan", "limit", "workspace"], rows,
+                             {3, 4, 5, 6, 7}))
+    return "".join(parts)

@@ -123,11 +123,16 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def get_campaign(name: str) -> dict[str, Any]:
         row = await call(views.campaign_row, store, name)
 
-        def rates() -> list[dict[str, Any]]:
-            records = store.catalog.episodes(campaign=name)
-            return [r.to_dict() for r in rate_table(records, by=("policy", "task", "variant"))] if records else []
+        def rates() -> dict[str, Any]:
+            from assay.failures.safety import intervention_rows
+            from assay.learning.leakage import campaign_leakage
 
-        return row | {"running": runs.running(name), "rates": await call(rates)}
+            records = store.catalog.episodes(campaign=name)
+            table = [r.to_dict() for r in rate_table(records, by=("policy", "task", "variant"))] if records else []
+            return {"rates": table, "safety": intervention_rows(records),
+                    "leakage": [leak.to_dict() for leak in campaign_leakage(records)]}
+
+        return row | {"running": runs.running(name), **await call(rates)}
 
     @app.get("/api/campaigns/{name}/events", tags=["campaigns"],
              summary="Live progress as server-sent events (`progress` events, then `done` when complete)")

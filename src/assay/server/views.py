@@ -88,6 +88,7 @@ def episode_detail(store: Store, key: str) -> dict[str, Any]:
         "reward": _clean(_matrix(table.column("reward"))[rows]),
         "control_dt": float(t[1] - t[0]) if n > 1 else None,
     }
+    detail["trace"] = trace_series(table, rows)
     events = [{"t": 0.0, "step": 0, "kind": "start", "label": "reset"}]
     if record.success_step is not None:
         events.append({"t": float(t[record.success_step]), "step": record.success_step, "kind": "success",
@@ -97,12 +98,36 @@ def episode_detail(store: Store, key: str) -> dict[str, Any]:
         hits = np.flatnonzero(flags)
         if hits.size:
             events.append({"t": float(t[hits[0]]), "step": int(hits[0]), "kind": kind, "label": name})
-    if facts is not None and facts.ponr is not None and facts.ponr.t is not None and facts.ponr.t < n:
-        events.append({"t": float(t[facts.ponr.t]), "step": facts.ponr.t, "kind": "ponr", "label": "point of no return"})
+    point = facts.ponr.point if facts is not None and facts.ponr is not None else None
+    if point is not None and point < n:
+        events.append({"t": float(t[point]), "step": point, "kind": "ponr", "label": "point of no return"})
     if n:
         events.append({"t": float(t[-1]), "step": n - 1, "kind": "end", "label": f"end ({record.outcome.value})"})
     detail["events"] = events
     return detail
+
+
+def trace_series(table: Any, rows: np.ndarray) -> dict[str, Any]:
+    """The policy's own per-step account (``trace.*`` columns): numbers at the plotted rows, and each text
+    column as runs of one value (``[value, first step, last step]``)."""
+    numeric: dict[str, list[float | None]] = {}
+    text: dict[str, list[list[Any]]] = {}
+    for name in table.column_names:
+        if not name.startswith("trace."):
+            continue
+        column = table.column(name).combine_chunks()
+        if pa.types.is_floating(column.type) or pa.types.is_integer(column.type):
+            values = column.to_numpy(zero_copy_only=False).astype(np.float64)
+            numeric[name[6:]] = [None if not np.isfinite(v) else round(float(v), 6) for v in values[rows]]
+        else:
+            runs: list[list[Any]] = []
+            for step, value in enumerate(column.to_pylist()):
+                if runs and runs[-1][0] == value:
+                    runs[-1][2] = step
+                else:
+                    runs.append([value, step, step])
+            text[name[6:]] = runs
+    return {"numeric": numeric, "text": text}
 
 
 def facts_dict(facts: FailureFacts | None) -> dict[str, Any] | None:
@@ -110,10 +135,12 @@ def facts_dict(facts: FailureFacts | None) -> dict[str, Any] | None:
     if facts is None:
         return None
     a, p = facts.attribution, facts.ponr
-    return {"category": facts.category,
+    return {"category": facts.category, "trace": facts.trace,
             "attribution": None if a is None else {"capability": a.capability, "confidence": a.confidence,
                                                    "evidence": a.evidence},
-            "ponr": None if p is None else {"t": p.t, "steps": p.steps, "handoffs": p.handoffs}}
+            "ponr": None if p is None else {"t": p.t, "steps": p.steps, "handoffs": p.handoffs, "lost": p.lost,
+                                            "budget": p.budget, "interval": p.interval, "verified": p.verified,
+                                            "t_time_limited": p.t_time_limited, "summary": p.describe()}}
 
 
 def failures(store: Store, campaign: str) -> dict[str, Any]:

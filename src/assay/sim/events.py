@@ -12,6 +12,9 @@ the first observation; ``step`` returns float scalars for the step just taken:
 ``dropped``            1 on the step a lifted, grasped object is let go of
 ``obj_goal_dist``      distance (m) from the object to the task's goal
 ``goal_progress``      1 - obj_goal_dist / (its value at reset); 1 = at goal
+``object_moved``       how far the object's own joints moved from reset: metres for
+                       slide and free joints (a drawer, a puck), radians for hinges
+                       (a door, a faucet, a lever); the largest over its joints
 ``collision_force``    largest normal force (N) of a robot-scene contact
 ``collision``          1 if that force exceeds ``COLLISION_N``
 ``joint_limit``        number of arm joints at a limit (fingers excluded)
@@ -20,7 +23,11 @@ the first observation; ``step`` returns float scalars for the step just taken:
 =====================  ==========================================================
 
 Robot-object contacts (a grasp) are not collisions; nor are the object's own
-contacts. With no object located, object events are NaN (a missing value, not 0).
+contacts. Articulated tasks (drawer, door, button, window, faucet, handle, lever)
+have no free object near ``obs[4:7]``; their object is the body of the scene's
+first non-robot joint (the drawer link, the door, the button), and positions come
+from ``obs[4:7]`` (the handle Meta-World tracks toward the goal). With no object
+at all, object events are NaN (a missing value, not 0).
 """
 
 from __future__ import annotations
@@ -35,11 +42,16 @@ COLLISION_N = 200.0  # normal force of a robot-scene contact counted as a collis
 JOINT_LIMIT_TOL = 1e-3  # rad (or m) from a limit counts as at the limit
 SATURATION = 0.999  # fraction of the action bound counted as saturated
 EVENT_NAMES = ("ee_obj_dist", "contact", "grasped", "lifted", "dropped", "obj_goal_dist", "goal_progress",
-               "collision_force", "collision", "joint_limit", "action_saturated", "unstable")
+               "object_moved", "collision_force", "collision", "joint_limit", "action_saturated", "unstable")
 
 _LEFT = ("leftpad", "leftclaw")
 _RIGHT = ("rightpad", "rightclaw")
-_ROBOT = ("right_", "hand", "leftclaw", "rightclaw", "leftpad", "rightpad")
+_ROBOT = ("right_", "leftclaw", "rightclaw", "leftpad", "rightpad")
+
+
+def is_robot_body(name: str) -> bool:
+    """The Sawyer's bodies: ``hand`` exactly (a ``handle_link`` is the scene's), the arm, the fingers."""
+    return name == "hand" or name.startswith(_ROBOT)
 
 
 def object_bodies(model: Any, root: int | None) -> frozenset[int]:
@@ -62,12 +74,18 @@ class EventTracker:
         names = [model.body(i).name for i in range(model.nbody)]
         self._left = frozenset(i for i, n in enumerate(names) if n.startswith(_LEFT))
         self._right = frozenset(i for i, n in enumerate(names) if n.startswith(_RIGHT))
-        self._robot = frozenset(i for i, n in enumerate(names) if n.startswith(_ROBOT))
+        self._robot = frozenset(i for i, n in enumerate(names) if is_robot_body(n))
         # Arm joints only: the fingers sit at their limits whenever the gripper is fully open or closed.
         arm = frozenset(i for i, n in enumerate(names) if n.startswith("right_"))
         robot_joints = [j for j in range(model.njnt) if int(model.jnt_bodyid[j]) in arm and model.jnt_limited[j]]
         self._joint_qpos = np.array([model.jnt_qposadr[j] for j in robot_joints], dtype=np.int64)
         self._joint_range = np.array([model.jnt_range[j] for j in robot_joints], dtype=np.float64).reshape(-1, 2)
+        # The scene's own joints (drawer slides, door hinges, free objects): what "the object moved" reads.
+        scene = [j for j in range(model.njnt) if not is_robot_body(names[int(model.jnt_bodyid[j])])
+                 and int(model.jnt_type[j]) != 1]  # ball joints carry no displacement we can read
+        self._scene_joints = [(int(model.jnt_qposadr[j]), int(model.jnt_type[j]), int(model.jnt_bodyid[j])) for j in scene]
+        self._qpos0 = np.zeros(len(scene) * 3)
+        self._from_state = False
         self._bound = action_bound
         self._object: frozenset[int] = frozenset()
         self._root: int | None = None
@@ -80,7 +98,22 @@ class EventTracker:
         return int(self.env.data.warning.number.sum())  # the array view: ~100x cheaper than iterating
 
     def _object_pos(self, state: np.ndarray) -> np.ndarray:
-        return self.env.data.xpos[self._root].copy() if self._root is not None else np.asarray(state[4:7])
+        if self._root is None or self._from_state:
+            return np.asarray(state[4:7], dtype=np.float64)
+        return self.env.data.xpos[self._root].copy()
+
+    def _joint_values(self) -> np.ndarray:
+        qpos = self.env.data.qpos
+        out = np.zeros(len(self._scene_joints) * 3)
+        for i, (adr, kind, _) in enumerate(self._scene_joints):
+            out[3 * i: 3 * i + (3 if kind == 0 else 1)] = qpos[adr: adr + (3 if kind == 0 else 1)]
+        return out
+
+    def _moved(self) -> float:
+        if not self._scene_joints:
+            return float("nan")
+        delta = (self._joint_values() - self._qpos0).reshape(-1, 3)
+        return float(np.linalg.norm(delta, axis=1).max())
 
     def _goal_dist(self, state: np.ndarray) -> float:
         goal = getattr(self.env, "_target_pos", None)
@@ -89,8 +122,10 @@ class EventTracker:
         return float(np.linalg.norm(self._object_pos(state) - np.asarray(goal)))
 
     def reset(self, object_body: int | None, state: np.ndarray) -> None:
-        self._root = object_body
-        self._object = object_bodies(self.env.model, object_body)
+        self._from_state = object_body is None and bool(self._scene_joints)
+        self._root = self._scene_joints[0][2] if self._from_state else object_body
+        self._qpos0 = self._joint_values()
+        self._object = object_bodies(self.env.model, self._root)
         self._z0 = float(self._object_pos(state)[2])
         self._goal_d0 = max(self._goal_dist(state), 1e-6)
         self._warnings = self._warning_count()
@@ -143,6 +178,7 @@ class EventTracker:
             "dropped": float(dropped) if has_object else nan,
             "obj_goal_dist": goal_dist,
             "goal_progress": 1.0 - goal_dist / self._goal_d0 if has_object else nan,
+            "object_moved": self._moved(),
             "collision_force": force,
             "collision": float(force > COLLISION_N),
             "joint_limit": float(np.count_nonzero(at_limit)),

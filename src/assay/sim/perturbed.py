@@ -43,6 +43,15 @@ class PerturbedEnv:
         self._queue = deque([np.zeros(self.task.action.dim)] * self._latency)
         return self._noisy(observation)
 
+    @property
+    def stochastic(self) -> bool:
+        """Whether steps draw noise (so one continuation is one draw of several possible)."""
+        return bool(self._action_noise or self._observation_noise)
+
+    def reseed_noise(self, seed: int) -> None:
+        """Draw the noise of the steps from here on from ``seed`` (another draw of the same variant)."""
+        self._rng = np.random.default_rng(derive_seed("perturbation-redraw", seed))
+
     def step(self, action: np.ndarray) -> Transition:
         self._queue.append(np.asarray(action, dtype=np.float64))
         applied = self._queue.popleft()

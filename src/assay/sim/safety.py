@@ -2,7 +2,12 @@
 
 A non-finite action becomes a zero action (``nan``), components outside the
 action box are clipped (``limit``), and a translation that would take the hand
-(obs[0:3]) out of the workspace box is zeroed on that axis (``workspace``). Each
+(obs[0:3]) out of the workspace box is zeroed on that axis (``workspace``). The
+workspace is the environment's own hand box where it has one (Meta-World's
+per-task ``mocap_low``/``mocap_high``; the hand never reaches the generic
+Sawyer box, so a check against it never fired) less ``MARGIN_M``, and the test
+is on where the step would put the hand (hand + action x ``action_scale``), not
+where it is. Each
 step's interventions are added to the step's ``info`` as ``safety.<kind>`` (1.0
 when it intervened), so they are recorded per step and counted per episode by
 summing the column; ``counts`` holds the running totals of the current episode.
@@ -17,13 +22,31 @@ import numpy as np
 from assay.sim.protocol import Observation, SimEnv, Transition
 
 WORKSPACE = (np.array([-0.525, 0.348, 0.05]), np.array([0.525, 1.025, 0.7]))  # Sawyer hand box (Meta-World mocap)
+MARGIN_M = 0.005  # inside the box by this much: a hand pressed against the limit is stopped before it
+
+
+def _sawyer(env: Any) -> Any:
+    """The innermost environment's Sawyer (Meta-World ``unwrapped``), through wrappers; None if there is none."""
+    for _ in range(8):
+        unwrapped = getattr(env, "unwrapped", None)
+        if unwrapped is not None and hasattr(unwrapped, "mocap_low"):
+            return unwrapped
+        env = getattr(env, "env", None)
+        if env is None:
+            return None
+    return None
 
 
 class SafetyFilter:
-    def __init__(self, env: SimEnv, workspace: tuple[np.ndarray, np.ndarray] = WORKSPACE) -> None:
+    def __init__(self, env: SimEnv, workspace: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.env = env
         self.task = env.task
-        self.low, self.high = workspace
+        sawyer = _sawyer(env)
+        self.scale = float(getattr(sawyer, "action_scale", 0.0)) if sawyer is not None else 0.0
+        if workspace is None and sawyer is not None:
+            workspace = (np.asarray(sawyer.mocap_low, dtype=np.float64) + MARGIN_M,
+                         np.asarray(sawyer.mocap_high, dtype=np.float64) - MARGIN_M)
+        self.low, self.high = workspace if workspace is not None else WORKSPACE
         self._state: np.ndarray | None = None
         self.counts = {"nan": 0, "limit": 0, "workspace": 0}
 
@@ -44,7 +67,7 @@ class SafetyFilter:
             hit["limit"] = 1.0
         action = clipped
         if self._state is not None:
-            hand = self._state[0:3]
+            hand = self._state[0:3] + self.scale * action[:3]  # where this step would put it
             outward = ((hand <= self.low) & (action[:3] < 0)) | ((hand >= self.high) & (action[:3] > 0))
             if outward.any():
                 action[:3][outward] = 0.0

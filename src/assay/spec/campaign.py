@@ -196,6 +196,9 @@ class EpisodeJob:
         return (self.policy.name, self.task.id, self.variant.key)
 
 
+SAFETY_FILTER_VERSION = 2  # 2: the workspace is the task's own hand box, tested on the next hand position
+
+
 def episode_seed(campaign_seed: int, task: TaskSpec, episode_index: int) -> int:
     return derive_seed("episode", campaign_seed, task.id, episode_index)
 
@@ -222,8 +225,8 @@ def episode_key(
         identity["instruction"] = instruction
     if replan_every is not None:
         identity["replan_every"] = replan_every
-    if safety:  # the filter changes what reaches the simulator
-        identity["safety"] = True
+    if safety:  # the filter changes what reaches the simulator; its version, since its behaviour changed
+        identity["safety"] = SAFETY_FILTER_VERSION
     return content_hash(identity, length=24)
 
 

@@ -63,16 +63,28 @@ function linePlot(container, title, t, matrix, labels, onSeek) {
 }
 
 function timeline(container, events, tEnd, onSeek) {
-  const W = 800, H = 48, L = 40, R = 8;
-  const svg = el("svg", {class: "timeline", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", "data-plot": "events"}, container);
-  el("line", {x1: L, x2: W - R, y1: 30, y2: 30, stroke: "#999"}, svg);
+  // Labels never overlap: each goes on the first row (above the line) where it clears the labels already there.
+  const W = 800, L = 40, R = 8, ROW = 12, CHAR = 6;
   const x = v => L + (W - L - R) * (tEnd > 0 ? v / tEnd : 0);
+  const rows = [], placed = [];
+  events.forEach(e => {
+    const text = `${e.label} @${e.step}`, width = text.length * CHAR, cx = x(e.t);
+    let start = Math.min(Math.max(cx - width / 2, 0), W - width);
+    let row = rows.findIndex(end => start > end + 6);
+    if (row < 0) { rows.push(-Infinity); row = rows.length - 1; }
+    rows[row] = start + width;
+    placed.push({e, text, start, row, cx});
+  });
+  const lineY = 14 + ROW * rows.length, H = lineY + 10;
+  const svg = el("svg", {class: "timeline", viewBox: `0 0 ${W} ${H}`, "data-plot": "events"}, container);
+  el("line", {x1: L, x2: W - R, y1: lineY, y2: lineY, stroke: "#999"}, svg);
   const colour = {start: "#555", success: "#2e7d32", terminated: "#c62828", truncated: "#ef6c00", ponr: "#b71c1c", end: "#000"};
-  events.forEach((e, i) => {
+  placed.forEach(({e, text, start, row, cx}) => {
     const g = el("g", {class: "event", "data-kind": e.kind, style: "cursor:pointer"}, svg);
-    el("circle", {cx: x(e.t), cy: 30, r: 5, fill: colour[e.kind] || "#1565c0"}, g);
-    const label = el("text", {x: x(e.t), y: 14 + (i % 2) * 0, "font-size": 10, "text-anchor": i === 0 ? "start" : (x(e.t) > W - 80 ? "end" : "middle")}, g);
-    label.textContent = `${e.label} @${e.step}`;
+    el("circle", {cx, cy: lineY, r: 5, fill: colour[e.kind] || "#1565c0"}, g);
+    const y = 10 + ROW * (rows.length - 1 - row);
+    el("line", {x1: cx, x2: cx, y1: y + 2, y2: lineY - 5, stroke: "#ccc"}, g);
+    el("text", {x: start, y, "font-size": 10, "text-anchor": "start"}, g).textContent = text;
     g.addEventListener("click", () => onSeek(e.t));
   });
 }
@@ -114,36 +126,62 @@ async function campaignsView() {
   }
 }
 
-async function campaignView(name) {
-  crumbs.innerHTML = `/ <a href="#/c/${encodeURIComponent(name)}">${esc(name)}</a>`;
+async function campaignTables(name) {
   const [campaign, board, episodes, sets, mined] = await Promise.all([
     api(`/api/campaigns/${encodeURIComponent(name)}`), api(`/api/campaigns/${encodeURIComponent(name)}/leaderboard`),
     api(`/api/campaigns/${encodeURIComponent(name)}/episodes`), api(`/api/regression?campaign=${encodeURIComponent(name)}`),
     api(`/api/campaigns/${encodeURIComponent(name)}/failures`)]);
   const failures = mined.episodes;
-  view.innerHTML = `<section><h2>${esc(name)}</h2><p id="progress"><span class="bar"><span style="width:${pct(campaign.progress)}"></span></span>
-      <span id="progress-text">${campaign.episodes} / ${campaign.jobs} episodes</span></p></section>
+  const leaks = (campaign.leakage || []).map(l => `<p class="${l.contaminated ? "warn" : "muted"}" data-leakage="${l.contaminated}">leakage:
+      ${esc(l.checkpoint)}: ${l.error ? "not checked (" + esc(l.error) + ")" : l.contaminated ? `${l.contaminated} of ${l.episodes} episodes are scenes it was trained on` : "clean"}</p>`).join("");
+  const safety = (campaign.safety || []).length ? `<section id="safety-section"><h2>Safety filter interventions (steps)</h2><table id="safety"><thead><tr>
+      <th>policy</th><th>task</th><th>variant</th><th class="num">episodes</th><th class="num">nan</th><th class="num">limit</th><th class="num">workspace</th></tr></thead><tbody>
+      ${campaign.safety.map(r => `<tr><td>${esc(r.policy)}</td><td>${esc(r.task)}</td><td>${esc(r.variant)}</td><td class="num">${r.episodes}</td>
+        <td class="num">${r.nan}</td><td class="num">${r.limit}</td><td class="num">${r.workspace}</td></tr>`).join("")}</tbody></table></section>` : "";
+  return {campaign, episodes: episodes.length, html: `${leaks}
     <section><h2>Leaderboard</h2><table id="leaderboard"><thead><tr><th>policy</th><th>rank [interval]</th><th class="num">score</th>
       <th class="num">${pct(board.confidence)} interval</th><th class="num">scored</th><th class="num">errors</th></tr></thead><tbody>
       ${(board.rows || []).map(r => `<tr><td>${esc(r.policy)}</td><td>${esc(board.rank_text[r.policy])}</td><td class="num">${pct(r.score)}</td>
         <td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.scored}</td><td class="num">${r.errors}</td></tr>`).join("")}</tbody></table>
       <p>${(board.signoff || []).map(s => `${esc(s.task)}: <span class="${s.validated ? "success" : "warn"}">${esc(s.status)}</span> <span class="muted">(${esc(s.reason)})</span>`).join("<br>")}</p></section>
-    <section><h2>Success by policy × task × variant</h2><table><thead><tr><th>policy</th><th>task</th><th>variant</th><th class="num">success</th>
+    <section><h2>Success by policy × task × variant</h2><table id="rates"><thead><tr><th>policy</th><th>task</th><th>variant</th><th class="num">success</th>
       <th class="num">Wilson 95%</th><th class="num">n</th></tr></thead><tbody>
       ${campaign.rates.map(r => `<tr><td>${esc(r.group.policy)}</td><td>${esc(r.group.task)}</td><td>${esc(r.group.variant)}</td>
         <td class="num">${pct(r.rate)}</td><td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.successes}/${r.scored}</td></tr>`).join("")}</tbody></table></section>
+    ${safety}
     <section><h2>Failures (${failures.length})</h2>${failureTable(failures)}</section>
     <section><h2>Regression sets mined from ${esc(name)} (${sets.length})</h2>${setTable(sets, "campaign-sets")}</section>
-    <section><h2>Episodes (${episodes.length})</h2>${episodeTable(episodes, "episodes")}</section>`;
+    <section><h2 id="episodes-title">Episodes (${episodes.length})</h2>${episodeTable(episodes, "episodes")}</section>`};
+}
+
+async function campaignView(name) {
+  crumbs.innerHTML = `/ <a href="#/c/${encodeURIComponent(name)}">${esc(name)}</a>`;
+  const first = await campaignTables(name);
+  const campaign = first.campaign;
+  view.innerHTML = `<section><h2>${esc(name)}</h2><p id="progress"><span class="bar"><span style="width:${pct(campaign.progress)}"></span></span>
+      <span id="progress-text">${campaign.episodes} / ${campaign.jobs} episodes</span></p></section>
+    <div id="campaign-tables">${first.html}</div>`;
+  // Tables follow the run: re-read them when the episode count moves (at most every REFRESH_MS) and once at the end.
+  let shown = first.episodes, pending = null, live = true;
+  const refresh = async () => {
+    pending = null;
+    const next = await campaignTables(name);
+    const box = document.getElementById("campaign-tables");
+    if (!live || !box) return;
+    box.innerHTML = next.html;
+    shown = next.episodes;
+  };
   const source = new EventSource(`/api/campaigns/${encodeURIComponent(name)}/events`);
-  const update = event => {
+  const update = (event, final) => {
     const row = JSON.parse(event.data);
     document.querySelector("#progress .bar>span").style.width = pct(row.progress);
     document.getElementById("progress-text").textContent = `${row.episodes} / ${row.jobs} episodes${row.running ? " (running)" : ""}`;
+    if (final) { clearTimeout(pending); refresh(); }
+    else if (row.episodes !== shown && pending === null) pending = setTimeout(refresh, REFRESH_MS);
   };
-  source.addEventListener("progress", update);
-  source.addEventListener("done", event => { update(event); source.close(); });
-  cleanup.push(() => source.close());
+  source.addEventListener("progress", event => update(event, false));
+  source.addEventListener("done", event => { update(event, true); source.close(); });
+  cleanup.push(() => { live = false; clearTimeout(pending); source.close(); });
 }
 
 function episodeTable(episodes, id) {
@@ -154,9 +192,14 @@ function episodeTable(episodes, id) {
       <td class="num">${e.steps}</td><td class="num">${e.return.toFixed(1)}</td></tr>`).join("")}</tbody></table>`;
 }
 
+const REFRESH_MS = 1500;
+
 function ponrText(p) {
   if (!p) return "–";
-  return p.t === null ? "beyond the expert" : `step ${p.t} of ${p.steps}`;
+  if (p.verified === false) return "replay mismatch";
+  if (p.t === null) return "beyond the expert";
+  if (p.lost === false) return `never lost (budget ${p.budget})`;
+  return `step ${p.t} of ${p.steps}`;
 }
 
 function failureTable(failures) {
@@ -277,6 +320,21 @@ async function episodeView(key) {
              ["hand x", "hand y", "hand z", "gripper", "obj x", "obj y", "obj z"], seek),
     linePlot(plots, "reward", s.t, s.reward, ["reward"], seek),
   ];
+  const trace = detail.trace || {numeric: {}, text: {}};
+  const traceNames = Object.keys(trace.numeric);
+  if (traceNames.length) {
+    cursors.push(linePlot(plots, "the policy's own account (trace)", s.t,
+                          s.t.map((_, i) => traceNames.map(n => trace.numeric[n][i])), traceNames, seek));
+  }
+  const texts = Object.entries(trace.text);
+  if (texts.length) {
+    const box = document.createElement("div");
+    box.className = "plot";
+    box.id = "trace-text";
+    box.innerHTML = "<h3>trace (text)</h3>" + texts.map(([name, runs]) => `<p><b>${esc(name)}</b>: ${
+      runs.map(([v, a, b]) => `${esc(v)} <span class="muted">(steps ${a}–${b})</span>`).join(", ")}</p>`).join("");
+    plots.appendChild(box);
+  }
   const events = document.createElement("div");
   events.className = "plot";
   events.innerHTML = "<h3>events</h3>";
