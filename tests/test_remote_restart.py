@@ -22,10 +22,22 @@ from assay.spec import campaign_from_data
 from assay.store import Outcome, Store
 
 
+class _Tripwire(ExpertPolicy):
+    """The expert, which sets ``fired`` at its first call once ``armed``: the server is then answering."""
+
+    armed = threading.Event()
+    fired = threading.Event()
+
+    def act(self, observations):
+        if self.armed.is_set() and not self.fired.is_set():
+            self.fired.set()
+        return super().act(observations)
+
+
 def _server(port: int) -> ServerThread:
     task = default_registry().get("metaworld/reach@1")
     identity = {"policy": "expert", "version": "1"}
-    server = PolicyServer(ExpertPolicy(), task, ServerConfig(port=port, max_wait_ms=1), identity)
+    server = PolicyServer(_Tripwire(), task, ServerConfig(port=port, max_wait_ms=1), identity)
     return ServerThread(server)
 
 
@@ -59,7 +71,7 @@ def test_a_restarted_server_and_retry_errors_give_the_undisturbed_results(tmp_pa
     restarted = threading.Event()
 
     def restart() -> None:
-        time.sleep(0.2)  # the next batch is under way
+        assert _Tripwire.fired.wait(60)  # the next batch is under way
         current[0].__exit__(None, None, None)  # down with requests in flight ...
         time.sleep(3.0)  # ... for 3 s, then up again on the same port
         current.append(_server(port))
@@ -71,6 +83,7 @@ def test_a_restarted_server_and_retry_errors_give_the_undisturbed_results(tmp_pa
     def on_record(record) -> None:
         seen.append(record.key)
         if len(seen) == 2:
+            _Tripwire.armed.set()
             threading.Thread(target=restart).start()
 
     try:
@@ -79,6 +92,7 @@ def test_a_restarted_server_and_retry_errors_give_the_undisturbed_results(tmp_pa
             run_campaign(plan, store, InlineExecutor(store.data_root), on_record=on_record)
             assert restarted.wait(30)
             errors = [r for r in store.catalog.episodes(campaign="restart") if r.outcome is Outcome.ERROR]
+            assert errors, "the restart broke no episode: the test would prove nothing"
             assert all("policy server" in r.reason for r in errors), [r.reason for r in errors]
             summary = run_campaign(plan, store, InlineExecutor(store.data_root), retry_errors=True)
             assert summary.retried == len(errors) and summary.outcomes["error"] == 0

@@ -233,6 +233,11 @@ def test_a_user_policys_version_changes_when_a_module_it_imports_changes(tmp_pat
             assert resolve_policy(PolicySpec(name="p", entrypoint=entry)).version != before, entry
         pinned = PolicySpec(name="p", entrypoint="trustpkg.policy:Policy", version="v7")
         assert resolve_policy(pinned).version == "v7"
+        # what else the process imported never changes a version (a campaign's other policies, say)
+        solo = resolve_policy(PolicySpec(name="p", entrypoint="solo_policy:Policy")).version
+        (tmp_path / "solo_unrelated.py").write_text("X = 1\n")
+        importlib.import_module("solo_unrelated")
+        assert resolve_policy(PolicySpec(name="p", entrypoint="solo_policy:Policy")).version == solo
     finally:
         for name in [n for n in sys.modules if n.startswith(("trustpkg", "solo_"))]:
             del sys.modules[name]

@@ -20,6 +20,7 @@ from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.run.adaptive import load_state
 from assay.sim import default_registry
 from assay.spec import CampaignSpec, SuccessMode, load_campaign
+from assay.store import run_lock
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Closed-loop simulation evaluation for robot policies.")
 episodes_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
@@ -48,9 +49,9 @@ def run(
         planned = prepare_campaign(spec)
         faults = fault_policy(spec, episode_timeout)
         make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
-        with render.json_stdout(json_out), open_store(store, catalog, create=True, data_url=data,
-                                                      new_catalog=new_catalog) as opened, \
-                opened.run_lock(on_wait=_say_waiting):
+        # the lock before the store: two first runs on a new store would otherwise race to create its catalog
+        with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting), \
+                open_store(store, catalog, create=True, data_url=data, new_catalog=new_catalog) as opened:
             runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
             progress = CampaignProgress(render.err_console, enabled=not json_out)
             with progress:

@@ -6,6 +6,7 @@ names explicitly in a campaign.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import inspect
@@ -72,7 +73,8 @@ def _check_params(spec: PolicySpec, params_model: type[BaseModel]) -> None:
 
 def _source_files(module: Any) -> list[Path]:
     """The files a user policy's behaviour can depend on: every ``.py`` file of its top-level package,
-    or, for a top-level module, itself and the sibling modules it imported."""
+    or, for a top-level module, itself and the sibling modules its source imports (read statically, so
+    the answer never depends on what else the process happens to have imported)."""
     origin = getattr(module, "__file__", None)
     if origin is None:
         return []
@@ -83,9 +85,28 @@ def _source_files(module: Any) -> list[Path]:
         return sorted(Path(top_file).resolve().parent.rglob("*.py"))
     if path.name == "__init__.py":
         return sorted(path.parent.rglob("*.py"))
-    siblings = {Path(f).resolve() for m in list(sys.modules.values())
-                if isinstance(f := getattr(m, "__file__", None), str) and Path(f).resolve().parent == path.parent}
-    return sorted(siblings | {path})
+    return sorted(_imported_siblings(path))
+
+
+def _imported_siblings(path: Path) -> set[Path]:
+    """``path`` and, transitively, the modules and packages beside it that its ``import`` statements name."""
+    found, todo = {path}, [path]
+    while todo:
+        try:
+            tree = ast.parse(todo.pop().read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        names |= {node.module for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module}
+        for top in {name.split(".", 1)[0] for name in names}:
+            module_file, package = path.parent / f"{top}.py", path.parent / top / "__init__.py"
+            if module_file.is_file() and module_file not in found:
+                found.add(module_file)
+                todo.append(module_file)
+            elif package.is_file() and package not in found:
+                found |= set(package.parent.rglob("*.py"))
+    return found
 
 
 def _source_version(target: Any) -> str:

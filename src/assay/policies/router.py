@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from assay.errors import UnsupportedError
-from assay.policies.language import INSTALL_HINT, embed  # noqa: F401  (re-exported: the router's embedding)
+from assay.policies.language import INSTALL_HINT, embed, embed_each  # noqa: F401  (embed re-exported)
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
@@ -34,7 +34,7 @@ class InstructionRouterPolicy:
     """Routes each episode's instruction to the nearest known skill and runs that skill's expert."""
 
     Params = RouterParams
-    version = "1"
+    version = "2"  # 2: instructions embedded one at a time (batch-invariant)
 
     def __init__(self, **params: Any) -> None:
         self.params = RouterParams(**params)
@@ -54,8 +54,11 @@ class InstructionRouterPolicy:
     def route(self, instructions: list[str]) -> list[tuple[str, float]]:
         """The nearest skill and its cosine similarity, per instruction."""
         if self._known is None:
-            self._known = embed([METAWORLD_TASKS[s][0] for s in self.skills])
-        similarity = embed(instructions) @ self._known.T
+            self._known = embed_each([METAWORLD_TASKS[s][0] for s in self.skills]).astype(np.float64)
+        # each instruction embedded alone: the similarity (and, on a near tie, the skill) never depends on
+        # which other episodes share the batch
+        # (and row by row: a matrix product's rounding depends on the batch's shape)
+        similarity = np.stack([row @ self._known.T for row in embed_each(instructions).astype(np.float64)])
         best = similarity.argmax(axis=1)
         return [(self.skills[i], float(similarity[row, i])) for row, i in enumerate(best)]
 

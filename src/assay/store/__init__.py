@@ -5,6 +5,7 @@ May import ``assay.spec`` only.
 
 from assay.store.catalog import Catalog, redact_url
 from assay.store.episodes import REQUIRED_COLUMNS, build_table, episode_relpath, read_episode, write_blob, write_episode
+from assay.store.locking import run_lock
 from assay.store.provenance import provenance
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.store import Store
@@ -23,6 +24,7 @@ __all__ = [
     "read_episode",
     "read_video",
     "redact_url",
+    "run_lock",
     "video_relpath",
     "write_blob",
     "write_episode",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -207,7 +208,7 @@ class Catalog:
             self.engine = sa.create_engine(url, future=True)
             if self.engine.dialect.name == "sqlite":
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-            metadata.create_all(self.engine)
+            self._create_tables()
             with self.engine.begin() as conn:
                 found = conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == "schema_version")).scalar()
                 if found is None:
@@ -217,6 +218,17 @@ class Catalog:
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open catalog {self.display_url}: {exc.__class__.__name__}: "
                              f"{redact_url(str(exc).splitlines()[0])}") from None
+
+    def _create_tables(self) -> None:
+        """``create_all``, tolerant of another process creating the same catalog at the same moment."""
+        for attempt in range(5):
+            try:
+                metadata.create_all(self.engine)
+                return
+            except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
     def close(self) -> None:
         self.engine.dispose()

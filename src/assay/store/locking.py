@@ -39,7 +39,12 @@ def _holder(fd: int) -> str:
 @contextlib.contextmanager
 def run_lock(root: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold the store's run lock for the block; ``on_wait(holder)`` is called once if it must wait."""
-    path = Path(root) / LOCK_NAME
+    directory = Path(root).expanduser().resolve()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)  # a run takes the lock before it creates the store
+    except OSError as exc:
+        raise StoreError(f"store directory {directory} is not writable: {exc.strerror or exc}") from None
+    path = directory / LOCK_NAME
     with _guard:
         if path in _held:
             fd, depth = _held[path]

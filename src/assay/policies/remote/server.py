@@ -32,6 +32,7 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -82,18 +83,19 @@ class RepeatFilter(logging.Filter):
     second) this keeps stderr readable and bounded instead of gigabytes of the same traceback.
     """
 
-    def __init__(self, limit: int = LOG_REPEATS, window_s: float = 60.0) -> None:
+    def __init__(self, limit: int = LOG_REPEATS, window_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
-        self.limit, self.window_s = limit, window_s
+        self.limit, self.window_s, self.clock = limit, window_s, clock
         self._seen: dict[tuple[str, object], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         key = (record.name, record.msg)
-        now = time.monotonic()
+        now = self.clock()
         start, count = self._seen.get(key, (now, 0))
         if now - start > self.window_s:
             if count > self.limit:
-                record.msg = f"{record.msg} (and {count - self.limit} more like it suppressed in the last minute)"
+                record.msg = f"{record.msg} (and {count - self.limit} more like it suppressed in {now - start:.0f} s)"
             start, count = now, 0
         count += 1
         self._seen[key] = (start, count)
