@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve lint semantic-profile test test-fast test-ray test-postgres test-interop bench bench-scale sequential-evidence install install-test clean zoo
+.PHONY: demo report serve lint semantic-profile test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
 SYSTEM_READY := $(VENV)/.system
@@ -35,13 +35,19 @@ $(VENV)/.installed-test: $(VENV)/.installed
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	touch $@
 
+# The LIBERO backend (assay[libero]) for its test tier: the hash-pinned packages, then their ordinary deps.
+$(VENV)/.installed-libero: $(VENV)/.installed-test requirements/libero.lock
+	$(PY) -m pip install -q --no-deps --require-hashes -r requirements/libero.lock
+	$(PY) -m pip install -q -e '.[libero]'
+	touch $@
+
 install: $(VENV)/.installed
 
 # Lint and type checks (configured in pyproject.toml); CI runs them before the tests.
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
-install-test: $(VENV)/.installed-test
+install-test: $(VENV)/.installed-test $(VENV)/.installed-libero
 
 demo: install
 	$(ASSAY) run examples/quickstart.yaml --store $(STORE) --workers 2
@@ -76,6 +82,9 @@ test: install-test
 
 test-fast: install-test
 	$(PY) -m pytest -q -m "not slow"
+
+test-libero: install-test
+	$(PY) -m pytest -q -m libero
 
 test-ray: install-test
 	$(PY) -m pytest -q -m "ray" tests/test_ray.py

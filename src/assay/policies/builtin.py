@@ -25,7 +25,7 @@ class _NoParams(BaseModel):
 
 
 class ExpertPolicy:
-    """Meta-World's scripted expert for the task (ground-truth state in, action out)."""
+    """The scripted expert for the task: Meta-World's own, or the LIBERO pick-and-place planner (true state in)."""
 
     Params = _NoParams
     version = "1"
@@ -36,9 +36,23 @@ class ExpertPolicy:
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
-        return None if task.backend == "metaworld" else "the scripted expert exists for Meta-World tasks only"
+        if task.backend == "libero":
+            from assay.policies.libero_expert import libero_expert_support
+
+            return libero_expert_support(task)
+        if task.backend == "metaworld":
+            return None
+        return "the scripted expert exists for Meta-World and LIBERO tasks only"
 
     def reset(self, context: PolicyContext) -> None:
+        if context.task.backend == "libero":
+            from assay.policies.libero_expert import LiberoExpert
+
+            if not isinstance(self._expert, LiberoExpert):
+                self._expert = LiberoExpert()
+            self._env_name = None
+            self._expert.reset(context)
+            return
         if context.task.env_name != self._env_name:
             from metaworld.policies import ENV_POLICY_MAP
 
@@ -48,6 +62,8 @@ class ExpertPolicy:
             self._env_name = context.task.env_name
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        if hasattr(self._expert, "act"):
+            return self._expert.act(observations)
         return np.stack([self._expert.get_action(state) for state in observations["state"]])
 
 

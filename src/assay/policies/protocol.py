@@ -9,6 +9,9 @@ has the batch as its first axis ``B``:
 * ``"depth.<camera>"``: float32 metres ``(B, height, width)`` when the camera has ``depth: true``;
 * ``"calib.<camera>"``: float ``(B, 10)``, the *nominal* camera pose (position, forward, up, vertical
   field of view in degrees; see ``assay.sim.render.calibration``), which a camera perturbation does not move;
+* ``"privileged.<name>"``: float ``(B, n)``, true simulator state a backend offers scripted experts
+  (LIBERO: ``privileged.goal``, object and target positions); never recorded, and sent to a remote
+  policy only when its contract names it;
 * ``"instruction"``: list of ``B`` strings (the episode's instruction, paraphrased or not);
 * ``"env_ids"``: int array ``(B,)``, the slot of each row in ``context.seeds``.
 
@@ -63,8 +66,9 @@ ENV_IDS = "env_ids"
 IMAGE_PREFIX = "image."
 DEPTH_PREFIX = "depth."
 CALIB_PREFIX = "calib."
+PRIVILEGED_PREFIX = "privileged."
 OBSERVATION_KEYS = (STATE, INSTRUCTION, ENV_IDS)
-OBSERVATION_PREFIXES = (IMAGE_PREFIX, DEPTH_PREFIX, CALIB_PREFIX)
+OBSERVATION_PREFIXES = (IMAGE_PREFIX, DEPTH_PREFIX, CALIB_PREFIX, PRIVILEGED_PREFIX)
 
 
 def is_observation_key(key: str) -> bool:

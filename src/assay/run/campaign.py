@@ -20,7 +20,7 @@ from assay.policies import check_policy_contract, check_supports, resolve_policy
 from assay.run.adaptive import Judge, run_rounds
 from assay.run.executors import Executor
 from assay.sim import TaskRegistry, default_registry, resolve_variant
-from assay.sim.render import VIEWS
+from assay.sim.registry import camera_names
 from assay.sim.semantic import instruct
 from assay.spec import CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, Variant, batch_jobs, plan
 from assay.store import EpisodeRecord, Outcome, Store
@@ -63,11 +63,12 @@ def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
     cameras = spec.cameras
     if not cameras:
         return task
-    unknown = sorted({c.name for c in cameras} - set(VIEWS))
+    valid = camera_names(task)
+    if not valid:
+        raise UnsupportedError(f"{task.id}: backend {task.backend} renders no cameras")
+    unknown = sorted({c.name for c in cameras} - set(valid))
     if unknown:
-        raise SpecError(f"unknown camera {', '.join(unknown)}; valid: {', '.join(sorted(VIEWS))}")
-    if task.backend != "metaworld":
-        raise UnsupportedError(f"cameras are available for Meta-World tasks only, not {task.id}")
+        raise SpecError(f"unknown camera {', '.join(unknown)} for {task.id}; valid: {', '.join(sorted(valid))}")
     return task.model_copy(update={"cameras": cameras})
 
 

@@ -40,8 +40,10 @@ class Kind(str, Enum):
     CHOICE = "choice"
 
 
-ALL_BACKENDS = frozenset({"metaworld", "gymnasium"})
+ALL_BACKENDS = frozenset({"metaworld", "gymnasium", "libero"})
 METAWORLD = frozenset({"metaworld"})
+LIBERO = frozenset({"libero"})
+PRO = ("nominal", "pro")
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,15 @@ FACTORS: dict[str, Factor] = {
         _f("control.latency", "behavioral", "int", "steps", 0, 10, 0, "reset", "actions are applied this many steps late", ALL_BACKENDS),
         # semantic
         *SEMANTIC_FACTORS,
+        # LIBERO-PRO (one at a time): each switches the episode to the perturbed suite's BDDL file and initial states
+        _f("libero.object", "visual", "choice", "", 0, 0, "nominal", "reset",
+           "LIBERO-PRO object perturbation: objects replaced by look-alikes of other colour, size or texture", LIBERO, PRO),
+        _f("libero.swap", "behavioral", "choice", "", 0, 0, "nominal", "reset",
+           "LIBERO-PRO position perturbation: objects' initial positions swapped (the layout changes)", LIBERO, PRO),
+        _f("libero.language", "semantic", "choice", "", 0, 0, "nominal", "reset",
+           "LIBERO-PRO language perturbation: the instruction rephrased, the task unchanged", LIBERO, PRO),
+        _f("libero.task", "semantic", "choice", "", 0, 0, "nominal", "reset",
+           "LIBERO-PRO task perturbation: another goal in the same scene, with its instruction", LIBERO, PRO),
     )
 }
 

@@ -1,6 +1,7 @@
 """The task registry (an explicit object, no import side effects) and ``make_env``.
 
-``default_registry()`` holds the 50 Meta-World v3 tasks. Ids under
+``default_registry()`` holds the 50 Meta-World v3 tasks and the 130 LIBERO tasks
+(``libero/<suite>/<task>@1``; running them needs ``assay[libero]``). Ids under
 ``gymnasium/`` that are not registered are described on demand from Gymnasium
 (``gymnasium/Pusher-v5``), so any Gymnasium Box-action environment can be run.
 """
@@ -12,15 +13,39 @@ from collections.abc import Callable, Iterable
 
 from assay.errors import SpecError, UnknownTaskError, UnsupportedError
 from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task
+from assay.sim.libero_env import CAMERAS as LIBERO_CAMERAS
+from assay.sim.libero_env import LiberoEnv, libero_tasks, pro_instruction
 from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
 from assay.sim.protocol import SimEnv
-from assay.spec import TaskSpec, parse_task_ref
+from assay.sim.render import VIEWS
+from assay.spec import TaskSpec, Variant, parse_task_ref
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
 
 BACKENDS: dict[str, Callable[[TaskSpec], SimEnv]] = {
     "metaworld": MetaWorldEnv,
     "gymnasium": GymnasiumEnv,
+    "libero": LiberoEnv,
 }
+CAMERA_NAMES: dict[str, tuple[str, ...]] = {  # the cameras a campaign may ask each backend for
+    "metaworld": tuple(VIEWS),
+    "gymnasium": (),
+    "libero": tuple(LIBERO_CAMERAS),
+}
+
+
+# A backend whose variants change the task's own instruction (before any paraphrase): LIBERO-PRO's language.
+INSTRUCTIONS: dict[str, Callable[[TaskSpec, Variant], str]] = {"libero": pro_instruction}
+
+
+def camera_names(task: TaskSpec) -> tuple[str, ...]:
+    """The camera names a campaign may ask ``task``'s backend for."""
+    return CAMERA_NAMES.get(task.backend, ())
+
+
+def instruction_for(task: TaskSpec, variant: Variant) -> str:
+    """The instruction an episode of ``task`` runs under ``variant``, before paraphrasing."""
+    rule = INSTRUCTIONS.get(task.backend)
+    return rule(task, variant) if rule is not None else task.instruction
 
 
 class TaskRegistry:
@@ -89,8 +114,8 @@ class TaskRegistry:
 
 
 def default_registry() -> TaskRegistry:
-    """A fresh registry with every Meta-World v3 task at version 1."""
-    return TaskRegistry(metaworld_task(name) for name in METAWORLD_TASKS)
+    """A fresh registry with every Meta-World v3 task and every LIBERO task at version 1."""
+    return TaskRegistry([*(metaworld_task(name) for name in METAWORLD_TASKS), *libero_tasks()])
 
 
 def make_env(task: TaskSpec) -> SimEnv:

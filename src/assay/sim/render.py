@@ -55,9 +55,17 @@ def calibration(view: View) -> np.ndarray:
 class CameraRenderer:
     """Renders named views of one MuJoCo model; one GL context per resolution."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, hidden_groups: Sequence[int] = ()) -> None:
+        """``hidden_groups``: geom groups never drawn (robosuite keeps collision meshes in group 0)."""
         self.model = model
         self._renderers: dict[tuple[int, int], Any] = {}
+        self._option: Any = None
+        if hidden_groups:
+            import mujoco
+
+            self._option = mujoco.MjvOption()
+            for group in hidden_groups:
+                self._option.geomgroup[group] = 0
 
     def _renderer(self, width: int, height: int) -> Any:
         import mujoco
@@ -71,6 +79,19 @@ class CameraRenderer:
             renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
             self._renderers[key] = renderer
         return self._renderers[key]
+
+    def render_camera(self, data: Any, camera: str, width: int, height: int, depth: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """RGB (H, W, 3) uint8 (row 0 at the top) and optional depth from a camera the model defines."""
+        renderer = self._renderer(width, height)
+        renderer.update_scene(data, camera=camera, scene_option=self._option)
+        rgb = renderer.render().copy()
+        depth_image = None
+        if depth:
+            renderer.enable_depth_rendering()
+            renderer.update_scene(data, camera=camera, scene_option=self._option)
+            depth_image = renderer.render().astype(np.float32)
+            renderer.disable_depth_rendering()
+        return rgb, depth_image
 
     def render(self, data: Any, view: View, width: int, height: int, depth: bool = False,
                boxes: Sequence[tuple[Sequence[float], Sequence[float]]] = ()) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:

