@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from assay.errors import SpecError
 from assay.spec.hashing import content_hash
 
-_TASK_REF = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_.\-]*(?:/[A-Za-z0-9][A-Za-z0-9_.\-]*)+)(?:@(?P<version>\d+))?$")
+# backend/name[/more], where a Gymnasium name may carry a plugin module (gymnasium/pkg:ns/Env-v0).
+_TASK_REF = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_.\-]*/(?:[A-Za-z_][\w.]*:)?[A-Za-z0-9][A-Za-z0-9_.\-]*"
+                       r"(?:/[A-Za-z0-9][A-Za-z0-9_.\-]*)*)(?:@(?P<version>\d+))?$")
 
 
 class SuccessMode(str, Enum):
@@ -121,6 +123,7 @@ def parse_task_ref(ref: str) -> tuple[str, int | None]:
     match = _TASK_REF.match(ref.strip())
     if not match:
         raise SpecError(f"task id {ref!r} is malformed: expected 'backend/name' or 'backend/name@VERSION' "
-                        "(LIBERO: 'libero/SUITE/TASK@VERSION')")
+                        "(LIBERO: 'libero/SUITE/TASK@VERSION'; Gymnasium: 'gymnasium/ID', "
+                        "'gymnasium/namespace/ID' or 'gymnasium/module:ID')")
     version = match.group("version")
     return match.group("name"), int(version) if version else None
