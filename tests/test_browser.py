@@ -227,9 +227,9 @@ policies: [random]
 
 
 @pytest.mark.slow
-def test_campaign_tables_refresh_while_and_after_a_run(tmp_path: Path) -> None:
-    """On b6a562f a page opened mid-run kept "Episodes (0)" after the run finished."""
-    sync_api = pytest.importorskip("playwright.sync_api")
+def test_campaign_tables_refresh_while_and_after_a_run(tmp_path: Path, page: object) -> None:  # noqa: F811
+    """On b6a562f a page opened mid-run kept "Episodes (0)" after the run finished. The module's browser
+    is reused: a second sync Playwright inside the first one's event loop is refused."""
     (tmp_path / "live.yaml").write_text(LIVE_CAMPAIGN)
     store, port = tmp_path / "store", _free_port()
     Store(store).close()
@@ -248,21 +248,17 @@ def test_campaign_tables_refresh_while_and_after_a_run(tmp_path: Path) -> None:
                 pass
             assert time.monotonic() < deadline, "the campaign never appeared"
             time.sleep(0.1)
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"{url}/#/c/live")
-            title = page.locator("#episodes-title")
-            title.wait_for()
-            at_open = int(title.inner_text().split("(")[1].rstrip(")"))
-            assert at_open < 12, "the run finished before the page opened: nothing to check"
-            page.wait_for_function("document.getElementById('episodes-title') && "
-                                   "document.getElementById('episodes-title').textContent === 'Episodes (12)'",
-                                   timeout=120_000)
-            assert page.locator("#episodes tbody tr").count() == 12
-            assert page.locator("#rates tbody tr").first.inner_text().endswith("/12")
-            _shot(page, "live-campaign")
-            browser.close()
+        page.goto(f"{url}/#/c/live")
+        title = page.locator("#episodes-title")
+        title.wait_for()
+        at_open = int(title.inner_text().split("(")[1].rstrip(")"))
+        assert at_open < 12, "the run finished before the page opened: nothing to check"
+        page.wait_for_function("document.getElementById('episodes-title') && "
+                               "document.getElementById('episodes-title').textContent === 'Episodes (12)'",
+                               timeout=120_000)
+        assert page.locator("#episodes tbody tr").count() == 12
+        assert page.locator("#rates tbody tr").first.inner_text().endswith("/12")
+        _shot(page, "live-campaign")
         assert run.wait(timeout=120) == 0
     finally:
         for process in (run, serve):
