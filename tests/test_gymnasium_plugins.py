@@ -109,6 +109,7 @@ def test_image_observations_are_cameras_recorded_as_video(tmp_path):
         assert record.outcome is Outcome.TIMEOUT and record.steps == 6
         frames = read_video(tmp_path, video_relpath(record.key, "pixels"))
     env = make_env(plan.jobs[0].task)
-    seen = [env.reset(record.seed)["image.pixels"]] + [env.step(np.zeros(2)).observation["image.pixels"] for _ in range(5)]
+    seen = [env.reset(record.seed)["image.pixels"]]
+    seen += [env.step(np.zeros(2)).observation["image.pixels"] for _ in range(5)]
     assert frames.shape == (6, 96, 96, 3)
     assert np.abs(frames.astype(int) - np.asarray(seen, int)).mean() < 6  # H.264: close, not exact
