@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,10 +12,12 @@ import typer
 from assay.cli import render
 from assay.cli.adaptive_render import adaptive_render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.cli.gates import FailUnderOpt, check_rates, is_stdout, plain_help, version_callback
 from assay.cli.progress import CampaignProgress
 from assay.errors import AssayError
 from assay.metrics import entries_from_records, rate_table, write_results_csv
 from assay.metrics.adaptive import judge_for
+from assay.metrics.results_csv import format_results_csv
 from assay.policies import BUILTIN_POLICIES
 from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.run.adaptive import load_state
@@ -22,9 +25,19 @@ from assay.sim import default_registry
 from assay.spec import CampaignSpec, SuccessMode, load_campaign
 from assay.store import run_lock
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Closed-loop simulation evaluation for robot policies.")
+plain_help()
+app = typer.Typer(no_args_is_help=True, help="Closed-loop simulation evaluation for robot policies.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
 episodes_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
 app.add_typer(episodes_app, name="episodes")
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Closed-loop simulation evaluation for robot policies. Exit status: 0 ok, 1 a gate failed, 2 a user error."""
 
 
 @app.command()
@@ -41,6 +54,10 @@ def run(
         "--episode-timeout", min=0.001, help="Wall-clock limit of one batch of episodes, seconds (default: the "
         "campaign's episode_timeout_s, else 900); a hung episode becomes an error (local and ray executors).")] = None,
     new_catalog: Annotated[bool, typer.Option("--new-catalog", help="Index this store with another catalog than the one it names in store.json.")] = False,
+    fail_under: FailUnderOpt = None,
+    progress_every: Annotated[float, typer.Option(
+        "--progress-every", min=0.0, metavar="SECONDS",
+        help="Without a terminal (a cluster log, CI), print a progress line to stderr this often.")] = 30.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
@@ -53,7 +70,8 @@ def run(
         with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting), \
                 open_store(store, catalog, create=True, data_url=data, new_catalog=new_catalog) as opened:
             runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
-            progress = CampaignProgress(render.err_console, enabled=not json_out)
+            progress = CampaignProgress(render.err_console, enabled=not json_out or not render.err_console.is_terminal,
+                                        every=progress_every)
             with progress:
                 summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
                                        retry_errors=retry_errors,
@@ -66,6 +84,7 @@ def run(
                                    "retried": summary.retried, "outcomes": summary.outcomes,
                                    "results": [r.to_dict() for r in rows],
                                    **({"adaptive": adaptive} if adaptive is not None else {})})
+                check_rates(rows, fail_under)
                 return
             no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)
             render.console.print(render.rate_table(rows, f"campaign {spec.name}: success by policy × task", no_success))
@@ -77,6 +96,7 @@ def run(
                 + (f" ({summary.repaired} re-run: step file or catalog row damaged)" if summary.repaired else "")
                 + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
                 f"Results stored in {opened.root} (catalog {opened.catalog.display_url})", highlight=False, soft_wrap=True)
+            check_rates(rows, fail_under)
 
 
 def fault_policy(spec: CampaignSpec, episode_timeout: float | None) -> FaultPolicy:
@@ -138,9 +158,11 @@ def results(
     profile: Annotated[bool, typer.Option("--profile", help="Robustness retention per variant and axis (paired seeds).")] = False,
     variant: Annotated[str | None, typer.Option("--variant", help="Only this variant's episodes.")] = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Also write task,policy,successes,trials to this "
-                                                    "file (one variant: what `assay correlate` reads).")] = None,
+                                                    "file (one variant: what `assay correlate` reads); `-`: "
+                                                    "stdout, the tables then go to stderr.")] = None,
     errors_as_failures: Annotated[bool, typer.Option("--errors-as-failures", help="Score error episodes as failures "
                                                      "(default: left out of the denominator, marked *).")] = False,
+    fail_under: FailUnderOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Success rates with Wilson 95% intervals and mean returns with t intervals, from the catalog."""
@@ -163,7 +185,10 @@ def results(
                 if len(variants) > 1:
                     raise AssayError(f"campaign {name!r} has variants {', '.join(variants)}; a results CSV holds one "
                                      "rate per (task, policy): pick one with --variant")
-                write_results_csv(csv_out, entries_from_records(episodes, name))
+                if is_stdout(csv_out):
+                    sys.stdout.write(format_results_csv(entries_from_records(episodes, name)))
+                else:
+                    write_results_csv(csv_out, entries_from_records(episodes, name))
             rows = rate_table(episodes, by=split_list(by), errors_as_failures=errors_as_failures)
             extras = stats_commands.results_extras(opened, name)
             robustness = robustness_commands.profile_document(episodes) if profile else None
@@ -173,10 +198,13 @@ def results(
                                **extras.document, **(robustness or {})})
         else:
             no_success = frozenset(t for t in {r.task_id for r in episodes} if stats_commands.return_scored(t))
-            render.console.print(render.rate_table(rows, f"campaign {name}", no_success, errors_as_failures))
-            extras.print()
-            if robustness is not None:
-                robustness_commands.print_profile(robustness)
+            # With the CSV on stdout, the tables go to stderr (the console writes to whatever sys.stdout is).
+            with contextlib.redirect_stdout(sys.stderr) if is_stdout(csv_out) else contextlib.nullcontext():
+                render.console.print(render.rate_table(rows, f"campaign {name}", no_success, errors_as_failures))
+                extras.print()
+                if robustness is not None:
+                    robustness_commands.print_profile(robustness)
+        check_rates(rows, fail_under)
 
 
 @episodes_app.command("ls")

@@ -14,6 +14,7 @@ import typer
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, policy_option, user_errors
+from assay.cli.gates import gate_failed
 from assay.errors import AssayError
 from assay.failures import FailureTable, Replayer, attribute, case_from, categorize, coverage, find_ponr, step_arrays
 from assay.failures.boundary import bisect_boundary, boundary_interval
@@ -293,7 +294,11 @@ def _rerun(opened: Store, set_name: str, policy_value: str) -> dict:
 
 def regress_run(name: Annotated[str, typer.Argument(help="Set name.")],
                 policy: Annotated[str, typer.Option("--policy", "-p", help="Policy (builtin, module:attr or remote:ws://...).")],
-                store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
+                store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
+                fail_under: Annotated[float | None, typer.Option(
+                    "--fail-under", min=0.0, max=1.0, metavar="RATE",
+                    help="Exit with status 1 when a set's pass rate is below RATE (CI; 1 = every case must pass).")] = None,
+                json_out: JsonOpt = False) -> None:
     """Rerun a set (and its held-out twin) with a policy: fixed / still failing / newly failing vs the last run."""
     with user_errors():
         with open_store(store, catalog) as opened:
@@ -302,11 +307,15 @@ def regress_run(name: Annotated[str, typer.Argument(help="Set name.")],
                 rows.append(_rerun(opened, name + HELDOUT_SUFFIX, policy))
         if json_out:
             render.print_json(rows)
-            return
-        for row in rows:
-            render.console.print(f"{row['set']} v{row['version']} ({row['split']}) run {row['run']}: {row['passed']}/{row['cases']} pass; "
-                                 f"fixed {row['fixed']}, still failing {row['still_failing']}, newly failing "
-                                 f"{row['newly_failing']} (vs {row['baseline']})")
+        else:
+            for row in rows:
+                render.console.print(f"{row['set']} v{row['version']} ({row['split']}) run {row['run']}: {row['passed']}/{row['cases']} pass; "
+                                     f"fixed {row['fixed']}, still failing {row['still_failing']}, newly failing "
+                                     f"{row['newly_failing']} (vs {row['baseline']})")
+    failing = [r for r in rows if fail_under is not None and (r["passed"] / r["cases"] if r["cases"] else 1.0) < fail_under]
+    if failing:
+        gate_failed([f"regression set {r['set']} ({r['split']}): {r['passed']}/{r['cases']} pass < {fail_under:g}"
+                     for r in failing])
 
 
 def priorities_command(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,

@@ -1,4 +1,8 @@
-"""A Rich progress bar for campaigns: episodes done/total, episodes/s, ETA, successes, errors."""
+"""Campaign progress: episodes done/total, episodes/s, ETA, successes, errors.
+
+On a terminal, a Rich progress bar. Elsewhere (a SLURM log, CI, a pipe) a bar draws nothing
+until the end, so plain lines go to stderr instead: at the start, every ``every`` seconds, and at the end.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +17,11 @@ from assay.store import EpisodeRecord, Outcome
 
 
 class CampaignProgress:
-    def __init__(self, console: Console, enabled: bool = True) -> None:
+    def __init__(self, console: Console, enabled: bool = True, every: float = 30.0) -> None:
         self.enabled = enabled
+        self.plain = enabled and not console.is_terminal
+        self.console, self.every = console, every
+        self._name, self._total, self._skipped, self._last_line = "", 0, 0, 0.0
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -25,7 +32,7 @@ class CampaignProgress:
             TextColumn("success {task.fields[successes]}/{task.fields[scored]}"),
             TextColumn("[red]errors {task.fields[errors]}"),
             console=console,
-            disable=not enabled,
+            disable=not enabled or self.plain,
         )
         self._task: TaskID | None = None
         self._started = 0.0
@@ -37,9 +44,14 @@ class CampaignProgress:
 
     def __exit__(self, *exc: Any) -> None:
         self._progress.__exit__(*exc)
+        if self.plain and self._name and exc[0] is None:
+            self._line(final=True)
 
     def start(self, summary: CampaignSummary) -> None:
-        self._started = time.perf_counter()
+        self._started = self._last_line = time.perf_counter()
+        self._name, self._total, self._skipped = summary.name, summary.total, summary.skipped
+        if self.plain:
+            self._line()
         self._task = self._progress.add_task(
             summary.name, total=summary.total, completed=summary.skipped, rate=0.0, successes=0, scored=0, errors=0
         )
@@ -57,3 +69,19 @@ class CampaignProgress:
             scored=ran - self._counts[Outcome.ERROR],
             errors=self._counts[Outcome.ERROR],
         )
+        if self.plain and time.perf_counter() - self._last_line >= self.every:
+            self._line()
+
+    def _line(self, final: bool = False) -> None:
+        """``campaign NAME: 12/40 episodes (30%), 1.52 ep/s, ETA 18s, success 10/12, errors 0``."""
+        self._last_line = now = time.perf_counter()
+        ran = sum(self._counts.values())
+        done = self._skipped + ran
+        rate = ran / max(now - self._started, 1e-9)
+        eta = f"{(self._total - done) / rate:.0f}s" if ran and done < self._total else "-"
+        percent = 100 * done / self._total if self._total else 100
+        errors = self._counts[Outcome.ERROR]
+        self.console.print(
+            f"campaign {self._name}: {done}/{self._total} episodes ({percent:.0f}%), {rate:.2f} ep/s, "
+            f"{'done' if final else 'ETA ' + eta}, success {self._counts[Outcome.SUCCESS]}/{ran - errors}, "
+            f"errors {errors}", highlight=False, markup=False, soft_wrap=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +13,7 @@ import typer
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, StoreOpt, user_errors
+from assay.cli.gates import is_stdout
 from assay.errors import AssayError
 
 
@@ -21,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 def report(
     campaign: Annotated[str, typer.Argument(help="Campaign name in the store.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (`-`: stdout).")] = Path("report.html"),
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
     link_video: Annotated[bool, typer.Option("--link-video", help="Link gallery videos relative to the report "
@@ -39,18 +42,28 @@ def report(
     from assay.report import write_report
     from assay.store import Store
 
-    with user_errors():
+    with user_errors(), tempfile.TemporaryDirectory(prefix="assay-report-") as scratch:
+        to_stdout = is_stdout(output)
+        if to_stdout and link_video:
+            raise AssayError("--link-video links videos relative to the report file; with -o - embed them (drop --link-video)")
         entries = read_results_csv(real) if real is not None else None
+        target = Path(scratch) / f"{campaign}.html" if to_stdout else output
         with Store(store, catalog, create=False) as opened:
             known = {c["name"] for c in opened.catalog.campaigns()}
             leaks = [leak.to_dict() for leak in campaign_leakage(opened.catalog.episodes(campaign=campaign))] \
                 if campaign in known else []
-            path = write_report(opened, campaign, output, embed_video=not link_video, real=entries, baseline=baseline,
+            path = write_report(opened, campaign, target, embed_video=not link_video, real=entries, baseline=baseline,
                                 leakage=leaks)
+        size = path.stat().st_size
+        if to_stdout:  # the HTML alone on stdout; what was written, on stderr
+            sys.stdout.write(path.read_text(encoding="utf-8"))
+            sys.stdout.flush()
+            render.err_console.print(f"report of {campaign} written to stdout ({size / 1e6:.1f} MB)", highlight=False)
+            return
     if json_out:
-        render.print_json({"campaign": campaign, "report": str(path), "bytes": path.stat().st_size})
+        render.print_json({"campaign": campaign, "report": str(path), "bytes": size})
     else:
-        render.console.print(f"report of {campaign} written to {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        render.console.print(f"report of {campaign} written to {path} ({size / 1e6:.1f} MB)")
 
 
 def serve(

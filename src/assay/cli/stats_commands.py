@@ -18,6 +18,7 @@ from assay.cli import render
 from assay.cli import stats_render as show
 from assay.cli.adaptive_render import adaptive_render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
+from assay.cli.gates import gate_failed
 from assay.errors import AssayError
 from assay.metrics import (
     MmrvConvention,
@@ -216,6 +217,8 @@ def leaderboard_command(
     min_pearson: Annotated[float | None, typer.Option(help="Sign-off: least Pearson r.")] = None,
     max_mmrv: Annotated[float | None, typer.Option(help="Sign-off: largest MMRV.")] = None,
     min_policies: Annotated[int | None, typer.Option(help="Sign-off: fewest calibration policies.")] = None,
+    require_signoff: Annotated[bool, typer.Option(
+        "--require-signoff", help="Exit with status 1 unless every task passes the sign-off gate (CI).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Suite scores with bootstrap intervals, rank intervals, P(A better than B) and the sign-off gate."""
@@ -230,11 +233,13 @@ def leaderboard_command(
         if json_out:
             render.print_json({"campaign": name, "leaderboard": board.to_dict(), "thresholds": asdict(thresholds),
                                "signoff": [s.to_dict() for s in gate], **extras.document})
-            return
-        render.console.print(show.leaderboard_table(board, f"campaign {name}: leaderboard"))
-        render.console.print(show.p_better_table(board))
-        render.console.print(show.signoff_table(gate))
-        extras.print()
+        else:
+            render.console.print(show.leaderboard_table(board, f"campaign {name}: leaderboard"))
+            render.console.print(show.p_better_table(board))
+            render.console.print(show.signoff_table(gate))
+            extras.print()
+    if require_signoff and not all(s.validated for s in gate):
+        gate_failed([f"task {s.task} is not signed off: {s.reason}" for s in gate if not s.validated])
 
 
 def budget_command(

@@ -129,13 +129,18 @@ def entries_from_records(records: Iterable[EpisodeRecord], source: str) -> list[
             for (task, policy), (k, n) in sorted(counts.items()) if n]
 
 
-def write_results_csv(path: str | Path, entries: Iterable[RateEntry]) -> Path:
-    """Write ``task,policy,successes,trials,success_rate`` (what ``read_results_csv`` reads) atomically."""
-    path = Path(path)
+def format_results_csv(entries: Iterable[RateEntry]) -> str:
+    """``task,policy,successes,trials,success_rate`` (what ``read_results_csv`` reads), sorted by task and policy."""
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
     writer.writerow(["task", "policy", "successes", "trials", "success_rate"])
     writer.writerows([e.task, e.policy, e.successes, e.trials, f"{e.rate:.6g}"]
                      for e in sorted(entries, key=lambda e: (e.task, e.policy)))
-    write_blob(path.parent, path.name, buffer.getvalue().encode("utf-8"))
+    return buffer.getvalue()
+
+
+def write_results_csv(path: str | Path, entries: Iterable[RateEntry]) -> Path:
+    """Write :func:`format_results_csv` to ``path`` atomically."""
+    path = Path(path)
+    write_blob(path.parent, path.name, format_results_csv(entries).encode("utf-8"))
     return path

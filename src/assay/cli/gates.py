@@ -1,0 +1,75 @@
+"""What makes a command fit a CI pipeline: gates that exit 1, ``-`` for stdout, plain help, ``--version``.
+
+Exit statuses: 0 passed, 1 a gate failed (``--fail-under``, ``--require-signoff``), 2 a user error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+import typer.core
+
+from assay.cli import render
+from assay.metrics import RateRow
+
+STDOUT = Path("-")
+FailUnderOpt = Annotated[float | None, typer.Option(
+    "--fail-under", min=0.0, max=1.0, metavar="RATE",
+    help="Exit with status 1 when any policy × task success rate is below RATE (a CI gate).")]
+
+
+def is_stdout(path: Path | None) -> bool:
+    return path is not None and str(path) == "-"
+
+
+def gate_failed(lines: Sequence[str]) -> None:
+    """Print why a gate failed, one line each on stderr, and exit with status 1."""
+    for line in lines:
+        render.err_console.print(f"gate failed: {line}", highlight=False, soft_wrap=True, markup=False)
+    raise typer.Exit(1)
+
+
+def check_rates(rows: Sequence[RateRow], fail_under: float | None) -> None:
+    """``--fail-under``: every group's success rate must reach it (a group with no scored episode fails)."""
+    if fail_under is None:
+        return
+    failing = []
+    for row in rows:
+        group = ", ".join(f"{k} {v}" for k, v in row.group.items())
+        if row.rate is None:
+            failing.append(f"{group}: no scored episode (all {row.episodes} are errors) < {fail_under:g}")
+        elif row.rate < fail_under:
+            failing.append(f"{group}: success rate {row.rate:.3f} ({row.successes}/{row.scored}) < {fail_under:g}")
+    if not rows:
+        failing.append("no episode to score")
+    if failing:
+        gate_failed(failing)
+
+
+def _metavar(param: Any, ctx: click.Context) -> str | None:
+    """Help shows a flag bare and a value as TEXT, INTEGER, PATH... (not ``<bool>``, ``<str>``)."""
+    if param.metavar is not None:
+        return param.metavar
+    if getattr(param, "is_flag", False):
+        return None
+    label = param.display_type(ctx).strip("<>").split()[0]
+    word = {"str": "TEXT", "int": "INTEGER", "bool": "BOOLEAN"}.get(label, label.upper())
+    return word + ("..." if param.nargs != 1 else "")
+
+
+def plain_help() -> None:
+    """Typer's help without angle-bracket type placeholders, for options and arguments alike."""
+    typer.core.TyperOption.display_type_rich = _metavar  # type: ignore[method-assign]
+    typer.core.TyperArgument.display_type_rich = _metavar  # type: ignore[method-assign]
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        from assay import __version__
+
+        typer.echo(f"assay {__version__}")
+        raise typer.Exit()
