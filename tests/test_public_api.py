@@ -14,7 +14,7 @@ EXPECTED = {
     "Perturbation", "Policy", "PolicyContext", "PolicySpec", "SimEnv", "SpecError", "Store", "StoreError",
     "TaskRegistry", "TaskSpec", "UnknownPolicyError", "UnknownTaskError", "UnsupportedError", "Variant",
     "default_registry", "load_campaign", "make_env", "make_policy", "prepare_campaign", "rate_table",
-    "run_campaign", "success_interval",
+    "run_campaign", "success_interval", "campaign_from_data", "results_table", "make_executor",
 }
 
 # package -> the assay packages it may import (errors is everyone's)

@@ -8,16 +8,17 @@ when it drifts. Layers (imports flow one way)::
 
 from assay.errors import AssayError, SpecError, StoreError, UnknownPolicyError, UnknownTaskError, UnsupportedError
 from assay.policies import Policy, PolicyContext, make_policy
-from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
+from assay.run import InlineExecutor, LocalExecutor, make_executor, prepare_campaign, run_campaign
 from assay.sim import SimEnv, TaskRegistry, default_registry, make_env
-from assay.spec import CampaignSpec, EpisodeJob, Perturbation, PolicySpec, TaskSpec, Variant, load_campaign
+from assay.spec import (CampaignSpec, EpisodeJob, Perturbation, PolicySpec, TaskSpec, Variant, campaign_from_data,
+                        load_campaign)
 from assay.store import EpisodeRecord, Outcome, Store
 
 __version__ = "0.1.0"
 
 # Statistics pull in scipy.stats (~0.7 s to import): loaded on first use, so a worker process that only
 # runs episodes (``import assay.run.worker``) starts without it.
-_FROM_METRICS = ("rate_table", "success_interval")
+_FROM_METRICS = ("rate_table", "results_table", "success_interval")
 
 
 def __getattr__(name: str) -> object:
@@ -52,12 +53,15 @@ __all__ = [
     "UnknownTaskError",
     "UnsupportedError",
     "Variant",
+    "campaign_from_data",
     "default_registry",
     "load_campaign",
     "make_env",
+    "make_executor",
     "make_policy",
     "prepare_campaign",
     "rate_table",
+    "results_table",
     "run_campaign",
     "success_interval",
 ]

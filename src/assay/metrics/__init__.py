@@ -57,8 +57,11 @@ from assay.metrics.sequential import (
     rate_cs,
 )
 from assay.metrics.stability import Stability, stability
+from assay.metrics.tables import EPISODE_COLUMNS, results_table
 
 __all__ = [
+    "EPISODE_COLUMNS",
+    "results_table",
     "AxisProfile", "RetentionRow", "retention_table", "robustness_profile",
     "Budget", "CalibrationRecord", "Comparison", "CorrelationReport", "GROUP_FIELDS", "INTERVAL_METHODS", "Interval",
     "Leaderboard", "NOT_VALIDATED", "OpenLoopRow", "OutcomeGrid", "Pairing", "Predictor", "RateEntry", "RateRow",

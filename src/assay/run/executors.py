@@ -14,7 +14,9 @@ initial conditions and each policy's randomness derive from the episode seed.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from enum import Enum
@@ -32,6 +34,20 @@ from assay.store.roots import as_root, remove_stale_temporaries
 __all__ = ["Batch", "Executor", "InlineExecutor", "LocalExecutor", "make_executor"]
 
 EXECUTORS = ("inline", "local", "ray")
+# A worker process that re-ran the user's script (no ``__main__`` guard) exits with this status.
+MAIN_GUARD_EXIT = 86
+MAIN_GUARD_HINT = ("worker processes start with 'spawn' and import your script again, so a script that runs a "
+                   "campaign with the local executor must do it under `if __name__ == \"__main__\":` "
+                   "(docs/PYTHON_API.md)")
+
+
+def _refuse_while_importing_main() -> None:
+    """In a spawned worker that is importing the parent's ``__main__`` (the condition under which
+    multiprocessing itself refuses to start a process): say why on stderr and exit with ``MAIN_GUARD_EXIT``."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        sys.stderr.write(f"assay: a worker process re-ran the script that started it: {MAIN_GUARD_HINT}\n")
+        sys.stderr.flush()
+        os._exit(MAIN_GUARD_EXIT)
 
 
 class Reply(Enum):
@@ -147,6 +163,7 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, store_root: str | Path, workers: int = 2, faults: FaultPolicy | None = None) -> None:
+        _refuse_while_importing_main()  # before the script goes on to wait for the store its parent holds
         if workers < 1:
             raise AssayError(f"--workers must be at least 1, got {workers}")
         self.store_root = _root(store_root)
@@ -155,6 +172,7 @@ class LocalExecutor:
         self.restarts = 0  # worker processes replaced after a death or a timeout
 
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+        _refuse_while_importing_main()
         dispatcher = Dispatcher(batches, self.faults)
         if not dispatcher.has_work():
             return
@@ -223,6 +241,8 @@ class LocalExecutor:
             # Exiting on its own before "ready" means the worker cannot start (an import error): stop.
             # Killed by a signal (OOM killer, an operator, chaos) it was unlucky: retry like any death.
             killed = slot.process.exitcode is not None and slot.process.exitcode < 0
+            if not slot.ready and slot.process.exitcode == MAIN_GUARD_EXIT:
+                raise AssayError(f"the worker processes could not start: {MAIN_GUARD_HINT}")
             if not slot.ready and not killed:
                 raise AssayError(f"a worker process failed to start ({describe_exit(slot.process.exitcode)}); "
                                  "run with --executor inline to see the error")
