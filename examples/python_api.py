@@ -21,7 +21,10 @@ def build_campaign(episodes: int = 4) -> assay.CampaignSpec:
         "episodes": episodes,
         "horizon": 80,
         "tasks": ["metaworld/reach@1"],
-        "policies": ["expert", {"name": "shaky", "builtin": "degraded-expert", "params": {"action_noise": 0.5, "action_delay": 2}}],
+        "policies": [
+            "expert",
+            {"name": "shaky", "builtin": "degraded-expert", "params": {"action_noise": 0.5, "action_delay": 2}},
+        ],
     })
 
 

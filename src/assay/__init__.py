@@ -10,8 +10,16 @@ from assay.errors import AssayError, SpecError, StoreError, UnknownPolicyError, 
 from assay.policies import Policy, PolicyContext, make_policy
 from assay.run import InlineExecutor, LocalExecutor, make_executor, prepare_campaign, run_campaign
 from assay.sim import SimEnv, TaskRegistry, default_registry, make_env
-from assay.spec import (CampaignSpec, EpisodeJob, Perturbation, PolicySpec, TaskSpec, Variant, campaign_from_data,
-                        load_campaign)
+from assay.spec import (
+    CampaignSpec,
+    EpisodeJob,
+    Perturbation,
+    PolicySpec,
+    TaskSpec,
+    Variant,
+    campaign_from_data,
+    load_campaign,
+)
 from assay.store import EpisodeRecord, Outcome, Store
 
 __version__ = "0.1.0"

@@ -9,6 +9,7 @@ torch seed.
 import json
 import os
 import sys
+from importlib.metadata import version
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -39,11 +40,12 @@ actions = []
 for _ in range(2):
     torch.manual_seed(1)
     policy.reset()
-    frame = {key: value.unsqueeze(0) if isinstance(value, torch.Tensor) else [value] for key, value in dataset[0].items()}
+    frame = {key: value.unsqueeze(0) if isinstance(value, torch.Tensor) else [value]
+             for key, value in dataset[0].items()}
     with torch.no_grad():
         actions.append(postprocess(policy.select_action(preprocess(frame))).squeeze(0).tolist())
 json.dump({
-    "policy": type(policy).__name__, "torch": torch.__version__, "loss": float(loss), "parameters_with_gradients": gradients,
-    "action_dim": config.output_features["action"].shape[0], "actions": actions,
-    "image_features": sorted(config.image_features), "lerobot": __import__("importlib.metadata").metadata.version("lerobot"),
+    "policy": type(policy).__name__, "torch": torch.__version__, "loss": float(loss),
+    "parameters_with_gradients": gradients, "action_dim": config.output_features["action"].shape[0],
+    "actions": actions, "image_features": sorted(config.image_features), "lerobot": version("lerobot"),
 }, sys.stdout)

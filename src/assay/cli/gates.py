@@ -23,6 +23,7 @@ FailUnderOpt = Annotated[float | None, typer.Option(
 
 
 def is_stdout(path: Path | None) -> bool:
+    """Whether an output path is ``-`` (standard output)."""
     return path is not None and str(path) == "-"
 
 
@@ -63,11 +64,12 @@ def _metavar(param: Any, ctx: click.Context) -> str | None:
 
 def plain_help() -> None:
     """Typer's help without angle-bracket type placeholders, for options and arguments alike."""
-    typer.core.TyperOption.display_type_rich = _metavar  # type: ignore[method-assign]
-    typer.core.TyperArgument.display_type_rich = _metavar  # type: ignore[method-assign]
+    typer.core.TyperOption.display_type_rich = _metavar
+    typer.core.TyperArgument.display_type_rich = _metavar
 
 
 def version_callback(value: bool) -> None:
+    """``--version``: print ``assay VERSION`` and exit."""
     if value:
         from assay import __version__
 
