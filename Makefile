@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml $(SYSTEM_READY)
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,gymnasium-plugins]'
 	# The real openpi client, to prove wire compatibility. Its metadata pins numpy<2; it works with ours.
 	$(PY) -m pip install -q --no-deps openpi-client==0.1.2
 	@# The PostgreSQL catalog tier (tests/test_postgres.py) starts Debian's server on loopback.
