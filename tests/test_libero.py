@@ -190,16 +190,21 @@ def test_unknown_camera_names_the_valid_ones():
 @pytest.mark.slow
 def test_cameras_are_robosuites_frames_turned_as_openpi_turns_them():
     """Assay's renderer against robosuite's own camera observation of the same state (pixel for pixel)."""
-    from libero.libero import benchmark
-    from libero.libero.envs import OffScreenRenderEnv
+    from assay.sim.libero_env import _quiet
+
+    with _quiet():  # robosuite 1.4 warns (deprecated logging calls) when it is imported first
+        from libero.libero import benchmark
+        from libero.libero.envs import OffScreenRenderEnv
 
     task = REGISTRY.get(SOUP).model_copy(update={"cameras": REGISTRY.get(SOUP).cameras, "settle_steps": 0})
     task = task.model_copy(update={"cameras": tuple(c.model_copy(update={"width": 128, "height": 128})
                                                     for c in task.cameras)})
     env = make_env(task)
     suite = benchmark.get_benchmark("libero_object")(task_order_index=0)
+    # hard_reset=False: a hard reset deletes robosuite's old render context while Assay's GL context is
+    # current, and robosuite 1.4 frees it there (tests/test_render_contexts.py shows what that does)
     reference = OffScreenRenderEnv(bddl_file_name=suite.get_task_bddl_file_path(0), camera_heights=128,
-                                   camera_widths=128)
+                                   camera_widths=128, hard_reset=False)
     try:
         ours = env.reset(0)
         reference.seed(0)
@@ -278,7 +283,9 @@ def test_fake_openpi_server_drives_a_two_worker_campaign_that_resumes_after_a_ki
     campaign = tmp_path / "libero.json"
     campaign.write_text(json.dumps({
         "name": "libero-openpi", "seed": 0, "episodes": episodes, "horizon": horizon, "envs_per_worker": 1,
-        "replan_every": 5, "tasks": [SOUP], "policies": [f"remote:ws://127.0.0.1:{port}"]}))
+        "replan_every": 5, "tasks": [SOUP],
+        # an openpi server declares no identity: the checkpoint's name is the policy's version
+        "policies": [{"name": "openpi", "remote": f"ws://127.0.0.1:{port}", "version": "fake-pi0-libero-1"}]}))
     server = _start_openpi_server(port, log)
     try:
         first = start_run(campaign, store, "--workers", "2")
@@ -299,5 +306,8 @@ def test_fake_openpi_server_drives_a_two_worker_campaign_that_resumes_after_a_ki
     assert all(outcome == "timeout" and steps == horizon for _, outcome, steps in rows)
     requests = [json.loads(line) for line in log.read_text().splitlines()]
     assert requests and all(r["shapes"]["observation/state"] == [8] and "prompt" in r["keys"] for r in requests)
+    # openpi's LIBERO keys: the agent view and the wrist camera, 224 px HWC uint8 as its example resizes them
+    assert all(r["shapes"]["observation/image"] == r["shapes"]["observation/wrist_image"] == [224, 224, 3]
+               for r in requests)
     # 7 steps with chunks of 10, replanning every 5: two requests per finished episode
     assert len(requests) >= 2 * episodes

@@ -23,14 +23,17 @@ from assay.store import Outcome, Store
 
 
 class _Tripwire(ExpertPolicy):
-    """The expert, which sets ``fired`` at its first call once ``armed``: the server is then answering."""
+    """The expert, which sets ``fired`` at its first call once ``armed`` and then holds that request for
+    ``HOLD_S``: the server goes down with it in flight, whatever the machine's speed (no race)."""
 
     armed = threading.Event()
     fired = threading.Event()
+    HOLD_S = 1.5
 
     def act(self, observations):
         if self.armed.is_set() and not self.fired.is_set():
             self.fired.set()
+            time.sleep(self.HOLD_S)  # in the server's inference thread: its event loop goes on and shuts down
         return super().act(observations)
 
 

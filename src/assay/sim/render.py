@@ -132,6 +132,17 @@ class CameraRenderer:
             scene.ngeom += 1
 
     def close(self) -> None:
+        """Free every GL context this renderer made, each while it is current.
+
+        mujoco.Renderer.close frees its MjrContext after destroying its GL context, that is in
+        whichever context is current: another renderer's, whose framebuffer objects (same ids)
+        it deletes, so that renderer then returns garbage frames. Freeing in our own context first
+        keeps every other renderer in the process intact (a worker closes environments while others live).
+        """
         for renderer in self._renderers.values():
+            gl_context, mjr_context = getattr(renderer, "_gl_context", None), getattr(renderer, "_mjr_context", None)
+            if gl_context is not None and mjr_context is not None:
+                gl_context.make_current()
+                mjr_context.free()
             renderer.close()
         self._renderers.clear()
