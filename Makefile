@@ -66,12 +66,12 @@ demo: install
 	$(ASSAY) report quickstart --store $(STORE) -o $(STORE)/quickstart.html
 	@echo "Open $(STORE)/quickstart.html, or browse the store: $(ASSAY) serve --store $(STORE)"
 
-# The demo campaign as one self-contained HTML file, and the live dashboard over the demo store.
 # The semantic robustness experiment of docs/RESULTS.md: nominal-instruction demos, BC conditioned on the
 # instruction's MiniLM embedding, evaluated beside the router and the expert under every semantic factor.
 semantic-profile: install-test
 	$(ASSAY) semantic-profile --demos 25 --episodes 5 --workers 2 --store runs/semantic --report runs/semantic/semantic.html
 
+# The demo campaign as one self-contained HTML file, and the live dashboard over the demo store.
 report: install
 	$(ASSAY) report quickstart --store $(STORE) -o $(STORE)/quickstart.html
 

@@ -25,7 +25,7 @@ from assay.errors import StoreError
 from assay.store.records import SCHEMA_VERSION
 from assay.store.roots import Root, is_url, open_root, remove_stale_temporaries
 
-__all__ = ["REQUIRED_COLUMNS", "Root", "build_table", "check_episode_file", "episode_relpath", "is_url",
+__all__ = ["REQUIRED_COLUMNS", "Root", "build_table", "episode_relpath", "is_url",
            "read_episode", "remove_stale_temporaries", "write_blob", "write_episode"]
 
 REQUIRED_COLUMNS = ("step", "t", "observation.state", "action", "reward", "success", "terminated", "truncated")
@@ -82,20 +82,3 @@ def read_episode(root: Root, relpath: str, expected_sha256: str | None = None) -
     if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
         raise StoreError(f"episode file {where} does not match its recorded checksum (corrupted or truncated)")
     return pq.read_table(pa.BufferReader(data))
-
-
-def check_episode_file(root: Root, relpath: str, expected_sha256: str | None) -> str | None:
-    """Why the episode file cannot be trusted (missing, or not matching its checksum), or None if it is intact.
-
-    The whole file is hashed: a size or mtime check would miss a flipped byte, and a
-    file that fails here is re-run instead of scored.
-    """
-    try:
-        actual = open_root(root).sha256(relpath)
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        return f"unreadable ({exc.strerror or exc})"
-    if expected_sha256 is not None and actual != expected_sha256:
-        return "checksum mismatch (corrupted or truncated)"
-    return None
