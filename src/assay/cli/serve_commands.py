@@ -21,9 +21,10 @@ def register(app: typer.Typer) -> None:
     app.command("serve-policy")(serve_policy)
 
 
-def policy_server(policy: str, task: str, params: dict, config: ServerConfig) -> PolicyServer:
+def policy_server(policy: str, task: str, params: dict, config: ServerConfig, stateless: bool = False) -> PolicyServer:
     """The server ``serve-policy`` runs: the policy, its identity and its class's own declared contract
-    (else the served task's interface), bound to ``task``."""
+    (else the served task's interface), bound to ``task``; one policy instance per session unless the
+    class declares ``stateless = True`` or ``stateless`` is asked for."""
     from assay.policies import make_policy, policy_contract, resolve_policy
     from assay.policies.remote import PolicyServer
     from assay.sim import default_registry
@@ -35,8 +36,12 @@ def policy_server(policy: str, task: str, params: dict, config: ServerConfig) ->
     spec = PolicySpec(**{**base.model_dump(), "params": params})
     resolved = resolve_policy(spec)
     served_task = default_registry().get(task)
-    identity = {"policy": spec.name, "source": spec.source, "params": spec.params, "version": resolved.version}
-    return PolicyServer(make_policy(spec), served_task, config, identity, policy_contract(resolved))
+    served = make_policy(spec)
+    sessions = not (stateless or getattr(served, "stateless", False))
+    identity = {"policy": spec.name, "source": spec.source, "params": spec.params, "version": resolved.version,
+                "sessions": sessions}
+    return PolicyServer(served, served_task, config, identity, policy_contract(resolved),
+                        factory=(lambda: make_policy(spec)) if sessions else None)
 
 
 def serve_policy(
@@ -54,6 +59,10 @@ def serve_policy(
                                                  help="Websockets served at once; more get HTTP 503.")] = 64,
     idle_timeout: Annotated[float, typer.Option("--idle-timeout", min=0.0,
                                                 help="Close a connection idle this many seconds (0: never).")] = 300.0,
+    stateless: Annotated[bool, typer.Option("--stateless", help="Serve one policy instance as a function of each "
+                                            "row's observation, batched across environments (default: an instance "
+                                            "per environment session, unless the class declares stateless = True).")]
+    = False,
 ) -> None:
     """Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all connections."""
     from assay.policies.remote import ServerConfig
@@ -69,11 +78,12 @@ def serve_policy(
                               api_key=api_key or os.environ.get("ASSAY_API_KEY") or None,
                               max_message_bytes=int(max_message_mb * 1024 * 1024), max_connections=max_connections,
                               idle_timeout_s=idle_timeout or None)
-        server = policy_server(policy, task, parsed, config)
+        server = policy_server(policy, task, parsed, config, stateless)
         spec, served_task = server.metadata["assay"], server.task
         render.err_console.print(
             f"serving {spec['policy']} ({spec['version']}) for {served_task.id} on ws://{host}:{port} — max batch "
-            f"{max_batch}, max wait {max_wait_ms:g} ms{', API key required' if config.api_key else ''}; "
+            f"{max_batch}, max wait {max_wait_ms:g} ms, {'sessions' if server.factory else 'stateless'}"
+            f"{', API key required' if config.api_key else ''}; "
             "GET /healthz for health", highlight=False, soft_wrap=True)
         try:
             asyncio.run(server.serve())

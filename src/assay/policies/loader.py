@@ -151,7 +151,7 @@ def remote_version(spec: PolicySpec, metadata: dict[str, Any]) -> str:
     contract), not its URL, so a restarted server gives the same keys and another checkpoint or task
     gives new ones. A server that declares no identity (a plain openpi server) needs ``version:``."""
     served: dict[str, Any] = metadata["assay"] if isinstance(metadata.get("assay"), dict) else {}
-    declared: dict[str, Any] = {k: served.get(k) for k in ("policy", "source", "params", "version", "task")
+    declared: dict[str, Any] = {k: served.get(k) for k in ("policy", "source", "params", "version", "task", "sessions")
                                 if served.get(k) is not None}
     if isinstance(metadata.get("contract"), dict):
         declared["contract"] = metadata["contract"]

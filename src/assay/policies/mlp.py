@@ -72,6 +72,7 @@ class MLPPolicy:
 
     Params = MLPParams
     version = "1"
+    stateless = True  # each row's action depends on its own observation only: served batched, one instance
 
     def __init__(self, **params: Any) -> None:
         self.params = MLPParams(**params)
@@ -113,7 +114,7 @@ class MLPPolicy:
         return {"contract": self.contract(self.params.model_dump()).model_dump(mode="json")}
 
     def reset(self, context: PolicyContext) -> None:
-        pass  # stateless: each row depends on its own observation only
+        pass  # stateless (see ``stateless``): each row depends on its own observation only
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         torch, p = self._torch, self.params

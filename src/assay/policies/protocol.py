@@ -40,6 +40,9 @@ hook                        meaning                                             
 ``step_trace(slot)``        instance; the policy's account of its latest answer for a  runner
                             slot (recorded per step as ``trace.<name>`` columns)
 ``metadata()``              instance; served metadata (``{"contract": ...}``)            server
+``stateless``               ``True``: actions depend on each row's observation only, so  server
+                            one instance serves every environment, batched (else one
+                            instance per environment session)
 ==========================  =========================================================  ==============
 
 ``assay.testing.check_policy`` checks a policy against this contract.

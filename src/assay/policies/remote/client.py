@@ -7,7 +7,11 @@ each camera's RGB image under the wire key openpi policies read
 campaign's policy params maps them otherwise) as uint8 HWC, resized with padding
 to the size the contract declares (openpi's ``resize_with_pad``), and any other
 observation the contract names. The server's metadata frame is read before the
-first request is built, so every request of a campaign has the same form. The rows of
+first request is built, so every request of a campaign has the same form. When the
+server keeps sessions (an Assay server: ``server.sessions`` in its metadata), each
+request also names its environment's session (``assay/session``: unique per reset and
+slot), the episode's seed (``assay/seed``) and its index in the episode (``assay/step``),
+so a stateful policy keeps its state per environment on the server too. The rows of
 a batch travel concurrently on a pool of connections (openpi's protocol answers
 one request per connection at a time), so a server with a dynamic batcher can
 gather them, and those of other workers, into one forward pass. The reply's
@@ -28,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from assay.errors import EpisodeError, SpecError
 from assay.policies.contract import PROMPT_KEY, STATE_KEY, ImageLayout, PolicyContract, camera_wire_keys
 from assay.policies.protocol import PolicyContext
-from assay.policies.remote.wire import MAX_MESSAGE_BYTES, WireError, packb, unpackb
+from assay.policies.remote.wire import MAX_MESSAGE_BYTES, SEED_KEY, SESSION_KEY, STEP_KEY, WireError, packb, unpackb
 
 
 class PolicyUnavailableError(EpisodeError):
@@ -149,6 +154,9 @@ class RemotePolicy:
         self._idle: list[Any] = []
         self._images: dict[str, str] = {}  # wire key -> camera, set at reset from the task's cameras
         self._batch_sizes: dict[int, int] = {}  # env slot -> the server's batch size for its latest request
+        self._seeds: tuple[int, ...] = ()
+        self._epoch = ""  # names this reset's sessions on the server
+        self._steps: dict[int, int] = {}  # env slot -> requests sent in its episode
 
     @staticmethod
     def supports(task: Any) -> str | None:
@@ -157,12 +165,13 @@ class RemotePolicy:
     def reset(self, context: PolicyContext) -> None:
         # openpi servers have no reset; the served policy is a function of its observation
         self._images = camera_wire_keys([c.name for c in context.task.cameras], self.params.images)
+        self._seeds, self._epoch, self._steps = tuple(context.seeds), uuid.uuid4().hex, {}
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         if self._loop is None:
             self._loop = _Loop()
         slots = [int(s) for s in np.asarray(observations.get("env_ids", np.arange(len(observations["state"]))))]
-        replies = self._loop.run(self._round(observations, len(slots)))
+        replies = self._loop.run(self._round(observations, slots))
         self._batch_sizes.update(zip(slots, (size for _, size in replies), strict=True))
         return _stack([actions for actions, _ in replies], self.url)
 
@@ -175,8 +184,10 @@ class RemotePolicy:
         """What the server said about itself (its metadata frame, contract aside), kept with each episode."""
         return {"server": {k: v for k, v in self.metadata.items() if k != "contract"}} if self.metadata else {}
 
-    def _requests(self, observations: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _requests(self, observations: Mapping[str, Any], slots: list[int]) -> list[dict[str, Any]]:
         state = np.asarray(observations["state"])
+        server = self.metadata.get("server")
+        sessions = isinstance(server, dict) and server.get("sessions") is True
         dtype = np.float32
         if self.contract is not None and STATE_KEY in self.contract.observations:
             dtype = np.dtype(self.contract.observations[STATE_KEY].dtype)
@@ -194,6 +205,12 @@ class RemotePolicy:
                 name = key.split("/", 1)[-1]
                 if name in observations:
                     request[key] = np.ascontiguousarray(observations[name][row])
+            if sessions:
+                slot = slots[row]
+                step = self._steps.get(slot, 0)
+                self._steps[slot] = step + 1
+                request.update({SESSION_KEY: f"{self._epoch}/{slot}", STEP_KEY: step,
+                                SEED_KEY: int(self._seeds[slot]) if slot < len(self._seeds) else 0})
             rows.append(request)
         return rows
 
@@ -209,9 +226,10 @@ class RemotePolicy:
             return (declared.shape[0], declared.shape[1]), ImageLayout.HWC
         return None, ImageLayout.HWC
 
-    async def _round(self, observations: Mapping[str, Any], rows: int) -> list[tuple[np.ndarray, int | None]]:
+    async def _round(self, observations: Mapping[str, Any], slots: list[int]) -> list[tuple[np.ndarray, int | None]]:
         from websockets.protocol import State
 
+        rows = len(slots)
         self._idle = [ws for ws in self._idle if ws.state is State.OPEN]  # a restarted server left stale ones
         while len(self._idle) < rows:
             missing = rows - len(self._idle)
@@ -222,7 +240,7 @@ class RemotePolicy:
                     self.metadata = metadata
                     self.contract = PolicyContract.from_metadata(metadata)
         # built only now: the contract (state dtype, image sizes) is known before the first request
-        requests = self._requests(observations)
+        requests = self._requests(observations, slots)
         connections = [self._idle.pop() for _ in requests]
         results = await asyncio.gather(*(self._request(ws, r) for ws, r in zip(connections, requests, strict=True)),
                                        return_exceptions=True)

@@ -19,9 +19,19 @@ dead peers, each connection buffers at most two frames, at most ``max_large_fram
 frames over 1 MiB are decoded at once, and a log line repeated more than
 ``LOG_REPEATS`` times a minute is suppressed (with a count) instead of filling stderr.
 
-Requests from all connections meet in a :class:`DynamicBatcher`. The served
-policy is reset once, with one slot per row of the largest batch, and is then
-treated as a function of each row's observation (openpi servers have no reset).
+Requests from all connections meet in a :class:`DynamicBatcher`. Two ways to serve:
+
+* **sessions** (``serve-policy``'s default): each environment is a session with its own policy
+  instance, made by the server's ``factory`` and reset with the session's seed and prompt, so a
+  policy that keeps state per environment (a phase machine, an RNG stream, an action queue, an
+  instruction embedding) behaves exactly as it does in process. An Assay client names the session
+  in each request (``assay/session``, ``assay/seed``, ``assay/step``: the request's index within
+  its episode); a plain openpi client's connection is its session. A request for an unknown
+  session past its first step (the server restarted, or evicted the session) is refused, so
+  lost state never passes silently;
+* **stateless** (a policy class that declares ``stateless = True``, ``serve-policy --stateless``,
+  or a server built without a factory): the policy is reset once, with one slot per row of the
+  largest batch, and treated as a function of each row's observation, batched across sessions.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import logging
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -42,7 +53,15 @@ import numpy as np
 from assay.policies.contract import PROMPT_KEY, STATE_KEY, ActionContract, ArraySpec, PolicyContract, task_interface
 from assay.policies.protocol import Policy, PolicyContext, SupportsMetadata
 from assay.policies.remote.batcher import DynamicBatcher
-from assay.policies.remote.wire import MAX_MESSAGE_BYTES, WireError, packb, unpackb
+from assay.policies.remote.wire import (
+    MAX_MESSAGE_BYTES,
+    SEED_KEY,
+    SESSION_KEY,
+    STEP_KEY,
+    WireError,
+    packb,
+    unpackb,
+)
 from assay.spec import TaskSpec
 
 INTERNAL_ERROR = 1011
@@ -50,6 +69,7 @@ POLICY_VIOLATION = 1008
 NORMAL_CLOSURE = 1000
 LARGE_FRAME_BYTES = 1 << 20
 LOG_REPEATS = 20  # identical log lines per minute before they are suppressed
+MAX_SESSION_ID = 256
 
 
 class ProtocolError(ValueError):
@@ -68,10 +88,11 @@ class ServerConfig:
     idle_timeout_s: float | None = 300.0
     ping_interval_s: float | None = 20.0
     max_large_frames: int = 4
+    max_sessions: int = 4096
 
     def __post_init__(self) -> None:
-        if self.max_connections < 1 or self.max_large_frames < 1:
-            raise ValueError("max_connections and max_large_frames must be at least 1")
+        if self.max_connections < 1 or self.max_large_frames < 1 or self.max_sessions < 1:
+            raise ValueError("max_connections, max_large_frames and max_sessions must be at least 1")
         if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
             raise ValueError(f"idle_timeout_s must be positive, got {self.idle_timeout_s}")
 
@@ -124,13 +145,18 @@ def default_contract(policy: Policy, task: TaskSpec) -> PolicyContract:
 
 class PolicyServer:
     def __init__(self, policy: Policy, task: TaskSpec, config: ServerConfig = ServerConfig(),
-                 identity: dict[str, Any] | None = None, contract: PolicyContract | None = None) -> None:
+                 identity: dict[str, Any] | None = None, contract: PolicyContract | None = None,
+                 factory: Callable[[], Policy] | None = None) -> None:
         self.policy, self.task, self.config = policy, task, config
         self.contract = contract if contract is not None else default_contract(policy, task)
+        self.factory = None if getattr(policy, "stateless", False) else factory
+        self.sessions: OrderedDict[str, Policy] = OrderedDict()  # least recently used first
+        self._sessions_lock = threading.Lock()
         self.metadata: dict[str, Any] = {
             "assay": dict(identity or {}, task=task.id),
             "contract": self.contract.model_dump(mode="json"),
-            "server": {"max_batch": config.max_batch, "max_wait_ms": config.max_wait_ms},
+            "server": {"max_batch": config.max_batch, "max_wait_ms": config.max_wait_ms,
+                       "sessions": self.factory is not None},
         }
         self._metadata_frame = packb(self.metadata)
         self._large_frames: asyncio.Semaphore | None = None  # made on the serving loop
@@ -141,8 +167,10 @@ class PolicyServer:
 
     # -- inference (runs on the batcher's thread) ------------------------------------------------
     def _infer(self, rows: list[dict[str, Any]]) -> list[Any]:
+        if self.factory is not None:
+            return [self._infer_session(row) for row in rows]
         try:
-            return self._act(rows)
+            return self._act(self.policy, rows)
         except Exception:  # noqa: BLE001 - a batch failed; find the rows that provoke it
             if len(rows) == 1:
                 return [_Traceback(traceback.format_exc())]
@@ -151,13 +179,43 @@ class PolicyServer:
                 results.extend(self._infer([row]))
             return results
 
-    def _act(self, rows: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _infer_session(self, row: dict[str, Any]) -> Any:
+        """One row on its session's own policy instance (made and reset on the session's first request)."""
+        session = row[SESSION_KEY]
+        try:
+            with self._sessions_lock:
+                policy = self.sessions.get(session)
+                if policy is not None:
+                    self.sessions.move_to_end(session)
+            if policy is None:
+                if row.get(STEP_KEY, 0) != 0:
+                    raise LookupError(f"session {session!r} is unknown at step {row[STEP_KEY]}: the server restarted "
+                                      "or evicted it, and its policy state is gone; rerun the episode")
+                assert self.factory is not None
+                policy = self.factory()
+                prompt = row.get(PROMPT_KEY, self.task.instruction)
+                policy.reset(PolicyContext(self.task, (int(row.get(SEED_KEY, 0)),), (prompt,)))
+                with self._sessions_lock:
+                    self.sessions[session] = policy
+                    while len(self.sessions) > self.config.max_sessions:
+                        self.sessions.popitem(last=False)
+            return self._act(policy, [row])[0]
+        except Exception:  # noqa: BLE001 - the session's policy failed: this row fails, and the session ends
+            self.end_sessions([session])
+            return _Traceback(traceback.format_exc())
+
+    def end_sessions(self, sessions: list[str]) -> None:
+        with self._sessions_lock:
+            for session in sessions:
+                self.sessions.pop(session, None)
+
+    def _act(self, policy: Policy, rows: list[dict[str, Any]]) -> list[np.ndarray]:
         batch: dict[str, Any] = {"instruction": [r.get(PROMPT_KEY, self.task.instruction) for r in rows],
                                  "env_ids": np.arange(len(rows))}
         for key in self.contract.observations:
             if key != PROMPT_KEY:
                 batch[key.split("/", 1)[-1]] = np.stack([r[key] for r in rows])
-        actions = np.asarray(self.policy.act(batch))
+        actions = np.asarray(policy.act(batch))
         if actions.ndim not in (2, 3) or actions.shape[0] != len(rows):
             raise ValueError(f"policy returned actions of shape {actions.shape} for {len(rows)} rows; "
                              "expected (B, action_dim) or (B, H, action_dim)")
@@ -185,6 +243,13 @@ class PolicyServer:
             request[key] = value.astype(spec.dtype, copy=False)
         if PROMPT_KEY in request and not isinstance(request[PROMPT_KEY], str):
             raise ProtocolError(f"{PROMPT_KEY!r} must be a string")
+        session = request.get(SESSION_KEY)
+        if session is not None and (not isinstance(session, str) or not 0 < len(session) <= MAX_SESSION_ID):
+            raise ProtocolError(f"{SESSION_KEY!r} must be a string of 1 to {MAX_SESSION_ID} characters")
+        for key in (SEED_KEY, STEP_KEY):
+            value = request.get(key)
+            if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0):
+                raise ProtocolError(f"{key!r} must be a non-negative integer, got {value!r}")
         return request
 
     def _process_request(self, connection: Any, request: Any) -> Any:
@@ -202,6 +267,7 @@ class PolicyServer:
     async def _handle(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
 
+        own_session = f"connection-{id(ws)}"  # a plain openpi client: its connection is its session
         try:
             await ws.send(self._metadata_frame)
             while True:
@@ -216,6 +282,7 @@ class PolicyServer:
                     await ws.send(f"protocol error: {exc}")
                     await ws.close(POLICY_VIOLATION, "protocol error")
                     return
+                request.setdefault(SESSION_KEY, own_session)
                 try:
                     actions, timing = await self.batcher.submit(request)
                 except _Traceback as failure:
@@ -231,6 +298,8 @@ class PolicyServer:
                 await ws.send(reply)
         except ConnectionClosed:
             pass
+        finally:
+            self.end_sessions([own_session])
 
     async def _decode(self, message: Any) -> dict[str, Any]:
         """Validate one request; frames over 1 MiB are decoded at most ``max_large_frames`` at a time."""

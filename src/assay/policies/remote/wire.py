@@ -23,6 +23,9 @@ from assay.errors import AssayError
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """Default cap on one frame (websockets enforces it before decoding)."""
 
+SESSION_KEY, SEED_KEY, STEP_KEY = "assay/session", "assay/seed", "assay/step"
+"""Request keys an Assay client adds for a server that keeps sessions (see ``remote.server``)."""
+
 _ALLOWED_KINDS = frozenset("biufSU")
 _REFUSED_KINDS = frozenset("VOc")
 
