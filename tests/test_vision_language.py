@@ -53,6 +53,18 @@ def test_perception_expert_sees_the_goal_and_is_blinded_by_darkness(tmp_path):
     assert np.abs(frames[0].astype(float) - frames[-1]).mean() > 0.5  # the arm moved
 
 
+def test_perception_expert_finds_reachs_marker_not_the_red_arm(tmp_path):
+    """Reach's goal is a red sphere in the air beside the red arm: only the marker's pure red counts
+    (before, the arm's pixels pulled the estimate 0.3 m off and the policy scored 0/4 at nominal)."""
+    _, records = _run(tmp_path, {
+        "name": "reach-vision", "seed": 0, "episodes": 2, "horizon": 150, "envs_per_worker": 2,
+        "tasks": ["metaworld/reach@1"], "policies": ["perception-expert"],
+        "cameras": [{"name": "front", "width": 128, "height": 128, "depth": True}],
+    })
+    assert [r.outcome for r in records] == [Outcome.SUCCESS] * 2
+    assert all(r.policy_info["estimate_error_m"]["goal"] < 0.03 for r in records)
+
+
 def test_router_follows_the_instruction_and_misroutes_a_far_paraphrase(tmp_path):
     store, records = _run(tmp_path, {
         "name": "language", "seed": 1, "episodes": 2, "horizon": 150, "envs_per_worker": 2,

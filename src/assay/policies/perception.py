@@ -36,6 +36,7 @@ class Target:
     min_z: float
     max_z: float
     centre_height: float | None  # None: trust the depth-derived height (objects in the air)
+    dominance: float | None = None  # how much the channel must dominate, if stricter than the policy's
 
 
 # Per task: the goal marker drives control; the object (where listed) is estimated as a
@@ -45,7 +46,10 @@ PERCEIVABLE: dict[str, dict[str, Target]] = {
     "push-v3": {"goal": Target(1, -0.05, 0.1, PUCK_HEIGHT), "object": Target(0, -0.05, 0.1, PUCK_HEIGHT)},
     "push-back-v3": {"goal": Target(1, -0.05, 0.1, PUCK_HEIGHT), "object": Target(0, -0.05, 0.1, PUCK_HEIGHT)},
     "push-wall-v3": {"goal": Target(1, -0.05, 0.1, PUCK_HEIGHT), "object": Target(0, -0.05, 0.1, PUCK_HEIGHT)},
-    "reach-v3": {"goal": Target(0, 0.06, 0.5, None)},
+    # Reach's goal is a saturated red sphere in the air, in the height band of the red arm and
+    # beside a dark-red puck: only the marker is that pure (red over 6x green/blue; the arm's
+    # red is about 5x, at any lighting), the puck is below the band.
+    "reach-v3": {"goal": Target(0, 0.06, 0.5, None, dominance=6.0)},
 }
 
 
@@ -139,7 +143,8 @@ class PerceptionExpertPolicy:
         for row, slot in enumerate(observations["env_ids"]):
             rgb, depth, calib = (observations[name][row] for name in needed)
             for name, target in self._targets.items():
-                found = detect(rgb, depth, calib, target, self.params.dominance, self.params.min_pixels)
+                dominance = max(self.params.dominance, target.dominance or 0.0)
+                found = detect(rgb, depth, calib, target, dominance, self.params.min_pixels)
                 self._seen[slot][f"detected.{name}"] = float(found is not None)
                 if found is not None:
                     self._estimates[slot][name] = found[0]
