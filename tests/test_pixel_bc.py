@@ -206,3 +206,37 @@ def test_train_bc_cli_image_obs(camera_store, tmp_path):
         ],
     )
     assert bad.exit_code == 2 and "--obs 'pixels' is not one of state, image+proprio" in bad.output
+
+
+@pytest.mark.sim
+def test_an_instruction_conditioned_pixel_checkpoint_reads_the_words(camera_store, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    from assay.policies import PolicyContext
+    from assay.policies.language import EMBED_DIM, embed_each
+    from assay.sim import default_registry
+
+    demos = load_demos(camera_store, "campaign=cam-demos")[:2]
+    config = PixelTrainConfig(**{**TINY.__dict__, "conditioning": "instruction"})
+    result = train_pixel_bc(camera_store, demos, config, tmp_path / "words.pt")
+    again = train_pixel_bc(camera_store, demos, config, tmp_path / "again.pt")
+    assert Path(result.path).read_bytes() == Path(again.path).read_bytes()
+    data = torch.load(result.path, weights_only=True)
+    assert data["config"]["conditioning"] == "instruction" and data["config"]["encoder"] == "all-MiniLM-L6-v2"
+    assert data["train"]["conditioning"] == "instruction"
+    assert data["state_dict"]["head.0.weight"].shape[1] == 2 * 8 + len(PROPRIO) + EMBED_DIM
+    policy = PixelBCPolicy(path=result.path)
+    demo = demos[0]
+    frames = demo_frames(camera_store, demo, "front")[:3]
+    task = default_registry().get(TASK).model_copy(update={"cameras": CAMERAS})
+    words = (demo.instruction, "press the button from the top", demo.instruction)
+    policy.reset(PolicyContext(task, (1, 2, 3), words))
+    batch = {"state": demo.observations[:3], "image.front": frames, "env_ids": np.array([0, 1, 2])}
+    actions = policy.act(batch)
+    assert not np.array_equal(actions[1], policy.act({**batch, "env_ids": np.array([0, 0, 0])})[1]), \
+        "another instruction moves the action"
+    # each row reads its own slot's words, exactly what the network computes from that embedding
+    direct = policy.predict(frames, demo.observations[:3][:, list(PROPRIO)].astype(np.float32), embed_each(words))
+    assert np.array_equal(actions, direct)
+    from assay.testing import check_policy
+
+    check_policy(PixelBCPolicy(path=result.path), task.model_copy(update={"horizon": HORIZON}), bounded=True)

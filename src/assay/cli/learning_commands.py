@@ -30,7 +30,7 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
                      image_size: Annotated[int, typer.Option("--image-size", help="Network input size in px (image+proprio).")] = 64,
                      augment: Annotated[str, typer.Option("--augment", help="'none' or 'shift' (random shifts; image+proprio).")] = "none",
                      conditioning: Annotated[str, typer.Option("--conditioning", help="task (a one-hot) | instruction "
-                                                               "(MiniLM embedding of each episode's instruction; state only)")] = "task",
+                                                               "(MiniLM embedding of each episode's instruction)")] = "task",
                      json_out: JsonOpt = False) -> None:
     """Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT' (or 'pixel-bc:OUT')."""
     from assay.learning import TrainConfig, load_demos, train_bc
@@ -42,8 +42,6 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
             raise AssayError(f"--hidden {hidden!r} must be comma-separated integers, e.g. 256,256") from None
         if obs not in ("state", "image+proprio"):
             raise AssayError(f"--obs {obs!r} is not one of state, image+proprio")
-        if obs != "state" and conditioning != "task":
-            raise AssayError(f"--conditioning {conditioning!r} is for --obs state; pixel BC conditions on a task one-hot")
         with open_store(store, catalog) as opened:
             demos = load_demos(opened, data)
             if obs == "state":
@@ -53,7 +51,8 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
                 from assay.learning.pixel_bc import PixelTrainConfig, train_pixel_bc
 
                 config = PixelTrainConfig(seed=seed, epochs=epochs, camera=camera, image_size=image_size, hidden=widths,
-                                          batch_size=batch_size or 64, lr=lr or 1e-3, augment=augment)
+                                          batch_size=batch_size or 64, lr=lr or 1e-3, augment=augment,
+                                          conditioning=conditioning)
                 result = train_pixel_bc(opened, demos, config, out)  # type: ignore[assignment]
     prefix = "bc" if obs == "state" else "pixel-bc"
     if json_out:

@@ -6,6 +6,11 @@ mean-squared error with Adam. The frames are the ones the campaign recorded
 (``videos/<key>.<camera>.mp4`` in the store): nothing is rendered again. Frame
 ``i`` is the image the expert acted on at step ``i``.
 
+Conditioning (``conditioning``): a one-hot over the trained tasks (``task``, the default)
+or the MiniLM embedding of the instruction each demo ran under (``instruction``,
+``assay.learning.language``), so one network serves several tasks by reading what it
+is told, and a reworded or conflicting instruction moves its input.
+
 Augmentation (``augment="shift"``): the random shift of DrQ (Kostrikov et al.,
 2020): each training image is padded by ``shift_pad`` pixels (edge replicated) and
 cropped back at a random offset; off (``"none"``) by default, and recorded in the
@@ -29,6 +34,7 @@ import numpy as np
 from assay.errors import AssayError
 from assay.learning.bc import _atomic_write, deterministic_torch
 from assay.learning.data import DataQueryError, Demo
+from assay.learning.language import Conditioning, checkpoint_entry, condition_rows, condition_width, conditioning
 from assay.policies.bc import checkpoint_version
 from assay.policies.mlp import import_torch
 from assay.policies.pixel_bc import PIXEL_FORMAT, PROPRIO, build_pixel_network, to_tensor_images
@@ -50,8 +56,10 @@ class PixelTrainConfig:
     lr: float = 1e-3
     augment: str = "none"
     shift_pad: int = 4
+    conditioning: str = "task"
 
     def __post_init__(self) -> None:
+        conditioning(self.conditioning)  # a one-line error naming the valid kinds
         if self.augment not in AUGMENTATIONS:
             raise AssayError(f"augmentation {self.augment!r} is not one of {', '.join(AUGMENTATIONS)}")
         if (
@@ -103,9 +111,11 @@ def demo_frames(store: Store, demo: Demo, camera: str) -> np.ndarray:
 
 
 def pixel_arrays(
-    store: Store, demos: Sequence[Demo], tasks: Sequence[str], camera: str, image_size: int
+    store: Store, demos: Sequence[Demo], tasks: Sequence[str], camera: str, image_size: int,
+    kind: Conditioning = Conditioning.TASK,
 ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
-    """(images (N, 3, S, S) float tensor, proprioception (N, P), task one-hots (N, K), actions clipped to [-1, 1])."""
+    """(images (N, 3, S, S) float tensor, proprioception (N, P), conditioning rows (N, K): task one-hots
+    or instruction embeddings, actions clipped to [-1, 1])."""
     if not demos:
         raise AssayError("no demonstrations to train on")
     dims = {(d.observations.shape[1], d.actions.shape[1]) for d in demos}
@@ -117,12 +127,7 @@ def pixel_arrays(
     images = torch.cat([to_tensor_images(demo_frames(store, d, camera), image_size) for d in demos])
     proprio = np.concatenate([d.observations[:, list(PROPRIO)] for d in demos]).astype(np.float32)
     actions = np.clip(np.concatenate([d.actions for d in demos]), -1.0, 1.0).astype(np.float32)
-    hot = np.zeros((len(actions), len(tasks)), np.float32)
-    row = 0
-    for demo in demos:
-        hot[row : row + len(demo.actions), tasks.index(demo.task_id)] = 1.0
-        row += len(demo.actions)
-    return images, proprio, hot, actions
+    return images, proprio, condition_rows(demos, tasks, kind), actions
 
 
 def random_shift(torch: Any, images: Any, pad: int, generator: Any) -> Any:
@@ -138,13 +143,15 @@ def random_shift(torch: Any, images: Any, pad: int, generator: Any) -> Any:
 def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig, out: str | Path) -> PixelTrainResult:
     """Train on the demos' recorded frames, write the checkpoint to ``out`` atomically, and describe it."""
     tasks = sorted({d.task_id for d in demos})
+    kind = conditioning(config.conditioning)
     with deterministic_torch(config.seed) as torch:
-        images, proprio, hot, actions = pixel_arrays(store, demos, tasks, config.camera, config.image_size)
+        images, proprio, hot, actions = pixel_arrays(store, demos, tasks, config.camera, config.image_size, kind)
         mean = proprio.mean(axis=0)
         std = np.maximum(proprio.std(axis=0), 1e-3)
         torch.manual_seed(config.seed)
         model = build_pixel_network(
-            config.image_size, config.channels, proprio.shape[1], len(tasks), config.hidden, actions.shape[1]
+            config.image_size, config.channels, proprio.shape[1], condition_width(kind, tasks), config.hidden,
+            actions.shape[1],
         )
         optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
         p = torch.from_numpy(((proprio - mean) / std).astype(np.float32))
@@ -178,6 +185,7 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
                 "hidden": list(config.hidden),
                 "proprio": list(PROPRIO),
                 "conditioning": "task-onehot",
+                **checkpoint_entry(kind),
             },
             "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
             "state_dict": {name: v.detach().clone() for name, v in model.state_dict().items()},

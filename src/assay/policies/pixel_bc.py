@@ -3,7 +3,9 @@
 The checkpoint (written by ``assay train-bc --obs image+proprio``; ``torch.save`` of
 plain dicts and tensors, read with ``weights_only=True``) holds the network, the
 camera it reads, its input image size, the proprioception normalisation, the task
-list for the one-hot task embedding, the training options (augmentation included)
+list for the one-hot task embedding or, for ``conditioning: instruction``, the sentence
+encoder whose embedding of each episode's instruction it reads instead, the training
+options (augmentation included)
 and the provenance of every training episode. The version is the content hash of
 the file, as for ``bc``.
 
@@ -36,6 +38,7 @@ from assay.policies.contract import (
     ImageSpec,
     PolicyContract,
 )
+from assay.policies.language import EMBED_DIM, embed_each
 from assay.policies.mlp import PAD_ROWS, import_torch
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec
@@ -120,7 +123,7 @@ def load_pixel_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 class PixelBCPolicy:
-    """``action = clip(CNN(image) ⊕ proprio ⊕ onehot(task) -> MLP, -1, 1)``."""
+    """``action = clip(CNN(image) ⊕ proprio ⊕ (onehot(task) | embed(instruction)) -> MLP, -1, 1)``."""
 
     Params = PixelBCParams
     version = "1"
@@ -137,11 +140,13 @@ class PixelBCPolicy:
         self.image_size = int(config["image_size"])
         self.proprio = tuple(int(i) for i in config["proprio"])
         self.action_dim = int(config["action_dim"])
+        self.by_instruction = config.get("conditioning") == "instruction"
+        self.condition_dim = EMBED_DIM if self.by_instruction else len(self.tasks)
         self.model = build_pixel_network(
             self.image_size,
             tuple(config["channels"]),
             len(self.proprio),
-            len(self.tasks),
+            self.condition_dim,
             tuple(config["hidden"]),
             self.action_dim,
         )
@@ -151,6 +156,7 @@ class PixelBCPolicy:
         self.std = data["proprio_std"].numpy().astype(np.float32)
         self.trained = {(str(p["task_id"]), int(p["seed"])) for p in data["provenance"]}  # the scene, not the horizon
         self._onehot = np.zeros(len(self.tasks), np.float32)
+        self._rows = np.zeros((0, self.condition_dim), np.float32)  # per slot: the instruction's embedding
         self._flags: list[dict[str, Any]] = []
 
     @staticmethod
@@ -190,8 +196,11 @@ class PixelBCPolicy:
         )
 
     def reset(self, context: PolicyContext) -> None:
-        """Select the task's one-hot and note, per episode, whether its seed was in the training data."""
+        """Select the task's one-hot (or embed each episode's instruction) and note, per episode, whether
+        its seed was in the training data."""
         self._onehot = self.task_onehot(context.task.id)
+        if self.by_instruction:
+            self._rows = embed_each(context.instructions)
         task = context.task.id
         self._flags = [
             {"task_known": task in self.tasks, "trained_on_seed": (task, int(seed)) in self.trained}
@@ -231,7 +240,7 @@ class PixelBCPolicy:
         rows = len(frames)
         if len(proprio) != rows:
             raise ValueError(f"pixel-bc got {rows} frames but {len(proprio)} proprioception rows")
-        hot = np.broadcast_to(self._onehot if onehot is None else onehot, (rows, len(self.tasks))).astype(np.float32)
+        hot = np.broadcast_to(self._onehot if onehot is None else onehot, (rows, self.condition_dim)).astype(np.float32)
         prop = ((np.asarray(proprio, np.float32) - self.mean) / self.std).astype(np.float32)
         pad = (-rows) % PAD_ROWS
         if pad:
@@ -249,5 +258,9 @@ class PixelBCPolicy:
         return np.clip(out, -1.0, 1.0)
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
-        """Actions for the batch, from the camera image and proprioception only."""
-        return self.predict(*self.network_inputs(observations))
+        """Actions for the batch, from the camera image, proprioception and the task or instruction only."""
+        frames, proprio = self.network_inputs(observations)
+        if self.by_instruction:
+            slots = np.asarray(observations.get("env_ids", np.arange(len(frames))), dtype=int)
+            return self.predict(frames, proprio, self._rows[slots])
+        return self.predict(frames, proprio)
