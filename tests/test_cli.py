@@ -48,14 +48,14 @@ def test_run_results_and_episodes(tmp_path, write_campaign):
     assert (document["ran"], document["skipped"]) == (4, 0)
     rows = {r["group"]["policy"]: r for r in document["results"]}
     assert rows["expert"]["successes"] == 2 and rows["random"]["successes"] == 0
-    assert rows["expert"]["ci_low"] == pytest.approx(0.3424, abs=1e-4)  # Wilson 95% for 2/2
+    assert rows["expert"]["ci_low"] == pytest.approx(0.05 ** 0.5, abs=1e-9)  # mid-p 95% for 2/2: ½p² = 0.025
 
     result = invoke("run", str(path), "--store", store, "--executor", "inline")
     assert result.exit_code == 0 and "0 run now, 4 already in the store" in result.stdout
 
     result = invoke("results", "--store", store, "--by", "policy", "--json")
     assert {r["group"]["policy"] for r in json.loads(result.stdout)["results"]} == {"expert", "random"}
-    assert "Wilson 95%" in invoke("results", "--store", store).stdout
+    assert "mid-p 95%" in invoke("results", "--store", store).stdout
 
     episodes = json.loads(invoke("episodes", "ls", "--store", store, "--outcome", "success", "--json").stdout)["episodes"]
     assert len(episodes) == 2 and all(e["outcome"] == "success" for e in episodes)

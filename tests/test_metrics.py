@@ -20,7 +20,7 @@ def _wilson(k, n, z=1.959963984540054):
 
 @pytest.mark.parametrize("k, n", [(0, 10), (7, 10), (10, 10), (1, 20), (50, 100)])
 def test_wilson_matches_the_formula(k, n):
-    interval = success_interval(k, n)
+    interval = success_interval(k, n, method="wilson")
     low, high = _wilson(k, n)
     assert interval.low == pytest.approx(max(low, 0.0), abs=1e-9)
     assert interval.high == pytest.approx(min(high, 1.0), abs=1e-9)

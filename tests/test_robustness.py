@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from scipy.stats import multinomial
 
 from assay.errors import AssayError
 from assay.metrics import retention_table, robustness_profile
+from assay.metrics.intervals import retention_interval
 from assay.store import EpisodeRecord, Outcome
 
 
@@ -52,3 +55,32 @@ def test_retention_is_undefined_when_nominal_never_succeeds_and_profiles_pool_an
 def test_retention_needs_nominal():
     with pytest.raises(AssayError, match="add 'nominal' to the variants"):
         retention_table([_record("p", "visual:light", 0, S)])
+
+
+def test_retention_without_discordant_pairs_is_not_a_point():
+    # 4/6 at nominal and 4/6 under the variant on the same seeds: retention 1, but six pairs
+    # cannot say it is exactly 1 (a bootstrap of pairs said [1.00, 1.00]).
+    outcomes = [S, S, S, S, F, F]
+    records = [_record("p", "nominal", s, o) for s, o in enumerate(outcomes)]
+    records += [_record("p", "visual:light", s, o) for s, o in enumerate(outcomes)]
+    (row,) = retention_table(records)
+    assert row.retention == 1.0 and (row.only_nominal, row.only_variant) == (0, 0)
+    assert row.ci_low < 0.8 and row.ci_high > 1.2
+    # Eight of eight on both sides: still an interval, holding the observed 1.
+    records = [_record("p", v, s, S) for v in ("nominal", "visual:light") for s in range(8)]
+    (row,) = retention_table(records)
+    assert row.ci_low < 0.9 and row.ci_high >= 1.0
+
+
+def test_retention_interval_coverage_computed_exactly():
+    # Every paired table of 10 pairs weighted by its multinomial probability; coverage given that
+    # retention is defined (nominal succeeded at least once).
+    n = 10
+    tables = [(b, no, vo, n - b - no - vo) for b in range(n + 1) for no in range(n + 1 - b) for vo in range(n + 1 - b - no)]
+    intervals = [retention_interval(*t, draws=4000) for t in tables]
+    for cells in ((0.6, 0.1, 0.1, 0.2), (0.5, 0.3, 0.05, 0.15), (0.3, 0.3, 0.1, 0.3)):
+        truth = (cells[0] + cells[2]) / (cells[0] + cells[1])
+        pmf = multinomial.pmf(np.array(tables), n, cells)
+        defined = np.array([i is not None for i in intervals])
+        inside = np.array([i is not None and i.low <= truth <= i.high for i in intervals])
+        assert pmf[inside].sum() / pmf[defined].sum() >= 0.93

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import math
+
+import numpy as np
 import pytest
+from scipy.stats import multinomial
 
 from assay.errors import AssayError
 from assay.metrics import Pairing, Verdict, compare, holm, mcnemar_exact, newcombe_interval, outcome_grid
+from assay.metrics.intervals import newcombe_paired_interval
 from tests.stats_fixtures import records
 
 
@@ -58,7 +64,11 @@ def test_paired_comparison_figures_and_verdicts():
     # Per task: 4 tests in the family; 2/2**10 * 4 is still < 0.05.
     t1 = _by(rows, "b", "t1@1")
     assert t1.p_adjusted == pytest.approx(4 * 2 / 2**10) and t1.verdict is Verdict.BETTER
-    assert (t1.ci_low, t1.ci_high) == (1.0, 1.0)
+    # 10 of 10 against 0 of 10: Newcombe's paired interval, not the bootstrap's [1, 1]. No margin is
+    # shared (φ = 0), so the lower end is 1 − √2 · z²/(n + z²) from the two Wilson ends.
+    z2 = 1.959963984540054 ** 2
+    assert (t1.ci_low, t1.ci_high) == pytest.approx((1 - math.sqrt(2) * z2 / (10 + z2), 1.0), abs=1e-9)
+    assert suite_b.ci_low < 1.0 and suite_b.ci_high == 1.0
     # The other direction reads "worse".
     (back, *_) = compare(outcome_grid(records(TABLE)), "b", ["a"])
     assert back.verdict is Verdict.WORSE and back.difference == -1.0
@@ -71,14 +81,48 @@ def test_error_pairs_are_dropped_and_counted():
     assert row.a_rate == 1.0 and row.b_rate == 0.0
 
 
-def test_bootstrap_interval_is_deterministic_and_seeded():
-    table = {("a", "t@1"): "SSFSFSSFSS" * 2, ("b", "t@1"): "SFFSSFFFSF" * 2}
+def test_task_interval_is_newcombe_paired_and_the_suite_interval_is_seeded():
+    table = {("a", "t@1"): "SSFSFSSFSS" * 2, ("b", "t@1"): "SFFSSFFFSF" * 2,
+             ("a", "u@1"): "SSSSSFFSSS", ("b", "u@1"): "SSFSSFFSFS"}
     grid = outcome_grid(records(table))
     one, again = compare(grid, "a", ["b"]), compare(grid, "a", ["b"])
     other_seed = compare(grid, "a", ["b"], seed=1)
     assert one == again
-    assert (one[0].ci_low, one[0].ci_high) != (other_seed[0].ci_low, other_seed[0].ci_high)
-    assert one[0].ci_low < one[0].difference < one[0].ci_high
+    t = _by(one, "b", "t@1")
+    # both, A only, B only, neither over the 20 pairs of t@1
+    expected = newcombe_paired_interval(6, 8, 2, 4)
+    assert (t.a_only, t.b_only) == (8, 2) and (t.ci_low, t.ci_high) == (expected.low, expected.high)
+    suite, suite_other = _by(one, "b", "suite"), _by(other_seed, "b", "suite")
+    assert (suite.ci_low, suite.ci_high) != (suite_other.ci_low, suite_other.ci_high)
+    assert suite.ci_low < suite.difference < suite.ci_high
+    assert abs(suite.ci_low - suite_other.ci_low) < 0.02  # 20 000 draws: the seed moves the ends little
+
+
+def test_five_of_five_against_none_is_not_a_point_interval():
+    row = compare(outcome_grid(records({("a", "t@1"): "SSSSS", ("b", "t@1"): "FFFFF"})), "a", ["b"])[0]
+    assert row.difference == 1.0 and row.ci_high == 1.0
+    assert 0.3 < row.ci_low < 0.5  # 1 − √2 · z²/(5 + z²) = 0.386
+    tied = compare(outcome_grid(records({("a", "t@1"): "SSSSF", ("b", "t@1"): "SSSSF"})), "a", ["b"])[0]
+    assert tied.difference == 0.0 and tied.ci_low < -0.2 and tied.ci_high > 0.2
+
+
+@functools.cache
+def _paired_intervals(n):
+    """Every paired table of n pairs (both, A only, B only, neither) with its Newcombe interval."""
+    tables = [(both, a_only, b_only, n - both - a_only - b_only)
+              for both in range(n + 1) for a_only in range(n + 1 - both) for b_only in range(n + 1 - both - a_only)]
+    return np.array(tables), np.array([tuple(newcombe_paired_interval(*t).__dict__.values()) for t in tables])
+
+
+@pytest.mark.parametrize("cells", [(0.6, 0.1, 0.1, 0.2), (0.8, 0.15, 0.0, 0.05), (0.3, 0.3, 0.1, 0.3),
+                                   (0.9, 0.05, 0.05, 0.0)])
+def test_newcombe_paired_coverage_computed_exactly(cells):
+    # Every paired table of n = 15 pairs, weighted by its multinomial probability.
+    n = 15
+    tables, ends = _paired_intervals(n)
+    truth = cells[1] - cells[2]
+    inside = (ends[:, 0] <= truth + 1e-12) & (truth - 1e-12 <= ends[:, 1])
+    assert float(multinomial.pmf(tables, n, cells)[inside].sum()) >= 0.93
 
 
 def test_unpaired_falls_back_when_no_seed_is_shared():

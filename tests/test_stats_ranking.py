@@ -49,3 +49,14 @@ def test_errors_leave_the_denominator_and_a_policy_without_scored_task_is_unrank
     assert rows["a"].score == pytest.approx((1.0 + 0.5) / 2) and rows["a"].errors == 2 and rows["a"].scored == 6
     assert rows["b"].score is None and rows["b"].rank is None and board.rows[-1].policy == "b"
     assert board.p_better == {"a": {}}
+
+
+def test_suite_interval_never_collapses_at_eight_of_eight():
+    table = {("a", "t1@1"): "S" * 8, ("a", "t2@1"): "S" * 8, ("b", "t1@1"): "SSSSFFFF", ("b", "t2@1"): "SSSSSSFF"}
+    rows = {r.policy: r for r in leaderboard(outcome_grid(records(table))).rows}
+    assert rows["a"].score == 1.0 and rows["a"].ci_high == 1.0
+    assert 0.7 < rows["a"].ci_low < 0.95  # mean of two Beta(8.5, 0.5) draws
+    # One task: the suite interval is the task's own (default mid-p) interval.
+    one = {r.policy: r for r in leaderboard(outcome_grid(records({("a", "t@1"): "S" * 8,
+                                                                  ("b", "t@1"): "F" * 8}))).rows}
+    assert one["a"].ci_low == pytest.approx(0.05 ** (1 / 8), abs=1e-9) and one["b"].ci_high < 0.35

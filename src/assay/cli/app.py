@@ -165,7 +165,7 @@ def results(
     fail_under: FailUnderOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Success rates with Wilson 95% intervals and mean returns with t intervals, from the catalog."""
+    """Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog."""
     with user_errors():
         with open_store(store, catalog) as opened:
             name = campaign or opened.catalog.latest_campaign()

@@ -470,7 +470,7 @@ def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or
                              "failure's", highlight=False)
         if interval is not None:
             render.console.print(f"local failure rate {failures}/{len(scored)} = {failures / len(scored):.2f} "
-                                 f"[{interval.low:.2f}, {interval.high:.2f}] (Wilson 95%)", highlight=False)
+                                 f"[{interval.low:.2f}, {interval.high:.2f}] (mid-p 95%)", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

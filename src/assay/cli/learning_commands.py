@@ -96,7 +96,7 @@ def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
         return
     from rich.table import Table
 
-    table = Table(title=f"flywheel on {task}: success on held-out seeds (Wilson 95%)")
+    table = Table(title=f"flywheel on {task}: success on held-out seeds (mid-p 95%)")
     for column in ("seed", "base", "control", "flywheel", "recovery demos (frames)", "control frames",
                    "gain ratio", "McNemar p (fly vs ctrl)", "contaminated"):
         table.add_column(column)
@@ -174,7 +174,7 @@ def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
     from rich.table import Table
 
     table = Table(title=f"open- vs closed-loop on {task}")
-    for column in ("checkpoint", "open-loop MSE", "R2", "closed-loop success (Wilson 95%)"):
+    for column in ("checkpoint", "open-loop MSE", "R2", "closed-loop success (mid-p 95%)"):
         table.add_column(column)
     for row in sorted(result.openloop, key=lambda r: r.mse):
         s = result.closed[row.policy]

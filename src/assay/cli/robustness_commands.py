@@ -123,7 +123,7 @@ def sweep(
             render.print_json({"campaign": spec.name, "factor": factor, "task": task, "policy": policy, "curve": curve})
             return
         table = Table(title=f"{policy} on {task}: sweep of {factor} ({episodes} paired seeds per level)", title_justify="left")
-        for column in ("level", "success", "Wilson 95%", "succ/n", "retention", "retention 95% CI", "curve"):
+        for column in ("level", "success", "mid-p 95%", "succ/n", "retention", "retention 95% CI", "curve"):
             table.add_column(column)
         for point in curve:
             bar = "█" * round(20 * point["rate"]) if point["rate"] is not None else ""

@@ -154,7 +154,7 @@ def compare_command(
     unpaired: Annotated[bool, typer.Option("--unpaired", help="Newcombe/Fisher instead of paired tests.")] = False,
     alpha: Annotated[float, typer.Option("--alpha", help="Significance level after Holm.")] = 0.05,
     confidence: ConfidenceOpt = 0.95,
-    resamples: ResamplesOpt = 2000,
+    resamples: Annotated[int, typer.Option("--resamples", help="Posterior draws behind a suite interval.")] = 20000,
     seed: SeedOpt = 0,
     json_out: JsonOpt = False,
 ) -> None:

@@ -3,11 +3,11 @@
 ``evaluate(level) -> (successes, episodes)`` runs the policy at that factor level
 (the CLI runs it through the executor, on the campaign's paired seeds).
 :func:`bisect_boundary` assumes success falls as the level moves from ``safe``
-to ``hard`` and halves the interval ``iterations`` times; each probe's Wilson
+to ``hard`` and halves the interval ``iterations`` times; each probe's mid-p
 interval is kept so the report says how sure each step was, and
 :func:`boundary_interval` turns the probes into an interval on the boundary:
 the bracket the bisection closed (the last level at or above the threshold and
-the first below it), widened to the nearest levels whose Wilson intervals lie
+the first below it), widened to the nearest levels whose mid-p intervals lie
 wholly above and wholly below the threshold, since a probe whose interval holds
 the threshold decides nothing.
 """
@@ -58,7 +58,7 @@ def bisect_boundary(evaluate: Callable[[float], tuple[int, int]], safe: float, h
 class BoundaryInterval:
     bracket: tuple[float, float] | None  # (last level >= threshold, first level below), in the search direction
     interval: tuple[float, float] | None  # (last level surely above, first surely below); None ends: unknown
-    undecided: tuple[float, ...]  # probed levels whose Wilson interval holds the threshold
+    undecided: tuple[float, ...]  # probed levels whose mid-p interval holds the threshold
 
 
 def boundary_interval(probes: list[Probe], safe: float, hard: float, threshold: float) -> BoundaryInterval:

@@ -49,7 +49,7 @@ class Priority:
     episodes: int
     failures: int
     failure_rate: float
-    interval: tuple[float, float] | None  # Wilson 95% of the region's failure rate
+    interval: tuple[float, float] | None  # mid-p 95% of the region's failure rate
     mass: float
     searched: int
     recoverable: int

@@ -57,7 +57,7 @@ class Score:
 
 
 def score(records: Sequence[EpisodeRecord], policy: str) -> Score:
-    """Success with a Wilson 95% interval; ``error`` episodes are out of the denominator."""
+    """Success with a mid-p 95% interval; ``error`` episodes are out of the denominator."""
     mine = [r for r in records if r.policy_name == policy and r.outcome is not Outcome.ERROR]
     k = sum(r.outcome is Outcome.SUCCESS for r in mine)
     interval = success_interval(k, len(mine))

@@ -5,14 +5,16 @@ Paired (the default; the core gives both policies the same seeds): episodes pair
 counted. The test is McNemar's exact test: under "no difference" each discordant
 pair (one succeeded, the other not) is equally likely to go either way, so the
 count of pairs A won is Binomial(b + c, 1/2) — ``scipy.stats.binomtest``. The
-interval of the rate difference is a paired percentile bootstrap (pairs resampled
-within each task, seeded).
+interval of the rate difference is Newcombe's square-and-add interval for paired
+proportions (``metrics.intervals``; a bootstrap of 5 of 5 against 0 of 5 says [1, 1]).
 
 Unpaired (no common seeds, or ``paired=False``): Newcombe's hybrid score interval
 (method 10, built from two Wilson intervals) and Fisher's exact test
 (``scipy.stats.fisher_exact``).
 
-Suite level: the difference is the mean over tasks of the per-task differences;
+Suite level: the difference is the mean over tasks of the per-task differences,
+its interval from seeded Jeffreys posterior draws of every task's table (paired:
+Dirichlet; unpaired: two Betas) or, with one task, that task's interval;
 the paired test pools the discordant pairs of every task (still exact: each
 discordant pair is a fair coin under the null whatever its task); the unpaired
 test is Fisher's on the pooled counts (ignoring the task strata, which makes it
@@ -34,7 +36,8 @@ import numpy as np
 from scipy.stats import binomtest, fisher_exact
 
 from assay.errors import AssayError
-from assay.metrics.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, check_settings, generator, percentile_interval
+from assay.metrics.bootstrap import DEFAULT_SEED, check_settings, generator
+from assay.metrics.intervals import DRAWS, central, newcombe_paired_interval, paired_difference_draws, rate_draws
 from assay.metrics.outcomes import OutcomeGrid, TaskOutcomes
 from assay.metrics.rates import Interval, success_interval
 
@@ -63,7 +66,8 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
 
 def newcombe_interval(k1: int, n1: int, k2: int, n2: int, confidence: float = 0.95) -> Interval | None:
     """Newcombe's hybrid score interval for p1 − p2 (his method 10); None if a side has no trials."""
-    first, second = success_interval(k1, n1, confidence), success_interval(k2, n2, confidence)
+    first = success_interval(k1, n1, confidence, "wilson")
+    second = success_interval(k2, n2, confidence, "wilson")
     if first is None or second is None:
         return None
     p1, p2 = k1 / n1, k2 / n2
@@ -138,63 +142,71 @@ def _verdict(row: dict, mode: Pairing, p_adjusted: float, alpha: float) -> Verdi
     return Verdict.BETTER if difference > 0 else Verdict.WORSE
 
 
-def _paired_cells(grid: OutcomeGrid, a: str, b: str, rng: np.random.Generator, n_resamples: int,
+def _suite_interval(rows: list[dict], draws: list[np.ndarray], confidence: float, difference: float | None,
+                    ) -> tuple[float | None, float | None]:
+    """One task: its own interval; several: the central range of the mean of the posterior draws."""
+    if difference is None:
+        return None, None
+    if len(rows) == 1:
+        return rows[0]["ci_low"], rows[0]["ci_high"]
+    whole = central(np.mean(draws, axis=0), confidence, difference)
+    return (whole.low, whole.high) if whole else (None, None)
+
+
+def _paired_cells(grid: OutcomeGrid, a: str, b: str, rng: np.random.Generator, n_draws: int,
                   confidence: float) -> tuple[list[dict], dict]:
-    rows, diffs = [], []
+    rows, draws = [], []
     for task in grid.tasks:
         pairs = _pairs(task, a, b)
         n = pairs.a.size
         a_only = int(((pairs.a == 1) & (pairs.b == 0)).sum())
         b_only = int(((pairs.a == 0) & (pairs.b == 1)).sum())
+        both = int(((pairs.a == 1) & (pairs.b == 1)).sum())
+        table = (both, a_only, b_only, n - both - a_only - b_only)
+        interval = newcombe_paired_interval(*table, confidence) if n else None
         if n:
-            d = pairs.a - pairs.b
-            boot = d[rng.integers(0, n, size=(n_resamples, n))].mean(axis=1)
-            diffs.append(boot)
-        interval = percentile_interval(diffs[-1], confidence) if n else None
+            draws.append(paired_difference_draws(rng, table, n_draws))
         rows.append(dict(task=task.task, a_rate=float(pairs.a.mean()) if n else None,
                          b_rate=float(pairs.b.mean()) if n else None, a_n=n, b_n=n, pairs=n,
                          dropped_pairs=pairs.dropped, a_only=a_only, b_only=b_only,
                          difference=float(pairs.a.mean() - pairs.b.mean()) if n else None,
                          ci_low=interval.low if interval else None, ci_high=interval.high if interval else None,
                          p_value=mcnemar_exact(a_only, b_only)))
-    scored = [r for r in rows if r["pairs"]]
+    complete = all(r["pairs"] for r in rows)
     a_only, b_only = sum(r["a_only"] for r in rows), sum(r["b_only"] for r in rows)
-    whole = percentile_interval(np.mean(diffs, axis=0), confidence) if diffs and len(scored) == len(rows) else None
-    complete = len(scored) == len(rows)
+    difference = float(np.mean([r["difference"] for r in rows])) if complete else None
+    low, high = _suite_interval(rows, draws, confidence, difference)
     suite = dict(task=SUITE, a_rate=float(np.mean([r["a_rate"] for r in rows])) if complete else None,
                  b_rate=float(np.mean([r["b_rate"] for r in rows])) if complete else None,
                  a_n=sum(r["pairs"] for r in rows), b_n=sum(r["pairs"] for r in rows),
                  pairs=sum(r["pairs"] for r in rows), dropped_pairs=sum(r["dropped_pairs"] for r in rows),
-                 a_only=a_only, b_only=b_only,
-                 difference=float(np.mean([r["difference"] for r in rows])) if complete else None,
-                 ci_low=whole.low if whole else None, ci_high=whole.high if whole else None,
+                 a_only=a_only, b_only=b_only, difference=difference, ci_low=low, ci_high=high,
                  p_value=mcnemar_exact(a_only, b_only))
     return rows, suite
 
 
-def _unpaired_cells(grid: OutcomeGrid, a: str, b: str, rng: np.random.Generator, n_resamples: int,
+def _unpaired_cells(grid: OutcomeGrid, a: str, b: str, rng: np.random.Generator, n_draws: int,
                     confidence: float) -> tuple[list[dict], dict]:
-    rows, boots = [], []
+    rows, draws = [], []
     totals = [0, 0, 0, 0]
     for task in grid.tasks:
         (k1, n1), (k2, n2) = task.counts(a), task.counts(b)
         totals = [totals[0] + k1, totals[1] + n1, totals[2] + k2, totals[3] + n2]
         interval = newcombe_interval(k1, n1, k2, n2, confidence)
         if n1 and n2:
-            boots.append(rng.binomial(n1, k1 / n1, n_resamples) / n1 - rng.binomial(n2, k2 / n2, n_resamples) / n2)
+            draws.append(rate_draws(rng, k1, n1, n_draws) - rate_draws(rng, k2, n2, n_draws))
         rows.append(dict(task=task.task, a_rate=k1 / n1 if n1 else None, b_rate=k2 / n2 if n2 else None,
                          a_n=n1, b_n=n2, pairs=0, dropped_pairs=0, a_only=0, b_only=0,
                          difference=k1 / n1 - k2 / n2 if interval else None,
                          ci_low=interval.low if interval else None, ci_high=interval.high if interval else None,
                          p_value=_fisher(k1, n1, k2, n2)))
     complete = all(r["difference"] is not None for r in rows)
-    whole = percentile_interval(np.mean(boots, axis=0), confidence) if complete else None
+    difference = float(np.mean([r["difference"] for r in rows])) if complete else None
+    low, high = _suite_interval(rows, draws, confidence, difference)
     suite = dict(task=SUITE, a_rate=float(np.mean([r["a_rate"] for r in rows])) if complete else None,
                  b_rate=float(np.mean([r["b_rate"] for r in rows])) if complete else None,
                  a_n=totals[1], b_n=totals[3], pairs=0, dropped_pairs=0, a_only=0, b_only=0,
-                 difference=float(np.mean([r["difference"] for r in rows])) if complete else None,
-                 ci_low=whole.low if whole else None, ci_high=whole.high if whole else None,
-                 p_value=_fisher(*totals))
+                 difference=difference, ci_low=low, ci_high=high, p_value=_fisher(*totals))
     return rows, suite
 
 
@@ -211,14 +223,15 @@ def compare(
     pairing: Pairing = Pairing.PAIRED,
     alpha: float = 0.05,
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
+    n_resamples: int = DRAWS,
     seed: int = DEFAULT_SEED,
 ) -> list[Comparison]:
     """``a`` against each of ``others``: per-task rows then a ``suite`` row, for each other policy.
 
     Paired comparisons fall back to unpaired for a pair of policies that share no
     scored seed at all (the row says which was used). Holm's correction runs over
-    the suite rows together and over all per-task rows together.
+    the suite rows together and over all per-task rows together. ``n_resamples`` is
+    the number of posterior draws behind a suite interval of several tasks.
     """
     check_settings(confidence, n_resamples)
     if not 0.0 < alpha < 1.0:

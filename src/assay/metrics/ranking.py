@@ -1,8 +1,11 @@
 """Leaderboards with uncertainty: suite scores, bootstrap rank intervals, P(A better than B).
 
 The suite score of a policy is the mean of its per-task success rates (``error``
-episodes excluded). Its interval, the rank intervals and the pairwise
-probabilities all come from one seeded bootstrap: in each resample, for every
+episodes excluded). Its interval is ``metrics.intervals.mean_rate_interval``: the
+default binomial interval for one task, seeded Jeffreys posterior draws of every
+task's rate for several (a bootstrap of 8 of 8 on every task would say [1, 1]).
+The rank intervals and the pairwise probabilities come from one seeded bootstrap:
+in each resample, for every
 task, the rows of the task's seed × policy table are drawn with replacement
 (whole rows, so the pairing of policies on a seed is kept), rates are recomputed,
 and scores averaged over tasks.
@@ -31,9 +34,9 @@ from assay.metrics.bootstrap import (
     chunks,
     generator,
     observed_rates,
-    percentile_interval,
     resampled_rates,
 )
+from assay.metrics.intervals import mean_rate_interval
 from assay.metrics.outcomes import OutcomeGrid
 
 
@@ -106,7 +109,7 @@ def leaderboard(
             rows.append(LeaderboardRow(policy, None, None, None, None, None, None, task_rates, scored, errors))
             continue
         k = ranked.index(policy)
-        interval = percentile_interval(boot[:, k], confidence)
+        interval = mean_rate_interval([t.counts(policy) for t in grid.tasks], confidence, seed)
         low, high = np.quantile(ranks[:, k], [tail, 1.0 - tail], method="inverted_cdf")
         rows.append(LeaderboardRow(policy, float(scores[j]), interval.low if interval else None,
                                    interval.high if interval else None, int(point[k]), int(low), int(high),

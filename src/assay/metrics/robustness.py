@@ -3,9 +3,10 @@
 For a policy and a non-nominal variant, a *pair* is one (task, seed) that ran both
 nominal and under the variant (seeds are shared by construction); pairs where
 either side is ``error`` are dropped. Retention = successes under the variant /
-successes at nominal over the same pairs (the ratio of the two rates), with a
-percentile bootstrap interval over pairs and McNemar's exact test on the
-discordant pairs. Retention is undefined (None) when nominal never succeeded.
+successes at nominal over the same pairs (the ratio of the two rates), with the
+interval of that paired ratio from the Jeffreys posterior of the paired table
+(``metrics.intervals.retention_interval``: never a point, even with no discordant
+pair) and McNemar's exact test on the discordant pairs. Retention is undefined (None) when nominal never succeeded.
 The profile pools every level of every factor of one axis. An episode marked as
 running under a conflicting instruction (``provenance.instruction.conflict_with``:
 the words name another task, and the scene's task scores it) is reported on its own
@@ -22,8 +23,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from assay.errors import AssayError
-from assay.metrics.bootstrap import generator, percentile_interval
 from assay.metrics.comparisons import mcnemar_exact
+from assay.metrics.intervals import DRAWS, retention_interval
 from assay.store import EpisodeRecord, Outcome
 
 
@@ -59,23 +60,24 @@ def _factors(record: EpisodeRecord) -> str:
     return ",".join(sorted(p["factor"] for p in record.variant.get("perturbations", [])))
 
 
-def _retention(nominal: np.ndarray, variant: np.ndarray, confidence: float, n_resamples: int, seed: int,
+def _retention(nominal: np.ndarray, variant: np.ndarray, confidence: float, draws: int, seed: int,
                ) -> tuple[float | None, float | None, float | None]:
     if nominal.sum() == 0:
         return None, None, None
+    both = int(np.sum((nominal == 1) & (variant == 1)))
+    nominal_only, variant_only = int(nominal.sum()) - both, int(variant.sum()) - both
+    neither = len(nominal) - both - nominal_only - variant_only
+    interval = retention_interval(both, nominal_only, variant_only, neither, confidence, seed, draws)
     point = float(variant.sum() / nominal.sum())
-    rng = generator(seed)
-    index = rng.integers(0, len(nominal), size=(n_resamples, len(nominal)))
-    denominators = nominal[index].sum(axis=1)
-    usable = denominators > 0  # a resample with no nominal success has no retention
-    samples = variant[index].sum(axis=1)[usable] / denominators[usable]
-    interval = percentile_interval(samples, confidence)
     return point, (interval.low if interval else None), (interval.high if interval else None)
 
 
-def retention_table(records: Iterable[EpisodeRecord], confidence: float = 0.95, n_resamples: int = 2000,
+def retention_table(records: Iterable[EpisodeRecord], confidence: float = 0.95, n_resamples: int = DRAWS,
                     seed: int = 0) -> list[RetentionRow]:
-    """One row per (policy, non-nominal variant), sorted by policy, axis and variant name."""
+    """One row per (policy, non-nominal variant), sorted by policy, axis and variant name.
+
+    ``n_resamples`` is the number of posterior draws behind each interval.
+    """
     outcomes: dict[tuple[str, str], dict[tuple[str, int], bool]] = defaultdict(dict)
     described: dict[str, EpisodeRecord] = {}
     for record in records:

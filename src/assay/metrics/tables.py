@@ -1,7 +1,7 @@
 """Results as an Arrow table, for notebooks and scripts: ``results_table(store, campaign)``.
 
 One row per episode by default; with ``by`` (any of policy, task, variant, campaign), one row per group with
-its success rate and Wilson interval (the numbers ``assay results`` prints). ``.to_pandas()`` gives a
+its success rate and mid-p interval (the numbers ``assay results`` prints). ``.to_pandas()`` gives a
 DataFrame (needs pandas, not an Assay dependency).
 """
 

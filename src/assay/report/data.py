@@ -56,7 +56,7 @@ class RobustnessRow:
     nominal_rate: float | None
     variant_rate: float | None
     retention: float | None  # variant_rate / nominal_rate; None when nominal never succeeded
-    ci_low: float | None = None  # percentile bootstrap over the pairs (metrics.retention_table)
+    ci_low: float | None = None  # Jeffreys posterior of the paired ratio (metrics.retention_table)
     ci_high: float | None = None
     discordant: int = 0  # pairs whose outcome changed under the variant
 
@@ -120,7 +120,7 @@ def _retention(records: Sequence[EpisodeRecord]) -> list[RetentionRow]:
     """``metrics.retention_table`` (empty without variants, or without nominal episodes to pair with)."""
     if not any(r.variant_name != "nominal" for r in records) or not any(r.variant_name == "nominal" for r in records):
         return []
-    return retention_table(records, n_resamples=200)
+    return retention_table(records)
 
 
 def robustness_rows(records: Sequence[EpisodeRecord], retention: Sequence[RetentionRow] | None = None) -> list[RobustnessRow]:

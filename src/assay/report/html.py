@@ -64,7 +64,7 @@ def _leaderboard(data: ReportData) -> str:
 def _rates(data: ReportData) -> str:
     rows = [[escape(r.group["policy"]), escape(r.group["task"]), pct(r.rate), f"[{pct(r.ci_low)}, {pct(r.ci_high)}]",
              f"{r.successes}/{r.scored}", str(r.timeouts), str(r.failures), str(r.errors)] for r in data.rates]
-    return table(["policy", "task", "success", "Wilson 95%", "succ/n", "timeout", "fail", "error"], rows,
+    return table(["policy", "task", "success", "mid-p 95%", "succ/n", "timeout", "fail", "error"], rows,
                   {2, 3, 4, 5, 6, 7})
 
 
