@@ -1,4 +1,5 @@
-"""Episode budgets: published values, and the power they promise checked exactly from binomial pmfs."""
+"""Episode budgets: published values, and the power they promise checked exactly from binomial pmfs
+and by seeded simulation of the tests compare runs."""
 
 from __future__ import annotations
 
@@ -6,19 +7,20 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import binom, binomtest, norm
+from scipy.stats import binom, binomtest, fisher_exact, norm
 
 from assay.errors import AssayError
-from assay.metrics import episode_budget
+from assay.metrics import episode_budget, mcnemar_exact
+from assay.metrics.budget import fisher_power, fisher_rejects, mcnemar_power
 
 
 def test_unpaired_budget_matches_the_textbook_value():
     # p1 = 0.6, p2 = 0.5, alpha 0.05, power 0.8: 387.3 -> 388 per group (Fleiss, no continuity correction).
-    budget = episode_budget(0.1, 0.8, baseline=0.6)
+    budget = episode_budget(0.1, 0.8, baseline=0.6, test="approx")
     assert budget.episodes_per_cell == 388 and budget.alternative == pytest.approx(0.5)
     # Default baseline 0.5: 0.5 vs 0.4 is the mirror image of 0.6 vs 0.5; a baseline near 1 needs far fewer.
-    assert episode_budget(0.1).episodes_per_cell == 388
-    assert episode_budget(0.1, baseline=0.95).episodes_per_cell < 200
+    assert episode_budget(0.1, test="approx").episodes_per_cell == 388
+    assert episode_budget(0.1, baseline=0.95, test="approx").episodes_per_cell < 200
 
 
 def _z_test_power(n: int, p1: float, p2: float, alpha: float = 0.05) -> float:
@@ -33,7 +35,7 @@ def _z_test_power(n: int, p1: float, p2: float, alpha: float = 0.05) -> float:
 
 
 def test_unpaired_budget_delivers_its_power_exactly():
-    budget = episode_budget(0.2, 0.8, baseline=0.7)
+    budget = episode_budget(0.2, 0.8, baseline=0.7, test="approx")
     power = _z_test_power(budget.episodes_per_cell, budget.baseline, budget.alternative)
     assert 0.78 <= power <= 0.85
     assert _z_test_power(budget.episodes_per_cell // 2, budget.baseline, budget.alternative) < 0.6
@@ -49,15 +51,76 @@ def _mcnemar_power(n: int, p_a_only: float, p_b_only: float, alpha: float = 0.05
     return power
 
 
-def test_paired_budget_delivers_its_power_with_the_exact_mcnemar_test():
-    budget = episode_budget(0.2, 0.8, baseline=0.7, paired=True, discordance=0.3)
+def test_paired_formula_is_connor_and_falls_short_with_the_exact_mcnemar_test():
+    budget = episode_budget(0.2, 0.8, baseline=0.7, paired=True, discordance=0.3, test="approx")
     assert budget.discordance == 0.3
     n = budget.episodes_per_cell
     assert n == math.ceil((norm.ppf(0.975) * math.sqrt(0.3) + norm.ppf(0.8) * math.sqrt(0.3 - 0.04)) ** 2 / 0.04)
-    # discordant pairs split 0.25 / 0.05 gives the difference 0.2
-    assert 0.75 <= _mcnemar_power(n, 0.25, 0.05) <= 0.85
+    # discordant pairs split 0.25 / 0.05 gives the difference 0.2; the exact test compare runs falls short.
+    assert 0.75 <= _mcnemar_power(n, 0.25, 0.05) < 0.8
+    assert mcnemar_power(n, 0.25, 0.05) == pytest.approx(_mcnemar_power(n, 0.25, 0.05), abs=1e-12)
     # Correlated policies (low discordance) need fewer episodes than independent ones.
-    assert n < episode_budget(0.2, 0.8, baseline=0.7, paired=True).episodes_per_cell
+    assert n < episode_budget(0.2, 0.8, baseline=0.7, paired=True, test="approx").episodes_per_cell
+
+
+def test_fisher_rejection_region_is_scipys_on_every_table():
+    n = 30
+    reject = fisher_rejects(n, 0.05)
+    expected = np.array([[fisher_exact([[a, n - a], [b, n - b]]).pvalue < 0.05 for b in range(n + 1)]
+                         for a in range(n + 1)])
+    assert (reject == expected).all() and reject.sum() > 0
+
+
+@pytest.mark.parametrize("paired, delta, baseline, discordance, expected, approx", [
+    (False, 0.1, None, None, 404, 388),   # Fisher at 0.5 vs 0.4: the z test's 388 has power 0.775
+    (False, 0.2, 0.7, None, 102, 93),
+    (True, 0.1, None, None, 408, 391),    # exact McNemar, independent outcomes on a seed
+    (True, 0.3, None, None, 46, 42),
+    (True, 0.2, 0.7, 0.3, 61, 57),
+])
+def test_exact_budget_reaches_its_power_where_the_approximation_does_not(paired, delta, baseline, discordance,
+                                                                        expected, approx):
+    budget = episode_budget(delta, 0.8, baseline, paired, discordance=discordance)
+    assert (budget.episodes_per_cell, budget.approx_episodes, budget.test) == (expected, approx, "exact")
+    p1 = budget.baseline
+    directions = [p2 for p2 in (p1 - delta, p1 + delta) if 0 <= p2 <= 1]
+    discordances = [discordance] if discordance else [p1 * (1 - p2) + p2 * (1 - p1) for p2 in directions]
+
+    def power(n):
+        if paired:
+            return min(mcnemar_power(n, (s + delta) / 2, (s - delta) / 2) for s in discordances)
+        return min(fisher_power(n, p1, p2) for p2 in directions)
+
+    assert budget.achieved_power == pytest.approx(power(expected), abs=1e-12) and budget.achieved_power >= 0.8
+    assert power(expected - 1) < 0.8 and power(approx) < 0.8
+
+
+def test_exact_power_agrees_with_simulating_the_tests_compare_runs():
+    rng = np.random.default_rng(0)
+    runs = 1000
+    # Unpaired: Fisher's test on two independent cells of n, as compare --unpaired computes it.
+    fisher = episode_budget(0.3, 0.8)
+    n = fisher.episodes_per_cell
+    k1, k2 = rng.binomial(n, 0.5, runs), rng.binomial(n, 0.2, runs)
+    hits = np.mean([fisher_exact([[a, n - a], [b, n - b]]).pvalue < 0.05 for a, b in zip(k1, k2, strict=True)])
+    assert hits == pytest.approx(fisher_power(n, 0.5, 0.2), abs=0.04)
+    assert fisher_power(n, 0.5, 0.2) >= 0.8
+    # Paired: outcomes independent on a seed, the exact McNemar test on the discordant pairs.
+    mcnemar = episode_budget(0.3, 0.8, paired=True)
+    n = mcnemar.episodes_per_cell
+    a, b = rng.random((runs, n)) < 0.5, rng.random((runs, n)) < 0.2
+    wins, losses = (a & ~b).sum(axis=1), (~a & b).sum(axis=1)
+    hits = np.mean([mcnemar_exact(int(w), int(v)) < 0.05 for w, v in zip(wins, losses, strict=True)])
+    psi = 0.5 * 0.8 + 0.2 * 0.5
+    assert hits == pytest.approx(mcnemar_power(n, (psi + 0.3) / 2, (psi - 0.3) / 2), abs=0.04)
+
+
+def test_mcnemar_region_is_the_exact_binomial_tests():
+    # With P(A only) + P(B only) = 1 every pair is discordant, so the power is P(reject | m) itself.
+    for m in range(1, 41):
+        b = np.arange(m + 1)
+        rejected = np.array([binomtest(int(x), m, 0.5).pvalue < 0.05 for x in b])
+        assert mcnemar_power(m, 0.7, 0.3) == pytest.approx(float((binom.pmf(b, m, 0.7) * rejected).sum()), abs=1e-12)
 
 
 def test_holm_family_raises_the_budget_and_bad_input_is_refused():
@@ -68,3 +131,5 @@ def test_holm_family_raises_the_budget_and_bad_input_is_refused():
         episode_budget(0.2, paired=True, discordance=0.1)
     with pytest.raises(AssayError, match="--baseline"):
         episode_budget(0.1, baseline=1.5)
+    with pytest.raises(AssayError, match="--test 'z' is not valid; valid: exact, approx"):
+        episode_budget(0.1, test="z")

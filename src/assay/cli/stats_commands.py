@@ -250,11 +250,14 @@ def budget_command(
     alpha: Annotated[float, typer.Option("--alpha")] = 0.05,
     comparisons: Annotated[int, typer.Option("--comparisons", help="Comparisons in the family (Holm).")] = 1,
     discordance: Annotated[float | None, typer.Option(help="Paired: P(pair discordant), if known.")] = None,
+    test: Annotated[str, typer.Option("--test", help="exact: n for the exact test compare runs (Fisher unpaired, "
+                                      "McNemar paired), by exact power; approx: the normal-approximation "
+                                      "formula.")] = "exact",
     json_out: JsonOpt = False,
 ) -> None:
     """How many episodes per cell detect a difference of --delta with --power."""
     with user_errors():
-        budget = episode_budget(delta, power, baseline, paired, alpha, comparisons, discordance)
+        budget = episode_budget(delta, power, baseline, paired, alpha, comparisons, discordance, test)
         if json_out:
             render.print_json(budget.to_dict())
             return
@@ -263,7 +266,9 @@ def budget_command(
             f"{budget.episodes_per_cell} episodes per cell detect {budget.baseline:.2f} vs {budget.alternative:.2f} "
             f"(delta {delta}) with power {power}, alpha {alpha}"
             + (f" over {comparisons} comparisons" if comparisons > 1 else "") + f"; {mode}, {budget.formula}"
-            + (f", discordance {budget.discordance:.3f}" if budget.discordance is not None else ""),
+            + (f", discordance {budget.discordance:.3f}" if budget.discordance is not None else "")
+            + (f"; exact power {budget.achieved_power:.3f} (the normal approximation says {budget.approx_episodes})"
+               if budget.achieved_power is not None else ""),
             highlight=False, soft_wrap=True)
 
 
