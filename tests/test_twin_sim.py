@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from assay.metrics.results_csv import read_results_csv
+from assay.metrics.results_csv import RateEntry, read_results_csv
 from assay.sim import default_registry
 from assay.spec import PolicySpec
 from assay.store import Store
@@ -73,6 +73,22 @@ def test_sysid_refuses_rendering_and_unknown_campaigns(real_store):
         identify(task, trajectories_from_store(store, "real"), nominal_twin(TASK), parameters=("light.intensity",))
     with pytest.raises(TwinError, match="campaign 'nope' has no episodes with step data"):
         trajectories_from_store(store, "nope")
+
+
+def test_several_calibrations_coexist_in_one_store(tmp_path):
+    """A second calibration gets its own content-named campaign; rerunning the first resumes it."""
+    settings = TwinSettings(policies=(PolicySpec(name="expert", builtin="expert"),), episodes=1, horizon=5)
+    real = [RateEntry(TASK, "expert", 1.0, 1, 1)]
+    first = Twin(name="fit", task=TASK, control={"control.gain": 0.7})
+    second = Twin(name="fit", task=TASK, control={"control.gain": 0.8})
+    with Store(tmp_path / "sim") as sim:
+        a = attribute(nominal_twin(TASK), first, real, settings, sim)
+        b = attribute(nominal_twin(TASK), second, real, settings, sim)
+        count = len(sim.catalog.episodes())
+        again = attribute(nominal_twin(TASK), first, real, settings, sim)
+        assert len(sim.catalog.episodes()) == count == 4  # nominal and each gain, in each campaign: 2 + 2
+    assert a.campaign != b.campaign and again.campaign == a.campaign
+    assert a.campaign.startswith("twin-attribution-")
 
 
 @pytest.mark.slow

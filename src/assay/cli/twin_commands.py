@@ -148,7 +148,8 @@ def attribute_command(
             render.print_json(result.to_dict())
             return
         policies = list(result.policies)
-        table = Table(title=f"gap attribution on {result.task} (real vs each configuration)", title_justify="left")
+        table = Table(title=f"gap attribution on {result.task} (real vs each configuration; sim campaign "
+                            f"{result.campaign})", title_justify="left")
         for column in ("configuration", *policies, "gap", "Pearson r", "MMRV"):
             table.add_column(column)
         table.add_row("real", *[_fmt(result.real[p]) for p in policies], "", "", "")

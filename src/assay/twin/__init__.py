@@ -17,7 +17,14 @@ from assay.twin.config import (
                                twin_from_values,
                                twin_of_record,
 )
-from assay.twin.running import TwinSettings, run_twins, settings_from_campaign, unique_twins, write_results_csv
+from assay.twin.running import (
+                               TwinSettings,
+                               content_campaign,
+                               run_twins,
+                               settings_from_campaign,
+                               unique_twins,
+                               write_results_csv,
+)
 from assay.twin.stability import StabilityReport, SwapResult, asset_stability, swap_twins
 from assay.twin.sysid import (
                                DEFAULT_PARAMETERS,
@@ -32,6 +39,6 @@ from assay.twin.sysid import (
 __all__ = [
     "Attribution", "ConfigScore", "DEFAULT_PARAMETERS", "Layer", "LayerShare", "OpenLoopReplay", "StabilityReport",
     "SwapResult", "SysIdResult", "Trajectory", "Twin", "TwinError", "TwinSettings", "asset_stability", "attribute",
-    "calibrated_twin", "configurations", "identify", "layer_of", "load_twin", "nominal_twin", "run_twins",
+    "calibrated_twin", "configurations", "content_campaign", "identify", "layer_of", "load_twin", "nominal_twin", "run_twins",
     "save_twin", "settings_from_campaign", "swap_twins", "trajectories_from_store", "twin_from_values", "twin_of_record", "unique_twins", "write_results_csv",
 ]

@@ -27,7 +27,7 @@ from assay.metrics.results_csv import RateEntry
 from assay.run import Executor
 from assay.store import Store
 from assay.twin.config import Layer, Twin, TwinError
-from assay.twin.running import TwinSettings, run_twins
+from assay.twin.running import TwinSettings, content_campaign, run_twins
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class LayerShare:
 @dataclass(frozen=True)
 class Attribution:
     task: str
+    campaign: str  # the sim campaign the configurations ran in (named by their content)
     policies: tuple[str, ...]
     real: dict[str, float]
     configs: tuple[ConfigScore, ...]
@@ -97,10 +98,14 @@ def _score(label: str, version: str, rates: dict[str, float], real: dict[str, fl
 
 def attribute(nominal: Twin, calibrated: Twin, real: Sequence[RateEntry], settings: TwinSettings,
               store: Store, campaign: str = "twin-attribution", executor: Executor | None = None) -> Attribution:
-    """Run the attribution configurations in ``store`` and score them against ``real`` counts."""
+    """Run the attribution configurations in ``store`` and score them against ``real`` counts.
+
+    They run in the campaign ``<campaign>-<hash of the configurations and settings>``, so several
+    calibrations coexist in one store and rerunning one resumes it."""
     if nominal.task != calibrated.task:
         raise TwinError(f"nominal twin is of {nominal.task} but calibrated twin of {calibrated.task}")
     labelled = configurations(nominal, calibrated)
+    campaign = content_campaign(campaign, [t for _, t in labelled], settings)
     results = run_twins(campaign, [t for _, t in labelled], settings, store, executor)
     policies = tuple(sorted(p.name for p in settings.policies))
     real_rates = _real_rates(real, nominal.task, policies)
@@ -118,4 +123,4 @@ def attribute(nominal: Twin, calibrated: Twin, real: Sequence[RateEntry], settin
         layers.append(LayerShare(layer.value, nominal.layer(layer) != calibrated.layer(layer), swap, leave, share))
     ranked = [x for x in layers if x.share is not None and x.share > 0]
     attributed = max(ranked, key=lambda x: x.share).layer if ranked else None
-    return Attribution(nominal.task, policies, real_rates, tuple(scores), tuple(layers), total, attributed)
+    return Attribution(nominal.task, campaign, policies, real_rates, tuple(scores), tuple(layers), total, attributed)

@@ -15,7 +15,7 @@ from typing import Any
 
 from assay.metrics.results_csv import RateEntry, entries_from_records
 from assay.run import Executor, InlineExecutor, prepare_campaign, run_campaign
-from assay.spec import CameraSpec, CampaignSpec, PolicySpec
+from assay.spec import CameraSpec, CampaignSpec, PolicySpec, content_hash
 from assay.store import Store
 from assay.twin.config import Twin, TwinError
 
@@ -41,6 +41,21 @@ def unique_twins(twins: Sequence[Twin]) -> list[Twin]:
             seen.add(twin.version)
             out.append(twin)
     return out
+
+
+def content_campaign(prefix: str, twins: Sequence[Twin], settings: TwinSettings) -> str:
+    """``prefix-<hash>``: a campaign name derived from the twins' versions and the run settings.
+
+    A campaign's spec is fixed once it exists, so a second calibration (other
+    versions) or other settings under one name would be refused; naming the campaign
+    by its content lets any number of calibrations coexist in one store, while the
+    same calibration rerun resumes its own campaign.
+    """
+    content = {"versions": [t.version for t in unique_twins(twins)], "episodes": settings.episodes,
+               "seed": settings.seed, "horizon": settings.horizon,
+               "policies": [p.model_dump(mode="json") for p in settings.policies],
+               "cameras": [c.model_dump(mode="json") for c in settings.cameras]}
+    return f"{prefix}-{content_hash(content, 10)}"
 
 
 def run_twins(name: str, twins: Sequence[Twin], settings: TwinSettings, store: Store,

@@ -18,7 +18,7 @@ from assay.metrics.stability import stability
 from assay.run import Executor
 from assay.store import Store
 from assay.twin.config import Layer, Twin, TwinError, layer_of
-from assay.twin.running import TwinSettings, run_twins
+from assay.twin.running import TwinSettings, content_campaign, run_twins
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ def asset_stability(base: Twin, swaps: Sequence[dict[str, Any]], settings: TwinS
     if not swaps:
         raise TwinError("ranking stability needs at least one asset swap")
     twins = swap_twins(base, swaps)
+    campaign = content_campaign(campaign, [base, *twins], settings)  # several base twins coexist in one store
     results = run_twins(campaign, [base, *twins], settings, store, executor)
     reference = results[base.version]
     out = []
