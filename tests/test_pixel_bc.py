@@ -19,8 +19,9 @@ from assay.learning.pixel_bc import PixelTrainConfig, demo_frames, train_pixel_b
 from assay.learning.runs import DEMO_SEED, EVAL_SEED, run_grid, score  # noqa: E402
 from assay.policies import make_policy, resolve_policy  # noqa: E402
 from assay.policies.pixel_bc import PROPRIO, PixelBCPolicy  # noqa: E402
+from assay.run import InlineExecutor  # noqa: E402
 from assay.spec import CameraSpec, PolicySpec, policy_from_shorthand  # noqa: E402
-from assay.store import Store  # noqa: E402
+from assay.store import Outcome, Store  # noqa: E402
 
 TASK = "metaworld/reach@1"
 HORIZON = 100  # the expert reaches in ~45 steps; the pixel policy is slower
@@ -240,3 +241,31 @@ def test_an_instruction_conditioned_pixel_checkpoint_reads_the_words(camera_stor
     from assay.testing import check_policy
 
     check_policy(PixelBCPolicy(path=result.path), task.model_copy(update={"horizon": HORIZON}), bounded=True)
+
+
+@pytest.mark.sim
+def test_a_pixel_checkpoint_served_by_serve_policy_gets_its_images_and_matches_in_process(tiny_checkpoint, tmp_path):
+    """serve-policy publishes the checkpoint's image.front (64 px) and resets it for a task with that camera;
+    the client sends exactly that key, so remote episodes equal the in-process ones bit for bit."""
+    from assay.cli.serve_commands import policy_server
+    from assay.policies.remote import ServerConfig, ServerThread
+    from tests.test_faults import run_and_collect
+
+    params = {"path": str(Path(tiny_checkpoint.path).resolve())}
+    server = policy_server("pixel-bc", TASK, params, ServerConfig(port=0, max_wait_ms=1))
+    assert [c.name for c in server.task.cameras] == ["front"]
+    assert server.metadata["contract"]["images"] == {"image.front": {"height": 64, "width": 64, "channels": 3,
+                                                                      "layout": "HWC"}}
+
+    def campaign(policy: dict) -> dict:
+        return {"name": "served-pixels", "seed": 2, "episodes": 2, "horizon": 12, "envs_per_worker": 2,
+                "tasks": [TASK], "policies": [{"name": "pix", **policy}],
+                "cameras": [{"name": "front", "width": 64, "height": 64}]}
+
+    _, local, _ = run_and_collect(tmp_path / "local", InlineExecutor(tmp_path / "local"),
+                                  campaign({"builtin": "pixel-bc", "params": params}))
+    with ServerThread(server):
+        _, remote, _ = run_and_collect(tmp_path / "remote", InlineExecutor(tmp_path / "remote"),
+                                       campaign({"remote": server.url}))
+    assert sorted((v[0], v[2], v[3]) for v in remote.values()) == sorted((v[0], v[2], v[3]) for v in local.values())
+    assert all(v[0] is not Outcome.ERROR for v in remote.values())

@@ -14,7 +14,9 @@ from assay.cli.common import user_errors
 from assay.errors import AssayError, SpecError
 
 if TYPE_CHECKING:
+    from assay.policies.contract import PolicyContract
     from assay.policies.remote import PolicyServer, ServerConfig
+    from assay.spec import TaskSpec
 
 
 def register(app: typer.Typer) -> None:
@@ -35,13 +37,28 @@ def policy_server(policy: str, task: str, params: dict, config: ServerConfig, st
         raise SpecError("serve-policy serves a local policy; a remote: URL is already served")
     spec = PolicySpec(**{**base.model_dump(), "params": params})
     resolved = resolve_policy(spec)
-    served_task = default_registry().get(task)
+    contract = policy_contract(resolved)
+    served_task = with_policy_cameras(default_registry().get(task), contract)
     served = make_policy(spec)
     sessions = not (stateless or getattr(served, "stateless", False))
     identity = {"policy": spec.name, "source": spec.source, "params": spec.params, "version": resolved.version,
                 "sessions": sessions}
-    return PolicyServer(served, served_task, config, identity, policy_contract(resolved),
+    return PolicyServer(served, served_task, config, identity, contract,
                         factory=(lambda: make_policy(spec)) if sessions else None)
+
+
+def with_policy_cameras(task: TaskSpec, contract: PolicyContract | None) -> TaskSpec:
+    """The served task with a camera for each ``image.<camera>`` its policy reads (at the declared size),
+    so a camera policy's reset sees the cameras its requests will bring."""
+    from assay.spec import CameraSpec
+
+    if contract is None:
+        return task
+    have = {camera.name for camera in task.cameras}
+    extra = tuple(CameraSpec(name=key[len("image."):], width=image.width, height=image.height)
+                  for key, image in contract.images.items()
+                  if key.startswith("image.") and key[len("image."):] not in have)
+    return task.model_copy(update={"cameras": (*task.cameras, *extra)}) if extra else task
 
 
 def serve_policy(

@@ -4,7 +4,8 @@ Each environment row becomes one openpi request: ``observation/state`` (in the
 dtype the server's contract declares, float32 when it declares none), ``prompt``,
 each camera's RGB image under the wire key openpi policies read
 (``observation/image``, ``observation/wrist_image``; ``images:`` in the
-campaign's policy params maps them otherwise) as uint8 HWC, resized with padding
+campaign's policy params maps them otherwise; a served Assay camera policy whose
+contract names ``image.<camera>`` gets exactly those keys) as uint8 HWC, resized with padding
 to the size the contract declares (openpi's ``resize_with_pad``), and any other
 observation the contract names. The server's metadata frame is read before the
 first request is built, so every request of a campaign has the same form. When the
@@ -191,7 +192,7 @@ class RemotePolicy:
         dtype = np.float32
         if self.contract is not None and STATE_KEY in self.contract.observations:
             dtype = np.dtype(self.contract.observations[STATE_KEY].dtype)
-        images = {key: (camera, self._image_target(key)) for key, camera in self._images.items()
+        images = {key: (camera, self._image_target(key)) for key, camera in self._wire_images().items()
                   if f"image.{camera}" in observations}
         extra = [k for k in (self.contract.observations if self.contract else {})
                  if k not in (STATE_KEY, PROMPT_KEY) and k not in images]
@@ -213,6 +214,13 @@ class RemotePolicy:
                                 SEED_KEY: int(self._seeds[slot]) if slot < len(self._seeds) else 0})
             rows.append(request)
         return rows
+
+    def _wire_images(self) -> dict[str, str]:
+        """Wire key -> camera for this request: the ``image.<camera>`` keys a served Assay camera policy's
+        contract names (each under its own key), else every camera under the openpi wire keys."""
+        named = {key: key[len("image."):] for key in (self.contract.images if self.contract else {})
+                 if key.startswith("image.")}
+        return named or self._images
 
     def _image_target(self, key: str) -> tuple[tuple[int, int] | None, ImageLayout]:
         """The (height, width) and layout the server's contract declares for an image key (None: as rendered)."""

@@ -5,7 +5,8 @@ Protocol (openpi's, so its clients work unchanged):
 * ``GET /healthz`` answers 200; any other path upgrades to a websocket;
 * when an API key is set, the upgrade needs ``Authorization: Api-Key <key>`` (else 401);
 * on connect the server sends one metadata frame; each request frame (one
-  observation: ``observation/state``, ``prompt``, ...) gets exactly one reply
+  observation: ``observation/state``, ``prompt``, each image the contract names, as uint8:
+  a served camera policy's ``image.<camera>``, ...) gets exactly one reply
   frame ``{"actions": (H, A), "server_timing": {queue_ms, batch_size, infer_ms}}``;
 * when the policy raises, the traceback goes out as a text frame and the
   connection closes with 1011; a malformed request (not msgpack, not a map, a
@@ -50,7 +51,15 @@ from typing import Any
 
 import numpy as np
 
-from assay.policies.contract import PROMPT_KEY, STATE_KEY, ActionContract, ArraySpec, PolicyContract, task_interface
+from assay.policies.contract import (
+    PROMPT_KEY,
+    STATE_KEY,
+    ActionContract,
+    ArraySpec,
+    ImageLayout,
+    PolicyContract,
+    task_interface,
+)
 from assay.policies.protocol import Policy, PolicyContext, SupportsMetadata
 from assay.policies.remote.batcher import DynamicBatcher
 from assay.policies.remote.wire import (
@@ -212,7 +221,7 @@ class PolicyServer:
     def _act(self, policy: Policy, rows: list[dict[str, Any]]) -> list[np.ndarray]:
         batch: dict[str, Any] = {"instruction": [r.get(PROMPT_KEY, self.task.instruction) for r in rows],
                                  "env_ids": np.arange(len(rows))}
-        for key in self.contract.observations:
+        for key in (*self.contract.observations, *self.contract.images):  # image.<camera> keys stay as they are
             if key != PROMPT_KEY:
                 batch[key.split("/", 1)[-1]] = np.stack([r[key] for r in rows])
         actions = np.asarray(policy.act(batch))
@@ -241,6 +250,15 @@ class PolicyServer:
             if value.dtype.kind not in "biuf":
                 raise ProtocolError(f"{key!r} has dtype {value.dtype}, expected a numeric dtype ({spec.dtype})")
             request[key] = value.astype(spec.dtype, copy=False)
+        for key, image in self.contract.images.items():
+            value = request.get(key)
+            shape = (image.channels, image.height, image.width) if image.layout is ImageLayout.CHW \
+                else (image.height, image.width, image.channels)
+            if not isinstance(value, np.ndarray):
+                raise ProtocolError(f"request needs image {key!r} as a uint8 array of shape {shape}; "
+                                    f"keys given: {sorted(map(str, request))}")
+            if value.shape != shape or value.dtype != np.uint8:
+                raise ProtocolError(f"image {key!r} is {value.dtype} of shape {value.shape}, expected uint8 {shape}")
         if PROMPT_KEY in request and not isinstance(request[PROMPT_KEY], str):
             raise ProtocolError(f"{PROMPT_KEY!r} must be a string")
         session = request.get(SESSION_KEY)
