@@ -311,3 +311,20 @@ def test_fake_openpi_server_drives_a_two_worker_campaign_that_resumes_after_a_ki
                for r in requests)
     # 7 steps with chunks of 10, replanning every 5: two requests per finished episode
     assert len(requests) >= 2 * episodes
+
+
+def test_the_openpi_libero_example_names_its_checkpoint():
+    """examples/libero.yaml drives a plain openpi server (no identity in its metadata): its policy carries
+    `version:`, so the documented command is not refused, and the version is what the key hashes."""
+    from pathlib import Path
+
+    from assay.policies.loader import remote_version
+    from assay.spec.loading import load_campaign
+
+    campaign = load_campaign(Path(__file__).parents[1] / "examples" / "libero.yaml")
+    [policy] = campaign.policies
+    assert policy.remote == "ws://127.0.0.1:8000" and policy.version == "pi05_libero"
+    assert remote_version(policy, {}) == "pi05_libero"  # what openpi's serve_policy.py sends: no identity
+    assert len(campaign.tasks) == 10 and all(default_registry().get(t).backend == "libero" for t in campaign.tasks)
+    with pytest.raises(SpecError, match="declares no identity"):
+        remote_version(policy.model_copy(update={"version": None}), {})

@@ -141,3 +141,20 @@ def test_a_served_stateful_policy_matches_it_in_process_on_any_worker_count(tmp_
     assert _outcomes(served["inline", False]) == _outcomes(served["local-2", False]) == _outcomes(local)
     assert len({v[3] for v in local.values()}) == 4, "four distinct trajectories (hash of states and actions)"
     assert _outcomes(served["inline", True]) != _outcomes(local)
+
+
+def test_server_errors_are_assay_errors_naming_the_cause():
+    import socket
+
+    from assay.errors import AssayError
+    from assay.policies.remote import ProtocolError, ServerStartError
+
+    assert issubclass(ProtocolError, AssayError) and issubclass(ProtocolError, ValueError)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = PolicyServer(Counter(), state_task(), ServerConfig(port=port))
+        cause = rf"127.0.0.1:{port} did not start \(OSError: .*address already in use"
+        with pytest.raises(ServerStartError, match=cause), ServerThread(server):
+            pass

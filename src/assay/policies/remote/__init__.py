@@ -1,7 +1,7 @@
 """Remote policies over openpi's protocol: the wire codec, the server with its dynamic batcher, the client."""
 
 from assay.policies.remote.client import PolicyUnavailableError, RemotePolicy, RemotePolicyError, fetch_metadata
-from assay.policies.remote.server import PolicyServer, ProtocolError, ServerConfig, ServerThread
+from assay.policies.remote.server import PolicyServer, ProtocolError, ServerConfig, ServerStartError, ServerThread
 from assay.policies.remote.wire import MAX_MESSAGE_BYTES, WireError, packb, unpackb
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "RemotePolicy",
     "RemotePolicyError",
     "ServerConfig",
+    "ServerStartError",
     "ServerThread",
     "WireError",
     "fetch_metadata",

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from assay.errors import AssayError
 from assay.policies.contract import (
     PROMPT_KEY,
     STATE_KEY,
@@ -81,8 +82,12 @@ LOG_REPEATS = 20  # identical log lines per minute before they are suppressed
 MAX_SESSION_ID = 256
 
 
-class ProtocolError(ValueError):
+class ProtocolError(AssayError, ValueError):
     """A request that does not follow the protocol or the server's contract."""
+
+
+class ServerStartError(AssayError):
+    """The policy server did not come up (its port taken, its policy failing to build, ...)."""
 
 
 @dataclass(frozen=True)
@@ -369,6 +374,7 @@ class ServerThread:
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
+        self._failure: Exception | None = None
         self._thread = threading.Thread(target=self._run, name="assay-policy-server", daemon=True)
 
     def _run(self) -> None:
@@ -380,6 +386,8 @@ class ServerThread:
 
         try:
             self._loop.run_until_complete(main())
+        except Exception as exc:  # noqa: BLE001 - reported by __enter__, which waits for it
+            self._failure = exc
         finally:
             self._ready.set()
             self._loop.close()
@@ -388,7 +396,9 @@ class ServerThread:
         self._thread.start()
         self._ready.wait(timeout=30)
         if self.server.port is None:
-            raise RuntimeError("the policy server did not start")
+            where = f"{self.server.config.host}:{self.server.config.port}"
+            why = f"{type(self._failure).__name__}: {self._failure}" if self._failure else "not up within 30 s"
+            raise ServerStartError(f"the policy server on {where} did not start ({why})")
         return self.server
 
     def __exit__(self, *exc: object) -> None:
