@@ -328,3 +328,22 @@ def test_the_openpi_libero_example_names_its_checkpoint():
     assert len(campaign.tasks) == 10 and all(default_registry().get(t).backend == "libero" for t in campaign.tasks)
     with pytest.raises(SpecError, match="declares no identity"):
         remote_version(policy.model_copy(update={"version": None}), {})
+
+
+@pytest.mark.slow
+def test_the_expert_takes_over_a_libero_replay_with_its_privileged_goal():
+    """Failure mining on LIBERO: the hand-over gives the reference every observation the backend offers
+    (the LIBERO expert reads privileged.goal), so a point-of-no-return probe can run there."""
+    from assay.failures.replay import Replayer
+
+    task = REGISTRY.get(SOUP)
+    replayer = Replayer(task, Variant())
+    try:
+        idle = np.zeros((4, task.action.dim))
+        idle[:, -1] = -1.0  # open gripper, arm still: nothing is lost yet
+        assert replayer.verify(0, idle, np.stack(replayer.replay(0, idle).states[:-1])).ok
+        rescued = replayer.handoff(0, idle, t=4, budget=task.horizon)
+        assert rescued.success and len(rescued.actions) < task.horizon
+        assert "privileged.goal" in rescued.last
+    finally:
+        replayer.close()

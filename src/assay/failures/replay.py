@@ -17,6 +17,7 @@ budget of steps; ``draw > 0`` redraws the variant's noise from the hand-over on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,7 @@ class Rollout:
     states: list[np.ndarray] = field(default_factory=list)
     actions: list[np.ndarray] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
+    last: dict[str, Any] = field(default_factory=dict)  # the whole observation after the last action
 
     @property
     def success(self) -> bool:
@@ -87,16 +89,17 @@ class Replayer:
     def replay(self, seed: int, actions: np.ndarray, upto: int | None = None) -> Rollout:
         """Reset with ``seed`` and apply ``actions[:upto]``; the rollout holds each pre-action state."""
         out = Rollout()
-        state = self.env.reset(seed)["state"]
+        observation = dict(self.env.reset(seed))
         for action in actions[: len(actions) if upto is None else upto]:
-            out.states.append(state)
+            out.states.append(observation["state"])
             out.actions.append(np.asarray(action, dtype=np.float64))
             transition = self.env.step(np.asarray(action, dtype=np.float64))
             out.transitions.append(transition)
-            state = transition.observation["state"]
+            observation = dict(transition.observation)
             if transition.terminated or transition.truncated:
                 break
-        out.states.append(state)  # the state after the last replayed action
+        out.states.append(observation["state"])  # the state after the last replayed action
+        out.last = observation
         return out
 
     def verify(self, seed: int, actions: np.ndarray, states: np.ndarray) -> ReplayCheck:
@@ -121,13 +124,14 @@ class Replayer:
         hand-over state).
         """
         prefix = self.replay(seed, actions, t)
-        state = prefix.states[-1]
+        observation = prefix.last
         out = Rollout()
         if prefix.success:  # already succeeded during the prefix: nothing to recover
             out.transitions = [prefix.transitions[-1]]
             return out
         # The budget counts from the hand-over: Meta-World's path-length counter (a benchmark limit, not
         # physics) restarts here, so a state late in a long episode gets the same budget as an early one.
+        # (LIBERO's backend never truncates: robosuite's own limit is set far beyond horizon + budget.)
         sawyer = getattr(self._base, "unwrapped", None)
         if sawyer is not None and hasattr(sawyer, "curr_path_length"):
             sawyer.curr_path_length = 0
@@ -136,14 +140,16 @@ class Replayer:
         self.reference.reset(PolicyContext(self.task, (seed,), (instruction or self.task.instruction,)))
         low, high = self.task.action.low, self.task.action.high
         for _ in range(budget):
-            batch = {"state": state[None], "instruction": [instruction or self.task.instruction],
-                     "env_ids": np.zeros(1, dtype=np.int64)}
+            # every observation the backend gives (LIBERO's privileged.goal for its expert), as a batch of one
+            batch = {**{key: np.asarray(value)[None] for key, value in observation.items()},
+                     "instruction": [instruction or self.task.instruction], "env_ids": np.zeros(1, dtype=np.int64)}
             action = np.clip(np.asarray(self.reference.act(batch), dtype=np.float64)[0], low, high)
             transition = self.env.step(action)
-            out.states.append(state)
+            out.states.append(observation["state"])
             out.actions.append(action)
             out.transitions.append(transition)
-            state = transition.observation["state"]
+            observation = dict(transition.observation)
             if transition.success or transition.terminated or transition.truncated:
                 break
+        out.last = observation
         return out

@@ -133,8 +133,10 @@ class _Scene:
             self.bddl = suite.get_task_bddl_file_path(index)
             self.states = np.asarray(suite.get_task_init_states(index))
             # Cameras are rendered by Assay (CameraRenderer), not robosuite; reset keeps the model (no hard reset).
+            # robosuite's own step limit stays out of the way: twice the horizon covers a failure replayed to
+            # its last step plus a hand-over budget of a whole horizon (assay.failures.replay).
             self.env = OffScreenRenderEnv(bddl_file_name=self.bddl, use_camera_obs=False, has_offscreen_renderer=False,
-                                          hard_reset=False, horizon=max(1000, horizon + 1))
+                                          hard_reset=False, horizon=max(1000, 2 * horizon + 1))
         self.inner: Any = self.env.env
         self.renderer = CameraRenderer(self.inner.sim.model._model, hidden_groups=(0,))  # as robosuite draws
         self.goal = [tuple(str(t) for t in p) for p in self.inner.parsed_problem["goal_state"]]
