@@ -99,9 +99,13 @@ def _check_recorded(doc, store, real):
     assert task["other_task"] == "metaworld/reach@1" and task["resampling"] == "episodes"
     assert doc["calibration_file"].endswith("calibration.json")
     board = _json("leaderboard", "--store", str(store), "--min-policies", "3", "--max-mmrv", "1",
-                  "--min-pearson", "-1")
+                  "--min-pearson", "-1", "--min-pearson-low", "-1")
     assert board["signoff"][0]["calibration"]["policies"] == 3
     assert board["signoff"][0]["validated"] is True
+    assert board["signoff"][0]["calibration"]["policy_names"] == ["expert", "random", "shaky"]
+    # compare, openloop and stability show the same gate
+    assert _json("compare", "expert", "random", "--store", str(store))["signoff"][0]["task"] == "metaworld/reach@1"
+    assert "sign-off gate" in invoke("compare", "expert", "random", "--store", str(store)).stdout
     strict = _json("leaderboard", "--store", str(store), "--min-policies", "4")
     assert strict["signoff"][0]["validated"] is False and "3 policies < 4" in strict["signoff"][0]["reason"]
     stab = _json("stability", "tiny", str(real), "--store", str(store), "--resamples", "200")

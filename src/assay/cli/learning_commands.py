@@ -10,7 +10,9 @@ import typer
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.cli.stats_render import signoff_table
 from assay.errors import AssayError
+from assay.metrics import GateCell, Signoff, load_calibration, load_thresholds, signoff
 
 DataOpt = Annotated[str, typer.Option("--data", help="Data query, e.g. 'campaign=demos,task=metaworld/reach@1' "
                                       "(keys: campaign, task, policy, outcome, demos; '|' for alternatives; "
@@ -147,6 +149,14 @@ def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--o
             render.console.print(f"  dropped {key[:12]} (quality gate): {why}", highlight=False)
 
 
+def olcl_signoff(task: str, checkpoints: tuple[str, ...], root: Path) -> list[Signoff]:
+    """The sign-off gate of the closed-loop ranking of the checkpoints (nominal episodes of the task)."""
+    from assay.sim import default_registry
+
+    cell = GateCell(default_registry().get(task).id, ("nominal",), tuple(sorted(checkpoints)))
+    return signoff([cell], load_calibration(root), load_thresholds(root))
+
+
 def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
                  sizes: Annotated[str, typer.Option("--sizes", help="Expert demo counts, comma separated.")] = "2,5,10,20",
                  epochs: Annotated[str, typer.Option("--epochs", help="Training epochs, comma separated.")] = "5,50",
@@ -168,8 +178,9 @@ def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
         with open_store(store, catalog, create=True) as opened:
             say = (lambda _: None) if json_out else (lambda line: render.console.print(f"[dim]{line}[/]"))
             result = run_olcl(opened, config, opened.root / "learning" / f"olcl-{config.tag()}-s{seed}", say)
+            gate = olcl_signoff(task, result.checkpoints, opened.root)
     if json_out:
-        render.print_json(result.to_dict())
+        render.print_json({**result.to_dict(), "signoff": [g.to_dict() for g in gate]})
         return
     from rich.table import Table
 
@@ -184,6 +195,7 @@ def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
     tau = "undefined" if result.kendall is None else f"{result.kendall:.3f}"
     render.console.print(f"Kendall tau {tau}; MMRV {result.mmrv:.3f}; misranked pairs (lower MSE, lower success): "
                          + (", ".join(f"{a}>{b}" for a, b in result.misranked) or "none"))
+    render.console.print(signoff_table(gate))
 
 
 def leakage_command(checkpoint: Annotated[Path, typer.Argument(help="A bc checkpoint (assay train-bc --out).")],

@@ -11,8 +11,9 @@ from rich.table import Table
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.cli.stats_render import signoff_table
 from assay.errors import AssayError
-from assay.metrics import rate_table, retention_table, robustness_profile
+from assay.metrics import campaign_signoff, rate_table, retention_table, robustness_profile
 from assay.run import make_executor, prepare_campaign, run_campaign
 from assay.sim import FACTORS, get_factor
 from assay.spec import campaign_from_data, content_hash
@@ -109,6 +110,7 @@ def sweep(
         with open_store(store, catalog, create=True) as opened:
             run_campaign(planned, opened, make_executor(executor, store, workers))
             episodes_run = opened.catalog.episodes(campaign=spec.name)
+            gate = campaign_signoff(episodes_run, opened.root, per_variant=True)
         rates = {r.group["variant"]: r for r in rate_table(episodes_run, by=("variant",))}
         retention = {r.variant: r for r in retention_table(episodes_run)}
         curve = []
@@ -120,7 +122,8 @@ def sweep(
                           "ci_high": rate.ci_high if rate else None, "retention": 1.0 if variant.is_nominal else (kept.retention if kept else None),
                           "retention_ci": None if kept is None else [kept.ci_low, kept.ci_high]})
         if json_out:
-            render.print_json({"campaign": spec.name, "factor": factor, "task": task, "policy": policy, "curve": curve})
+            render.print_json({"campaign": spec.name, "factor": factor, "task": task, "policy": policy, "curve": curve,
+                               "signoff": [g.to_dict() for g in gate]})
             return
         table = Table(title=f"{policy} on {task}: sweep of {factor} ({episodes} paired seeds per level)", title_justify="left")
         for column in ("level", "success", "mid-p 95%", "succ/n", "retention", "retention 95% CI", "curve"):
@@ -132,6 +135,7 @@ def sweep(
                           f"[{_fmt(point['ci_low'])}, {_fmt(point['ci_high'])}]", f"{point['successes']}/{point['scored']}",
                           _fmt(point["retention"]), f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci and ci[0] is not None else "-", bar)
         render.console.print(table)
+        render.console.print(signoff_table(gate))
         render.console.print(f"stored as campaign {spec.name} in {Path(store).resolve()}", highlight=False)
 
 

@@ -26,13 +26,14 @@ from assay.metrics import (
     PosteriorComparison,
     RateEntry,
     Thresholds,
+    campaign_signoff,
     compare,
     compare_returns,
     correlate,
     entries_from_records,
     episode_budget,
+    gate_cells,
     leaderboard,
-    load_calibration,
     load_thresholds,
     outcome_grid,
     posterior_comparison,
@@ -41,7 +42,6 @@ from assay.metrics import (
     records_from_report,
     save_calibration,
     save_real_results,
-    signoff,
     stability,
 )
 from assay.run.adaptive import load_state
@@ -77,9 +77,10 @@ def _episodes(store: Path, catalog: str | None, campaign: str | None) -> tuple[s
 
 
 def _thresholds(root: Path | None, min_pearson: float | None, max_mmrv: float | None,
-                min_policies: int | None) -> Thresholds:
+                min_policies: int | None, min_pearson_low: float | None = None) -> Thresholds:
     base = load_thresholds(root)
-    given = {"min_pearson": min_pearson, "max_mmrv": max_mmrv, "min_policies": min_policies}
+    given = {"min_pearson": min_pearson, "max_mmrv": max_mmrv, "min_policies": min_policies,
+             "min_pearson_low": min_pearson_low}
     return Thresholds(**{**asdict(base), **{k: v for k, v in given.items() if v is not None}})
 
 
@@ -103,7 +104,7 @@ def results_extras(store: Store, campaign: str, records: Sequence[EpisodeRecord]
     records = list(records) if records is not None else store.catalog.episodes(campaign=campaign)
     grid = outcome_grid(records)
     board = leaderboard(grid)
-    gate = signoff(grid.task_ids, load_calibration(store.root), load_thresholds(store.root))
+    gate = campaign_signoff(records, store.root)
     leaks = campaign_leakage(records)
     safety = intervention_rows(records)
     tables: list[Any] = [show.leaderboard_table(board, f"campaign {campaign}: leaderboard (rank [95% interval])"),
@@ -172,7 +173,8 @@ def compare_command(
         kept = [r for r in records if variant is None or r.variant_name == variant]
         returns = compare_returns(kept, a, others, by_return, alpha, confidence) if by_return else []
         posteriors = _posterior(success_grid, a, others, seed) if success_grid is not None else []
-        extras = Extras({})
+        gate = campaign_signoff(_ranked(records, grid.task_ids, variant, [a, *others]), root)
+        extras = Extras({"signoff": [g.to_dict() for g in gate]})
         _add_adaptive(extras, root, name)
         if json_out:
             render.print_json({"campaign": name, "a": a, "others": others, "alpha": alpha, "confidence": confidence,
@@ -188,10 +190,18 @@ def compare_command(
         if returns:
             render.console.print(show.return_comparison_table(
                 returns, f"{title}, mean return (no success signal: {', '.join(by_return)})", confidence))
+        render.console.print(show.signoff_table(gate))
         if extras.tables:
             render.console.print("[yellow]adaptive campaign: the fixed-n p-values above are not valid after optional "
                                  "stopping; use the sequential p-values below[/]")
             extras.print()
+
+
+def _ranked(records: Sequence[EpisodeRecord], tasks: Sequence[str], variant: str | None,
+            policies: Sequence[str] | None = None) -> list[EpisodeRecord]:
+    """The episodes a ranking scores: its tasks, its variant (or all) and its policies (or all)."""
+    return [r for r in records if r.task_id in tasks and (variant is None or r.variant_name == variant)
+            and (policies is None or r.policy_name in policies)]
 
 
 def return_scored(task_id: str) -> bool:
@@ -217,6 +227,8 @@ def leaderboard_command(
     min_pearson: Annotated[float | None, typer.Option(help="Sign-off: least Pearson r.")] = None,
     max_mmrv: Annotated[float | None, typer.Option(help="Sign-off: largest MMRV.")] = None,
     min_policies: Annotated[int | None, typer.Option(help="Sign-off: fewest calibration policies.")] = None,
+    min_pearson_low: Annotated[float | None, typer.Option(
+        help="Sign-off: least lower end of r's 95% interval.")] = None,
     require_signoff: Annotated[bool, typer.Option(
         "--require-signoff", help="Exit with status 1 unless every task passes the sign-off gate (CI).")] = False,
     json_out: JsonOpt = False,
@@ -226,8 +238,8 @@ def leaderboard_command(
         name, root, records = _episodes(store, catalog, campaign)
         grid = outcome_grid(records, _split(tasks) if tasks else None, variant)
         board = leaderboard(grid, confidence, resamples, seed)
-        thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies)
-        gate = signoff(grid.task_ids, load_calibration(root), thresholds)
+        thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies, min_pearson_low)
+        gate = campaign_signoff(_ranked(records, grid.task_ids, variant), root, thresholds)
         extras = Extras({})
         _add_adaptive(extras, root, name)
         if json_out:
@@ -272,13 +284,18 @@ def budget_command(
             highlight=False, soft_wrap=True)
 
 
-def _campaign_entries(store: Path, catalog: str | None, campaign: str, variant: str | None = None) -> list[RateEntry]:
+def _campaign_entries(store: Path, catalog: str | None, campaign: str, variant: str | None = None,
+                      variants: dict[str, tuple[str, ...]] | None = None) -> list[RateEntry]:
+    """A campaign's (task, policy) rates; ``variants`` is filled with each task's variant keys."""
     name, _, records = _episodes(store, catalog, campaign)
     if variant is not None:
         names = sorted({r.variant_name for r in records})
         if variant not in names:
             raise AssayError(f"campaign {name!r} has no variant {variant!r}; valid: {', '.join(names)}")
         records = [r for r in records if r.variant_name == variant]
+    if variants is not None:
+        for cell in gate_cells(records):
+            variants[cell.task] = cell.variants
     return entries_from_records(records, f"campaign {name}" + (f":{variant}" if variant else ""))
 
 
@@ -306,15 +323,16 @@ def correlate_command(
         if (sim is None) == (campaign is None):
             raise AssayError("give exactly one of --sim SIM.csv or --campaign NAME (with --store)")
         reference = read_results_csv(real)
+        variants: dict[str, tuple[str, ...]] = {}
         other = read_results_csv(sim) if sim is not None else \
-            _campaign_entries(store, catalog, *_name_and_variant(campaign))
+            _campaign_entries(store, catalog, *_name_and_variant(campaign), variants=variants)
         convention = MmrvConvention(mmrv_weight, mmrv_ties)
         report = correlate(reference, other, ("real", "sim"), confidence, resamples, seed, convention)
         saved = None
         if record:
             source = f"real {real.name} vs " + (f"sim {sim.name}" if sim is not None else f"campaign {campaign}")
             root = Store(store, catalog, create=True).root
-            saved = save_calibration(root, records_from_report(report, source))
+            saved = save_calibration(root, records_from_report(report, source, variants=variants))
             save_real_results(root, reference)
         if json_out:
             render.print_json({**report.to_dict(), "calibration_file": str(saved) if saved else None})
@@ -340,6 +358,15 @@ def _source(value: str, store: Path, catalog: str | None) -> list[RateEntry]:
     return _campaign_entries(store, catalog, name, variant or None)
 
 
+def _source_gate(value: str, store: Path, catalog: str | None) -> list[Any]:
+    """The sign-off gate of a campaign source (CAMPAIGN or CAMPAIGN:VARIANT); none for a CSV."""
+    if value.endswith(".csv"):
+        return []
+    name, _, variant = value.partition(":")
+    _, root, records = _episodes(store, catalog, name)
+    return campaign_signoff([r for r in records if not variant or r.variant_name == variant], root)
+
+
 def stability_command(
     first: Annotated[str, typer.Argument(help="Reference leaderboard: CAMPAIGN, CAMPAIGN:VARIANT or a results CSV.")],
     second: Annotated[str, typer.Argument(help="The other leaderboard, in the same forms.")],
@@ -354,14 +381,17 @@ def stability_command(
     with user_errors():
         result = stability(_source(first, store, catalog), _source(second, store, catalog), (first, second),
                            confidence, resamples, seed)
+        gate = [g for value in (first, second) for g in _source_gate(value, store, catalog)]
         if json_out:
-            render.print_json(result.to_dict())
+            render.print_json({**result.to_dict(), "signoff": [g.to_dict() for g in gate]})
             return
         render.console.print(show.correlation_table(result.report, f"ranking stability: {first} vs {second}"))
         suite = ", ".join(f"{k} {v['value']:.3f}" if v["value"] is not None else f"{k} {v['reason']}"
                           for k, v in result.suite.items())
         render.console.print(f"suite scores over {len(result.suite_policies)} policies: {suite}", highlight=False,
                              soft_wrap=True)
+        if gate:
+            render.console.print(show.signoff_table(gate))
 
 
 def openloop_command(
@@ -400,11 +430,14 @@ def openloop_command(
             closed = {(r.group["policy"], r.group["task"]): r.rate for r in rate_table(records) if r.rate is not None}
             agreement = rank_agreement(rows, closed)
             saved = save_openloop(opened, name, reference, rows, closed, agreement)
+            gate = campaign_signoff([r for r in records if r.policy_name in chosen], opened.root)
         if json_out:
             render.print_json({"campaign": name, "reference": reference, "openloop": [r.to_dict() for r in rows],
                                "closed_loop": [{"policy": p, "task": t, "rate": v} for (p, t), v in sorted(closed.items())],
-                               "agreement": [asdict(a) for a in agreement], "saved": saved})
+                               "agreement": [asdict(a) for a in agreement], "saved": saved,
+                               "signoff": [g.to_dict() for g in gate]})
             return
         for table in show.openloop_tables(rows, agreement, reference):
             render.console.print(table)
+        render.console.print(show.signoff_table(gate))
         render.console.print(f"saved to {saved} (shown in `assay report`)", highlight=False, soft_wrap=True)

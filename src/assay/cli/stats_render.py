@@ -80,12 +80,12 @@ def p_better_table(board: Leaderboard) -> Table:
 
 
 def signoff_table(rows: Sequence[Signoff]) -> Table:
-    table = Table(title="sign-off gate", title_justify="left")
-    for column in ("task", "status", "reason"):
+    table = Table(title="sign-off gate (calibration of this task, variant set and policies)", title_justify="left")
+    for column in ("task", "variants", "status", "reason"):
         table.add_column(column)
     for row in rows:
         status = f"[green]{row.label}[/]" if row.validated else f"[yellow]{row.label}[/]"
-        table.add_row(row.task, status, row.reason)
+        table.add_row(row.task, ", ".join(row.variants), status, row.reason)
     return table
 
 

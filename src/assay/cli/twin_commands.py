@@ -10,6 +10,8 @@ from rich.table import Table
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.cli.stats_render import signoff_table
+from assay.metrics import campaign_signoff
 from assay.metrics.results_csv import read_results_csv
 from assay.sim import default_registry
 from assay.spec import load_campaign
@@ -20,12 +22,14 @@ from assay.twin import (
     asset_stability,
     attribute,
     calibrated_twin,
+    content_campaign,
     identify,
     load_twin,
     nominal_twin,
     run_twins,
     save_twin,
     settings_from_campaign,
+    swap_twins,
     trajectories_from_store,
     write_results_csv,
 )
@@ -186,8 +190,11 @@ def stability_command(
         with open_store(store, catalog, create=True) as opened:
             report = asset_stability(base, swaps, settings, opened, campaign=f"{spec.name}-stability",
                                      n_resamples=resamples)
+            # the sign-off gate of each swap's leaderboard (a swap is a variant of the twin)
+            ran = content_campaign(f"{spec.name}-stability", [base, *swap_twins(base, swaps)], settings)
+            gate = campaign_signoff(opened.catalog.episodes(campaign=ran), opened.root, per_variant=True)
         if json_out:
-            render.print_json(report.to_dict())
+            render.print_json({**report.to_dict(), "signoff": [g.to_dict() for g in gate]})
             return
         policies = sorted(report.base_rates)
         table = Table(title=f"leaderboards under {len(report.swaps)} asset swaps of {report.task}", title_justify="left")
@@ -200,6 +207,7 @@ def stability_command(
             table.add_row(swap.name, label, *[_fmt(swap.rates[p]) for p in policies], tau, _fmt(swap.mmrv, 3))
         render.console.print(table)
         render.console.print(f"worst Kendall τ {_fmt(report.min_kendall)}, worst MMRV {_fmt(report.max_mmrv, 3)}")
+        render.console.print(signoff_table(gate))
 
 
 def register(app: typer.Typer) -> None:

@@ -11,8 +11,11 @@ from assay.metrics.budget import Budget, episode_budget
 from assay.metrics.calibration import (
     NOT_VALIDATED,
     CalibrationRecord,
+    GateCell,
     Signoff,
     Thresholds,
+    campaign_signoff,
+    gate_cells,
     load_calibration,
     load_real_results,
     load_thresholds,
@@ -74,5 +77,5 @@ __all__ = [
     "signoff", "stability", "success_interval", "write_results_csv",
     "LatticeBoundary", "MmrvConvention", "Posterior", "PosteriorComparison", "SequentialComparison", "compare_stop",
     "lattice_boundary", "mean_cs", "paired_difference_cs", "posterior", "posterior_comparison", "prob_greater",
-    "rate_cs",
+    "rate_cs", "GateCell", "campaign_signoff", "gate_cells",
 ]

@@ -1,14 +1,23 @@
-"""Calibration records and the sign-off gate.
+"""Calibration records and the sign-off gate, keyed by what was calibrated.
 
-A task earns a calibration record from a ``correlate`` run: Pearson r and MMRV
-between real and sim rates over N policies, the date and the source. The records
-live in ``STORE/calibration.json`` (written atomically, merged by task id); the
-same file may carry ``thresholds``, and ``real_results``: the real-world (task, policy) rates the
-records came from, merged by cell, so a report can draw the real-vs-sim scatter later. A task is *validated for sign-off* when it has
-a record with ``policies >= min_policies``, a defined ``pearson >= min_pearson``
-and ``mmrv <= max_mmrv``; any other task is marked "not validated for sign-off"
-with the reason. Records are per task *version*: ``metaworld/reach@2`` is not
-validated by a record for ``@1`` (a new twin needs its own correlate run).
+A calibration record comes from a ``correlate`` run: Pearson r (with the lower end
+of its bootstrap interval) and MMRV between real and sim rates, for one task, the
+sim side's **variant set** (the variant keys whose episodes were scored: a twin is a
+variant, so its version is in the key) and the **policies** compared, with the date
+and the source. The records live in ``STORE/calibration.json`` under ``records``
+(written atomically, merged by (task, variants)); the same file may carry
+``thresholds``, and ``real_results``: the real-world (task, policy) rates the records
+came from, merged by cell, so a report can draw the real-vs-sim scatter later.
+
+A ranking is *validated for sign-off* on a task when a record exists for that task
+**and** the exact set of variants the ranking scores, every ranked policy was among
+the calibrated ones, ``policies >= min_policies``, ``pearson >= min_pearson``, the
+lower end of r's interval ``>= min_pearson_low`` and ``mmrv <= max_mmrv``; anything
+else is "not validated for sign-off" with the reason. So a campaign with gain 0.3 is
+not validated by a nominal calibration, and records are per task *version*:
+``metaworld/reach@2`` is not validated by a record for ``@1``. Records written
+before variants and policies were kept (a ``tasks`` object keyed by task id) are
+read as nominal records with an unknown policy set, which validates nothing.
 
 Default thresholds (r ≥ 0.8, MMRV ≤ 0.05, ≥ 3 policies) sit below what published
 twins report (SimFoundry: mean r 0.911, MMRV 0.018) and above chance agreement.
@@ -25,11 +34,14 @@ from pathlib import Path
 from assay.errors import StoreError
 from assay.metrics.correlation import CorrelationReport
 from assay.metrics.results_csv import RateEntry
-from assay.store import write_blob
+from assay.store import EpisodeRecord, write_blob
 
 CALIBRATION_FILE = "calibration.json"
 NOT_VALIDATED = "not validated for sign-off"
 VALIDATED = "validated for sign-off"
+
+
+NOMINAL = ("nominal",)
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,13 @@ class CalibrationRecord:
     policies: int
     date: str
     source: str
+    variants: tuple[str, ...] = NOMINAL  # variant keys of the sim episodes scored (a twin is a variant)
+    policy_names: tuple[str, ...] = ()  # the policies compared; () = not recorded (validates nothing)
+    pearson_low: float | None = None  # lower end of r's bootstrap interval
+
+    @property
+    def key(self) -> tuple[str, tuple[str, ...]]:
+        return self.task, tuple(sorted(self.variants))
 
 
 @dataclass(frozen=True)
@@ -47,6 +66,33 @@ class Thresholds:
     min_pearson: float = 0.8
     max_mmrv: float = 0.05
     min_policies: int = 3
+    min_pearson_low: float = 0.0  # the interval must at least exclude a negative correlation
+
+
+@dataclass(frozen=True)
+class GateCell:
+    """What a ranking scores on one task: its variant keys (with names, for messages) and policies."""
+
+    task: str
+    variants: tuple[str, ...] = NOMINAL
+    policies: tuple[str, ...] = ()
+    variant_names: tuple[str, ...] = ()
+
+
+def gate_cells(records: Iterable[EpisodeRecord], per_variant: bool = False) -> list[GateCell]:
+    """One cell per task of ``records`` (the episodes a ranking scores), sorted; ``per_variant``: one
+    per (task, variant), for commands that rank each variant on its own (asset swaps)."""
+    variants: dict[tuple[str, str], dict[str, str]] = {}
+    policies: dict[tuple[str, str], set[str]] = {}
+    for record in records:
+        cell = (record.task_id, record.variant_key if per_variant else "")
+        variants.setdefault(cell, {})[record.variant_key] = record.variant_name
+        policies.setdefault(cell, set()).add(record.policy_name)
+    return [GateCell(cell[0], tuple(sorted(variants[cell])), tuple(sorted(policies[cell])),
+                     tuple(variants[cell][k] for k in sorted(variants[cell]))) for cell in sorted(variants)]
+
+
+Calibration = dict[tuple[str, tuple[str, ...]], CalibrationRecord]
 
 
 @dataclass(frozen=True)
@@ -55,21 +101,29 @@ class Signoff:
     validated: bool
     reason: str
     record: CalibrationRecord | None
+    variants: tuple[str, ...] = ()  # names of the variants the ranking scores
 
     @property
     def label(self) -> str:
         return VALIDATED if self.validated else NOT_VALIDATED
 
     def to_dict(self) -> dict[str, object]:
-        return {"task": self.task, "validated": self.validated, "status": self.label, "reason": self.reason,
-                "calibration": asdict(self.record) if self.record else None}
+        return {"task": self.task, "variants": list(self.variants), "validated": self.validated,
+                "status": self.label, "reason": self.reason, "calibration": asdict(self.record) if self.record else None}
 
 
-def records_from_report(report: CorrelationReport, source: str, date: str | None = None) -> list[CalibrationRecord]:
-    """One record per task of a correlate run, under the *sim* side's task id."""
+def records_from_report(report: CorrelationReport, source: str, date: str | None = None,
+                        variants: dict[str, tuple[str, ...]] | None = None) -> list[CalibrationRecord]:
+    """One record per task of a correlate run, under the *sim* side's task id.
+
+    ``variants`` maps a sim task to the variant keys its episodes came from (default: nominal,
+    the case of a sim results CSV exported from a nominal campaign).
+    """
     stamp = date or datetime.now(UTC).isoformat(timespec="seconds")
+    variants = variants or {}
     return [CalibrationRecord(t.other_task, t.stats["pearson"].value, float(t.stats["mmrv"].value or 0.0),
-                              len(t.policies), stamp, source) for t in report.tasks]
+                              len(t.policies), stamp, source, tuple(sorted(variants.get(t.other_task, NOMINAL))),
+                              tuple(sorted(t.policies)), t.stats["pearson"].ci_low) for t in report.tasks]
 
 
 def _path(store_root: str | Path) -> Path:
@@ -89,13 +143,24 @@ def _read(store_root: str | Path) -> dict:
         raise StoreError(f"cannot read {path}: {exc}; fix or remove the file") from None
 
 
-def load_calibration(store_root: str | Path) -> dict[str, CalibrationRecord]:
+def _from_json(item: dict) -> CalibrationRecord:
     names = {f.name for f in fields(CalibrationRecord)}
+    data = {k: v for k, v in item.items() if k in names}
+    for key in ("variants", "policy_names"):
+        if key in data:
+            data[key] = tuple(data[key])
+    return CalibrationRecord(**data)
+
+
+def load_calibration(store_root: str | Path) -> Calibration:
+    """Every record, keyed by (task, sorted variant keys); legacy ``tasks`` entries as nominal records."""
+    data = _read(store_root)
     try:
-        return {task: CalibrationRecord(**{k: v for k, v in record.items() if k in names})
-                for task, record in _read(store_root).get("tasks", {}).items()}
+        legacy = [_from_json({**record, "task": task}) for task, record in data.get("tasks", {}).items()]
+        current = [_from_json(record) for record in data.get("records", [])]
     except TypeError as exc:
         raise StoreError(f"{_path(store_root)}: malformed calibration record ({exc})") from None
+    return {r.key: r for r in [*legacy, *current]}
 
 
 def load_thresholds(store_root: str | Path | None) -> Thresholds:
@@ -117,11 +182,12 @@ def _write(store_root: str | Path, data: dict) -> Path:
 
 def save_calibration(store_root: str | Path, records: Iterable[CalibrationRecord],
                      thresholds: Thresholds | None = None) -> Path:
-    """Merge ``records`` (by task) into the store's calibration file, atomically."""
+    """Merge ``records`` (by task and variant set) into the store's calibration file, atomically."""
     data = _read(store_root)
-    tasks = dict(data.get("tasks", {}))
-    tasks.update({r.task: asdict(r) for r in records})
-    data = {"schema_version": 1, **data, "tasks": dict(sorted(tasks.items()))}
+    merged = load_calibration(store_root)  # legacy ``tasks`` entries are kept, rewritten as records
+    merged.update({r.key: r for r in records})
+    data = {k: v for k, v in data.items() if k != "tasks"}
+    data = {**data, "schema_version": 2, "records": [asdict(merged[k]) for k in sorted(merged)]}
     if thresholds is not None:
         data["thresholds"] = asdict(thresholds)
     return _write(store_root, data)
@@ -148,24 +214,48 @@ def load_real_results(store_root: str | Path) -> list[RateEntry]:
         raise StoreError(f"{_path(store_root)}: malformed real_results entry ({exc})") from None
 
 
-def signoff(tasks: Sequence[str], calibration: dict[str, CalibrationRecord], thresholds: Thresholds) -> list[Signoff]:
+def _variant_label(cell: GateCell) -> str:
+    return ", ".join(cell.variant_names or cell.variants)
+
+
+def signoff(cells: Sequence[GateCell], calibration: Calibration, thresholds: Thresholds) -> list[Signoff]:
+    """The gate per task: validated only by a record for the same task, variant set and policies."""
     result = []
-    for task in tasks:
-        record = calibration.get(task)
+    for cell in cells:
+        record = calibration.get((cell.task, tuple(sorted(cell.variants))))
         validated = False
+        missing = sorted(set(cell.policies) - set(record.policy_names)) if record else []
         if record is None:
-            reason = "no calibration record (run `assay correlate ... --record`)"
+            others = sorted({", ".join(r.variants) for (task, _), r in calibration.items() if task == cell.task})
+            reason = (f"no calibration record for variant {_variant_label(cell)}"
+                      + (f" (calibrated: {'; '.join(others)})" if others else "")
+                      + " (run `assay correlate ... --record` on these episodes)")
+        elif not record.policy_names:
+            reason = "its calibration does not list the policies it compared (recorded by an older assay); rerun " \
+                     "`assay correlate ... --record`"
+        elif missing:
+            reason = f"policies {', '.join(missing)} were not in its calibration ({', '.join(record.policy_names)})"
         elif record.policies < thresholds.min_policies:
             reason = f"calibrated on {record.policies} policies < {thresholds.min_policies}"
         elif record.pearson is None:
             reason = "Pearson r undefined in its calibration"
         elif record.pearson < thresholds.min_pearson:
             reason = f"Pearson r {record.pearson:.3f} < {thresholds.min_pearson}"
+        elif record.pearson_low is None or record.pearson_low < thresholds.min_pearson_low:
+            low = "undefined" if record.pearson_low is None else f"{record.pearson_low:.3f}"
+            reason = f"lower end of r's 95% interval {low} < {thresholds.min_pearson_low}"
         elif record.mmrv > thresholds.max_mmrv:
             reason = f"MMRV {record.mmrv:.3f} > {thresholds.max_mmrv}"
         else:
             validated = True
-            reason = (f"r {record.pearson:.3f}, MMRV {record.mmrv:.3f} over {record.policies} policies "
-                      f"({record.source}, {record.date})")
-        result.append(Signoff(task, validated, reason, record))
+            reason = (f"r {record.pearson:.3f} (low {record.pearson_low:.3f}), MMRV {record.mmrv:.3f} over "
+                      f"{record.policies} policies, variant {_variant_label(cell)} ({record.source}, {record.date})")
+        result.append(Signoff(cell.task, validated, reason, record, cell.variant_names or cell.variants))
     return result
+
+
+def campaign_signoff(records: Iterable[EpisodeRecord], store_root: str | Path, thresholds: Thresholds | None = None,
+                     per_variant: bool = False) -> list[Signoff]:
+    """The gate for the episodes a ranking scores, with the store's calibration and thresholds."""
+    return signoff(gate_cells(records, per_variant), load_calibration(store_root),
+                   thresholds or load_thresholds(store_root))

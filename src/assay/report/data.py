@@ -27,14 +27,12 @@ from assay.metrics import (
     RateRow,
     RetentionRow,
     Signoff,
+    campaign_signoff,
     leaderboard,
-    load_calibration,
-    load_thresholds,
     outcome_grid,
     rate_table,
     retention_table,
     robustness_profile,
-    signoff,
 )
 from assay.report import evidence
 from assay.report.evidence import FailureFacts
@@ -188,7 +186,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     if records:
         grid = outcome_grid(evidence.nominal(records))
         board = leaderboard(grid, confidence=confidence, n_resamples=n_resamples)
-        signoffs = signoff(grid.task_ids, load_calibration(store.root), load_thresholds(store.root))
+        signoffs = campaign_signoff(evidence.nominal(records), store.root)
     else:
         notes.append("no episodes recorded yet")
     outcomes: dict[str, dict[str, int]] = defaultdict(lambda: {o.value: 0 for o in Outcome})

@@ -29,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from assay.errors import AssayError, StoreError
-from assay.metrics import leaderboard, load_calibration, load_thresholds, outcome_grid, rate_table, signoff
+from assay.metrics import campaign_signoff, leaderboard, outcome_grid, rate_table
 from assay.server import regression, views
 from assay.server.runs import RunManager
 from assay.store import Store
@@ -168,7 +168,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             has_nominal = any(r.variant_name == "nominal" for r in records)
             grid = outcome_grid(records, variant="nominal" if has_nominal else None)
             board = leaderboard(grid, confidence, resamples, seed)
-            gates = signoff(grid.task_ids, load_calibration(store.root), load_thresholds(store.root))
+            scored = [r for r in records if not has_nominal or r.variant_name == "nominal"]
+            gates = campaign_signoff(scored, store.root)
             return board.to_dict() | {"signoff": [g.to_dict() for g in gates],
                                       "rank_text": {r.policy: r.rank_text for r in board.rows}}
 
