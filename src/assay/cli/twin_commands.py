@@ -17,15 +17,18 @@ from assay.sim import default_registry
 from assay.spec import load_campaign
 from assay.twin import (
     DEFAULT_PARAMETERS,
+    DEFAULT_RENDERING,
     Layer,
     TwinError,
     asset_stability,
     attribute,
+    calibrate_rendering,
     calibrated_twin,
     content_campaign,
     identify,
     load_twin,
     nominal_twin,
+    rendering_twin,
     run_twins,
     save_twin,
     settings_from_campaign,
@@ -43,6 +46,10 @@ CampaignArg = Annotated[Path, typer.Argument(help="Campaign YAML: one task, poli
 
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _span(interval: tuple[float, float] | None, digits: int = 2) -> str:
+    return "" if interval is None else f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
 
 
 def _layers_table(document: dict[str, Any], title: str) -> Table:
@@ -102,17 +109,21 @@ def sysid(
     parameters: Annotated[str, typer.Option(help="Comma-separated factors to fit.")] = ",".join(DEFAULT_PARAMETERS),
     policy: Annotated[str | None, typer.Option(help="Only this policy's real episodes.")] = None,
     max_trajectories: Annotated[int, typer.Option(min=1, help="Use at most this many real episodes.")] = 4,
-    max_evaluations: Annotated[int, typer.Option(min=1, help="Optimiser budget (twin replays).")] = 120,
+    max_evaluations: Annotated[int, typer.Option(min=1, help="Search budget (twin replays).")] = 240,
+    restarts: Annotated[int, typer.Option(min=0, help="Seeded random restarts of the continuous search.")] = 2,
+    tolerance: Annotated[float, typer.Option(help="Measurement accuracy, metres RMS: intervals hold the values "
+                                                  "that replay within it of the best fit.")] = 0.001,
     out: Annotated[Path | None, typer.Option(help="Write the calibrated twin YAML here.")] = None,
     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
 ) -> None:
-    """Fit control and dynamics parameters by replaying real actions open loop in the twin."""
+    """Fit control and dynamics factors (integer and noise factors too) by replaying real actions open loop."""
     with user_errors():
         start = load_twin(twin)
         with open_store(real_store or store, catalog if real_store is None else None) as opened:
             trajectories = trajectories_from_store(opened, real_campaign, policy, max_trajectories)
         task = default_registry().get(start.task)
-        result = identify(task, trajectories, start, split_list(parameters), max_evaluations)
+        result = identify(task, trajectories, start, split_list(parameters), max_evaluations, restarts=restarts,
+                          tolerance=tolerance)
         calibrated = calibrated_twin(result, start, name=f"{start.name}-calibrated")
         if out is not None:
             save_twin(calibrated, out)
@@ -121,15 +132,61 @@ def sysid(
             render.print_json(document)
             return
         table = Table(title=f"system identification on {result.trajectories} real trajectories "
-                            f"({result.evaluations} replays)", title_justify="left")
-        for column in ("parameter", "start", "fitted"):
+                            f"({result.evaluations} replays, {result.restarts} restarts)", title_justify="left")
+        for column in ("parameter", "start", "fitted", f"interval (within {result.tolerance:g} m)"):
             table.add_column(column)
         for name in result.parameters:
-            table.add_row(name, f"{result.start[name]:.4g}", f"{result.fitted[name]:.4g}")
+            low, high = result.intervals[name]
+            table.add_row(name, f"{result.start[name]:.4g}", f"{result.fitted[name]:.4g}", f"[{low:.4g}, {high:.4g}]")
         render.console.print(table)
         render.console.print(f"RMS state discrepancy {result.residual_before:.4g} m -> {result.residual_after:.4g} m; "
                              f"correlation {_fmt(result.correlation_before, 4)} -> {_fmt(result.correlation_after, 4)}"
                              + (f"; calibrated twin written to {out}" if out else ""))
+        for warning in result.warnings:
+            render.console.print(f"[yellow]identifiability:[/] {warning}")
+
+
+@twin_app.command("calibrate-rendering")
+def calibrate_rendering_command(
+    campaign: Annotated[Path, typer.Argument(help="Campaign YAML whose cameras the camera policy saw.")],
+    twin: TwinArg,
+    real_campaign: Annotated[str, typer.Option("--real-campaign", help="Campaign whose recorded episodes are real.")],
+    policy: Annotated[str, typer.Option(help="The camera policy whose recorded episodes (actions, trace) are used.")],
+    real_store: Annotated[Path | None, typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
+    parameters: Annotated[str, typer.Option(help="Comma-separated rendering factors to fit.")] = ",".join(DEFAULT_RENDERING),
+    max_trajectories: Annotated[int, typer.Option(min=1, help="Use at most this many real episodes.")] = 2,
+    tolerance: Annotated[float, typer.Option(help="Mismatch within which a value counts as consistent.")] = 0.01,
+    out: Annotated[Path | None, typer.Option(help="Write the twin with the fitted rendering layer here.")] = None,
+    store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Fit lighting and camera factors: replay a camera policy's episodes, match its actions and detections."""
+    with user_errors():
+        spec, start = load_campaign(campaign), load_twin(twin)
+        with open_store(real_store or store, catalog if real_store is None else None) as opened:
+            trajectories = trajectories_from_store(opened, real_campaign, policy, max_trajectories)
+        task = default_registry().get(start.task)
+        result = calibrate_rendering(task, spec.cameras, trajectories, start, split_list(parameters),
+                                     tolerance=tolerance)
+        fitted = rendering_twin(result, start, name=start.name if start.rendering == {} else f"{start.name}-rendering")
+        if out is not None:
+            save_twin(fitted, out)
+        document = {**result.to_dict(), "calibrated": fitted.describe(), "out": str(out) if out else None}
+        if json_out:
+            render.print_json(document)
+            return
+        table = Table(title=f"rendering calibration from {result.trajectories} episodes of {result.policy} "
+                            f"({result.evaluations} replays)", title_justify="left")
+        for column in ("parameter", "start", "fitted", "interval"):
+            table.add_column(column)
+        for name in result.parameters:
+            low, high = result.intervals[name]
+            table.add_row(name, f"{result.start[name]:.4g}", f"{result.fitted[name]:.4g}", f"[{low:.4g}, {high:.4g}]")
+        render.console.print(table)
+        render.console.print(f"action RMS {result.action_rms_before:.4g} -> {result.action_rms_after:.4g}; detections "
+                             f"disagreeing {result.disagreement_before:.1%} -> {result.disagreement_after:.1%}"
+                             + (f"; twin written to {out}" if out else ""))
+        for warning in result.warnings:
+            render.console.print(f"[yellow]identifiability:[/] {warning}")
 
 
 @twin_app.command("attribute")
@@ -154,22 +211,31 @@ def attribute_command(
         policies = list(result.policies)
         table = Table(title=f"gap attribution on {result.task} (real vs each configuration; sim campaign "
                             f"{result.campaign})", title_justify="left")
-        for column in ("configuration", *policies, "gap", "Pearson r", "MMRV"):
+        for column in ("configuration", *policies, "gap [95% CI]", "Pearson r", "MMRV"):
             table.add_column(column)
         table.add_row("real", *[_fmt(result.real[p]) for p in policies], "", "", "")
         for score in result.configs:
-            table.add_row(score.label, *[_fmt(score.rates[p]) for p in policies], _fmt(score.gap, 3),
-                          _fmt(score.pearson), _fmt(score.mmrv, 3))
+            table.add_row(score.label, *[_fmt(score.rates[p]) for p in policies],
+                          f"{score.gap:.3f} {_span(score.gap_interval, 3)}", _fmt(score.pearson), _fmt(score.mmrv, 3))
         render.console.print(table)
-        layers = Table(title="layer shares of the gap closed by calibration", title_justify="left")
-        for column in ("layer", "calibrated differs", "closed by swap-in", "reopened by leave-out", "share"):
+        layers = Table(title=f"layer shares of the gap closed by calibration ({result.resamples} bootstrap resamples)",
+                       title_justify="left")
+        for column in ("layer", "calibrated differs", "closed by swap-in", "reopened by leave-out",
+                       "closure [95% CI]", "share [95% CI]", "beyond noise"):
             layers.add_column(column)
         for share in result.layers:
             layers.add_row(share.layer, "yes" if share.changed else "no", _fmt(share.closed_by_swap_in, 3),
-                           _fmt(share.reopened_by_leave_out, 3), _fmt(share.share))
+                           _fmt(share.reopened_by_leave_out, 3), f"{share.closure:.3f} {_span(share.closure_interval, 3)}",
+                           f"{_fmt(share.share)} {_span(share.share_interval)}", "yes" if share.named else "no")
         render.console.print(layers)
-        render.console.print(f"total gap closed {result.total_gap_closed:.3f}; attributed layer: "
-                             f"[bold]{result.attributed or 'none (calibration closes no gap)'}[/]")
+        render.console.print(f"total gap closed {result.total_gap_closed:.3f}; left unexplained "
+                             f"{_fmt(result.unexplained)} {_span(result.unexplained_interval)} of the nominal gap")
+        render.console.print(f"named layers: [bold]{', '.join(result.named) or 'none'}[/]; attributed layer: "
+                             f"[bold]{result.attributed or 'none (no layer closes the gap beyond noise)'}[/]")
+        if result.episodes_needed is not None:
+            render.console.print(f"episodes per policy and configuration to detect the nominal gap at power 0.8: "
+                                 f"{result.episodes_needed} ({result.budget_command}); this run has "
+                                 f"{settings.episodes}")
 
 
 @twin_app.command("stability")

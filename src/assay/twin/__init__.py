@@ -17,6 +17,7 @@ from assay.twin.config import (
                                twin_from_values,
                                twin_of_record,
 )
+from assay.twin.rendering import DEFAULT_RENDERING, RenderingFit, TraceReplay, calibrate_rendering, rendering_twin
 from assay.twin.running import (
                                TwinSettings,
                                content_campaign,
@@ -37,7 +38,8 @@ from assay.twin.sysid import (
 )
 
 __all__ = [
-    "Attribution", "ConfigScore", "DEFAULT_PARAMETERS", "Layer", "LayerShare", "OpenLoopReplay", "StabilityReport",
+    "Attribution", "ConfigScore", "DEFAULT_PARAMETERS", "DEFAULT_RENDERING", "RenderingFit", "TraceReplay",
+    "calibrate_rendering", "rendering_twin", "Layer", "LayerShare", "OpenLoopReplay", "StabilityReport",
     "SwapResult", "SysIdResult", "Trajectory", "Twin", "TwinError", "TwinSettings", "asset_stability", "attribute",
     "calibrated_twin", "configurations", "content_campaign", "identify", "layer_of", "load_twin", "nominal_twin", "run_twins",
     "save_twin", "settings_from_campaign", "swap_twins", "trajectories_from_store", "twin_from_values", "twin_of_record", "unique_twins", "write_results_csv",

@@ -8,26 +8,42 @@ measured rendering). From them the configurations
 * ``calibrated``; ``-layer`` (calibrated with one layer left out, i.e. nominal), for each layer
 
 are run on the same paired seeds, and each is scored against the real rates:
-the gap (mean over policies of |sim − real|), Pearson r and MMRV. A layer's share
-of the gap is the average of what swapping it in closes (gap(nominal) −
-gap(+layer)) and what leaving it out reopens (gap(−layer) − gap(calibrated)),
-divided by the total gap gap(nominal) − gap(calibrated); the attributed layer is
-the one with the largest share. Nothing here can see how "reality" was made.
+the gap (mean over policies of |sim − real|), Pearson r and MMRV. A layer's
+*closure* is the average of what swapping it in closes (gap(nominal) −
+gap(+layer)) and what leaving it out reopens (gap(−layer) − gap(calibrated)); its
+share is the closure divided by the total gap closed, gap(nominal) − gap(calibrated).
+The part of the nominal gap the calibrated twin leaves is ``unexplained`` =
+gap(calibrated) / gap(nominal).
+
+Every figure has a bootstrap interval: the sim episodes are resampled by seed
+(jointly across configurations, keeping the pairing) and the real counts by their
+own trials (independent episodes), ``resamples`` times. A layer is **named** when
+the lower bound of its closure is above 0 — its calibration closes the gap beyond
+the noise of both samples; the attributed layer is the named one with the largest
+share, and "none" means no layer's closure clears the noise. ``episodes_needed``
+is ``assay budget`` for the nominal gap (sim vs real, unpaired): fewer episodes per
+cell leave a gap of that size undetectable at power 0.8.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from assay.errors import AssayError
+from assay.metrics.budget import episode_budget
 from assay.metrics.correlation import correlation
 from assay.metrics.results_csv import RateEntry
 from assay.run import Executor
-from assay.store import Store
+from assay.spec import derive_seed
+from assay.store import Outcome, Store
 from assay.twin.config import Layer, Twin, TwinError
 from assay.twin.running import TwinSettings, content_campaign, run_twins
+
+LEVEL = 0.95
 
 
 @dataclass(frozen=True)
@@ -39,6 +55,7 @@ class ConfigScore:
     pearson: float | None
     pearson_reason: str | None
     mmrv: float
+    gap_interval: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,10 @@ class LayerShare:
     closed_by_swap_in: float
     reopened_by_leave_out: float
     share: float | None  # fraction of the total gap this layer accounts for
+    closure: float = 0.0  # (closed_by_swap_in + reopened_by_leave_out) / 2
+    closure_interval: tuple[float, float] = (0.0, 0.0)
+    share_interval: tuple[float, float] | None = None
+    named: bool = False  # closure's lower bound above 0: closes the gap beyond noise
 
 
 @dataclass(frozen=True)
@@ -59,7 +80,13 @@ class Attribution:
     configs: tuple[ConfigScore, ...]
     layers: tuple[LayerShare, ...]
     total_gap_closed: float
-    attributed: str | None  # the layer with the largest share; None when calibration closes no gap
+    attributed: str | None  # the named layer with the largest share; None when no layer clears the noise
+    named: tuple[str, ...] = ()  # every layer whose closure is beyond noise
+    unexplained: float | None = None  # gap(calibrated) / gap(nominal)
+    unexplained_interval: tuple[float, float] | None = None
+    resamples: int = 0
+    episodes_needed: int | None = None  # per policy and configuration, to detect the nominal gap (assay budget)
+    budget_command: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -76,9 +103,9 @@ def configurations(nominal: Twin, calibrated: Twin) -> list[tuple[str, Twin]]:
     return out
 
 
-def _real_rates(real: Sequence[RateEntry], task: str, policies: Sequence[str]) -> dict[str, float]:
+def _real_cells(real: Sequence[RateEntry], task: str, policies: Sequence[str]) -> dict[str, RateEntry]:
     name = task.split("@")[0]
-    cells = {e.policy: e.rate for e in real if e.task == task or e.task.split("@")[0] == name}
+    cells = {e.policy: e for e in real if e.task == task or e.task.split("@")[0] == name}
     missing = [p for p in policies if p not in cells]
     if missing:
         raise TwinError(f"real results have no row for task {task} and policy {', '.join(missing)}; "
@@ -96,31 +123,114 @@ def _score(label: str, version: str, rates: dict[str, float], real: dict[str, fl
                        float(mmrv or 0.0))
 
 
+def _outcomes(store: Store, campaign: str, versions: Sequence[str], policy: str) -> np.ndarray:
+    """(versions, seeds) success as 1.0/0.0, NaN where an episode errored or is missing; columns paired by seed."""
+    records = [r for r in store.catalog.episodes(campaign=campaign, policy=policy) if r.variant_key in versions]
+    seeds = sorted({r.seed for r in records})
+    column = {seed: i for i, seed in enumerate(seeds)}
+    unique = list(dict.fromkeys(versions))
+    row = {version: i for i, version in enumerate(unique)}
+    out = np.full((len(unique), len(seeds)), np.nan)
+    for r in records:
+        if r.outcome is not Outcome.ERROR:
+            out[row[r.variant_key], column[r.seed]] = float(r.outcome is Outcome.SUCCESS)
+    return out[[row[v] for v in versions]]  # configurations with the same values share their episodes
+
+
+def _figures(sim: np.ndarray, real: np.ndarray, labels: Sequence[str]) -> dict[str, np.ndarray]:
+    """Gaps, closures, shares, unexplained fraction from (labels, policies, B) sim and (policies, B) real rates."""
+    gaps = np.mean(np.abs(sim - real[None]), axis=1)  # (labels, B)
+    gap = {label: gaps[i] for i, label in enumerate(labels)}
+    total = gap["nominal"] - gap["calibrated"]
+    out = {f"gap:{label}": g for label, g in gap.items()}
+    out["total"] = total
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for layer in Layer:
+            closure = ((gap["nominal"] - gap[f"+{layer.value}"]) + (gap[f"-{layer.value}"] - gap["calibrated"])) / 2
+            out[f"closure:{layer.value}"] = closure
+            out[f"share:{layer.value}"] = np.where(total > 0, closure / np.where(total > 0, total, 1.0), np.nan)
+        out["unexplained"] = np.where(gap["nominal"] > 0, gap["calibrated"] / np.where(gap["nominal"] > 0,
+                                                                                      gap["nominal"], 1.0), np.nan)
+    return out
+
+
+def _interval(values: np.ndarray) -> tuple[float, float] | None:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return None
+    tail = (1 - LEVEL) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _budget(gap: float, real: dict[str, float]) -> tuple[int | None, str | None]:
+    if gap <= 0:
+        return None, None
+    baseline = round(float(np.mean(list(real.values()))), 2)
+    delta = round(min(gap, 0.99), 2)
+    try:
+        n = episode_budget(delta, baseline=baseline).episodes_per_cell
+    except AssayError:
+        return None, None
+    return n, f"assay budget --delta {delta} --baseline {baseline}"
+
+
 def attribute(nominal: Twin, calibrated: Twin, real: Sequence[RateEntry], settings: TwinSettings,
-              store: Store, campaign: str = "twin-attribution", executor: Executor | None = None) -> Attribution:
+              store: Store, campaign: str = "twin-attribution", executor: Executor | None = None,
+              resamples: int = 1000) -> Attribution:
     """Run the attribution configurations in ``store`` and score them against ``real`` counts.
 
     They run in the campaign ``<campaign>-<hash of the configurations and settings>``, so several
     calibrations coexist in one store and rerunning one resumes it."""
     if nominal.task != calibrated.task:
         raise TwinError(f"nominal twin is of {nominal.task} but calibrated twin of {calibrated.task}")
+    if resamples < 100:
+        raise TwinError(f"resamples {resamples} is too few for a {LEVEL:.0%} interval; valid: 100 or more")
     labelled = configurations(nominal, calibrated)
+    labels = [label for label, _ in labelled]
     campaign = content_campaign(campaign, [t for _, t in labelled], settings)
     results = run_twins(campaign, [t for _, t in labelled], settings, store, executor)
     policies = tuple(sorted(p.name for p in settings.policies))
-    real_rates = _real_rates(real, nominal.task, policies)
-    scores = []
-    for label, twin in labelled:
-        rates = {e.policy: e.rate for e in results[twin.version]}
-        scores.append(_score(label, twin.version, rates, real_rates))
+    cells = _real_cells(real, nominal.task, policies)
+    real_rates = {p: cells[p].rate for p in policies}
+    scores = [_score(label, twin.version, {e.policy: e.rate for e in results[twin.version]}, real_rates)
+              for label, twin in labelled]
+    # Bootstrap: sim episodes resampled by seed (paired across configurations), real counts by their trials.
+    rng = np.random.default_rng(derive_seed("twin-attribution-bootstrap", campaign))
+    versions = [twin.version for _, twin in labelled]
+    sim = np.empty((len(labels), len(policies), resamples))
+    real_draws = np.empty((len(policies), resamples))
+    for j, policy in enumerate(policies):
+        outcomes = _outcomes(store, campaign, versions, policy)
+        picks = rng.integers(0, outcomes.shape[1], (resamples, outcomes.shape[1]))
+        with warnings.catch_warnings():  # a resample of only errored episodes has no rate: NaN, left out
+            warnings.simplefilter("ignore", RuntimeWarning)
+            sim[:, j, :] = np.nanmean(outcomes[:, picks], axis=2)
+        cell = cells[policy]
+        trials = cell.trials or 0
+        real_draws[j] = (rng.binomial(trials, cell.rate, resamples) / trials) if trials else cell.rate
+    point = _figures(np.array([[[s.rates[p]] for p in policies] for s in scores]),
+                     np.array([[real_rates[p]] for p in policies]), labels)
+    boot = _figures(sim, real_draws, labels)
+    scores = [ConfigScore(**{**asdict(s), "gap_interval": _interval(boot[f"gap:{s.label}"]) or (s.gap, s.gap)})
+              for s in scores]
     by_label = {s.label: s for s in scores}
-    total = by_label["nominal"].gap - by_label["calibrated"].gap
+    total = float(point["total"][0])
     layers = []
     for layer in Layer:
         swap = by_label["nominal"].gap - by_label[f"+{layer.value}"].gap
         leave = by_label[f"-{layer.value}"].gap - by_label["calibrated"].gap
-        share = (swap + leave) / 2 / total if total > 0 else None
-        layers.append(LayerShare(layer.value, nominal.layer(layer) != calibrated.layer(layer), swap, leave, share))
-    ranked = [x for x in layers if x.share is not None and x.share > 0]
-    attributed = max(ranked, key=lambda x: x.share).layer if ranked else None
-    return Attribution(nominal.task, campaign, policies, real_rates, tuple(scores), tuple(layers), total, attributed)
+        closure_interval = _interval(boot[f"closure:{layer.value}"]) or (0.0, 0.0)
+        changed = nominal.layer(layer) != calibrated.layer(layer)
+        layers.append(LayerShare(
+            layer.value, changed, swap, leave, (swap + leave) / 2 / total if total > 0 else None,
+            closure=(swap + leave) / 2, closure_interval=closure_interval,
+            share_interval=_interval(boot[f"share:{layer.value}"]) if total > 0 else None,
+            named=changed and closure_interval[0] > 0))
+    named = [x for x in layers if x.named]
+    attributed = max(named, key=lambda x: x.closure).layer if named else None
+    unexplained = float(point["unexplained"][0]) if by_label["nominal"].gap > 0 else None
+    needed, command = _budget(by_label["nominal"].gap, real_rates)
+    return Attribution(nominal.task, campaign, policies, real_rates, tuple(scores), tuple(layers), total,
+                       attributed, tuple(x.layer for x in named), unexplained,
+                       _interval(boot["unexplained"]) if unexplained is not None else None, resamples, needed, command)
