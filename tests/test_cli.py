@@ -120,6 +120,14 @@ def test_factors_are_listed_with_axis_range_and_stage():
     assert {f["axis"] for f in document["factors"]} == {"visual", "behavioral", "semantic"}
     assert "[r, g, b]" in invoke("factors", "--axis", "visual").stdout
     assert invoke("factors", "--axis", "smell").exit_code == 2
+    # Applicability: the object factors list the 19 Meta-World tasks they cannot change; --task says per task.
+    assert len(factors["object.mass"]["not_applicable_tasks"]) == 19
+    assert "metaworld/drawer-open@1" in factors["object.color"]["not_applicable_tasks"]
+    assert factors["friction"]["not_applicable_tasks"] == []
+    drawer = {f["name"]: f for f in json.loads(invoke("factors", "--task", "metaworld/drawer-open", "--json").stdout)
+              ["factors"]}
+    assert drawer["object.mass"]["applies"] is False and "no object body" in drawer["object.mass"]["why_not"]
+    assert drawer["friction"]["applies"] is True and drawer["libero.swap"]["applies"] is False
 
 
 @pytest.mark.sim

@@ -137,3 +137,51 @@ def test_a_factor_that_does_not_apply_to_the_backend_is_refused():
     with pytest.raises(UnsupportedError, match="factor light.intensity does not apply to gymnasium/Pusher-v5@1"):
         resolve_variant({"light.intensity": 2.0}, pusher)
     assert resolve_variant({"action.noise": 0.1}, pusher).perturbations[0].factor == "action.noise"
+
+
+def test_object_factors_are_refused_on_a_task_without_an_object_body():
+    drawer = REGISTRY.get("metaworld/drawer-open@1")
+    for factor, value in (("object.mass", 2.0), ("object.color", [0.0, 0.0, 1.0])):
+        with pytest.raises(UnsupportedError, match=f"factor {factor} does not apply to metaworld/drawer-open@1: the "
+                                                   "task has no object body") as info:
+            resolve_variant({factor: value}, drawer)
+        assert "\n" not in str(info.value)
+        assert resolve_variant({factor: value}, PUSH).perturbations[0].factor == factor
+    assert resolve_variant({"friction": 0.5}, drawer).perturbations[0].factor == "friction"
+
+
+def _finds_an_object(env_name: str) -> bool:
+    env = make_env(REGISTRY.get(f"metaworld/{env_name.removesuffix('-v3')}@1"))
+    try:
+        found = []
+        for seed in range(2):
+            env._perturber.object_body = None  # locate afresh on each seed
+            env.reset(seed)
+            found.append(env._perturber.object_body is not None)
+        assert len(set(found)) == 1
+        return found[0]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("env_name", ["drawer-open-v3", "button-press-v3", "push-v3", "window-close-v3"])
+def test_the_object_free_list_is_what_the_simulator_finds(env_name):
+    from assay.spec.metaworld_catalog import NO_OBJECT_BODY
+
+    assert _finds_an_object(env_name) == (env_name not in NO_OBJECT_BODY)
+
+
+@pytest.mark.slow
+def test_the_object_free_list_holds_on_all_fifty_tasks():
+    from assay.spec.metaworld_catalog import METAWORLD_TASKS, NO_OBJECT_BODY
+
+    free = {name for name in METAWORLD_TASKS if not _finds_an_object(name)}
+    assert free == NO_OBJECT_BODY and len(free) == 19
+
+
+def test_light_azimuth_changes_the_image_only_slightly_with_shadows_off(push_env):
+    # Documented in the factor's description: shading moves, no shadow does (rendering has shadows off).
+    nominal = push_env.reset(0)["image.front"].astype(float)
+    turned = perturbed(push_env, resolve_variant({"light.azimuth": 120.0}, PUSH)).reset(0)["image.front"].astype(float)
+    difference = float(np.abs(turned - nominal).mean())
+    assert 0.0 < difference < 5.0

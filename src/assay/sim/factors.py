@@ -27,6 +27,7 @@ from assay.sim.semantic import (
     TEMPLATES,
 )
 from assay.spec import Axis, Perturbation, TaskSpec, Variant
+from assay.spec.metaworld_catalog import NO_OBJECT_BODY
 
 
 class Stage(str, Enum):
@@ -59,6 +60,7 @@ class Factor:
     description: str
     backends: frozenset[str] = METAWORLD
     choices: tuple[str, ...] = ()
+    needs_object: bool = False  # changes the manipulated object's body: no-op (refused) on a task without one
 
     @property
     def valid(self) -> str:
@@ -99,7 +101,11 @@ class Factor:
 
 
 def _f(name, axis, kind, unit, low, high, default, stage, description, backends=METAWORLD, choices=()):
-    return Factor(name, Axis(axis), Kind(kind), unit, low, high, default, Stage(stage), description, backends, choices)
+    return Factor(name, Axis(axis), Kind(kind), unit, low, high, default, Stage(stage), description, backends, choices,
+                  needs_object=name in OBJECT_FACTORS)
+
+
+OBJECT_FACTORS = frozenset({"object.mass", "object.color"})
 
 
 PARAPHRASE_STYLES = ("nominal", "synonym", "reorder", "terse", "verbose", "distractor", "typos", "indirect")
@@ -138,7 +144,9 @@ FACTORS: dict[str, Factor] = {
     for f in (
         # visual
         _f("light.intensity", "visual", "float", "x nominal", 0.0, 5.0, 1.0, "reset", "scale of every light's diffuse and specular"),
-        _f("light.azimuth", "visual", "float", "deg", -180.0, 180.0, 0.0, "reset", "rotation of every light's direction about the vertical"),
+        _f("light.azimuth", "visual", "float", "deg", -180.0, 180.0, 0.0, "reset",
+           "rotation of every light's direction about the vertical; with shadows off (as Assay renders) it moves "
+           "shading only, about 1-3/255 per pixel: use light.intensity or light.color for a visible change"),
         _f("light.color", "visual", "rgb", "x nominal", 0.0, 3.0, (1.0, 1.0, 1.0), "reset", "per-channel scale of the lights' diffuse colour"),
         _f("camera.yaw", "visual", "float", "deg", -60.0, 60.0, 0.0, "reset", "rendered camera's azimuth offset about the table centre"),
         _f("camera.pitch", "visual", "float", "deg", -30.0, 30.0, 0.0, "reset", "rendered camera's elevation offset"),
@@ -182,16 +190,28 @@ def get_factor(name: str) -> Factor:
         raise SpecError(f"unknown factor {name!r}; {hint}`assay factors` lists all {len(FACTORS)}") from None
 
 
+def not_applicable(factor: Factor, task: TaskSpec) -> str | None:
+    """Why ``factor`` cannot change anything on ``task`` (None when it applies)."""
+    if task.backend not in factor.backends:
+        return f"backend {task.backend}; it applies to: {', '.join(sorted(factor.backends))}"
+    if factor.needs_object and task.backend == "metaworld" and task.env_name in NO_OBJECT_BODY:
+        return "the task has no object body for it to change (it would be a silent no-op)"
+    return None
+
+
+def object_free_tasks() -> list[str]:
+    """The Meta-World task ids (``metaworld/<name>@1``) where object.mass and object.color cannot apply."""
+    return sorted(f"metaworld/{name.removesuffix('-v3')}@1" for name in NO_OBJECT_BODY)
+
+
 def resolve_variant(request: dict[str, Any], task: TaskSpec) -> Variant:
-    """Validate a ``{factor: value}`` request against the catalog and the task's backend."""
+    """Validate a ``{factor: value}`` request against the catalog, the task's backend and its scene."""
     perturbations = []
     for name, value in request.items():
         factor = get_factor(str(name))
-        if task.backend not in factor.backends:
-            raise UnsupportedError(
-                f"factor {factor.name} does not apply to {task.id} (backend {task.backend}); "
-                f"it applies to: {', '.join(sorted(factor.backends))}"
-            )
+        why = not_applicable(factor, task)
+        if why is not None:
+            raise UnsupportedError(f"factor {factor.name} does not apply to {task.id}: {why}")
         value = factor.validate(value)
         if factor.name == "instruction.conflict" and value != "nominal" and task.conflict_scoring == "instructed":
             raise UnsupportedError(

@@ -59,3 +59,15 @@ METAWORLD_TASKS: dict[str, tuple[str, str, str, str]] = {
     "window-open-v3": ("slide the window open", "open", "open-close", "atomic"),
     "window-close-v3": ("slide the window closed", "close", "open-close", "atomic"),
 }
+
+# Tasks on which the manipulated-object finder (``sim.metaworld_perturb.ModelPerturber.locate_object``:
+# the non-robot body nearest to the object position Meta-World reports, within 0.1 m) finds no body:
+# the reported position is a site on an articulated part (a button, a handle, a drawer front) or a
+# nut's handle. ``object.mass`` and ``object.color`` have nothing to change there, so they are refused.
+# Measured on every task over three seeds; tests/test_perturbations.py checks a sample (and all 50, slow).
+NO_OBJECT_BODY: frozenset[str] = frozenset({
+    "assembly-v3", "button-press-topdown-v3", "button-press-topdown-wall-v3", "button-press-v3",
+    "button-press-wall-v3", "coffee-button-v3", "disassemble-v3", "door-close-v3", "door-open-v3",
+    "drawer-close-v3", "drawer-open-v3", "faucet-close-v3", "faucet-open-v3", "handle-press-side-v3",
+    "handle-press-v3", "handle-pull-side-v3", "handle-pull-v3", "lever-pull-v3", "window-open-v3",
+})
