@@ -98,11 +98,13 @@ test-postgres: install-test
 # (torch 2.10.0, torchvision 0.25.0, torchcodec 0.10.0, diffusers, opencv, imageio, pyserial...), frozen in
 # tests/interop/constraints.txt, and Debian's ffmpeg for torchcodec.
 INTEROP_VENV ?= .venv-interop
-$(INTEROP_VENV)/.installed: tests/interop/constraints.txt
+$(INTEROP_VENV)/.installed: tests/interop/constraints.txt pyproject.toml
 	@command -v ffmpeg >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ffmpeg; }
 	$(PYTHON) -m venv $(INTEROP_VENV)
 	$(INTEROP_VENV)/bin/pip install -q -c tests/interop/constraints.txt lerobot==0.4.4 torch==2.10.0 \
 		torchvision==0.25.0 torchcodec==0.10.0
+	@# Assay itself, so `assay serve-policy lerobot` serves a trained lerobot policy from this environment.
+	$(INTEROP_VENV)/bin/pip install -q -c tests/interop/constraints.txt -e .
 	$(INTEROP_VENV)/bin/pip check
 	touch $@
 

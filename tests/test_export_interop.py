@@ -101,3 +101,63 @@ def test_real_lerobot_trains_and_runs_an_act_policy_on_the_export(exported):
     first, second = np.asarray(seen["actions"])
     assert first.shape == (seen["action_dim"],) == (4,) and np.isfinite(first).all()
     assert np.array_equal(first, second)  # same torch seed, same action: the policy is deterministic at inference
+
+
+@needs_lerobot
+def test_round_trip_store_to_lerobot_training_to_assay_evaluation(exported, tmp_path):
+    """The whole loop: camera episodes in the store -> `assay export lerobot` -> lerobot trains ACT on them
+    (its own training step, in its own environment) -> `assay serve-policy lerobot` serves the saved
+    directory from that environment -> an Assay campaign evaluates it closed loop, chunks and all."""
+    import socket
+    import time
+    import urllib.request
+
+    from assay.run import InlineExecutor, prepare_campaign, run_campaign
+    from assay.spec import campaign_from_data
+    from assay.store import Outcome
+
+    _, out = exported
+    policy_dir = tmp_path / "act"
+    trained = _interop("train_act.py", str(out), str(policy_dir), "150")
+    assert trained["steps"] == 150 and trained["last_loss"] < trained["first_loss"], trained
+    assert {"config.json", "model.safetensors"} <= set(trained["files"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    source = str(Path(__file__).parents[1] / "src")
+    server = subprocess.Popen(
+        [INTEROP_PYTHON, "-m", "assay.cli.app", "serve-policy", "lerobot", "--task", "metaworld/reach@1",
+         "--params", json.dumps({"path": str(policy_dir)}), "--port", str(port)],
+        env={**os.environ, "PYTHONPATH": source, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).status == 200:
+                    break
+            except OSError:
+                assert server.poll() is None, server.stderr.read()[-3000:]
+                assert time.monotonic() < deadline, "the lerobot policy server did not come up"
+                time.sleep(0.5)
+        data = {"name": "act-eval", "seed": 11, "episodes": 2, "horizon": 24, "envs_per_worker": 2,
+                "replan_every": 4, "tasks": ["metaworld/reach@1"],
+                "cameras": [{"name": "front", "width": 32, "height": 32}],
+                "policies": [{"name": "act", "remote": f"ws://127.0.0.1:{port}"}]}
+        with Store(tmp_path / "eval", create=True) as store:
+            run_campaign(prepare_campaign(campaign_from_data(data)), store, InlineExecutor(store.root))
+            records = store.catalog.episodes(campaign="act-eval")
+            assert len(records) == 2 and all(r.outcome is not Outcome.ERROR for r in records), \
+                [(r.outcome, r.reason) for r in records]
+            served = records[0].policy_info["server"]["assay"]
+            assert served["policy"] == "lerobot" and served["version"].startswith("lerobot-")
+            for record in records:
+                actions = np.asarray(store.steps(record).column("action").to_pylist())
+                assert actions.shape == (record.steps, 4) and np.isfinite(actions).all()
+                assert len({tuple(a) for a in actions}) > 1, "the policy's chunks move the arm"
+            print(f"ACT: {trained['steps']} steps, loss {trained['first_loss']:.3f} -> {trained['last_loss']:.3f}; "
+                  f"evaluated: {[(r.outcome.value, r.steps) for r in records]}")
+    finally:
+        server.terminate()
+        server.wait(10)
+        server.stderr.close()
