@@ -106,3 +106,17 @@ def test_open_loop_misranked_pairs_golden():
             for n, m in zip(names, mse, strict=True)]
     (agreement,) = rank_agreement(rows, {(n, "t"): c for n, c in zip(names, closed, strict=True)})
     assert agreement.misranked == (("c", "a"), ("c", "b"), ("c", "d"))
+
+
+def test_a_task_with_one_policy_has_no_mmrv_and_is_left_out_of_the_average():
+    # t1 has three policies in the same order (MMRV 0.0 would be fine), t2 has one policy misranked nowhere:
+    # averaged in, its "MMRV 0" would halve any real disagreement; it is undefined and excluded instead.
+    real = [RateEntry("t1@1", p, r) for p, r in zip("abc", [0.9, 0.5, 0.1], strict=True)]
+    sim = [RateEntry("t1@1", p, r) for p, r in zip("abc", [0.1, 0.5, 0.9], strict=True)]
+    real.append(RateEntry("t2@1", "a", 0.7))
+    sim.append(RateEntry("t2@1", "a", 0.2))
+    report = correlate(real, sim, n_resamples=200)
+    one = next(t for t in report.tasks if t.task == "t2@1")
+    assert one.stats["mmrv"].value is None and one.stats["mmrv"].reason == "undefined: needs at least 2 policies, got 1"
+    assert report.tasks_averaged["mmrv"] == 1
+    assert report.average["mmrv"].value == pytest.approx((0.8 + 0.4 + 0.8) / 3)  # t1's alone, not halved

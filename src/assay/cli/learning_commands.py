@@ -193,7 +193,7 @@ def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
                       f"{s['successes']}/{s['trials']} = {s['rate']:.2f} [{s['low']:.2f}, {s['high']:.2f}]")
     render.console.print(table)
     tau = "undefined" if result.kendall is None else f"{result.kendall:.3f}"
-    render.console.print(f"Kendall tau {tau}; MMRV {result.mmrv:.3f}; misranked pairs (lower MSE, lower success): "
+    render.console.print(f"Kendall tau {tau}; MMRV {'undefined' if result.mmrv is None else f'{result.mmrv:.3f}'}; misranked pairs (lower MSE, lower success): "
                          + (", ".join(f"{a}>{b}" for a, b in result.misranked) or "none"))
     render.console.print(signoff_table(gate))
 

@@ -40,6 +40,7 @@ from assay.metrics import (
     rate_table,
     read_results_csv,
     records_from_report,
+    routing_table,
     save_calibration,
     save_real_results,
     stability,
@@ -107,14 +108,18 @@ def results_extras(store: Store, campaign: str, records: Sequence[EpisodeRecord]
     gate = campaign_signoff(records, store.root)
     leaks = campaign_leakage(records)
     safety = intervention_rows(records)
+    routing = routing_table(records)
     tables: list[Any] = [show.leaderboard_table(board, f"campaign {campaign}: leaderboard (rank [95% interval])"),
                          show.signoff_table(gate)]
+    if routing:
+        tables.append(show.routing_table(routing))
     if safety:
         tables.append(show.safety_table(safety))
     if leaks:
         tables.append(show.leakage_table(leaks))
     extras = Extras({"leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate],
-                     "safety": safety, "leakage": [leak.to_dict() for leak in leaks]}, tables)
+                     "safety": safety, "leakage": [leak.to_dict() for leak in leaks],
+                     "routing": [r.to_dict() for r in routing]}, tables)
     _add_adaptive(extras, store.root, campaign)
     return extras
 
@@ -400,12 +405,14 @@ def openloop_command(
     campaign: CampaignOpt = None,
     reference: Annotated[str, typer.Option("--reference", help="Policy whose recorded episodes are replayed.")] = "expert",
     policies: Annotated[str | None, typer.Option("--policies", help="Policies to score (default: all).")] = None,
-    episodes: Annotated[int | None, typer.Option("--episodes", min=1, help="At most this many per task.")] = None,
+    episodes: Annotated[int | None, typer.Option("--episodes", min=1, help="At most this many recorded episodes "
+                                                  "per task (over all its variants; first seeds first).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Action MSE and R² of policies on recorded observations, beside the closed-loop ranking."""
     from assay.cli.stats_openloop import predictor
     from assay.metrics import load_trajectories, openloop_table, rank_agreement, save_openloop
+    from assay.metrics.openloop import first_per_task
     from assay.spec import PolicySpec, TaskSpec
 
     with user_errors():
@@ -423,7 +430,7 @@ def openloop_command(
             records = opened.catalog.episodes(campaign=name)
             recorded = [r for r in records if r.policy_name == reference]
             if episodes is not None:
-                recorded = [r for r in recorded if r.episode_index < episodes]
+                recorded = first_per_task(recorded, episodes)
             cameras = sorted({c.name for task in tasks.values() for c in task.cameras})
             trajectories = load_trajectories(opened, recorded, cameras)
             rows = openloop_table(trajectories, {p: predictor(specs[p], tasks) for p in chosen})

@@ -157,9 +157,24 @@ def openloop_tables(rows: Sequence[OpenLoopRow], agreement: Sequence[RankAgreeme
         opened = sorted(zip(a.policies, a.open_loop_mse, strict=True), key=lambda x: (x[1], x[0]))
         side.add_row(a.task, " > ".join(f"{p} {v:.2f}" for p, v in closed),
                      " > ".join(f"{p} {v:.3g}" for p, v in opened),
-                     _num(a.kendall, 3) if a.kendall is not None else str(a.kendall_reason), f"{a.mmrv:.3f}",
+                     _num(a.kendall, 3) if a.kendall is not None else str(a.kendall_reason),
+                     "undefined (one policy)" if a.mmrv is None else f"{a.mmrv:.3f}",
                      ", ".join(f"{x}<{y}" for x, y in a.misranked) or "none")
     return [scores, side]
+
+
+def routing_table(rows: Sequence[Any]) -> Table:
+    """Routing accuracy per (policy, task, variant): how often the router chose the task's own skill."""
+    table = Table(title="routing accuracy (chosen skill = the task's own; mid-p 95%)", title_justify="left")
+    for column in ("policy", "task", "variant", "routed right", "accuracy", "success | right", "success | wrong",
+                   "misrouted to"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r.policy, r.task, r.variant, f"{r.routed_correctly}/{r.episodes}",
+                      f"{r.accuracy:.2f} {_ci(r.ci_low, r.ci_high)}", _num(r.success_when_correct),
+                      _num(r.success_when_misrouted),
+                      ", ".join(f"{skill} ({n})" for skill, n in r.misrouted_to.items()) or "-")
+    return table
 
 
 def safety_table(rows: list[dict[str, Any]]) -> Table:

@@ -59,7 +59,7 @@ class OLCLResult:
     openloop: tuple[OpenLoopRow, ...]
     kendall: float | None
     kendall_reason: str | None
-    mmrv: float
+    mmrv: float | None  # None with fewer than two checkpoints
     misranked: tuple[tuple[str, str], ...]  # (ranked higher open-loop, but strictly lower success)
 
     def to_dict(self) -> dict[str, object]:

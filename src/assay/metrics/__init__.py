@@ -50,6 +50,7 @@ from assay.metrics.results_csv import (
 )
 from assay.metrics.returns import ReturnComparison, compare_returns, return_interval
 from assay.metrics.robustness import AxisProfile, RetentionRow, retention_table, robustness_profile
+from assay.metrics.routing import RoutingRow, routing_table
 from assay.metrics.sequential import (
     LatticeBoundary,
     SequentialComparison,
@@ -77,5 +78,5 @@ __all__ = [
     "signoff", "stability", "success_interval", "write_results_csv",
     "LatticeBoundary", "MmrvConvention", "Posterior", "PosteriorComparison", "SequentialComparison", "compare_stop",
     "lattice_boundary", "mean_cs", "paired_difference_cs", "posterior", "posterior_comparison", "prob_greater",
-    "rate_cs", "GateCell", "campaign_signoff", "gate_cells",
+    "rate_cs", "GateCell", "campaign_signoff", "gate_cells", "RoutingRow", "routing_table",
 ]

@@ -48,7 +48,7 @@ NOMINAL = ("nominal",)
 class CalibrationRecord:
     task: str
     pearson: float | None
-    mmrv: float
+    mmrv: float | None  # None with one policy (no pair to misrank)
     policies: int
     date: str
     source: str
@@ -121,7 +121,7 @@ def records_from_report(report: CorrelationReport, source: str, date: str | None
     """
     stamp = date or datetime.now(UTC).isoformat(timespec="seconds")
     variants = variants or {}
-    return [CalibrationRecord(t.other_task, t.stats["pearson"].value, float(t.stats["mmrv"].value or 0.0),
+    return [CalibrationRecord(t.other_task, t.stats["pearson"].value, t.stats["mmrv"].value,
                               len(t.policies), stamp, source, tuple(sorted(variants.get(t.other_task, NOMINAL))),
                               tuple(sorted(t.policies)), t.stats["pearson"].ci_low) for t in report.tasks]
 
@@ -244,6 +244,8 @@ def signoff(cells: Sequence[GateCell], calibration: Calibration, thresholds: Thr
         elif record.pearson_low is None or record.pearson_low < thresholds.min_pearson_low:
             low = "undefined" if record.pearson_low is None else f"{record.pearson_low:.3f}"
             reason = f"lower end of r's 95% interval {low} < {thresholds.min_pearson_low}"
+        elif record.mmrv is None:
+            reason = "MMRV undefined in its calibration"
         elif record.mmrv > thresholds.max_mmrv:
             reason = f"MMRV {record.mmrv:.3f} > {thresholds.max_mmrv}"
         else:

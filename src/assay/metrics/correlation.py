@@ -105,7 +105,11 @@ def correlation(kind: str, real: Sequence[float], sim: Sequence[float],
     """(value, None) or (None, reason) for ``pearson``, ``spearman``, ``kendall`` or ``mmrv``."""
     r, s = np.asarray(real, dtype=np.float64), np.asarray(sim, dtype=np.float64)
     if kind == "mmrv":
-        return (mmrv(r, s, convention), None) if r.size else (None, "undefined: no policies")
+        # One policy has no pair to misrank: MMRV would be 0 by construction, and averaged in it would
+        # pull the mean toward perfect; it is undefined (left out of the average, with the reason).
+        if r.size < 2:
+            return None, f"undefined: needs at least 2 policies, got {r.size}"
+        return mmrv(r, s, convention), None
     reason = _undefined(r, s, labels)
     if reason:
         return None, reason
@@ -119,7 +123,7 @@ def correlation(kind: str, real: Sequence[float], sim: Sequence[float],
 def _rows(kind: str, r: np.ndarray, s: np.ndarray, convention: MmrvConvention = SIMPLER) -> np.ndarray:
     """The statistic for each resample row; NaN where it is undefined."""
     if kind == "mmrv":
-        return _mmrv_rows(r, s, convention)
+        return _mmrv_rows(r, s, convention) if r.shape[1] >= 2 else np.full(r.shape[0], np.nan)
     out = np.full(r.shape[0], np.nan)
     ok = ~(np.all(r == r[:, :1], axis=1) | np.all(s == s[:, :1], axis=1)) if r.shape[1] >= 2 else np.zeros(len(r), bool)
     if not ok.any():

@@ -131,7 +131,7 @@ class RankAgreement:
     open_loop_mse: tuple[float, ...]
     kendall: float | None
     kendall_reason: str | None
-    mmrv: float
+    mmrv: float | None  # None with fewer than two policies (no pair to misrank)
     # (ranked higher open loop, ranked lower) pairs: lower MSE but strictly lower closed-loop success
     misranked: tuple[tuple[str, str], ...] = ()
 
@@ -150,6 +150,19 @@ def misranked_pairs(policies: Sequence[str], mse: Sequence[float],
     return tuple(sorted(out))
 
 
+def first_per_task(records: Sequence[EpisodeRecord], episodes: int) -> list[EpisodeRecord]:
+    """At most ``episodes`` recorded episodes per task, in (episode index, variant) order.
+
+    ``openloop --episodes N`` means N per task whatever the number of variants (the first
+    seeds first; at one seed, nominal before the other variants by name).
+    """
+    by_task: dict[str, list[EpisodeRecord]] = {}
+    for record in sorted(records, key=lambda r: (r.task_id, r.episode_index, r.variant_name != "nominal",
+                                                 r.variant_name, r.key)):
+        by_task.setdefault(record.task_id, []).append(record)
+    return [r for task in sorted(by_task) for r in by_task[task][:episodes]]
+
+
 def rank_agreement(rows: Sequence[OpenLoopRow], closed_rates: Mapping[tuple[str, str], float]) -> list[RankAgreement]:
     """Per task: Kendall τ and MMRV of the open-loop order (−MSE) against closed-loop success rates."""
     result = []
@@ -160,7 +173,7 @@ def rank_agreement(rows: Sequence[OpenLoopRow], closed_rates: Mapping[tuple[str,
         tau, reason = correlation("kendall", closed, score, ("closed-loop", "open-loop"))
         value, _ = correlation("mmrv", closed, score)
         names, mse = tuple(r.policy for r in cells), tuple(r.mse for r in cells)
-        result.append(RankAgreement(task, names, tuple(closed), mse, tau, reason, value or 0.0,
+        result.append(RankAgreement(task, names, tuple(closed), mse, tau, reason, value,
                                     misranked_pairs(names, mse, closed)))
     return result
 

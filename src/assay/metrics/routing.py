@@ -1,0 +1,69 @@
+"""Routing accuracy of an instruction-routed policy, as a metric beside success.
+
+A routing policy (the built-in ``router``) records, per episode, the skill it chose
+(``policy_info["chosen_skill"]``). Routing is *correct* when the chosen skill is the
+episode's own task (Meta-World: ``metaworld/<name>@v`` ↔ ``<name>-v3``). Success hides
+a misroute when the wrong skill happens to succeed or both fail; accuracy is reported
+on its own, per (policy, task, variant), with the default binomial interval, the
+success rate of correctly routed and misrouted episodes, and where the misroutes went.
+``error`` episodes are left out, as everywhere.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from assay.metrics.rates import success_interval
+from assay.store import EpisodeRecord, Outcome
+
+
+@dataclass(frozen=True)
+class RoutingRow:
+    """Routing of one (policy, task, variant) cell."""
+
+    policy: str
+    task: str
+    variant: str
+    episodes: int
+    routed_correctly: int
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    success_when_correct: float | None
+    success_when_misrouted: float | None
+    misrouted_to: dict[str, int]  # chosen skill -> episodes
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data for JSON."""
+        return asdict(self)
+
+
+def task_skill(task_id: str) -> str:
+    """The skill name a router should choose for a task id (``metaworld/reach@1`` -> ``reach-v3``)."""
+    name = task_id.split("/", 1)[-1].split("@", 1)[0]
+    return f"{name}-v3" if task_id.startswith("metaworld/") else name
+
+
+def routing_table(records: Iterable[EpisodeRecord]) -> list[RoutingRow]:
+    """One row per (policy, task, variant) whose episodes record a chosen skill; sorted."""
+    cells: dict[tuple[str, str, str], list[tuple[str, bool]]] = defaultdict(list)
+    for record in records:
+        chosen = record.policy_info.get("chosen_skill")
+        if chosen is None or record.outcome is Outcome.ERROR:
+            continue
+        cells[(record.policy_name, record.task_id, record.variant_name)].append(
+            (str(chosen), record.outcome is Outcome.SUCCESS))
+    rows = []
+    for (policy, task, variant), episodes in sorted(cells.items()):
+        own = task_skill(task)
+        right = [ok for skill, ok in episodes if skill == own]
+        wrong = [ok for skill, ok in episodes if skill != own]
+        interval = success_interval(len(right), len(episodes))
+        assert interval is not None
+        rows.append(RoutingRow(policy, task, variant, len(episodes), len(right), len(right) / len(episodes),
+                               interval.low, interval.high, sum(right) / len(right) if right else None,
+                               sum(wrong) / len(wrong) if wrong else None,
+                               dict(sorted(Counter(skill for skill, _ in episodes if skill != own).items()))))
+    return rows
