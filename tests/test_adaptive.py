@@ -147,6 +147,33 @@ def test_adaptive_run_resumes_after_a_kill_mid_batch_to_the_same_result(tmp_path
         _run(root, _KillAfter(InlineExecutor(root), 6))  # round 1 has 8 jobs: dies in the middle of round 2's batch
     resumed, keys = _run(root, InlineExecutor(root))
     assert resumed == clean and keys == clean_keys
+    _assert_adaptive_is_reported(tmp_path / "clean", clean)
+
+
+def _assert_adaptive_is_reported(root: Path, state: dict) -> None:
+    """results, compare and leaderboard (--json and tables) and the HTML report carry the sequential
+    answer of an adaptive campaign and say that fixed-n p-values are not valid after optional stopping."""
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+
+    runner = CliRunner()
+    base = ["--store", str(root), "--campaign", "adapt"]
+    for command in (["results"], ["compare", "expert", "shaky"], ["leaderboard"]):
+        shown = runner.invoke(app, [*command, *base, "--json"])
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.output)["adaptive"] == state, command
+        table = runner.invoke(app, [*command, *base], env={"COLUMNS": "240"})
+        assert table.exit_code == 0, table.output
+        assert "invalid after optional stopping" in table.output
+        assert f"episodes used {state['episodes_used']} against {state['episodes_fixed']}" in table.output
+    out = root / "report.html"
+    made = runner.invoke(app, ["report", "adapt", "--store", str(root), "-o", str(out)])
+    assert made.exit_code == 0, made.output
+    html = out.read_text()
+    assert "Adaptive stopping" in html and "not valid after optional stopping" in html
+    question = state["questions"][0]
+    assert question["reason"] in html
 
 
 @pytest.mark.sim
