@@ -64,3 +64,91 @@ def test_flywheel_runs_end_to_end_on_a_tiny_budget(tmp_path):
     # rerunning resumes every campaign (nothing reruns) and, training being deterministic, gives the same result
     again = invoke(*args)
     assert again.exit_code == 0 and json.loads(again.stdout)["results"] == [row]
+
+
+TINY_DESIGN = """name: tiny
+task: metaworld/reach@1
+horizon: 80
+slice: {component: 3, threshold: 0.0}
+base_demos: 3
+extra_demos: 2
+pool: 12
+probe: 6
+eval: 4
+replicates: 2
+epochs: 5
+hidden: [16]
+bootstrap: 200
+"""
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_flywheel_design_runs_end_to_end_and_a_rerun_resumes_everything(tmp_path):
+    """About 40 s on 2 cores (2 replicates x (12 expert + 6 probe + 5 x 4 evaluation episodes), 10 tiny trainings);
+    the rerun reads everything back in a few seconds."""
+    from assay.store import Store
+
+    design = tmp_path / "tiny.yaml"
+    design.write_text(TINY_DESIGN)
+    store = tmp_path / "store"
+    args = ["flywheel", "--design", str(design), "--store", str(store), "--json"]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert json.loads((store / "learning" / "flywheel" / "tiny.json").read_text()) == document
+    assert [rep["replicate"] for rep in document["replicates"]] == [0, 1]
+    seeds = []
+    for rep in document["replicates"]:
+        budget = rep["budget"]
+        assert budget["episodes"] <= 2 and budget["frames"] > 0
+        assert set(rep["outcomes"]) == {"base", "random", "targeted", "recovery", "oracle"}
+        assert all(len(o) == 4 for o in rep["outcomes"].values())
+        assert rep["contaminated"] == dict.fromkeys(rep["outcomes"], 0) and rep["scene_overlap"] == 0
+        seeds.append(set(rep["outcomes"]["base"]))
+    assert not seeds[0] & seeds[1]  # each replicate draws its own evaluation seeds
+    analysis = document["analysis"]
+    assert analysis["primary"]["pairs"] == 8 and analysis["rates"]["base"]["trials"] == 8
+    assert document["power"]["planned_pairs"] == 8 and document["power"]["enough"] is False
+    assert document["leakage"] == {"contaminated": 0, "scene_overlap": 0}
+    # every extra arm trained on the same episodes and frames; the checkpoints' own provenance agrees
+    from assay.learning.leakage import checkpoint_provenance
+
+    for rep in document["replicates"]:
+        extra = {arm: size for arm, size in rep["data"].items() if arm != "base"}
+        assert len({(s["episodes"], s["frames"]) for s in extra.values()}) == 1
+        assert extra["random"] == {"episodes": rep["base"]["episodes"] + rep["budget"]["episodes"],
+                                   "frames": rep["base"]["frames"] + rep["budget"]["frames"]}
+        for arm, checkpoint in rep["checkpoints"].items():
+            assert len(checkpoint_provenance(checkpoint["path"])) == rep["data"][arm]["episodes"]
+    with Store(store) as opened:
+        episodes = len(opened.catalog.episodes())
+    stamps = {p: p.stat().st_mtime_ns for p in (store / "learning" / "flywheel").rglob("*.pt")}
+    again = invoke(*args)
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout) == document  # same numbers, exactly
+    with Store(store) as opened:
+        assert len(opened.catalog.episodes()) == episodes  # no episode reran
+    assert {p: p.stat().st_mtime_ns for p in (store / "learning" / "flywheel").rglob("*.pt")} == stamps  # nothing retrained
+    # the report of an evaluation campaign shows the experiment
+    campaign = document["replicates"][0]["campaigns"]["eval"]
+    report = invoke("report", campaign, "--store", str(store), "-o", str(tmp_path / "r.html"))
+    assert report.exit_code == 0, report.output
+    html = (tmp_path / "r.html").read_text()
+    assert "Flywheel: targeted vs random data" in html and "primary endpoint (targeted − random, 8 pairs" in html
+    table = invoke("flywheel", "--design", str(design), "--store", str(store))
+    assert table.exit_code == 0 and "gain ratio" in table.stdout and "mining chose" in table.stdout
+    bad = invoke("flywheel", "--design", str(design), "--task", "metaworld/reach@1", "--store", str(store))
+    assert bad.exit_code == 2 and "not both" in bad.stderr
+    assert invoke("flywheel", "--store", str(store)).exit_code == 2
+
+
+def test_flywheel_design_bad_input_is_one_line(tmp_path):
+    missing = invoke("flywheel", "--design", str(tmp_path / "nope.yaml"), "--store", str(tmp_path / "s"))
+    assert missing.exit_code == 2 and "cannot read design file" in missing.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\nreplicates: 0\n")
+    result = invoke("flywheel", "--design", str(bad), "--store", str(tmp_path / "s"))
+    assert result.exit_code == 2 and "bad.yaml:4: replicates" in result.stderr
+    neither = invoke("flywheel", "--store", str(tmp_path / "s"))
+    assert neither.exit_code == 2 and "--design" in neither.stderr

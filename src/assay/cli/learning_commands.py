@@ -65,7 +65,10 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
                              f"run it as policy {prefix}:{result.path}")
 
 
-def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
+def flywheel_command(task: Annotated[str | None, typer.Option("--task", "-t", help="The legacy recovery-demo "
+                                                           "experiment on one task (or give --design).")] = None,
+                     design: Annotated[Path | None, typer.Option("--design", help="A flywheel design file (YAML: "
+                                                                 "slice, arms' budget, replicates; examples/flywheel/)")] = None,
                      base: Annotated[int, typer.Option("--base", help="Expert demos for the base policy.")] = 20,
                      extra: Annotated[int, typer.Option("--extra", help="Recovery demos added (and fresh demos for the control).")] = 10,
                      probe: Annotated[int, typer.Option("--probe", help="Episodes of the base policy mined for failures.")] = 20,
@@ -76,11 +79,20 @@ def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
                      workers: Annotated[int, typer.Option("--workers")] = 1,
                      out: Annotated[Path | None, typer.Option("--out", help="Checkpoint folder (default STORE/learning/flywheel).")] = None,
                      store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
-    """Base BC vs base + recovery demos (flywheel) vs base + fresh expert demos (control), on held-out seeds."""
+    """The flywheel: --design runs a designed experiment (base on a slice; random, targeted, recovery and oracle
+    arms at an equal budget; replicates); --task runs base vs recovery demos vs fresh demos on one task."""
     from assay.learning import FlywheelConfig, run_flywheel
     from assay.learning.flywheel import pooled
 
+    if design is not None:
+        if task is not None:
+            with user_errors():
+                raise AssayError("give --design or --task, not both (the design file names its task)")
+        _flywheel_design(design, store, catalog, workers, json_out)
+        return
     with user_errors():
+        if task is None:
+            raise AssayError("give --design FILE.yaml (a designed experiment) or --task TASK (the recovery-demo run)")
         try:
             seed_list = tuple(int(s) for s in split_list(seeds))
         except ValueError:
@@ -114,6 +126,39 @@ def flywheel_command(task: Annotated[str, typer.Option("--task", "-t")],
                          f"{total['base']}, control {total['control']}, flywheel {total['flywheel']}; discordant "
                          f"flywheel-only {total['flywheel_only']} vs control-only {total['control_only']}, McNemar exact "
                          f"p = {total['mcnemar_p']:.3f}", highlight=False, soft_wrap=True)
+
+
+def _flywheel_design(path: Path, store: Path, catalog: str | None, workers: int, json_out: bool) -> None:
+    from assay.learning.flywheel_design import load_design
+    from assay.learning.flywheel_run import result_path, run_design
+
+    with user_errors():
+        design = load_design(path)
+        with open_store(store, catalog, create=True) as opened:
+            say = (lambda _: None) if json_out else (lambda line: render.console.print(f"[dim]{line}[/]", highlight=False))
+            document = run_design(opened, design, workers, say)
+            written = result_path(opened, design.name)
+    if json_out:
+        render.print_json(document)
+        return
+    from rich.table import Table
+
+    from assay.report.flywheel import summary_lines
+
+    analysis = document["analysis"]
+    table = Table(title=f"flywheel {design.name} on {design.task}: success on held-out seeds, pooled over "
+                        f"{design.replicates} replicates (Wilson 95%)")
+    for column in ("arm", "all", "slice", "uncovered", "vs random (McNemar exact)"):
+        table.add_column(column)
+    cell = lambda r: f"{r['successes']}/{r['trials']} = {r['rate']:.2f} [{r['low']:.2f}, {r['high']:.2f}]" if r["trials"] else "-"  # noqa: E731
+    for arm, rate in analysis["rates"].items():
+        versus = analysis["against_random"].get(arm)
+        table.add_row(arm, cell(rate), cell(document["by_region"]["slice"][arm]), cell(document["by_region"]["uncovered"][arm]),
+                      "" if versus is None else f"{versus['difference']:+.3f} (p = {versus['mcnemar_p']:.3g})")
+    render.console.print(table)
+    for line in summary_lines(document):
+        render.console.print(line, highlight=False, soft_wrap=True)
+    render.console.print(f"result: {written}", highlight=False, soft_wrap=True)
 
 
 def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="New dataset directory.")],

@@ -83,6 +83,74 @@ def _init_vector(record: EpisodeRecord) -> np.ndarray | None:
     return np.asarray(values[:INIT_COMPONENTS], dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class InitRegion:
+    """One side of a threshold on one initial-condition component: ``init[component] < threshold`` when
+    ``below``, else ``>=``."""
+
+    component: int
+    threshold: float
+    below: bool
+
+    @property
+    def label(self) -> str:
+        """The region as text, e.g. ``init[3] >= 0.035``."""
+        return f"init[{self.component}] {'<' if self.below else '>='} {self.threshold:.3f}"
+
+    def contains(self, values: Sequence[float]) -> bool:
+        """Whether an initial-condition vector lies in the region."""
+        value = float(values[self.component])
+        return value < self.threshold if self.below else value >= self.threshold
+
+    def complement(self) -> InitRegion:
+        """The other side of the same threshold."""
+        return InitRegion(self.component, self.threshold, not self.below)
+
+    def to_dict(self) -> dict[str, object]:
+        """For JSON: the fields and the label."""
+        return {"component": self.component, "threshold": self.threshold, "below": self.below, "label": self.label}
+
+
+def _gini(failed: int, total: int) -> float:
+    if total == 0:
+        return 0.0
+    rate = failed / total
+    return 2 * rate * (1 - rate)
+
+
+def failure_region(records: Sequence[EpisodeRecord]) -> InitRegion | None:
+    """The failure-heavy side of the one-threshold split of the episodes' initial conditions that most
+    reduces the Gini impurity of their outcomes (a CART decision stump; each side at least ``MIN_SIDE``
+    episodes), or None when the outcomes do not separate (no failure, no success, too few episodes, or no
+    initial conditions recorded). Unlike the largest gap in failure rate (:func:`split_initial_conditions`),
+    the impurity criterion weighs each side by its size, so two failures at an extreme cannot outvote a
+    region holding most of them."""
+    vectors = [_init_vector(r) for r in records]
+    if any(v is None for v in vectors) or len(records) < 2 * MIN_SIDE:
+        return None
+    failed = np.array([r.outcome is not Outcome.SUCCESS for r in records])
+    if failed.all() or not failed.any():
+        return None
+    matrix = np.stack(vectors)  # type: ignore[arg-type]
+    n, parent = len(failed), _gini(int(failed.sum()), len(failed))
+    best: tuple[float, int, float, bool] | None = None
+    for component in range(matrix.shape[1]):
+        values = np.unique(matrix[:, component])
+        for low, high in zip(values[:-1], values[1:], strict=True):
+            threshold = float((low + high) / 2)
+            below = matrix[:, component] < threshold
+            n_below = int(below.sum())
+            if n_below < MIN_SIDE or n - n_below < MIN_SIDE:
+                continue
+            f_below, f_above = int(failed[below].sum()), int(failed[~below].sum())
+            gain = parent - (n_below * _gini(f_below, n_below) + (n - n_below) * _gini(f_above, n - n_below)) / n
+            if best is None or gain > best[0] + 1e-12:
+                best = (gain, component, threshold, f_below / n_below > f_above / (n - n_below))
+    if best is None or best[0] <= 1e-12:
+        return None
+    return InitRegion(best[1], best[2], best[3])
+
+
 def split_initial_conditions(records: Sequence[EpisodeRecord]) -> tuple[str, list[EpisodeRecord]] | None:
     """(label, episodes) of the failure-heaviest side of the best one-threshold split, or None."""
     vectors = [_init_vector(r) for r in records]

@@ -9,10 +9,12 @@ May import ``assay.spec``, ``sim``, ``policies``, ``store``, ``metrics``, ``fail
 from assay.learning.bc import TrainConfig, TrainResult, train_bc
 from assay.learning.data import DataQuery, DataQueryError, Demo, load_demos
 from assay.learning.flywheel import FlywheelConfig, SeedResult, run_flywheel
+from assay.learning.flywheel_design import FlywheelDesign, load_design
+from assay.learning.flywheel_run import run_design
 from assay.learning.leakage import contaminated, leakage_report
 from assay.learning.olcl import OLCLConfig, OLCLResult, run_olcl
 
 __all__ = [
-    "DataQuery", "DataQueryError", "Demo", "FlywheelConfig", "OLCLConfig", "OLCLResult", "run_olcl", "SeedResult", "TrainConfig", "TrainResult",
-    "contaminated", "leakage_report", "load_demos", "run_flywheel", "train_bc",
+    "DataQuery", "DataQueryError", "Demo", "FlywheelConfig", "FlywheelDesign", "OLCLConfig", "OLCLResult", "run_olcl", "SeedResult", "TrainConfig", "TrainResult",
+    "contaminated", "leakage_report", "load_demos", "load_design", "run_design", "run_flywheel", "train_bc",
 ]

@@ -36,6 +36,7 @@ from assay.metrics import (
 )
 from assay.report import evidence
 from assay.report.evidence import FailureFacts
+from assay.report.flywheel import load_flywheel
 from assay.store import EpisodeRecord, Outcome, Store, video_relpath
 
 GALLERY_LIMIT = 8  # failure episodes shown with keyframes/video; the rest are listed
@@ -96,6 +97,7 @@ class ReportData:
     adaptive: dict[str, Any] | None = None  # campaigns/NAME/adaptive.json of an adaptive campaign
     safety: tuple[dict[str, Any], ...] = ()  # failures.safety.intervention_rows: the filter's counts per cell
     leakage: tuple[dict[str, Any], ...] = ()  # per bc checkpoint (learning.leakage.Leakage.to_dict), from the caller
+    flywheel: tuple[dict[str, Any], ...] = ()  # STORE/learning/flywheel/*.json that ran this campaign
 
     @property
     def progress(self) -> tuple[int, int]:
@@ -222,5 +224,5 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         attribution=tuple(coverage(attributions)) if attributions else (),
         real_to_sim=real_report, real_to_sim_note=real_note, openloop=evidence.openloop(store, campaign),
         regression=tuple(evidence.regression_status(store, campaign)), baseline=base, comparisons=tuple(comparisons),
-        safety=tuple(intervention_rows(records)), leakage=tuple(leakage),
+        safety=tuple(intervention_rows(records)), leakage=tuple(leakage), flywheel=tuple(load_flywheel(store, campaign)),
     )

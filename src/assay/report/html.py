@@ -17,6 +17,7 @@ import yaml
 from assay.report import figures
 from assay.report import sections as parts
 from assay.report.data import ReportData
+from assay.report.flywheel import section as flywheel_section
 from assay.report.markup import number, pct, table
 from assay.store import Store
 
@@ -172,6 +173,7 @@ def render_html(data: ReportData, store: Store, embed_video: bool = True, out_di
         ("robustness", "Robustness profile", _robustness(data)),
         ("real-to-sim", "Real-to-sim agreement", parts.real_to_sim(data)),
         ("openloop", "Open loop vs closed loop", parts.openloop(data)),
+        *([("flywheel", "Flywheel: targeted vs random data", flywheel_section(data.flywheel))] if data.flywheel else []),
         ("failures", "Failure breakdown", _failures(data)),
         ("gallery", "Failure gallery", parts.gallery(data, store, embed_video, out_dir or Path.cwd())),
         ("regression", "Regression sets", parts.regression(data)),

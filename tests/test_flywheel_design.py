@@ -1,0 +1,204 @@
+"""The flywheel design's data selection and analysis on synthetic records (no simulator, no training).
+
+Costs well under a second: every function here is pure over records, demos and outcome tables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from assay.errors import AssayError
+from assay.failures.priorities import InitRegion, failure_region, split_initial_conditions
+from assay.learning.data import Demo
+from assay.learning.flywheel_design import (
+    equal_budget,
+    load_design,
+    mine,
+    probe_failures,
+    region_agreement,
+    select_base,
+    select_demos,
+    trim_frames,
+)
+from assay.learning.flywheel_stats import analyse, by_region, paired
+from assay.store import EpisodeRecord, Outcome
+
+SLICE = InitRegion(3, 0.0, True)  # goal x < 0: what the base saw
+
+
+def record(i: int, goal_x: float, outcome: Outcome = Outcome.SUCCESS, campaign: str = "pool",
+           obj_x: float | None = None) -> EpisodeRecord:
+    rng = np.random.default_rng(i)
+    obj = float(rng.uniform(-0.1, 0.1)) if obj_x is None else obj_x
+    return EpisodeRecord(key=f"{campaign}{i}", campaign=campaign, task_id="metaworld/push@1", task_hash="h",
+                         variant_key="nominal", variant_name="nominal", variant={}, policy_name="p", policy_version="1",
+                         policy_spec={}, seed=1000 + i, episode_index=i, instruction="push", outcome=outcome, reason="",
+                         steps=50, total_return=0.0, success_step=None, trajectory_hash="t",
+                         initial_conditions={"rand_vec": [obj, 0.65, 0.02, goal_x, 0.85, 0.01]})
+
+
+def pool_records(n: int = 40) -> list[EpisodeRecord]:
+    xs = np.linspace(-0.1, 0.1, n)
+    order = np.random.default_rng(0).permutation(n)  # pool order unrelated to position
+    out = [record(i, float(xs[j])) for i, j in enumerate(order)]
+    out[5] = record(5, out[5].initial_conditions["rand_vec"][3], Outcome.TIMEOUT)  # the expert failed once
+    return out
+
+
+def demo(key: str, frames: int, goal_x: float = 0.0) -> Demo:
+    steps = np.arange(frames, dtype=np.float64)[:, None]
+    return Demo(key, "metaworld/push@1", "h", "nominal", 0, "episode", np.hstack([steps, steps * 0 + goal_x]),
+                np.hstack([steps, -steps]) / 100)
+
+
+def test_base_takes_the_first_successes_inside_the_slice_only():
+    pool = pool_records()
+    base = select_base(pool, SLICE, 8)
+    assert len(base) == 8 and all(r.initial_conditions["rand_vec"][3] < 0 for r in base)
+    assert [r.episode_index for r in base] == sorted(r.episode_index for r in base)
+    expected = [r for r in sorted(pool, key=lambda r: r.episode_index)
+                if r.outcome is Outcome.SUCCESS and r.initial_conditions["rand_vec"][3] < 0][:8]
+    assert base == expected and all(r.key != "pool5" for r in base)
+
+
+def test_targeted_arm_picks_the_failing_region_from_failure_records_alone():
+    # probe: the base fails where goal x >= 0.03 (plus one stray failure inside the slice and one success
+    # outside); the object position is noise the mining must not choose
+    xs = np.linspace(-0.1, 0.1, 40)
+    probe = [record(i, float(x), Outcome.TIMEOUT if x >= 0.03 else Outcome.SUCCESS, "probe") for i, x in enumerate(xs)]
+    probe[3] = record(3, float(xs[3]), Outcome.FAILURE, "probe")
+    probe[-1] = record(39, float(xs[-1]), Outcome.SUCCESS, "probe")
+    region, account = mine(probe)
+    assert region is not None and region.component == 3 and not region.below
+    assert 0.02 < region.threshold < 0.04
+    assert account["probe_failures"] == sum(r.outcome is not Outcome.SUCCESS for r in probe) == 14
+    assert account["inside"]["failures"] == 13 and account["outside"] == {"episodes": 26, "failures": 1}
+    assert account["variants"] == {"nominal": {"failures": 14, "episodes": 40}}
+    pool = pool_records()
+    used = {r.key for r in select_base(pool, SLICE, 8)}
+    targeted = select_demos(pool, used, region, 6)
+    assert len(targeted) == 6 and all(region.contains(r.initial_conditions["rand_vec"]) for r in targeted)
+    assert not used & {r.key for r in targeted} and all(r.outcome is Outcome.SUCCESS for r in targeted)
+    oracle = select_demos(pool, used, SLICE, 6, outside=True)
+    assert all(r.initial_conditions["rand_vec"][3] >= 0 for r in oracle)
+    random = select_demos(pool, used, None, 6)
+    assert [r.episode_index for r in random] == sorted(r.episode_index for r in pool
+                                                       if r.key not in used and r.outcome is Outcome.SUCCESS)[:6]
+    assert [r.key for r in probe_failures(probe)][:2] == ["probe3", "probe26"]
+
+
+def test_mining_without_separable_failures_targets_everywhere():
+    probe = [record(i, x, Outcome.SUCCESS, "probe") for i, x in enumerate(np.linspace(-0.1, 0.1, 10))]
+    region, account = mine(probe)
+    assert region is None and account["region"] is None and "anywhere" in account["why"]
+    failing = [record(i, x, Outcome.TIMEOUT, "probe") for i, x in enumerate(np.linspace(-0.1, 0.1, 10))]
+    assert mine(failing)[0] is None
+
+
+def test_gini_region_is_not_fooled_by_two_failures_at_an_extreme():
+    # 12 failures at goal x in [0.0, 0.05) and two at the far right; the largest gap in failure rate picks the
+    # extreme pair, the impurity criterion the bulk of the failures
+    xs = np.linspace(-0.1, 0.1, 41)
+    probe = [record(i, float(x), Outcome.TIMEOUT if 0.0 <= x < 0.05 or x > 0.094 else Outcome.SUCCESS, "probe",
+                    obj_x=0.0) for i, x in enumerate(xs)]
+    label, _ = split_initial_conditions(probe)
+    region = failure_region(probe)
+    assert region is not None and region.component == 3 and not region.below and -0.01 < region.threshold < 0.01
+    assert label != region.label
+
+
+def test_region_agreement_precision_and_recall():
+    truth = InitRegion(3, 0.0, False)  # uncovered: goal x >= 0
+    mined = InitRegion(3, 0.05, False)
+    scenes = [[0, 0, 0, x, 0, 0] for x in (-0.08, -0.02, 0.01, 0.03, 0.06, 0.09)]
+    got = region_agreement(mined, truth, scenes)
+    assert got == {"scenes": 6, "uncovered": 4, "mined": 2, "both": 2, "precision": 1.0, "recall": 0.5}
+    everywhere = region_agreement(None, truth, scenes)
+    assert everywhere["precision"] == pytest.approx(4 / 6) and everywhere["recall"] == 1.0
+
+
+def test_budgets_are_equal_in_episodes_and_frames():
+    arms = {"random": [demo("a", 50), demo("b", 70), demo("c", 40)],
+            "targeted": [demo("d", 60), demo("e", 64), demo("f", 55), demo("g", 80)],  # one more episode
+            "recovery": [demo("r1", 200), demo("r2", 200), demo("r3", 200)],  # relabels: whole failing episodes
+            "oracle": [demo("o1", 45), demo("o2", 46), demo("o3", 47)]}
+    trimmed, account = equal_budget(arms)
+    assert account["episodes"] == 3 and account["frames"] == 138  # the oracle's 45 + 46 + 47
+    assert account["available"]["targeted"] == {"episodes": 4, "frames": 259}
+    for name, demos in trimmed.items():
+        assert len(demos) == 3 and sum(len(d.actions) for d in demos) == 138, name
+        assert all(len(d.observations) == len(d.actions) >= 1 for d in demos)
+    assert [d.key for d in trimmed["targeted"]] == ["d", "e", "f"]  # the first ones, in order
+    assert trimmed["oracle"] == arms["oracle"]  # already at the budget: untouched
+    # each demo keeps its share, first and last step included, rows still paired
+    cut = trimmed["recovery"][0]
+    assert len(cut.actions) == 46 and cut.observations[0, 0] == 0 and cut.observations[-1, 0] == 199
+    assert np.array_equal(cut.actions[:, 0], cut.observations[:, 0] / 100)
+    with pytest.raises(AssayError, match="oracle found no data"):
+        equal_budget({**arms, "oracle": []})
+
+
+def test_trim_frames_hits_the_budget_exactly():
+    demos = [demo("a", 7), demo("b", 1), demo("c", 13)]
+    for frames in (3, 4, 10, 20, 21):
+        cut = trim_frames(demos, frames)
+        assert sum(len(d.actions) for d in cut) == frames and all(len(d.actions) >= 1 for d in cut)
+    with pytest.raises(AssayError, match="cannot trim"):
+        trim_frames(demos, 2)
+
+
+def outcomes(base: list[int], random: list[int], targeted: list[int]) -> dict[str, dict[int, bool]]:
+    return {arm: {seed: bool(v) for seed, v in enumerate(values)}
+            for arm, values in (("base", base), ("random", random), ("targeted", targeted))}
+
+
+def test_analysis_golden_case():
+    replicates = [outcomes([0, 0, 1, 0], [1, 0, 1, 0], [1, 1, 1, 0]),  # targeted-only 1
+                  outcomes([0, 0, 0, 1], [0, 1, 0, 1], [1, 1, 1, 1])]  # targeted-only 2
+    result = analyse(replicates, n_resamples=500)
+    primary = result["primary"]
+    assert (primary["pairs"], primary["arm_only"], primary["against_only"]) == (8, 3, 0)
+    assert primary["difference"] == pytest.approx(3 / 8) and primary["mcnemar_p"] == pytest.approx(0.25)
+    assert primary["per_replicate"] == [0.25, 0.5]
+    # bootstrap over two replicates: every resample's difference is 0.25, 0.375 or 0.5
+    low, high = primary["bootstrap_ci"]
+    assert low == pytest.approx(0.25) and high == pytest.approx(0.5)
+    assert result["rates"]["targeted"]["successes"] == 7 and result["rates"]["base"]["successes"] == 2
+    # pooled: base 2/8, random 4/8, targeted 7/8 -> (7 - 2) / (4 - 2)
+    assert result["gain_ratio"]["ratio"] == pytest.approx(2.5) and result["gain_ratio"]["undefined_resamples"] == 0
+    assert result == analyse(replicates, n_resamples=500)  # deterministic
+    assert result["against_random"]["base"]["difference"] == pytest.approx(-2 / 8)
+
+
+def test_analysis_edge_cases():
+    same = [outcomes([0, 1], [0, 1], [0, 1])] * 3  # nothing differs: no ratio, a degenerate CI, no t test
+    result = analyse(same, n_resamples=200)
+    assert result["primary"]["difference"] == 0 and result["primary"]["mcnemar_p"] == 1.0
+    assert result["primary"]["bootstrap_ci"] == [0.0, 0.0] and result["primary"]["replicate_ttest_p"] is None
+    assert result["gain_ratio"]["ratio"] is None and result["gain_ratio"]["bootstrap_ci"] is None
+    assert result["gain_ratio"]["undefined_resamples"] == 200
+    one = analyse([outcomes([0], [0], [1])], n_resamples=100)  # n = 1 replicate, one pair
+    assert one["primary"]["pairs"] == 1 and one["primary"]["replicate_ttest_p"] is None
+    assert paired([outcomes([0], [1], [0])], "targeted", "random")["difference"] == -1.0
+    regions = by_region([outcomes([0, 1], [1, 1], [1, 0])], [{0: True, 1: False}])
+    assert regions["slice"]["random"]["successes"] == 1 and regions["uncovered"]["targeted"]["trials"] == 1
+
+
+def test_design_file_errors_name_the_line_and_field(tmp_path):
+    path = tmp_path / "design.yaml"
+    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\nextra_demos: 0\n")
+    with pytest.raises(AssayError, match=r"design.yaml:4: extra_demos: .*greater than or equal to 1"):
+        load_design(path)
+    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 9, threshold: 0.0}\n")
+    with pytest.raises(AssayError, match=r"design.yaml:3: slice.component"):
+        load_design(path)
+    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\ncolour: red\n")
+    with pytest.raises(AssayError, match=r"colour: unknown field"):
+        load_design(path)
+    with pytest.raises(AssayError, match="cannot read design file"):
+        load_design(tmp_path / "missing.yaml")
+    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\neval: 12\n")
+    design = load_design(path)
+    assert design.eval_episodes == 12 and design.slice.region() == SLICE
+    assert design.tag() == load_design(path).tag()
