@@ -136,8 +136,12 @@ def test_sweep_prints_the_curve_and_results_profile_the_retention(tmp_path):
     result = invoke("sweep", "--factor", "action.noise", "--values", "0.5,1.0", "--task", "metaworld/reach@1",
                     "--policy", "expert", "--episodes", "3", "--executor", "inline", "--store", store, "--json")
     assert result.exit_code == 0, result.output
-    curve = json.loads(result.stdout)["curve"]
+    document = json.loads(result.stdout)
+    curve = document["curve"]
     assert [p["level"] for p in curve] == [None, 0.5, 1.0]
+    # one sign-off row per level (each is its own ranking), none calibrated in a fresh store
+    assert len(document["signoff"]) == 3 and not any(g["validated"] for g in document["signoff"])
+    assert {tuple(g["variants"]) for g in document["signoff"]} >= {("nominal",)}
     assert curve[0]["rate"] == 1.0 and curve[0]["retention"] == 1.0
     assert all(p["scored"] == 3 for p in curve)
     profile = json.loads(invoke("results", "--store", store, "--profile", "--json").stdout)

@@ -49,7 +49,7 @@ def _svg(fig: Any) -> str:
 
 
 def leaderboard_svg(board: Leaderboard) -> str:
-    """Suite score per policy with its bootstrap interval, best on top."""
+    """Suite score per policy with its interval (Jeffreys posterior draws), best on top."""
     plt = _pyplot()
     rows = [r for r in board.rows if r.score is not None]
     fig, ax = plt.subplots(figsize=(6.4, 0.45 * max(2, len(rows)) + 0.8))
@@ -61,7 +61,7 @@ def leaderboard_svg(board: Leaderboard) -> str:
     ax.errorbar(scores, y, xerr=[low, high], fmt="none", ecolor="black", capsize=4)
     ax.set_yticks(y, [f"{r.policy}  (rank {r.rank_text})" for r in rows])
     ax.set_xlim(0, 1)
-    ax.set_xlabel(f"suite success rate, {board.confidence:.0%} bootstrap interval")
+    ax.set_xlabel(f"suite success rate, {board.confidence:.0%} interval")
     ax.grid(axis="x", alpha=0.3)
     return _svg(fig)
 

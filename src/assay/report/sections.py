@@ -82,7 +82,7 @@ def checkpoints(data: ReportData) -> str:
                      str(c.pairs), f"{c.p_adjusted:.3g}", f"<span class='{css}'>{escape(verdict)}</span>"])
     return (f"<p class='muted'>Every policy against <b>{escape(data.baseline)}</b> (choose with "
             "<code>assay report --baseline NAME</code>) on the same nominal seeds: McNemar's exact test on discordant "
-            "pairs, Holm-adjusted over all rows, paired bootstrap interval of the difference.</p>"
+            "pairs, Holm-adjusted over all rows, Newcombe paired interval of the difference.</p>"
             + table(["policy", "task", "success", f"{data.baseline}", "difference", "95% interval", "pairs",
                      "p (Holm)", "verdict"], rows, {2, 3, 4, 5, 6, 7})
             + f"<div class='figure'>{figures.comparison_svg(data.comparisons, data.baseline)}</div>")
