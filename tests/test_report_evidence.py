@@ -28,6 +28,7 @@ from assay.metrics import (
     load_openloop,
     load_real_results,
     outcome_grid,
+    prob_greater,
     read_results_csv,
     save_real_results,
 )
@@ -168,6 +169,13 @@ def test_checkpoint_comparison_is_the_paired_compare(report_store: Path, tmp_pat
     assert flipped.baseline == "random" and {c.b for c in flipped.comparisons} == {"expert"}
     section = _section(_report(report_store, tmp_path / "r.html", "--baseline", "random"), "checkpoints")
     assert "against <b>random</b>" in section and "-0.00" not in section
+    # P(better): the exact Beta-posterior probability per task, from the nominal counts
+    for task in grid.tasks:
+        expected = prob_greater(*task.counts("random"), *task.counts("expert"))
+        assert data.posteriors["random"][task.task] == expected
+        assert flipped.posteriors["expert"][task.task] == prob_greater(*task.counts("expert"), *task.counts("random"))
+    assert 0.0 <= data.posteriors["random"]["suite"] <= 1.0 and set(data.posteriors) == {"random"}
+    assert "P(better)" in section and f"<td class=\"num\">{flipped.posteriors['expert']['suite']:.3f}</td>" in section
     result = runner.invoke(app, ["report", "tiny", "--store", str(report_store), "-o", str(tmp_path / "x.html"),
                                  "--baseline", "nobody"])
     assert result.exit_code == 2 and "baseline 'nobody' is not a policy" in result.output

@@ -94,6 +94,7 @@ class ReportData:
     regression: tuple[SetStatus, ...] = ()
     baseline: str | None = None
     comparisons: tuple[Comparison, ...] = ()
+    posteriors: dict[str, dict[str, float]] = field(default_factory=dict)  # other -> task|suite -> P(other > base)
     adaptive: dict[str, Any] | None = None  # campaigns/NAME/adaptive.json of an adaptive campaign
     safety: tuple[dict[str, Any], ...] = ()  # failures.safety.intervention_rows: the filter's counts per cell
     leakage: tuple[dict[str, Any], ...] = ()  # per bc checkpoint (learning.leakage.Leakage.to_dict), from the caller
@@ -207,6 +208,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
                                                   n_resamples)
     order = [p.get("name") for p in spec.get("policies", [])] or sorted({r.policy_name for r in records})
     base, comparisons = evidence.checkpoints(records, order, baseline, n_resamples)
+    posteriors = evidence.checkpoint_posteriors(records, base, sorted({c.b for c in comparisons}))
     name_file = f"{campaign}.yaml"
     reproduce = (
         f"assay run {shlex.quote(name_file)} --store {shlex.quote(str(store.root))}",
@@ -224,5 +226,6 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         attribution=tuple(coverage(attributions)) if attributions else (),
         real_to_sim=real_report, real_to_sim_note=real_note, openloop=evidence.openloop(store, campaign),
         regression=tuple(evidence.regression_status(store, campaign)), baseline=base, comparisons=tuple(comparisons),
-        safety=tuple(intervention_rows(records)), leakage=tuple(leakage), flywheel=tuple(load_flywheel(store, campaign)),
+        posteriors=posteriors, safety=tuple(intervention_rows(records)), leakage=tuple(leakage),
+        flywheel=tuple(load_flywheel(store, campaign)),
     )

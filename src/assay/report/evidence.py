@@ -31,6 +31,7 @@ from assay.metrics import (
     load_openloop,
     load_real_results,
     outcome_grid,
+    posterior_comparison,
 )
 from assay.metrics.correlation import match_task
 from assay.store import EpisodeRecord, Outcome, Store
@@ -86,6 +87,21 @@ def checkpoints(records: Sequence[EpisodeRecord], order: Sequence[str], baseline
     base = baseline or present[0]
     grid = outcome_grid(scored)
     return base, compare(grid, base, [p for p in present if p != base], n_resamples=n_resamples)
+
+
+def checkpoint_posteriors(records: Sequence[EpisodeRecord], baseline: str | None,
+                          others: Sequence[str]) -> dict[str, dict[str, float]]:
+    """``{other: {task: P(other > baseline), "suite": P(suite mean of other > baseline's)}}`` from Beta(1 + s,
+    1 + f) posteriors of the nominal episodes (``metrics.posterior``; the suite by seeded joint draws)."""
+    if baseline is None or not others:
+        return {}
+    grid = outcome_grid(nominal(records))
+    out = {}
+    for other in others:
+        counts = {t.task: (*t.counts(other), *t.counts(baseline)) for t in grid.tasks}
+        found = posterior_comparison(counts, seed=0)
+        out[other] = {**found.per_task, "suite": found.suite}
+    return out
 
 
 def failure_facts(store: Store, records: Sequence[EpisodeRecord]) -> dict[str, FailureFacts]:

@@ -78,13 +78,18 @@ def checkpoints(data: ReportData) -> str:
         verdict = {"better": "worse", "worse": "better"}.get(c.verdict.value, c.verdict.value)
         css = {"better": "ok", "worse": "warn"}.get(verdict, "muted")
         label = "<b>suite</b>" if c.task == "suite" else escape(c.task)
+        better = data.posteriors.get(c.b, {}).get(c.task)
         rows.append([escape(c.b), label, pct(c.b_rate), pct(c.a_rate), number(diff), _interval(low, high),
-                     str(c.pairs), f"{c.p_adjusted:.3g}", f"<span class='{css}'>{escape(verdict)}</span>"])
+                     str(c.pairs), f"{c.p_adjusted:.3g}", f"<span class='{css}'>{escape(verdict)}</span>",
+                     "-" if better is None else f"{better:.3f}"])
     return (f"<p class='muted'>Every policy against <b>{escape(data.baseline)}</b> (choose with "
             "<code>assay report --baseline NAME</code>) on the same nominal seeds: McNemar's exact test on discordant "
-            "pairs, Holm-adjusted over all rows, Newcombe paired interval of the difference.</p>"
+            "pairs, Holm-adjusted over all rows, Newcombe paired interval of the difference; P(better) is the "
+            "posterior probability that the policy's success rate exceeds the baseline's (Beta(1 + s, 1 + f) per "
+            "cell, uniform prior; the suite row compares task-averaged rates by joint draws), as TRI's LBM "
+            "evaluation reports it.</p>"
             + table(["policy", "task", "success", f"{data.baseline}", "difference", "95% interval", "pairs",
-                     "p (Holm)", "verdict"], rows, {2, 3, 4, 5, 6, 7})
+                     "p (Holm)", "verdict", "P(better)"], rows, {2, 3, 4, 5, 6, 7, 9})
             + f"<div class='figure'>{figures.comparison_svg(data.comparisons, data.baseline)}</div>")
 
 
