@@ -56,7 +56,7 @@ def column_matrix(table: object, column: str, key: str) -> np.ndarray:
 def load_trajectories(store: Store, records: Sequence[EpisodeRecord], cameras: Sequence[str] = ()) -> list[Trajectory]:
     """Recorded observations and actions of every record that has step data (checksums verified), with the
     recorded frames of ``cameras`` (for pixel policies; a camera the episode did not record is left out)."""
-    from assay.store import read_video, video_relpath
+    from assay.store import step_frames, video_relpath
 
     out = []
     for record in records:
@@ -64,7 +64,7 @@ def load_trajectories(store: Store, records: Sequence[EpisodeRecord], cameras: S
             continue
         table = store.steps(record)
         actions = column_matrix(table, "action", record.key)
-        frames = {camera: read_video(Path(store.data_root), video_relpath(record.key, camera))[: len(actions)]
+        frames = {camera: step_frames(Path(store.data_root), record.key, camera, len(actions))
                   for camera in cameras if (Path(store.data_root) / video_relpath(record.key, camera)).exists()}
         out.append(Trajectory(record, column_matrix(table, "observation.state", record.key), actions, frames))
     return out

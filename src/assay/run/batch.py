@@ -1,7 +1,7 @@
 """The episode loop's typed values: a batch of one cell's jobs, and the faults that end episodes.
 
 ``EpisodeBatch`` carries the cell's settings (task, variant, policy, ``replan_every``,
-pipeline, safety) once, checked equal across its jobs, instead of reading them off
+pipeline, safety, ``video_fps``) once, checked equal across its jobs, instead of reading them off
 ``jobs[0]``. A :class:`Fault` is what the loop passes where an action was expected
 (or where a reset or step failed): its ``kind`` says which part broke, its
 ``message`` is the recorded reason.
@@ -57,6 +57,7 @@ class EpisodeBatch:
     replan_every: int | None
     pipeline: Pipeline
     safety: bool
+    video_fps: float | None = None
 
     @classmethod
     def of(cls, jobs: Sequence[EpisodeJob]) -> EpisodeBatch:
@@ -64,12 +65,12 @@ class EpisodeBatch:
         if not jobs:
             raise ValueError("an episode batch needs at least one job")
         first = jobs[0]
-        settings = (first.cell, first.replan_every, first.pipeline, first.safety)
+        settings = (first.cell, first.replan_every, first.pipeline, first.safety, first.video_fps)
         for job in jobs[1:]:
-            if (job.cell, job.replan_every, job.pipeline, job.safety) != settings:
+            if (job.cell, job.replan_every, job.pipeline, job.safety, job.video_fps) != settings:
                 raise ValueError(f"job {job.key} is not of the batch's cell and settings {settings}")
         return cls(tuple(jobs), first.task, first.variant, first.policy, first.replan_every, first.pipeline,
-                   first.safety)
+                   first.safety, first.video_fps)
 
     def __len__(self) -> int:
         return len(self.jobs)

@@ -11,6 +11,11 @@ whether it is the task's). Numbers are float64 (NaN where a step has no value),
 text is a string column. The run's settings (safety filter, ``replan_every``,
 pipeline) and the safety filter's intervention counts go into the record's
 ``provenance["run"]``, so a rerun can reproduce the cell and a report can count.
+
+Camera frames go to one video per camera at the job's ``video_fps`` (default: every
+step). Step ``i`` is a video frame when ``floor(i * fps / control_hz)`` advances there
+(always at step 0); ``observation.images.<camera>`` holds the index of the frame that
+is the image seen at that step, and ``-1`` at steps the video has no frame of.
 """
 
 from __future__ import annotations
@@ -27,6 +32,15 @@ from assay.spec import EpisodeJob
 from assay.store import EpisodeRecord, Outcome
 
 _TIMED = {"reset": "reset_s", "policy": "policy_s", "sim": "sim_s"}
+NO_FRAME = -1  # the frame index of a step whose image the video does not hold
+
+
+def records_frame(step: int, video_fps: float | None, control_hz: float) -> bool:
+    """Whether the video keeps the image seen at ``step`` (every step without ``video_fps``, or at or above
+    the control rate; else the first step of each frame period, so frame ``j`` is the image at time ~ j / fps)."""
+    if video_fps is None or video_fps >= control_hz:
+        return True
+    return step == 0 or int(step * video_fps // control_hz) != int((step - 1) * video_fps // control_hz)
 SAFETY_KINDS = ("nan", "limit", "workspace")  # the safety filter's ``info.safety.<kind>`` columns
 
 
@@ -45,6 +59,7 @@ class EpisodeRecorder:
         self.latencies_ms: list[float] = []
         self.chunk_ids: list[int] = []
         self.chunk_indices: list[int] = []
+        self.frame_indices: list[int] = []
         self.infos: list[dict[str, float]] = []
         self.traces: list[Mapping[str, float | str]] = []
         self.initial_conditions: dict[str, Any] = {}
@@ -65,12 +80,26 @@ class EpisodeRecorder:
     def done(self) -> bool:
         return self.outcome is not None
 
+    @property
+    def video_rate(self) -> float:
+        """The videos' frames per second: ``video_fps``, at most the control rate (default: the control rate)."""
+        control_hz = self.job.task.control_hz
+        return min(self.job.video_fps or control_hz, control_hz)
+
+    def records_frame(self, step: int) -> bool:
+        """Whether the video keeps the image of ``step`` (see the module docstring)."""
+        return bool(self.frames) and records_frame(step, self.job.video_fps, self.job.task.control_hz)
+
     def add(self, observation: Observation, action: np.ndarray, transition: Transition, latency_ms: float,
             chunk_id: int = 0, chunk_index: int = 0, trace: Mapping[str, float | str] | None = None) -> None:
         """Record the observation the policy acted on, its action and what the step returned."""
         self.states.append(observation["state"])
-        for camera, frames in self.frames.items():
-            frames.append(observation[f"image.{camera}"])
+        if self.frames:
+            recorded = self.records_frame(len(self.actions))
+            for camera, frames in self.frames.items():
+                if recorded:
+                    frames.append(observation[f"image.{camera}"])
+            self.frame_indices.append(len(next(iter(self.frames.values()))) - 1 if recorded else NO_FRAME)
         self.actions.append(action)
         self.rewards.append(transition.reward)
         self.successes.append(transition.success)
@@ -131,8 +160,8 @@ class EpisodeRecorder:
             "chunk_id": np.asarray(self.chunk_ids, dtype=np.int32),
             "chunk_index": np.asarray(self.chunk_indices, dtype=np.int32),
         }
-        for camera in self.frames:  # frame i of the camera's video is the image seen at step i
-            columns[f"observation.images.{camera}"] = np.arange(n, dtype=np.int32)
+        for camera in self.frames:  # the video frame that is the image seen at the step (-1: none)
+            columns[f"observation.images.{camera}"] = np.asarray(self.frame_indices, dtype=np.int32)
         keys = sorted({k for info in self.infos for k in info})
         for key in keys:
             columns[f"info.{key}"] = np.asarray([info.get(key, np.nan) for info in self.infos], dtype=np.float64)
@@ -149,6 +178,8 @@ class EpisodeRecorder:
         job = self.job
         settings: dict[str, Any] = {"safety": job.safety, "replan_every": job.replan_every,
                                     "pipeline": job.pipeline.value}
+        if job.video_fps is not None:
+            settings["video_fps"] = job.video_fps
         if job.safety:
             settings["interventions"] = {kind: int(sum(info.get(f"safety.{kind}", 0.0) for info in self.infos))
                                          for kind in SAFETY_KINDS}

@@ -13,6 +13,13 @@ seed never takes its batch-mates down (and results do not depend on batching);
 a policy server that is gone fails the batch at once, without asking row by row.
 A finished environment is never stepped again.
 
+Frames are rendered on demand: before a step the runner knows whether its
+observation will be read, by the policy (the slot's queue is then empty, so a
+replan follows) or by a video (a frame at the job's ``video_fps``); when neither,
+an environment that supports it (``SupportsFramesOnDemand``) skips rendering that
+observation. A chunk-5 camera policy thus renders a fifth of the steps, with the
+same actions and outcomes as rendering every step (``render_on_demand=False``).
+
 Pipelines: ``lockstep`` asks for every environment that needs actions in one
 call. ``decoupled`` splits the environments into two groups and keeps one
 group's request in flight (on a thread) while the other group steps, so neither
@@ -35,7 +42,7 @@ from assay.policies import Policy, PolicyContext, SupportsEpisodeInfo, SupportsS
 from assay.policies.remote import PolicyUnavailableError
 from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
-from assay.sim import Observation, SimEnv, Transition
+from assay.sim import Observation, SimEnv, SupportsFramesOnDemand, Transition
 from assay.spec import EpisodeJob, Pipeline, SuccessMode, TaskSpec
 from assay.store import Outcome
 
@@ -104,8 +111,11 @@ class _Slot:
 class _Episodes:
     """The state of one batch of episodes; ``request`` and ``step`` work on any subset of slots."""
 
-    def __init__(self, envs: Sequence[SimEnv], policy: Policy, batch: EpisodeBatch) -> None:
+    def __init__(self, envs: Sequence[SimEnv], policy: Policy, batch: EpisodeBatch, render_on_demand: bool = True) -> None:
         self.envs, self.policy, self.batch, self.jobs = envs, policy, batch, batch.jobs
+        # the environments that can leave frames out of an observation nobody reads
+        self.on_demand = [render_on_demand and bool(batch.task.cameras) and isinstance(env, SupportsFramesOnDemand)
+                          for env in envs]
         self.task = batch.task
         self.replan_every = batch.replan_every
         jobs = batch.jobs
@@ -183,9 +193,16 @@ class _Episodes:
                 continue
             action, chunk_id, index, latency_ms, trace = queue.popleft()
             observation = self.observations[slot]
+            env = self.envs[slot]
+            # the next observation is read if a replan follows (empty queue) or the video keeps its frame,
+            # and never after the horizon's last step
+            following = recorder.steps + 1
+            if self.on_demand[slot] and (following >= self.task.horizon
+                                         or (queue and not recorder.records_frame(following))):
+                env.skip_next_frames()  # type: ignore[attr-defined]
             t1 = time.perf_counter()
             try:
-                transition = self.envs[slot].step(action)
+                transition = env.step(action)
             except Exception as exc:  # noqa: BLE001
                 recorder.fail(Fault(FaultKind.SIMULATOR, f"simulator raised {describe_error(exc)}").at_step(recorder.steps))
                 continue
@@ -250,13 +267,14 @@ def _decoupled(episodes: _Episodes, active: list[int]) -> None:
 
 
 def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob] | EpisodeBatch,
-            pipeline: Pipeline | None = None) -> list[EpisodeRecorder]:
+            pipeline: Pipeline | None = None, render_on_demand: bool = True) -> list[EpisodeRecorder]:
     """Run ``jobs`` (one cell) on ``envs``; every recorder comes back finished.
 
-    ``pipeline`` defaults to the jobs' own (the campaign's ``pipeline`` field).
+    ``pipeline`` defaults to the jobs' own (the campaign's ``pipeline`` field). ``render_on_demand=False``
+    renders every observation (the same results, slower; for comparisons).
     """
     batch = jobs if isinstance(jobs, EpisodeBatch) else EpisodeBatch.of(jobs)
-    episodes = _Episodes(envs, policy, batch)
+    episodes = _Episodes(envs, policy, batch, render_on_demand)
     active = episodes.reset()
     mode = pipeline or batch.pipeline
     (_decoupled if mode is Pipeline.DECOUPLED else _lockstep)(episodes, active)

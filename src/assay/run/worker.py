@@ -46,11 +46,14 @@ def load_before_rendering() -> list[str]:
 
 class Worker:
     """``store_root``: a directory or an fsspec URL for step files; ``policy_factory`` builds policies
-    (a Ray env actor passes one that returns a client of a shared policy server)."""
+    (a Ray env actor passes one that returns a client of a shared policy server); ``render_on_demand=False``
+    renders every observation (same results, slower: for comparisons)."""
 
-    def __init__(self, store_root: str | Path, policy_factory: Callable[[PolicySpec], Policy] = make_policy) -> None:
+    def __init__(self, store_root: str | Path, policy_factory: Callable[[PolicySpec], Policy] = make_policy,
+                 render_on_demand: bool = True) -> None:
         self.store_root = as_root(store_root)
         self.policy_factory = policy_factory
+        self.render_on_demand = render_on_demand
         self._envs: dict[tuple[str, str], list[SimEnv]] = {}
         self._policies: dict[str, Policy] = {}
 
@@ -90,7 +93,7 @@ class Worker:
             for recorder in recorders:
                 recorder.fail(fault)
         else:
-            recorders = rollout(envs, policy, jobs)
+            recorders = rollout(envs, policy, jobs, render_on_demand=self.render_on_demand)
         return [self._save(recorder) for recorder in recorders]
 
     def _save(self, recorder: EpisodeRecorder) -> EpisodeRecord:
@@ -98,7 +101,7 @@ class Worker:
         if recorder.steps:
             table = build_table(recorder.columns(), file_metadata(recorder.job))
             for camera, frames in recorder.frames.items():  # videos first: the step file marks completion
-                write_video(self.store_root, recorder.job.key, camera, frames, recorder.job.task.control_hz)
+                write_video(self.store_root, recorder.job.key, camera, frames, recorder.video_rate)
             data_path, data_sha = write_episode(self.store_root, recorder.job.key, table)
         return recorder.record(provenance(), data_path, data_sha)
 

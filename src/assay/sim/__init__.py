@@ -12,7 +12,7 @@ from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task  # noqa: E402
 from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task  # noqa: E402
 from assay.sim.paraphrase import paraphrase  # noqa: E402
 from assay.sim.perturbed import PerturbedEnv, perturbed  # noqa: E402
-from assay.sim.protocol import Observation, SimEnv, Transition  # noqa: E402
+from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, Transition  # noqa: E402
 from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env  # noqa: E402
 from assay.sim.safety import SafetyFilter  # noqa: E402
 from assay.sim.semantic import conflict_marks, instruct  # noqa: E402
@@ -34,6 +34,7 @@ __all__ = [
     "MetaWorldEnv",
     "Observation",
     "SimEnv",
+    "SupportsFramesOnDemand",
     "TaskRegistry",
     "configure_gl",
     "Transition",

@@ -167,6 +167,7 @@ class LiberoEnv:
         self._scene = self._get_scene("")
         self._index = 0
         self._kind = ""
+        self._skip_frames = False
 
     def _get_scene(self, kind: str) -> _Scene:
         if kind not in self._scenes:
@@ -193,14 +194,20 @@ class LiberoEnv:
         raw = scene.env.set_init_state(scene.states[self._index])
         for _ in range(self.task.settle_steps):
             raw, _, _, _ = scene.env.step(DUMMY_ACTION)
+        self._skip_frames = False
         return self._observation(raw)
+
+    def skip_next_frames(self) -> None:
+        """The next step's observation is not rendered (nobody reads its frames)."""
+        self._skip_frames = True
 
     def _observation(self, raw: dict[str, np.ndarray]) -> Observation:
         scene = self._scene
         state = np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
                                 raw["robot0_gripper_qpos"]]).astype(np.float64)
         observation: Observation = {"state": state, "privileged.goal": self._privileged(scene)}
-        for camera in self.task.cameras:
+        render, self._skip_frames = not self._skip_frames, False
+        for camera in self.task.cameras if render else ():
             rgb, depth = scene.renderer.render_camera(scene.inner.sim.data._data, CAMERAS[camera.name],
                                                       camera.width, camera.height, camera.depth)
             # robosuite's frames are bottom row first, and openpi turns them by 180 degrees: a left-right mirror of ours

@@ -75,6 +75,7 @@ class MetaWorldEnv:
         self._calibration = {c.name: calibration(VIEWS[c.name]) for c in task.cameras}
         self._variant: Variant = NOMINAL
         self._rand_vec: np.ndarray | None = None
+        self._skip_frames = False
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         env = self._env
@@ -93,20 +94,28 @@ class MetaWorldEnv:
             self._perturber.locate_object(np.asarray(observation[4:7]))
         self._perturber.apply_after_reset(self._variant)
         self._events.reset(self._perturber.object_body, np.asarray(observation))
+        self._skip_frames = False
         return self._observation(observation)
+
+    def skip_next_frames(self) -> None:
+        """The next step's observation is not rendered (nobody reads its frames)."""
+        self._skip_frames = True
 
     def _observation(self, state: np.ndarray) -> Observation:
         observation = {"state": np.asarray(state, dtype=np.float64)}
+        render, self._skip_frames = not self._skip_frames, False
         for camera in self.task.cameras:
             assert self._renderer is not None
+            # The calibration a robot would have: the nominal pose, even when a variant moves the camera.
+            observation[f"calib.{camera.name}"] = self._calibration[camera.name]
+            if not render:
+                continue
             rgb, depth, _ = self._renderer.render(self._env.data, view_for(camera.name, self._variant),
                                                   camera.width, camera.height, camera.depth,
                                                   distractor_geoms(self._variant))
             observation[f"image.{camera.name}"] = rgb
             if depth is not None:
                 observation[f"depth.{camera.name}"] = depth
-            # The calibration a robot would have: the nominal pose, even when a variant moves the camera.
-            observation[f"calib.{camera.name}"] = self._calibration[camera.name]
         return observation
 
     def step(self, action: np.ndarray) -> Transition:

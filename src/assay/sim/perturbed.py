@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from assay.sim.factors import value_of
-from assay.sim.protocol import Observation, SimEnv, Transition
+from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, Transition
 from assay.spec import Variant, derive_seed
 
 
@@ -70,6 +70,11 @@ class PerturbedEnv:
 
     def initial_conditions(self) -> dict[str, Any]:
         return self.env.initial_conditions()
+
+    def skip_next_frames(self) -> None:
+        """Passed on to the wrapped environment (a no-op when it always renders)."""
+        if isinstance(self.env, SupportsFramesOnDemand):
+            self.env.skip_next_frames()
 
     def close(self) -> None:
         self.env.close()

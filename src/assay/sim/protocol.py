@@ -3,6 +3,12 @@
 A backend owns its simulator; the task (a TaskSpec) never does. ``reset(seed)``
 must set *all* initial conditions from the seed, so that one seed gives the same
 episode in a fresh and in a reused environment.
+
+A backend that renders its camera frames itself may offer ``skip_next_frames()``
+(:class:`SupportsFramesOnDemand`): the runner calls it before a step whose
+observation neither the policy (no replan follows) nor a video (not one of its
+frames) will read, and that observation then has no ``image.*``/``depth.*`` keys.
+Rendering never changes the physics, so trajectories are the same either way.
 """
 
 from __future__ import annotations
@@ -44,3 +50,12 @@ class SimEnv(Protocol):
         """JSON-able record of what ``reset`` chose (object and goal positions, ...)."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SupportsFramesOnDemand(Protocol):
+    """A backend (or wrapper) that can leave the camera frames out of the next step's observation."""
+
+    def skip_next_frames(self) -> None:
+        """The next ``step``'s observation carries no ``image.*``/``depth.*`` keys (it is not rendered);
+        ``calib.*`` and the state stay. Applies to that one step only; ``reset`` always renders."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.sim.protocol import Observation, SimEnv, Transition
+from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, Transition
 
 WORKSPACE = (np.array([-0.525, 0.348, 0.05]), np.array([0.525, 1.025, 0.7]))  # Sawyer hand box (Meta-World mocap)
 MARGIN_M = 0.005  # inside the box by this much: a hand pressed against the limit is stopped before it
@@ -86,6 +86,11 @@ class SafetyFilter:
 
     def initial_conditions(self) -> dict[str, Any]:
         return self.env.initial_conditions()
+
+    def skip_next_frames(self) -> None:
+        """Passed on to the wrapped environment (a no-op when it always renders)."""
+        if isinstance(self.env, SupportsFramesOnDemand):
+            self.env.skip_next_frames()
 
     def close(self) -> None:
         self.env.close()

@@ -98,6 +98,10 @@ class CampaignSpec(BaseModel):
         description="execute at most this many actions of each returned chunk before asking again (default: all)")
     pipeline: Pipeline = Pipeline.LOCKSTEP
     safety: bool = Field(default=False, description="filter every action (NaN, limits, workspace) and count interventions")
+    video_fps: float | None = Field(
+        default=None, gt=0, le=1000,
+        description="frames per second of each camera's recorded video (default: every step, the task's control "
+                    "rate); frames between are rendered only when the policy reads them")
     episode_timeout_s: float | None = Field(
         default=None, gt=0, le=7 * 86_400,
         description="wall-clock limit of one batch of episodes in seconds (default 900): past it the worker is "
@@ -190,6 +194,7 @@ class EpisodeJob:
     replan_every: int | None = None
     pipeline: Pipeline = Pipeline.LOCKSTEP
     safety: bool = False
+    video_fps: float | None = None
 
     @property
     def cell(self) -> tuple[str, str, str]:
@@ -215,9 +220,11 @@ def episode_key(
     instruction: str | None = None,
     replan_every: int | None = None,
     safety: bool = False,
+    video_fps: float | None = None,
 ) -> str:
     """The job's identity. ``instruction`` counts when it differs from the task's own, and
-    ``replan_every`` when set (both change behaviour), so nominal keys stay as they were."""
+    ``replan_every`` when set (both change behaviour), and ``video_fps`` when set (it changes what is
+    recorded), so nominal keys stay as they were."""
     identity: dict[str, Any] = {
         "task": task.id,
         "task_hash": task.content_hash(),
@@ -231,6 +238,8 @@ def episode_key(
         identity["replan_every"] = replan_every
     if safety:  # the filter changes what reaches the simulator; its version, since its behaviour changed
         identity["safety"] = SAFETY_FILTER_VERSION
+    if video_fps is not None:
+        identity["video_fps"] = video_fps
     return content_hash(identity, length=24)
 
 
@@ -258,9 +267,11 @@ def plan(
                 for index in range(campaign.episodes):
                     seed = episode_seed(campaign.seed, task, index)
                     instruction = instruction_for(task, variant, seed) if instruction_for else task.instruction
-                    key = episode_key(task, variant, policy, seed, instruction, campaign.replan_every, campaign.safety)
+                    key = episode_key(task, variant, policy, seed, instruction, campaign.replan_every, campaign.safety,
+                                      campaign.video_fps)
                     jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
-                                           campaign.replan_every, campaign.pipeline, campaign.safety))
+                                           campaign.replan_every, campaign.pipeline, campaign.safety,
+                                           campaign.video_fps))
     return jobs
 
 

@@ -9,7 +9,7 @@ from assay.store.locking import run_lock
 from assay.store.provenance import provenance
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.store import Store
-from assay.store.video import read_video, video_relpath, write_video
+from assay.store.video import read_video, step_frames, video_relpath, write_video
 
 __all__ = [
     "Catalog",
@@ -23,6 +23,7 @@ __all__ = [
     "provenance",
     "read_episode",
     "read_video",
+    "step_frames",
     "redact_url",
     "run_lock",
     "video_relpath",

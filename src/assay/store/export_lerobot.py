@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from assay.errors import StoreError
 from assay.store.records import EpisodeRecord
 from assay.store.store import Store
-from assay.store.video import encode_video, read_video, video_relpath
+from assay.store.video import encode_video, read_video, step_frames
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -168,7 +168,7 @@ def _write(store: Store, records: list[EpisodeRecord], tables: list[pa.Table], r
     }
     for camera in cameras:
         key = IMAGE_PREFIX + camera
-        clips = [read_video(Path(store.data_root), video_relpath(r.key, camera))[:n] for r, n in zip(records, lengths, strict=True)]
+        clips = [step_frames(Path(store.data_root), r.key, camera, n) for r, n in zip(records, lengths, strict=True)]
         frames = np.concatenate(clips)
         height, width = frames.shape[1:3]
         path = root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)

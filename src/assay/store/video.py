@@ -1,7 +1,10 @@
 """Camera frames as MP4 (H.264 through PyAV), one file per camera per episode.
 
 Frame ``i`` is the image the policy saw at step ``i``; the step table's
-``observation.images.<camera>`` column holds that index. Written atomically.
+``observation.images.<camera>`` column holds that index. A campaign with
+``video_fps`` keeps fewer frames than steps (the column is ``-1`` at steps
+without one); :func:`step_frames` is for readers that need a frame per step.
+Written atomically.
 """
 
 from __future__ import annotations
@@ -56,3 +59,13 @@ def read_video(root: Path, relpath: str) -> np.ndarray:
         raise StoreError(f"video {path} does not exist")
     with av.open(str(path)) as container:
         return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])
+
+
+def step_frames(root: Path, key: str, camera: str, steps: int) -> np.ndarray:
+    """One frame per step (T, H, W, 3) of an episode's camera video; StoreError when the video keeps fewer
+    (recorded at a ``video_fps`` below the control rate), since frame ``i`` would then not show step ``i``."""
+    frames = read_video(root, video_relpath(key, camera))
+    if len(frames) < steps:
+        raise StoreError(f"episode {key}: its {camera!r} video keeps {len(frames)} frames for {steps} steps "
+                         "(recorded with video_fps); a frame per step needs a campaign without video_fps")
+    return frames[:steps]

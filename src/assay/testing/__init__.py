@@ -10,7 +10,7 @@ May import ``assay.spec``, ``assay.sim`` and ``assay.policies``.
 
 from assay.errors import ConformanceError
 from assay.testing.env_checks import check_observation, check_sim_env, check_transition
-from assay.testing.fakes import ConstantChunkPolicy, ConstantPolicy, FunctionEnv, fake_task, running
+from assay.testing.fakes import ConstantChunkPolicy, ConstantPolicy, FunctionEnv, ImageChunkPolicy, fake_task, running
 from assay.testing.policy_checks import check_actions, check_policy, synthetic_observation
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "ConstantChunkPolicy",
     "ConstantPolicy",
     "FunctionEnv",
+    "ImageChunkPolicy",
     "check_actions",
     "check_observation",
     "check_policy",

@@ -3,7 +3,9 @@
 ``FunctionEnv`` (after Gymnasium's ``GenericTestEnv``) runs the episode loop
 without a simulator: its state is the seed, and ``step_fn(seed, t, action)``
 decides each transition. ``ConstantPolicy`` and ``ConstantChunkPolicy`` answer
-the same action for every row, as ``(B, A)`` and ``(B, H, A)``.
+the same action for every row, as ``(B, A)`` and ``(B, H, A)``. ``ImageChunkPolicy``
+reads a camera at every request and answers a chunk that depends on every pixel
+(the mean colour of each image quadrant), so a changed frame changes its actions.
 """
 
 from __future__ import annotations
@@ -77,3 +79,37 @@ class ConstantChunkPolicy(ConstantPolicy):
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         return np.full((len(observations[ENV_IDS]), self.horizon, self.dim), self.value)
+
+
+class ImageChunkPolicy:
+    """A camera policy answering chunks ``(B, horizon, dim)``: a fixed random linear map of the mean
+    colour of each quadrant of ``image.<camera>`` (and of the state), squashed into [-scale, scale].
+
+    Keyword arguments come from a campaign's ``params`` (``entrypoint: assay.testing.fakes:ImageChunkPolicy``).
+    """
+
+    def __init__(self, camera: str = "front", horizon: int = 5, dim: int = 4, scale: float = 0.5) -> None:
+        self.camera, self.horizon, self.dim, self.scale = camera, horizon, dim, scale
+        rng = np.random.default_rng(0)
+        self._weights = rng.normal(0.0, 1.0, (horizon * dim, 12)) / 40.0
+        self._bias = rng.normal(0.0, 0.3, horizon * dim)
+        self.requests = 0
+
+    def reset(self, context: PolicyContext) -> None:
+        self.context = context
+
+    def features(self, frames: np.ndarray) -> np.ndarray:
+        """Mean colour (0-255) of the four quadrants of each frame: (B, 12)."""
+        half_h, half_w = frames.shape[1] // 2, frames.shape[2] // 2
+        quadrants = [frames[:, :half_h, :half_w], frames[:, :half_h, half_w:],
+                     frames[:, half_h:, :half_w], frames[:, half_h:, half_w:]]
+        return np.concatenate([q.reshape(len(frames), -1, 3).mean(axis=1) for q in quadrants], axis=1)
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        key = f"image.{self.camera}"
+        if key not in observations:
+            raise KeyError(f"ImageChunkPolicy reads {key!r}; the observation has {sorted(observations)}")
+        self.requests += 1
+        frames = np.asarray(observations[key], dtype=np.float64)
+        out = np.tanh((self.features(frames) - 128.0) @ self._weights.T + self._bias) * self.scale
+        return out.reshape(len(frames), self.horizon, self.dim)
