@@ -7,11 +7,15 @@ file is hashed against its recorded checksum: a missing, truncated or corrupted
 file makes the episode forgotten (row, links, failure category) and re-run, so
 it is never scored. ``retry_errors`` also re-runs episodes recorded as
 ``error`` (an outage of a policy server, a dead machine), which a plain resume keeps.
+
+The driver writes catalog rows one transaction per finished batch (:class:`CatalogWriter`),
+not one per episode; a worker has written a batch's files (each by rename) before it
+hands the batch's records back, so a row never names a file that is not complete.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +58,36 @@ class CampaignSummary:
     repaired: int = 0  # finished episodes whose step file was missing or corrupted: forgotten and re-run
     retried: int = 0  # episodes recorded as error, re-run because retry_errors was asked
     outcomes: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
+
+
+class CatalogWriter:
+    """The driver's catalog writes: a batch's rows go in one transaction when its last record arrives.
+
+    ``flush`` writes whatever is held (the run's end, or a run stopped by an error). A kill before or
+    during a flush loses only rows of episodes that a resume then runs again (their files are rewritten by
+    rename): the transaction commits all of its rows or none, so nothing is lost or duplicated.
+    """
+
+    def __init__(self, store: Store, batches: Sequence[Sequence[EpisodeJob]]) -> None:
+        self._catalog = store.catalog
+        self._batch_of = {job.key: index for index, batch in enumerate(batches) for job in batch}
+        self._waiting = [len(batch) for batch in batches]  # records still to come, per batch
+        self._held: list[EpisodeRecord] = []
+
+    def add(self, record: EpisodeRecord) -> None:
+        """Hold ``record``; write the held rows when it completes its batch (or belongs to none)."""
+        self._held.append(record)
+        index = self._batch_of.pop(record.key, None)
+        if index is not None:
+            self._waiting[index] -= 1
+        if index is None or self._waiting[index] == 0:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every held row in one transaction."""
+        if self._held:
+            self._catalog.add_many(self._held)
+            self._held = []
 
 
 def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
@@ -148,10 +182,15 @@ def _run_pending(
                               repaired=len(damaged), retried=len(errored))
     if on_start is not None:
         on_start(summary)
-    for record in executor.run(batch_jobs(pending, spec.envs_per_worker)):
-        store.catalog.add(record)
-        summary.ran += 1
-        summary.outcomes[record.outcome.value] += 1
-        if on_record is not None:
-            on_record(record)
+    batches = batch_jobs(pending, spec.envs_per_worker)
+    writer = CatalogWriter(store, batches)
+    try:
+        for record in executor.run(batches):
+            writer.add(record)
+            summary.ran += 1
+            summary.outcomes[record.outcome.value] += 1
+            if on_record is not None:
+                on_record(record)
+    finally:
+        writer.flush()  # rows of finished episodes are kept even when the run stops on an error
     return summary
