@@ -13,7 +13,8 @@ counted (the machine is shared):
 3. on demand, the same ``video_fps``: frames at replans and at the video's frames only;
 4. on demand, full-rate video (the video reads every frame, so every step renders anyway).
 
-Prints steps/s, renders per step, and whether every configuration gave the same trajectories.
+Prints steps/s, episodes per hour (one worker, ``--horizon``-step episodes), renders per step, and
+whether every configuration gave the same trajectories.
 """
 
 from __future__ import annotations
@@ -102,9 +103,11 @@ def main() -> None:
     old = best["every step, full-rate video"]
     print(f"{args.episodes} episodes x {args.horizon} steps, {args.size} px front camera, chunks of {args.chunk}, "
           f"{args.envs} envs per batch, best of {args.rounds} rounds")
-    print(f"{'configuration':<32} {'seconds':>8} {'steps/s':>8} {'renders/step':>13} {'x row 1':>8}")
-    for label, (seconds, steps, renders, _) in best.items():
-        print(f"{label:<32} {seconds:8.2f} {steps / seconds:8.1f} {renders / steps:13.2f} {old[0] / seconds:8.2f}")
+    print(f"{'configuration':<32} {'seconds':>8} {'steps/s':>8} {'episodes/h':>11} {'renders/step':>13} {'x row 1':>8}")
+    for label, (seconds, steps, renders, hashes) in best.items():
+        per_hour = len(hashes) / seconds * 3600
+        print(f"{label:<32} {seconds:8.2f} {steps / seconds:8.1f} {per_hour:11.0f} {renders / steps:13.2f} "
+              f"{old[0] / seconds:8.2f}")
     every, lazy = best[f"every step, video {fps:g} fps"], best[f"on demand, video {fps:g} fps"]
     print(f"render on demand / every step (video {fps:g} fps, chunks of {args.chunk}): {every[0] / lazy[0]:.2f}x")
     print(f"same trajectories in every configuration: {len(hashes) == 1}")

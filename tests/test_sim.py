@@ -68,6 +68,48 @@ def test_every_metaworld_task_resets_and_steps(env_name):
     env.close()
 
 
+def _mt1_setup(env_name: str):
+    """The Sawyer environment as Meta-World's own MT1 gym.make builds it (what the backend did before)."""
+    import gymnasium as gym
+    import metaworld  # noqa: F401
+
+    wrapped = gym.make("Meta-World/MT1", env_name=env_name, seed=0, disable_env_checker=True)
+    wrapped.reset(seed=0)
+    return wrapped.unwrapped
+
+
+def _expert_trajectory(env, seed: int, variant, steps: int = 40) -> np.ndarray:
+    expert = ExpertPolicy()
+    observation = env.reset(seed, variant)
+    expert.reset(PolicyContext(env.task, (seed,), (env.task.instruction,)))
+    rows = [observation["state"]]
+    for _ in range(steps):
+        action = expert.act({"state": observation["state"][None], "env_ids": np.array([0]), "instruction": [""]})[0]
+        transition = env.step(action)
+        observation = transition.observation
+        rows.append(np.concatenate([observation["state"], [transition.reward], list(transition.info.values())]))
+    return np.concatenate(rows)
+
+
+@pytest.mark.parametrize("name", ["pick-place", "drawer-open"])
+def test_the_direct_sawyer_build_gives_the_episodes_of_metaworlds_mt1_setup(name, monkeypatch):
+    from assay.sim import metaworld_env, resolve_variant
+
+    task = REGISTRY.get(f"metaworld/{name}@1")
+    direct = make_env(task)
+    monkeypatch.setattr(metaworld_env, "sawyer_env", _mt1_setup)
+    reference = make_env(task)
+    variant = resolve_variant({"object.mass": 2.0, "friction": 0.5, "light.intensity": 0.5}, task)
+    for seed, chosen in ((3, None), (8, variant)):
+        expected = _expert_trajectory(reference, seed, chosen)
+        assert np.array_equal(_expert_trajectory(direct, seed, chosen), expected)
+        assert direct.initial_conditions() == reference.initial_conditions()
+    step = direct.step(np.zeros(4)).observation["state"]
+    assert np.all(step[36:39] != 0.0)  # the goal is observed in steps too (MT1's observation space, not the hidden one)
+    direct.close()
+    reference.close()
+
+
 @pytest.mark.parametrize("name", ["reach", "drawer-open", "button-press", "pick-place", "door-open", "window-close"])
 def test_expert_succeeds(name):
     task = REGISTRY.get(f"metaworld/{name}@1")

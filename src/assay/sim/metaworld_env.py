@@ -2,8 +2,9 @@
 
 Meta-World's ``reset(seed=...)`` does not make an episode reproducible: object
 and goal positions come from a task vector that a task-sampling wrapper cycles
-through. This backend builds the MT1 environment once (``gym.make`` costs ~0.7 s),
-then drives the unwrapped Sawyer environment directly and, at each reset, samples
+through. This backend builds the Sawyer environment once, as MT1's ``gym.make`` sets it
+up but without the 50 goals MT1 samples first (:func:`sawyer_env`), then drives it
+directly and, at each reset, samples
 the task vector from the environment's own reset space with a generator seeded
 by the episode seed (Meta-World's ``seeded_rand_vec`` path, including its
 rejection loops), then freezes it for the episode.
@@ -26,6 +27,28 @@ from assay.spec.metaworld_catalog import METAWORLD_TASKS
 CONTROL_HZ = 80.0  # timestep 0.0025 s × frame_skip 5
 MAX_PATH_LENGTH = 500
 INFO_KEYS = ("near_object", "grasp_success", "grasp_reward", "in_place_reward", "obj_to_target", "unscaled_reward")
+
+
+def sawyer_env(env_name: str) -> Any:
+    """The Sawyer environment of ``env_name`` set up as ``gym.make("Meta-World/MT1", env_name, seed=0)`` then
+    ``reset(seed=0)`` sets it up (seeded, the task's arguments, goal observable), without the MT1 benchmark's
+    50 sampled goals and the second environment that samples them: each reset draws its own task vector
+    from the episode seed anyway. A quarter of the build time; episodes are bit-identical
+    (``tests/test_sim.py``)."""
+    from metaworld.env_dict import ALL_V3_ENVIRONMENTS, ML1_ARGS_KWARGS
+
+    env = ALL_V3_ENVIRONMENTS[env_name]()
+    env.seed(0)
+    arguments = dict(ML1_ARGS_KWARGS[env_name]["kwargs"])
+    del arguments["task_id"]
+    env._set_task_called = True
+    env._partially_observable = False  # MT1's override: the goal is part of the observation
+    del env.sawyer_observation_space  # cached for the hidden goal; set_task drops it the same way
+    env._set_task_inner(**arguments)
+    env._freeze_rand_vec = False
+    env.reset(seed=0)
+    env._freeze_rand_vec = True
+    return env
 
 
 def metaworld_task(env_name: str, version: int = 1, horizon: int = MAX_PATH_LENGTH) -> TaskSpec:
@@ -59,13 +82,8 @@ class MetaWorldEnv:
             raise UnsupportedError(f"{task.id}: {task.env_name!r} is not a Meta-World v3 environment")
         if task.horizon > MAX_PATH_LENGTH:
             raise UnsupportedError(f"{task.id}: horizon {task.horizon} exceeds Meta-World's {MAX_PATH_LENGTH}")
-        import gymnasium as gym
-        import metaworld  # noqa: F401  (registers the Meta-World/* ids with gymnasium)
-
         self.task = task
-        self._wrapped = gym.make("Meta-World/MT1", env_name=task.env_name, seed=0, disable_env_checker=True)
-        self._wrapped.reset(seed=0)  # sets a task (and observability) on the Sawyer env
-        self._env: Any = self._wrapped.unwrapped
+        self._env: Any = sawyer_env(task.env_name)
         self._perturber = ModelPerturber(self._env)
         self._events = EventTracker(self._env, task.action.high)
         self._renderer = CameraRenderer(self._env.model) if task.cameras else None
@@ -141,4 +159,4 @@ class MetaWorldEnv:
     def close(self) -> None:
         if self._renderer is not None:
             self._renderer.close()
-        self._wrapped.close()
+        self._env.close()

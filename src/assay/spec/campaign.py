@@ -31,6 +31,8 @@ VariantRequest = dict[str, Any]
 # Fields that change how a campaign is executed, never what its episodes are: left out of its hash,
 # so changing them keeps the campaign (and the stores that hold it) the same campaign.
 EXECUTION_SETTINGS = {"episode_timeout_s"}
+# Fields added later, left out of the hash and the dump when unset, so older campaigns hash as before.
+OPTIONAL_SETTINGS = ("adaptive", "video_fps")
 
 
 class Pipeline(str, Enum):
@@ -145,10 +147,11 @@ class CampaignSpec(BaseModel):
         return self
 
     def dump(self) -> dict[str, Any]:
-        """The spec as JSON data; an absent ``adaptive`` block is left out, so fixed-n campaigns hash as before."""
+        """The spec as JSON data; unset ``adaptive`` and ``video_fps`` are left out, so older campaigns dump as before."""
         data = self.model_dump(mode="json")
-        if data.get("adaptive") is None:
-            data.pop("adaptive", None)
+        for optional in OPTIONAL_SETTINGS:
+            if data.get(optional) is None:
+                data.pop(optional, None)
         return data
 
     @field_validator("policies")
@@ -162,8 +165,9 @@ class CampaignSpec(BaseModel):
 
     def content_hash(self) -> str:
         data = self.model_dump(mode="json", exclude=EXECUTION_SETTINGS)
-        if data.get("adaptive") is None:  # fixed-n campaigns hash as they did before adaptive campaigns existed
-            data.pop("adaptive", None)
+        for optional in OPTIONAL_SETTINGS:  # unset, they hash as campaigns did before the settings existed
+            if data.get(optional) is None:
+                data.pop(optional, None)
         return content_hash(data)
 
 
