@@ -91,7 +91,7 @@ def _expert_trajectory(env, seed: int, variant, steps: int = 40) -> np.ndarray:
     return np.concatenate(rows)
 
 
-@pytest.mark.parametrize("name", ["pick-place", "drawer-open"])
+@pytest.mark.parametrize("name", ["pick-place", "push"])
 def test_the_direct_sawyer_build_gives_the_episodes_of_metaworlds_mt1_setup(name, monkeypatch):
     from assay.sim import metaworld_env, resolve_variant
 
