@@ -13,8 +13,9 @@ Unpaired (no common seeds, or ``paired=False``): Newcombe's hybrid score interva
 (``scipy.stats.fisher_exact``).
 
 Suite level: the difference is the mean over tasks of the per-task differences,
-its interval from seeded Jeffreys posterior draws of every task's table (paired:
-Dirichlet; unpaired: two Betas) or, with one task, that task's interval;
+its interval from seeded draws of every task's table (paired: the Jeffreys
+Dirichlet posterior; unpaired: each side's mid-p confidence distribution) or, with
+one task, that task's interval;
 the paired test pools the discordant pairs of every task (still exact: each
 discordant pair is a fair coin under the null whatever its task); the unpaired
 test is Fisher's on the pooled counts (ignoring the task strata, which makes it

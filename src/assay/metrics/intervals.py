@@ -8,12 +8,15 @@ there.
   (Newcombe 1998, Statistics in Medicine 17:2635, method 10), built from the two Wilson intervals
   and the correlation of the paired outcomes, with Newcombe's corrected φ* (0 when
   0 ≤ ad − bc ≤ n/2, φ shrunk by n/2 above it, 0 when a margin is empty). Closed form.
-* **Posterior draws for aggregates** (a suite of tasks, a paired ratio): each task's paired table
-  (both succeeded, only A, only B, neither) gets the Jeffreys posterior Dirichlet(counts + ½), each
-  unpaired cell Beta(successes + ½, failures + ½); the statistic (mean over tasks of the
-  differences, a mean of rates, the ratio of the paired rates) is computed per draw and the central
+* **Draws for aggregates** (a suite of tasks, a paired ratio): each task's paired table (both
+  succeeded, only A, only B, neither) gets the Jeffreys posterior Dirichlet(counts + ½); each
+  unpaired cell's rate is drawn from its **mid-p confidence distribution**, the even mixture of
+  Beta(k, n − k + 1) and Beta(k + 1, n − k) (Beta(0, ·) is 0 and Beta(·, 0) is 1), whose central
+  range *is* the mid-p interval, so one task gives the default interval exactly and a suite of
+  tasks the same construction for their mean. The statistic (mean over tasks of the differences, a
+  mean of rates, the ratio of the paired rates) is computed per draw and the central
   ``confidence`` range of ``DRAWS`` seeded draws is the interval. A cell with no discordant pair
-  still has posterior mass on discordance, so the interval is never a point.
+  still has mass on discordance, and a rate of n of n on 1 − ε, so the interval is never a point.
 """
 
 from __future__ import annotations
@@ -76,8 +79,11 @@ def paired_draws(rng: np.random.Generator, table: Sequence[int], draws: int = DR
 
 
 def rate_draws(rng: np.random.Generator, successes: int, trials: int, draws: int = DRAWS) -> np.ndarray:
-    """Draws of one cell's rate from Beta(successes + ½, failures + ½)."""
-    return rng.beta(successes + PRIOR, trials - successes + PRIOR, size=draws)
+    """Draws of one cell's rate from its mid-p confidence distribution (see the module doc)."""
+    k, n = successes, trials
+    low = np.zeros(draws) if k == 0 else rng.beta(k, n - k + 1, size=draws)
+    high = np.ones(draws) if k == n else rng.beta(k + 1, n - k, size=draws)
+    return np.where(rng.random(draws) < 0.5, low, high)
 
 
 def paired_difference_draws(rng: np.random.Generator, table: Sequence[int], draws: int = DRAWS) -> np.ndarray:

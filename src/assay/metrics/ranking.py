@@ -2,8 +2,9 @@
 
 The suite score of a policy is the mean of its per-task success rates (``error``
 episodes excluded). Its interval is ``metrics.intervals.mean_rate_interval``: the
-default binomial interval for one task, seeded Jeffreys posterior draws of every
-task's rate for several (a bootstrap of 8 of 8 on every task would say [1, 1]).
+default binomial interval for one task, seeded draws of every task's rate from its
+mid-p confidence distribution for several (a bootstrap of 8 of 8 on every task would
+say [1, 1]).
 The rank intervals and the pairwise probabilities come from one seeded bootstrap:
 in each resample, for every
 task, the rows of the task's seed × policy table are drawn with replacement

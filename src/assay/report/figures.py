@@ -49,7 +49,7 @@ def _svg(fig: Any) -> str:
 
 
 def leaderboard_svg(board: Leaderboard) -> str:
-    """Suite score per policy with its interval (Jeffreys posterior draws), best on top."""
+    """Suite score per policy with its interval (mid-p confidence draws), best on top."""
     plt = _pyplot()
     rows = [r for r in board.rows if r.score is not None]
     fig, ax = plt.subplots(figsize=(6.4, 0.45 * max(2, len(rows)) + 0.8))
