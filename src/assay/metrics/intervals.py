@@ -81,9 +81,12 @@ def paired_draws(rng: np.random.Generator, table: Sequence[int], draws: int = DR
 def rate_draws(rng: np.random.Generator, successes: int, trials: int, draws: int = DRAWS) -> np.ndarray:
     """Draws of one cell's rate from its mid-p confidence distribution (see the module doc)."""
     k, n = successes, trials
-    low = np.zeros(draws) if k == 0 else rng.beta(k, n - k + 1, size=draws)
-    high = np.ones(draws) if k == n else rng.beta(k + 1, n - k, size=draws)
-    return np.where(rng.random(draws) < 0.5, low, high)
+    lower = rng.random(draws) < 0.5  # which half of the mixture each draw comes from
+    out = np.empty(draws)
+    m = int(lower.sum())
+    out[lower] = 0.0 if k == 0 else rng.beta(k, n - k + 1, size=m)
+    out[~lower] = 1.0 if k == n else rng.beta(k + 1, n - k, size=draws - m)
+    return out
 
 
 def paired_difference_draws(rng: np.random.Generator, table: Sequence[int], draws: int = DRAWS) -> np.ndarray:
