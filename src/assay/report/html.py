@@ -49,16 +49,18 @@ def _leaderboard(data: ReportData) -> str:
         return "<p class='muted'>No scored episodes yet.</p>"
     rows = [[escape(r.policy), escape(r.rank_text), pct(r.score), f"[{pct(r.ci_low)}, {pct(r.ci_high)}]",
              str(r.scored), str(r.errors)] for r in board.rows]
-    signoffs = [[escape(s.task), f"<span class='{'ok' if s.validated else 'warn'}'>{escape(s.label)}</span>",
+    signoffs = [[escape(s.task), escape(", ".join(s.variants)),
+                 f"<span class='{'ok' if s.validated else 'warn'}'>{escape(s.label)}</span>",
                  escape(s.reason)] for s in data.signoffs]
     has_variants = any(r.variant_name != "nominal" for r in data.records)
     return (
-        (f"<p class='muted'>Nominal variant only; {board.n_resamples} bootstrap resamples, seed {board.seed}.</p>"
+        (f"<p class='muted'>Nominal variant only; {board.n_resamples} bootstrap resamples (ranks), seed {board.seed}.</p>"
          if has_variants else f"<p class='muted'>{board.n_resamples} bootstrap resamples, seed {board.seed}.</p>")
         + table(["policy", "rank [interval]", "score", f"{board.confidence:.0%} interval", "scored", "errors"],
                  rows, {2, 3, 4, 5})
         + f"<div class='figure'>{figures.leaderboard_svg(board)}</div>"
-        + "<h3>Sign-off</h3>" + table(["task", "status", "why"], signoffs)
+        + "<h3>Sign-off</h3><p class='muted'>Validated only by a calibration of the same task, variant set "
+          "and policies.</p>" + table(["task", "variants", "status", "why"], signoffs)
     )
 
 
