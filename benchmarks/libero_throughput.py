@@ -63,7 +63,8 @@ def campaign(episodes: int, workers: int, horizon: int) -> None:
             spec = Path(tmp) / "c.json"
             spec.write_text(json.dumps({"name": "libero-bench", "episodes": episodes, "envs_per_worker": 1,
                                         "replan_every": 5, "tasks": [SOUP], "horizon": horizon,
-                                        "policies": [f"remote:ws://127.0.0.1:{port}"]}))
+                                        "policies": [{"name": "fake-pi0", "remote": f"ws://127.0.0.1:{port}",
+                                                      "version": "fake-pi0-libero-1"}]}))  # no server identity
             assay = str(Path(sys.executable).with_name("assay"))
             start = time.perf_counter()
             subprocess.run([assay, "run", str(spec), "--store", str(Path(tmp) / "s"), "--workers", str(workers),
