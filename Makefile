@@ -112,8 +112,8 @@ test-interop: install-test $(INTEROP_VENV)/.installed
 	ASSAY_INTEROP_PYTHON=$(INTEROP_VENV)/bin/python $(PY) -m pytest -q -m interop tests/test_export_interop.py
 
 # The flywheel experiment (issue 21, docs/RESULTS.md): base BC on a slice of the workspace; random, targeted
-# (from failure mining), DAgger-relabel and oracle arms at an equal budget; 5 replicates. About 40 minutes on 2
-# cores; a rerun resumes every episode and checkpoint. The report of any of its campaigns shows the section.
+# (from failure mining), DAgger-relabel and oracle arms at an equal budget; 5 replicates. About 50 minutes on 2
+# shared cores; a rerun resumes every episode and checkpoint. The report of any of its campaigns shows the section.
 FLYWHEEL_STORE ?= runs/flywheel
 flywheel: install-test
 	$(ASSAY) budget --delta 0.10 --power 0.8 --paired --baseline 0.7
