@@ -85,7 +85,7 @@ bootstrap: 200
 @pytest.mark.sim
 @pytest.mark.slow
 def test_flywheel_design_runs_end_to_end_and_a_rerun_resumes_everything(tmp_path):
-    """About 40 s on 2 cores (2 replicates x (12 expert + 6 probe + 5 x 4 evaluation episodes), 10 tiny trainings);
+    """23 s at load 5, about 2 min at load 12, on the shared 2 cores (2 replicates x (12 expert + 6 probe + 5 x 4 evaluation episodes), 10 tiny trainings);
     the rerun reads everything back in a few seconds."""
     from assay.store import Store
 
