@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve lint semantic-profile flywheel test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence install install-test clean zoo
+.PHONY: demo report serve lint semantic-profile flywheel test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
 SYSTEM_READY := $(VENV)/.system
@@ -145,6 +145,10 @@ bench: install
 
 sequential-evidence: install
 	$(PY) benchmarks/sequential_evidence.py
+
+# Blind twin attribution over six hidden realities (docs/TWIN.md; about 40 min on 2 cores).
+twin-blind: install
+	$(PY) benchmarks/twin_blind.py --out runs/twin-blind
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

@@ -16,7 +16,8 @@ profile over every value in their range. The search alternates profiles (every
 integer value; 9 points across a continuous factor's range) and bounded Powell
 runs (derivative-free: a replay has no gradient) over the continuous factors from
 the best point so far and from ``restarts`` seeded random starts, until a round
-improves nothing. Among fits consistent with the data (within the measurement
+improves nothing; the first round screens one factor at a time from the start twin
+and keeps the best single change. Among fits consistent with the data (within the measurement
 tolerance), the one that moves the fewest factors from the start twin is kept: each
 moved factor is put back and the others re-fitted. :mod:`assay.twin.identifiability`
 then gives each fitted value an interval and names the parameters the trajectories
@@ -250,13 +251,17 @@ def _search(search: _Search, point: dict[str, float | int], max_evaluations: int
     continuous = [c for c in search.coordinates if c.space != "integer"]
     rng = np.random.default_rng(derive_seed("sysid-restarts", seed))
     best = search.rms(point)
-    for _ in range(4):  # rounds
+    for round_index in range(4 if best > 0 else 0):  # rounds (none when the start already replays exactly)
         before = best
+        # The first round screens one factor at a time from the start (the best single change wins: a
+        # latency is found as a latency, not as the gain that a first gain profile would settle on);
+        # later rounds are coordinate descent from the best point.
+        origin = dict(point)
         for coordinate in search.coordinates:
             for value in coordinate.grid():
                 if search.replay.evaluations >= max_evaluations:
                     break
-                candidate = {**point, coordinate.name: value}
+                candidate = {**(origin if round_index == 0 else point), coordinate.name: value}
                 if search.rms(candidate) < best:
                     point, best = candidate, search.rms(candidate)
         if continuous and best > 0:
