@@ -167,7 +167,7 @@ def _budget(gap: float, real: dict[str, float]) -> tuple[int | None, str | None]
     if gap <= 0:
         return None, None
     baseline = round(float(np.mean(list(real.values()))), 2)
-    delta = round(min(gap, 0.99), 2)
+    delta = round(min(gap, max(baseline, 1 - baseline)), 2)  # a gap the rates can have from this baseline
     try:
         n = episode_budget(delta, baseline=baseline).episodes_per_cell
     except AssayError:
