@@ -58,3 +58,14 @@ def test_run_writes_the_results_csv(tmp_path):
                     "--store", str(tmp_path / "store"), "--json")
     assert result.exit_code == 0, result.output
     assert out.read_text().splitlines() == ["task,policy,successes,trials", "metaworld/push@1,e,0,1"]
+    twin.with_name("start.yaml").write_text("name: start\ntask: metaworld/push@1\ndynamics: {friction: 0.5}\n")
+    sysid = invoke("sysid", "--twin", str(twin.with_name("start.yaml")), "--real-campaign", "s",
+                   "--parameters", "control.latency", "--max-evaluations", "12", "--store", str(tmp_path / "store"),
+                   "--json")
+    assert sysid.exit_code == 0, sysid.output
+    document = json.loads(sysid.output)
+    assert document["fitted"] == {"control.latency": 0.0} and document["intervals"]["control.latency"][0] == 0.0
+    refused = invoke("calibrate-rendering", str(study), "--twin", str(twin), "--real-campaign", "s", "--policy", "e",
+                     "--parameters", "friction", "--store", str(tmp_path / "store"))
+    assert refused.exit_code == 2
+    assert "cannot fit friction from a camera policy's trace; valid: light.intensity" in refused.output
