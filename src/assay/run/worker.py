@@ -21,7 +21,7 @@ from pathlib import Path
 
 from assay.errors import AssayError
 from assay.policies import Policy, make_policy
-from assay.run.batch import Fault, FaultKind, describe_error
+from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import rollout
 from assay.sim import SafetyFilter, SimEnv, make_env, perturbed
@@ -82,18 +82,19 @@ class Worker:
         return self._policies[key]
 
     def run_batch(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
+        batch = EpisodeBatch.of(jobs)  # the cell's settings, held once (ValueError for a mixed batch)
         try:
-            policy = self._policy(jobs[0].policy.spec)  # first: its imports must precede the renderer's
-            envs = [perturbed(env, jobs[0].variant) for env in self._environments(jobs[0], len(jobs))]
-            if jobs[0].safety:  # outermost: it sees the policy's own action
+            policy = self._policy(batch.policy.spec)  # first: its imports must precede the renderer's
+            envs = [perturbed(env, batch.variant) for env in self._environments(batch.jobs[0], len(batch))]
+            if batch.safety:  # outermost: it sees the policy's own action
                 envs = [SafetyFilter(env) for env in envs]
         except Exception as exc:  # noqa: BLE001 - becomes an error outcome for each job
             fault = Fault(FaultKind.SETUP, f"setup failed: {describe_error(exc)}")
-            recorders = [EpisodeRecorder(job) for job in jobs]
+            recorders = [EpisodeRecorder(job) for job in batch.jobs]
             for recorder in recorders:
                 recorder.fail(fault)
         else:
-            recorders = rollout(envs, policy, jobs, render_on_demand=self.render_on_demand)
+            recorders = rollout(envs, policy, batch, render_on_demand=self.render_on_demand)
         return [self._save(recorder) for recorder in recorders]
 
     def _save(self, recorder: EpisodeRecorder) -> EpisodeRecord:
