@@ -116,3 +116,17 @@ def test_a_factor_the_trajectories_never_exercise_is_reported_not_identifiable(t
     assert result.fitted["friction"] == 1.0 and result.residual_after == 0.0
     assert result.intervals["friction"] == (0.1, 3.0)
     assert any(w.startswith("friction is not identifiable") for w in result.warnings)
+
+
+def test_sysid_fits_only_factors_that_apply_to_the_task():
+    """object.mass is a silent no-op without an object body: the default set leaves it out there, and asking
+    for it is one clear error (it used to reach the factor check mid-search)."""
+    from assay.twin.sysid import default_parameters
+
+    drawer, push = default_registry().get("metaworld/drawer-open@1"), default_registry().get("metaworld/push@1")
+    assert default_parameters(push) == DEFAULT_PARAMETERS
+    assert default_parameters(drawer) == tuple(p for p in DEFAULT_PARAMETERS if p != "object.mass")
+    assert [c.name for c in check_parameters(["friction"], drawer)] == ["friction"]
+    with pytest.raises(TwinError, match=r"cannot fit object.mass on metaworld/drawer-open@1: the task has no object "
+                                        r"body .*; valid: control.gain, .*friction"):
+        check_parameters(["object.mass", "friction"], drawer)

@@ -16,7 +16,6 @@ from assay.metrics.results_csv import read_results_csv
 from assay.sim import default_registry
 from assay.spec import load_campaign
 from assay.twin import (
-    DEFAULT_PARAMETERS,
     DEFAULT_RENDERING,
     Layer,
     TwinError,
@@ -106,7 +105,8 @@ def sysid(
     twin: TwinArg,
     real_campaign: Annotated[str, typer.Option("--real-campaign", help="Campaign whose recorded episodes are the real trajectories.")],
     real_store: Annotated[Path | None, typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
-    parameters: Annotated[str, typer.Option(help="Comma-separated factors to fit.")] = ",".join(DEFAULT_PARAMETERS),
+    parameters: Annotated[str | None, typer.Option(help="Comma-separated factors to fit (default: every control and "
+                                                     "dynamics factor that applies to the task).")] = None,
     policy: Annotated[str | None, typer.Option(help="Only this policy's real episodes.")] = None,
     max_trajectories: Annotated[int, typer.Option(min=1, help="Use at most this many real episodes.")] = 4,
     max_evaluations: Annotated[int, typer.Option(min=1, help="Search budget (twin replays).")] = 240,
@@ -122,7 +122,8 @@ def sysid(
         with open_store(real_store or store, catalog if real_store is None else None) as opened:
             trajectories = trajectories_from_store(opened, real_campaign, policy, max_trajectories)
         task = default_registry().get(start.task)
-        result = identify(task, trajectories, start, split_list(parameters), max_evaluations, restarts=restarts,
+        chosen = None if parameters is None else split_list(parameters)
+        result = identify(task, trajectories, start, chosen, max_evaluations, restarts=restarts,
                           tolerance=tolerance)
         calibrated = calibrated_twin(result, start, name=f"{start.name}-calibrated")
         if out is not None:

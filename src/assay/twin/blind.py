@@ -23,7 +23,7 @@ from assay.twin.attribution import Attribution, attribute
 from assay.twin.config import Layer, Twin, nominal_twin
 from assay.twin.rendering import calibrate_rendering, rendering_twin
 from assay.twin.running import TwinSettings, run_twins
-from assay.twin.sysid import DEFAULT_PARAMETERS, Trajectory, calibrated_twin, identify, trajectories_from_store
+from assay.twin.sysid import Trajectory, calibrated_twin, identify, trajectories_from_store
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def blind_attribution(reality: Twin, settings: TwinSettings, workdir: str | Path
         cameras = (trajectories_from_store(lab, "lab", budget.camera_policy, 1) if budget.camera_policy else [])
     # From here on: counts and episodes only.
     start = nominal_twin(reality.task)
-    fit = identify(task, states, start, DEFAULT_PARAMETERS, budget.sysid_evaluations, restarts=budget.restarts)
+    fit = identify(task, states, start, None, budget.sysid_evaluations, restarts=budget.restarts)
     calibrated = calibrated_twin(fit, start)
     rendering = None
     if cameras and budget.rendering_parameters:

@@ -38,6 +38,7 @@ from scipy.optimize import minimize
 from scipy.stats import pearsonr
 
 from assay.sim import FACTORS, make_env, perturbed
+from assay.sim.factors import not_applicable
 from assay.spec import TaskSpec, derive_seed
 from assay.store import EpisodeRecord, Store
 from assay.twin.config import Layer, Twin, TwinError, layer_of
@@ -173,8 +174,20 @@ class Coordinate:
         return [self.to_value(x) for x in np.linspace(*self.bounds, COARSE_POINTS)]
 
 
-def check_parameters(parameters: Sequence[str]) -> tuple[Coordinate, ...]:
+def default_parameters(task: TaskSpec) -> tuple[str, ...]:
+    """Every factor of :data:`DEFAULT_PARAMETERS` that can change ``task`` (no ``object.mass`` on a task
+    without an object body)."""
+    return tuple(name for name in DEFAULT_PARAMETERS if not_applicable(FACTORS[name], task) is None)
+
+
+def check_parameters(parameters: Sequence[str], task: TaskSpec | None = None) -> tuple[Coordinate, ...]:
     """The parameters' coordinates, or a TwinError naming what can be fitted."""
+    if task is not None:
+        for name in parameters:
+            why = not_applicable(FACTORS[name], task) if name in FACTORS else None
+            if why is not None:
+                raise TwinError(f"cannot fit {name} on {task.id}: {why}; "
+                                f"valid: {', '.join(default_parameters(task))}")
     if not parameters:
         raise TwinError(f"no parameters to fit; valid: {', '.join(DEFAULT_PARAMETERS)}")
     out = []
@@ -303,17 +316,18 @@ def _prune(search: _Search, point: dict[str, float | int], start: dict[str, floa
 
 
 def identify(task: TaskSpec, trajectories: Sequence[Trajectory], start: Twin,
-             parameters: Sequence[str] = DEFAULT_PARAMETERS, max_evaluations: int = 240,
+             parameters: Sequence[str] | None = None, max_evaluations: int = 240,
              dims: Sequence[int] = DEFAULT_DIMS, restarts: int = 2, tolerance: float = 0.0005,
              seed: int = 0) -> SysIdResult:
-    """Fit ``parameters`` of ``start`` (other values kept) to the trajectories; see the module docstring.
+    """Fit ``parameters`` of ``start`` (other values kept; None: :func:`default_parameters` of the task) to
+    the trajectories; see the module docstring.
 
     ``tolerance`` (metres RMS) is the measurement accuracy: the intervals hold the values whose replays
     stay within it of the best fit (:func:`assay.twin.identifiability.intervals`).
     """
     from assay.twin.identifiability import intervals
 
-    coordinates = check_parameters(tuple(parameters))
+    coordinates = check_parameters(default_parameters(task) if parameters is None else tuple(parameters), task)
     if tolerance <= 0:
         raise TwinError(f"tolerance {tolerance} is not valid; valid: a positive RMS in metres (e.g. 0.001)")
     base = start.values()
