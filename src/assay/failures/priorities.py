@@ -118,6 +118,18 @@ def _gini(failed: int, total: int) -> float:
     return 2 * rate * (1 - rate)
 
 
+def _outcome_matrix(records: Sequence[EpisodeRecord]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(initial conditions (n, d), failed (n,)) of episodes that can be split: every one with initial
+    conditions, at least ``2 * MIN_SIDE`` of them, and both outcomes present; else None."""
+    vectors = [_init_vector(r) for r in records]
+    if any(v is None for v in vectors) or len(records) < 2 * MIN_SIDE:
+        return None
+    failed = np.array([r.outcome is not Outcome.SUCCESS for r in records])
+    if failed.all() or not failed.any():
+        return None
+    return np.stack(vectors), failed  # type: ignore[arg-type]
+
+
 def failure_region(records: Sequence[EpisodeRecord]) -> InitRegion | None:
     """The failure-heavy side of the one-threshold split of the episodes' initial conditions that most
     reduces the Gini impurity of their outcomes (a CART decision stump; each side at least ``MIN_SIDE``
@@ -125,13 +137,10 @@ def failure_region(records: Sequence[EpisodeRecord]) -> InitRegion | None:
     initial conditions recorded). Unlike the largest gap in failure rate (:func:`split_initial_conditions`),
     the impurity criterion weighs each side by its size, so two failures at an extreme cannot outvote a
     region holding most of them."""
-    vectors = [_init_vector(r) for r in records]
-    if any(v is None for v in vectors) or len(records) < 2 * MIN_SIDE:
+    found = _outcome_matrix(records)
+    if found is None:
         return None
-    failed = np.array([r.outcome is not Outcome.SUCCESS for r in records])
-    if failed.all() or not failed.any():
-        return None
-    matrix = np.stack(vectors)  # type: ignore[arg-type]
+    matrix, failed = found
     n, parent = len(failed), _gini(int(failed.sum()), len(failed))
     best: tuple[float, int, float, bool] | None = None
     for component in range(matrix.shape[1]):
@@ -153,13 +162,10 @@ def failure_region(records: Sequence[EpisodeRecord]) -> InitRegion | None:
 
 def split_initial_conditions(records: Sequence[EpisodeRecord]) -> tuple[str, list[EpisodeRecord]] | None:
     """(label, episodes) of the failure-heaviest side of the best one-threshold split, or None."""
-    vectors = [_init_vector(r) for r in records]
-    if any(v is None for v in vectors) or len(records) < 2 * MIN_SIDE:
+    found = _outcome_matrix(records)
+    if found is None:
         return None
-    failed = np.array([r.outcome is not Outcome.SUCCESS for r in records])
-    if failed.all() or not failed.any():
-        return None
-    matrix = np.stack(vectors)  # type: ignore[arg-type]
+    matrix, failed = found
     best: tuple[float, int, float, bool] | None = None
     for component in range(matrix.shape[1]):
         values = np.unique(matrix[:, component])
