@@ -64,7 +64,14 @@ def test_each_session_keeps_its_own_state_and_seed():
                             "env_ids": np.array([1])})
         second = policy.act(batch)
         policy.reset(PolicyContext(state_task(), (5,), ("reach",)))
+        assert len(server.sessions) == 2
         fresh = policy.act({**batch, "state": np.zeros((1, 39)), "instruction": ["reach"], "env_ids": np.array([0])})
+        assert len(server.sessions) == 1, "a reset ends the client's earlier sessions (and frees their instances)"
+        other = RemotePolicy(server.url, timeout_s=5)  # another client's sessions are its own
+        other.reset(PolicyContext(state_task(), (8,), ("reach",)))
+        other.act({**batch, "state": np.zeros((1, 39)), "instruction": ["reach"], "env_ids": np.array([0])})
+        assert len(server.sessions) == 2
+        other.close()
         policy.close()
     assert first[:, 0, :3].tolist() == [[1, 7, 5], [1, 9, 18]]
     assert alone[:, 0, :3].tolist() == [[2, 9, 18]]

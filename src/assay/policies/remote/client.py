@@ -43,7 +43,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from assay.errors import EpisodeError, SpecError
 from assay.policies.contract import PROMPT_KEY, STATE_KEY, ImageLayout, PolicyContract, camera_wire_keys
 from assay.policies.protocol import PolicyContext
-from assay.policies.remote.wire import MAX_MESSAGE_BYTES, SEED_KEY, SESSION_KEY, STEP_KEY, WireError, packb, unpackb
+from assay.policies.remote.wire import (
+    MAX_MESSAGE_BYTES,
+    SEED_KEY,
+    SESSION_KEY,
+    STEP_KEY,
+    WireError,
+    packb,
+    session_id,
+    unpackb,
+)
 
 
 class PolicyUnavailableError(EpisodeError):
@@ -156,7 +165,8 @@ class RemotePolicy:
         self._images: dict[str, str] = {}  # wire key -> camera, set at reset from the task's cameras
         self._batch_sizes: dict[int, int] = {}  # env slot -> the server's batch size for its latest request
         self._seeds: tuple[int, ...] = ()
-        self._epoch = ""  # names this reset's sessions on the server
+        self._client = uuid.uuid4().hex  # names this client's sessions on the server
+        self._epoch = 0  # counts resets: a new one tells the server the previous episodes are over
         self._steps: dict[int, int] = {}  # env slot -> requests sent in its episode
 
     @staticmethod
@@ -166,7 +176,7 @@ class RemotePolicy:
     def reset(self, context: PolicyContext) -> None:
         # openpi servers have no reset; the served policy is a function of its observation
         self._images = camera_wire_keys([c.name for c in context.task.cameras], self.params.images)
-        self._seeds, self._epoch, self._steps = tuple(context.seeds), uuid.uuid4().hex, {}
+        self._seeds, self._epoch, self._steps = tuple(context.seeds), self._epoch + 1, {}
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         if self._loop is None:
@@ -210,7 +220,7 @@ class RemotePolicy:
                 slot = slots[row]
                 step = self._steps.get(slot, 0)
                 self._steps[slot] = step + 1
-                request.update({SESSION_KEY: f"{self._epoch}/{slot}", STEP_KEY: step,
+                request.update({SESSION_KEY: session_id(self._client, self._epoch, slot), STEP_KEY: step,
                                 SEED_KEY: int(self._seeds[slot]) if slot < len(self._seeds) else 0})
             rows.append(request)
         return rows

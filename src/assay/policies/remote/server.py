@@ -27,7 +27,8 @@ Requests from all connections meet in a :class:`DynamicBatcher`. Two ways to ser
   policy that keeps state per environment (a phase machine, an RNG stream, an action queue, an
   instruction embedding) behaves exactly as it does in process. An Assay client names the session
   in each request (``assay/session``, ``assay/seed``, ``assay/step``: the request's index within
-  its episode); a plain openpi client's connection is its session. A request for an unknown
+  its episode; a client's reset ends its earlier sessions, so the live ones are the environments
+  running now); a plain openpi client's connection is its session. A request for an unknown
   session past its first step (the server restarted, or evicted the session) is refused, so
   lost state never passes silently;
 * **stateless** (a policy class that declares ``stateless = True``, ``serve-policy --stateless``,
@@ -70,6 +71,7 @@ from assay.policies.remote.wire import (
     STEP_KEY,
     WireError,
     packb,
+    session_epoch,
     unpackb,
 )
 from assay.spec import TaskSpec
@@ -165,6 +167,7 @@ class PolicyServer:
         self.contract = contract if contract is not None else default_contract(policy, task)
         self.factory = None if getattr(policy, "stateless", False) else factory
         self.sessions: OrderedDict[str, Policy] = OrderedDict()  # least recently used first
+        self._epochs: dict[str, int] = {}  # Assay client -> its latest epoch (see _end_older_epochs)
         self._sessions_lock = threading.Lock()
         self.metadata: dict[str, Any] = {
             "assay": dict(identity or {}, task=task.id),
@@ -206,6 +209,7 @@ class PolicyServer:
                     raise LookupError(f"session {session!r} is unknown at step {row[STEP_KEY]}: the server restarted "
                                       "or evicted it, and its policy state is gone; rerun the episode")
                 assert self.factory is not None
+                self._end_older_epochs(session)
                 policy = self.factory()
                 prompt = row.get(PROMPT_KEY, self.task.instruction)
                 policy.reset(PolicyContext(self.task, (int(row.get(SEED_KEY, 0)),), (prompt,)))
@@ -217,6 +221,27 @@ class PolicyServer:
         except Exception:  # noqa: BLE001 - the session's policy failed: this row fails, and the session ends
             self.end_sessions([session])
             return _Traceback(traceback.format_exc())
+
+    def _end_older_epochs(self, session: str) -> None:
+        """A client's new epoch (it reset: its earlier episodes are over) ends its sessions of older epochs,
+        so the live sessions, each holding a policy instance, are the environments running now."""
+        found = session_epoch(session)
+        if found is None:
+            return
+        client, epoch = found
+        with self._sessions_lock:
+            if self._epochs.get(client, -1) >= epoch:
+                return
+            self._epochs[client] = epoch
+            if len(self._epochs) > self.config.max_sessions:  # forget clients long gone
+                self._epochs.pop(next(iter(self._epochs)))
+            stale = []
+            for name in self.sessions:
+                parts = session_epoch(name)
+                if parts is not None and parts[0] == client and parts[1] < epoch:
+                    stale.append(name)
+            for name in stale:
+                del self.sessions[name]
 
     def end_sessions(self, sessions: list[str]) -> None:
         with self._sessions_lock:

@@ -26,6 +26,19 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 SESSION_KEY, SEED_KEY, STEP_KEY = "assay/session", "assay/seed", "assay/step"
 """Request keys an Assay client adds for a server that keeps sessions (see ``remote.server``)."""
 
+
+def session_id(client: str, epoch: int, slot: int) -> str:
+    """An Assay client's session: ``client/epoch/slot`` (epoch counts the client's resets)."""
+    return f"{client}/{epoch}/{slot}"
+
+
+def session_epoch(session: str) -> tuple[str, int] | None:
+    """``(client, epoch)`` of a :func:`session_id`, or None for any other session name."""
+    parts = session.split("/")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return parts[0], int(parts[1])
+
 _ALLOWED_KINDS = frozenset("biufSU")
 _REFUSED_KINDS = frozenset("VOc")
 
