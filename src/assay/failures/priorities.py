@@ -25,7 +25,7 @@ policy's), best first within it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -130,6 +130,18 @@ def _outcome_matrix(records: Sequence[EpisodeRecord]) -> tuple[np.ndarray, np.nd
     return np.stack(vectors), failed  # type: ignore[arg-type]
 
 
+def _candidate_splits(matrix: np.ndarray) -> Iterator[tuple[int, float, np.ndarray]]:
+    """(component, threshold, below-mask) of every one-threshold split, midway between neighbouring
+    values, that leaves at least ``MIN_SIDE`` episodes on each side; components and thresholds in order."""
+    for component in range(matrix.shape[1]):
+        values = np.unique(matrix[:, component])
+        for low, high in zip(values[:-1], values[1:], strict=True):
+            threshold = float((low + high) / 2)
+            below = matrix[:, component] < threshold
+            if below.sum() >= MIN_SIDE and (~below).sum() >= MIN_SIDE:
+                yield component, threshold, below
+
+
 def failure_region(records: Sequence[EpisodeRecord]) -> InitRegion | None:
     """The failure-heavy side of the one-threshold split of the episodes' initial conditions that most
     reduces the Gini impurity of their outcomes (a CART decision stump; each side at least ``MIN_SIDE``
@@ -143,18 +155,12 @@ def failure_region(records: Sequence[EpisodeRecord]) -> InitRegion | None:
     matrix, failed = found
     n, parent = len(failed), _gini(int(failed.sum()), len(failed))
     best: tuple[float, int, float, bool] | None = None
-    for component in range(matrix.shape[1]):
-        values = np.unique(matrix[:, component])
-        for low, high in zip(values[:-1], values[1:], strict=True):
-            threshold = float((low + high) / 2)
-            below = matrix[:, component] < threshold
-            n_below = int(below.sum())
-            if n_below < MIN_SIDE or n - n_below < MIN_SIDE:
-                continue
-            f_below, f_above = int(failed[below].sum()), int(failed[~below].sum())
-            gain = parent - (n_below * _gini(f_below, n_below) + (n - n_below) * _gini(f_above, n - n_below)) / n
-            if best is None or gain > best[0] + 1e-12:
-                best = (gain, component, threshold, f_below / n_below > f_above / (n - n_below))
+    for component, threshold, below in _candidate_splits(matrix):
+        n_below = int(below.sum())
+        f_below, f_above = int(failed[below].sum()), int(failed[~below].sum())
+        gain = parent - (n_below * _gini(f_below, n_below) + (n - n_below) * _gini(f_above, n - n_below)) / n
+        if best is None or gain > best[0] + 1e-12:
+            best = (gain, component, threshold, f_below / n_below > f_above / (n - n_below))
     if best is None or best[0] <= 1e-12:
         return None
     return InitRegion(best[1], best[2], best[3])
@@ -167,17 +173,11 @@ def split_initial_conditions(records: Sequence[EpisodeRecord]) -> tuple[str, lis
         return None
     matrix, failed = found
     best: tuple[float, int, float, bool] | None = None
-    for component in range(matrix.shape[1]):
-        values = np.unique(matrix[:, component])
-        for low, high in zip(values[:-1], values[1:], strict=True):
-            threshold = float((low + high) / 2)
-            below = matrix[:, component] < threshold
-            if below.sum() < MIN_SIDE or (~below).sum() < MIN_SIDE:
-                continue
-            rate_below, rate_above = failed[below].mean(), failed[~below].mean()
-            gap = abs(rate_below - rate_above)
-            if best is None or gap > best[0] + 1e-12:
-                best = (gap, component, threshold, bool(rate_below > rate_above))
+    for component, threshold, below in _candidate_splits(matrix):
+        rate_below, rate_above = failed[below].mean(), failed[~below].mean()
+        gap = abs(rate_below - rate_above)
+        if best is None or gap > best[0] + 1e-12:
+            best = (gap, component, threshold, bool(rate_below > rate_above))
     if best is None or best[0] <= 0:
         return None
     _, component, threshold, below_worse = best
