@@ -170,16 +170,12 @@ def _run_pending(
         )
     store.save_resolved_campaign(spec.name, spec.content_hash(), campaign.resolved())
     store.clean_temporaries()
-    done = store.catalog.existing_keys(job.key for job in campaign.jobs)
-    damaged = set(store.damaged(done))
-    errored = {k for k, (outcome, _, _) in store.catalog.integrity(done).items()
-               if outcome == Outcome.ERROR.value} - damaged if retry_errors else set()
-    store.catalog.forget(sorted(damaged | errored))
-    done -= damaged | errored
-    store.catalog.link(spec.name, [(job.key, job.policy.name) for job in campaign.jobs if job.key in done])
-    pending = [job for job in campaign.jobs if job.key not in done]
+    resume = store.resume_plan((job.key for job in campaign.jobs), retry_errors)
+    store.forget(resume.forget)
+    store.catalog.link(spec.name, [(job.key, job.policy.name) for job in campaign.jobs if job.key in resume.done])
+    pending = [job for job in campaign.jobs if job.key not in resume.done]
     summary = CampaignSummary(spec.name, total=len(campaign.jobs), skipped=len(campaign.jobs) - len(pending),
-                              repaired=len(damaged), retried=len(errored))
+                              repaired=len(resume.damaged), retried=len(resume.errored))
     if on_start is not None:
         on_start(summary)
     batches = batch_jobs(pending, spec.envs_per_worker)

@@ -8,7 +8,7 @@ from assay.store.episodes import REQUIRED_COLUMNS, build_table, episode_relpath,
 from assay.store.locking import run_lock
 from assay.store.provenance import provenance
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
-from assay.store.store import Store
+from assay.store.store import ResumePlan, Store
 from assay.store.video import read_video, step_frames, video_relpath, write_video
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "EpisodeRecord",
     "Outcome",
     "REQUIRED_COLUMNS",
+    "ResumePlan",
     "SCHEMA_VERSION",
     "Store",
     "build_table",

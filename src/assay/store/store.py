@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from assay.store.episodes import (
     write_blob,
 )
 from assay.store.locking import run_lock
-from assay.store.records import SCHEMA_VERSION, EpisodeRecord
+from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.validation import file_problem, table_problem
 
 DEFAULT_CATALOG = "sqlite (catalog.sqlite in the store)"
@@ -58,6 +59,25 @@ def public_catalog_url(url: str | None) -> str:
         return url
     public = URL.create(given.drivername, given.username, None, given.host, given.port, given.database, given.query)
     return str(public.render_as_string(hide_password=False))
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What a resume does with a campaign's keys, decided by :meth:`Store.resume_plan`.
+
+    ``done`` are kept (skipped, linked to the campaign); ``damaged`` (an unreadable row, an
+    untrusted step file) and ``errored`` (recorded as ``error``, only with ``retry_errors``)
+    are forgotten and re-run, as is every key never recorded. The three sets are disjoint.
+    """
+
+    done: frozenset[str]
+    damaged: frozenset[str]
+    errored: frozenset[str]
+
+    @property
+    def forget(self) -> list[str]:
+        """The recorded keys to forget before they are re-run (sorted)."""
+        return sorted(self.damaged | self.errored)
 
 
 class Store:
@@ -173,6 +193,22 @@ class Store:
             if problem is not None:
                 found[key] = problem
         return found
+
+    def resume_plan(self, keys: Iterable[str], retry_errors: bool = False) -> ResumePlan:
+        """Decide which of ``keys`` a resume keeps and which it re-runs; reads only, changes nothing.
+
+        A recorded episode is kept unless :meth:`damaged` finds it untrusted or, with
+        ``retry_errors``, it was recorded as ``error``.
+        """
+        recorded = self.catalog.existing_keys(keys)
+        damaged = set(self.damaged(recorded))
+        errored = ({key for key, row in self.catalog.integrity(recorded).items() if row[0] == Outcome.ERROR.value}
+                   - damaged if retry_errors else set())
+        return ResumePlan(frozenset(recorded - damaged - errored), frozenset(damaged), frozenset(errored))
+
+    def forget(self, keys: Iterable[str]) -> int:
+        """Forget episodes so they can be re-run (see :meth:`Catalog.forget`); how many rows went."""
+        return self.catalog.forget(keys)
 
     def steps(self, record: EpisodeRecord, verify: bool = True) -> pa.Table:
         """The per-step table of an episode, checked against its recorded checksum."""
