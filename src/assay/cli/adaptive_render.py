@@ -14,7 +14,9 @@ def _variant(key: str) -> str:
 def adaptive_render(state: dict[str, Any]) -> list[Table | str]:
     """The questions table and one line of episodes used against the fixed-n design (from adaptive.json)."""
     design = state["design"]
-    title = (f"adaptive goal {design['goal']} ({design['method']} test, alpha {design['alpha']}, power "
+    progress = design.get("endpoint") == "progress"  # absent: the success endpoint
+    test = "progress score, betting CS" if progress else f"{design['method']} test"
+    title = (f"adaptive goal {design['goal']} ({test}, alpha {design['alpha']}, power "
              f"{design['power']}, delta {design['delta']}, batch {design['batch']}, horizon {design['max_episodes']}): "
              "anytime-valid p-values and confidence sequences (fixed-n p-values are invalid after optional stopping)")
     table = Table(title=title, title_justify="left")
@@ -22,9 +24,10 @@ def adaptive_render(state: dict[str, Any]) -> list[Table | str]:
                    "seq. p"):
         table.add_column(column, justify="right" if column in ("episodes/cell", "estimate", "seq. p") else "left")
     for q in state["questions"]:
-        name = " vs ".join(q["policies"]) if q["kind"] == "compare" else f"{q['policies'][0]} rate"
+        name = " vs ".join(q["policies"]) if q["kind"] == "compare" else (
+            f"{q['policies'][0]} {'mean progress' if progress else 'rate'}")
         if q["kind"] == "compare" and q["a_only"] is not None:
-            name += f" ({q['a_only']}:{q['b_only']} discordant)"
+            name += f" ({q['a_only']}:{q['b_only']} {'higher' if progress else 'discordant'})"
         table.add_row(q["task"], _variant(q["variant"]), name, str(q["episodes"]), q["reason"] or "running",
                       f"{q['estimate']:+.3f}" if q["kind"] == "compare" else f"{q['estimate']:.3f}",
                       f"[{q['low']:.3f}, {q['high']:.3f}]",

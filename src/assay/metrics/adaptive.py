@@ -21,6 +21,12 @@ Questions, per task × variant:
 * ``interval``: each cell's Beta-mixture confidence sequence at level α; the cell
   stops when its half-width is ≤ ``width``.
 
+The ``endpoint`` says what an outcome is: ``success`` (default) 0/1 as above;
+``progress`` a score in [0, 1] (``assay.run.adaptive.progress_score``), judged by
+the betting confidence sequence instead (``metrics/sequential_scores.py``: compare
+and rank decide when the CS of E[a − b] excludes 0; interval uses the betting CS of
+the cell's mean score). Looks, pairing, errors and yardsticks are the same.
+
 The fixed-n yardstick per cell: paired McNemar at (α, power, δ) for compare, at
 (α / pairs, power, δ) for rank, and ⌈z²_{1−α/2} · ¼ / w²⌉ (the Wald interval at
 p = ½) for interval. ``saved`` = 1 − used / fixed.
@@ -36,7 +42,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import norm
 
-from assay.metrics.sequential import BUDGET, DECIDED, NARROW, compare_stop, fixed_n_pairs, rate_cs
+from assay.metrics.sequential import BUDGET, DECIDED, NARROW, compare_stop, fixed_n_pairs, mean_cs, rate_cs
+from assay.metrics.sequential_scores import scores_compare_stop
 from assay.spec import CampaignSpec
 
 Cell = tuple[str, str, str]  # (policy, task, variant key)
@@ -55,6 +62,7 @@ class Design:
     batch: int
     width: float | None
     method: str
+    endpoint: str = "success"  # or "progress"
 
 
 @dataclass(frozen=True)
@@ -105,8 +113,11 @@ class AdaptiveState:
         return 1.0 - self.episodes_used / self.episodes_fixed if self.episodes_fixed else 0.0
 
     def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return {**asdict(self), "saved": self.saved}
+        """Plain data for JSON (the default endpoint is left out: success campaigns write what they always did)."""
+        data = {**asdict(self), "saved": self.saved}
+        if self.design.endpoint == "success":
+            del data["design"]["endpoint"]
+        return data
 
 
 def _looks(n: int, batch: int, horizon: int) -> list[int]:
@@ -125,17 +136,29 @@ def _compare(design: Design, alpha: float, task: str, variant: str, a_name: str,
     x, y = a[:n][valid], b[:n][valid]
     looks = [int(counts[e - 1]) for e in ends]
     at_budget = n >= design.max_episodes
-    result = compare_stop(x, y, alpha=alpha, power=design.power, delta=design.delta, max_pairs=design.max_episodes,
-                          method=design.method, looks=looks, final=at_budget) if looks else None
+    if not looks:
+        result = None
+    elif design.endpoint == "progress":
+        result = scores_compare_stop(x, y, alpha=alpha, power=design.power, delta=design.delta,
+                                     max_pairs=design.max_episodes, looks=looks, final=at_budget)
+    else:
+        result = compare_stop(x, y, alpha=alpha, power=design.power, delta=design.delta,
+                              max_pairs=design.max_episodes, method=design.method, looks=looks, final=at_budget)
     if result is None:
         reason = BUDGET if at_budget else None
         return Question("compare", task, variant, (a_name, b_name), ends[-1] if ends else 0, reason,
                         1.0 if reason else None,
-                        float(np.mean(x - y)) if x.size else 0.0, -1.0, 1.0, int(np.sum((x == 1) & (y == 0))),
-                        int(np.sum((x == 0) & (y == 1))))
+                        float(np.mean(x - y)) if x.size else 0.0, -1.0, 1.0, *_one_sided(design, x, y))
     episodes = ends[looks.index(result.pairs)] if result.pairs in looks else ends[-1]
     return Question("compare", task, variant, (a_name, b_name), episodes, result.reason, result.p_value,
                     result.difference, result.ci_low, result.ci_high, result.a_only, result.b_only)
+
+
+def _one_sided(design: Design, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+    """Pairs won by A and by B: discordant successes, or (progress) the higher score."""
+    if design.endpoint == "progress":
+        return int(np.sum(x > y)), int(np.sum(x < y))
+    return int(np.sum((x == 1) & (y == 0))), int(np.sum((x == 0) & (y == 1)))
 
 
 def _interval(design: Design, task: str, variant: str, policy: str, values: np.ndarray) -> Question:
@@ -144,7 +167,8 @@ def _interval(design: Design, task: str, variant: str, policy: str, values: np.n
     last = None
     for end in ends:
         scored = values[:end][~np.isnan(values[:end])]
-        ci = rate_cs(int(scored.sum()), int(scored.size), design.alpha)
+        ci = (mean_cs(scored.tolist(), design.alpha) if design.endpoint == "progress"
+              else rate_cs(int(scored.sum()), int(scored.size), design.alpha))
         rate = float(scored.mean()) if scored.size else 0.0
         if ci.width / 2 <= design.width + 1e-12:
             return Question("interval", task, variant, (policy,), end, NARROW, None, rate, ci.low, ci.high)
@@ -201,7 +225,7 @@ def design_for(spec: CampaignSpec) -> Design:
         raise ValueError(f"campaign {spec.name!r} is not adaptive")
     policies = ad.policies or tuple(p.name for p in spec.policies)
     return Design(ad.goal.value, tuple(policies), ad.alpha, ad.power, ad.delta, ad.max_episodes, ad.batch,
-                  ad.width, ad.method)
+                  ad.width, ad.method, ad.endpoint.value)
 
 
 def judge_for(spec: CampaignSpec) -> Callable[[Mapping[Cell, Sequence[float]]], AdaptiveState]:

@@ -55,7 +55,7 @@ saved.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
@@ -203,33 +203,20 @@ def rate_cs(successes: int, trials: int, alpha: float = 0.05) -> Interval2:
     return Interval2(float(low), float(high))
 
 
-def mean_cs_path(x: np.ndarray, alpha: float = 0.05, grid_size: int = GRID,
-                 looks: Sequence[int] | np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Betting CS for the mean of [0, 1] scores after each prefix in ``looks`` (default every one):
-    (low, high), each (campaigns, len(looks)); intersected over the looks.
-
-    Row by row the capital K±(m) is updated on a grid of candidate means; the
-    reported endpoints are widened by one grid step (the true set is an interval
-    whose ends lie between an excluded and an included grid point).
-    """
-    _check_alpha(alpha)
-    x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+def _check_scores(x: np.ndarray) -> None:
     if x.size and (np.nanmin(x) < 0.0 or np.nanmax(x) > 1.0):
         raise AssayError("scores for a betting confidence sequence must lie in [0, 1]")
+
+
+def _capital_at_looks(x: np.ndarray, alpha: float, grid: np.ndarray,
+                      at: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+    """(look index, log K±(m) on ``grid``, (campaigns, grid)) after each prefix in ``at`` (see module docstring)."""
     n_c, n_t = x.shape
-    grid = np.linspace(0.0, 1.0, grid_size)
-    step = 1.0 / (grid_size - 1)
-    threshold = math.log(1.0 / alpha)
     cap_plus = np.minimum(BET_CAP / np.maximum(grid, 1e-12), 1e6)
     cap_minus = np.minimum(BET_CAP / np.maximum(1.0 - grid, 1e-12), 1e6)
-    log_plus = np.zeros((n_c, grid_size))
-    log_minus = np.zeros((n_c, grid_size))
-    inside = np.ones((n_c, grid_size), dtype=bool)
-    at = list(range(1, n_t + 1)) if looks is None else [int(v) for v in looks]
-    if any(not 1 <= v <= n_t for v in at):
-        raise AssayError(f"looks must lie in 1..{n_t}")
+    log_plus = np.zeros((n_c, grid.size))
+    log_minus = np.zeros((n_c, grid.size))
     column = {v: k for k, v in enumerate(at)}
-    low, high = np.full((n_c, len(at)), np.nan), np.full((n_c, len(at)), np.nan)
     total, sq = np.zeros(n_c), np.zeros(n_c)
     for t in range(n_t):
         i = t + 1
@@ -241,15 +228,61 @@ def mean_cs_path(x: np.ndarray, alpha: float = 0.05, grid_size: int = GRID,
         total += x[:, t]
         sq += (x[:, t] - (0.5 + total) / (i + 1)) ** 2
         k = column.get(i)
-        if k is None:
-            continue
-        inside &= (np.logaddexp(log_plus, log_minus) - math.log(2.0)) < threshold
+        if k is not None:
+            yield k, np.logaddexp(log_plus, log_minus) - math.log(2.0)
+
+
+def _look_list(n_t: int, looks: Sequence[int] | np.ndarray | None) -> list[int]:
+    at = list(range(1, n_t + 1)) if looks is None else [int(v) for v in looks]
+    if any(not 1 <= v <= n_t for v in at):
+        raise AssayError(f"looks must lie in 1..{n_t}")
+    return at
+
+
+def mean_cs_path(x: np.ndarray, alpha: float = 0.05, grid_size: int = GRID,
+                 looks: Sequence[int] | np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Betting CS for the mean of [0, 1] scores after each prefix in ``looks`` (default every one):
+    (low, high), each (campaigns, len(looks)); intersected over the looks.
+
+    Row by row the capital K±(m) is updated on a grid of candidate means; the
+    reported endpoints are widened by one grid step (the true set is an interval
+    whose ends lie between an excluded and an included grid point).
+    """
+    _check_alpha(alpha)
+    x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    _check_scores(x)
+    n_c, n_t = x.shape
+    grid = np.linspace(0.0, 1.0, grid_size)
+    step = 1.0 / (grid_size - 1)
+    threshold = math.log(1.0 / alpha)
+    at = _look_list(n_t, looks)
+    inside = np.ones((n_c, grid_size), dtype=bool)
+    low, high = np.full((n_c, len(at)), np.nan), np.full((n_c, len(at)), np.nan)
+    for k, log_k in _capital_at_looks(x, alpha, grid, at):
+        inside &= log_k < threshold
         any_in = inside.any(axis=1)
         first = np.argmax(inside, axis=1)
         last = grid_size - 1 - np.argmax(inside[:, ::-1], axis=1)
         low[:, k] = np.where(any_in, np.maximum(grid[first] - step, 0.0), np.nan)
         high[:, k] = np.where(any_in, np.minimum(grid[last] + step, 1.0), np.nan)
     return low, high
+
+
+def mean_p_path(x: np.ndarray, null: float = 0.5, alpha: float = 0.05,
+                looks: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+    """Anytime-valid p-values for "the mean of the [0, 1] scores is ``null``" after each prefix in ``looks``:
+    min(1, 1 / max over the looks so far of K±(null)), the same bets (tuned to ``alpha``) as
+    :func:`mean_cs_path`, so p ≤ α exactly when ``null`` has left the confidence sequence on its grid."""
+    _check_alpha(alpha)
+    x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    _check_scores(x)
+    at = _look_list(x.shape[1], looks)
+    best = np.zeros(x.shape[0])
+    p = np.ones((x.shape[0], len(at)))
+    for k, log_k in _capital_at_looks(x, alpha, np.array([float(null)]), at):
+        best = np.maximum(best, log_k[:, 0])
+        p[:, k] = np.minimum(1.0, np.exp(-best))
+    return p
 
 
 def mean_cs(scores: Sequence[float], alpha: float = 0.05) -> Interval2:

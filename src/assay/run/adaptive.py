@@ -12,18 +12,26 @@ rerun, finds its finished episodes in the catalog, completes the interrupted rou
 and reaches the same decisions. The final state (why each cell stopped, the
 sequential p-values and intervals, episodes used and the fixed-n yardstick) is
 written to ``campaigns/NAME/adaptive.json``.
+
+With ``adaptive.endpoint: progress`` an outcome is the episode's progress score
+(:func:`progress_score`) instead of its 0/1 success; only Meta-World tasks report
+one (``info.goal_progress``), so other backends are refused before anything runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
+from assay.errors import SpecError
 from assay.spec import EpisodeJob
-from assay.store import Outcome, Store, write_blob
+from assay.store import Outcome, Store, read_episode, write_blob
 
 if TYPE_CHECKING:
     from assay.run.campaign import CampaignPlan, CampaignSummary
@@ -59,6 +67,44 @@ def _value(outcome: str) -> float:
     return float("nan") if outcome == Outcome.ERROR.value else 0.0
 
 
+PROGRESS_COLUMN = "info.goal_progress"
+PROGRESS_BACKENDS = ("metaworld",)
+
+
+def progress_score(store: Store, job: EpisodeJob, found: tuple[str, str | None, str | None]) -> float:
+    """An episode's progress in [0, 1]: 1 on success; otherwise its last finite ``info.goal_progress``
+    (1 − object-to-goal distance / that distance at reset) clipped to [0, 1] — it is below 0 when the
+    object ended farther from the goal than it started, and exactly 1 only at the goal; NaN for an error."""
+    outcome, data_path, sha = found
+    if outcome == Outcome.ERROR.value:
+        return math.nan
+    if outcome == Outcome.SUCCESS.value:
+        return 1.0
+    if data_path is None:
+        raise SpecError(f"episode {job.key[:12]} of {job.task.id} has no step data to read its progress from")
+    table = read_episode(store.data_root, data_path, sha)
+    values = (np.asarray(table.column(PROGRESS_COLUMN).to_numpy(zero_copy_only=False), dtype=np.float64)
+              if PROGRESS_COLUMN in table.column_names else np.array([]))
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        raise SpecError(f"task {job.task.id} reports no progress ({PROGRESS_COLUMN} is missing or NaN: no object "
+                        "to bring to a goal); valid adaptive endpoint for it: success")
+    return float(min(1.0, max(0.0, float(finite[-1]))))
+
+
+def _check_endpoint(campaign: CampaignPlan) -> bool:
+    """Whether the campaign reads progress scores; SpecError if a task cannot report them."""
+    assert campaign.spec.adaptive is not None
+    if campaign.spec.adaptive.endpoint.value != "progress":
+        return False
+    other = sorted({j.task.id for j in campaign.jobs if j.task.backend not in PROGRESS_BACKENDS})
+    if other:
+        raise SpecError(f"adaptive endpoint 'progress' needs a progress score, which {', '.join(other)} does "
+                        f"not report (backends with one: {', '.join(PROGRESS_BACKENDS)}); "
+                        "valid endpoints: success, progress")
+    return True
+
+
 def run_rounds(
     campaign: CampaignPlan,
     store: Store,
@@ -68,6 +114,7 @@ def run_rounds(
     """Run the adaptive campaign round by round with ``run_jobs`` (the fixed-n runner for a sub-plan)."""
     assert campaign.spec.adaptive is not None
     batch = campaign.spec.adaptive.batch
+    progress = _check_endpoint(campaign)
     by_cell: dict[Cell, list[EpisodeJob]] = {}
     for job in campaign.jobs:
         by_cell.setdefault((job.policy.name, job.task.id, job.variant.key), []).append(job)
@@ -87,7 +134,12 @@ def run_rounds(
         for cell in active:
             start = len(outcomes[cell])
             for job in by_cell[cell][start:start + batch]:
-                outcomes[cell].append(_value(found[job.key][0]) if job.key in found else float("nan"))
+                if job.key not in found:
+                    outcomes[cell].append(float("nan"))
+                elif progress:
+                    outcomes[cell].append(progress_score(store, job, found[job.key]))
+                else:
+                    outcomes[cell].append(_value(found[job.key][0]))
     if total is None:  # nothing to run (cannot happen with a positive horizon, kept for safety)
         total = run_jobs(dataclasses.replace(campaign, jobs=()))
     total.total = state.episodes_used

@@ -55,6 +55,13 @@ class Goal(str, Enum):
     INTERVAL = "interval"  # every cell's confidence sequence narrower than ± width
 
 
+class Endpoint(str, Enum):
+    """What an adaptive campaign's sequential tests read from each episode (docs/STATISTICS.md)."""
+
+    SUCCESS = "success"  # 0/1 success: discordant-pair tests (lattice or mixture)
+    PROGRESS = "progress"  # the task's continuous progress score in [0, 1]: the betting confidence sequence
+
+
 class AdaptiveSpec(BaseModel):
     """Run in batches of paired seeds and stop each cell as soon as its question is answered."""
 
@@ -69,6 +76,7 @@ class AdaptiveSpec(BaseModel):
     batch: int = Field(default=8, gt=0, le=10_000, description="episodes per cell between looks")
     width: float | None = Field(default=None, gt=0.0, lt=0.5, description="interval goal: half-width to reach")
     method: str = Field(default="lattice", pattern=r"^(lattice|mixture)$")
+    endpoint: Endpoint = Field(default=Endpoint.SUCCESS, description="success (0/1) or progress (a score in [0, 1])")
 
     @model_validator(mode="after")
     def _consistent(self) -> AdaptiveSpec:
@@ -149,9 +157,7 @@ class CampaignSpec(BaseModel):
     def dump(self) -> dict[str, Any]:
         """The spec as JSON data; unset ``adaptive`` and ``video_fps`` are left out, so older campaigns dump as before."""
         data = self.model_dump(mode="json")
-        for optional in OPTIONAL_SETTINGS:
-            if data.get(optional) is None:
-                data.pop(optional, None)
+        _drop_unset(data)
         return data
 
     @field_validator("policies")
@@ -165,10 +171,17 @@ class CampaignSpec(BaseModel):
 
     def content_hash(self) -> str:
         data = self.model_dump(mode="json", exclude=EXECUTION_SETTINGS)
-        for optional in OPTIONAL_SETTINGS:  # unset, they hash as campaigns did before the settings existed
-            if data.get(optional) is None:
-                data.pop(optional, None)
+        _drop_unset(data)  # unset, they hash as campaigns did before the settings existed
         return content_hash(data)
+
+
+def _drop_unset(data: dict[str, Any]) -> None:
+    """Leave out settings added later while unset: top-level ones when None, ``adaptive.endpoint`` at its default."""
+    for optional in OPTIONAL_SETTINGS:
+        if data.get(optional) is None:
+            data.pop(optional, None)
+    if isinstance(data.get("adaptive"), dict) and data["adaptive"].get("endpoint") == Endpoint.SUCCESS.value:
+        del data["adaptive"]["endpoint"]
 
 
 @dataclass(frozen=True)
