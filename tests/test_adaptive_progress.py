@@ -82,7 +82,7 @@ def test_progress_decisions_on_golden_scores():
 
 def test_the_success_endpoint_writes_and_hashes_exactly_as_before():
     """Hashes computed on main before the progress endpoint existed (same outcomes, same designs)."""
-    from test_adaptive import ADAPTIVE
+    from tests.test_adaptive import ADAPTIVE
 
     spec = campaign_from_data(ADAPTIVE, "c.yaml")
     assert spec.content_hash() == "8ea2f92a894cc66b"
