@@ -80,6 +80,7 @@ def test_a_missing_file_is_rerun_and_the_damaged_episode_is_never_counted(tmp_pa
         with store.catalog.engine.begin() as conn:
             conn.execute(sa.text("create table failure_categories (key varchar(64) primary key, category text)"))
             conn.execute(sa.text("insert into failure_categories values (:k, 'stall')"), {"k": victim.key})
+        store.catalog.register_forgotten("failure_categories")  # what assay.failures.table does on creating it
         assert store.damaged([r.key for r in records]) == {victim.key: "missing"}
         assert store.catalog.forget([victim.key]) == 1
         # Between forget and re-run, results count 3 episodes, not 4: the lost one is not scored.

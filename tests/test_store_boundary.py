@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import sqlalchemy as sa
 
+from assay.errors import StoreError
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
 from assay.spec import campaign_from_data
 from assay.store import ResumePlan, Store
@@ -53,3 +54,58 @@ def test_the_resume_plan_keeps_recorded_keys_and_reruns_damaged_errored_and_new_
 def test_an_empty_store_plans_every_key_to_run(tmp_path):
     with Store(tmp_path / "empty") as store:
         assert store.resume_plan(["a" * 24]) == ResumePlan(frozenset(), frozenset(), frozenset())
+
+
+def _count(store: Store, table: str) -> int:
+    with store.catalog.engine.connect() as conn:
+        return int(conn.execute(sa.text(f"select count(*) from {table}")).scalar())
+
+
+def test_a_registered_tables_rows_are_forgotten_with_their_episode_in_every_later_process(recorded):
+    from assay.failures.categories import Categorized, Category
+    from assay.failures.table import FailureTable
+
+    root, records = recorded
+    victim, kept = records[0], records[1]
+    with Store(root) as store:
+        assert store.catalog.forgotten_tables() == []
+        FailureTable(store).put({r.key: Categorized(Category.COLLISION, (Category.COLLISION,), "reach")
+                                 for r in (victim, kept)})
+        assert store.catalog.forgotten_tables() == ["failure_categories"]
+    with Store(root) as store:  # a later process that never builds a FailureTable (a resume) still clears it
+        assert store.forget([victim.key]) == 1
+        assert _count(store, "failure_categories") == 1
+    with Store(root) as store:
+        assert set(FailureTable(store).get()) == {kept.key}
+        FailureTable(store)  # registering again changes nothing
+        assert store.catalog.forgotten_tables() == ["failure_categories"]
+
+
+def test_an_unregistered_table_is_left_alone_and_forgetting_still_works(recorded):
+    root, records = recorded
+    with Store(root) as store:
+        with store.catalog.engine.begin() as conn:
+            conn.execute(sa.text("create table notes (key varchar(64) primary key, note text)"))
+            conn.execute(sa.text("insert into notes values (:k, 'mine')"), {"k": records[0].key})
+        assert store.forget([records[0].key]) == 1
+        assert _count(store, "notes") == 1  # the store names no other layer's table
+        assert store.catalog.existing_keys([r.key for r in records]) == {r.key for r in records[1:]}
+
+
+def test_forgetting_is_atomic_when_a_registered_table_cannot_be_cleared(recorded):
+    root, records = recorded
+    keys = [r.key for r in records]
+    with Store(root) as store:
+        with store.catalog.engine.begin() as conn:
+            conn.execute(sa.text("create table broken (episode varchar(64))"))  # registered, but no key column
+        store.catalog.register_forgotten("broken")
+        with pytest.raises(StoreError, match="forget failed"):
+            store.forget(keys[:2])
+        assert store.catalog.existing_keys(keys) == set(keys)  # nothing went: rows and links intact
+        assert _count(store, "campaign_episodes") == 4
+
+
+@pytest.mark.parametrize("name", ["episodes", "store_meta", "x; drop table episodes", "", "t" * 60])
+def test_registering_a_catalog_table_or_a_bad_name_is_refused(tmp_path, name):
+    with Store(tmp_path / "s") as store, pytest.raises(StoreError, match="cannot register"):
+        store.catalog.register_forgotten(name)

@@ -4,7 +4,8 @@ The catalog's schema belongs to ``assay.store``; this table lives in the same
 database (``store.catalog.engine``) under its own SQLAlchemy MetaData, keyed by
 episode key, so it joins the episodes table and a PostgreSQL catalog gets it too.
 Rewriting an episode's row replaces it (categorization is a pure function of the
-recorded data, so this is idempotent).
+recorded data, so this is idempotent). The table is registered with the catalog
+(``register_forgotten``), so an episode the store forgets loses its category too.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class FailureTable:
     def __init__(self, store: Store) -> None:
         self.engine = store.catalog.engine
         metadata.create_all(self.engine)
+        store.catalog.register_forgotten(failure_categories.name)  # a forgotten episode loses its category
 
     def put(self, items: dict[str, Categorized]) -> None:
         now = datetime.now(UTC).isoformat()

@@ -4,7 +4,8 @@ Rerunning the same campaign resumes it: jobs whose key is already in the
 catalog are skipped (and linked to this campaign if another campaign ran them),
 so nothing is ever run twice. Before skipping, every finished episode's step
 file is hashed against its recorded checksum: a missing, truncated or corrupted
-file makes the episode forgotten (row, links, failure category) and re-run, so
+file makes the episode forgotten (row, links, the rows of registered tables such as its failure
+category) and re-run, so
 it is never scored. ``retry_errors`` also re-runs episodes recorded as
 ``error`` (an outage of a policy server, a dead machine), which a plain resume keeps.
 

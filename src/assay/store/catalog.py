@@ -298,20 +298,50 @@ class Catalog:
             conn.execute(campaign_episodes.insert(), rows)
 
     @_guarded
+    def register_forgotten(self, table: str) -> None:
+        """Record that ``table`` (a higher layer's, keyed by a ``key`` column holding the episode
+        key) must lose its rows whenever :meth:`forget` forgets their episodes.
+
+        The registration is stored in ``store_meta`` (``forget:<table>``), so every later
+        process forgets from it too, even one that never imports the owning layer. Idempotent.
+        """
+        if not _TABLE_NAME.fullmatch(table) or table in metadata.tables:
+            raise StoreError(f"cannot register {table!r} to be forgotten: give the name of a table of your own "
+                             f"(letters, digits, _; at most {64 - len(_FORGET)} characters), "
+                             f"not one of {', '.join(sorted(metadata.tables))}")
+        name = _FORGET + table
+        for attempt in range(2):
+            try:
+                with self.engine.begin() as conn:
+                    if conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name == name)).first() is None:
+                        conn.execute(store_meta.insert().values(name=name, value="key"))
+                return
+            except sa.exc.IntegrityError:  # another process registered it at the same moment
+                if attempt == 1:
+                    raise
+
+    @_guarded
+    def forgotten_tables(self) -> list[str]:
+        """The tables registered with :meth:`register_forgotten`, sorted."""
+        with self.engine.connect() as conn:
+            return _registered(conn)
+
+    @_guarded
     def forget(self, keys: Iterable[str]) -> int:
-        """Delete episodes (rows, every campaign's link, any failure category) so they can be re-run.
+        """Delete episodes (rows, every campaign's link, the rows of every registered table) so
+        they can be re-run, in one transaction: all of it goes, or none.
 
         Used when an episode's step file is missing or corrupted: such an episode must
-        never be scored. Returns how many episode rows were deleted. The
-        ``failure_categories`` table belongs to a higher layer; it is cleared by name
-        when present, so no stale category outlives its episode.
+        never be scored. Returns how many episode rows were deleted. Higher layers'
+        tables keyed by episode key (failure categories) are cleared when registered
+        with :meth:`register_forgotten`; the store names none of them.
         """
         keys = list(keys)
         if not keys:
             return 0
         deleted = 0
         with self.engine.begin() as conn:
-            extra = [sa.table(name, sa.column("key")) for name in _DEPENDENT_TABLES
+            extra = [sa.table(name, sa.column("key")) for name in _registered(conn)
                      if sa.inspect(conn).has_table(name)]
             for chunk in _chunks(keys, 500):
                 for table in extra:
@@ -454,8 +484,14 @@ class Catalog:
         return _record(rows[0])
 
 
-# Tables of higher layers keyed by episode key (assay.failures.table); forget() clears them too.
-_DEPENDENT_TABLES = ("failure_categories",)
+# store_meta rows naming higher layers' tables that forget() clears (Catalog.register_forgotten).
+_FORGET = "forget:"
+_TABLE_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{63 - len(_FORGET)}}}")
+
+
+def _registered(conn: sa.Connection) -> list[str]:
+    names = conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name.startswith(_FORGET))).scalars()
+    return sorted(name[len(_FORGET):] for name in names)
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
