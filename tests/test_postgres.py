@@ -101,7 +101,7 @@ def test_prefix_lookups_and_campaign_listing(catalog):
     with pytest.raises(StoreError, match="no episode"):
         catalog.episode("zz")
     (campaign,) = catalog.campaigns()
-    assert campaign["name"] == "c" and campaign["episodes"] == 3 and campaign["spec"] == {"x": 1}
+    assert (campaign.name, campaign.episodes, campaign.spec) == ("c", 3, {"x": 1})
     catalog.set_meta("data_url", "s3://bucket/prefix")
     assert catalog.meta("data_url") == "s3://bucket/prefix"
 

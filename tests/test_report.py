@@ -119,8 +119,8 @@ def test_report_is_one_self_contained_file(report_store: Path, tmp_path: Path) -
     # the YAML in the report is the campaign: running it again resumes the same campaign, not a new one
     spec_yaml = unescape(re.search(r"<h3>Campaign \(tiny\.yaml\)</h3><pre>(.*?)</pre>", html, re.S).group(1))
     with Store(report_store, create=False) as store:
-        [saved] = [c for c in store.catalog.campaigns() if c["name"] == "tiny"]
-    assert campaign_from_data(yaml.safe_load(spec_yaml)).content_hash() == saved["spec_hash"]
+        [saved] = [c for c in store.catalog.campaigns() if c.name == "tiny"]
+    assert campaign_from_data(yaml.safe_load(spec_yaml)).content_hash() == saved.spec_hash
     assert list(out.parent.iterdir()) == [out]  # no temporary left behind
 
 

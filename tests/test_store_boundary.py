@@ -109,3 +109,22 @@ def test_forgetting_is_atomic_when_a_registered_table_cannot_be_cleared(recorded
 def test_registering_a_catalog_table_or_a_bad_name_is_refused(tmp_path, name):
     with Store(tmp_path / "s") as store, pytest.raises(StoreError, match="cannot register"):
         store.catalog.register_forgotten(name)
+
+
+def test_catalog_queries_return_typed_frozen_rows(recorded):
+    from assay.spec import campaign_from_data as parse
+    from assay.store import CampaignRow, IntegrityRow
+
+    root, records = recorded
+    with Store(root) as store:
+        (row,) = store.catalog.campaigns()
+        assert isinstance(row, CampaignRow)
+        assert (row.name, row.episodes, row.spec_hash) == ("boundary", 4, parse(CAMPAIGN).content_hash())
+        assert row.spec["campaign"]["name"] == "boundary" and row.created_at <= row.updated_at
+        assert store.catalog.campaign("boundary") == row and store.catalog.campaign("nope") is None
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            row.episodes = 0  # type: ignore[misc]
+        found = store.catalog.integrity([records[0].key, "n" * 24])
+        assert found == {records[0].key: IntegrityRow(records[0].outcome.value, records[0].data_path,
+                                                      records[0].data_sha256)}
+        assert found[records[0].key].outcome == records[0].outcome.value

@@ -171,8 +171,8 @@ def results(
             name = campaign or opened.catalog.latest_campaign()
             if name is None:
                 raise AssayError(f"the store {opened.root} holds no campaign yet")
-            if name not in {c["name"] for c in opened.catalog.campaigns()}:
-                known = ", ".join(c["name"] for c in opened.catalog.campaigns())
+            if name not in {c.name for c in opened.catalog.campaigns()}:
+                known = ", ".join(c.name for c in opened.catalog.campaigns())
                 raise AssayError(f"no campaign {name!r} in {opened.root}; known: {known}")
             episodes = opened.catalog.episodes(campaign=name)
             variants = sorted({r.variant_name for r in episodes})

@@ -121,7 +121,8 @@ def run_settings(opened: Store, record: EpisodeRecord) -> dict:
     recorded = record.provenance.get("run") if isinstance(record.provenance, dict) else None
     if isinstance(recorded, dict) and "safety" in recorded:
         return {k: recorded.get(k) for k in ("safety", "replan_every", "pipeline")}
-    spec = next((c.get("spec") for c in opened.catalog.campaigns() if c["name"] == record.campaign), None)
+    row = opened.catalog.campaign(record.campaign)
+    spec = row.spec if row is not None else None
     source = spec.get("campaign", {}) if isinstance(spec, dict) else {}
     return {"safety": bool(source.get("safety", False)), "replan_every": source.get("replan_every"),
             "pipeline": source.get("pipeline", "lockstep")}
@@ -205,7 +206,7 @@ def ponr(key: Annotated[str | None, typer.Argument(help="Episode key (a unique p
 def _task_of(opened: Store, record: EpisodeRecord) -> TaskSpec:
     """The task exactly as the campaign ran it (with its cameras, horizon), from the resolved campaign."""
     for campaign in opened.catalog.campaigns():
-        for task in campaign.get("spec", {}).get("tasks", []) if isinstance(campaign.get("spec"), dict) else []:
+        for task in campaign.spec.get("tasks", []) if isinstance(campaign.spec, dict) else []:
             if task.get("hash") == record.task_hash:
                 return TaskSpec.model_validate(task["spec"])
     task = default_registry().get(record.task_id)
@@ -256,7 +257,8 @@ def case_job(campaign: str, index: int, case: Case, policy: ResolvedPolicy) -> E
 
 def _source_policies(opened: Store, source: str) -> dict[str, dict]:
     """The policies of campaign ``source`` by name, as its spec stored them (with their parameters)."""
-    spec = next((c.get("spec") for c in opened.catalog.campaigns() if c["name"] == source), None)
+    row = opened.catalog.campaign(source)
+    spec = row.spec if row is not None else None
     policies = spec.get("policies", []) if isinstance(spec, dict) else []
     out = {}
     for entry in policies:

@@ -253,7 +253,7 @@ def leakage_command(checkpoint: Annotated[Path, typer.Argument(help="A bc checkp
 
     with user_errors():
         with open_store(store, catalog) as opened:
-            known = [c["name"] for c in opened.catalog.campaigns()]
+            known = [c.name for c in opened.catalog.campaigns()]
             if campaign not in known:
                 raise AssayError(f"no campaign {campaign!r} in {opened.root}; known: {', '.join(known) or 'none yet'}")
             records = opened.catalog.episodes(campaign=campaign)

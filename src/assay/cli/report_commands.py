@@ -49,7 +49,7 @@ def report(
         entries = read_results_csv(real) if real is not None else None
         target = Path(scratch) / f"{campaign}.html" if to_stdout else output
         with Store(store, catalog, create=False) as opened:
-            known = {c["name"] for c in opened.catalog.campaigns()}
+            known = {c.name for c in opened.catalog.campaigns()}
             leaks = [leak.to_dict() for leak in campaign_leakage(opened.catalog.episodes(campaign=campaign))] \
                 if campaign in known else []
             path = write_report(opened, campaign, target, embed_video=not link_video, real=entries, baseline=baseline,

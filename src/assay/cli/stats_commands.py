@@ -61,7 +61,7 @@ def _split(value: str) -> list[str]:
 
 
 def _campaign(store: Store, name: str | None) -> str:
-    known = [c["name"] for c in store.catalog.campaigns()]
+    known = [c.name for c in store.catalog.campaigns()]
     if not known:
         raise AssayError(f"the store {store.root} holds no campaign yet")
     if name is None:
@@ -418,7 +418,7 @@ def openloop_command(
     with user_errors():
         with Store(store, catalog, create=False) as opened:
             name = _campaign(opened, campaign)
-            resolved = next(c["spec"] for c in opened.catalog.campaigns() if c["name"] == name)
+            resolved = next(c.spec for c in opened.catalog.campaigns() if c.name == name)
             specs = {p["name"]: PolicySpec(**p["spec"]) for p in resolved["policies"]}
             tasks = {t["id"]: TaskSpec(**t["spec"]) for t in resolved["tasks"]}
             if reference not in specs:

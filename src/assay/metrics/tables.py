@@ -24,8 +24,8 @@ _RATE_TYPES = {"episodes": pa.int64(), "scored": pa.int64(), "successes": pa.int
 
 def _records(source: Store | Iterable[EpisodeRecord], campaign: str | None) -> list[EpisodeRecord]:
     if isinstance(source, Store):
-        if campaign is not None and campaign not in {c["name"] for c in source.catalog.campaigns()}:
-            known = ", ".join(sorted(c["name"] for c in source.catalog.campaigns())) or "none"
+        if campaign is not None and campaign not in {c.name for c in source.catalog.campaigns()}:
+            known = ", ".join(sorted(c.name for c in source.catalog.campaigns())) or "none"
             raise AssayError(f"no campaign {campaign!r} in {source.root}; known: {known}")
         return source.catalog.episodes(campaign=campaign)
     return [r for r in source if campaign is None or r.campaign == campaign]

@@ -175,11 +175,11 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     ``leakage``: the leakage check of each bc checkpoint the campaign ran (the caller loads checkpoints:
     ``assay.learning.leakage.campaign_leakage``; this package never does).
     """
-    known = {c["name"]: c for c in store.catalog.campaigns()}
+    known = {c.name: c for c in store.catalog.campaigns()}
     if campaign not in known:
         valid = ", ".join(known) or "none yet"
         raise AssayError(f"no campaign {campaign!r} in {store.root}; known: {valid}")
-    spec = known[campaign]["spec"]
+    spec = known[campaign].spec
     records = tuple(store.catalog.episodes(campaign=campaign))
     notes: list[str] = [f"leakage: {leak['contaminated']} of {leak['episodes']} episodes of {leak['checkpoint']} are "
                         "scenes it was trained on; their successes say nothing about generalisation"

@@ -163,8 +163,8 @@ def _run_pending(
     retry_errors: bool,
 ) -> CampaignSummary:
     spec = campaign.spec
-    existing = {c["name"]: c for c in store.catalog.campaigns()}
-    if spec.name in existing and existing[spec.name]["spec_hash"] != spec.content_hash():
+    existing = store.catalog.campaign(spec.name)
+    if existing is not None and existing.spec_hash != spec.content_hash():
         raise SpecError(
             f"campaign {spec.name!r} already exists in {store.root} with a different spec; give the changed "
             "campaign a new name (episodes it shares with the old one are reused, not rerun)"

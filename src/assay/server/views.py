@@ -23,13 +23,13 @@ def campaign_rows(store: Store) -> list[dict[str, Any]]:
     """Every campaign with its progress: episodes linked so far vs the resolved campaign's job count."""
     rows = []
     for c in store.catalog.campaigns():
-        jobs = int(c["spec"].get("jobs", c["episodes"]))
-        spec = c["spec"].get("campaign", {})
-        rows.append({"name": c["name"], "episodes": c["episodes"], "jobs": jobs,
-                     "progress": (c["episodes"] / jobs) if jobs else 1.0, "created_at": c["created_at"],
-                     "updated_at": c["updated_at"], "tasks": spec.get("tasks", []),
-                     "policies": [p["name"] for p in c["spec"].get("policies", [])],
-                     "variants": [v["name"] for v in c["spec"].get("variants", [])]})
+        jobs = int(c.spec.get("jobs", c.episodes))
+        spec = c.spec.get("campaign", {})
+        rows.append({"name": c.name, "episodes": c.episodes, "jobs": jobs,
+                     "progress": (c.episodes / jobs) if jobs else 1.0, "created_at": c.created_at,
+                     "updated_at": c.updated_at, "tasks": spec.get("tasks", []),
+                     "policies": [p["name"] for p in c.spec.get("policies", [])],
+                     "variants": [v["name"] for v in c.spec.get("variants", [])]})
     return rows
 
 

@@ -3,7 +3,7 @@
 May import ``assay.spec`` only.
 """
 
-from assay.store.catalog import Catalog, redact_url
+from assay.store.catalog import CampaignRow, Catalog, IntegrityRow, redact_url
 from assay.store.episodes import REQUIRED_COLUMNS, build_table, episode_relpath, read_episode, write_blob, write_episode
 from assay.store.locking import run_lock
 from assay.store.provenance import provenance
@@ -12,8 +12,10 @@ from assay.store.store import ResumePlan, Store
 from assay.store.video import read_video, step_frames, video_relpath, write_video
 
 __all__ = [
+    "CampaignRow",
     "Catalog",
     "EpisodeRecord",
+    "IntegrityRow",
     "Outcome",
     "REQUIRED_COLUMNS",
     "ResumePlan",

@@ -15,8 +15,9 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
@@ -80,6 +81,27 @@ store_meta = sa.Table(
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
 )
+
+
+class IntegrityRow(NamedTuple):
+    """What a resume checks of a recorded episode (:meth:`Catalog.integrity`)."""
+
+    outcome: str
+    data_path: str | None
+    data_sha256: str | None
+
+
+@dataclass(frozen=True)
+class CampaignRow:
+    """One campaign as the catalog holds it (:meth:`Catalog.campaigns`): its resolved spec and
+    how many episodes link to it."""
+
+    name: str
+    spec_hash: str
+    spec: dict[str, Any]
+    created_at: str
+    updated_at: str
+    episodes: int
 
 
 def _now() -> str:
@@ -373,14 +395,14 @@ class Catalog:
         return found
 
     @_guarded
-    def integrity(self, keys: Iterable[str]) -> dict[str, tuple[str, str | None, str | None]]:
-        """For each key present: (outcome, data_path, data_sha256), what a resume checks."""
-        found: dict[str, tuple[str, str | None, str | None]] = {}
+    def integrity(self, keys: Iterable[str]) -> dict[str, IntegrityRow]:
+        """For each key present: its outcome, data_path and data_sha256, what a resume checks."""
+        found: dict[str, IntegrityRow] = {}
         columns = (episodes.c.key, episodes.c.outcome, episodes.c.data_path, episodes.c.data_sha256)
         with self.engine.connect() as conn:
             for chunk in _chunks(list(keys), 500):
                 for row in conn.execute(sa.select(*columns).where(episodes.c.key.in_(chunk))):
-                    found[row.key] = (row.outcome, row.data_path, row.data_sha256)
+                    found[row.key] = IntegrityRow(row.outcome, row.data_path, row.data_sha256)
         return found
 
     @_guarded
@@ -394,7 +416,8 @@ class Catalog:
         return found
 
     @_guarded
-    def campaigns(self) -> list[dict[str, Any]]:
+    def campaigns(self) -> list[CampaignRow]:
+        """Every campaign, the most recently updated first."""
         counts = (
             sa.select(campaign_episodes.c.campaign, sa.func.count().label("episodes"))
             .group_by(campaign_episodes.c.campaign)
@@ -406,14 +429,17 @@ class Catalog:
             .order_by(campaigns.c.updated_at.desc(), campaigns.c.name)
         )
         with self.engine.connect() as conn:
-            return [
-                {**dict(r._mapping), "spec": json.loads(r._mapping["spec_json"])} for r in conn.execute(query)
-            ]
+            return [CampaignRow(r.name, r.spec_hash, json.loads(r.spec_json), r.created_at, r.updated_at,
+                                int(r.episodes)) for r in conn.execute(query)]
+
+    def campaign(self, name: str) -> CampaignRow | None:
+        """The campaign called ``name``, or None."""
+        return next((c for c in self.campaigns() if c.name == name), None)
 
     @_guarded
     def latest_campaign(self) -> str | None:
         rows = self.campaigns()
-        return rows[0]["name"] if rows else None
+        return rows[0].name if rows else None
 
     @_guarded
     def episodes(

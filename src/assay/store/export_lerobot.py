@@ -64,7 +64,7 @@ def _matrix(table: pa.Table, column: str) -> np.ndarray:
 def _fps(records: list[EpisodeRecord], store: Store) -> int:
     rates = set()
     for campaign in store.catalog.campaigns():
-        spec = campaign.get("spec") or {}
+        spec = campaign.spec or {}
         for task in spec.get("tasks", []):
             if any(task.get("hash") == r.task_hash for r in records):
                 rates.add(float(task["spec"]["control_hz"]))

@@ -186,10 +186,11 @@ class Store:
         keys = list(keys)
         found = {key: f"catalog row cannot be read ({why})" for key, why in self.catalog.undecodable(keys).items()}
         steps = self.catalog.recorded_steps(keys)
-        for key, (_, data_path, sha) in self.catalog.integrity(keys).items():
-            if data_path is None:
+        for key, row in self.catalog.integrity(keys).items():
+            if row.data_path is None:
                 continue
-            problem = None if key in found else file_problem(self.data_root, data_path, sha, key, steps[key])
+            problem = None if key in found else file_problem(self.data_root, row.data_path, row.data_sha256, key,
+                                                             steps[key])
             if problem is not None:
                 found[key] = problem
         return found
@@ -202,7 +203,7 @@ class Store:
         """
         recorded = self.catalog.existing_keys(keys)
         damaged = set(self.damaged(recorded))
-        errored = ({key for key, row in self.catalog.integrity(recorded).items() if row[0] == Outcome.ERROR.value}
+        errored = ({key for key, row in self.catalog.integrity(recorded).items() if row.outcome == Outcome.ERROR.value}
                    - damaged if retry_errors else set())
         return ResumePlan(frozenset(recorded - damaged - errored), frozenset(damaged), frozenset(errored))
 
