@@ -128,3 +128,18 @@ def test_catalog_queries_return_typed_frozen_rows(recorded):
         assert found == {records[0].key: IntegrityRow(records[0].outcome.value, records[0].data_path,
                                                       records[0].data_sha256)}
         assert found[records[0].key].outcome == records[0].outcome.value
+
+
+def test_catalog_columns_are_derived_from_every_record_field_and_round_trip(recorded):
+    from assay.store import EpisodeRecord
+    from assay.store.catalog import _FIELDS, _LINK_FIELDS, episodes
+
+    assert {f.name for f in _FIELDS} | _LINK_FIELDS == {f.name for f in dataclasses.fields(EpisodeRecord)}
+    assert {f.column for f in _FIELDS} | {"created_at"} == set(episodes.c.keys())  # no column without a field
+    root, records = recorded
+    with Store(root) as store:
+        record = dataclasses.replace(records[0], key="r" * 24, variant={"x": [1, 2]}, policy_spec={"p": 1},
+                                     initial_conditions={"q": 0.5}, policy_info={"skill": "reach"},
+                                     timings={"sim": 0.25}, provenance={"git": "abc"})
+        assert store.catalog.add(record)
+        assert store.catalog.episode("r" * 24) == record

@@ -10,20 +10,23 @@ policy, so two campaigns can share an episode under different names.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
 import time
+import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from assay.errors import StoreError
-from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
+from assay.store.records import SCHEMA_VERSION, EpisodeRecord
 
 metadata = sa.MetaData()
 
@@ -108,34 +111,41 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+# Catalog columns derived from EpisodeRecord's fields: a dict field is stored as JSON in
+# ``<field>_json`` (``policy_spec`` in ``policy_json``), an enum by its value, the rest as is.
+# ``campaign`` and ``policy_name`` live on the link (campaign_episodes), not on the episode.
+_LINK_FIELDS = frozenset({"campaign", "policy_name"})
+_RENAMED = {"policy_spec": "policy_json"}
+_HINTS = typing.get_type_hints(EpisodeRecord)
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    column: str
+    kind: str  # "json", "enum" or "plain"
+
+
+def _field(name: str) -> _Field:
+    hint = _HINTS[name]
+    if typing.get_origin(hint) is dict:
+        return _Field(name, _RENAMED.get(name, f"{name}_json"), "json")
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return _Field(name, name, "enum")
+    return _Field(name, name, "plain")
+
+
+_FIELDS = tuple(_field(f.name) for f in dataclasses.fields(EpisodeRecord) if f.name not in _LINK_FIELDS)
+
+
 def _row(record: EpisodeRecord) -> dict[str, Any]:
-    return {
-        "key": record.key,
-        "task_id": record.task_id,
-        "task_hash": record.task_hash,
-        "variant_key": record.variant_key,
-        "variant_name": record.variant_name,
-        "variant_json": json.dumps(record.variant, sort_keys=True),
-        "policy_version": record.policy_version,
-        "policy_json": json.dumps(record.policy_spec, sort_keys=True),
-        "seed": record.seed,
-        "episode_index": record.episode_index,
-        "instruction": record.instruction,
-        "outcome": record.outcome.value,
-        "reason": record.reason,
-        "steps": record.steps,
-        "total_return": record.total_return,
-        "success_step": record.success_step,
-        "trajectory_hash": record.trajectory_hash,
-        "initial_conditions_json": json.dumps(record.initial_conditions, sort_keys=True),
-        "policy_info_json": json.dumps(record.policy_info, sort_keys=True),
-        "data_path": record.data_path,
-        "data_sha256": record.data_sha256,
-        "timings_json": json.dumps(record.timings, sort_keys=True),
-        "provenance_json": json.dumps(record.provenance, sort_keys=True),
-        "schema_version": record.schema_version,
-        "created_at": _now(),
-    }
+    row: dict[str, Any] = {}
+    for f in _FIELDS:
+        value = getattr(record, f.name)
+        row[f.column] = json.dumps(value, sort_keys=True) if f.kind == "json" else \
+            value.value if f.kind == "enum" else value
+    row["created_at"] = _now()
+    return row
 
 
 class UndecodableRow(StoreError):
@@ -156,34 +166,11 @@ def _record(row: Any) -> EpisodeRecord:
 
 
 def _decode(m: Any) -> EpisodeRecord:
-    return EpisodeRecord(
-        key=m["key"],
-        campaign=m["campaign"],
-        task_id=m["task_id"],
-        task_hash=m["task_hash"],
-        variant_key=m["variant_key"],
-        variant_name=m["variant_name"],
-        variant=json.loads(m["variant_json"]),
-        policy_name=m["policy_name"],
-        policy_version=m["policy_version"],
-        policy_spec=json.loads(m["policy_json"]),
-        seed=m["seed"],
-        episode_index=m["episode_index"],
-        instruction=m["instruction"],
-        outcome=Outcome(m["outcome"]),
-        reason=m["reason"],
-        steps=m["steps"],
-        total_return=m["total_return"],
-        success_step=m["success_step"],
-        trajectory_hash=m["trajectory_hash"],
-        initial_conditions=json.loads(m["initial_conditions_json"]),
-        policy_info=json.loads(m["policy_info_json"]),
-        data_path=m["data_path"],
-        data_sha256=m["data_sha256"],
-        timings=json.loads(m["timings_json"]),
-        provenance=json.loads(m["provenance_json"]),
-        schema_version=m["schema_version"],
-    )
+    values: dict[str, Any] = {name: m[name] for name in _LINK_FIELDS}
+    for f in _FIELDS:
+        raw = m[f.column]
+        values[f.name] = json.loads(raw) if f.kind == "json" else _HINTS[f.name](raw) if f.kind == "enum" else raw
+    return EpisodeRecord(**values)
 
 
 def redact_url(url: str) -> str:
