@@ -27,7 +27,8 @@ SMALL = {
 
 def _run(tmp_path: Path, executor_name: str, workers: int = 1, data: dict = SMALL):
     root = tmp_path / f"{executor_name}-{workers}"
-    executor = InlineExecutor(root) if executor_name == "inline" else LocalExecutor(root, workers)
+    executor = (InlineExecutor(root) if executor_name == "inline" else
+                InlineExecutor(root, pipelined=False) if executor_name == "inline-serial" else LocalExecutor(root, workers))
     with Store(root) as store:
         summary = run_campaign(prepare_campaign(campaign_from_data(data)), store, executor)
         records = store.catalog.episodes(campaign=data["name"])
@@ -39,14 +40,42 @@ def _run(tmp_path: Path, executor_name: str, workers: int = 1, data: dict = SMAL
 def test_same_results_on_any_executor_and_worker_count(tmp_path):
     _, inline, records = _run(tmp_path, "inline")
     _, inline_again, _ = _run(tmp_path / "again", "inline")
+    _, serial, _ = _run(tmp_path, "inline-serial")  # files written on the stepping thread
     _, local1, _ = _run(tmp_path, "local", 1)
     _, local2, _ = _run(tmp_path, "local", 2)
     assert len(inline) == 12
-    assert inline == inline_again == local1 == local2
+    assert inline == inline_again == serial == local1 == local2
     outcomes = {r.outcome for r in records}
     assert Outcome.SUCCESS in outcomes and len({r.trajectory_hash for r in records}) == 12
     expert = [r for r in records if r.policy_name == "expert"]
     assert all(r.outcome is Outcome.SUCCESS for r in expert)
+
+
+def test_pipelined_writes_pass_on_what_finished_before_an_infrastructure_error(tmp_path, monkeypatch):
+    """The writer thread holds batch 1 while batch 2 rolls out; if batch 2 raises, batch 1 still reaches
+    the catalog (its files exist), and a rerun runs only what is missing."""
+    from assay.run.worker import Worker
+
+    data = {**SMALL, "name": "broken", "tasks": ["metaworld/reach@1"], "policies": ["expert"], "episodes": 4}
+    original, calls = Worker.roll, []
+
+    def roll(self, jobs):
+        calls.append(len(jobs))
+        if len(calls) == 2:
+            raise OSError("disk went away")
+        return original(self, jobs)
+
+    monkeypatch.setattr(Worker, "roll", roll)
+    with Store(tmp_path) as store:
+        planned = prepare_campaign(campaign_from_data(data))
+        with pytest.raises(OSError, match="disk went away"):
+            run_campaign(planned, store, InlineExecutor(tmp_path))
+        first = store.catalog.episodes(campaign="broken")
+        assert len(first) == 2 and all(r.outcome is Outcome.SUCCESS for r in first)
+        assert all((tmp_path / r.data_path).is_file() for r in first)
+        monkeypatch.setattr(Worker, "roll", original)
+        summary = run_campaign(planned, store, InlineExecutor(tmp_path))
+        assert summary.ran == 2 and len(store.catalog.episodes(campaign="broken")) == 4
 
 
 def test_rerun_skips_everything_already_done(tmp_path):

@@ -82,6 +82,11 @@ class Worker:
         return self._policies[key]
 
     def run_batch(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
+        """Run the batch's episodes, write their files, return their records."""
+        return self.save(self.roll(jobs))
+
+    def roll(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecorder]:
+        """Run the batch's episodes (an error becomes that episode's outcome); nothing is written yet."""
         batch = EpisodeBatch.of(jobs)  # the cell's settings, held once (ValueError for a mixed batch)
         try:
             policy = self._policy(batch.policy.spec)  # first: its imports must precede the renderer's
@@ -95,6 +100,11 @@ class Worker:
                 recorder.fail(fault)
         else:
             recorders = rollout(envs, policy, batch, render_on_demand=self.render_on_demand)
+        return recorders
+
+    def save(self, recorders: Sequence[EpisodeRecorder]) -> list[EpisodeRecord]:
+        """Write each episode's files (videos, then the step file) and return the records. Touches no
+        environment or policy, so it may run on another thread while the next batch rolls out."""
         return [self._save(recorder) for recorder in recorders]
 
     def _save(self, recorder: EpisodeRecorder) -> EpisodeRecord:
