@@ -27,8 +27,8 @@ SMALL = {
 
 def _run(tmp_path: Path, executor_name: str, workers: int = 1, data: dict = SMALL):
     root = tmp_path / f"{executor_name}-{workers}"
-    executor = (InlineExecutor(root) if executor_name == "inline" else
-                InlineExecutor(root, pipelined=False) if executor_name == "inline-serial" else LocalExecutor(root, workers))
+    executors = {"inline": lambda: InlineExecutor(root), "inline-serial": lambda: InlineExecutor(root, pipelined=False)}
+    executor = executors.get(executor_name, lambda: LocalExecutor(root, workers))()
     with Store(root) as store:
         summary = run_campaign(prepare_campaign(campaign_from_data(data)), store, executor)
         records = store.catalog.episodes(campaign=data["name"])
