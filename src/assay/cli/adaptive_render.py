@@ -24,8 +24,8 @@ def adaptive_render(state: dict[str, Any]) -> list[Table | str]:
                    "seq. p"):
         table.add_column(column, justify="right" if column in ("episodes/cell", "estimate", "seq. p") else "left")
     for q in state["questions"]:
-        name = " vs ".join(q["policies"]) if q["kind"] == "compare" else (
-            f"{q['policies'][0]} {'mean progress' if progress else 'rate'}")
+        label = "retention" if q["kind"] == "retention" else "mean progress" if progress else "rate"
+        name = " vs ".join(q["policies"]) if q["kind"] == "compare" else f"{q['policies'][0]} {label}"
         if q["kind"] == "compare" and q["a_only"] is not None:
             name += f" ({q['a_only']}:{q['b_only']} {'higher' if progress else 'discordant'})"
         table.add_row(q["task"], _variant(q["variant"]), name, str(q["episodes"]), q["reason"] or "running",

@@ -20,6 +20,10 @@ Questions, per task × variant:
   policies whose order is still open (overlapping).
 * ``interval``: each cell's Beta-mixture confidence sequence at level α; the cell
   stops when its half-width is ≤ ``width``.
+* ``robustness``: per policy × task, each variant's retention interval
+  (``metrics/adaptive_robustness.py``) until its half-width is ≤ ``width``; the next
+  batches go to the open variants whose interval is widest (the others wait:
+  ``deferred``), and nominal runs while any variant is open.
 
 The ``endpoint`` says what an outcome is: ``success`` (default) 0/1 as above;
 ``progress`` a score in [0, 1] (``assay.run.adaptive.progress_score``), judged by
@@ -42,6 +46,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import norm
 
+from assay.metrics.adaptive_robustness import NOMINAL_KEY, robustness_round
 from assay.metrics.sequential import BUDGET, DECIDED, NARROW, compare_stop, fixed_n_pairs, mean_cs, rate_cs
 from assay.metrics.sequential_scores import scores_compare_stop
 from assay.spec import CampaignSpec
@@ -101,11 +106,13 @@ class AdaptiveState:
     cells: tuple[CellState, ...]
     episodes_used: int
     episodes_fixed: int
+    deferred: tuple[Cell, ...] = ()  # open cells that wait this round (robustness: not among the widest)
 
     @property
     def active(self) -> tuple[Cell, ...]:
         """The cells that still run in the next round."""
-        return tuple((c.policy, c.task, c.variant) for c in self.cells if c.reason is None)
+        return tuple((c.policy, c.task, c.variant) for c in self.cells
+                     if c.reason is None and (c.policy, c.task, c.variant) not in self.deferred)
 
     @property
     def saved(self) -> float:
@@ -115,6 +122,8 @@ class AdaptiveState:
     def to_dict(self) -> dict[str, object]:
         """Plain data for JSON (the default endpoint is left out: success campaigns write what they always did)."""
         data = {**asdict(self), "saved": self.saved}
+        if not self.deferred:
+            del data["deferred"]
         if self.design.endpoint == "success":
             del data["design"]["endpoint"]
         return data
@@ -186,6 +195,8 @@ def interval_fixed_n(alpha: float, width: float) -> int:
 def decide(design: Design, outcomes: Mapping[Cell, Sequence[float]]) -> AdaptiveState:
     """Every question's state and every cell's, from the outcomes run so far (seed order per cell)."""
     arrays = {cell: np.asarray(v, dtype=np.float64) for cell, v in outcomes.items()}
+    if design.goal == "robustness":
+        return _robustness(design, arrays)
     groups = sorted({(task, variant) for _, task, variant in arrays})
     questions: list[Question] = []
     cells: list[CellState] = []
@@ -216,6 +227,26 @@ def decide(design: Design, outcomes: Mapping[Cell, Sequence[float]]) -> Adaptive
             cells.append(CellState(p, task, variant, ran, reason, fixed))
     used = sum(c.episodes for c in cells)
     return AdaptiveState(design, tuple(questions), tuple(cells), used, sum(c.fixed_n for c in cells))
+
+
+def _robustness(design: Design, arrays: Mapping[Cell, np.ndarray]) -> AdaptiveState:
+    fixed = interval_fixed_n(design.alpha, design.width or 0.1)
+    questions: list[Question] = []
+    cells: list[CellState] = []
+    deferred: list[Cell] = []
+    for policy, task in sorted({(p, t) for p, t, k in arrays if k == NOMINAL_KEY}):
+        rows, widest, nominal_reason = robustness_round(design.alpha, design.width or 0.1, design.max_episodes,
+                                                        policy, task, arrays)
+        cells.append(CellState(policy, task, NOMINAL_KEY, int(arrays[(policy, task, NOMINAL_KEY)].size),
+                               nominal_reason, fixed))
+        for key, episodes, reason, point, low, high in rows:
+            questions.append(Question("retention", task, key, (policy,), episodes, reason, None,
+                                      0.0 if math.isnan(point) else point, low, high))
+            cells.append(CellState(policy, task, key, episodes, reason, fixed))
+            if reason is None and key not in widest:
+                deferred.append((policy, task, key))
+    used = sum(c.episodes for c in cells)
+    return AdaptiveState(design, tuple(questions), tuple(cells), used, sum(c.fixed_n for c in cells), tuple(deferred))
 
 
 def design_for(spec: CampaignSpec) -> Design:

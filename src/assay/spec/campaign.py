@@ -53,6 +53,7 @@ class Goal(str, Enum):
     COMPARE = "compare"  # two policies: is one better, per task × variant
     RANK = "rank"  # a leaderboard: every pair of policies resolved, per task × variant
     INTERVAL = "interval"  # every cell's confidence sequence narrower than ± width
+    ROBUSTNESS = "robustness"  # every variant's retention interval narrower than ± width, widest first
 
 
 class Endpoint(str, Enum):
@@ -80,8 +81,8 @@ class AdaptiveSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> AdaptiveSpec:
-        if self.goal == Goal.INTERVAL and self.width is None:
-            raise ValueError("adaptive goal 'interval' needs 'width' (the half-width to reach, e.g. 0.1)")
+        if self.goal in (Goal.INTERVAL, Goal.ROBUSTNESS) and self.width is None:
+            raise ValueError(f"adaptive goal '{self.goal.value}' needs 'width' (the half-width to reach, e.g. 0.1)")
         if self.goal == Goal.COMPARE and self.policies and len(self.policies) != 2:
             raise ValueError(f"adaptive goal 'compare' takes exactly 2 policies; got {len(self.policies)}")
         if self.batch > self.max_episodes:
@@ -152,6 +153,9 @@ class CampaignSpec(BaseModel):
             raise ValueError(f"adaptive goal 'compare' takes exactly 2 policies; the campaign has {len(listed)}")
         if self.adaptive.goal == Goal.RANK and len(listed) < 2:
             raise ValueError("adaptive goal 'rank' needs at least 2 policies")
+        if self.adaptive.goal == Goal.ROBUSTNESS and ({} not in self.variants or len(self.variants) < 2):
+            raise ValueError("adaptive goal 'robustness' needs the nominal variant ({} or 'nominal') and at least "
+                             "one other variant")
         return self
 
     def dump(self) -> dict[str, Any]:
