@@ -140,3 +140,19 @@ def test_a_real_meta_world_progress_campaign_says_why_each_cell_stopped(tmp_path
     assert [c["reason"] for c in state["cells"]] == [q["reason"]] * 2
     assert state["episodes_used"] == len(ran) == 2 * q["episodes"]
     assert -1.0 <= q["low"] <= q["estimate"] <= q["high"] <= 1.0
+
+
+def test_the_report_names_the_test_that_judged_a_progress_campaign():
+    from types import SimpleNamespace
+
+    from assay.report.html import _adaptive
+
+    design = {"goal": "compare", "method": "lattice", "alpha": 0.05, "power": 0.8, "delta": 0.2, "batch": 8,
+              "max_episodes": 48}
+    question = {"task": "metaworld/push@1", "policies": ["a", "b"], "kind": "compare", "episodes": 16,
+                "reason": "decided", "estimate": 0.3, "low": 0.1, "high": 0.5, "p_value": 0.003}
+    state = {"design": design, "questions": [question], "episodes_used": 32, "episodes_fixed": 192, "saved": 0.83}
+    success = _adaptive(SimpleNamespace(adaptive=state))  # type: ignore[arg-type]
+    progress = _adaptive(SimpleNamespace(adaptive={**state, "design": {**design, "endpoint": "progress"}}))  # type: ignore[arg-type]
+    assert "lattice test" in success and "betting" not in success
+    assert "progress score, betting confidence sequence" in progress and "lattice" not in progress

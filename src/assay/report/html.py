@@ -156,7 +156,10 @@ def _adaptive(data: ReportData) -> str:
              str(q["episodes"]), escape(q["reason"] or "running"), number(q["estimate"], 3),
              f"[{number(q['low'], 3)}, {number(q['high'], 3)}]",
              "-" if q["p_value"] is None else f"{q['p_value']:.3g}"] for q in state["questions"]]
-    return (f"<p>Goal <b>{escape(d['goal'])}</b>, {escape(d['method'])} test, α {d['alpha']}, power {d['power']}, "
+    # a progress campaign is judged by the betting confidence sequence, whatever the binary method says
+    test = ("progress score, betting confidence sequence" if d.get("endpoint") == "progress"
+            else f"{d['method']} test")
+    return (f"<p>Goal <b>{escape(d['goal'])}</b>, {escape(test)}, α {d['alpha']}, power {d['power']}, "
             f"δ {d['delta']}, batch {d['batch']}, horizon {d['max_episodes']}. Anytime-valid p-values and confidence "
             "sequences: the fixed-n p-values elsewhere in this report are not valid after optional stopping.</p>"
             + table(["task", "question", "episodes/cell", "stopped because", "estimate", "interval", "seq. p"],
