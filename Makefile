@@ -30,9 +30,10 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	@# The PostgreSQL catalog tier (tests/test_postgres.py) starts Debian's server on loopback.
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
-	@# The browser tier (tests/test_browser*.py) drives Debian's chromium through Playwright.
-	@test -x /usr/bin/chromium || \
-		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+	@# The browser tier (tests/test_browser*.py, tests/test_figure_layout.py) drives Debian's chromium through
+	@# Playwright; the report's SVG text is drawn in DejaVu Sans, the font Matplotlib measured it with.
+	@test -x /usr/bin/chromium && test -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium fonts-dejavu-core; }
 	touch $@
 
 # The LIBERO backend (assay[libero]) for its test tier: the hash-pinned packages, then their ordinary deps.

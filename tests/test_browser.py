@@ -1,13 +1,12 @@
 """The dashboard in a real browser: Debian's chromium driven by Playwright (never a downloaded browser).
 
 One `assay serve` subprocess over the tiny campaign's store; one browser for the module.
-Screenshots go to $ASSAY_SCREENSHOTS when set (for looking at the layout).
+Screenshots go to each test's tmp_path, and to $ASSAY_SCREENSHOTS when set (for looking at the layout).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -22,10 +21,9 @@ import pytest
 from assay.failures.ponr import load_ponrs
 from assay.report import write_report
 from assay.store import Outcome, Store
+from tests.browser_support import ARGS, CHROMIUM, overlapping_labels, shot
 from tests.report_support import REGRESSION_SET, report_store  # noqa: F401  (session fixture)
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 TOKEN = "browser-test-token"
 
 pytestmark = [
@@ -78,32 +76,15 @@ def page(server: str) -> Iterator[object]:
         browser.close()
 
 
-def _overlapping_labels(page: object, selector: str) -> list[list[str]]:
-    """Pairs of text elements under ``selector`` whose rendered boxes intersect."""
-    return page.evaluate("""sel => {
-      const boxes = [...document.querySelectorAll(sel)].map(t => [t.textContent, t.getBoundingClientRect()]);
-      const hits = [];
-      for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
-        const [a, p] = boxes[i], [b, q] = boxes[j];
-        if (p.left < q.right - 0.5 && q.left < p.right - 0.5 && p.top < q.bottom - 0.5 && q.top < p.bottom - 0.5) hits.push([a, b]);
-      }
-      return hits; }""", selector)
-
-
-def _shot(page: object, name: str) -> None:
-    directory = os.environ.get("ASSAY_SCREENSHOTS")
-    if directory:
-        page.screenshot(path=str(Path(directory) / f"{name}.png"), full_page=True)
-
-
-def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report_store: Path) -> None:  # noqa: F811
+def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report_store: Path,  # noqa: F811
+                                               tmp_path: Path) -> None:
     with Store(report_store, create=False) as store:
         unsuccessful = [r for r in store.catalog.episodes(campaign="tiny") if r.outcome is not Outcome.SUCCESS]
     page.goto(server + "/")
     row = page.locator("tr[data-campaign='tiny']")
     row.wait_for()
     assert "8 / 8" in row.inner_text()
-    _shot(page, "dashboard")
+    shot(page, "dashboard", tmp_path)
 
     row.locator("a").click()
     page.locator("#leaderboard tbody tr").first.wait_for()
@@ -117,7 +98,7 @@ def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report
     expected = "beyond the expert" if analysed.t is None else f"never lost (budget {analysed.budget})" \
         if analysed.lost is False else f"step {analysed.t} of {analysed.steps}"
     assert ponr_cell == expected
-    _shot(page, "campaign")
+    shot(page, "campaign", tmp_path)
 
     failures.first.locator("a").click()
     video = page.locator("video#video")
@@ -132,20 +113,20 @@ def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report
     assert page.locator("svg[data-plot='events'] g.event").count() >= 2
     cursor_x = float(page.locator("svg[data-plot='action'] line.cursor").get_attribute("x1"))
     assert cursor_x > 40  # moved off the left axis with the video
-    _shot(page, "episode")
+    shot(page, "episode", tmp_path)
     # the analysed failure: its facts above the plots, its point of no return on the events timeline
     page.goto(f"{server}/#/e/{analysed.key}")  # a hash change: wait for the new view, not the old one's facts
     page.locator(f"h2:has-text('Episode {analysed.key}')").wait_for()
     page.locator("svg[data-plot='events']").wait_for()
     assert "point of no return" in page.locator("#failure-facts").inner_text()
     assert page.locator("svg[data-plot='events'] g.event[data-kind='ponr']").count() == (analysed.point is not None)
-    assert _overlapping_labels(page, "svg[data-plot='events'] text") == []  # events close in time stack, not overprint
-    _shot(page, "episode-events")
+    assert overlapping_labels(page, "svg[data-plot='events'] text") == []  # events close in time stack, not overprint
+    shot(page, "episode-events", tmp_path)
     assert page.errors == []
 
 
-def test_regression_sets_view_links_each_rerun_to_the_episode_viewer(server: str, page: object,
-                                                                      report_store: Path) -> None:  # noqa: F811
+def test_regression_sets_view_links_each_rerun_to_the_episode_viewer(
+        server: str, page: object, report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     recorded = [json.loads(p.read_text())
                 for p in sorted((report_store / "regression" / REGRESSION_SET / "runs").glob("*.json"))]
     last = recorded[-1]
@@ -155,7 +136,7 @@ def test_regression_sets_view_links_each_rerun_to_the_episode_viewer(server: str
     row.wait_for()
     text = row.inner_text()
     assert f"#{last['run']} {last['policy']}" in text and f"{sum(last['passed'].values())} / {len(last['passed'])}" in text
-    _shot(page, "regression-sets")
+    shot(page, "regression-sets", tmp_path)
 
     row.locator(f"a[href='#/r/{REGRESSION_SET}']").click()
     page.locator("#cases tbody tr").first.wait_for()
@@ -163,7 +144,7 @@ def test_regression_sets_view_links_each_rerun_to_the_episode_viewer(server: str
     assert page.locator("svg[data-plot='history'] g.run").count() == len(recorded)
     assert page.locator("#cases td.cell-pass").count() == sum(sum(r["passed"].values()) for r in recorded)
     assert page.locator("#cases td.cell-fail").count() == sum(len(r["passed"]) - sum(r["passed"].values()) for r in recorded)
-    _shot(page, "regression-set")
+    shot(page, "regression-set", tmp_path)
 
     case, key = min(last["keys"].items())
     page.locator(f"tr[data-case='{case}'] a[href='#/e/{key}']").click()
@@ -212,7 +193,9 @@ def test_report_renders_offline_in_the_browser(report_store: Path, page: object,
     page.evaluate("document.querySelector('#gallery video').play()")
     page.wait_for_function("document.querySelector('#gallery video').currentTime > 0.2", timeout=15000)
     assert all(url.startswith(("file:", "data:")) for url in requests), requests
-    _shot(page, "report")
+    shot(page, "report", tmp_path)
+    assert overlapping_labels(page, "section svg text") == []  # no figure's labels overprint each other
+
 
 
 LIVE_CAMPAIGN = """
@@ -258,7 +241,7 @@ def test_campaign_tables_refresh_while_and_after_a_run(tmp_path: Path, page: obj
                                timeout=120_000)
         assert page.locator("#episodes tbody tr").count() == 12
         assert page.locator("#rates tbody tr").first.inner_text().endswith("/12")
-        _shot(page, "live-campaign")
+        shot(page, "live-campaign", tmp_path)
         assert run.wait(timeout=120) == 0
     finally:
         for process in (run, serve):

@@ -146,11 +146,21 @@ def test_report_errors_are_one_line(report_store: Path, tmp_path: Path) -> None:
 
 
 def test_real_to_sim_labels_never_share_a_place():
-    """Two policies on one point get one label; nearby points stack their labels instead of overprinting."""
-    from assay.report.figures import point_labels
+    """Two policies on one point get one label; nearby points get labels in different places, each inside
+    its panel and clear of the others (boxes as Matplotlib measures them; tests/test_figure_layout.py checks
+    the same in a browser)."""
+    from assay.report.figures import _pyplot
+    from assay.report.labels import place, point_groups
 
-    labels = point_labels(["a", "b", "c", "d"], [0.5, 0.5, 0.52, 0.9], [0.5, 0.5, 0.51, 0.1])
-    texts = [t for t, _, _ in labels]
-    assert texts == ["c", "a, b", "d"]
-    offsets = {t: o for t, _, o in labels}
-    assert offsets["c"] != offsets["a, b"] and offsets["d"] == (4, 4)
+    groups = point_groups(["a", "b", "c", "d"], [0.5, 0.5, 0.52, 0.9], [0.5, 0.5, 0.51, 0.1])
+    assert groups == [("c", (0.52, 0.51)), ("a, b", (0.5, 0.5)), ("d", (0.9, 0.1))]
+    fig, ax = _pyplot().subplots(figsize=(3, 3))
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_ylim(-0.05, 1.05)
+    texts = place(ax, groups)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    frame = ax.get_window_extent(renderer)
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)
+    assert texts[2].xy == (0.9, 0.1) and texts[2].xyann == (4, 4)  # alone: the first place

@@ -21,6 +21,7 @@ from assay.metrics import (
     OpenLoopRow,
     Verdict,
 )
+from assay.report import labels
 from assay.report.data import RobustnessRow
 from assay.store import read_video
 
@@ -84,6 +85,16 @@ def outcomes_svg(outcomes: dict[str, dict[str, int]]) -> str:
     return _svg(fig)
 
 
+def distinct_colours(n: int) -> list[Any]:
+    """``n`` colours no two alike: Matplotlib's ten-colour cycle, tab20 up to 20, evenly spaced turbo beyond."""
+    plt = _pyplot()
+    if n <= 10:
+        return [f"C{k}" for k in range(n)]
+    if n <= 20:
+        return [plt.get_cmap("tab20")(k) for k in range(n)]
+    return [plt.get_cmap("turbo")(k / (n - 1)) for k in range(n)]
+
+
 def robustness_svg(rows: Sequence[RobustnessRow]) -> str:
     """Retention per variant, one group of bars per policy."""
     plt = _pyplot()
@@ -93,14 +104,18 @@ def robustness_svg(rows: Sequence[RobustnessRow]) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 0.5 * max(2, len(variants)) * max(1, len(policies)) ** 0.5 + 0.8))
     height = 0.8 / max(1, len(policies))
     y = np.arange(len(variants))[::-1]
+    colours = distinct_colours(len(policies))
     for k, policy in enumerate(policies):
         values = [index[(policy, v)].retention if (policy, v) in index and index[(policy, v)].retention is not None
                   else 0.0 for v in variants]
-        ax.barh(y + (k - (len(policies) - 1) / 2) * height, values, height=height, label=policy)
+        ax.barh(y + (k - (len(policies) - 1) / 2) * height, values, height=height, label=policy,
+                color=colours[k])
     ax.axvline(1.0, color="black", lw=0.8, ls="--")
     ax.set_yticks(y, variants)
     ax.set_xlabel("retention = success(variant) / success(nominal), paired seeds")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside, never on, the bars
+    handles, names = ax.get_legend_handles_labels()  # listed top to bottom, as each group's bars stand
+    ax.legend(handles[::-1], names[::-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0.0)  # beside, never on, the bars
     return _svg(fig)
 
 
@@ -167,25 +182,6 @@ def sweep_svg(rows: Sequence[RobustnessRow]) -> str | None:
     return _svg(fig)
 
 
-LABEL_NEAR = 0.08  # points closer than this (in rate units) get stacked labels
-
-
-Label = tuple[str, tuple[float, float], tuple[int, int]]  # text, point, offset in points
-
-
-def point_labels(names: Sequence[str], xs: Sequence[float], ys: Sequence[float]) -> list[Label]:
-    """(text, point, offset in points) per distinct point: policies on the same point share one label, and a
-    label near an earlier one is stacked below it, so no two labels of a panel overlap."""
-    groups: dict[tuple[float, float], list[str]] = {}
-    for name, x, y in zip(names, xs, ys, strict=True):
-        groups.setdefault((round(float(x), 3), round(float(y), 3)), []).append(name)
-    out: list[Label] = []
-    for (x, y), members in sorted(groups.items(), key=lambda item: (-item[0][1], item[0][0])):
-        near = sum(abs(x - px) < LABEL_NEAR and abs(y - py) < LABEL_NEAR for _, (px, py), _ in out)
-        out.append((", ".join(members), (x, y), (4, 4 - 10 * near)))
-    return out
-
-
 def real_to_sim_svg(report: CorrelationReport) -> str:
     """Real vs sim success per policy, one panel per task, with the y = x line and the task's r and MMRV."""
     plt = _pyplot()
@@ -194,8 +190,6 @@ def real_to_sim_svg(report: CorrelationReport) -> str:
     for ax, task in zip(axes[0], tasks, strict=True):
         ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
         ax.scatter(task.reference_rates, task.other_rates, color="#1565c0", zorder=3)
-        for text, (x, y), (dx, dy) in point_labels(task.policies, task.reference_rates, task.other_rates):
-            ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7)
         r, m = task.stats["pearson"].value, task.stats["mmrv"].value
         ax.set_title(f"{task.task}\nr = {'undefined' if r is None else f'{r:.2f}'}, MMRV = "
                      f"{'undefined' if m is None else f'{m:.3f}'}", fontsize=9)
@@ -204,6 +198,9 @@ def real_to_sim_svg(report: CorrelationReport) -> str:
         ax.set_xlabel("real success rate")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("sim success rate (nominal)")
+    fig.tight_layout()  # the panels' final places, before labels are fitted inside them
+    for ax, task in zip(axes[0], tasks, strict=True):
+        labels.place(ax, labels.point_groups(task.policies, task.reference_rates, task.other_rates))
     return _svg(fig)
 
 
