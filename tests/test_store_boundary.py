@@ -143,3 +143,45 @@ def test_catalog_columns_are_derived_from_every_record_field_and_round_trip(reco
                                      timings={"sim": 0.25}, provenance={"git": "abc"})
         assert store.catalog.add(record)
         assert store.catalog.episode("r" * 24) == record
+
+
+def test_a_store_from_before_registrations_has_its_categories_forgotten_by_a_resumed_run(recorded, tmp_path):
+    """A store whose failure_categories table predates forget registrations (no store_meta row): the next
+    command registers it, so the resume that re-runs a damaged episode also drops its stale category."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+    from assay.failures.categories import Categorized, Category
+    from assay.failures.table import FailureTable
+
+    root, records = recorded
+    victim, kept = records[0], records[1]
+    with Store(root) as store:
+        FailureTable(store).put({r.key: Categorized(Category.COLLISION, (Category.COLLISION,), "reach")
+                                 for r in (victim, kept)})
+        with store.catalog.engine.begin() as conn:  # as written before registrations existed
+            conn.execute(sa.text("delete from store_meta where name = 'forget:failure_categories'"))
+        assert store.catalog.forgotten_tables() == []
+    (root / victim.data_path).unlink()
+    spec = tmp_path / "boundary.yaml"
+    spec.write_text(yaml.safe_dump(CAMPAIGN))
+    result = CliRunner().invoke(app, ["run", str(spec), "--store", str(root), "--executor", "inline"])
+    assert result.exit_code == 0, result.output
+    with Store(root) as store:
+        assert store.catalog.forgotten_tables() == ["failure_categories"]
+        assert set(FailureTable(store).get()) == {kept.key}  # the re-run episode lost its stale category
+        assert {r.key for r in store.catalog.episodes(campaign="boundary")} == {r.key for r in records}
+
+
+def test_the_campaign_runner_talks_to_the_store_alone():
+    """The run layer reaches the catalog only through Store's methods (resume_plan, forget, campaign, link,
+    record, integrity), so another catalog needs no change there."""
+    import re
+    from pathlib import Path
+
+    import assay.run
+
+    sources = {p.name: p.read_text() for p in Path(assay.run.__file__).parent.glob("*.py")}
+    reaching = {name for name, text in sources.items() if re.search(r"\.catalog\b", text)}
+    assert reaching == set(), reaching

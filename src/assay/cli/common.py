@@ -49,7 +49,17 @@ class _CommandStore(Store):
 
 def open_store(store: Path, catalog: str | None, create: bool = False, data_url: str | None = None,
                new_catalog: bool = False) -> Store:
-    return _CommandStore(store, catalog, create=create, data_url=data_url, new_catalog=new_catalog)
+    """The store every command opens; a store from before forget registrations gets its failure
+    categories registered here, so a resume that forgets an episode also drops its category."""
+    from assay.failures.table import adopt
+
+    opened = _CommandStore(store, catalog, create=create, data_url=data_url, new_catalog=new_catalog)
+    try:
+        adopt(opened)
+    except BaseException:
+        opened.close()
+        raise
+    return opened
 
 
 POLICY_FORMS = ("a builtin (expert, random, degraded-expert, ...), module:attr, remote:ws://host:port, bc:PATH, "

@@ -16,6 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from assay.errors import StoreError
 from assay.failures.categories import Categorized, Category
 from assay.store import Store
 
@@ -30,6 +31,21 @@ failure_categories = sa.Table(
     sa.Column("evidence_json", sa.Text, nullable=False),
     sa.Column("created_at", sa.String(40), nullable=False),
 )
+
+
+def adopt(store: Store) -> bool:
+    """Register ``failure_categories`` to be forgotten in a store that has the table but no registration
+    (a store written before registrations existed, whose table no failures command has opened since).
+    Returns whether it registered; a store without the table is left alone."""
+    if failure_categories.name in store.catalog.forgotten_tables():
+        return False
+    if not sa.inspect(store.catalog.engine).has_table(failure_categories.name):
+        return False
+    try:
+        store.catalog.register_forgotten(failure_categories.name)
+    except StoreError:  # a read-only catalog: reading commands still work, a writable open registers it
+        return False
+    return True
 
 
 class FailureTable:

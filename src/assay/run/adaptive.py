@@ -130,7 +130,7 @@ def run_rounds(
         round_jobs = [job for cell in active for job in by_cell[cell][len(outcomes[cell]):len(outcomes[cell]) + batch]]
         summary = run_jobs(dataclasses.replace(campaign, jobs=tuple(round_jobs)))
         total = summary if total is None else _add(total, summary)
-        found = store.catalog.integrity(job.key for job in round_jobs)
+        found = store.integrity(job.key for job in round_jobs)
         for cell in active:
             start = len(outcomes[cell])
             for job in by_cell[cell][start:start + batch]:

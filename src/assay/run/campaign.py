@@ -70,7 +70,7 @@ class CatalogWriter:
     """
 
     def __init__(self, store: Store, batches: Sequence[Sequence[EpisodeJob]]) -> None:
-        self._catalog = store.catalog
+        self._store = store
         self._batch_of = {job.key: index for index, batch in enumerate(batches) for job in batch}
         self._waiting = [len(batch) for batch in batches]  # records still to come, per batch
         self._held: list[EpisodeRecord] = []
@@ -87,7 +87,7 @@ class CatalogWriter:
     def flush(self) -> None:
         """Write every held row in one transaction."""
         if self._held:
-            self._catalog.add_many(self._held)
+            self._store.record(self._held)
             self._held = []
 
 
@@ -163,7 +163,7 @@ def _run_pending(
     retry_errors: bool,
 ) -> CampaignSummary:
     spec = campaign.spec
-    existing = store.catalog.campaign(spec.name)
+    existing = store.campaign(spec.name)
     if existing is not None and existing.spec_hash != spec.content_hash():
         raise SpecError(
             f"campaign {spec.name!r} already exists in {store.root} with a different spec; give the changed "
@@ -173,7 +173,7 @@ def _run_pending(
     store.clean_temporaries()
     resume = store.resume_plan((job.key for job in campaign.jobs), retry_errors)
     store.forget(resume.forget)
-    store.catalog.link(spec.name, [(job.key, job.policy.name) for job in campaign.jobs if job.key in resume.done])
+    store.link(spec.name, [(job.key, job.policy.name) for job in campaign.jobs if job.key in resume.done])
     pending = [job for job in campaign.jobs if job.key not in resume.done]
     summary = CampaignSummary(spec.name, total=len(campaign.jobs), skipped=len(campaign.jobs) - len(pending),
                               repaired=len(resume.damaged), retried=len(resume.errored))

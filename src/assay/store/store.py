@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from assay.errors import StoreError
-from assay.store.catalog import Catalog
+from assay.store.catalog import CampaignRow, Catalog, IntegrityRow
 from assay.store.episodes import (
     Root,
     is_url,
@@ -210,6 +210,24 @@ class Store:
     def forget(self, keys: Iterable[str]) -> int:
         """Forget episodes so they can be re-run (see :meth:`Catalog.forget`); how many rows went."""
         return self.catalog.forget(keys)
+
+    # What the campaign runner needs from the catalog, so that it talks to the store alone.
+
+    def campaign(self, name: str) -> CampaignRow | None:
+        """The campaign's catalog row, or ``None`` when no campaign of that name ran here."""
+        return self.catalog.campaign(name)
+
+    def link(self, campaign: str, keys_and_policies: Iterable[tuple[str, str]]) -> None:
+        """Count episodes recorded earlier (by any campaign) as ``campaign``'s too."""
+        self.catalog.link(campaign, keys_and_policies)
+
+    def record(self, records: Sequence[EpisodeRecord]) -> None:
+        """Catalog rows for episodes whose files are already written, all in one transaction."""
+        self.catalog.add_many(list(records))
+
+    def integrity(self, keys: Iterable[str]) -> dict[str, IntegrityRow]:
+        """The catalog's integrity columns (outcome, checksum, steps, ...) of the recorded ``keys``."""
+        return self.catalog.integrity(keys)
 
     def steps(self, record: EpisodeRecord, verify: bool = True) -> pa.Table:
         """The per-step table of an episode, checked against its recorded checksum."""
