@@ -17,8 +17,7 @@ import multiprocessing
 import os
 import signal
 import sys
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from enum import Enum
 from multiprocessing.connection import Connection, wait
@@ -27,10 +26,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from assay.errors import AssayError
-from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key, exhausted, rss_mb
+from assay.run.driver import Driver, Event, Happened
+from assay.run.faults import Batch, FaultPolicy, rss_mb
 from assay.run.worker import Worker
 from assay.store import EpisodeRecord
-from assay.store.roots import as_root, remove_stale_temporaries
+from assay.store.roots import as_root
 
 __all__ = ["Batch", "Executor", "InlineExecutor", "LocalExecutor", "make_executor"]
 
@@ -137,30 +137,14 @@ def describe_exit(exitcode: int | None) -> str:
 
 
 class _Slot:
-    """One worker process and the work item it holds (at most one, so a death or a timeout is attributable)."""
+    """One worker process and its pipe."""
 
     def __init__(self, context: Any, store_root: str | Path) -> None:
         self.conn, child = context.Pipe(duplex=True)
         self.process: BaseProcess = context.Process(target=_worker_main, args=(child, store_root), daemon=True)
         self.process.start()
         child.close()
-        self.item: WorkItem | None = None
-        self.deadline: float | None = None
         self.ready = False  # a process that dies before it is ready is broken, not unlucky
-        self.faults = FaultPolicy()
-        self.environments: set[str] = set()  # what this process has built (Dispatcher.take keeps it on them)
-
-    def assign(self, item: WorkItem, faults: FaultPolicy) -> None:
-        """Send ``item``; its wall-clock limit runs from now, or from start-up if the process is still starting."""
-        self.item, self.faults = item, faults
-        self.environments.add(environment_key(item))
-        self.deadline = faults.deadline(time.monotonic()) if self.ready else None
-        self.conn.send(item.jobs)
-
-    def mark_ready(self) -> None:
-        self.ready = True
-        if self.item is not None:
-            self.deadline = self.faults.deadline(time.monotonic())
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -177,8 +161,83 @@ class _Slot:
         self.kill()
 
 
+class _ProcessPool:
+    """The :class:`~assay.run.driver.WorkerPool` of worker processes on this machine (``spawn``)."""
+
+    reuse_environments = True
+
+    def __init__(self, store_root: str | Path, faults: FaultPolicy) -> None:
+        self.context = multiprocessing.get_context("spawn")
+        self.store_root, self.faults = store_root, faults
+        self.slots: dict[Hashable, _Slot] = {}
+        self._next = 0
+
+    def spawn(self) -> int:
+        self._next += 1
+        self.slots[self._next] = _Slot(self.context, self.store_root)
+        return self._next
+
+    def assign(self, worker: Hashable, jobs: Batch) -> None:
+        self.slots[worker].conn.send(jobs)
+
+    def wait(self, busy: Sequence[Hashable], timeout: float | None) -> list[Event]:
+        slots = [(w, self.slots[w]) for w in busy]
+        wait([s.conn for _, s in slots] + [s.process.sentinel for _, s in slots], timeout)
+        events: list[Event] = []
+        for worker, slot in slots:
+            events += self._events(worker, slot)
+        return events
+
+    def _events(self, worker: Hashable, slot: _Slot) -> list[Event]:
+        """What ``slot`` has to say: READY, then DONE or DIED (or nothing yet)."""
+        events: list[Event] = []
+        while slot.conn.poll():
+            try:
+                status, payload = slot.conn.recv()
+            except (EOFError, OSError):
+                slot.process.join(timeout=10)  # EOF comes first; let the exit be reaped
+                break
+            if status is Reply.READY:
+                slot.ready = True
+                events.append(Event(worker, Happened.READY))
+            elif status is Reply.OK:
+                return [*events, Event(worker, Happened.DONE, payload)]
+            elif status is Reply.RAISE:
+                raise payload
+        if not slot.process.is_alive():
+            # Exiting on its own before "ready" means the worker cannot start (an import error): stop.
+            # Killed by a signal (OOM killer, an operator, chaos) it was unlucky: retry like any death.
+            exitcode = slot.process.exitcode
+            killed = exitcode is not None and exitcode < 0
+            if not slot.ready and exitcode == MAIN_GUARD_EXIT:
+                raise AssayError(f"the worker processes could not start: {MAIN_GUARD_HINT}")
+            if not slot.ready and not killed:
+                raise AssayError(f"a worker process failed to start ({describe_exit(exitcode)}); "
+                                 "run with --executor inline to see the error")
+            events.append(Event(worker, Happened.DIED, detail=describe_exit(exitcode)))
+        return events
+
+    def worn_out(self, worker: Hashable, records: Sequence[EpisodeRecord]) -> bool:
+        """Above ``worker_rss_limit_mb`` (a leak in the policy would poison the next batch)."""
+        limit = self.faults.worker_rss_limit_mb
+        pid = self.slots[worker].process.pid
+        resident = rss_mb(pid) if limit is not None and pid is not None else None
+        return resident is not None and limit is not None and resident > limit
+
+    def kill(self, worker: Hashable) -> None:
+        self.slots.pop(worker).kill()
+
+    def retire(self, worker: Hashable) -> None:
+        self.slots.pop(worker).stop()
+
+    def close(self) -> None:
+        for slot in self.slots.values():
+            slot.stop()
+        self.slots.clear()
+
+
 class LocalExecutor:
-    """Worker processes on this machine, one batch in flight each.
+    """Worker processes on this machine, one batch in flight each (the loop: :class:`~assay.run.driver.Driver`).
 
     Fault tolerance: see :mod:`assay.run.faults`; ``faults`` sets the retry bound
     and the per-episode wall-clock limit.
@@ -193,91 +252,15 @@ class LocalExecutor:
         self.store_root = _root(store_root)
         self.workers = workers
         self.faults = faults or FaultPolicy()
-        self.restarts = 0  # worker processes replaced after a death or a timeout
+        self.restarts = 0  # worker processes replaced after a death, a timeout or a resource error
 
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
         _refuse_while_importing_main()
-        dispatcher = Dispatcher(batches, self.faults)
-        if not dispatcher.has_work():
-            return
-        context = multiprocessing.get_context("spawn")
-        slots = [_Slot(context, self.store_root) for _ in range(min(self.workers, len(batches)))]
+        driver = Driver(_ProcessPool(self.store_root, self.faults), self.workers, self.faults, self.store_root)
         try:
-            while True:
-                self._hand_out(slots, dispatcher)
-                busy = [slot for slot in slots if slot.item is not None]
-                if not busy:
-                    return
-                deadlines = [s.deadline for s in busy if s.deadline is not None]
-                timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-                wait([s.conn for s in busy] + [s.process.sentinel for s in busy], timeout)
-                finished: list[EpisodeRecord] = []
-                for index, slot in enumerate(slots):
-                    if slot.item is not None:
-                        records, replace = self._check(slot, dispatcher)
-                        if replace:
-                            slots[index] = _Slot(context, self.store_root)
-                            self.restarts += 1
-                        finished += records
-                # Hand out the next batches before the caller writes catalog rows, so no worker waits on it.
-                self._hand_out(slots, dispatcher)
-                yield from finished
+            yield from driver.run(batches)
         finally:
-            for slot in slots:
-                slot.stop()
-
-    def _hand_out(self, slots: list[_Slot], dispatcher: Dispatcher) -> None:
-        for slot in slots:
-            if slot.item is None and dispatcher.has_work():
-                elsewhere = {environment_key(s.item) for s in slots if s.item is not None}
-                slot.assign(dispatcher.take(slot.environments, elsewhere), self.faults)
-
-    def _worn_out(self, slot: _Slot, records: list[EpisodeRecord]) -> bool:
-        """Whether a worker that finished its batch must be replaced before it gets another one: an
-        episode ended in a resource error (a leak in the policy would poison the next one), or the
-        process is above ``worker_rss_limit_mb``."""
-        limit = self.faults.worker_rss_limit_mb
-        resident = rss_mb(slot.process.pid) if limit is not None and slot.process.pid is not None else None
-        if exhausted(records) is None and (resident is None or limit is None or resident <= limit):
-            return False
-        slot.stop()
-        return True
-
-    def _check(self, slot: _Slot, dispatcher: Dispatcher) -> tuple[list[EpisodeRecord], bool]:
-        """Collect what ``slot`` has to say: (records to pass on, whether its process must be replaced)."""
-        item = slot.item
-        assert item is not None
-        while slot.conn.poll():
-            try:
-                status, payload = slot.conn.recv()
-            except (EOFError, OSError):
-                slot.process.join(timeout=10)  # EOF comes first; let the exit be reaped
-                break
-            if status is Reply.READY:
-                slot.mark_ready()
-            elif status is Reply.OK:
-                slot.item = slot.deadline = None
-                return dispatcher.succeeded(payload), self._worn_out(slot, payload)
-            elif status is Reply.RAISE:
-                raise payload
-        if not slot.process.is_alive():
-            slot.kill()
-            # Exiting on its own before "ready" means the worker cannot start (an import error): stop.
-            # Killed by a signal (OOM killer, an operator, chaos) it was unlucky: retry like any death.
-            killed = slot.process.exitcode is not None and slot.process.exitcode < 0
-            if not slot.ready and slot.process.exitcode == MAIN_GUARD_EXIT:
-                raise AssayError(f"the worker processes could not start: {MAIN_GUARD_HINT}")
-            if not slot.ready and not killed:
-                raise AssayError(f"a worker process failed to start ({describe_exit(slot.process.exitcode)}); "
-                                 "run with --executor inline to see the error")
-            records = dispatcher.failed(item, Failure.DIED, describe_exit(slot.process.exitcode))
-            remove_stale_temporaries(self.store_root)  # what the dead writer left half-written
-            return records, True
-        if slot.deadline is not None and time.monotonic() >= slot.deadline:
-            slot.kill()
-            remove_stale_temporaries(self.store_root)
-            return dispatcher.failed(item, Failure.TIMED_OUT, "wall-clock limit"), True
-        return [], False
+            self.restarts += driver.restarts
 
 
 def make_executor(

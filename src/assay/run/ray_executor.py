@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,12 @@ from assay.errors import AssayError
 from assay.policies import Policy, PolicyContext, make_policy
 from assay.policies.protocol import ENV_IDS, INSTRUCTION
 from assay.policies.remote.batcher import DynamicBatcher
-from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key, exhausted
+from assay.run.driver import Driver, Event, Happened
+from assay.run.faults import Batch, FaultPolicy
 from assay.run.worker import Worker
 from assay.spec import PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord
-from assay.store.roots import is_url, remove_stale_temporaries
+from assay.store.roots import is_url
 
 
 def _ray() -> Any:
@@ -229,89 +229,82 @@ class RayExecutor:
         }
 
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
-        dispatcher = Dispatcher(batches, self.faults)
-        if not dispatcher.has_work():
+        if not any(batches):
             return
         ray = self._connect()
         servers = self._servers(ray, batches)
         actor_cls = ray.remote(EnvActor).options(num_cpus=self.actor_cpus, max_restarts=0)
-        starting: dict[Any, Any] = {}  # pid() ref -> actor: a batch's clock starts once its actor is up
-        idle: list[Any] = []
-        running: dict[Any, tuple[Any, WorkItem, float | None]] = {}  # run_batch ref -> (actor, item, deadline)
-
-        def spawn() -> None:
-            actor = actor_cls.remote(self.store_root, servers)
-            starting[actor.pid.remote()] = actor
-
-        built: dict[Any, set[str]] = {}  # actor -> the environments it has built (kept on them by Dispatcher.take)
-
-        def hand_out() -> None:
-            while idle and dispatcher.has_work():
-                actor = idle.pop()
-                if self.serving is not None:
-                    # a shared server batches requests per task: actors on the same task merge theirs
-                    item = dispatcher.take()
-                else:
-                    elsewhere = {environment_key(item) for _, item, _ in running.values()}
-                    item = dispatcher.take(built.setdefault(actor, set()), elsewhere)
-                    built[actor].add(environment_key(item))
-                running[actor.run_batch.remote(item.jobs)] = (actor, item, self.faults.deadline(time.monotonic()))
-
-        for _ in range(min(self.actors, len(batches))):
-            spawn()
+        # A shared server batches requests per task, so actors on the same task merge theirs: no preference
+        # for the environments an actor has built.
+        pool = _ActorPool(ray, lambda: actor_cls.remote(self.store_root, servers), reuse=self.serving is None)
+        driver = Driver(pool, self.actors, self.faults, self.store_root)
         try:
-            while running or starting:
-                deadlines = [d for _, _, d in running.values() if d is not None]
-                timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-                ready, _ = ray.wait([*running, *starting], num_returns=1, timeout=timeout)
-                finished: list[EpisodeRecord] = []
-                for ref in ready:
-                    if ref in starting:
-                        actor = starting.pop(ref)
-                        try:
-                            ray.get(ref)
-                        except ray.exceptions.RayError as exc:
-                            raise AssayError(f"a Ray actor failed to start: {exc}") from None
-                        idle.append(actor)
-                        continue
-                    actor, item, _ = running.pop(ref)
-                    try:
-                        records = ray.get(ref)
-                    except ray.exceptions.RayActorError as exc:
-                        self._replace(ray, actor, spawn)
-                        finished += dispatcher.failed(item, Failure.DIED, f"actor died: {type(exc).__name__}")
-                        continue
-                    except ray.exceptions.RayTaskError as exc:
-                        raise AssayError(f"ray actor failed: {exc.cause!r}") from None
-                    if exhausted(records) is not None:  # a fresh process for the next batch
-                        self._replace(ray, actor, spawn)
-                    else:
-                        idle.append(actor)
-                    finished += dispatcher.succeeded(records)
-                now = time.monotonic()
-                for ref, (actor, item, deadline) in list(running.items()):
-                    if deadline is not None and now >= deadline:
-                        del running[ref]
-                        self._replace(ray, actor, spawn)
-                        finished += dispatcher.failed(item, Failure.TIMED_OUT, "wall-clock limit")
-                # Hand out the next batches before the caller writes catalog rows, so no actor waits on it.
-                hand_out()
-                if not dispatcher.has_work():
-                    for actor in idle:  # nothing left for them
-                        ray.kill(actor, no_restart=True)
-                    idle.clear()
-                yield from finished
+            yield from driver.run(batches)
         finally:
-            for actor in [*idle, *starting.values(), *(a for a, _, _ in running.values())]:
-                ray.kill(actor, no_restart=True)
+            self.restarts += driver.restarts
             for key, server in servers.items():
                 try:
                     self.server_stats[key] = ray.get(server.stats.remote(), timeout=30)
                 finally:
                     ray.kill(server, no_restart=True)
 
-    def _replace(self, ray: Any, actor: Any, spawn: Any) -> None:
-        ray.kill(actor, no_restart=True)
-        remove_stale_temporaries(self.store_root)  # what a writer on this host left half-written
-        spawn()
-        self.restarts += 1
+
+class _ActorPool:
+    """The :class:`~assay.run.driver.WorkerPool` of Ray actors: a batch per ``run_batch`` call."""
+
+    def __init__(self, ray: Any, make_actor: Callable[[], Any], reuse: bool) -> None:
+        self.ray, self.make_actor, self.reuse_environments = ray, make_actor, reuse
+        self.actors: dict[Hashable, Any] = {}
+        self.starting: dict[Any, Hashable] = {}  # pid() ref -> worker: READY once the actor is up
+        self.running: dict[Any, Hashable] = {}  # run_batch ref -> worker
+        self._next = 0
+
+    def spawn(self) -> int:
+        self._next += 1
+        actor = self.make_actor()
+        self.actors[self._next] = actor
+        self.starting[actor.pid.remote()] = self._next
+        return self._next
+
+    def assign(self, worker: Hashable, jobs: Batch) -> None:
+        self.running[self.actors[worker].run_batch.remote(jobs)] = worker
+
+    def wait(self, busy: Sequence[Hashable], timeout: float | None) -> list[Event]:
+        ray = self.ray
+        ready, _ = ray.wait([*self.running, *self.starting], num_returns=1, timeout=timeout)
+        events: list[Event] = []
+        for ref in ready:
+            if ref in self.starting:
+                worker = self.starting.pop(ref)
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    raise AssayError(f"a Ray actor failed to start: {exc}") from None
+                events.append(Event(worker, Happened.READY))
+                continue
+            worker = self.running.pop(ref)
+            try:
+                records = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                events.append(Event(worker, Happened.DIED, detail=f"actor died: {type(exc).__name__}"))
+                continue
+            except ray.exceptions.RayTaskError as exc:
+                raise AssayError(f"ray actor failed: {exc.cause!r}") from None
+            events.append(Event(worker, Happened.DONE, records))
+        return events
+
+    def worn_out(self, worker: Hashable, records: Sequence[EpisodeRecord]) -> bool:
+        return False  # an actor's memory is Ray's to watch
+
+    def kill(self, worker: Hashable) -> None:
+        actor = self.actors.pop(worker)
+        for refs in (self.running, self.starting):
+            for ref in [r for r, w in refs.items() if w == worker]:
+                del refs[ref]
+        self.ray.kill(actor, no_restart=True)
+
+    retire = kill
+
+    def close(self) -> None:
+        for worker in list(self.actors):
+            self.kill(worker)

@@ -1,0 +1,175 @@
+"""One driver loop for every executor with workers: hand out batches, collect records, handle faults.
+
+The loop knows nothing of processes or Ray; it talks to a :class:`WorkerPool` (the way an HTTP
+client has one request loop and many transports). The pool starts workers, sends a worker its
+batch, and reports what happened as :class:`Event`\\ s; the driver decides everything else, the same
+way for every pool:
+
+* a worker holds at most one batch, so a death or a timeout is attributable to it;
+* a batch's wall-clock limit starts once its worker is ready (start-up is not the batch's fault);
+* a worker that dies, or runs past the limit, is killed and replaced, and :class:`Dispatcher`
+  decides whether its batch is retried or recorded as ``error``; half-written files are removed;
+* a worker whose batch ended in a resource error, or that the pool finds worn out (resident memory
+  above the limit), is retired and replaced before it gets another batch;
+* the next batches go out before the finished records are passed on, so no worker waits while the
+  caller writes catalog rows; workers left with nothing to do are retired at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Protocol
+
+from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key, exhausted
+from assay.store import EpisodeRecord
+from assay.store.roots import remove_stale_temporaries
+
+
+class Happened(Enum):
+    """What a worker did, as its pool reports it."""
+
+    READY = "ready"  # the worker started and built itself
+    DONE = "done"  # its batch is done: ``records``
+    DIED = "died"  # it died (killed, its node lost): ``detail`` says how; its batch may be retried
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing one worker did."""
+
+    worker: Hashable
+    what: Happened
+    records: Sequence[EpisodeRecord] = ()
+    detail: str = ""
+
+
+class WorkerPool(Protocol):
+    """What the driver needs from a kind of worker. A pool raises :class:`AssayError` for what must stop
+    the campaign (a worker that cannot start, an infrastructure error inside one)."""
+
+    reuse_environments: bool  # hand a worker batches of the environments it has built, when there is a choice
+
+    def spawn(self) -> Hashable:
+        """Start a worker; it reports READY when it is up."""
+
+    def assign(self, worker: Hashable, jobs: Batch) -> None:
+        """Send ``worker`` a batch (before it is READY is fine)."""
+
+    def wait(self, busy: Sequence[Hashable], timeout: float | None) -> list[Event]:
+        """Block until one of ``busy`` (the workers holding a batch) has news, or ``timeout`` seconds."""
+
+    def worn_out(self, worker: Hashable, records: Sequence[EpisodeRecord]) -> bool:
+        """Whether ``worker`` must be replaced after its batch, beyond a resource error (``exhausted``)."""
+
+    def kill(self, worker: Hashable) -> None:
+        """Stop ``worker`` now, whatever it is doing."""
+
+    def retire(self, worker: Hashable) -> None:
+        """Stop ``worker`` politely: it holds no batch."""
+
+    def close(self) -> None:
+        """Stop every worker left."""
+
+
+@dataclass
+class _State:
+    ready: bool = False
+    item: WorkItem | None = None
+    deadline: float | None = None
+    environments: set[str] = field(default_factory=set)
+
+
+class Driver:
+    """Runs batches on a pool of ``workers`` workers; ``restarts`` counts workers replaced."""
+
+    def __init__(self, pool: WorkerPool, workers: int, faults: FaultPolicy, store_root: str | Path) -> None:
+        self.pool, self.workers, self.faults, self.store_root = pool, workers, faults, store_root
+        self.restarts = 0
+        self._states: dict[Hashable, _State] = {}
+
+    def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+        """Every batch's records, in the order they finish (each once: done, or error after its retries)."""
+        dispatcher = Dispatcher(batches, self.faults)
+        if not dispatcher.has_work():
+            return
+        try:
+            for _ in range(min(self.workers, len(batches))):
+                self._spawn()
+            while True:
+                self._hand_out(dispatcher)
+                busy = [w for w, s in self._states.items() if s.item is not None]
+                if not busy:
+                    return
+                deadlines = [s.deadline for s in self._states.values() if s.deadline is not None]
+                timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+                finished: list[EpisodeRecord] = []
+                for event in self.pool.wait(busy, timeout):
+                    finished += self._handle(event, dispatcher)
+                finished += self._expire(dispatcher)
+                self._hand_out(dispatcher)  # before the caller writes catalog rows, so no worker waits on it
+                yield from finished
+        finally:
+            self._states.clear()
+            self.pool.close()
+
+    def _spawn(self) -> None:
+        self._states[self.pool.spawn()] = _State()
+
+    def _replace(self, worker: Hashable, kill: bool) -> None:
+        del self._states[worker]
+        if kill:
+            self.pool.kill(worker)
+            remove_stale_temporaries(self.store_root)  # what a dead or killed writer left half-written
+        else:
+            self.pool.retire(worker)
+        self._spawn()
+        self.restarts += 1
+
+    def _handle(self, event: Event, dispatcher: Dispatcher) -> list[EpisodeRecord]:
+        state = self._states.get(event.worker)
+        if state is None:  # already replaced
+            return []
+        if event.what is Happened.READY:
+            state.ready = True
+            if state.item is not None:
+                state.deadline = self.faults.deadline(time.monotonic())
+            return []
+        item, state.item, state.deadline = state.item, None, None
+        if event.what is Happened.DIED:
+            self._replace(event.worker, kill=True)
+            return dispatcher.failed(item, Failure.DIED, event.detail) if item is not None else []
+        records = dispatcher.succeeded(event.records)
+        if exhausted(event.records) is not None or self.pool.worn_out(event.worker, event.records):
+            self._replace(event.worker, kill=False)  # a fresh process for the next batch
+        return records
+
+    def _expire(self, dispatcher: Dispatcher) -> list[EpisodeRecord]:
+        now, out = time.monotonic(), []
+        for worker, state in list(self._states.items()):
+            if state.item is not None and state.deadline is not None and now >= state.deadline:
+                item = state.item
+                self._replace(worker, kill=True)
+                out += dispatcher.failed(item, Failure.TIMED_OUT, "wall-clock limit")
+        return out
+
+    def _hand_out(self, dispatcher: Dispatcher) -> None:
+        for worker, state in list(self._states.items()):
+            if state.item is not None:
+                continue
+            if not dispatcher.has_work():
+                del self._states[worker]  # nothing left for it
+                self.pool.retire(worker)
+                continue
+            if self.pool.reuse_environments:
+                elsewhere = {environment_key(s.item) for s in self._states.values() if s.item is not None}
+                item = dispatcher.take(state.environments, elsewhere)
+            else:
+                item = dispatcher.take()
+            state.item = item
+            state.environments.add(environment_key(item))
+            state.deadline = self.faults.deadline(time.monotonic()) if state.ready else None
+            self.pool.assign(worker, item.jobs)
