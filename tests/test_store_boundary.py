@@ -185,3 +185,16 @@ def test_the_campaign_runner_talks_to_the_store_alone():
     sources = {p.name: p.read_text() for p in Path(assay.run.__file__).parent.glob("*.py")}
     reaching = {name for name, text in sources.items() if re.search(r"\.catalog\b", text)}
     assert reaching == set(), reaching
+
+
+def test_a_registration_the_database_refuses_is_a_one_line_store_error(tmp_path):
+    with Store(tmp_path / "s") as store:
+        with store.catalog.engine.begin() as conn:  # every insert into store_meta fails in the database
+            conn.execute(sa.text("create trigger refuse before insert on store_meta "
+                                 "begin select raise(abort, 'store_meta refuses writes'); end"))
+        with pytest.raises(StoreError) as error:
+            store.catalog.register_forgotten("notes")
+        message = str(error.value)
+        assert "register_forgotten failed" in message and "store_meta refuses writes" in message
+        assert "\n" not in message and error.value.__cause__ is None
+        assert store.catalog.forgotten_tables() == []
