@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from assay.errors import SpecError
-from assay.metrics.adaptive import RANKED, Design, decide, interval_fixed_n, judge_for
+from assay.metrics.adaptive import RANKED, YARDSTICKS, Design, decide, interval_fixed_n, judge_for
 from assay.metrics.sequential import BUDGET, DECIDED, NARROW, NO_DIFFERENCE
 from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
 from assay.run.adaptive import load_state
@@ -167,11 +167,13 @@ def _assert_adaptive_is_reported(root: Path, state: dict) -> None:
         assert table.exit_code == 0, table.output
         assert "invalid after optional stopping" in table.output
         assert f"episodes used {state['episodes_used']} against {state['episodes_fixed']}" in table.output
+        assert f"({YARDSTICKS[state['design']['goal']]})" in table.output
     out = root / "report.html"
     made = runner.invoke(app, ["report", "adapt", "--store", str(root), "-o", str(out)])
     assert made.exit_code == 0, made.output
     html = out.read_text()
     assert "Adaptive stopping" in html and "not valid after optional stopping" in html
+    assert f"({YARDSTICKS[state['design']['goal']]})" in html
     question = state["questions"][0]
     assert question["reason"] in html
 

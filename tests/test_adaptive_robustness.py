@@ -8,7 +8,7 @@ import pytest
 
 from assay.errors import SpecError
 from assay.metrics.adaptive import Design, decide
-from assay.metrics.adaptive_robustness import ALL_RETAINED, RETENTION_CAP, retention_cs
+from assay.metrics.adaptive_robustness import ALL_RETAINED, RETENTION_CAP, retention_cs, retention_fixed_n
 from assay.metrics.sequential import NARROW, rate_cs
 from assay.spec.loading import campaign_from_data
 
@@ -115,3 +115,26 @@ def test_a_real_robustness_campaign_runs_the_widest_variant_and_says_why_each_ce
     assert state["episodes_used"] == len(ran) and all(c["reason"] for c in state["cells"])
     by_key = {c["variant"]: c["episodes"] for c in state["cells"]}
     assert by_key[N] >= max(by_key.values()) and all(v % 4 == 0 for v in by_key.values())
+
+
+def test_retention_fixed_n_golden() -> None:
+    # n = ceil(z^2 [pv(1-pv) + R^2 p0(1-p0)] / (p0^2 w^2)), z^2 = 1.959964^2 = 3.841459 at alpha 0.05
+    assert retention_fixed_n(0.05, 0.2) == 193  # 3.841459 * 2 / 0.04 = 192.07
+    assert retention_fixed_n(0.05, 0.1) == 769  # 3.841459 * 2 / 0.01 = 768.29
+    assert retention_fixed_n(0.05, 0.2, 0.9, 0.9) == 22  # 3.841459 * (0.18 / 0.81) / 0.04 = 21.34
+    # a small nominal rate needs many episodes: R = 0.5, (0.0475 + 0.0225) / 0.01 = 7 -> 672.26
+    assert retention_fixed_n(0.05, 0.2, 0.1, 0.05) == 673
+    assert retention_fixed_n(0.05, 0.2, 0.01, 0.01) > 10 * retention_fixed_n(0.05, 0.2)
+    assert retention_fixed_n(0.05, 5.0) == 1  # a very wide interval: 0.31 rounds up to 1
+    assert retention_fixed_n(0.05, 0.2, 1.0, 1.0) == 1  # no variance at rates 1: still at least 1
+    with pytest.raises(ValueError, match="planning rates"):
+        retention_fixed_n(0.05, 0.2, 0.0, 0.5)
+    with pytest.raises(ValueError, match="width"):
+        retention_fixed_n(0.05, 0.0)
+
+
+def test_the_robustness_yardstick_is_the_ratio_interval_size_per_cell() -> None:
+    _, state, _ = _rounds(SOURCE, DESIGN)
+    # width 0.35: 3.841459 * 2 / 0.1225 = 62.72 -> 63 per cell, four cells
+    assert {c.fixed_n for c in state.cells} == {63}
+    assert state.episodes_fixed == 4 * 63 == 4 * retention_fixed_n(0.05, 0.35)

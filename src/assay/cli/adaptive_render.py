@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
+from assay.metrics.adaptive import YARDSTICKS
+
 
 def _variant(key: str) -> str:
     return "nominal" if key == "nominal" else key[:8]
@@ -33,5 +35,5 @@ def adaptive_render(state: dict[str, Any]) -> list[Table | str]:
                       f"[{q['low']:.3f}, {q['high']:.3f}]",
                       "-" if q["p_value"] is None else f"{q['p_value']:.3g}")
     line = (f"episodes used {state['episodes_used']} against {state['episodes_fixed']} for the fixed-n design of the "
-            f"same error rates: {state['saved']:.0%} saved")
+            f"same error rates ({YARDSTICKS.get(design['goal'], '')}): {state['saved']:.0%} saved")
     return [table, line]

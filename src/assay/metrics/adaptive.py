@@ -33,7 +33,9 @@ the cell's mean score). Looks, pairing, errors and yardsticks are the same.
 
 The fixed-n yardstick per cell: paired McNemar at (α, power, δ) for compare, at
 (α / pairs, power, δ) for rank, and ⌈z²_{1−α/2} · ¼ / w²⌉ (the Wald interval at
-p = ½) for interval. ``saved`` = 1 − used / fixed.
+p = ½) for interval, and for robustness the delta-method ratio interval of the
+retention at planning rates ½ (``retention_fixed_n``: 2 z² / w² per cell).
+``saved`` = 1 − used / fixed.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import norm
 
-from assay.metrics.adaptive_robustness import NOMINAL_KEY, robustness_round
+from assay.metrics.adaptive_robustness import NOMINAL_KEY, retention_fixed_n, robustness_round
 from assay.metrics.sequential import BUDGET, DECIDED, NARROW, compare_stop, fixed_n_pairs, mean_cs, rate_cs
 from assay.metrics.sequential_scores import scores_compare_stop
 from assay.spec import CampaignSpec
@@ -192,6 +194,11 @@ def interval_fixed_n(alpha: float, width: float) -> int:
     return math.ceil(z * z * 0.25 / (width * width) - 1e-9)
 
 
+YARDSTICKS = {"compare": "paired McNemar at (α, power, δ)", "rank": "paired McNemar at α / pairs",
+              "interval": "Wald interval at p = ½",
+              "robustness": "delta-method retention-ratio interval at planning rates ½"}
+
+
 def decide(design: Design, outcomes: Mapping[Cell, Sequence[float]]) -> AdaptiveState:
     """Every question's state and every cell's, from the outcomes run so far (seed order per cell)."""
     arrays = {cell: np.asarray(v, dtype=np.float64) for cell, v in outcomes.items()}
@@ -230,7 +237,7 @@ def decide(design: Design, outcomes: Mapping[Cell, Sequence[float]]) -> Adaptive
 
 
 def _robustness(design: Design, arrays: Mapping[Cell, np.ndarray]) -> AdaptiveState:
-    fixed = interval_fixed_n(design.alpha, design.width or 0.1)
+    fixed = retention_fixed_n(design.alpha, design.width or 0.1)
     questions: list[Question] = []
     cells: list[CellState] = []
     deferred: list[Cell] = []
@@ -266,4 +273,4 @@ def judge_for(spec: CampaignSpec) -> Callable[[Mapping[Cell, Sequence[float]]], 
 
 
 __all__ = ["DECIDED", "RANKED", "AdaptiveState", "CellState", "Design", "Question", "decide", "design_for",
-           "interval_fixed_n", "judge_for"]
+           "YARDSTICKS", "interval_fixed_n", "judge_for"]

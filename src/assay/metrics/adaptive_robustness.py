@@ -11,6 +11,11 @@ the widest half (⌈open / 2⌉, ties in variant-key order) run the next batch �
 others wait, neither stopped nor run — and the nominal cell runs while any of its
 variants is open (it is every retention's denominator). Everything is computed from
 the completed batches in seed order, so the allocation is deterministic.
+
+The fixed-n yardstick (``retention_fixed_n``): episodes per cell, both cells at the
+same n, for a Wald interval of the ratio p_v / p_0 with half-width ``width`` by the
+delta method, Var(R̂) ≈ [p_v(1 − p_v) + R² p_0(1 − p_0)] / (p_0² n) (cells taken as
+independent), at planning rates p_0 = p_v = ½ unless given.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from scipy.stats import norm
 
 from assay.metrics.sequential import BUDGET, NARROW, rate_cs
 
@@ -37,6 +43,20 @@ def retention_cs(nominal: Sequence[float] | np.ndarray, variant: Sequence[float]
     high = min(RETENTION_CAP, cv.high / c0.low) if c0.low > 0 else RETENTION_CAP
     point = float(v.mean() / n0.mean()) if n0.size and v.size and n0.sum() > 0 else math.nan
     return point, float(low), float(high)
+
+
+def retention_fixed_n(alpha: float, width: float, nominal_rate: float = 0.5, variant_rate: float = 0.5) -> int:
+    """Episodes per cell (both cells at the same n) a fixed-n delta-method interval of the retention
+    p_v / p_0 needs for half-width ``width`` at the planning rates; at least 1."""
+    if not 0 < nominal_rate <= 1 or not 0 <= variant_rate <= 1:
+        raise ValueError(f"planning rates must be 0 < nominal <= 1 and 0 <= variant <= 1, got "
+                         f"{nominal_rate}, {variant_rate}")
+    if width <= 0:
+        raise ValueError(f"width must be > 0, got {width}")
+    z = float(norm.ppf(1 - alpha / 2))
+    ratio = variant_rate / nominal_rate
+    spread = (variant_rate * (1 - variant_rate) + ratio * ratio * nominal_rate * (1 - nominal_rate)) / nominal_rate**2
+    return max(1, math.ceil(z * z * spread / (width * width) - 1e-9))
 
 
 def robustness_round(alpha: float, width: float, max_episodes: int, policy: str, task: str,
@@ -58,4 +78,4 @@ def robustness_round(alpha: float, width: float, max_episodes: int, policy: str,
     return rows, widest, nominal_reason
 
 
-__all__ = ["ALL_RETAINED", "NOMINAL_KEY", "RETENTION_CAP", "retention_cs", "robustness_round"]
+__all__ = ["ALL_RETAINED", "NOMINAL_KEY", "RETENTION_CAP", "retention_cs", "retention_fixed_n", "robustness_round"]

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from assay.metrics.adaptive import YARDSTICKS
 from assay.report import figures
 from assay.report import sections as parts
 from assay.report.data import ReportData
@@ -165,7 +166,7 @@ def _adaptive(data: ReportData) -> str:
             + table(["task", "question", "episodes/cell", "stopped because", "estimate", "interval", "seq. p"],
                     rows, {2, 4, 6})
             + f"<p>Episodes used {state['episodes_used']} against {state['episodes_fixed']} for the fixed-n design "
-              f"of the same error rates: {pct(state['saved'])} saved.</p>")
+              f"of the same error rates ({escape(YARDSTICKS.get(d['goal'], ''))}): {pct(state['saved'])} saved.</p>")
 
 
 def render_html(data: ReportData, store: Store, embed_video: bool = True, out_dir: Path | None = None) -> str:
