@@ -122,3 +122,27 @@ def test_no_help_shows_angle_bracket_type_placeholders():
         text = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"}).stdout
         assert "Usage:" in text, command
         assert not PLACEHOLDER.findall(text), (command, PLACEHOLDER.findall(text))
+
+
+ADAPTIVE = """
+name: rounds
+seed: 4
+horizon: 40
+tasks: [gymnasium/Pendulum-v1]
+policies: [random]
+adaptive: {goal: interval, width: 0.1, max_episodes: 8, batch: 4}  # too narrow for 8: both rounds run
+"""
+
+
+def test_an_adaptive_campaigns_progress_adds_each_round_and_never_passes_100_percent(tmp_path):
+    """Each round of an adaptive campaign starts the progress again: its episodes join the total so far (on
+    b1f517c a later round printed e.g. 448/32 episodes (1400%) and a rate from the round's start)."""
+    (tmp_path / "a.yaml").write_text(ADAPTIVE)
+    result = invoke("run", str(tmp_path / "a.yaml"), "--store", str(tmp_path / "s"), "-x", "inline",
+                    "--progress-every", "0")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("campaign rounds:")]
+    shown = [tuple(map(int, re.match(r"campaign rounds: (\d+)/(\d+) episodes", line).groups())) for line in lines]
+    assert all(done <= total for done, total in shown), lines
+    assert [total for _, total in shown] == sorted(total for _, total in shown)  # the total only grows
+    assert shown[-1][0] == shown[-1][1] == 8 and "done" in lines[-1], lines  # two rounds of 4

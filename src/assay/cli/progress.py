@@ -48,6 +48,13 @@ class CampaignProgress:
             self._line(final=True)
 
     def start(self, summary: CampaignSummary) -> None:
+        """A campaign starts; an adaptive campaign calls this again for each round, whose episodes are
+        added to the total so far (the rate and the counts run on from the first round)."""
+        if self._task is not None and summary.name == self._name:
+            self._total += summary.total
+            self._skipped += summary.skipped
+            self._progress.update(self._task, total=self._total, advance=summary.skipped)
+            return
         self._started = self._last_line = time.perf_counter()
         self._name, self._total, self._skipped = summary.name, summary.total, summary.skipped
         if self.plain:
