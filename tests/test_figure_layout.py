@@ -105,3 +105,21 @@ def test_robustness_legend_lists_policies_as_the_bars_stand_in_colours_no_two_al
                                    .map(p => [getComputedStyle(p).fill, p.getBoundingClientRect().top])""")
     first_variant = sorted(bars, key=lambda bar: bar[1])[:12]  # the top group of bars, top to bottom
     assert [fill for fill, _ in first_variant] == swatches
+
+
+def test_open_loop_labels_name_each_policy_once_per_point_and_never_collide(page: object, tmp_path: Path) -> None:
+    """As in the demo: the expert and the shaky expert sit on the same point for several tasks (on b1f517c
+    each task drew its own label there, one over the other)."""
+    from assay.metrics.openloop import OpenLoopRow
+
+    tasks = ("metaworld/reach@1", "metaworld/drawer-open@1", "metaworld/pick-place@1")
+    mse = {"expert": 0.0, "shaky-expert": 0.21, "random": 0.65}
+    closed = {("expert", t): 1.0 for t in tasks} | {("random", t): 0.0 for t in tasks}
+    closed |= {("shaky-expert", tasks[0]): 1.0, ("shaky-expert", tasks[1]): 1.0, ("shaky-expert", tasks[2]): 0.62}
+    rows = [OpenLoopRow(policy, task, 8, 400, mse[policy] + (0.004 * k if policy == "random" else 0.0), None,
+                        "constant", 0) for policy in mse for k, task in enumerate(tasks)]
+    _show(page, figures.openloop_svg(rows, closed), "openloop-crowded", tmp_path)
+    assert overlapping_labels(page, "#figure svg text") == []
+    assert clipped_labels(page, "#figure svg") == []
+    names = [text for text, *_ in text_boxes(page, "#figure svg g[id^=axes] text") if text in mse]
+    assert sorted(names) == ["expert", "random", "random", "random", "shaky-expert", "shaky-expert"]

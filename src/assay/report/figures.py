@@ -209,18 +209,20 @@ def openloop_svg(rows: Sequence[OpenLoopRow], closed: dict[tuple[str, str], floa
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     tasks = sorted({r.task for r in rows})
+    named: list[OpenLoopRow] = []
     for k, task in enumerate(tasks):
         cells = [r for r in rows if r.task == task and (r.policy, task) in closed]
         ax.scatter([r.mse for r in cells], [closed[(r.policy, task)] for r in cells], color=f"C{k}",
                    label=task, zorder=3)
-        for r in cells:
-            ax.annotate(r.policy, (r.mse, closed[(r.policy, task)]), textcoords="offset points",
-                        xytext=(4, 4), fontsize=7)
+        named += cells
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("open-loop action MSE on recorded observations")
     ax.set_ylabel("closed-loop success rate")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # tasks, by colour
+    # A policy on the same point for several tasks is named once there (the colours tell the tasks apart).
+    labels.place(ax, labels.point_groups([r.policy for r in named], [r.mse for r in named],
+                                         [closed[(r.policy, r.task)] for r in named]))
     return _svg(fig)
 
 

@@ -23,11 +23,13 @@ Group = tuple[str, tuple[float, float]]  # the text and the point it names
 
 
 def point_groups(names: Sequence[str], xs: Sequence[float], ys: Sequence[float]) -> list[Group]:
-    """One label per distinct point (policies on the same point share it, comma-joined, in input order),
-    top to bottom then left to right, the order in which :func:`place` gives out places."""
+    """One label per distinct point (policies on the same point share it, comma-joined, in input order,
+    each name once), top to bottom then left to right, the order in which :func:`place` gives out places."""
     groups: dict[tuple[float, float], list[str]] = {}
     for name, x, y in zip(names, xs, ys, strict=True):
-        groups.setdefault((round(float(x), 3), round(float(y), 3)), []).append(name)
+        members = groups.setdefault((float(x), float(y)), [])  # the same point; near ones get separate places
+        if name not in members:
+            members.append(name)
     return [(", ".join(members), point) for point, members in sorted(groups.items(), key=lambda g: (-g[0][1], g[0][0]))]
 
 
@@ -59,6 +61,7 @@ def place(ax: Any, groups: Sequence[Group], fontsize: float = 7) -> list[Any]:
     from matplotlib.transforms import Bbox
 
     fig = ax.figure
+    fig.canvas.draw()  # settle autoscaled limits and the layout: places are measured on the final axes
     renderer = fig.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
     px = fig.dpi / 72
