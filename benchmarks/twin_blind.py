@@ -7,12 +7,17 @@ used push). The lab runs the study (the state expert and the camera-fed percepti
 expert, a 64×64 RGB-D front camera) in the reality on seeds from 1000; the pipeline
 (:func:`assay.twin.blind.blind_attribution`) fits sysid on two expert episodes, the
 rendering on the first 30 steps of one perception episode, and runs the attribution on
-seeds from 0. Endpoint: the set of named layers (closure's 95 % bootstrap lower bound
-above 0) equals the reality's changed layers; goal ≥ 4 of 5 single-layer realities and
-both layers of the two-layer one. Power: with 6 episodes per cell only gaps of about
-0.5 or more clear the noise; `episodes_needed` in each row says what a smaller gap needs.
+seeds from 0. A layer is named by the success counts (closure's 95 % bootstrap lower bound
+above 0) or by the lab's recorded episodes that calibration did not fit (the state replay
+and the camera policy's trace: closure's lower bound above the measurement tolerance,
+:mod:`assay.twin.trajectory_gap`). Endpoint: the set of named layers equals the reality's
+changed layers; goal ≥ 4 of 5 single-layer realities and both layers of the two-layer one;
+the success-only count is printed beside it. Power: with 6 episodes per cell only success
+gaps of about 0.5 or more clear the noise; `episodes_needed` says what a smaller gap needs.
 
-    python benchmarks/twin_blind.py --out runs/twin-blind [--jobs 2] [--only gain-0.35]
+Set b (``--set b``) is six more realities on push-wall, chosen before their first run.
+
+    python benchmarks/twin_blind.py --out runs/twin-blind [--set a|b] [--jobs 2] [--only gain-0.35]
 """
 
 from __future__ import annotations
@@ -37,7 +42,21 @@ REALITIES = {
     "gain-0.5+light-0.1": Twin(name="two", task="metaworld/reach@1", control={"control.gain": 0.5},
                                rendering={"light.intensity": 0.1}),
 }
-HORIZON = {"metaworld/reach@1": 70, "metaworld/push-back@1": 100}
+# Set b, chosen before its first run, on a task neither earlier set used (push-wall; nominal: the
+# expert and the perception expert 6/6 each at 100 steps): an integer and a noise factor of
+# control, two dynamics factors, the camera, and the issue's missed two-layer case (gain + damping).
+FRESH = {
+    "b-frame-skip-3": Twin(name="skip", task="metaworld/push-wall@1", control={"control.frame_skip": 3}),
+    "b-action-noise-0.3": Twin(name="noise", task="metaworld/push-wall@1", control={"action.noise": 0.3}),
+    "b-mass-4": Twin(name="mass", task="metaworld/push-wall@1", dynamics={"object.mass": 4.0}),
+    "b-friction-0.3": Twin(name="friction", task="metaworld/push-wall@1", dynamics={"friction": 0.3}),
+    "b-yaw-20": Twin(name="yaw", task="metaworld/push-wall@1", rendering={"camera.yaw": 20.0}),
+    "b-gain-0.5+damping-5": Twin(name="two", task="metaworld/push-wall@1", control={"control.gain": 0.5},
+                                 dynamics={"joint.damping": 5.0}),
+}
+SETS = {"a": list(REALITIES), "b": list(FRESH)}
+REALITIES = {**REALITIES, **FRESH}
+HORIZON = {"metaworld/reach@1": 70, "metaworld/push-back@1": 100, "metaworld/push-wall@1": 100}
 
 
 def settings(task: str, episodes: int) -> TwinSettings:
@@ -63,9 +82,13 @@ def row(result: dict) -> str:
     fit = {k: v for layer in ("control", "dynamics", "rendering") for k, v in result["calibrated"][layer].items()}
     hit = set(result["named"]) == set(result["changed"])
     unexplained = "n/a" if a["unexplained"] is None else f"{a['unexplained']:.2f}"
+    by = result["named_by"]
+    traj = "; ".join(f"{m} {t['gaps']['nominal']:.4f} → {t['gaps']['calibrated']:.4f} ({t['episodes']} ep.)"
+                     for m, t in result["trajectories"].items())
     return (f"| {result['name']} ({result['reality']['task'].split('/')[1]}) | {fit or 'nominal'} | "
-            f"{gaps['nominal']:.3f} → {gaps['calibrated']:.3f} | {shares or '-'} | {unexplained} | "
-            f"{', '.join(result['named']) or 'none'} {'✓' if hit else '✗'} | {a['episodes_needed']} | "
+            f"{gaps['nominal']:.3f} → {gaps['calibrated']:.3f} | {shares or '-'} | {unexplained} | {traj} | "
+            + " | ".join(", ".join(by.get(m, ())) or "none" for m in ("success", "state", "trace"))
+            + f" | {', '.join(result['named']) or 'none'} {'✓' if hit else '✗'} | {a['episodes_needed']} | "
             f"{result['seconds']:.0f} |")
 
 
@@ -75,19 +98,22 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=6)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", action="append", choices=sorted(REALITIES))
+    parser.add_argument("--set", choices=sorted(SETS), default="a", help="a: reach and push-back; b: push-wall")
     args = parser.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    names = args.only or list(REALITIES)
+    names = args.only or SETS[args.set]
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(run_one, names, [args.out] * len(names), [args.episodes] * len(names)))
-    print("| reality | calibrated twin | gap nominal → calibrated | changed layers' shares [95% CI] | "
-          "unexplained | named | episodes needed | s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| reality | calibrated twin | success gap nominal → calibrated | changed layers' shares [95% CI] | "
+          "unexplained | trajectory gaps nominal → calibrated | named by success | by states | by trace | "
+          "named | episodes needed | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for result in results:
         print(row(result))
     single = [r for r in results if len(r["changed"]) == 1]
     print(f"\nsingle-layer realities named correctly: {sum(set(r['named']) == set(r['changed']) for r in single)}"
-          f" of {len(single)}")
+          f" of {len(single)} (by the success counts alone: "
+          f"{sum(set(r['named_by']['success']) == set(r['changed']) for r in single)})")
     return 0
 
 

@@ -45,5 +45,13 @@ def test_the_blind_pipeline_names_the_layer_the_reality_changed(layer, tmp_path)
     result = blind_attribution(reality, settings, tmp_path, budget)
     assert result.changed == (layer,)
     assert result.named == (layer,) and result.attributed == layer
+    # The lab's episodes that calibration did not fit name the same layer, and only it: states for
+    # control and dynamics (rendering never moves a state), the camera policy's trace for rendering.
+    assert result.named_by["success"] == (layer,)
+    assert result.named_by["state"] == (() if layer == "rendering" else (layer,))
+    assert result.trajectories["state"]["held_out"]
+    if "trace" in result.named_by:
+        assert result.named_by["trace"] in ((layer,), ())
+        assert layer != "rendering" or result.named_by["trace"] == ("rendering",)
     shares = {x["layer"]: x for x in result.attribution["layers"]}
     assert shares[layer]["closure_interval"][0] > 0

@@ -69,3 +69,28 @@ def test_run_writes_the_results_csv(tmp_path):
                      "--parameters", "friction", "--store", str(tmp_path / "store"))
     assert refused.exit_code == 2
     assert "cannot fit friction from a camera policy's trace; valid: light.intensity" in refused.output
+
+
+@pytest.mark.sim
+def test_attribute_on_real_episodes_names_the_layer_their_replays_need(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nepisodes: 3\nhorizon: 30\ntasks: [metaworld/reach@1]\n"
+                     "policies: [{name: e, builtin: expert}]\n")
+    reality = tmp_path / "reality.yaml"
+    reality.write_text("name: weak\ntask: metaworld/reach@1\ncontrol: {control.gain: 0.5}\n")
+    real = tmp_path / "real.csv"
+    ran = invoke("run", str(study), "--twin", str(reality), "--results-out", str(real), "--store", str(tmp_path / "lab"))
+    assert ran.exit_code == 0, ran.output
+    args = ("attribute", str(study), "--calibrated", str(reality), "--real", str(real), "--real-campaign", "s",
+            "--real-store", str(tmp_path / "lab"), "--store", str(tmp_path / "sim"))
+    refused = invoke(*args, "--trace-policy", "camera")
+    assert refused.exit_code == 2 and "--trace-policy 'camera' has no episodes in 's'; valid: e" in refused.output
+    result = invoke(*args, "--fitted-on", "1", "--json")
+    assert result.exit_code == 0, result.output
+    state = json.loads(result.output)["trajectories"]["state"]
+    assert state["episodes"] == 2 and state["held_out"]  # the first episode is left out
+    assert state["gaps"]["calibrated"] == 0.0 < 0.001 < state["gaps"]["nominal"]
+    assert state["named"] == ["control"] and state["unexplained"] == 0.0
+    table = invoke(*args)
+    assert table.exit_code == 0, table.output
+    assert "state gap in 3 real episodes (in-sample" in table.output and "named by the states: control" in table.output

@@ -14,10 +14,12 @@ from assay.cli.stats_render import signoff_table
 from assay.metrics import campaign_signoff
 from assay.metrics.results_csv import read_results_csv
 from assay.sim import default_registry
-from assay.spec import load_campaign
+from assay.spec import CameraSpec, load_campaign
 from assay.twin import (
     DEFAULT_RENDERING,
     Layer,
+    Trajectory,
+    Twin,
     TwinError,
     asset_stability,
     attribute,
@@ -35,6 +37,7 @@ from assay.twin import (
     trajectories_from_store,
     write_results_csv,
 )
+from assay.twin.trajectory_gap import TrajectoryAttribution, trajectory_attribution
 
 twin_app = typer.Typer(help="Layered digital twin: calibrate, attribute the sim-to-real gap, check asset swaps.",
                        no_args_is_help=True)
@@ -196,6 +199,14 @@ def attribute_command(
     calibrated: Annotated[Path, typer.Option("--calibrated", help="Calibrated twin YAML (e.g. from twin sysid).")],
     real: Annotated[Path, typer.Option("--real", help="Real results CSV: task,policy,successes,trials.")],
     nominal: Annotated[Path | None, typer.Option("--nominal", help="Nominal twin YAML (default: the untouched simulator).")] = None,
+    real_campaign: Annotated[str | None, typer.Option(
+        "--real-campaign", help="Also attribute the gap in the real recorded episodes of this campaign: their states "
+                                "replayed open loop, and --trace-policy's trace.")] = None,
+    real_store: Annotated[Path | None, typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
+    trace_policy: Annotated[str | None, typer.Option("--trace-policy", help="The camera policy whose real episodes' "
+                                                     "actions and detections are replayed.")] = None,
+    fitted_on: Annotated[int, typer.Option(min=0, help="The first N real episodes (of each policy) calibrated the twin "
+                                                       "(sysid's --max-trajectories): leave them out.")] = 0,
     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Swap in one calibrated layer at a time (and leave one out): which layer closes the sim-to-real gap."""
@@ -204,10 +215,14 @@ def attribute_command(
         base = load_twin(nominal) if nominal else nominal_twin(fitted.task)
         real_entries = read_results_csv(real)
         settings = settings_from_campaign(spec, fitted.task)
+        measures = {}
+        if real_campaign is not None:
+            measures = _trajectory_measures(base, fitted, real_store or store, catalog if real_store is None else None,
+                                            real_campaign, trace_policy, fitted_on, spec.cameras)
         with open_store(store, catalog, create=True) as opened:
             result = attribute(base, fitted, real_entries, settings, opened, campaign=f"{spec.name}-attribution")
         if json_out:
-            render.print_json(result.to_dict())
+            render.print_json({**result.to_dict(), "trajectories": {m: a.to_dict() for m, a in measures.items()}})
             return
         policies = list(result.policies)
         table = Table(title=f"gap attribution on {result.task} (real vs each configuration; sim campaign "
@@ -233,10 +248,49 @@ def attribute_command(
                              f"{_fmt(result.unexplained)} {_span(result.unexplained_interval)} of the nominal gap")
         render.console.print(f"named layers: [bold]{', '.join(result.named) or 'none'}[/]; attributed layer: "
                              f"[bold]{result.attributed or 'none (no layer closes the gap beyond noise)'}[/]")
+        for measure in measures.values():
+            _trajectory_table(measure)
         if result.episodes_needed is not None:
             render.console.print(f"episodes per policy and configuration to detect the nominal gap at power 0.8: "
                                  f"{result.episodes_needed} ({result.budget_command}); this run has "
                                  f"{settings.episodes}")
+
+
+def _trajectory_measures(base: Twin, fitted: Twin, store: Path, catalog: str | None, campaign: str,
+                         trace_policy: str | None, fitted_on: int, cameras: tuple[CameraSpec, ...]
+                         ) -> dict[str, TrajectoryAttribution]:
+    task = default_registry().get(fitted.task)
+    with open_store(store, catalog) as opened:
+        episodes = trajectories_from_store(opened, campaign)
+    by_policy: dict[str, list[Trajectory]] = {}
+    for episode in episodes:
+        by_policy.setdefault(episode.policy, []).append(episode)
+    held = [e for group in by_policy.values() for e in group[fitted_on:]]
+    out = {"state": trajectory_attribution(task, base, fitted, held, "state", held_out=fitted_on > 0)}
+    if trace_policy is not None:
+        if trace_policy not in by_policy:
+            raise TwinError(f"--trace-policy {trace_policy!r} has no episodes in {campaign!r}; "
+                            f"valid: {', '.join(sorted(by_policy))}")
+        out["trace"] = trajectory_attribution(task, base, fitted, by_policy[trace_policy][fitted_on:], "trace",
+                                              cameras, held_out=fitted_on > 0)
+    return out
+
+
+def _trajectory_table(measure: TrajectoryAttribution) -> None:
+    unit = "m RMS" if measure.measure == "state" else "action RMS + detections disagreeing"
+    table = Table(title=f"{measure.measure} gap in {measure.episodes} real episodes "
+                        f"({'held out from the calibration' if measure.held_out else 'in-sample'}; {unit})",
+                  title_justify="left")
+    for column in ("layer", "calibrated differs", "closure [95% CI]", "share", f"beyond tolerance {measure.tolerance:g}"):
+        table.add_column(column)
+    for layer in measure.layers:
+        table.add_row(layer.layer, "yes" if layer.changed else "no",
+                      f"{layer.closure:.4g} {_span(layer.closure_interval, 4)}", _fmt(layer.share),
+                      "yes" if layer.named else "no")
+    render.console.print(table)
+    render.console.print(f"{measure.measure} gap nominal {measure.gaps['nominal']:.4g} -> calibrated "
+                         f"{measure.gaps['calibrated']:.4g} (left unexplained {_fmt(measure.unexplained)}); "
+                         f"named by the {measure.measure}s: [bold]{', '.join(measure.named) or 'none'}[/]")
 
 
 @twin_app.command("stability")

@@ -36,11 +36,12 @@ from assay.twin.sysid import (
                                identify,
                                trajectories_from_store,
 )
+from assay.twin.trajectory_gap import TrajectoryAttribution, TrajectoryLayer, trajectory_attribution
 
 __all__ = [
     "Attribution", "ConfigScore", "DEFAULT_PARAMETERS", "DEFAULT_RENDERING", "RenderingFit", "TraceReplay",
     "calibrate_rendering", "rendering_twin", "Layer", "LayerShare", "OpenLoopReplay", "StabilityReport",
-    "SwapResult", "SysIdResult", "Trajectory", "Twin", "TwinError", "TwinSettings", "asset_stability", "attribute",
+    "SwapResult", "SysIdResult", "Trajectory", "TrajectoryAttribution", "TrajectoryLayer", "trajectory_attribution", "Twin", "TwinError", "TwinSettings", "asset_stability", "attribute",
     "calibrated_twin", "configurations", "content_campaign", "identify", "layer_of", "load_twin", "nominal_twin", "run_twins",
     "save_twin", "settings_from_campaign", "swap_twins", "trajectories_from_store", "twin_from_values", "twin_of_record", "unique_twins", "write_results_csv",
 ]

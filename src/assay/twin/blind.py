@@ -9,11 +9,20 @@ on the camera policy's episodes (from the calibrated twin), and
 :func:`~assay.twin.attribution.attribute` on the sim's own seeds. The same steps
 run for every reality, whatever layer it changed; ``benchmarks/twin_blind.py``
 runs it over a set of realities and the slow test over one per layer.
+
+Two kinds of evidence name a layer. The success attribution says which layer's
+calibration closes the gap in the lab's success counts beyond their noise; the
+trajectory attribution (:mod:`assay.twin.trajectory_gap`) says which closes the gap
+between the lab's recorded episodes and their replays: the states, on the episodes
+sysid did not fit, and the camera policy's trace, on the episodes the rendering
+calibration did not fit. A reality that moves success by less than the noise of a
+few episodes (low friction the expert shrugs off) still shows in every trajectory.
+A layer is named when either says so; the result keeps which said what.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +33,7 @@ from assay.twin.config import Layer, Twin, nominal_twin
 from assay.twin.rendering import calibrate_rendering, rendering_twin
 from assay.twin.running import TwinSettings, run_twins
 from assay.twin.sysid import Trajectory, calibrated_twin, identify, trajectories_from_store
+from assay.twin.trajectory_gap import TrajectoryAttribution, trajectory_attribution
 
 
 @dataclass(frozen=True)
@@ -52,8 +62,10 @@ class BlindResult:
     sysid: dict[str, Any]
     rendering: dict[str, Any] | None
     attribution: dict[str, Any]
-    named: tuple[str, ...]
+    named: tuple[str, ...]  # named by the success counts or by the trajectories
     attributed: str | None
+    trajectories: dict[str, Any] = field(default_factory=dict)  # measure -> TrajectoryAttribution as a dict
+    named_by: dict[str, tuple[str, ...]] = field(default_factory=dict)  # success / state / trace -> layers
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-able data."""
@@ -73,20 +85,34 @@ def blind_attribution(reality: Twin, settings: TwinSettings, workdir: str | Path
     task = default_registry().get(reality.task)
     with Store(workdir / "lab") as lab:  # the only place the reality runs
         entries = run_twins("lab", [reality], replace(settings, seed=budget.lab_seed), lab)[reality.version]
-        states = trajectories_from_store(lab, "lab", budget.state_policy, budget.sysid_trajectories)
-        cameras = (trajectories_from_store(lab, "lab", budget.camera_policy, 1) if budget.camera_policy else [])
+        states = trajectories_from_store(lab, "lab", budget.state_policy)
+        cameras = (trajectories_from_store(lab, "lab", budget.camera_policy) if budget.camera_policy else [])
     # From here on: counts and episodes only.
     start = nominal_twin(reality.task)
-    fit = identify(task, states, start, None, budget.sysid_evaluations, restarts=budget.restarts)
+    fitted_on = states[:budget.sysid_trajectories]
+    fit = identify(task, fitted_on, start, None, budget.sysid_evaluations, restarts=budget.restarts)
     calibrated = calibrated_twin(fit, start)
     rendering = None
+    heads = [_head(t, budget.rendering_steps) for t in cameras]
     if cameras and budget.rendering_parameters:
-        render_fit = calibrate_rendering(task, settings.cameras, [_head(t, budget.rendering_steps) for t in cameras],
-                                         calibrated, budget.rendering_parameters)
+        render_fit = calibrate_rendering(task, settings.cameras, heads[:1], calibrated, budget.rendering_parameters)
         calibrated = rendering_twin(render_fit, calibrated)
         rendering = render_fit.to_dict()
     with Store(workdir / "sim") as sim:
         result: Attribution = attribute(start, calibrated, entries, settings, sim, resamples=budget.resamples)
+    others = cameras if budget.camera_policy != budget.state_policy else []  # never one episode twice
+    held_states = states[budget.sysid_trajectories:] + others
+    measures: dict[str, TrajectoryAttribution] = {
+        "state": trajectory_attribution(task, start, calibrated, held_states or fitted_on, "state",
+                                        held_out=bool(held_states), resamples=budget.resamples)}
+    if cameras:
+        held_heads = heads[1:] if budget.rendering_parameters else heads
+        measures["trace"] = trajectory_attribution(task, start, calibrated, held_heads or heads[:1], "trace",
+                                                   settings.cameras, held_out=bool(held_heads),
+                                                   resamples=budget.resamples)
+    named_by = {"success": tuple(result.named), **{m: a.named for m, a in measures.items()}}
+    named = tuple(layer.value for layer in Layer if any(layer.value in v for v in named_by.values()))
     changed = tuple(layer.value for layer in Layer if reality.layer(layer))
     return BlindResult(reality.describe(), changed, {e.policy: e.rate for e in entries}, calibrated.describe(),
-                       fit.to_dict(), rendering, result.to_dict(), result.named, result.attributed)
+                       fit.to_dict(), rendering, result.to_dict(), named, result.attributed,
+                       {m: a.to_dict() for m, a in measures.items()}, named_by)

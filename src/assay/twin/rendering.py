@@ -103,18 +103,32 @@ class TraceReplay:
 
     def mismatch(self, twin: Twin) -> tuple[float, float]:
         """(RMS of the policy's actions vs the recorded ones, fraction of ``detected.*`` flags that differ)."""
+        parts = self._parts(twin)
+        squares, count = sum(p[0] for p in parts), sum(p[1] for p in parts)
+        flips, flags = sum(p[2] for p in parts), sum(p[3] for p in parts)
+        return float(np.sqrt(squares / count)), (flips / flags if flags else 0.0)
+
+    def per_trajectory(self, twin: Twin) -> np.ndarray:
+        """Each trajectory's own mismatch: its action RMS plus its fraction of disagreeing detections."""
+        return np.asarray([np.sqrt(squares / count) + (flips / flags if flags else 0.0)
+                           for squares, count, flips, flags in self._parts(twin)])
+
+    def _parts(self, twin: Twin) -> list[tuple[float, int, int, int]]:
+        """Per trajectory: (sum of squared action errors, their count, disagreeing flags, compared flags)."""
         env = perturbed(self._env, twin.variant(self.task))
-        errors, flips, flags = [], 0, 0
+        out = []
         for trajectory in self.trajectories:
             observation = env.reset(trajectory.seed)
             self.policy.reset(PolicyContext(self.task, (trajectory.seed,), (trajectory.instruction,)))
             recorded = {k: v for k, v in trajectory.trace.items() if k.startswith("detected.")}
+            squares, count, flips, flags = 0.0, 0, 0, 0
             for t, action in enumerate(trajectory.actions):
                 batch: dict[str, object] = {name: np.stack([value]) for name, value in observation.items()}
                 batch["instruction"] = [trajectory.instruction]
                 batch["env_ids"] = np.asarray([0])
                 answer = np.asarray(self.policy.act(batch), dtype=np.float64).reshape(-1, len(action))
-                errors.append(answer[0] - action)
+                squares += float(np.sum(np.square(answer[0] - action)))
+                count += len(action)
                 if recorded and isinstance(self.policy, SupportsStepTrace):
                     trace = self.policy.step_trace(0)
                     for key, values in recorded.items():
@@ -123,8 +137,9 @@ class TraceReplay:
                             flips += float(trace.get(key, np.nan)) != float(values[t])
                 if t + 1 < len(trajectory.actions):
                     observation = env.step(np.asarray(action, dtype=np.float64)).observation
+            out.append((squares, count, flips, flags))
         self.evaluations += 1
-        return float(np.sqrt(np.mean(np.square(errors)))), (flips / flags if flags else 0.0)
+        return out
 
 
 def _check(parameters: Sequence[str]) -> tuple[str, ...]:

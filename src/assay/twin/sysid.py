@@ -126,6 +126,16 @@ class OpenLoopReplay:
         s, r = np.concatenate(sim).ravel(), np.concatenate(real).ravel()
         return s - r, r
 
+    def per_trajectory(self, twin: Twin) -> np.ndarray:
+        """Each trajectory's own RMS error over the compared dims (displacements from its initial state)."""
+        out = []
+        for replayed, trajectory in zip(self.replay(twin), self.trajectories, strict=True):
+            n = min(len(replayed), len(trajectory.states))
+            error = (replayed[:n, self.dims] - replayed[0, self.dims]) - (
+                trajectory.states[:n, self.dims] - trajectory.states[0, self.dims])
+            out.append(float(np.sqrt(np.mean(error ** 2))))
+        return np.asarray(out)
+
     def discrepancy(self, twin: Twin) -> tuple[float, float | None]:
         """(RMS error over compared dims, Pearson r of displacements from the initial state)."""
         error, r = self.residuals(twin)
