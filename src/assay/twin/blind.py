@@ -44,7 +44,7 @@ class BlindBudget:
     camera_policy: str | None = "perception"
     lab_seed: int = 1000  # the reality's episodes are drawn on seeds the sim never uses
     sysid_trajectories: int = 2
-    sysid_evaluations: int = 100
+    sysid_evaluations: int = 240  # identify's default: 100 ran out on a two-factor reality (docs/TWIN.md)
     restarts: int = 1
     rendering_parameters: tuple[str, ...] = ("light.intensity", "camera.yaw")
     rendering_steps: int = 30  # the first steps of one camera episode are replayed

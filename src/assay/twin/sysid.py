@@ -348,6 +348,7 @@ def identify(task: TaskSpec, trajectories: Sequence[Trajectory], start: Twin,
     try:
         before, corr_before = replay.discrepancy(start)
         best_point = _search(search, dict(point), max_evaluations, restarts, seed)
+        spent = search.replay.evaluations >= max_evaluations
         prune_budget = max_evaluations + PRUNE_EVALUATIONS * len(coordinates)  # the pruning pass has its own
         best_point = _prune(search, best_point, point, tolerance, prune_budget)
         best = search.twin(best_point)
@@ -357,13 +358,18 @@ def identify(task: TaskSpec, trajectories: Sequence[Trajectory], start: Twin,
         region = intervals(search, best_point, tolerance)
     finally:
         replay.close()
+    warnings = list(region.warnings)
+    if spent and after > 2 * tolerance:
+        warnings.append(f"the search spent its budget of {max_evaluations} replays with the fit at {after:.3g} m RMS, "
+                        f"{after / tolerance:.0f}x the tolerance: it may not have converged (two factors that "
+                        f"trade off need more); raise max_evaluations (--max-evaluations)")
     return SysIdResult(
         task=start.task, parameters=tuple(c.name for c in coordinates),
         start={c.name: float(base.get(c.name, FACTORS[c.name].default)) for c in coordinates},
         fitted={c.name: float(best_point[c.name]) for c in coordinates},
         residual_before=before, residual_after=after, correlation_before=corr_before, correlation_after=corr_after,
         evaluations=replay.evaluations, trajectories=len(trajectories), twin=best.describe(), restarts=restarts,
-        intervals=region.intervals, tolerance=tolerance, warnings=region.warnings, correlations=region.correlations)
+        intervals=region.intervals, tolerance=tolerance, warnings=tuple(warnings), correlations=region.correlations)
 
 
 def calibrated_twin(result: SysIdResult, start: Twin, name: str = "calibrated") -> Twin:
