@@ -9,12 +9,13 @@ friction on push-back at a short horizon) is still named by its trajectories.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from assay.sim import default_registry
 from assay.spec import PolicySpec
 from assay.store import Store
-from assay.twin import Twin, TwinError, TwinSettings, nominal_twin, run_twins, trajectories_from_store
+from assay.twin import Twin, TwinError, TwinSettings, identify, nominal_twin, run_twins, trajectories_from_store
 from assay.twin.trajectory_gap import trajectory_attribution
 
 pytestmark = pytest.mark.sim
@@ -77,3 +78,12 @@ def test_bad_arguments_are_one_line_errors(recorded):
         trajectory_attribution(task, nominal_twin(TASK), REALITY, [], "state")
     with pytest.raises(TwinError, match="resamples 10 is too few"):
         trajectory_attribution(task, nominal_twin(TASK), REALITY, episodes, "state", resamples=10)
+
+
+def test_sysid_says_when_its_budget_ran_out_far_from_the_tolerance(recorded):
+    task, _, episodes = recorded
+    widest = max(episodes, key=lambda e: float(np.ptp(e.states[:, 4:7])))  # the episode that moved the puck most
+    short = identify(task, [widest], nominal_twin(TASK), ("friction",), max_evaluations=2, restarts=0)
+    assert any("spent its budget of 2 replays" in w and "raise max_evaluations" in w for w in short.warnings)
+    enough = identify(task, [widest], nominal_twin(TASK), ("friction",), max_evaluations=40, restarts=0)
+    assert enough.fitted["friction"] == pytest.approx(0.1, rel=0.05) and not any("budget" in w for w in enough.warnings)
