@@ -79,7 +79,8 @@ def test_attribute_on_real_episodes_names_the_layer_their_replays_need(tmp_path)
     reality = tmp_path / "reality.yaml"
     reality.write_text("name: weak\ntask: metaworld/reach@1\ncontrol: {control.gain: 0.5}\n")
     real = tmp_path / "real.csv"
-    ran = invoke("run", str(study), "--twin", str(reality), "--results-out", str(real), "--store", str(tmp_path / "lab"))
+    ran = invoke("run", str(study), "--twin", str(reality), "--results-out", str(real),
+                 "--store", str(tmp_path / "lab"))
     assert ran.exit_code == 0, ran.output
     args = ("attribute", str(study), "--calibrated", str(reality), "--real", str(real), "--real-campaign", "s",
             "--real-store", str(tmp_path / "lab"), "--store", str(tmp_path / "sim"))
