@@ -12,6 +12,9 @@ from assay.errors import AssayError
 from assay.failures.priorities import InitRegion, failure_region, split_initial_conditions
 from assay.learning.data import Demo
 from assay.learning.flywheel_design import (
+    FlywheelDesign,
+    Where,
+    agreement,
     equal_budget,
     load_design,
     mine,
@@ -21,19 +24,23 @@ from assay.learning.flywheel_design import (
     select_demos,
     trim_frames,
 )
-from assay.learning.flywheel_stats import analyse, by_region, paired
+from assay.learning.flywheel_stats import analyse, by_region, by_variant, paired
+from assay.spec import content_hash
 from assay.store import EpisodeRecord, Outcome
 
 SLICE = InitRegion(3, 0.0, True)  # goal x < 0: what the base saw
 
 
 def record(i: int, goal_x: float, outcome: Outcome = Outcome.SUCCESS, campaign: str = "pool",
-           obj_x: float | None = None) -> EpisodeRecord:
+           obj_x: float | None = None, variant: str = "nominal") -> EpisodeRecord:
     rng = np.random.default_rng(i)
     obj = float(rng.uniform(-0.1, 0.1)) if obj_x is None else obj_x
-    return EpisodeRecord(key=f"{campaign}{i}", campaign=campaign, task_id="metaworld/push@1", task_hash="h",
-                         variant_key="nominal", variant_name="nominal", variant={}, policy_name="p", policy_version="1",
-                         policy_spec={}, seed=1000 + i, episode_index=i, instruction="push", outcome=outcome, reason="",
+    nominal = variant == "nominal"
+    return EpisodeRecord(key=f"{campaign}{i}" + ("" if nominal else f"-{variant}"), campaign=campaign,
+                         task_id="metaworld/push@1", task_hash="h",
+                         variant_key="nominal" if nominal else f"key-{variant}", variant_name=variant, variant={},
+                         policy_name="p", policy_version="1", policy_spec={}, seed=1000 + i, episode_index=i,
+                         instruction="push", outcome=outcome, reason="",
                          steps=50, total_return=0.0, success_step=None, trajectory_hash="t",
                          initial_conditions={"rand_vec": [obj, 0.65, 0.02, goal_x, 0.85, 0.01]})
 
@@ -54,7 +61,7 @@ def demo(key: str, frames: int, goal_x: float = 0.0) -> Demo:
 
 def test_base_takes_the_first_successes_inside_the_slice_only():
     pool = pool_records()
-    base = select_base(pool, SLICE, 8)
+    base = select_base(pool, Where(SLICE), 8)
     assert len(base) == 8 and all(r.initial_conditions["rand_vec"][3] < 0 for r in base)
     assert [r.episode_index for r in base] == sorted(r.episode_index for r in base)
     expected = [r for r in sorted(pool, key=lambda r: r.episode_index)
@@ -69,18 +76,20 @@ def test_targeted_arm_picks_the_failing_region_from_failure_records_alone():
     probe = [record(i, float(x), Outcome.TIMEOUT if x >= 0.03 else Outcome.SUCCESS, "probe") for i, x in enumerate(xs)]
     probe[3] = record(3, float(xs[3]), Outcome.FAILURE, "probe")
     probe[-1] = record(39, float(xs[-1]), Outcome.SUCCESS, "probe")
-    region, account = mine(probe)
+    target, account = mine(probe)
+    region = target.region
+    assert target.variants is None and account["chosen_variants"] is None  # one variant: no variant targeting
     assert region is not None and region.component == 3 and not region.below
     assert 0.02 < region.threshold < 0.04
     assert account["probe_failures"] == sum(r.outcome is not Outcome.SUCCESS for r in probe) == 14
     assert account["inside"]["failures"] == 13 and account["outside"] == {"episodes": 26, "failures": 1}
-    assert account["variants"] == {"nominal": {"failures": 14, "episodes": 40}}
+    assert account["variants"] == {"nominal": {"failures": 14, "episodes": 40, "rate": 14 / 40}}
     pool = pool_records()
-    used = {r.key for r in select_base(pool, SLICE, 8)}
-    targeted = select_demos(pool, used, region, 6)
+    used = {r.key for r in select_base(pool, Where(SLICE), 8)}
+    targeted = select_demos(pool, used, target, 6)
     assert len(targeted) == 6 and all(region.contains(r.initial_conditions["rand_vec"]) for r in targeted)
     assert not used & {r.key for r in targeted} and all(r.outcome is Outcome.SUCCESS for r in targeted)
-    oracle = select_demos(pool, used, SLICE, 6, outside=True)
+    oracle = select_demos(pool, used, Where(SLICE), 6, outside=True)
     assert all(r.initial_conditions["rand_vec"][3] >= 0 for r in oracle)
     random = select_demos(pool, used, None, 6)
     assert [r.episode_index for r in random] == sorted(r.episode_index for r in pool
@@ -90,10 +99,10 @@ def test_targeted_arm_picks_the_failing_region_from_failure_records_alone():
 
 def test_mining_without_separable_failures_targets_everywhere():
     probe = [record(i, x, Outcome.SUCCESS, "probe") for i, x in enumerate(np.linspace(-0.1, 0.1, 10))]
-    region, account = mine(probe)
-    assert region is None and account["region"] is None and "anywhere" in account["why"]
+    target, account = mine(probe)
+    assert target == Where() and account["region"] is None and "anywhere" in account["why"]
     failing = [record(i, x, Outcome.TIMEOUT, "probe") for i, x in enumerate(np.linspace(-0.1, 0.1, 10))]
-    assert mine(failing)[0] is None
+    assert mine(failing)[0] == Where()
 
 
 def test_gini_region_is_not_fooled_by_two_failures_at_an_extreme():
@@ -122,10 +131,14 @@ def test_budgets_are_equal_in_episodes_and_frames():
     arms = {"random": [demo("a", 50), demo("b", 70), demo("c", 40)],
             "targeted": [demo("d", 60), demo("e", 64), demo("f", 55), demo("g", 80)],  # one more episode
             "recovery": [demo("r1", 200), demo("r2", 200), demo("r3", 200)],  # relabels: whole failing episodes
+            "ponr": [demo("p1", 40), demo("p2", 60), demo("p3", 45), demo("p4", 30)],  # partial recoveries
             "oracle": [demo("o1", 45), demo("o2", 46), demo("o3", 47)]}
     trimmed, account = equal_budget(arms)
-    assert account["episodes"] == 3 and account["frames"] == 138  # the oracle's 45 + 46 + 47
+    assert account["episodes"] == 3 and account["frames"] == 138  # the oracle's 45 + 46 + 47 (ponr's first 3: 145)
     assert account["available"]["targeted"] == {"episodes": 4, "frames": 259}
+    assert account["available"]["ponr"] == {"episodes": 4, "frames": 175}
+    assert set(trimmed) == {"random", "targeted", "recovery", "ponr", "oracle"}
+    assert [d.key for d in trimmed["ponr"]] == ["p1", "p2", "p3"]
     for name, demos in trimmed.items():
         assert len(demos) == 3 and sum(len(d.actions) for d in demos) == 138, name
         assert all(len(d.observations) == len(d.actions) >= 1 for d in demos)
@@ -202,3 +215,109 @@ def test_design_file_errors_name_the_line_and_field(tmp_path):
     design = load_design(path)
     assert design.eval_episodes == 12 and design.slice.region() == SLICE
     assert design.tag() == load_design(path).tag()
+
+
+GAIN = "control.gain=0.5"
+
+
+def variant_probe(failing: dict[str, int], per_variant: int = 8) -> list[EpisodeRecord]:
+    """``per_variant`` probe episodes in each variant, the first ``failing[name]`` of them timing out."""
+    xs = np.linspace(-0.1, 0.1, per_variant)
+    return [record(i, float(x), Outcome.TIMEOUT if i < failing[name] else Outcome.SUCCESS, "probe", variant=name)
+            for name in failing for i, x in enumerate(xs)]
+
+
+def variant_pool(n: int = 20) -> list[EpisodeRecord]:
+    xs = np.linspace(-0.1, 0.1, n)
+    return [record(i, float(x), variant=name) for name in ("nominal", GAIN) for i, x in enumerate(xs)]
+
+
+def test_targeted_arm_picks_the_failing_variant_from_failure_records_alone():
+    # golden: the gain variant fails 8/8, nominal 1/8; nothing tells mine() which variant the base saw
+    target, account = mine(variant_probe({"nominal": 1, GAIN: 8}))
+    assert target.variants == frozenset({f"key-{GAIN}"}) and target.names == (GAIN,)
+    assert account["chosen_variants"] == [GAIN]
+    assert account["variants"] == {GAIN: {"failures": 8, "episodes": 8, "rate": 1.0},
+                                   "nominal": {"failures": 1, "episodes": 8, "rate": 0.125}}
+    assert target.region is None and account["region"] is None  # inside the variant everything fails: no split
+    assert f"{GAIN} 8/8 failing" in account["why"] and "nominal 1/8" in account["why"]
+    assert target.label == f"variant {GAIN}"
+    pool = variant_pool()
+    training = Where(None, frozenset({"nominal"}), ("nominal",))  # the base saw nominal only
+    base = select_base(pool, training, 6)
+    assert len(base) == 6 and {r.variant_name for r in base} == {"nominal"}
+    used = {r.key for r in base}
+    targeted = select_demos(pool, used, target, 5)
+    assert len(targeted) == 5 and {r.variant_name for r in targeted} == {GAIN}
+    assert {r.variant_name for r in select_demos(pool, used, training, 5, outside=True)} == {GAIN}  # oracle
+    random = select_demos(pool, used, None, 8)  # the whole distribution in pool order: both variants
+    assert [(r.episode_index, r.variant_name) for r in random] == [(i, GAIN) for i in range(6)] + [
+        (6, "nominal"), (6, GAIN)]
+    # precision and recall of the mined variant against the variant the base never saw: both 1
+    scenes = variant_pool(4)
+    got = agreement([target.contains(r) for r in scenes], [not training.contains(r) for r in scenes])
+    assert (got["precision"], got["recall"], got["both"]) == (1.0, 1.0, 4)
+
+
+def test_variant_mining_ties_and_no_failures_target_every_variant():
+    target, account = mine(variant_probe({"nominal": 4, GAIN: 4}))
+    assert target.variants is None and account["chosen_variants"] is None
+    assert "every variant fails at the same rate (control.gain=0.5 4/8, nominal 4/8)" in account["why"]
+    # the region is then mined over both variants: the first 4 of each (goal x < 0) fail
+    assert target.region is not None and target.region.component == 3 and target.region.below
+    none, _ = mine(variant_probe({"nominal": 0, GAIN: 0}))
+    assert none == Where()
+    # three variants, two tie at the top: both are chosen
+    three, why = mine(variant_probe({"nominal": 1, GAIN: 6, "control.gain=2.0": 6}))
+    assert three.names == ("control.gain=0.5", "control.gain=2.0") and why["chosen_variants"] == list(three.names)
+
+
+def test_variant_mining_then_splits_inside_the_chosen_variant():
+    # the gain variant fails only at goal x >= 0; nominal never: variant first, then the region within it
+    probe = [record(i, float(x), Outcome.TIMEOUT if x >= 0 else Outcome.SUCCESS, "probe", variant=GAIN)
+             for i, x in enumerate(np.linspace(-0.1, 0.1, 10))]
+    probe += [record(i, float(x), Outcome.SUCCESS, "probe") for i, x in enumerate(np.linspace(-0.1, 0.1, 10))]
+    target, account = mine(probe)
+    assert target.names == (GAIN,) and target.region is not None and not target.region.below
+    assert account["inside"] == {"episodes": 5, "failures": 5} and account["outside"] == {"episodes": 5, "failures": 0}
+    assert target.contains(record(0, 0.05, variant=GAIN)) and not target.contains(record(0, 0.05))
+    assert not target.contains(record(0, -0.05, variant=GAIN))
+
+
+def test_by_variant_golden_case():
+    replicates = [{"base": {"n|1": True, "g|1": False, "g|2": False},
+                   "random": {"n|1": True, "g|1": False, "g|2": True},
+                   "targeted": {"n|1": True, "g|1": True, "g|2": True}}]
+    where = [{"n|1": "nominal", "g|1": GAIN, "g|2": GAIN}]
+    got = by_variant(replicates, where)
+    assert got["nominal"]["rates"]["base"]["successes"] == 1 and got[GAIN]["rates"]["base"]["trials"] == 2
+    assert got[GAIN]["rates"]["targeted"]["successes"] == 2
+    versus = got[GAIN]["against_random"]["targeted"]
+    assert versus["arm_only"] == 1 and versus["pairs"] == 2
+    assert got["nominal"]["against_random"]["targeted"]["difference"] == 0
+
+
+def test_design_variants_and_variant_slices(tmp_path):
+    path = tmp_path / "design.yaml"
+    head = "name: d\ntask: metaworld/push@1\n"
+    path.write_text(head + "variants: [{}, {control.gain: 0.5}]\nslice: {variants: [{}]}\n")
+    design = load_design(path)
+    assert design.slice.region() is None and design.slice.variants == ({},)
+    nominal_only = FlywheelDesign(name="d", task="metaworld/push@1", slice={"component": 3, "threshold": 0.0})
+    # a nominal-only, region-only design keeps the tag it had before variants existed (its runs are reused)
+    assert nominal_only.tag() == content_hash({"task": "metaworld/push@1", "slice": {"component": 3, "threshold": 0.0,
+                                               "below": True}, "horizon": None, "base": 20, "extra": 6, "pool": 100,
+                                               "probe": 40, "epochs": 100, "hidden": [256, 256]}, length=8)
+    assert design.tag() != nominal_only.tag()
+    path.write_text(head + "variants: [{}, {control.gain: 0.5}]\nslice: {variants: [{control.gain: 2.0}]}\n")
+    with pytest.raises(AssayError, match=r"slice.variants: \{\"control.gain\":2.0\} is not one of the design's"):
+        load_design(path)
+    path.write_text(head + "slice: {below: true}\n")
+    with pytest.raises(AssayError, match="a slice is a region"):
+        load_design(path)
+    path.write_text(head + "slice: {component: 3}\n")
+    with pytest.raises(AssayError, match="component and threshold together"):
+        load_design(path)
+    path.write_text(head + "variants: [{}, {}]\nslice: {component: 3, threshold: 0.0}\n")
+    with pytest.raises(AssayError, match="listed twice"):
+        load_design(path)

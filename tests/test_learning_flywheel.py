@@ -102,7 +102,7 @@ def test_flywheel_design_runs_end_to_end_and_a_rerun_resumes_everything(tmp_path
     for rep in document["replicates"]:
         budget = rep["budget"]
         assert budget["episodes"] <= 2 and budget["frames"] > 0
-        assert set(rep["outcomes"]) == {"base", "random", "targeted", "recovery", "oracle"}
+        assert set(rep["outcomes"]) == {"base", "random", "targeted", "recovery", "ponr", "oracle"}
         assert all(len(o) == 4 for o in rep["outcomes"].values())
         assert rep["contaminated"] == dict.fromkeys(rep["outcomes"], 0) and rep["scene_overlap"] == 0
         seeds.append(set(rep["outcomes"]["base"]))
@@ -152,3 +152,114 @@ def test_flywheel_design_bad_input_is_one_line(tmp_path):
     assert result.exit_code == 2 and "bad.yaml:4: replicates" in result.stderr
     neither = invoke("flywheel", "--store", str(tmp_path / "s"))
     assert neither.exit_code == 2 and "--design" in neither.stderr
+
+
+@pytest.mark.sim
+def test_relabels_and_recoveries_replay_each_failure_in_its_own_variant(tmp_path):
+    """An episode run at control.gain 0.5 reproduces only in that variant: the relabels read it there, a
+    record claiming nominal is refused (ReplayMismatch). About 2 s (one 40-step reach episode, a few replays)."""
+    import dataclasses
+
+    import numpy as np
+
+    from assay.failures.replay import Replayer, Replayers, ReplayMismatch
+    from assay.learning.data import episode_demo
+    from assay.learning.flywheel_run import relabel
+    from assay.learning.runs import run_grid
+    from assay.spec import NOMINAL, PolicySpec
+    from assay.store import Store
+
+    with Store(tmp_path / "store") as store:
+        plan, records = run_grid(store, "gain", ["metaworld/reach@1"], [PolicySpec(name="expert", builtin="expert")],
+                                 1, 5, 40, variants=[{"control.gain": 0.5}])
+        (record,) = records
+        assert record.variant_name == "control.gain=0.5"
+        demo = episode_demo(store, record)
+        with Replayers(plan.tasks[0]) as replayers:
+            own = replayers.for_record(record)
+            assert own.variant.name == "control.gain=0.5" and replayers.for_record(record) is own
+            replayed = np.asarray(own.replay(record.seed, demo.actions).states[:-1])
+            assert replayed.shape == demo.observations.shape
+            assert np.abs(replayed - demo.observations).max() <= 1e-9  # the recorded states, step for step
+            nominal = Replayer(plan.tasks[0], NOMINAL)
+            try:
+                check = nominal.verify(record.seed, demo.actions, demo.observations)
+            finally:
+                nominal.close()
+            assert not check.ok and check.first_mismatch is not None and check.first_mismatch <= 2  # diverges at once
+            (label,) = relabel(store, replayers, [record])
+            assert label.variant_key == record.variant_key and label.purpose == "relabel"
+            assert np.array_equal(label.observations, demo.observations)
+            # the expert ran this episode: its relabels of its own states are the actions it recorded
+            assert np.allclose(label.actions, demo.actions, atol=1e-6)
+            claimed = dataclasses.replace(record, variant={}, variant_key="nominal", variant_name="nominal")
+            with pytest.raises(ReplayMismatch, match="variant nominal.*diverges"):
+                relabel(store, replayers, [claimed])
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_flywheel_variant_design_runs_end_to_end_and_a_rerun_reproduces_it(tmp_path):
+    """The example variant design's distribution and slice (nominal + control.gain 0.5, base on nominal only) on
+    reach at a tiny budget: pool, probe and evaluation run in both variants, the arms' data come from where
+    they should, six arms at one budget, and a rerun gives the same document. About 35 s, the rerun 15 s
+    (the ponr search replays again; nothing retrains, no episode reruns), on the shared 2 cores."""
+    from pathlib import Path
+
+    import yaml
+
+    from assay.learning.leakage import checkpoint_provenance
+    from assay.store import Store
+
+    example = yaml.safe_load(Path("examples/flywheel/push-gain-variant-slice.yaml").read_text())
+    tiny = {"name": "tinyv", "task": "metaworld/reach@1", "horizon": 80, "variants": example["variants"],
+            "slice": example["slice"], "base_demos": 3, "extra_demos": 2, "pool": 8, "probe": 4, "eval": 3,
+            "replicates": 2, "epochs": 5, "hidden": [16], "bootstrap": 200}
+    design = tmp_path / "tinyv.yaml"
+    design.write_text(yaml.safe_dump(tiny))
+    store = tmp_path / "store"
+    args = ["flywheel", "--design", str(design), "--store", str(store), "--json"]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    gain = "control.gain=0.5"
+    assert set(document["by_variant"]) == {"nominal", gain}
+    assert document["power"]["planned_pairs"] == 3 * 2 * 2 == document["analysis"]["primary"]["pairs"]
+    for name in ("nominal", gain):
+        assert document["by_variant"][name]["rates"]["ponr"]["trials"] == 6  # 3 seeds x 2 replicates
+    with Store(store) as opened:
+        by_key = {r.key: r for r in opened.catalog.episodes()}
+        keys = {r.variant_name: r.variant_key for r in by_key.values()}
+        for rep in document["replicates"]:
+            assert set(rep["outcomes"]) == {"base", "random", "targeted", "recovery", "ponr", "oracle"}
+            assert {s.split("|")[0] for s in rep["outcomes"]["base"]} == {"nominal", gain}
+            assert rep["inside"] == {s: s.startswith("nominal|") for s in rep["inside"]}  # the slice: nominal
+            extra = {arm: size for arm, size in rep["data"].items() if arm != "base"}
+            assert len({(s["episodes"], s["frames"]) for s in extra.values()}) == 1  # ponr included
+            assert rep["mining"]["variants"][gain]["episodes"] == rep["mining"]["variants"]["nominal"]["episodes"] == 4
+            data = {arm: checkpoint_provenance(c["path"]) for arm, c in rep["checkpoints"].items()}
+            assert {p["variant_key"] for p in data["base"]} == {"nominal"}
+            added = {arm: [p for p in prov if p not in data["base"]] for arm, prov in data.items()}
+            assert added["oracle"] and {p["variant_key"] for p in added["oracle"]} == {keys[gain]}
+            chosen = rep["mining"]["chosen_variants"]
+            if chosen is not None:
+                assert {p["variant_key"] for p in added["targeted"]} <= {keys[n] for n in chosen}
+            # relabels and recoveries come from the probe's failures, each tagged with its own variant
+            probe = {(r.variant_key, r.seed) for r in by_key.values() if r.campaign == rep["campaigns"]["probe"]
+                     and r.outcome.value != "success"}
+            for arm in ("recovery", "ponr"):
+                assert added[arm] and {(p["variant_key"], p["seed"]) for p in added[arm]} <= probe
+        episodes = len(by_key)
+    stamps = {p: p.stat().st_mtime_ns for p in (store / "learning" / "flywheel").rglob("*.pt")}
+    again = invoke(*args)
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout) == document  # same numbers, exactly
+    with Store(store) as opened:
+        assert len(opened.catalog.episodes()) == episodes
+    assert {p: p.stat().st_mtime_ns for p in (store / "learning" / "flywheel").rglob("*.pt")} == stamps
+    report = invoke("report", document["replicates"][0]["campaigns"]["eval"], "--store", str(store),
+                    "-o", str(tmp_path / "r.html"))
+    assert report.exit_code == 0, report.output
+    html = (tmp_path / "r.html").read_text()
+    assert "Per variant (secondary endpoints)" in html and f"variant {gain}: base " in html
+    assert "Base trained on variant(s) nominal only" in html

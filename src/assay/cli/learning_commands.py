@@ -79,7 +79,7 @@ def flywheel_command(task: Annotated[str | None, typer.Option("--task", "-t", he
                      workers: Annotated[int, typer.Option("--workers")] = 1,
                      out: Annotated[Path | None, typer.Option("--out", help="Checkpoint folder (default STORE/learning/flywheel).")] = None,
                      store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
-    """The flywheel: --design runs a designed experiment (base on a slice; random, targeted, recovery and oracle
+    """The flywheel: --design runs a designed experiment (base on a slice; random, targeted, recovery, ponr and oracle
     arms at an equal budget; replicates); --task runs base vs recovery demos vs fresh demos on one task."""
     from assay.learning import FlywheelConfig, run_flywheel
     from assay.learning.flywheel import pooled

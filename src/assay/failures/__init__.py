@@ -20,11 +20,11 @@ from assay.failures.regression import (
     record_run,
     statuses,
 )
-from assay.failures.replay import Replayer
+from assay.failures.replay import Replayer, Replayers
 from assay.failures.table import FailureTable
 
 __all__ = [
     "Attribution", "Case", "Categorized", "Category", "FailureTable", "PointOfNoReturn", "RegressionSet",
-    "Replayer", "SetStatus", "add_sets", "attribute", "bisect_ponr", "case_from", "categorize", "coverage", "diff_runs",
-    "family_of", "find_ponr", "load_set", "record_run", "scan_ponr", "signals", "statuses", "step_arrays",
+    "Replayer", "Replayers", "SetStatus", "add_sets", "attribute", "bisect_ponr", "case_from", "categorize", "coverage",
+    "diff_runs", "family_of", "find_ponr", "load_set", "record_run", "scan_ponr", "signals", "statuses", "step_arrays",
 ]

@@ -25,6 +25,7 @@ from assay.errors import AssayError
 from assay.policies import ExpertPolicy, Policy, PolicyContext
 from assay.sim import SafetyFilter, SimEnv, Transition, make_env, perturbed
 from assay.spec import TaskSpec, Variant, derive_seed
+from assay.store import EpisodeRecord
 
 STATE_TOLERANCE = 1e-9  # a replay that differs by more than this from the recording is not the recording
 
@@ -153,3 +154,35 @@ class Replayer:
                 break
         out.last = observation
         return out
+
+
+class Replayers:
+    """One :class:`Replayer` per variant of ``task``, built on first use from a record's own variant.
+
+    A recorded episode reproduces only in the variant it ran under (its perturbations change the
+    dynamics), so code that replays failures from a campaign over several variants asks
+    ``for_record(record)`` rather than building one replayer. ``close()`` closes every one built.
+    """
+
+    def __init__(self, task: TaskSpec, safety: bool = False) -> None:
+        self.task = task
+        self.safety = safety
+        self._built: dict[str, Replayer] = {}
+
+    def for_record(self, record: EpisodeRecord) -> Replayer:
+        """The replayer of ``record.variant`` (the stored ``Variant`` dump)."""
+        variant = Variant.model_validate(record.variant)
+        if variant.key not in self._built:
+            self._built[variant.key] = Replayer(self.task, variant, safety=self.safety)
+        return self._built[variant.key]
+
+    def close(self) -> None:
+        for replayer in self._built.values():
+            replayer.close()
+        self._built.clear()
+
+    def __enter__(self) -> Replayers:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -24,13 +24,13 @@ import numpy as np
 from assay.errors import AssayError
 from assay.failures.ponr import find_ponr
 from assay.failures.recovery import recovery_demos
-from assay.failures.replay import Replayer
+from assay.failures.replay import Replayers
 from assay.learning.bc import TrainConfig, train_bc
 from assay.learning.data import Demo, episode_demo, recovery_demo
 from assay.learning.leakage import contaminated
 from assay.learning.runs import DEMO_SEED, EVAL_SEED, PROBE_SEED, Score, bc_spec, run_grid, score
 from assay.metrics import mcnemar_exact
-from assay.spec import NOMINAL, PolicySpec, content_hash
+from assay.spec import PolicySpec, content_hash
 from assay.store import EpisodeRecord, Outcome, Store
 
 
@@ -104,15 +104,17 @@ def _expert_demos(store: Store, config: FlywheelConfig) -> tuple[list[Demo], lis
             [episode_demo(store, r) for r in ok if r.episode_index >= config.base])
 
 
-def mine_recovery(store: Store, replayer: Replayer, failures: list[EpisodeRecord], limit: int) -> tuple[list[Demo], int]:
+def mine_recovery(store: Store, replayers: Replayers, failures: list[EpisodeRecord], limit: int) -> tuple[list[Demo], int]:
     """Up to ``limit`` recovery demos, spread over failures: round-robin over the failures (in order) whose
-    point of no return is recoverable, searching at most ``limit`` of them; and how many were searched."""
+    point of no return is recoverable, searching at most ``limit`` of them; and how many were searched.
+    Each failure is replayed in its own variant (``replayers.for_record``)."""
     per_failure: list[list[str]] = []
     searched = 0
     for record in failures:
         if sum(len(paths) > 0 for paths in per_failure) >= limit:
             break
         searched += 1
+        replayer = replayers.for_record(record)
         table = store.steps(record)
         actions = np.asarray(table.column("action").combine_chunks().flatten(), dtype=np.float64).reshape(len(table), -1)
         states = np.asarray(table.column("observation.state").combine_chunks().flatten(),
@@ -141,11 +143,8 @@ def run_flywheel(store: Store, config: FlywheelConfig, out_dir: Path,
         plan, probe = run_grid(store, f"flywheel-{tag}-probe-s{seed}-{base.version[-12:]}", [config.task],
                                [bc_spec("base", Path(base.path))], config.probe, PROBE_SEED, config.horizon, config.workers)
         failures = [r for r in probe if r.outcome in (Outcome.FAILURE, Outcome.TIMEOUT)]
-        replayer = Replayer(plan.tasks[0], NOMINAL)
-        try:
-            recovery, searched = mine_recovery(store, replayer, failures, config.extra)
-        finally:
-            replayer.close()
+        with Replayers(plan.tasks[0]) as replayers:  # each failure in the variant it ran under
+            recovery, searched = mine_recovery(store, replayers, failures, config.extra)
         progress(f"seed {seed}: {len(failures)} probe failures, {len(recovery)} recovery demos from {searched}")
         control_extra = fresh[:len(recovery) if recovery else config.extra]  # same count: a fair control
         flywheel = train_bc(base_demos + recovery, train, out_dir / f"flywheel-s{seed}.pt")

@@ -1,18 +1,22 @@
 """The flywheel experiment's design and each arm's data selection (issue 21).
 
-A design file (YAML) declares a *deployment gap*: the base policy learns from expert
-demos whose initial conditions lie in a ``slice`` of the workspace (one threshold on one
-component of Meta-World's ``rand_vec``), and is evaluated on the whole distribution.
-Five arms then get the same extra budget, equal in episodes *and* frames:
+A design file (YAML) declares an evaluation distribution (the task's initial conditions
+times the design's ``variants``, e.g. nominal and ``control.gain: 0.5``) and a *deployment
+gap*: the base policy learns from expert demos in a ``slice`` of it (one threshold on one
+component of Meta-World's ``rand_vec``, and/or some of the variants), and is evaluated on
+the whole distribution. Six arms then get the same extra budget, equal in episodes *and* frames:
 
 * ``base``: the slice demos only;
 * ``random``: + K expert demos from the whole distribution (the demo pool, in order);
-* ``targeted``: + K expert demos from the region that failure mining found on a probe
-  run of the base (:func:`assay.failures.priorities.failure_region` on the probe's
-  records: outcomes and initial conditions, never the slice);
+* ``targeted``: + K expert demos from where failure mining on a probe run of the base
+  points (:func:`mine`, on the probe's records alone, never the slice): the variants with
+  the highest failure rate, then within them the initial-condition split with the largest
+  Gini gain (:func:`assay.failures.priorities.failure_region`);
 * ``recovery``: + the expert's actions on the states the base visited in K failing probe
-  episodes (DAgger-style relabels);
-* ``oracle``: + K expert demos from the true uncovered region (the slice's complement): the
+  episodes (DAgger-style relabels, each replayed in its own variant);
+* ``ponr``: + up to K point-of-no-return recovery demos (the expert takes over just before
+  each failure's point of no return, in the failure's variant; ``ponr: false`` leaves it out);
+* ``oracle``: + K expert demos from the true uncovered part (outside the slice): the
   ceiling, the only arm that reads the slice.
 
 Budgets are made equal by :func:`equal_budget`: every extra arm keeps the same number of
@@ -25,35 +29,80 @@ here are pure over records and demos; :mod:`assay.learning.flywheel_run` runs th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from assay.errors import AssayError
 from assay.failures.priorities import InitRegion, failure_region
 from assay.learning.data import Demo
-from assay.spec import load_yaml
+from assay.spec import canonical_json, content_hash, load_yaml
 from assay.spec.loading import validation_error
 from assay.store import EpisodeRecord, Outcome
 
-ARMS = ("base", "random", "targeted", "recovery", "oracle")
+ARMS = ("base", "random", "targeted", "recovery", "ponr", "oracle")
 EXTRA_ARMS = ARMS[1:]
 
 
 class SliceSpec(BaseModel):
-    """The part of the workspace the base policy's demos come from: ``init[component] < threshold``
-    (``below: true``) or ``>=``."""
+    """The part of the evaluation distribution the base policy's demos come from: an initial-condition
+    region ``init[component] < threshold`` (``below: true``) or ``>=``, and/or some of the design's
+    variants (``variants``: the requests the base saw; unset: every variant)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    component: int = Field(ge=0, le=5)
-    threshold: float
+    component: int | None = Field(default=None, ge=0, le=5)
+    threshold: float | None = None
     below: bool = True
+    variants: tuple[dict[str, Any], ...] | None = Field(default=None, min_length=1)
 
-    def region(self) -> InitRegion:
-        """The slice as an initial-condition region."""
+    @model_validator(mode="after")
+    def _region_or_variants(self) -> SliceSpec:
+        if (self.component is None) != (self.threshold is None):
+            raise ValueError("give component and threshold together (the region init[component] < threshold)")
+        if self.component is None and self.variants is None:
+            raise ValueError("a slice is a region (component, threshold), variants, or both")
+        return self
+
+    def region(self) -> InitRegion | None:
+        """The slice's initial-condition region (None: the slice is by variant only)."""
+        if self.component is None or self.threshold is None:
+            return None
         return InitRegion(self.component, self.threshold, self.below)
+
+    def hashed(self) -> dict[str, Any]:
+        """What of the slice fixes the data (a region-only slice hashes as it did before variants)."""
+        out: dict[str, Any] = {}
+        if self.component is not None:
+            out = {"component": self.component, "threshold": self.threshold, "below": self.below}
+        if self.variants is not None:
+            out["variants"] = [dict(v) for v in self.variants]
+        return out
+
+
+@dataclass(frozen=True)
+class Where:
+    """A part of the evaluation distribution: an initial-condition region (None: any) within a set of
+    variants (their keys; None: any). ``names`` are the variants' names, for the account."""
+
+    region: InitRegion | None = None
+    variants: frozenset[str] | None = None
+    names: tuple[str, ...] = ()
+
+    def contains(self, record: EpisodeRecord) -> bool:
+        """Whether the episode ran in one of the variants and started inside the region."""
+        if self.variants is not None and record.variant_key not in self.variants:
+            return False
+        return self.region is None or self.region.contains(initial(record))
+
+    @property
+    def label(self) -> str:
+        """``variant A or B, init[3] >= 0.01``; ``anywhere`` for the whole distribution."""
+        parts = [] if self.variants is None else [f"variant {' or '.join(self.names)}"]
+        parts += [] if self.region is None else [self.region.label]
+        return ", ".join(parts) or "anywhere"
 
 
 class FlywheelDesign(BaseModel):
@@ -63,6 +112,8 @@ class FlywheelDesign(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][\w.\-]*$")
     task: str
     slice: SliceSpec
+    variants: tuple[dict[str, Any], ...] = Field(default=({},), min_length=1)  # the evaluation distribution's
+    # variants ({factor: value} requests; {} is nominal): pool, probe and evaluation run over every one
     horizon: int | None = Field(default=None, ge=1)
     base_demos: int = Field(default=20, ge=1)
     extra_demos: int = Field(default=6, ge=1)  # K, per extra arm
@@ -72,19 +123,33 @@ class FlywheelDesign(BaseModel):
     replicates: int = Field(default=5, ge=1)
     first_replicate: int = Field(default=0, ge=0)  # replicates first_replicate, first_replicate + 1, ...: a pilot's
     # replicates can be kept out of the confirmatory run (their seed streams are not reused)
+    ponr: bool = True  # the point-of-no-return recovery arm (its partial demos set the common frame budget);
+    # false leaves it out. Not in the tag: it changes only which checkpoints train, and they are keyed by their data
     epochs: int = Field(default=100, ge=1)
     hidden: tuple[int, ...] = (256, 256)
     bootstrap: int = Field(default=10000, ge=100)
     power_baseline: float = Field(default=0.7, gt=0, lt=1)  # the expected random-arm rate the power plan assumed
     delta: float = Field(default=0.10, gt=0, lt=1)  # the difference the plan is sized to detect
 
+    @model_validator(mode="after")
+    def _slice_variants_declared(self) -> FlywheelDesign:
+        declared = {canonical_json(v) for v in self.variants}
+        if len(declared) < len(self.variants):
+            raise ValueError("variants: a variant is listed twice")
+        for request in self.slice.variants or ():
+            if canonical_json(request) not in declared:
+                raise ValueError(f"slice.variants: {canonical_json(request)} is not one of the design's variants "
+                                 f"({', '.join(canonical_json(v) for v in self.variants)})")
+        return self
+
     def tag(self) -> str:
         """What fixes the data and checkpoints (not the replicate count, bootstrap or power settings)."""
-        from assay.spec import content_hash
-
-        return content_hash({"task": self.task, "slice": self.slice.model_dump(), "horizon": self.horizon,
-                             "base": self.base_demos, "extra": self.extra_demos, "pool": self.pool,
-                             "probe": self.probe, "epochs": self.epochs, "hidden": list(self.hidden)}, length=8)
+        fixed: dict[str, Any] = {"task": self.task, "slice": self.slice.hashed(), "horizon": self.horizon,
+                                 "base": self.base_demos, "extra": self.extra_demos, "pool": self.pool,
+                                 "probe": self.probe, "epochs": self.epochs, "hidden": list(self.hidden)}
+        if self.variants != ({},):  # a nominal-only design hashes as it did before variants
+            fixed["variants"] = [dict(v) for v in self.variants]
+        return content_hash(fixed, length=8)
 
 
 def load_design(path: Path) -> FlywheelDesign:
@@ -115,20 +180,20 @@ def _ordered_successes(pool: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
     return sorted((r for r in pool if r.outcome is Outcome.SUCCESS), key=lambda r: (r.episode_index, r.key))
 
 
-def select_base(pool: Sequence[EpisodeRecord], slice_region: InitRegion, count: int) -> list[EpisodeRecord]:
-    """The first ``count`` successful pool episodes inside the slice."""
-    return [r for r in _ordered_successes(pool) if slice_region.contains(initial(r))][:count]
+def select_base(pool: Sequence[EpisodeRecord], training: Where, count: int) -> list[EpisodeRecord]:
+    """The first ``count`` successful pool episodes inside the training slice."""
+    return [r for r in _ordered_successes(pool) if training.contains(r)][:count]
 
 
-def select_demos(pool: Sequence[EpisodeRecord], used: set[str], region: InitRegion | None, count: int,
+def select_demos(pool: Sequence[EpisodeRecord], used: set[str], where: Where | None, count: int,
                  outside: bool = False) -> list[EpisodeRecord]:
-    """The first ``count`` successful pool episodes not in ``used``, inside ``region`` (outside it when
-    ``outside``; anywhere when ``region`` is None)."""
+    """The first ``count`` successful pool episodes not in ``used``, inside ``where`` (outside it when
+    ``outside``; anywhere when ``where`` is None)."""
     chosen = []
     for record in _ordered_successes(pool):
         if record.key in used:
             continue
-        if region is not None and region.contains(initial(record)) == outside:
+        if where is not None and where.contains(record) == outside:
             continue
         chosen.append(record)
         if len(chosen) == count:
@@ -137,47 +202,82 @@ def select_demos(pool: Sequence[EpisodeRecord], used: set[str], region: InitRegi
 
 
 def probe_failures(probe: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
-    """The probe's failures and timeouts in episode order (the recovery arm relabels the first ones)."""
+    """The probe's failures and timeouts in episode order (the recovery arms relabel the first ones)."""
     return sorted((r for r in probe if r.outcome in (Outcome.FAILURE, Outcome.TIMEOUT)),
-                  key=lambda r: (r.episode_index, r.key))
+                  key=lambda r: (r.episode_index, r.variant_name, r.key))
 
 
-def mine(probe: Sequence[EpisodeRecord]) -> tuple[InitRegion | None, dict[str, Any]]:
-    """Where the probe's failures are (from the records alone), and the account of it for the result."""
-    scored = [r for r in probe if r.outcome is not Outcome.ERROR]
-    region = failure_region(scored)
-    failed = probe_failures(scored)
-    variants: dict[str, list[int]] = {}
+def _fails(record: EpisodeRecord) -> bool:
+    return record.outcome is not Outcome.SUCCESS
+
+
+def mine_variants(scored: Sequence[EpisodeRecord]) -> tuple[frozenset[str] | None, tuple[str, ...], dict[str, Any]]:
+    """The variants whose probe failure rate is the highest (their keys and names; None when every variant
+    ties, then targeting is over all of them), and the per-variant counts."""
+    counts: dict[str, list[Any]] = {}
     for record in scored:
-        counts = variants.setdefault(record.variant_name, [0, 0])
-        counts[0] += record.outcome is not Outcome.SUCCESS
-        counts[1] += 1
+        entry = counts.setdefault(record.variant_name, [record.variant_key, 0, 0])
+        entry[1] += _fails(record)
+        entry[2] += 1
+    table = {name: {"failures": f, "episodes": n, "rate": f / n} for name, (_, f, n) in sorted(counts.items())}
+    top = max((row["rate"] for row in table.values()), default=0.0)
+    chosen = sorted(name for name, row in table.items() if row["rate"] == top)
+    if top == 0 or len(chosen) == len(table):
+        return None, (), table
+    return frozenset(counts[name][0] for name in chosen), tuple(chosen), table
+
+
+def mine(probe: Sequence[EpisodeRecord]) -> tuple[Where, dict[str, Any]]:
+    """Where the probe's failures are, from the records alone: the variants with the highest failure rate,
+    then within them the initial-condition region with the largest Gini gain; and the account of it."""
+    scored = [r for r in probe if r.outcome is not Outcome.ERROR]
+    failed = probe_failures(scored)
+    keys, names, variants = mine_variants(scored)
+    within = [r for r in scored if keys is None or r.variant_key in keys]
+    region = failure_region(within)
+    target = Where(region, keys, names)
     account: dict[str, Any] = {
-        "probe_episodes": len(scored), "probe_failures": len(failed),
-        "variants": {name: {"failures": f, "episodes": n} for name, (f, n) in sorted(variants.items())},
+        "probe_episodes": len(scored), "probe_failures": len(failed), "variants": variants,
+        "chosen_variants": None if keys is None else list(names), "target": target.label,
         "region": None if region is None else region.to_dict()}
-    if region is not None:
-        inside = [r for r in scored if region.contains(initial(r))]
-        account["inside"] = {"episodes": len(inside), "failures": sum(r.outcome is not Outcome.SUCCESS for r in inside)}
-        account["outside"] = {"episodes": len(scored) - len(inside),
-                              "failures": len(failed) - account["inside"]["failures"]}
-        account["why"] = (f"{account['inside']['failures']}/{len(inside)} probe episodes fail in {region.label}, "
-                          f"{account['outside']['failures']}/{len(scored) - len(inside)} outside it "
-                          "(the one-threshold split of the initial conditions with the largest Gini gain)")
+    counted = {n: f"{n} {v['failures']}/{v['episodes']}" for n, v in variants.items()}
+    if keys is None:
+        why = [f"every variant fails at the same rate ({', '.join(counted.values())}): targeted demos from every "
+               "variant"] if len(variants) > 1 else []
     else:
-        account["why"] = "the probe's outcomes do not separate by initial condition: targeted demos come from anywhere"
-    return region, account
+        rest = ", ".join(text for n, text in counted.items() if n not in names)
+        why = [f"{' and '.join(counted[n] for n in names)} failing: the highest failure rate (against {rest})"]
+    if region is not None:
+        inside = [r for r in within if region.contains(initial(r))]
+        account["inside"] = {"episodes": len(inside), "failures": sum(_fails(r) for r in inside)}
+        account["outside"] = {"episodes": len(within) - len(inside),
+                              "failures": sum(_fails(r) for r in within) - account["inside"]["failures"]}
+        why.append(f"{account['inside']['failures']}/{len(inside)} probe episodes fail in {region.label}, "
+                   f"{account['outside']['failures']}/{len(within) - len(inside)} outside it "
+                   "(the one-threshold split of the initial conditions with the largest Gini gain)")
+    elif keys is None:
+        why.append("the probe's outcomes do not separate by initial condition: targeted demos come from anywhere")
+    else:
+        why.append("within it the outcomes do not separate by initial condition")
+    account["why"] = "; ".join(why)
+    return target, account
+
+
+def agreement(mined: Sequence[bool], uncovered: Sequence[bool]) -> dict[str, Any]:
+    """Precision and recall of ``mined`` (scene inside the mined target) against ``uncovered`` (scene
+    outside the training slice), over the same scenes."""
+    got, truth = np.array(mined, dtype=bool), np.array(uncovered, dtype=bool)
+    both = int((got & truth).sum())
+    return {"scenes": len(truth), "uncovered": int(truth.sum()), "mined": int(got.sum()), "both": both,
+            "precision": both / int(got.sum()) if got.any() else None,
+            "recall": both / int(truth.sum()) if truth.any() else None}
 
 
 def region_agreement(mined: InitRegion | None, truth: InitRegion, scenes: Sequence[Sequence[float]]) -> dict[str, Any]:
-    """Precision and recall of the mined region against the true uncovered region (``truth``), over the
+    """:func:`agreement` of a mined region (None: everywhere) against the true uncovered region, over the
     initial conditions ``scenes`` (the evaluation scenes: a fresh sample of the distribution)."""
-    uncovered = np.array([truth.contains(s) for s in scenes], dtype=bool)
-    mined_in = np.array([True if mined is None else mined.contains(s) for s in scenes], dtype=bool)
-    both = int((uncovered & mined_in).sum())
-    return {"scenes": len(scenes), "uncovered": int(uncovered.sum()), "mined": int(mined_in.sum()), "both": both,
-            "precision": both / int(mined_in.sum()) if mined_in.any() else None,
-            "recall": both / int(uncovered.sum()) if uncovered.any() else None}
+    return agreement([True if mined is None else mined.contains(s) for s in scenes],
+                     [truth.contains(s) for s in scenes])
 
 
 def trim_frames(demos: Sequence[Demo], frames: int) -> list[Demo]:
@@ -206,7 +306,8 @@ def equal_budget(arms: Mapping[str, Sequence[Demo]]) -> tuple[dict[str, list[Dem
     arm then has), and the account: what each arm had before and the common budget."""
     if not arms or min(len(d) for d in arms.values()) == 0:
         empty = sorted(name for name, d in arms.items() if not d)
-        raise AssayError(f"arm(s) {', '.join(empty) or '(none)'} found no data; enlarge the pool or the probe")
+        raise AssayError(f"arm(s) {', '.join(empty) or '(none)'} found no data; enlarge the pool or the probe"
+                         + (" (or set ponr: false in the design)" if "ponr" in empty else ""))
     episodes = min(len(d) for d in arms.values())
     cut = {name: list(d)[:episodes] for name, d in arms.items()}
     frames = min(sum(len(x.actions) for x in d) for d in cut.values())

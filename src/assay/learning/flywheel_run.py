@@ -3,12 +3,16 @@
 Per replicate ``r`` (each its own demo, probe and evaluation seed streams: campaign seeds
 ``DEMO_SEED + r``, ``PROBE_SEED + r``, ``EVAL_SEED + r``):
 
-1. the expert runs the demo pool; the base trains on the pool's first successes inside the slice;
-2. the base runs the probe; failure mining (:func:`assay.learning.flywheel_design.mine`) finds the
-   failure-heavy region from the probe's records;
+1. the expert runs the demo pool (``pool`` episodes in each of the design's variants); the base
+   trains on the pool's first successes inside the slice (region and/or variants);
+2. the base runs the probe over every variant; failure mining
+   (:func:`assay.learning.flywheel_design.mine`) finds the failure-heavy variants and region from
+   the probe's records; the recovery and ponr arms replay each failure in its own variant
+   (:class:`assay.failures.replay.Replayers`);
 3. each extra arm's data is selected (:mod:`assay.learning.flywheel_design`), cut to an equal
    budget in episodes and frames, and trained (same training seed ``r`` for every arm);
-4. every arm runs the same held-out evaluation seeds; the leakage check proves that no evaluation
+4. every arm runs the same held-out evaluation seeds in every variant (a scene is ``variant|seed``;
+   the secondary endpoints include each variant's success per arm); the leakage check proves that no evaluation
    scene is in any arm's data, and that evaluation, probe and pool scenes are disjoint.
 
 Every campaign is an ordinary resumable campaign in the store; a checkpoint file is named by the
@@ -29,28 +33,32 @@ import numpy as np
 
 from assay.errors import AssayError
 from assay.failures.priorities import priorities
+from assay.failures.replay import Replayers, ReplayMismatch
 from assay.learning.bc import TrainConfig, train_bc
 from assay.learning.data import Demo, episode_demo
+from assay.learning.flywheel import mine_recovery
 from assay.learning.flywheel_design import (
     FlywheelDesign,
+    Where,
+    agreement,
     equal_budget,
-    initial,
     mine,
     probe_failures,
-    region_agreement,
     select_base,
     select_demos,
 )
-from assay.learning.flywheel_stats import analyse, by_region
+from assay.learning.flywheel_stats import analyse, by_region, by_variant
 from assay.learning.leakage import contaminated, scene_of
 from assay.learning.runs import DEMO_SEED, EVAL_SEED, PROBE_SEED, bc_spec, run_grid
 from assay.metrics import episode_budget
 from assay.policies import ExpertPolicy, PolicyContext
-from assay.spec import PolicySpec, TaskSpec, content_hash
+from assay.run.campaign import CampaignPlan
+from assay.sim.factors import resolve_variant
+from assay.spec import PolicySpec, content_hash
 from assay.store import EpisodeRecord, Outcome, Store
 
 RESULT_DIR = "learning/flywheel"  # assay.report.flywheel reads it there (the report may not import learning)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: variants (outcomes keyed by 'variant|seed', by_variant), the ponr arm
 
 
 def result_path(store: Store, name: str) -> Path:
@@ -58,12 +66,19 @@ def result_path(store: Store, name: str) -> Path:
     return store.root / RESULT_DIR / f"{name}.json"
 
 
-def relabel(store: Store, task: TaskSpec, failures: Sequence[EpisodeRecord]) -> list[Demo]:
-    """DAgger relabels: for each failing episode, the expert's action on every state the policy visited."""
+def relabel(store: Store, replayers: Replayers, failures: Sequence[EpisodeRecord]) -> list[Demo]:
+    """DAgger relabels: each failing episode replayed in its own variant (the replay must reproduce the
+    recording, :class:`ReplayMismatch` otherwise), and the expert's action on every state the policy visited."""
     expert = ExpertPolicy()
     demos = []
     for record in failures:
         source = episode_demo(store, record)
+        replayer = replayers.for_record(record)
+        check = replayer.verify(record.seed, source.actions, source.observations)
+        if not check.ok:
+            raise ReplayMismatch(f"episode {record.key} (variant {record.variant_name}): {check.describe()}; "
+                                 "its states cannot be relabelled")
+        task = replayer.task
         expert.reset(PolicyContext(task, (record.seed,), (record.instruction or task.instruction,)))
         rows = len(source.observations)
         batch = {"state": source.observations, "instruction": [record.instruction or task.instruction] * rows,
@@ -72,6 +87,20 @@ def relabel(store: Store, task: TaskSpec, failures: Sequence[EpisodeRecord]) -> 
         demos.append(Demo(f"relabel:{record.key}", record.task_id, record.task_hash, record.variant_key, record.seed,
                           "relabel", source.observations, actions, record.instruction))
     return demos
+
+
+def training_slice(design: FlywheelDesign, plan: CampaignPlan) -> Where:
+    """The design's slice over the campaign's resolved variants (their keys: what records carry)."""
+    task, requests = plan.tasks[0], design.slice.variants
+    if requests is None:
+        return Where(design.slice.region())
+    variants = [resolve_variant(dict(request), task) for request in requests]
+    return Where(design.slice.region(), frozenset(v.key for v in variants), tuple(v.name for v in variants))
+
+
+def scene_id(record: EpisodeRecord) -> str:
+    """One evaluation scene of a replicate: its variant and seed (every variant runs the same seeds)."""
+    return f"{record.variant_name}|{record.seed}"
 
 
 def _train(demos: Sequence[Demo], config: TrainConfig, folder: Path, arm: str) -> tuple[Path, str]:
@@ -91,15 +120,33 @@ def _frames(demos: Sequence[Demo]) -> int:
     return sum(len(d.actions) for d in demos)
 
 
+def _arms_data(store: Store, design: FlywheelDesign, plan: CampaignPlan, pool: Sequence[EpisodeRecord],
+               probe: Sequence[EpisodeRecord], used: set[str], target: Where,
+               training: Where) -> dict[str, list[Demo]]:
+    """Every extra arm's data before the equal budget cut (see :mod:`assay.learning.flywheel_design`)."""
+    k = design.extra_demos
+    failures = probe_failures(probe)
+    with Replayers(plan.tasks[0]) as replayers:  # every failure replayed in its own variant
+        relabels = relabel(store, replayers, failures[:k])
+        ponr = mine_recovery(store, replayers, failures, k)[0] if design.ponr else None
+    arms = {"random": [episode_demo(store, r) for r in select_demos(pool, used, None, k)],
+            "targeted": [episode_demo(store, r) for r in select_demos(pool, used, target, k)],
+            "recovery": relabels,
+            "oracle": [episode_demo(store, r) for r in select_demos(pool, used, training, k, outside=True)]}
+    if ponr is not None:
+        arms["ponr"] = ponr
+    return arms
+
+
 def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: Path,
                   progress: Callable[[str], None], workers: int) -> dict[str, Any]:
     """One replicate: pool, base, probe, mining, the arms' data and checkpoints, evaluation, leakage."""
-    prefix, slice_region = f"fw-{design.name}-{design.tag()}-r{replicate}", design.slice.region()
+    prefix, variants = f"fw-{design.name}-{design.tag()}-r{replicate}", design.variants
     expert = [PolicySpec(name="expert", builtin="expert")]
     plan, pool = run_grid(store, f"{prefix}-pool", [design.task], expert, design.pool, DEMO_SEED + replicate,
-                          design.horizon, workers)
-    task = plan.tasks[0]
-    base_records = select_base(pool, slice_region, design.base_demos)
+                          design.horizon, workers, variants=variants)
+    training = training_slice(design, plan)
+    base_records = select_base(pool, training, design.base_demos)
     if len(base_records) < design.base_demos:
         raise AssayError(f"replicate {replicate}: the pool of {design.pool} holds only {len(base_records)} successful "
                          f"expert demos in the slice, {design.base_demos} asked; enlarge 'pool'")
@@ -108,56 +155,52 @@ def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: 
     base_path, base_version = _train(base_demos, train, folder, f"base-r{replicate}")
     progress(f"replicate {replicate}: base on {len(base_demos)} slice demos ({_frames(base_demos)} frames)")
     _, probe = run_grid(store, f"{prefix}-probe-{base_version[-12:]}", [design.task], [bc_spec("base", base_path)],
-                        design.probe, PROBE_SEED + replicate, design.horizon, workers)
-    mined, account = mine(probe)
+                        design.probe, PROBE_SEED + replicate, design.horizon, workers, variants=variants)
+    target, account = mine(probe)
     account["priorities"] = [p.advice for p in priorities(list(probe), {}, {})]
-    used = {r.key for r in base_records}
-    k = design.extra_demos
-    extra = {"random": [episode_demo(store, r) for r in select_demos(pool, used, None, k)],
-             "targeted": [episode_demo(store, r) for r in select_demos(pool, used, mined, k)],
-             "recovery": relabel(store, task, probe_failures(probe)[:k]),
-             "oracle": [episode_demo(store, r) for r in select_demos(pool, used, slice_region, k, outside=True)]}
-    extra, budget = equal_budget(extra)
-    progress(f"replicate {replicate}: mined {account['region']['label'] if account['region'] else 'nothing'} "
-             f"({account['why']}); budget {budget['episodes']} episodes, {budget['frames']} frames per arm")
+    extra, budget = equal_budget(_arms_data(store, design, plan, pool, probe, {r.key for r in base_records},
+                                            target, training))
+    progress(f"replicate {replicate}: mined {target.label} ({account['why']}); budget {budget['episodes']} episodes, "
+             f"{budget['frames']} frames per arm")
     checkpoints = {"base": (base_path, base_version)}
     for arm, demos in extra.items():
         checkpoints[arm] = _train(base_demos + demos, train, folder, f"{arm}-r{replicate}")
     versions = content_hash([checkpoints[a][1] for a in sorted(checkpoints)], length=8)
     _, evaluation = run_grid(store, f"{prefix}-eval-{versions}", [design.task],
                              [bc_spec(a, p) for a, (p, _) in checkpoints.items()], design.eval_episodes,
-                             EVAL_SEED + replicate, design.horizon, workers)
+                             EVAL_SEED + replicate, design.horizon, workers, variants=variants)
     data = {"base": base_demos, **{a: base_demos + d for a, d in extra.items()}}
     leaks = {a: len(contaminated([r for r in evaluation if r.policy_name == a], [d.provenance() for d in data[a]]))
              for a in checkpoints}
     eval_scenes = {scene_of(r) for r in evaluation}
     overlap = len(eval_scenes & ({scene_of(r) for r in pool} | {scene_of(r) for r in probe}))
-    outcomes: dict[str, dict[int, bool]] = {a: {} for a in checkpoints}
-    inside: dict[int, bool] = {}
+    outcomes: dict[str, dict[str, bool]] = {a: {} for a in checkpoints}
+    inside: dict[str, bool] = {}
+    variant_of: dict[str, str] = {}
     for record in evaluation:
+        scene = scene_id(record)
         if record.outcome is not Outcome.ERROR:
-            outcomes[record.policy_name][record.seed] = record.outcome is Outcome.SUCCESS
-        inside[record.seed] = slice_region.contains(initial(record))
+            outcomes[record.policy_name][scene] = record.outcome is Outcome.SUCCESS
+        inside[scene], variant_of[scene] = training.contains(record), record.variant_name
     shared = set.intersection(*(set(o) for o in outcomes.values()))
     outcomes = {a: {s: o[s] for s in sorted(shared)} for a, o in outcomes.items()}
-    scenes = [initial(r) for r in evaluation if r.policy_name == "base"]
+    scenes = [r for r in evaluation if r.policy_name == "base"]
     progress(f"replicate {replicate}: " + ", ".join(f"{a} {sum(o.values())}/{len(o)}" for a, o in outcomes.items()))
-    agreement = region_agreement(mined, slice_region.complement(), scenes)
-    return {"replicate": replicate, "mining": account, "agreement": agreement,
+    return {"replicate": replicate, "mining": account,
+            "agreement": agreement([target.contains(r) for r in scenes], [not training.contains(r) for r in scenes]),
             "budget": budget, "base": {"episodes": len(base_demos), "frames": _frames(base_demos)},
             "checkpoints": {a: {"path": str(p), "version": v} for a, (p, v) in checkpoints.items()},
             "campaigns": {"pool": f"{prefix}-pool", "probe": f"{prefix}-probe-{base_version[-12:]}",
                           "eval": f"{prefix}-eval-{versions}"},
             "data": {a: {"episodes": len(d), "frames": _frames(d)} for a, d in data.items()},
-            "contaminated": leaks, "scene_overlap": overlap,
-            "outcomes": {a: {str(s): v for s, v in o.items()} for a, o in outcomes.items()},
-            "inside": {str(s): v for s, v in inside.items()}}
+            "contaminated": leaks, "scene_overlap": overlap, "outcomes": outcomes, "inside": inside,
+            "variant_of": variant_of}
 
 
 def power_plan(design: FlywheelDesign) -> dict[str, Any]:
     """What ``assay budget --delta D --power 0.8 --paired --baseline B`` answers, against the design's pairs."""
     budget = episode_budget(design.delta, 0.8, baseline=design.power_baseline, paired=True)
-    pairs = design.eval_episodes * design.replicates
+    pairs = design.eval_episodes * len(design.variants) * design.replicates
     return {**budget.to_dict(), "planned_pairs": pairs, "enough": pairs >= budget.episodes_per_cell}
 
 
@@ -171,12 +214,13 @@ def run_design(store: Store, design: FlywheelDesign, workers: int = 1,
              f"({plan['formula']}); the design has {plan['planned_pairs']}")
     numbers = range(design.first_replicate, design.first_replicate + design.replicates)
     replicates = [run_replicate(store, design, r, folder, progress, workers) for r in numbers]
-    parsed = [{a: {int(s): v for s, v in o.items()} for a, o in rep["outcomes"].items()} for rep in replicates]
-    inside = [{int(s): v for s, v in rep["inside"].items()} for rep in replicates]
+    parsed = [rep["outcomes"] for rep in replicates]
     analysis = analyse(parsed, design.bootstrap)
     agreement = [rep["agreement"] for rep in replicates]
     document = {"schema_version": SCHEMA_VERSION, "design": design.model_dump(by_alias=True), "tag": design.tag(),
-                "power": plan, "analysis": analysis, "by_region": by_region(parsed, inside),
+                "power": plan, "analysis": analysis,
+                "by_region": by_region(parsed, [rep["inside"] for rep in replicates]),
+                "by_variant": by_variant(parsed, [rep["variant_of"] for rep in replicates]),
                 "mining": {"precision": _mean([a["precision"] for a in agreement]),
                            "recall": _mean([a["recall"] for a in agreement])},
                 "leakage": {"contaminated": sum(sum(rep["contaminated"].values()) for rep in replicates),

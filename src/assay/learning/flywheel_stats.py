@@ -10,8 +10,8 @@ arm runs the same seeds of that replicate). Stated before the run (docs/RESULTS.
   t test on the replicate differences as the second, replicate-level test;
 * **gain ratio**: (targeted − base) / (random − base) on the pooled rates, with the same
   replicate bootstrap (a resample where random gained nothing has no ratio and is counted apart);
-* **secondary**: each arm against random (McNemar exact, pooled), and every arm's success inside
-  and outside the slice.
+* **secondary**: each arm against random (McNemar exact, pooled), every arm's success inside
+  and outside the slice, and per variant every arm's success and its paired difference against random.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from assay.learning.flywheel_design import ARMS
 from assay.metrics import mcnemar_exact, success_interval
 from assay.spec import derive_seed
 
-Outcomes = Mapping[str, Mapping[int, bool]]  # arm -> evaluation seed -> success
+Outcomes = Mapping[str, Mapping[Any, bool]]  # arm -> evaluation scene (variant|seed, or a seed) -> success
 
 
 def _rate(successes: int, trials: int) -> dict[str, Any]:
@@ -73,7 +74,7 @@ def analyse(replicates: Sequence[Outcomes], n_resamples: int = 10000, confidence
     """The whole analysis as JSON-ready data (deterministic for ``seed``)."""
     if not replicates:
         return {}
-    arms = [a for a in ("base", "random", "targeted", "recovery", "oracle") if a in replicates[0]]
+    arms = [a for a in ARMS if a in replicates[0]]
     rates = {a: _rate(sum(sum(r[a].values()) for r in replicates), sum(len(r[a]) for r in replicates)) for a in arms}
     primary = paired(replicates, "targeted", "random")
     differences = primary["per_replicate"]
@@ -101,7 +102,7 @@ def analyse(replicates: Sequence[Outcomes], n_resamples: int = 10000, confidence
     return {"rates": rates, "primary": primary, "gain_ratio": gain, "against_random": secondary}
 
 
-def by_region(replicates: Sequence[Outcomes], inside: Sequence[Mapping[int, bool]]) -> dict[str, Any]:
+def by_region(replicates: Sequence[Outcomes], inside: Sequence[Mapping[Any, bool]]) -> dict[str, Any]:
     """Every arm's pooled success on the evaluation seeds inside the slice and outside it
     (``inside[i][seed]``: whether replicate i's seed lies in the slice)."""
     out: dict[str, Any] = {}
@@ -114,4 +115,19 @@ def by_region(replicates: Sequence[Outcomes], inside: Sequence[Mapping[int, bool
                 wins += sum(outcomes[arm][s] for s in seeds)
                 trials += len(seeds)
             out[label][arm] = _rate(wins, trials)
+    return out
+
+
+def by_variant(replicates: Sequence[Outcomes], variant_of: Sequence[Mapping[Any, str]]) -> dict[str, Any]:
+    """Per variant (``variant_of[i][scene]``: the variant of replicate i's scene): every arm's pooled
+    success and, for every arm but random, its pooled paired comparison against random on that variant."""
+    names = sorted({name for where in variant_of for name in where.values()})
+    out: dict[str, Any] = {}
+    for name in names:
+        subset = [{arm: {s: v for s, v in o.items() if where.get(s) == name} for arm, o in outcomes.items()}
+                  for outcomes, where in zip(replicates, variant_of, strict=True)]
+        arms = [a for a in ARMS if subset and a in subset[0]]
+        rates = {a: _rate(sum(sum(r[a].values()) for r in subset), sum(len(r[a]) for r in subset)) for a in arms}
+        versus = {a: paired(subset, a, "random") for a in arms if a != "random" and "random" in arms}
+        out[name] = {"rates": rates, "against_random": versus}
     return out

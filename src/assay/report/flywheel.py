@@ -60,12 +60,36 @@ def summary_lines(document: dict[str, Any]) -> list[str]:
         f"leakage: {document['leakage']['contaminated']} evaluation episodes in any arm's data; "
         f"{document['leakage']['scene_overlap']} evaluation scenes shared with a pool or probe scene",
     ]
+    for name, group in _variants(document).items():
+        rates, versus = group["rates"], group["against_random"]
+        counts = ", ".join(f"{arm} {r['successes']}/{r['trials']}" for arm, r in rates.items())
+        targeted = versus.get("targeted")
+        versus_random = "" if targeted is None or targeted["difference"] is None else (
+            f"; targeted − random {targeted['difference']:+.3f} (McNemar exact p = {targeted['mcnemar_p']:.3g})")
+        lines.append(f"variant {name}: {counts}{versus_random}")
     for rep in document["replicates"]:
         mining = rep["mining"]
-        chosen = mining["region"]["label"] if mining["region"] else "nothing"
+        chosen = mining.get("target") or (mining["region"]["label"] if mining["region"] else "nothing")
         lines.append(f"replicate {rep['replicate']}: mining chose {chosen} ({mining['why']}); budget "
                      f"{rep['budget']['episodes']} episodes, {rep['budget']['frames']} frames per extra arm")
     return lines
+
+
+def _variants(document: dict[str, Any]) -> dict[str, Any]:
+    """The per-variant secondary endpoints of a design over several variants (none for one variant, or for a
+    document written before variants)."""
+    groups = document.get("by_variant") or {}
+    return groups if len(groups) > 1 else {}
+
+
+def _slice_text(slice_: dict[str, Any]) -> str:
+    parts = []
+    if slice_.get("component") is not None:
+        parts.append(f"init[{slice_['component']}] {'<' if slice_['below'] else '>='} {slice_['threshold']}")
+    if slice_.get("variants") is not None:
+        names = ", ".join(json.dumps(v, sort_keys=True) if v else "nominal" for v in slice_["variants"])
+        parts.append(f"variant(s) {names}")
+    return " in ".join(parts) or "everything"
 
 
 def _fraction(value: float | None) -> str:
@@ -89,12 +113,22 @@ def section(documents: Sequence[dict[str, Any]]) -> str:
             rows.append([escape(arm), _rate(rate), _rate(document["by_region"]["slice"][arm]),
                          _rate(document["by_region"]["uncovered"][arm]),
                          "" if versus is None else f"{versus['difference']:+.3f} (p = {versus['mcnemar_p']:.3g})"])
-        slice_ = design["slice"]
+        variants = _variants(document)
+        arms = list(analysis["rates"])
+        per_variant = [[escape(name)] + [_rate(group["rates"][arm]) for arm in arms]
+                       + ["" if group["against_random"].get("targeted") is None
+                          or group["against_random"]["targeted"]["difference"] is None else
+                          f"{group['against_random']['targeted']['difference']:+.3f} "
+                          f"(p = {group['against_random']['targeted']['mcnemar_p']:.3g})"]
+                       for name, group in variants.items()]
         parts.append(
             f"<h3>{escape(design['name'])} on {escape(design['task'])}</h3>"
-            f"<p class='muted'>Base trained on init[{slice_['component']}] {'<' if slice_['below'] else '>='} "
-            f"{slice_['threshold']} only; every arm adds the same episodes and frames; pooled over "
+            f"<p class='muted'>Base trained on {escape(_slice_text(design['slice']))} only; every arm adds the same "
+            f"episodes and frames; pooled over "
             f"{design['replicates']} replicates with their own demo, probe and evaluation seeds (Wilson 95%).</p>"
             + table(["arm", "all", "slice", "uncovered", "vs random (McNemar exact)"], rows, {1, 2, 3, 4})
+            + ("" if not variants else
+               "<p class='muted'>Per variant (secondary endpoints):</p>"
+               + table(["variant", *arms, "targeted − random"], per_variant, set(range(1, len(arms) + 2))))
             + "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in summary_lines(document)) + "</ul>")
     return "".join(parts)
