@@ -263,3 +263,29 @@ def test_flywheel_variant_design_runs_end_to_end_and_a_rerun_reproduces_it(tmp_p
     html = (tmp_path / "r.html").read_text()
     assert "Per variant (secondary endpoints)" in html and f"variant {gain}: base " in html
     assert "Base trained on variant(s) nominal only" in html
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_ponr_recoveries_replay_the_failure_in_its_own_variant(tmp_path):
+    """mine_recovery (run_flywheel's PoNR mining and the design's ponr arm) on a random policy's timeout at
+    control.gain 0.75: in its own variant the replay verifies and recoveries are written, tagged with that
+    variant; the same episode claiming nominal does not verify and yields none. About 7 s on the shared cores."""
+    import dataclasses
+
+    from assay.failures.replay import Replayers
+    from assay.learning.flywheel import mine_recovery
+    from assay.learning.runs import run_grid
+    from assay.spec import PolicySpec
+    from assay.store import Store
+
+    with Store(tmp_path / "store") as store:
+        plan, (record,) = run_grid(store, "gain", ["metaworld/reach@1"], [PolicySpec(name="random", builtin="random")],
+                                   1, 7, 80, variants=[{"control.gain": 0.75}])
+        assert record.outcome.value == "timeout" and record.variant_name == "control.gain=0.75"
+        with Replayers(plan.tasks[0]) as replayers:
+            demos, searched = mine_recovery(store, replayers, [record], 2)
+            assert searched == 1 and len(demos) == 2
+            assert {d.variant_key for d in demos} == {record.variant_key} and {d.seed for d in demos} == {record.seed}
+            claimed = dataclasses.replace(record, variant={}, variant_key="nominal", variant_name="nominal")
+            assert mine_recovery(store, replayers, [claimed], 2) == ([], 1)
