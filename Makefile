@@ -149,7 +149,8 @@ sequential-evidence: install
 
 # Blind twin attribution over six hidden realities (docs/TWIN.md; about 40 min on 2 cores).
 twin-blind: install
-	$(PY) benchmarks/twin_blind.py --out runs/twin-blind
+	$(PY) benchmarks/twin_blind.py --out runs/twin-blind --set a
+	$(PY) benchmarks/twin_blind.py --out runs/twin-blind --set b
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info src/*.egg-info
