@@ -15,7 +15,8 @@ changed layers; goal ≥ 4 of 5 single-layer realities and both layers of the tw
 the success-only count is printed beside it. Power: with 6 episodes per cell only success
 gaps of about 0.5 or more clear the noise; `episodes_needed` says what a smaller gap needs.
 
-Set b (``--set b``) is six more realities on push-wall, chosen before their first run.
+Set b (``--set b``) is six more realities on push-wall, chosen before their first run; ``--set null``
+two controls equal to nominal (any layer named there is a false positive).
 
     python benchmarks/twin_blind.py --out runs/twin-blind [--set a|b] [--jobs 2] [--only gain-0.35]
 """
@@ -54,8 +55,11 @@ FRESH = {
     "b-gain-0.5+damping-5": Twin(name="two", task="metaworld/push-wall@1", control={"control.gain": 0.5},
                                  dynamics={"joint.damping": 5.0}),
 }
-SETS = {"a": list(REALITIES), "b": list(FRESH)}
-REALITIES = {**REALITIES, **FRESH}
+# Controls: realities equal to nominal, where every layer named is a false positive.
+NULL = {"null-push-wall": Twin(name="null", task="metaworld/push-wall@1"),
+        "null-reach": Twin(name="null", task="metaworld/reach@1")}
+SETS = {"a": list(REALITIES), "b": list(FRESH), "null": list(NULL)}
+REALITIES = {**REALITIES, **FRESH, **NULL}
 HORIZON = {"metaworld/reach@1": 70, "metaworld/push-back@1": 100, "metaworld/push-wall@1": 100}
 
 
@@ -98,7 +102,7 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=6)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", action="append", choices=sorted(REALITIES))
-    parser.add_argument("--set", choices=sorted(SETS), default="a", help="a: reach and push-back; b: push-wall")
+    parser.add_argument("--set", choices=sorted(SETS), default="a", help="a: reach and push-back; b: push-wall; null: no change (controls)")
     args = parser.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     names = args.only or SETS[args.set]
