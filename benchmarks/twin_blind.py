@@ -102,7 +102,8 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=6)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", action="append", choices=sorted(REALITIES))
-    parser.add_argument("--set", choices=sorted(SETS), default="a", help="a: reach and push-back; b: push-wall; null: no change (controls)")
+    parser.add_argument("--set", choices=sorted(SETS), default="a",
+                        help="a: reach and push-back; b: push-wall; null: no change (controls)")
     args = parser.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     names = args.only or SETS[args.set]
