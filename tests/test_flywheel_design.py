@@ -22,6 +22,7 @@ from assay.learning.flywheel_design import (
     region_agreement,
     select_base,
     select_demos,
+    select_random,
     trim_frames,
 )
 from assay.learning.flywheel_stats import analyse, by_region, by_variant, paired
@@ -91,9 +92,11 @@ def test_targeted_arm_picks_the_failing_region_from_failure_records_alone():
     assert not used & {r.key for r in targeted} and all(r.outcome is Outcome.SUCCESS for r in targeted)
     oracle = select_demos(pool, used, Where(SLICE), 6, outside=True)
     assert all(r.initial_conditions["rand_vec"][3] >= 0 for r in oracle)
-    random = select_demos(pool, used, None, 6)
-    assert [r.episode_index for r in random] == sorted(r.episode_index for r in pool
-                                                       if r.key not in used and r.outcome is Outcome.SUCCESS)[:6]
+    base = select_base(pool, Where(SLICE), 8)
+    random = select_random(pool, base, 6, seed=3)
+    after = max(r.episode_index for r in base)
+    assert len(random) == 6 and all(r.episode_index > after and r.outcome is Outcome.SUCCESS for r in random)
+    assert random == select_random(pool, base, 6, seed=3) != select_random(pool, base, 6, seed=4)
     assert [r.key for r in probe_failures(probe)][:2] == ["probe3", "probe26"]
 
 
@@ -250,9 +253,9 @@ def test_targeted_arm_picks_the_failing_variant_from_failure_records_alone():
     targeted = select_demos(pool, used, target, 5)
     assert len(targeted) == 5 and {r.variant_name for r in targeted} == {GAIN}
     assert {r.variant_name for r in select_demos(pool, used, training, 5, outside=True)} == {GAIN}  # oracle
-    random = select_demos(pool, used, None, 8)  # the whole distribution in pool order: both variants
-    assert [(r.episode_index, r.variant_name) for r in random] == [(i, GAIN) for i in range(6)] + [
-        (6, "nominal"), (6, GAIN)]
+    random = select_random(pool, base, 28, seed=0)  # every success after the base's last episode, both variants
+    assert sorted((r.episode_index, r.variant_name) for r in random) == [
+        (i, name) for i in range(6, 20) for name in sorted(("nominal", GAIN))]
     # precision and recall of the mined variant against the variant the base never saw: both 1
     scenes = variant_pool(4)
     got = agreement([target.contains(r) for r in scenes], [not training.contains(r) for r in scenes])
@@ -321,3 +324,22 @@ def test_design_variants_and_variant_slices(tmp_path):
     path.write_text(head + "variants: [{}, {}]\nslice: {component: 3, threshold: 0.0}\n")
     with pytest.raises(AssayError, match="listed twice"):
         load_design(path)
+
+
+def test_random_arm_is_not_drawn_toward_the_part_the_base_skipped():
+    # the base takes the first successes inside the slice (goal x < 0), so the pool's leftover early episodes
+    # are all outside it: "the next successes in pool order" made the random arm the oracle (every one of its
+    # demos uncovered). A random draw must see the slice and the rest as the evaluation does: blind check on a
+    # pool whose positions are uniform on [-0.1, 0.1], half of them uncovered.
+    xs = np.random.default_rng(11).uniform(-0.1, 0.1, 600)
+    pool = [record(i, float(x)) for i, x in enumerate(xs)]
+    base = select_base(pool, Where(SLICE), 40)
+    used = {r.key for r in base}
+    in_order = select_demos(pool, used, None, 40)
+    assert sum(r.initial_conditions["rand_vec"][3] >= 0 for r in in_order) >= 30  # the old draw: 32 of 40 uncovered
+    random = select_random(pool, base, 200, seed=5)
+    uncovered = sum(r.initial_conditions["rand_vec"][3] >= 0 for r in random)
+    assert 80 <= uncovered <= 120  # binomial(200, 0.5): mean 100, sd 7.1
+    assert not used & {r.key for r in random} and len({r.key for r in random}) == 200
+    assert select_random(pool, [], 3, seed=1)[0].episode_index >= 0  # no base: the whole pool
+    assert select_random(pool[:50], base, 5, seed=1) == []  # nothing after the base's last episode

@@ -7,7 +7,8 @@ component of Meta-World's ``rand_vec``, and/or some of the variants), and is eva
 the whole distribution. Six arms then get the same extra budget, equal in episodes *and* frames:
 
 * ``base``: the slice demos only;
-* ``random``: + K expert demos from the whole distribution (the demo pool, in order);
+* ``random``: + K expert demos drawn at random from the whole distribution (:func:`select_random`: only
+  from the pool episodes after the last one the base took, which its slice selection never examined);
 * ``targeted``: + K expert demos from where failure mining on a probe run of the base
   points (:func:`mine`, on the probe's records alone, never the slice): the variants with
   the highest failure rate, then within them the initial-condition split with the largest
@@ -199,6 +200,20 @@ def select_demos(pool: Sequence[EpisodeRecord], used: set[str], where: Where | N
         if len(chosen) == count:
             break
     return chosen
+
+
+def select_random(pool: Sequence[EpisodeRecord], base: Sequence[EpisodeRecord], count: int,
+                  seed: int) -> list[EpisodeRecord]:
+    """``count`` successful pool episodes drawn uniformly (seeded) from the whole distribution.
+
+    The base took the first successes *inside the slice*, so the pool's earlier episodes left over are the
+    ones outside it: drawing from them would favour the uncovered part (the random arm would become the
+    oracle). Only episodes after the base's last one, in every variant, are candidates: an unselected part
+    of the pool, distributed as the evaluation is (up to the expert's own success there)."""
+    after = max((r.episode_index for r in base), default=-1)
+    candidates = [r for r in _ordered_successes(pool) if r.episode_index > after]
+    order = np.random.default_rng(seed).permutation(len(candidates))
+    return [candidates[i] for i in order[:count]]
 
 
 def probe_failures(probe: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:

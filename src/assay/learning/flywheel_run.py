@@ -8,7 +8,8 @@ Per replicate ``r`` (each its own demo, probe and evaluation seed streams: campa
 2. the base runs the probe over every variant; failure mining
    (:func:`assay.learning.flywheel_design.mine`) finds the failure-heavy variants and region from
    the probe's records; the recovery and ponr arms replay each failure in its own variant
-   (:class:`assay.failures.replay.Replayers`);
+   (:class:`assay.failures.replay.Replayers`); the random arm draws (seeded by ``DEMO_SEED + r``)
+   from the pool episodes after the base's last one;
 3. each extra arm's data is selected (:mod:`assay.learning.flywheel_design`), cut to an equal
    budget in episodes and frames, and trained (same training seed ``r`` for every arm);
 4. every arm runs the same held-out evaluation seeds in every variant (a scene is ``variant|seed``;
@@ -46,6 +47,7 @@ from assay.learning.flywheel_design import (
     probe_failures,
     select_base,
     select_demos,
+    select_random,
 )
 from assay.learning.flywheel_stats import analyse, by_region, by_variant
 from assay.learning.leakage import contaminated, scene_of
@@ -121,15 +123,16 @@ def _frames(demos: Sequence[Demo]) -> int:
 
 
 def _arms_data(store: Store, design: FlywheelDesign, plan: CampaignPlan, pool: Sequence[EpisodeRecord],
-               probe: Sequence[EpisodeRecord], used: set[str], target: Where,
-               training: Where) -> dict[str, list[Demo]]:
+               probe: Sequence[EpisodeRecord], base: Sequence[EpisodeRecord], target: Where,
+               training: Where, seed: int) -> dict[str, list[Demo]]:
     """Every extra arm's data before the equal budget cut (see :mod:`assay.learning.flywheel_design`)."""
     k = design.extra_demos
     failures = probe_failures(probe)
     with Replayers(plan.tasks[0]) as replayers:  # every failure replayed in its own variant
         relabels = relabel(store, replayers, failures[:k])
         ponr = mine_recovery(store, replayers, failures, k)[0] if design.ponr else None
-    arms = {"random": [episode_demo(store, r) for r in select_demos(pool, used, None, k)],
+    used = {r.key for r in base}
+    arms = {"random": [episode_demo(store, r) for r in select_random(pool, base, k, seed)],
             "targeted": [episode_demo(store, r) for r in select_demos(pool, used, target, k)],
             "recovery": relabels,
             "oracle": [episode_demo(store, r) for r in select_demos(pool, used, training, k, outside=True)]}
@@ -158,8 +161,8 @@ def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: 
                         design.probe, PROBE_SEED + replicate, design.horizon, workers, variants=variants)
     target, account = mine(probe)
     account["priorities"] = [p.advice for p in priorities(list(probe), {}, {})]
-    extra, budget = equal_budget(_arms_data(store, design, plan, pool, probe, {r.key for r in base_records},
-                                            target, training))
+    extra, budget = equal_budget(_arms_data(store, design, plan, pool, probe, base_records, target, training,
+                                            DEMO_SEED + replicate))
     progress(f"replicate {replicate}: mined {target.label} ({account['why']}); budget {budget['episodes']} episodes, "
              f"{budget['frames']} frames per arm")
     checkpoints = {"base": (base_path, base_version)}
