@@ -343,3 +343,13 @@ def test_random_arm_is_not_drawn_toward_the_part_the_base_skipped():
     assert not used & {r.key for r in random} and len({r.key for r in random}) == 200
     assert select_random(pool, [], 3, seed=1)[0].episode_index >= 0  # no base: the whole pool
     assert select_random(pool[:50], base, 5, seed=1) == []  # nothing after the base's last episode
+
+
+def test_replicate_line_says_how_many_extra_demos_lie_outside_the_slice():
+    from assay.report.flywheel import _composition_text
+
+    composition = {"random": {"variants": {"nominal": 3, GAIN: 1}, "outside_slice": 1, "unresolved": 0},
+                   "targeted": {"variants": {GAIN: 4}, "outside_slice": 4, "unresolved": 0},
+                   "ponr": {"variants": {GAIN: 2}, "outside_slice": 0, "unresolved": 2}}  # PoNR demos: not resolvable
+    assert _composition_text(composition) == "; extra demos outside the slice: random 1/4, targeted 4/4"
+    assert _composition_text(None) == "" == _composition_text({"ponr": composition["ponr"]})

@@ -244,6 +244,16 @@ def test_flywheel_variant_design_runs_end_to_end_and_a_rerun_reproduces_it(tmp_p
             chosen = rep["mining"]["chosen_variants"]
             if chosen is not None:
                 assert {p["variant_key"] for p in added["targeted"]} <= {keys[n] for n in chosen}
+            composition = rep["composition"]
+            for arm in ("random", "targeted", "oracle"):
+                assert sum(composition[arm]["variants"].values()) == len(added[arm])
+                assert composition[arm]["unresolved"] == 0
+            assert composition["oracle"]["outside_slice"] == len(added["oracle"])
+            # random draws only from pool episodes after the base's last one (the part its selection never saw)
+            index = {(r.variant_key, r.seed): r.episode_index for r in by_key.values()
+                     if r.campaign == rep["campaigns"]["pool"]}
+            last = max(index[(p["variant_key"], p["seed"])] for p in data["base"])
+            assert added["random"] and all(index[(p["variant_key"], p["seed"])] > last for p in added["random"])
             # relabels and recoveries come from the probe's failures, each tagged with its own variant
             probe = {(r.variant_key, r.seed) for r in by_key.values() if r.campaign == rep["campaigns"]["probe"]
                      and r.outcome.value != "success"}

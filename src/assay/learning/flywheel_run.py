@@ -173,6 +173,7 @@ def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: 
                              [bc_spec(a, p) for a, (p, _) in checkpoints.items()], design.eval_episodes,
                              EVAL_SEED + replicate, design.horizon, workers, variants=variants)
     data = {"base": base_demos, **{a: base_demos + d for a, d in extra.items()}}
+    sources = {**{r.key: r for r in pool}, **{r.key: r for r in probe}}
     leaks = {a: len(contaminated([r for r in evaluation if r.policy_name == a], [d.provenance() for d in data[a]]))
              for a in checkpoints}
     eval_scenes = {scene_of(r) for r in evaluation}
@@ -196,8 +197,27 @@ def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: 
             "campaigns": {"pool": f"{prefix}-pool", "probe": f"{prefix}-probe-{base_version[-12:]}",
                           "eval": f"{prefix}-eval-{versions}"},
             "data": {a: {"episodes": len(d), "frames": _frames(d)} for a, d in data.items()},
+            "composition": {a: composition(d, sources, training) for a, d in extra.items()},
             "contaminated": leaks, "scene_overlap": overlap, "outcomes": outcomes, "inside": inside,
             "variant_of": variant_of}
+
+
+def composition(demos: Sequence[Demo], sources: dict[str, EpisodeRecord], training: Where) -> dict[str, Any]:
+    """Where an arm's extra demos came from: per variant, and how many lie outside the training slice (a
+    relabel counts as its failure's episode; a demo with no episode in the pool or probe, a PoNR recovery
+    demo, counts as ``unresolved`` for the slice)."""
+    names = {r.variant_key: r.variant_name for r in sources.values()}
+    variants: dict[str, int] = {}
+    outside = unresolved = 0
+    for demo in demos:
+        name = names.get(demo.variant_key, demo.variant_key)
+        variants[name] = variants.get(name, 0) + 1
+        record = sources.get(demo.key.removeprefix("relabel:"))
+        if record is None:
+            unresolved += 1
+        else:
+            outside += not training.contains(record)
+    return {"variants": dict(sorted(variants.items())), "outside_slice": outside, "unresolved": unresolved}
 
 
 def power_plan(design: FlywheelDesign) -> dict[str, Any]:

@@ -71,8 +71,18 @@ def summary_lines(document: dict[str, Any]) -> list[str]:
         mining = rep["mining"]
         chosen = mining.get("target") or (mining["region"]["label"] if mining["region"] else "nothing")
         lines.append(f"replicate {rep['replicate']}: mining chose {chosen} ({mining['why']}); budget "
-                     f"{rep['budget']['episodes']} episodes, {rep['budget']['frames']} frames per extra arm")
+                     f"{rep['budget']['episodes']} episodes, {rep['budget']['frames']} frames per extra arm"
+                     + _composition_text(rep.get("composition")))
     return lines
+
+
+def _composition_text(composition: dict[str, Any] | None) -> str:
+    """How many of each arm's extra demos lie outside the slice (a document written before this: nothing)."""
+    if not composition:
+        return ""
+    parts = [f"{arm} {c['outside_slice']}/{sum(c['variants'].values()) - c['unresolved']}"
+             for arm, c in composition.items() if sum(c["variants"].values()) > c["unresolved"]]
+    return "; extra demos outside the slice: " + ", ".join(parts) if parts else ""
 
 
 def _variants(document: dict[str, Any]) -> dict[str, Any]:
