@@ -353,3 +353,15 @@ def test_replicate_line_says_how_many_extra_demos_lie_outside_the_slice():
                    "ponr": {"variants": {GAIN: 2}, "outside_slice": 0, "unresolved": 2}}  # PoNR demos: not resolvable
     assert _composition_text(composition) == "; extra demos outside the slice: random 1/4, targeted 4/4"
     assert _composition_text(None) == "" == _composition_text({"ponr": composition["ponr"]})
+
+
+def test_every_example_design_loads_and_the_confirmatory_run_only_adds_replicates():
+    from pathlib import Path
+
+    designs = {p.stem: load_design(p) for p in sorted(Path("examples/flywheel").glob("*.yaml"))}
+    assert {"push-goal-slice", "push-goal-slice-confirm", "push-gain-variant-slice"} <= set(designs)
+    first, confirm = designs["push-goal-slice"], designs["push-goal-slice-confirm"]
+    changed = {k for k, v in confirm.model_dump().items() if first.model_dump()[k] != v}
+    assert changed == {"name", "replicates", "first_replicate"}
+    # its replicates draw seed streams the first run never used
+    assert confirm.first_replicate >= first.first_replicate + first.replicates
