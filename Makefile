@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve lint semantic-profile flywheel test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
+.PHONY: demo report serve lint semantic-profile flywheel flywheel-confirm test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
 SYSTEM_READY := $(VENV)/.system
@@ -113,12 +113,16 @@ test-interop: install-test $(INTEROP_VENV)/.installed
 	ASSAY_INTEROP_PYTHON=$(INTEROP_VENV)/bin/python $(PY) -m pytest -q -m interop tests/test_export_interop.py
 
 # The flywheel experiment (issue 21, docs/RESULTS.md): base BC on a slice of the workspace; random, targeted
-# (from failure mining), DAgger-relabel and oracle arms at an equal budget; 5 replicates. About 50 minutes on 2
-# shared cores; a rerun resumes every episode and checkpoint. The report of any of its campaigns shows the section.
+# (from failure mining), DAgger-relabel and oracle arms at an equal budget; 5 replicates, about 4 minutes on 2
+# cores; a rerun resumes every episode and checkpoint. The report of any of its campaigns shows the section.
+# flywheel-confirm: the confirmatory design (28 new replicates, about 23 minutes).
 FLYWHEEL_STORE ?= runs/flywheel
 flywheel: install-test
 	$(ASSAY) budget --delta 0.10 --power 0.8 --paired --baseline 0.7
 	$(ASSAY) flywheel --design examples/flywheel/push-goal-slice.yaml --store $(FLYWHEEL_STORE) --workers 2
+
+flywheel-confirm: install-test
+	$(ASSAY) flywheel --design examples/flywheel/push-goal-slice-confirm.yaml --store $(FLYWHEEL_STORE) --workers 2
 
 # The policy zoo (docs/RESULTS.md): camera demos, six pixel BC checkpoints on three tasks, their nominal
 # evaluation with open- vs closed-loop, and their visual robustness profile beside the state expert.
