@@ -99,18 +99,18 @@ def main() -> None:
             result = run(campaign, on_demand, args.envs)
             if label not in best or result[0] < best[label][0]:
                 best[label] = result
-    hashes = {tuple(result[3]) for result in best.values()}
+    same = len({tuple(result[3]) for result in best.values()}) == 1
     old = best["every step, full-rate video"]
     print(f"{args.episodes} episodes x {args.horizon} steps, {args.size} px front camera, chunks of {args.chunk}, "
           f"{args.envs} envs per batch, best of {args.rounds} rounds")
     print(f"{'configuration':<32} {'seconds':>8} {'steps/s':>8} {'episodes/h':>11} {'renders/step':>13} {'x row 1':>8}")
-    for label, (seconds, steps, renders, hashes) in best.items():
-        per_hour = len(hashes) / seconds * 3600
+    for label, (seconds, steps, renders, trajectories) in best.items():
+        per_hour = len(trajectories) / seconds * 3600
         print(f"{label:<32} {seconds:8.2f} {steps / seconds:8.1f} {per_hour:11.0f} {renders / steps:13.2f} "
               f"{old[0] / seconds:8.2f}")
     every, lazy = best[f"every step, video {fps:g} fps"], best[f"on demand, video {fps:g} fps"]
     print(f"render on demand / every step (video {fps:g} fps, chunks of {args.chunk}): {every[0] / lazy[0]:.2f}x")
-    print(f"same trajectories in every configuration: {len(hashes) == 1}")
+    print(f"same trajectories in every configuration: {same}")
 
 
 if __name__ == "__main__":
