@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import UnsupportedError
+from assay.sim import metaworld_contacts
 from assay.sim.events import EventTracker
 from assay.sim.metaworld_perturb import ModelPerturber, distractor_geoms, view_for
 from assay.sim.protocol import Observation, Transition
@@ -48,6 +49,7 @@ def sawyer_env(env_name: str) -> Any:
     env._freeze_rand_vec = False
     env.reset(seed=0)
     env._freeze_rand_vec = True
+    metaworld_contacts.install(env)
     return env
 
 
