@@ -141,3 +141,34 @@ def test_killed_campaign_resumes_with_every_job_exactly_once(tmp_path, write_cam
     assert leftovers == []
     files = list((store / "episodes").rglob("*.parquet"))
     assert len(files) == 32
+
+
+def test_local_workers_all_exit_cleanly_by_the_time_the_run_returns(tmp_path, monkeypatch):
+    """A worker retired early (3 batches, 2 workers: one runs out of work first) is not waited for while the
+    other works, yet when the run returns every worker process has exited, with status 0 (``os._exit`` after
+    closing its environments), and the pool holds none."""
+    from assay.run import executors
+
+    spawned: list = []
+    pools: list = []
+    original_spawn, original_init = executors._ProcessPool.spawn, executors._ProcessPool.__init__
+
+    def spawn(self):
+        worker = original_spawn(self)
+        spawned.append(self.slots[worker].process)
+        return worker
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        pools.append(self)
+
+    monkeypatch.setattr(executors._ProcessPool, "spawn", spawn)
+    monkeypatch.setattr(executors._ProcessPool, "__init__", init)
+    data = {**SMALL, "name": "exits", "episodes": 3, "envs_per_worker": 1, "tasks": ["metaworld/reach@1"],
+            "policies": ["expert"]}
+    with Store(tmp_path / "store") as store:
+        summary = run_campaign(prepare_campaign(campaign_from_data(data)), store, LocalExecutor(tmp_path / "store", 2))
+    assert summary.ran == 3
+    assert len(spawned) == 2
+    assert [p.exitcode for p in spawned] == [0, 0]  # exited, not killed, and reaped before the return
+    assert pools[0].slots == {} and pools[0].stopping == []
