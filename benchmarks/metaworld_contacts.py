@@ -39,8 +39,8 @@ def main() -> None:
             transition = env.step(action)
             observation = transition.observation
             geom = sawyer._get_id_main_object()
-            order = [("Meta-World's touching_object", lambda: theirs(sawyer, geom)),
-                     ("Assay's array version", lambda: sawyer.touching_object(geom))]
+            order = [("Meta-World's touching_object", lambda g=geom: theirs(sawyer, g)),
+                     ("Assay's array version", lambda g=geom: sawyer.touching_object(g))]
             answers = []
             for name, call in order if step % 2 else order[::-1]:
                 start = time.perf_counter()
