@@ -15,6 +15,7 @@ from assay.learning.flywheel_design import (
     FlywheelDesign,
     Where,
     agreement,
+    budget_shortfall,
     equal_budget,
     load_design,
     mine,
@@ -366,3 +367,17 @@ def test_every_example_design_loads_and_the_confirmatory_run_only_adds_replicate
     assert changed == {"name", "replicates", "first_replicate"}
     # its replicates draw seed streams the first run never used
     assert confirm.first_replicate >= first.first_replicate + first.replicates
+
+
+def test_a_short_arm_is_named_with_its_count_and_the_cut_every_arm_takes():
+    arms = {"random": [demo("r1", 5), demo("r2", 5)], "targeted": [demo(f"t{i}", 5) for i in range(4)],
+            "oracle": [demo(f"o{i}", 5) for i in range(4)], "recovery": [demo("c1", 5)]}
+    _, account = equal_budget(arms)
+    assert account["episodes"] == 1
+    assert budget_shortfall(account, 4) == ("warning: arm(s) found fewer than the 4 extra demos asked (random 2, "
+                                            "recovery 1); every arm is cut to 1 (enlarge 'pool' or 'probe')")
+    assert budget_shortfall(account, 1) is None  # exactly the count asked is enough (the edge)
+    assert budget_shortfall(account, 2) == ("warning: arm(s) found fewer than the 2 extra demos asked (recovery 1); "
+                                            "every arm is cut to 1 (enlarge 'pool' or 'probe')")
+    _, even = equal_budget({"random": [demo("r", 5)] * 3, "targeted": [demo("t", 5)] * 3})
+    assert budget_shortfall(even, 3) is None

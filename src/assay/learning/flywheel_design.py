@@ -316,6 +316,18 @@ def trim_frames(demos: Sequence[Demo], frames: int) -> list[Demo]:
     return out
 
 
+def budget_shortfall(account: Mapping[str, Any], wanted: int) -> str | None:
+    """A warning when some arm found fewer than the design's ``wanted`` extra demos (so ``equal_budget`` cut
+    every arm to that count), naming each short arm with what it found; None when every arm found enough."""
+    short = {name: int(got["episodes"]) for name, got in sorted(account["available"].items())
+             if int(got["episodes"]) < wanted}
+    if not short:
+        return None
+    found = ", ".join(f"{name} {count}" for name, count in short.items())
+    return (f"warning: arm(s) found fewer than the {wanted} extra demos asked ({found}); every arm is cut to "
+            f"{account['episodes']} (enlarge 'pool' or 'probe')")
+
+
 def equal_budget(arms: Mapping[str, Sequence[Demo]]) -> tuple[dict[str, list[Demo]], dict[str, Any]]:
     """Every arm cut to the same episodes (the fewest any arm has) and the same frames (the fewest any
     arm then has), and the account: what each arm had before and the common budget."""

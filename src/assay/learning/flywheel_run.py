@@ -42,6 +42,7 @@ from assay.learning.flywheel_design import (
     FlywheelDesign,
     Where,
     agreement,
+    budget_shortfall,
     equal_budget,
     mine,
     probe_failures,
@@ -165,6 +166,9 @@ def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: 
                                             DEMO_SEED + replicate))
     progress(f"replicate {replicate}: mined {target.label} ({account['why']}); budget {budget['episodes']} episodes, "
              f"{budget['frames']} frames per arm")
+    shortfall = budget_shortfall(budget, design.extra_demos)
+    if shortfall is not None:
+        progress(f"replicate {replicate}: {shortfall}")
     checkpoints = {"base": (base_path, base_version)}
     for arm, demos in extra.items():
         checkpoints[arm] = _train(base_demos + demos, train, folder, f"{arm}-r{replicate}")
