@@ -3,7 +3,8 @@
 Meta-World v3 decides "the gripper holds the object" (``touching_object``, called at every step by the
 reward or ``evaluate_state`` of 14 tasks: pick-place, push, sweep, soccer, ...) by walking
 ``data.contact`` in Python twice, one ``MjContact`` wrapper per contact. Timed on ``pick-place`` at
-~3.5 contacts a step that costs ~270 µs a call, about a quarter of the whole step. :func:`install`
+2-3.5 contacts a step that costs 270-350 µs a call, a quarter to a third of the whole step
+(``benchmarks/metaworld_contacts.py``). :func:`install`
 gives an environment the same test on MuJoCo's contact arrays (~25 µs): the same contacts are chosen
 (integer geom ids), and each pad's contact forces are added one by one in contact order starting from
 ``0``, exactly as Python's ``sum`` over the generator did, so the answer is the same bit for bit
@@ -41,6 +42,6 @@ def install(env: Any) -> None:
         forces = data.efc_force
         left_force = _pad_force(contact, forces, touches_object, left)
         right_force = _pad_force(contact, forces, touches_object, right)
-        return left_force > 0 and right_force > 0  # the original's expression, so even its type is kept
+        return left_force > 0 and right_force > 0  # the original's comparison: the same value and type
 
     env.touching_object = touching_object
