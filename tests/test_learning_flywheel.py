@@ -102,6 +102,11 @@ def test_flywheel_design_runs_end_to_end_and_a_rerun_resumes_everything(tmp_path
     for rep in document["replicates"]:
         budget = rep["budget"]
         assert budget["episodes"] <= 2 and budget["frames"] > 0
+        # the shortfall warning is there exactly when some arm found fewer than the 2 extra demos asked
+        short = sorted(arm for arm, got in budget["available"].items() if got["episodes"] < 2)
+        assert (rep["shortfall"] is None) == (not short) == (budget["episodes"] == 2)
+        if short:
+            assert all(f"{arm} {budget['available'][arm]['episodes']}" in rep["shortfall"] for arm in short)
         assert set(rep["outcomes"]) == {"base", "random", "targeted", "recovery", "ponr", "oracle"}
         assert all(len(o) == 4 for o in rep["outcomes"].values())
         assert rep["contaminated"] == dict.fromkeys(rep["outcomes"], 0) and rep["scene_overlap"] == 0
@@ -138,6 +143,8 @@ def test_flywheel_design_runs_end_to_end_and_a_rerun_resumes_everything(tmp_path
     assert "Flywheel: targeted vs random data" in html and "primary endpoint (targeted − random, 8 pairs" in html
     table = invoke("flywheel", "--design", str(design), "--store", str(store))
     assert table.exit_code == 0 and "gain ratio" in table.stdout and "mining chose" in table.stdout
+    for rep in document["replicates"]:  # the table carries each replicate's shortfall warning, if any
+        assert (rep["shortfall"] is None) or f"replicate {rep['replicate']}: {rep['shortfall']}" in table.stdout
     bad = invoke("flywheel", "--design", str(design), "--task", "metaworld/reach@1", "--store", str(store))
     assert bad.exit_code == 2 and "not both" in bad.stderr
     assert invoke("flywheel", "--store", str(store)).exit_code == 2

@@ -202,6 +202,7 @@ def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: 
                           "eval": f"{prefix}-eval-{versions}"},
             "data": {a: {"episodes": len(d), "frames": _frames(d)} for a, d in data.items()},
             "composition": {a: composition(d, sources, training) for a, d in extra.items()},
+            "shortfall": shortfall,
             "contaminated": leaks, "scene_overlap": overlap, "outcomes": outcomes, "inside": inside,
             "variant_of": variant_of}
 

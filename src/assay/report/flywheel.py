@@ -73,6 +73,8 @@ def summary_lines(document: dict[str, Any]) -> list[str]:
         lines.append(f"replicate {rep['replicate']}: mining chose {chosen} ({mining['why']}); budget "
                      f"{rep['budget']['episodes']} episodes, {rep['budget']['frames']} frames per extra arm"
                      + _composition_text(rep.get("composition")))
+        if rep.get("shortfall"):  # an arm found fewer extra demos than asked: every arm was cut to that
+            lines.append(f"replicate {rep['replicate']}: {rep['shortfall']}")
     return lines
 
 

@@ -19,10 +19,10 @@ from typing import Any
 PADS = ("leftpad_geom", "rightpad_geom")
 
 
-def _pad_force(contact: Any, forces: Any, touches_object: Any, pad: int) -> Any:
+def _pad_force(contact: Any, forces: Any, touches_object: Any, first: Any, second: Any, pad: int) -> Any:
     """Meta-World's ``sum(efc_force[c.efc_address] for c in contacts of pad and object)``, same order."""
     total: Any = 0
-    for address in contact.efc_address[touches_object & ((contact.geom1 == pad) | (contact.geom2 == pad))]:
+    for address in contact.efc_address[touches_object & ((first == pad) | (second == pad))]:
         total += forces[address]
     return total
 
@@ -38,10 +38,11 @@ def install(env: Any) -> None:
     def touching_object(object_geom_id: int) -> Any:
         data = env.data
         contact = data.contact
-        touches_object = (contact.geom1 == object_geom_id) | (contact.geom2 == object_geom_id)
+        first, second = contact.geom1, contact.geom2  # each read builds an array view: once per call
+        touches_object = (first == object_geom_id) | (second == object_geom_id)
         forces = data.efc_force
-        left_force = _pad_force(contact, forces, touches_object, left)
-        right_force = _pad_force(contact, forces, touches_object, right)
+        left_force = _pad_force(contact, forces, touches_object, first, second, left)
+        right_force = _pad_force(contact, forces, touches_object, first, second, right)
         return left_force > 0 and right_force > 0  # the original's comparison: the same value and type
 
     env.touching_object = touching_object
