@@ -11,7 +11,7 @@ from assay.policies import ExpertPolicy, PolicyContext
 from assay.testing import ConstantPolicy, FunctionEnv, fake_task
 
 __all__ = ["ConstantPolicy", "FlakyExpert", "FunctionEnv", "SloppyExpert", "comparable_steps", "fake_task",
-           "kill_after_episodes"]
+           "kill_after_episodes", "record_as_error"]
 
 
 class FlakyExpert:
@@ -112,3 +112,22 @@ class SevenDimPolicy:
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         return np.zeros((len(observations["env_ids"]), 7))
+
+
+def record_as_error(root: Any, record: Any, reason: str = "policy server gone") -> None:
+    """Make a recorded episode look as if it had ended in an error: its catalog row, and its step file's seal
+    and checksum with it (a row alone contradicts the seal, and is re-run as damaged)."""
+    import hashlib
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from assay.store import Store
+    from assay.store.catalog import episodes
+
+    path = Path(root) / record.data_path
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"outcome": b"error"}), path)
+    with Store(root) as store, store.catalog.engine.begin() as conn:
+        conn.execute(episodes.update().where(episodes.c.key == record.key).values(
+            outcome="error", reason=reason, data_sha256=hashlib.sha256(path.read_bytes()).hexdigest()))

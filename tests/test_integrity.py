@@ -15,6 +15,7 @@ from assay.metrics import rate_table
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
 from assay.spec import campaign_from_data
 from assay.store import Outcome, Store
+from tests.helpers import record_as_error
 
 CAMPAIGN = {
     "name": "integrity",
@@ -110,9 +111,7 @@ def test_resume_repairs_through_the_cli_and_reports_it(tmp_path, write_campaign)
 def test_retry_errors_reruns_error_episodes_only_when_asked(tmp_path):
     root = tmp_path / "store"
     _, records = _run(root)
-    with Store(root) as store, store.catalog.engine.begin() as conn:
-        conn.execute(sa.text("update episodes set outcome = 'error', reason = 'policy server gone' where key = :k"),
-                     {"k": records[0].key})
+    record_as_error(root, records[0])
     plain, kept = _run(root)
     assert plain.ran == 0 and sum(r.outcome is Outcome.ERROR for r in kept) == 1
     retried, fixed = _run(root, retry_errors=True)

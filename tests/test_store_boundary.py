@@ -11,6 +11,7 @@ from assay.errors import StoreError
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
 from assay.spec import campaign_from_data
 from assay.store import ResumePlan, Store
+from tests.helpers import record_as_error
 
 CAMPAIGN = {
     "name": "boundary",
@@ -37,9 +38,8 @@ def test_the_resume_plan_keeps_recorded_keys_and_reruns_damaged_errored_and_new_
     keys = [r.key for r in records]
     damaged, errored = records[0], records[1]
     (root / damaged.data_path).unlink()
+    record_as_error(root, errored)
     with Store(root) as store:
-        with store.catalog.engine.begin() as conn:
-            conn.execute(sa.text("update episodes set outcome = 'error' where key = :k"), {"k": errored.key})
         plain = store.resume_plan([*keys, "n" * 24])
         assert plain == ResumePlan(done=frozenset(keys[1:]), damaged=frozenset({damaged.key}), errored=frozenset())
         retry = store.resume_plan(keys, retry_errors=True)

@@ -69,7 +69,8 @@ def test_store_verify_lists_every_untrustworthy_file(tmp_path):
     _, records = _run(root)
     runner = CliRunner()
     clean = runner.invoke(app, ["store", "verify", "--store", str(root)])
-    assert clean.exit_code == 0 and "4 step files checked (4 episodes): 4 ok, 0 failed" in clean.output
+    assert clean.exit_code == 0 and f"4 step files checked in {root.resolve()} (4 episodes): 4 ok, 0 failed" \
+        in clean.output.replace("\n", "")
     expected = _tamper(root, records[:4])
     result = runner.invoke(app, ["store", "verify", "--store", str(root), "--json"])
     assert result.exit_code == 1
@@ -133,3 +134,68 @@ def test_episodes_replay_resimulates_and_finds_the_first_difference(tmp_path):
     assert document["identical"] is False and document["first_difference"]["step"] == 7
     assert document["first_difference"]["what"].startswith("reward ")
 
+
+
+def _edit_row(root: Path, key: str, **values) -> None:
+    """Change a catalog row behind the store's back, as a careless script (or an attacker) would."""
+    with Store(root) as store, store.catalog.engine.begin() as conn:
+        conn.execute(episodes_table.update().where(episodes_table.c.key == key).values(**values))
+
+
+SEAL_EDITS = [  # (field edited in the catalog row, new value, the problem store verify names)
+    ("outcome", "success", "sealed outcome timeout in the step file, success in the catalog row"),
+    ("total_return", 1e9, "sealed total_return {ret!r} in the step file, 1000000000.0 in the catalog row"),
+    ("success_step", 3, "sealed success_step none in the step file, 3 in the catalog row"),
+    ("steps", 19, "20 rows, the catalog records 19 steps"),
+]
+
+
+def test_each_edited_summary_field_is_caught_by_store_verify_and_by_replay(tmp_path):
+    """Issue 36: the step file seals the episode's outcome, steps, total return and success step; a catalog
+    row changed afterwards is named by `store verify`, by `episodes replay` and re-run by a resume."""
+    root = tmp_path / "store"
+    _, records = _run(root)
+    records = sorted(records, key=lambda r: r.key)
+    meta = {k.decode(): v.decode() for k, v in pq.read_schema(root / records[0].data_path).metadata.items()}
+    assert (meta["outcome"], meta["steps"], meta["success_step"]) == ("timeout", "20", "")
+    assert float(meta["total_return"]) == records[0].total_return  # repr: exact
+    expected = {}
+    for record, (column, value, problem) in zip(records, SEAL_EDITS, strict=False):
+        _edit_row(root, record.key, **{column: value})
+        expected[record.key] = problem.format(ret=record.total_return)
+    runner = CliRunner()
+    result = runner.invoke(app, ["store", "verify", "--store", str(root), "--json"])
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.output)
+    found = {p["key"]: p["problem"] for p in document["problems"]}
+    assert {k: v.split(" (")[0] for k, v in found.items()} == expected
+    assert (document["ok"], document["failed"], document["unsealed"]) == (0, 4, 0)
+    # the replay names what the catalog row claims and the simulation does not
+    replayed = runner.invoke(app, ["episodes", "replay", records[0].key, "--store", str(root), "--json"])
+    assert replayed.exit_code == 1, replayed.output
+    answer = json.loads(replayed.output)
+    assert answer["first_difference"] is None  # the step file is intact; the row lies
+    assert answer["summary_differences"] == [{"field": "outcome", "recorded": "success", "replayed": "timeout"}]
+    assert answer["seal_problem"].startswith(expected[records[0].key])
+    plain = runner.invoke(app, ["episodes", "replay", records[1].key, "--store", str(root)])
+    assert plain.exit_code == 1
+    assert f"total_return {records[1].total_return!r} in the replay, 1000000000.0 in the catalog row" in plain.output
+    with Store(root) as store, pytest.raises(StoreError, match="sealed success_step none in the step file"):
+        store.steps(store.catalog.episode(records[2].key))
+    second, again = _run(root)  # a resume re-runs the episodes whose rows were edited
+    assert (second.ran, second.repaired) == (4, 4)
+    assert {r.key: (r.outcome.value, r.total_return, r.success_step) for r in again} == \
+        {r.key: (r.outcome.value, r.total_return, r.success_step) for r in records}
+
+
+def test_a_file_written_before_seals_is_counted_not_failed(tmp_path):
+    root = tmp_path / "store"
+    _, records = _run(root)
+    with Store(root) as store:
+        table = store.steps(records[0])
+    meta = {k: v for k, v in table.schema.metadata.items()
+            if k.decode() not in ("outcome", "steps", "total_return", "success_step")}
+    _rewrite(root, records[0], table.replace_schema_metadata(meta))
+    result = CliRunner().invoke(app, ["store", "verify", "--store", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    assert (json.loads(result.output)["ok"], json.loads(result.output)["unsealed"]) == (4, 1)

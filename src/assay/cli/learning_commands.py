@@ -147,7 +147,7 @@ def _flywheel_design(path: Path, store: Path, catalog: str | None, workers: int,
 
     analysis = document["analysis"]
     table = Table(title=f"flywheel {design.name} on {design.task}: success on held-out seeds, pooled over "
-                        f"{design.replicates} replicates (Wilson 95%)")
+                        f"{design.replicates} replicates (mid-p 95%)")
     for column in ("arm", "all", "slice", "uncovered", "vs random (McNemar exact)"):
         table.add_column(column)
     cell = lambda r: f"{r['successes']}/{r['trials']} = {r['rate']:.2f} [{r['low']:.2f}, {r['high']:.2f}]" if r["trials"] else "-"  # noqa: E731

@@ -40,7 +40,15 @@ from assay.metrics.openloop import (
 from assay.metrics.outcomes import OutcomeGrid, outcome_grid
 from assay.metrics.posterior import Posterior, PosteriorComparison, posterior, posterior_comparison, prob_greater
 from assay.metrics.ranking import Leaderboard, leaderboard
-from assay.metrics.rates import GROUP_FIELDS, INTERVAL_METHODS, Interval, RateRow, rate_table, success_interval
+from assay.metrics.rates import (
+    GROUP_FIELDS,
+    INTERVAL_METHODS,
+    Interval,
+    RateRow,
+    interval_label,
+    rate_table,
+    success_interval,
+)
 from assay.metrics.results_csv import (
     RateEntry,
     ResultsCsvError,
@@ -73,7 +81,7 @@ __all__ = [
     "ResultsCsvError", "Signoff", "Stability", "Thresholds", "Trajectory", "Verdict", "compare", "correlate",
     "correlation", "entries_from_records", "episode_budget", "holm", "leaderboard", "load_calibration",
     "load_openloop", "load_real_results", "load_thresholds", "load_trajectories", "mcnemar_exact", "mmrv", "newcombe_interval", "openloop_table",
-    "outcome_grid", "RankAgreement", "rank_agreement", "rate_table", "read_results_csv", "records_from_report",
+    "outcome_grid", "RankAgreement", "rank_agreement", "rate_table", "interval_label", "read_results_csv", "records_from_report",
     "save_calibration", "save_openloop", "save_real_results",
     "signoff", "stability", "success_interval", "write_results_csv",
     "LatticeBoundary", "MmrvConvention", "Posterior", "PosteriorComparison", "SequentialComparison", "compare_stop",

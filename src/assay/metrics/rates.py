@@ -23,6 +23,14 @@ from assay.store import EpisodeRecord, Outcome
 INTERVAL_METHODS = ("midp", "wilson", "jeffreys", "exact")
 DEFAULT_INTERVAL = "midp"
 GROUP_FIELDS = {"policy": "policy_name", "task": "task_id", "variant": "variant_name", "campaign": "campaign"}
+METHOD_NAMES = {"midp": "mid-p", "wilson": "Wilson", "jeffreys": "Jeffreys", "exact": "Clopper-Pearson"}
+
+
+def interval_label(method: str = DEFAULT_INTERVAL, confidence: float = 0.95) -> str:
+    """How a table names the interval ``success_interval(method=method)`` gives: ``mid-p 95%``."""
+    if method not in METHOD_NAMES:
+        raise AssayError(f"interval method {method!r} is not valid; valid: {', '.join(INTERVAL_METHODS)}")
+    return f"{METHOD_NAMES[method]} {confidence:.0%}"
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ def section(documents: Sequence[dict[str, Any]]) -> str:
             f"<h3>{escape(design['name'])} on {escape(design['task'])}</h3>"
             f"<p class='muted'>Base trained on {escape(_slice_text(design['slice']))} only; every arm adds the same "
             f"episodes and frames; pooled over "
-            f"{design['replicates']} replicates with their own demo, probe and evaluation seeds (Wilson 95%).</p>"
+            f"{design['replicates']} replicates with their own demo, probe and evaluation seeds (mid-p 95%).</p>"
             + table(["arm", "all", "slice", "uncovered", "vs random (McNemar exact)"], rows, {1, 2, 3, 4})
             + ("" if not variants else
                "<p class='muted'>Per variant (secondary endpoints):</p>"

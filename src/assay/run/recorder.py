@@ -77,6 +77,11 @@ class EpisodeRecorder:
         return len(self.actions)
 
     @property
+    def total_return(self) -> float:
+        """The sum of the rewards so far (what the record and the step file's seal hold)."""
+        return float(np.sum(self.rewards)) if self.rewards else 0.0
+
+    @property
     def done(self) -> bool:
         return self.outcome is not None
 
@@ -219,7 +224,7 @@ class EpisodeRecorder:
             outcome=self.outcome,
             reason=self.reason,
             steps=self.steps,
-            total_return=float(np.sum(self.rewards)) if self.rewards else 0.0,
+            total_return=self.total_return,
             success_step=self.success_step,
             trajectory_hash=self.trajectory_hash(),
             initial_conditions=self.initial_conditions,

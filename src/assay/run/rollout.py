@@ -61,8 +61,9 @@ def _check_chunk(chunk: np.ndarray, task: TaskSpec, filtered: bool = False) -> F
     return None
 
 
-def _outcome(task: TaskSpec, transition: Transition, steps: int) -> Outcome | None:
-    """The outcome after this transition, or None while the episode goes on."""
+def outcome_after(task: TaskSpec, transition: Transition, steps: int) -> Outcome | None:
+    """The outcome after this transition (the episode's ``steps``-th), or None while the episode goes on; a
+    replay judges its transitions with it too."""
     at_horizon = steps >= task.horizon or transition.truncated
     if task.success is SuccessMode.ANY_STEP and transition.success:
         return Outcome.SUCCESS
@@ -212,7 +213,7 @@ class _Episodes:
                 recorder.timed("sim", time.perf_counter() - t1)
             recorder.add(observation, action, transition, latency_ms, chunk_id, index, trace)  # type: ignore[arg-type]
             self.observations[slot] = transition.observation
-            outcome = _outcome(self.task, transition, recorder.steps)
+            outcome = outcome_after(self.task, transition, recorder.steps)
             if outcome is not None:
                 recorder.finish(outcome, duration_s=time.perf_counter() - self.started)
                 queue.clear()

@@ -1,7 +1,8 @@
 """A worker: environments and policies built once and reused, batches in, records out.
 
 The worker writes each episode's step file (atomically, its metadata naming the key, task,
-variant, seed, instruction and policy) and returns its record;
+variant, seed, instruction and policy, and sealing the episode's summary: outcome, steps,
+total return, success step; see :mod:`assay.store.validation`) and returns its record;
 it never touches the catalog, which only the driver writes.
 
 Policies are built before environments, and triton (shipped with every CUDA build
@@ -28,6 +29,7 @@ from assay.sim import SafetyFilter, SimEnv, make_env, perturbed
 from assay.spec import EpisodeJob, PolicySpec, canonical_json
 from assay.store import EpisodeRecord, build_table, provenance, write_episode, write_video
 from assay.store.roots import as_root
+from assay.store.validation import Summary, seal
 
 ENV_CREATION_ATTEMPTS = 3
 # Imported before any environment: each crashes when loaded after Mesa's LLVM (see the module docstring).
@@ -110,7 +112,9 @@ class Worker:
     def _save(self, recorder: EpisodeRecorder) -> EpisodeRecord:
         data_path = data_sha = None
         if recorder.steps:
-            table = build_table(recorder.columns(), file_metadata(recorder.job))
+            summary = Summary(recorder.outcome.value if recorder.outcome else "", recorder.steps,
+                              recorder.total_return, recorder.success_step)
+            table = build_table(recorder.columns(), {**file_metadata(recorder.job), **seal(summary)})
             for camera, frames in recorder.frames.items():  # videos first: the step file marks completion
                 write_video(self.store_root, recorder.job.key, camera, frames, recorder.video_rate)
             data_path, data_sha = write_episode(self.store_root, recorder.job.key, table)

@@ -29,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from assay.errors import AssayError, StoreError
-from assay.metrics import campaign_signoff, leaderboard, outcome_grid, rate_table
+from assay.metrics import campaign_signoff, interval_label, leaderboard, outcome_grid, rate_table
 from assay.server import regression, views
 from assay.server.runs import RunManager
 from assay.store import Store
@@ -129,7 +129,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
             records = store.catalog.episodes(campaign=name)
             table = [r.to_dict() for r in rate_table(records, by=("policy", "task", "variant"))] if records else []
-            return {"rates": table, "safety": intervention_rows(records),
+            return {"rates": table, "interval": interval_label(), "safety": intervention_rows(records),
                     "leakage": [leak.to_dict() for leak in campaign_leakage(records)]}
 
         return row | {"running": runs.running(name), **await call(rates)}

@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from assay.errors import StoreError
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord
+from assay.store.validation import Summary
 
 metadata = sa.MetaData()
 
@@ -400,6 +401,20 @@ class Catalog:
             for chunk in _chunks(list(keys), 500):
                 for row in conn.execute(sa.select(episodes.c.key, episodes.c.steps).where(episodes.c.key.in_(chunk))):
                     found[row.key] = int(row.steps)
+        return found
+
+    @_guarded
+    def summaries(self, keys: Iterable[str]) -> dict[str, Summary]:
+        """For each key present: the summary its row records (outcome, steps, total return, success step),
+        which its step file's seal must repeat."""
+        found: dict[str, Summary] = {}
+        columns = (episodes.c.key, episodes.c.outcome, episodes.c.steps, episodes.c.total_return,
+                   episodes.c.success_step)
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(keys), 500):
+                for row in conn.execute(sa.select(*columns).where(episodes.c.key.in_(chunk))):
+                    found[row.key] = Summary(str(row.outcome), int(row.steps), float(row.total_return),
+                                             None if row.success_step is None else int(row.success_step))
         return found
 
     @_guarded

@@ -41,7 +41,7 @@ from assay.store.episodes import (
 )
 from assay.store.locking import run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
-from assay.store.validation import file_problem, table_problem
+from assay.store.validation import Summary, file_check, table_problem
 
 DEFAULT_CATALOG = "sqlite (catalog.sqlite in the store)"
 
@@ -78,6 +78,11 @@ class ResumePlan:
     def forget(self) -> list[str]:
         """The recorded keys to forget before they are re-run (sorted)."""
         return sorted(self.damaged | self.errored)
+
+
+def summary_of(record: EpisodeRecord) -> Summary:
+    """The summary a record states, which its step file's seal must repeat."""
+    return Summary(record.outcome.value, record.steps, record.total_return, record.success_step)
 
 
 class Store:
@@ -176,21 +181,24 @@ class Store:
         with run_lock(self.root, on_wait):
             yield
 
-    def damaged(self, keys: Iterable[str]) -> dict[str, str]:
+    def damaged(self, keys: Iterable[str], unsealed: set[str] | None = None) -> dict[str, str]:
         """Episodes among ``keys`` whose catalog row does not decode, or whose step file cannot be
         trusted: key -> why (missing, checksum, ``schema_version``, episode key, required columns,
-        rows vs the catalog's steps). A resume forgets and re-runs them.
+        rows vs the catalog's steps, the file's seal vs the row's summary). A resume forgets and re-runs them.
 
         Episodes recorded without step data (errors before the first step) have nothing to check.
+        ``unsealed``, when given, receives the keys of readable files written before seals existed.
         """
         keys = list(keys)
         found = {key: f"catalog row cannot be read ({why})" for key, why in self.catalog.undecodable(keys).items()}
-        steps = self.catalog.recorded_steps(keys)
+        summaries = self.catalog.summaries(keys)
         for key, row in self.catalog.integrity(keys).items():
-            if row.data_path is None:
+            if row.data_path is None or key in found:
                 continue
-            problem = None if key in found else file_problem(self.data_root, row.data_path, row.data_sha256, key,
-                                                             steps[key])
+            problem, sealed = file_check(self.data_root, row.data_path, row.data_sha256, key, summaries[key].steps,
+                                         summaries[key])
+            if not sealed and problem is None and unsealed is not None:
+                unsealed.add(key)
             if problem is not None:
                 found[key] = problem
         return found
@@ -229,12 +237,14 @@ class Store:
         """The catalog's integrity columns (outcome, checksum, steps, ...) of the recorded ``keys``."""
         return self.catalog.integrity(keys)
 
-    def steps(self, record: EpisodeRecord, verify: bool = True) -> pa.Table:
-        """The per-step table of an episode, checked against its recorded checksum."""
+    def steps(self, record: EpisodeRecord, verify: bool = True, check_seal: bool = True) -> pa.Table:
+        """The per-step table of an episode, checked against its catalog row (checksum, key, columns, rows and,
+        unless ``check_seal`` is False, the summary sealed in the file); ``verify=False`` checks nothing."""
         if record.data_path is None:
             raise StoreError(f"episode {record.key} has no step data ({record.outcome.value}: {record.reason})")
         table = read_episode(self.data_root, record.data_path, record.data_sha256 if verify else None)
-        problem = table_problem(table.schema, table.num_rows, record.key, record.steps) if verify else None
+        problem = table_problem(table.schema, table.num_rows, record.key, record.steps,
+                                summary_of(record) if check_seal else None) if verify else None
         if problem is not None:
             raise StoreError(f"episode file {record.data_path} does not match its catalog row: {problem} "
                              "(`assay run` re-runs it; `assay store verify` lists every such file)")

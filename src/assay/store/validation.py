@@ -1,14 +1,22 @@
 """What a step file must be before it is trusted: checked when it is read and before a resume skips it.
 
 A file is trusted when it matches its catalog row: the recorded SHA-256, the current
-``schema_version``, the episode key in its metadata, every required column, and one
-row per recorded step. A file that fails any of these is treated like a damaged one:
-readers raise :class:`StoreError`, a resume forgets the episode and re-runs it.
+``schema_version``, the episode key in its metadata, every required column, one
+row per recorded step, and its **seal**: the episode's summary (outcome, steps,
+total return, success step) that the worker wrote into the file's metadata with the
+file, which the catalog row must repeat. The checksum in the row covers the file, not
+the row; the seal covers the row: a row edited after the fact (a timeout turned into a
+success, a return set to 1e9) no longer matches its own file. A file that fails any
+of these is treated like a damaged one: readers raise :class:`StoreError`, a resume
+forgets the episode and re-runs it, ``assay store verify`` names the field. Files
+written before seals existed carry none; they are checked on everything else.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,8 +26,57 @@ from assay.store.records import SCHEMA_VERSION
 from assay.store.roots import Root, open_root
 
 
-def table_problem(schema: pa.Schema, rows: int, key: str, steps: int) -> str | None:
-    """Why a step table does not belong to the catalog row (``key``, ``steps``), or None."""
+class Summary(NamedTuple):
+    """An episode's summary as the catalog row holds it and the step file's seal repeats it."""
+
+    outcome: str
+    steps: int
+    total_return: float
+    success_step: int | None
+
+
+SEALED = Summary._fields  # the metadata names of the seal, one per summary field
+
+
+def seal(summary: Summary) -> dict[str, str]:
+    """The step file's metadata entries that seal ``summary`` (the return as ``repr``: it reads back exactly)."""
+    return {"outcome": summary.outcome, "steps": str(summary.steps), "total_return": repr(float(summary.total_return)),
+            "success_step": "" if summary.success_step is None else str(summary.success_step)}
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def seal_problem(meta: dict[bytes, bytes], summary: Summary) -> str | None:
+    """Which sealed field of the file's metadata the catalog row contradicts, or None (also for an unsealed file)."""
+    text = {name: meta.get(name.encode()) for name in SEALED}
+    if any(value is None for value in text.values()):
+        return None
+    found = {name: value.decode("utf-8", "replace") for name, value in text.items() if value is not None}
+    given = seal(summary)
+    for name in SEALED:
+        if name == "total_return":
+            try:
+                equal = _same(float(found[name]), float(summary.total_return))
+            except ValueError:
+                equal = False
+        else:
+            equal = found[name] == given[name]
+        if not equal:
+            return (f"sealed {name} {found[name] or 'none'} in the step file, {given[name] or 'none'} in the "
+                    "catalog row (the row was changed after the episode was recorded)")
+    return None
+
+
+def is_sealed(schema: pa.Schema) -> bool:
+    """Whether the step file carries a seal (files written before seals existed do not)."""
+    meta = schema.metadata or {}
+    return all(name.encode() in meta for name in SEALED)
+
+
+def table_problem(schema: pa.Schema, rows: int, key: str, steps: int, summary: Summary | None = None) -> str | None:
+    """Why a step table does not belong to the catalog row (``key``, ``steps``, its ``summary``), or None."""
     meta = schema.metadata or {}
     version = meta.get(b"schema_version", b"").decode("utf-8", "replace")
     if version != str(SCHEMA_VERSION):
@@ -32,21 +89,29 @@ def table_problem(schema: pa.Schema, rows: int, key: str, steps: int) -> str | N
         return f"missing required column(s) {', '.join(missing)}"
     if rows != steps:
         return f"{rows} rows, the catalog records {steps} steps"
-    return None
+    return seal_problem(meta, summary) if summary is not None else None
 
 
-def file_problem(root: Root, relpath: str, sha256: str | None, key: str, steps: int) -> str | None:
-    """Why the episode file cannot be trusted (missing, checksum, schema, key, columns, rows), or None."""
+def file_problem(root: Root, relpath: str, sha256: str | None, key: str, steps: int,
+                 summary: Summary | None = None) -> str | None:
+    """Why the episode file cannot be trusted (missing, checksum, schema, key, columns, rows, seal), or None."""
+    return file_check(root, relpath, sha256, key, steps, summary)[0]
+
+
+def file_check(root: Root, relpath: str, sha256: str | None, key: str, steps: int,
+               summary: Summary | None = None) -> tuple[str | None, bool]:
+    """:func:`file_problem`, and whether the file carries a seal (False also when it cannot be read)."""
     try:
         data = open_root(root).read(relpath)
     except FileNotFoundError:
-        return "missing"
+        return "missing", False
     except OSError as exc:
-        return f"unreadable ({exc.strerror or exc})"
+        return f"unreadable ({exc.strerror or exc})", False
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-        return "checksum mismatch (corrupted or truncated)"
+        return "checksum mismatch (corrupted or truncated)", False
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data))
     except (pa.ArrowException, OSError) as exc:
-        return f"not a readable Parquet file ({exc})"
-    return table_problem(parquet.schema_arrow, parquet.metadata.num_rows, key, steps)
+        return f"not a readable Parquet file ({exc})", False
+    schema = parquet.schema_arrow
+    return table_problem(schema, parquet.metadata.num_rows, key, steps, summary), is_sealed(schema)

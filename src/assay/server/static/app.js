@@ -145,7 +145,7 @@ async function campaignTables(name) {
         <td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.scored}</td><td class="num">${r.errors}</td></tr>`).join("")}</tbody></table>
       <p>${(board.signoff || []).map(s => `${esc(s.task)}: <span class="${s.validated ? "success" : "warn"}">${esc(s.status)}</span> <span class="muted">(${esc(s.reason)})</span>`).join("<br>")}</p></section>
     <section><h2>Success by policy × task × variant</h2><table id="rates"><thead><tr><th>policy</th><th>task</th><th>variant</th><th class="num">success</th>
-      <th class="num">Wilson 95%</th><th class="num">n</th></tr></thead><tbody>
+      <th class="num">${esc(campaign.interval)}</th><th class="num">n</th></tr></thead><tbody>
       ${campaign.rates.map(r => `<tr><td>${esc(r.group.policy)}</td><td>${esc(r.group.task)}</td><td>${esc(r.group.variant)}</td>
         <td class="num">${pct(r.rate)}</td><td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.successes}/${r.scored}</td></tr>`).join("")}</tbody></table></section>
     ${safety}
