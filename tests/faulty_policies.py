@@ -86,3 +86,16 @@ class LeakingExpert(_Wrapped):
             _POISONED = True
             raise MemoryError("leaked")
         return super().act(observations)
+
+
+class HangingConstructor:
+    """Hangs (sleeps an hour) while it is being built: a batch using it never starts stepping."""
+
+    def __init__(self, seconds: float = 3600.0) -> None:
+        time.sleep(seconds)
+
+    def reset(self, context: PolicyContext) -> None:
+        pass
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        return np.zeros((len(observations["state"]), 1))

@@ -60,10 +60,20 @@ def test_a_sigkilled_actor_is_replaced_and_its_batch_retried(tmp_path):
 def test_a_hung_episode_on_ray_becomes_wall_timeout(tmp_path):
     data = {"name": "ray-hangs", "seed": 5, "episodes": 2, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
             "policies": [{"name": "hanger", "entrypoint": "tests.faulty_policies:HangingExpert", "params": {"modulo": 3}}]}
-    executor = RayExecutor(tmp_path, actors=2, faults=FaultPolicy(episode_timeout_s=6.0))
+    executor = RayExecutor(tmp_path, actors=2, faults=FaultPolicy(episode_timeout_s=10.0))  # room to build the env
     _, _, records = run_and_collect(tmp_path, executor, data)
     outcomes = sorted((r.seed % 3 == 0, r.outcome.value, r.reason.split(":")[0]) for r in records)
     assert outcomes == [(False, "success", ""), (True, "error", "wall_timeout")]
+
+
+def test_a_constructor_hang_on_ray_costs_one_timeout_for_its_batch(tmp_path):
+    data = {"name": "ray-hang-build", "seed": 5, "episodes": 2, "envs_per_worker": 2, "horizon": 5,
+            "tasks": ["gymnasium/Pendulum-v1"],
+            "policies": [{"name": "stuck", "entrypoint": "tests.faulty_policies:HangingConstructor"}]}
+    executor = RayExecutor(tmp_path, actors=1, faults=FaultPolicy(episode_timeout_s=6.0))
+    _, _, records = run_and_collect(tmp_path, executor, data)
+    assert [r.reason.split(":")[0] for r in records] == ["wall_timeout", "wall_timeout"]
+    assert all("its batch of 2 took no step" in r.reason for r in records) and executor.restarts == 1
 
 
 def test_a_shared_policy_server_batches_requests_from_several_actors(tmp_path):

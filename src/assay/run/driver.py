@@ -6,7 +6,9 @@ batch, and reports what happened as :class:`Event`\\ s; the driver decides every
 way for every pool:
 
 * a worker holds at most one batch, so a death or a timeout is attributable to it;
-* a batch's wall-clock limit starts once its worker is ready (start-up is not the batch's fault);
+* a batch's wall-clock limit starts once its worker is ready (start-up is not the batch's fault); a
+  worker says when its batch has started stepping (STARTED), so a timeout knows whether the batch
+  hung in its set-up (recorded whole) or in its episodes (split and retried);
 * a worker that dies, or runs past the limit, is killed and replaced, and :class:`Dispatcher`
   decides whether its batch is retried or recorded as ``error``; half-written files are removed;
 * a worker whose batch ended in a resource error, or that the pool finds worn out (resident memory
@@ -33,6 +35,7 @@ class Happened(Enum):
     """What a worker did, as its pool reports it."""
 
     READY = "ready"  # the worker started and built itself
+    STARTED = "started"  # its batch's policy and environments are built and reset: it is stepping
     DONE = "done"  # its batch is done: ``records``
     DIED = "died"  # it died (killed, its node lost): ``detail`` says how; its batch may be retried
 
@@ -80,6 +83,7 @@ class _State:
     ready: bool = False
     item: WorkItem | None = None
     deadline: float | None = None
+    started: bool = False  # the batch held has begun stepping
     environments: set[str] = field(default_factory=set)
 
 
@@ -138,6 +142,9 @@ class Driver:
             if state.item is not None:
                 state.deadline = self.faults.deadline(time.monotonic())
             return []
+        if event.what is Happened.STARTED:
+            state.started = state.item is not None
+            return []
         item, state.item, state.deadline = state.item, None, None
         if event.what is Happened.DIED:
             self._replace(event.worker, kill=True)
@@ -151,9 +158,9 @@ class Driver:
         now, out = time.monotonic(), []
         for worker, state in list(self._states.items()):
             if state.item is not None and state.deadline is not None and now >= state.deadline:
-                item = state.item
+                item, started = state.item, state.started
                 self._replace(worker, kill=True)
-                out += dispatcher.failed(item, Failure.TIMED_OUT, "wall-clock limit")
+                out += dispatcher.failed(item, Failure.TIMED_OUT, "wall-clock limit", started=started)
         return out
 
     def _hand_out(self, dispatcher: Dispatcher) -> None:
@@ -169,7 +176,7 @@ class Driver:
                 item = dispatcher.take(state.environments, elsewhere)
             else:
                 item = dispatcher.take()
-            state.item = item
+            state.item, state.started = item, False
             state.environments.add(environment_key(item))
             state.deadline = self.faults.deadline(time.monotonic()) if state.ready else None
             self.pool.assign(worker, item.jobs)

@@ -56,6 +56,7 @@ class Reply(Enum):
     """The tag of what a worker process sends the driver: ``(tag, payload)``."""
 
     READY = "ready"  # the worker imported and built itself; payload None
+    STARTED = "started"  # the batch's policy and environments are built and reset; payload None
     OK = "ok"        # a batch is done; payload: its records
     RAISE = "raise"  # an infrastructure error that must stop the driver; payload: the AssayError
 
@@ -137,7 +138,7 @@ def _serve(conn: Connection, worker: Worker) -> None:
         if jobs is None:
             return
         try:
-            conn.send((Reply.OK, worker.run_batch(jobs)))
+            conn.send((Reply.OK, worker.run_batch(jobs, on_started=lambda: conn.send((Reply.STARTED, None)))))
         except Exception as exc:  # noqa: BLE001 - an infrastructure error (store unwritable) stops the driver
             conn.send((Reply.RAISE, AssayError(f"worker failed: {type(exc).__name__}: {exc}")))
 
@@ -221,6 +222,8 @@ class _ProcessPool:
             if status is Reply.READY:
                 slot.ready = True
                 events.append(Event(worker, Happened.READY))
+            elif status is Reply.STARTED:
+                events.append(Event(worker, Happened.STARTED))
             elif status is Reply.OK:
                 return [*events, Event(worker, Happened.DONE, payload)]
             elif status is Reply.RAISE:

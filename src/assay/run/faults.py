@@ -11,10 +11,15 @@ ran past its deadline". The :class:`Dispatcher` decides what happens next:
   only speed); a job that exhausts its attempts becomes an ``error`` record
   naming the cause.
 * **deadline passed**: the executor kills the worker (the only way to stop a hung
-  simulator or policy) and reports it. Environments run in lockstep, so a batch
-  lasts as long as its slowest episode: a batch of several jobs is split and each
-  job rerun alone (their results do not depend on batching); a single job that
-  runs past the limit becomes ``error`` with reason ``wall_timeout: ...``.
+  simulator or policy) and reports it. A batch that never *started* (its policy
+  or environments hung while being built or reset: the worker never said it
+  began stepping) ends at once, every job ``error`` with reason
+  ``wall_timeout: ...``: the hang is the batch's set-up, which every job alone
+  would repeat, so one hang costs one timeout, not one per job. A batch that
+  started runs in lockstep and lasts as long as its slowest episode: a batch of
+  several jobs is split and each job rerun alone (their results do not depend on
+  batching); a single job that runs past the limit becomes ``error`` with reason
+  ``wall_timeout: ...``.
 * **records**: passed on, except keys already passed on (a duplicate can only
   arise if a batch is retried after its results were sent), so the driver sees
   every job exactly once.
@@ -165,13 +170,18 @@ class Dispatcher:
     def succeeded(self, records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
         return self._report(records)
 
-    def failed(self, item: WorkItem, failure: Failure, detail: str) -> list[EpisodeRecord]:
-        """Requeue what deserves another try; return error records for what does not."""
+    def failed(self, item: WorkItem, failure: Failure, detail: str, started: bool = True) -> list[EpisodeRecord]:
+        """Requeue what deserves another try; return error records for what does not. ``started``: whether
+        the batch began stepping (a timed-out batch that did not is recorded whole, see the module docstring)."""
         if failure is Failure.TIMED_OUT:
+            limit = self.policy.episode_timeout_s
+            if not started:
+                reason = (f"wall_timeout: its batch of {len(item.jobs)} took no step within the {limit:g} s "
+                          "wall-clock limit (the policy or the environments hung while being built or reset)")
+                return self._report(error_records(item.jobs, reason))
             if len(item.jobs) > 1:
                 self._requeue([WorkItem((job,), item.attempt) for job in item.jobs])
                 return []
-            limit = self.policy.episode_timeout_s
             return self._report(error_records(item.jobs, f"wall_timeout: episode ran past its {limit:g} s wall-clock limit"))
         if len(item.jobs) > 1 and item.attempt < self.policy.max_attempts:
             self._requeue([WorkItem((job,), item.attempt + 1) for job in item.jobs])

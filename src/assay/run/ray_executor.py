@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,8 +161,14 @@ def _policy_key(spec: PolicySpec) -> str:
     return canonical_json(spec.model_dump(mode="json"))
 
 
+PROGRESS_GROUP = "progress"  # the actor's concurrency group for :meth:`EnvActor.started` (one thread)
+
+
 class EnvActor:
-    """A long-lived Ray actor holding one :class:`Worker` (environments and policies built once)."""
+    """A long-lived Ray actor holding one :class:`Worker` (environments and policies built once).
+
+    Batches run in the actor's default concurrency group, one at a time; :meth:`started` runs in its own
+    group (``PROGRESS_GROUP``), so the driver learns while a batch runs that it has begun stepping."""
 
     def __init__(self, store_root: str, servers: dict[str, Any]) -> None:
         def factory(spec: PolicySpec) -> Policy:
@@ -169,9 +176,29 @@ class EnvActor:
             return ServedPolicy(server) if server is not None else make_policy(spec)
 
         self.worker = Worker(store_root, policy_factory=factory)
+        self._progress = threading.Condition()
+        self._started = 0  # the latest batch number that began stepping
+        self._ended = 0  # the latest batch number that ended
 
-    def run_batch(self, jobs: Batch) -> list[EpisodeRecord]:
-        return self.worker.run_batch(jobs)
+    def run_batch(self, jobs: Batch, number: int = 0) -> list[EpisodeRecord]:
+        """Run batch ``number`` (the pool's count of batches handed to this actor)."""
+        def began() -> None:
+            with self._progress:
+                self._started = max(self._started, number)
+                self._progress.notify_all()
+
+        try:
+            return self.worker.run_batch(jobs, on_started=began)
+        finally:
+            with self._progress:
+                self._ended = max(self._ended, number)
+                self._progress.notify_all()
+
+    def started(self, number: int) -> bool:
+        """Wait until batch ``number`` began stepping (True) or ended without doing so (False)."""
+        with self._progress:
+            self._progress.wait_for(lambda: self._started >= number or self._ended >= number)
+            return self._started >= number
 
     def pid(self) -> int:
         return os.getpid()
@@ -233,7 +260,8 @@ class RayExecutor:
             return
         ray = self._connect()
         servers = self._servers(ray, batches)
-        actor_cls = ray.remote(EnvActor).options(num_cpus=self.actor_cpus, max_restarts=0)
+        actor_cls = ray.remote(concurrency_groups={PROGRESS_GROUP: 1})(EnvActor).options(
+            num_cpus=self.actor_cpus, max_restarts=0)
         # A shared server batches requests per task, so actors on the same task merge theirs: no preference
         # for the environments an actor has built.
         pool = _ActorPool(ray, lambda: actor_cls.remote(self.store_root, servers), reuse=self.serving is None)
@@ -257,7 +285,9 @@ class _ActorPool:
         self.actors: dict[Hashable, Any] = {}
         self.starting: dict[Any, Hashable] = {}  # pid() ref -> worker: READY once the actor is up
         self.running: dict[Any, Hashable] = {}  # run_batch ref -> worker
+        self.progress: dict[Any, Hashable] = {}  # started() ref -> worker: STARTED once its batch steps
         self._next = 0
+        self._batches = 0
 
     def spawn(self) -> int:
         self._next += 1
@@ -267,13 +297,25 @@ class _ActorPool:
         return self._next
 
     def assign(self, worker: Hashable, jobs: Batch) -> None:
-        self.running[self.actors[worker].run_batch.remote(jobs)] = worker
+        self._batches += 1
+        actor = self.actors[worker]
+        self.running[actor.run_batch.remote(jobs, self._batches)] = worker
+        self.progress[actor.started.options(concurrency_group=PROGRESS_GROUP).remote(self._batches)] = worker
 
     def wait(self, busy: Sequence[Hashable], timeout: float | None) -> list[Event]:
         ray = self.ray
-        ready, _ = ray.wait([*self.running, *self.starting], num_returns=1, timeout=timeout)
+        ready, _ = ray.wait([*self.running, *self.starting, *self.progress], num_returns=1, timeout=timeout)
         events: list[Event] = []
         for ref in ready:
+            if ref in self.progress:
+                worker = self.progress.pop(ref)
+                try:
+                    began = ray.get(ref)
+                except ray.exceptions.RayError:  # the actor died: its run_batch ref says so
+                    began = False
+                if began:
+                    events.append(Event(worker, Happened.STARTED))
+                continue
             if ref in self.starting:
                 worker = self.starting.pop(ref)
                 try:
@@ -298,7 +340,7 @@ class _ActorPool:
 
     def kill(self, worker: Hashable) -> None:
         actor = self.actors.pop(worker)
-        for refs in (self.running, self.starting):
+        for refs in (self.running, self.starting, self.progress):
             for ref in [r for r, w in refs.items() if w == worker]:
                 del refs[ref]
         self.ray.kill(actor, no_restart=True)

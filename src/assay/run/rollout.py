@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -270,15 +270,20 @@ def _decoupled(episodes: _Episodes, active: list[int]) -> None:
 
 
 def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob] | EpisodeBatch,
-            pipeline: Pipeline | None = None, render_on_demand: bool = True) -> list[EpisodeRecorder]:
+            pipeline: Pipeline | None = None, render_on_demand: bool = True,
+            on_started: Callable[[], None] | None = None) -> list[EpisodeRecorder]:
     """Run ``jobs`` (one cell) on ``envs``; every recorder comes back finished.
 
     ``pipeline`` defaults to the jobs' own (the campaign's ``pipeline`` field). ``render_on_demand=False``
-    renders every observation (the same results, slower; for comparisons).
+    renders every observation (the same results, slower; for comparisons). ``on_started`` is called once
+    the environments and the policy are reset, before the first action is asked for (a worker tells its
+    driver, so a batch that hangs before this point is not split and retried job by job).
     """
     batch = jobs if isinstance(jobs, EpisodeBatch) else EpisodeBatch.of(jobs)
     episodes = _Episodes(envs, policy, batch, render_on_demand)
     active = episodes.reset()
+    if on_started is not None:
+        on_started()
     mode = pipeline or batch.pipeline
     (_decoupled if mode is Pipeline.DECOUPLED else _lockstep)(episodes, active)
     return episodes.finish()

@@ -83,12 +83,16 @@ class Worker:
             self._policies[key] = self.policy_factory(spec)
         return self._policies[key]
 
-    def run_batch(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
-        """Run the batch's episodes, write their files, return their records."""
-        return self.save(self.roll(jobs))
+    def run_batch(self, jobs: Sequence[EpisodeJob],
+                  on_started: Callable[[], None] | None = None) -> list[EpisodeRecord]:
+        """Run the batch's episodes, write their files, return their records (``on_started``: see :meth:`roll`)."""
+        return self.save(self.roll(jobs, on_started))
 
-    def roll(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecorder]:
-        """Run the batch's episodes (an error becomes that episode's outcome); nothing is written yet."""
+    def roll(self, jobs: Sequence[EpisodeJob],
+             on_started: Callable[[], None] | None = None) -> list[EpisodeRecorder]:
+        """Run the batch's episodes (an error becomes that episode's outcome); nothing is written yet.
+        ``on_started`` is called once the policy and the environments are built and reset (not at all when
+        that fails): past it, a hang is in an episode's steps, before it in the batch's set-up."""
         batch = EpisodeBatch.of(jobs)  # the cell's settings, held once (ValueError for a mixed batch)
         try:
             policy = self._policy(batch.policy.spec)  # first: its imports must precede the renderer's
@@ -101,7 +105,7 @@ class Worker:
             for recorder in recorders:
                 recorder.fail(fault)
         else:
-            recorders = rollout(envs, policy, batch, render_on_demand=self.render_on_demand)
+            recorders = rollout(envs, policy, batch, render_on_demand=self.render_on_demand, on_started=on_started)
         return recorders
 
     def save(self, recorders: Sequence[EpisodeRecorder]) -> list[EpisodeRecord]:
