@@ -7,9 +7,9 @@ import csv
 import io
 import re
 
-import click
 import pytest
 import typer
+from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 from assay.cli.app import app
@@ -108,10 +108,12 @@ def test_version_short_help_and_completion():
     assert "--install-completion" in invoke("--help").stdout
 
 
-def _commands(group: click.Group, prefix: tuple[str, ...] = ()):
-    for name, command in group.commands.items():
+def _commands(group: TyperGroup, prefix: tuple[str, ...] = ()):
+    context = typer.Context(group)
+    for name in group.list_commands(context):  # the lazy top-level group loads each command here
+        command = group.get_command(context, name)
         yield (*prefix, name)
-        if isinstance(command, click.Group):
+        if isinstance(command, TyperGroup):
             yield from _commands(command, (*prefix, name))
 
 

@@ -76,7 +76,7 @@ def test_two_concurrent_runs_of_one_campaign_run_each_job_once(tmp_path):
 
 
 def test_every_run_has_a_default_wall_clock_limit():
-    from assay.cli.app import fault_policy
+    from assay.cli.campaign_commands import fault_policy
 
     spec = campaign_from_data({"name": "c", "episodes": 1, "tasks": ["metaworld/reach@1"], "policies": ["expert"]})
     assert FaultPolicy().episode_timeout_s == DEFAULT_EPISODE_TIMEOUT_S == 900.0

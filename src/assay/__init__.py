@@ -4,39 +4,57 @@ The public surface is what this module names; ``tests/test_public_api.py`` fails
 when it drifts. Layers (imports flow one way)::
 
     spec → sim, policies → store → run → metrics → cli
+
+Every name is loaded on first use (PEP 562): ``import assay`` (and so every ``import assay.x``, which runs
+this module first) costs nothing beyond ``assay.errors``, so ``assay --version`` and a worker process that
+only runs episodes start without the simulator, torch, SQLAlchemy or scipy they do not use.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from assay.errors import AssayError, SpecError, StoreError, UnknownPolicyError, UnknownTaskError, UnsupportedError
-from assay.policies import Policy, PolicyContext, make_policy
-from assay.run import InlineExecutor, LocalExecutor, make_executor, prepare_campaign, run_campaign
-from assay.sim import SimEnv, TaskRegistry, default_registry, make_env
-from assay.spec import (
-    CampaignSpec,
-    EpisodeJob,
-    Perturbation,
-    PolicySpec,
-    TaskSpec,
-    Variant,
-    campaign_from_data,
-    load_campaign,
-)
-from assay.store import EpisodeRecord, Outcome, Store
+
+if TYPE_CHECKING:
+    from assay.metrics import rate_table, results_table, success_interval
+    from assay.policies import Policy, PolicyContext, make_policy
+    from assay.run import InlineExecutor, LocalExecutor, make_executor, prepare_campaign, run_campaign
+    from assay.sim import SimEnv, TaskRegistry, default_registry, make_env
+    from assay.spec import (
+        CampaignSpec,
+        EpisodeJob,
+        Perturbation,
+        PolicySpec,
+        TaskSpec,
+        Variant,
+        campaign_from_data,
+        load_campaign,
+    )
+    from assay.store import EpisodeRecord, Outcome, Store
 
 __version__ = "0.1.0"
 
-# Statistics pull in scipy.stats (~0.7 s to import): loaded on first use, so a worker process that only
-# runs episodes (``import assay.run.worker``) starts without it.
-_FROM_METRICS = ("rate_table", "results_table", "success_interval")
+_LAZY = {
+    "assay.metrics": ("rate_table", "results_table", "success_interval"),
+    "assay.policies": ("Policy", "PolicyContext", "make_policy"),
+    "assay.run": ("InlineExecutor", "LocalExecutor", "make_executor", "prepare_campaign", "run_campaign"),
+    "assay.sim": ("SimEnv", "TaskRegistry", "default_registry", "make_env"),
+    "assay.spec": ("CampaignSpec", "EpisodeJob", "Perturbation", "PolicySpec", "TaskSpec", "Variant",
+                   "campaign_from_data", "load_campaign"),
+    "assay.store": ("EpisodeRecord", "Outcome", "Store"),
+}
+_HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 
 def __getattr__(name: str) -> object:
-    if name in _FROM_METRICS:
-        from assay import metrics
-
-        value = getattr(metrics, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'assay' has no attribute {name!r}")
+    """Load a public name from its package on first use and keep it."""
+    if name not in _HOME:
+        raise AttributeError(f"module 'assay' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

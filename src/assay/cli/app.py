@@ -1,35 +1,101 @@
-"""The ``assay`` command. User mistakes print one line and exit with status 2."""
+"""The ``assay`` command. User mistakes print one line and exit with status 2.
+
+The command starts at once: this module imports Typer and nothing heavy, and each command's module is
+imported only when that command runs (``cli.lazy``). ``assay --help`` lists ``COMMANDS`` below.
+
+Adding a command (the registration pattern):
+
+1. write the function in a ``*_commands.py`` module (its heavy imports at that module's top are fine) and
+   add it in the module's ``register(app)``: ``app.command("name")(function)``, or a group with
+   ``app.add_typer(group, name="name")``;
+2. add its line to ``COMMANDS``: the name, the first paragraph of its docstring (or the group's help), and
+   the module(s) that register it. ``tests/test_cli_lazy.py`` checks the table against what the modules
+   register, help included.
+
+A group several modules fill (``episodes``) is one Typer object that the first of them creates and the
+others find on the app: ``cli.lazy.subgroup(app, name, help)``.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from assay.cli import render
-from assay.cli.adaptive_render import adaptive_render
-from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
-from assay.cli.gates import FailUnderOpt, check_rates, is_stdout, plain_help, version_callback
-from assay.cli.progress import CampaignProgress
-from assay.errors import AssayError
-from assay.metrics import entries_from_records, rate_table, write_results_csv
-from assay.metrics.adaptive import judge_for
-from assay.metrics.results_csv import format_results_csv
-from assay.policies import BUILTIN_POLICIES
-from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
-from assay.run.adaptive import load_state
-from assay.sim import default_registry
-from assay.spec import CampaignSpec, SuccessMode, load_campaign
-from assay.store import run_lock
+from assay.cli.gates import plain_help, version_callback
+from assay.cli.lazy import LazyCommand, LazyGroup
+
+
+def _entry(help: str, *modules: str) -> LazyCommand:
+    return LazyCommand(help, modules)
+
+
+COMMANDS: dict[str, LazyCommand] = {
+    "run": _entry("Run a campaign; rerunning the same command resumes it (finished episodes are skipped).",
+                  "campaign_commands"),
+    "tasks": _entry("List registered tasks (any gymnasium/<ID> also resolves on demand).", "listing_commands"),
+    "policies": _entry("List built-in policies and their parameters.", "listing_commands"),
+    "results": _entry("Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog.",
+                      "campaign_commands"),
+    "compare": _entry("Per-task and suite differences A − B with intervals, p-values and verdicts. Tasks without a "
+                      "success signal (gymnasium ids) are compared on paired mean return instead (``returns`` in "
+                      "--json).", "stats_commands"),
+    "leaderboard": _entry("Suite scores with bootstrap intervals, rank intervals, P(A better than B) and the "
+                          "sign-off gate.", "stats_commands"),
+    "budget": _entry("How many episodes per cell detect a difference of --delta with --power.", "stats_commands"),
+    "correlate": _entry("Pearson, Spearman, Kendall and MMRV between real and sim success rates, per task and "
+                        "averaged, with what limits them: k, a Fisher-z interval, drop-one leverage and the exact "
+                        "permutation p-value (floor 1/k!).", "stats_commands"),
+    "stability": _entry("Kendall τ and MMRV between two leaderboards (two seed sets, variants or twin versions).",
+                        "stats_commands"),
+    "openloop": _entry("Action MSE and R² of policies on recorded observations, beside the closed-loop ranking.",
+                       "stats_commands"),
+    "serve-policy": _entry("Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all "
+                           "connections.", "serve_commands"),
+    "factors": _entry("List perturbation factors: axis, unit, valid range, default, when and where each applies.",
+                      "listing_commands"),
+    "sweep": _entry("Run a single-factor sweep (nominal plus each level, on the same seeds) and print the curve.",
+                    "robustness_commands"),
+    "priorities": _entry('What to collect next, per policy: "collect N demos of task T in region R (why)", by '
+                         "failure mass x recoverability over factor and initial-condition regions.",
+                         "failures_commands"),
+    "boundary": _entry("Bisect one factor for the level where success falls below a threshold (paired seeds at "
+                       "every level).", "failures_commands"),
+    "report": _entry("Write one self-contained HTML report of a campaign (works offline: inline SVG figures, "
+                     "embedded video).", "report_commands"),
+    "serve": _entry("Serve the dashboard and JSON API (OpenAPI at /docs) over a store.", "report_commands"),
+    "leakage": _entry("Which of a campaign's episodes are scenes (task, variant, seed; not the horizon) the "
+                      "checkpoint was trained on: their successes say nothing about generalisation.",
+                      "learning_commands"),
+    "olcl": _entry("Open-loop action MSE vs closed-loop success over BC checkpoints of different quality: Kendall "
+                   "tau, MMRV.", "learning_commands"),
+    "train-bc": _entry("Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT' (or "
+                       "'pixel-bc:OUT').", "learning_commands"),
+    "flywheel": _entry("The flywheel: --design runs a designed experiment (base on a slice; random, targeted, "
+                       "recovery, ponr and oracle arms at an equal budget; replicates); --task runs base vs "
+                       "recovery demos vs fresh demos on one task.", "learning_commands"),
+    "semantic-profile": _entry("Train BC conditioned on the instruction's MiniLM embedding; its semantic retention "
+                               "beside router and expert.", "semantic_commands"),
+    "episodes": _entry("Inspect recorded episodes.", "campaign_commands", "store_commands"),
+    "failures": _entry("Mine failures: categories, attribution, point of no return.", "failures_commands"),
+    "regress": _entry("Regression sets of failing cases.", "failures_commands"),
+    "twin": _entry("Layered digital twin: calibrate, attribute the sim-to-real gap, check asset swaps.",
+                   "twin_commands"),
+    "export": _entry("Export episodes to other formats.", "learning_commands"),
+    "zoo": _entry("The policy zoo: pixel BC checkpoints of graded quality.", "zoo_commands"),
+    "store": _entry("Check the store itself.", "store_commands"),
+}
+
+
+class AssayGroup(LazyGroup):
+    """The ``assay`` group: the commands of ``COMMANDS``, each loaded when it runs."""
+
+    lazy = COMMANDS
+
 
 plain_help()
-app = typer.Typer(no_args_is_help=True, help="Closed-loop simulation evaluation for robot policies.",
+app = typer.Typer(cls=AssayGroup, no_args_is_help=True, help="Closed-loop simulation evaluation for robot policies.",
                   context_settings={"help_option_names": ["-h", "--help"]})
-episodes_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
-app.add_typer(episodes_app, name="episodes")
 
 
 @app.callback()
@@ -40,255 +106,10 @@ def _main(
     """Closed-loop simulation evaluation for robot policies. Exit status: 0 ok, 1 a gate failed, 2 a user error."""
 
 
-@app.command()
-def run(
-    campaign: Annotated[Path, typer.Argument(help="Campaign YAML file.")],
-    store: StoreOpt = Path(DEFAULT_STORE),
-    catalog: CatalogOpt = None,
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes (local) or actors (ray).")] = 2,
-    executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local | ray")] = "local",
-    address: Annotated[str | None, typer.Option("--address", help="Ray cluster: auto | ray://HOST:PORT (default: a local Ray).")] = None,
-    data: Annotated[str | None, typer.Option("--data", help="Where step files go: a shared directory or fsspec URL (default: the store).")] = None,
-    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run episodes recorded as error (e.g. a policy server was down).")] = False,
-    episode_timeout: Annotated[float | None, typer.Option(
-        "--episode-timeout", min=0.001, help="Wall-clock limit of one batch of episodes, seconds (default: the "
-        "campaign's episode_timeout_s, else 900); a hung episode becomes an error (local and ray executors).")] = None,
-    new_catalog: Annotated[bool, typer.Option("--new-catalog", help="Index this store with another catalog than the one it names in store.json.")] = False,
-    fail_under: FailUnderOpt = None,
-    progress_every: Annotated[float, typer.Option(
-        "--progress-every", min=0.0, metavar="SECONDS",
-        help="Without a terminal (a cluster log, CI), print a progress line to stderr this often.")] = 30.0,
-    json_out: JsonOpt = False,
-) -> None:
-    """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
-    with user_errors():
-        spec = load_campaign(campaign)
-        planned = prepare_campaign(spec)
-        faults = fault_policy(spec, episode_timeout)
-        make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
-        # the lock before the store: two first runs on a new store would otherwise race to create its catalog
-        with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting), \
-                open_store(store, catalog, create=True, data_url=data, new_catalog=new_catalog) as opened:
-            runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
-            progress = CampaignProgress(render.err_console, enabled=not json_out or not render.err_console.is_terminal,
-                                        every=progress_every)
-            with progress:
-                summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
-                                       retry_errors=retry_errors,
-                                       judge=judge_for(spec) if spec.adaptive is not None else None)
-            adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
-            rows = rate_table(opened.catalog.episodes(campaign=spec.name), by=("policy", "task"))
-            if json_out:
-                render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
-                                   "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
-                                   "retried": summary.retried, "outcomes": summary.outcomes,
-                                   "results": [r.to_dict() for r in rows],
-                                   **({"adaptive": adaptive} if adaptive is not None else {})})
-                check_rates(rows, fail_under)
-                return
-            no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)
-            render.console.print(render.rate_table(rows, f"campaign {spec.name}: success by policy × task", no_success))
-            if adaptive is not None:
-                for part in adaptive_render(adaptive):
-                    render.console.print(part, highlight=False, soft_wrap=True)
-            render.console.print(
-                f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store"
-                + (f" ({summary.repaired} re-run: step file or catalog row damaged)" if summary.repaired else "")
-                + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
-                f"Results stored in {opened.root} (catalog {opened.catalog.display_url})", highlight=False, soft_wrap=True)
-            check_rates(rows, fail_under)
-
-
-def fault_policy(spec: CampaignSpec, episode_timeout: float | None) -> FaultPolicy:
-    """The run's limits: ``--episode-timeout``, else the campaign's ``episode_timeout_s``, else the default."""
-    chosen = episode_timeout if episode_timeout is not None else spec.episode_timeout_s
-    return FaultPolicy() if chosen is None else FaultPolicy(episode_timeout_s=chosen)
-
-
-def _say_waiting(holder: str) -> None:
-    render.err_console.print(f"another campaign run ({holder}) holds this store; waiting for it to finish",
-                             highlight=False, soft_wrap=True)
-
-
-@app.command()
-def tasks(
-    backend: Annotated[str | None, typer.Option(help="metaworld | gymnasium")] = None,
-    skill: Annotated[str | None, typer.Option()] = None,
-    family: Annotated[str | None, typer.Option()] = None,
-    level: Annotated[str | None, typer.Option(help="atomic | composite | long-horizon")] = None,
-    contains: Annotated[str | None, typer.Option(help="Substring of the id or instruction.")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """List registered tasks (any gymnasium/<ID> also resolves on demand)."""
-    with user_errors():
-        found = default_registry().list(backend=backend, skill=skill, family=family, level=level, contains=contains)
-        if json_out:
-            render.print_json({"tasks": [render.task_dict(t) for t in found]})
-        else:
-            render.console.print(render.tasks_table(found))
-
-
-@app.command()
-def policies(json_out: JsonOpt = False) -> None:
-    """List built-in policies and their parameters."""
-    rows = []
-    for name, cls in sorted(BUILTIN_POLICIES.items()):
-        params = {field: {"default": "(required)" if info.is_required() else info.default,
-                          "description": info.description or ""}
-                  for field, info in cls.Params.model_fields.items()}
-        rows.append({"name": name, "version": cls.version, "doc": (cls.__doc__ or "").strip(), "params": params})
-    if json_out:
-        render.print_json({"policies": rows, "entrypoints": "any 'package.module:attr' building an object with reset() and act()"})
-        return
-    table = render.Table(title="built-in policies (or 'package.module:attr')", title_justify="left")
-    for column in ("name", "version", "parameters", "description"):
-        table.add_column(column)
-    for row in rows:
-        params = ", ".join(f"{k}={v['default']}" for k, v in row["params"].items()) or "-"
-        table.add_row(row["name"], row["version"], params, row["doc"])
-    render.console.print(table)
-
-
-@app.command()
-def results(
-    store: StoreOpt = Path(DEFAULT_STORE),
-    catalog: CatalogOpt = None,
-    campaign: Annotated[str | None, typer.Option(help="Campaign name (default: the latest).")] = None,
-    by: Annotated[str, typer.Option(help="Group by any of policy,task,variant,campaign.")] = "policy,task",
-    profile: Annotated[bool, typer.Option("--profile", help="Robustness retention per variant and axis (paired seeds).")] = False,
-    variant: Annotated[str | None, typer.Option("--variant", help="Only this variant's episodes.")] = None,
-    csv_out: Annotated[Path | None, typer.Option("--csv", help="Also write task,policy,successes,trials to this "
-                                                    "file (one variant: what `assay correlate` reads); `-`: "
-                                                    "stdout, the tables then go to stderr.")] = None,
-    errors_as_failures: Annotated[bool, typer.Option("--errors-as-failures", help="Score error episodes as failures "
-                                                     "(default: left out of the denominator, marked *).")] = False,
-    fail_under: FailUnderOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog."""
-    with user_errors():
-        with open_store(store, catalog) as opened:
-            name = campaign or opened.catalog.latest_campaign()
-            if name is None:
-                raise AssayError(f"the store {opened.root} holds no campaign yet")
-            if name not in {c.name for c in opened.catalog.campaigns()}:
-                known = ", ".join(c.name for c in opened.catalog.campaigns())
-                raise AssayError(f"no campaign {name!r} in {opened.root}; known: {known}")
-            episodes = opened.catalog.episodes(campaign=name)
-            variants = sorted({r.variant_name for r in episodes})
-            if variant is not None:
-                if variant not in variants:
-                    raise AssayError(f"campaign {name!r} has no variant {variant!r}; valid: {', '.join(variants)}")
-                episodes = [r for r in episodes if r.variant_name == variant]
-                variants = [variant]
-            if csv_out is not None:
-                if len(variants) > 1:
-                    raise AssayError(f"campaign {name!r} has variants {', '.join(variants)}; a results CSV holds one "
-                                     "rate per (task, policy): pick one with --variant")
-                if is_stdout(csv_out):
-                    sys.stdout.write(format_results_csv(entries_from_records(episodes, name)))
-                else:
-                    write_results_csv(csv_out, entries_from_records(episodes, name))
-            rows = rate_table(episodes, by=split_list(by), errors_as_failures=errors_as_failures)
-            extras = stats_commands.results_extras(opened, name)
-            robustness = robustness_commands.profile_document(episodes) if profile else None
-        if json_out:
-            render.print_json({"campaign": name, "by": split_list(by), "errors_as_failures": errors_as_failures,
-                               "results": [r.to_dict() for r in rows],
-                               **extras.document, **(robustness or {})})
-        else:
-            no_success = frozenset(t for t in {r.task_id for r in episodes} if stats_commands.return_scored(t))
-            # With the CSV on stdout, the tables go to stderr (the console writes to whatever sys.stdout is).
-            with contextlib.redirect_stdout(sys.stderr) if is_stdout(csv_out) else contextlib.nullcontext():
-                render.console.print(render.rate_table(rows, f"campaign {name}", no_success, errors_as_failures))
-                extras.print()
-                if robustness is not None:
-                    robustness_commands.print_profile(robustness)
-        check_rates(rows, fail_under)
-
-
-@episodes_app.command("ls")
-def episodes_ls(
-    store: StoreOpt = Path(DEFAULT_STORE),
-    catalog: CatalogOpt = None,
-    campaign: Annotated[str | None, typer.Option()] = None,
-    task: Annotated[str | None, typer.Option()] = None,
-    policy: Annotated[str | None, typer.Option()] = None,
-    outcome: Annotated[str | None, typer.Option(help="success | failure | timeout | error")] = None,
-    limit: Annotated[int, typer.Option(min=1)] = 50,
-    json_out: JsonOpt = False,
-) -> None:
-    """List episodes with their outcome and reason."""
-    with user_errors():
-        if outcome is not None and outcome not in {"success", "failure", "timeout", "error"}:
-            raise AssayError(f"--outcome {outcome!r} is not valid; valid: success, failure, timeout, error")
-        with open_store(store, catalog) as opened:
-            matching = opened.catalog.episodes(campaign=campaign, task=task, policy=policy, outcome=outcome)
-        found = matching[:limit]
-        if json_out:
-            render.print_json({"total": len(matching), "shown": len(found), "episodes": [r.to_dict() for r in found]})
-        else:
-            render.console.print(render.episodes_table(found))
-            if len(found) < len(matching):
-                render.console.print(f"showing {len(found)} of {len(matching)} episodes (--limit {limit})",
-                                     highlight=False)
-
-
-@episodes_app.command("show")
-def episodes_show(
-    key: Annotated[str, typer.Argument(help="Episode key or a unique prefix of it.")],
-    store: StoreOpt = Path(DEFAULT_STORE),
-    catalog: CatalogOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """One episode's record and a summary of its per-step data."""
-    from assay.cli.episode_view import episode_summary, print_episode
-
-    with user_errors():
-        with open_store(store, catalog) as opened:
-            record = opened.catalog.episode(key)
-            summary = episode_summary(opened, record)
-        if json_out:
-            render.print_json({"episode": record.to_dict(), "steps": summary})
-        else:
-            print_episode(record, summary)
-
-
-from assay.cli import stats_commands  # noqa: E402  (registers compare, budget, correlate, ...)
-
-stats_commands.register(app)
-from assay.cli import serve_commands  # noqa: E402
-
-serve_commands.register(app)
-from assay.cli import robustness_commands  # noqa: E402  (factors, sweep; results --profile)
-
-robustness_commands.register(app)
-from assay.cli import failures_commands  # noqa: E402
-
-failures_commands.register(app)
-from assay.cli import report_commands  # noqa: E402  (report, serve)
-
-report_commands.register(app)
-from assay.cli import twin_commands  # noqa: E402
-
-twin_commands.register(app)
-from assay.cli import learning_commands  # noqa: E402  (train-bc, flywheel, export lerobot)
-
-learning_commands.register(app)
-from assay.cli import semantic_commands  # noqa: E402  (semantic-profile)
-
-semantic_commands.register(app)
-from assay.cli import zoo_commands  # noqa: E402  (zoo build, zoo campaign)
-
-zoo_commands.register(app)
-from assay.cli import store_commands  # noqa: E402  (store verify, episodes replay)
-
-store_commands.register(app, episodes_app)
-
-
 def main() -> None:
+    """The console script ``assay`` (also ``python -m assay``)."""
     app(prog_name="assay")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,37 +1,25 @@
-"""What every command module shares: option types, the store default and one-line errors.
+"""What every command module shares: opening the store, ``--policy`` values, and (from ``cli.options``, which
+a listing imports alone because this module imports the store) option types, the store default and one-line
+errors.
 
-Command modules import this, never ``cli.app`` (which imports them to register).
+Command modules import this, never ``cli.app`` (which loads them to register).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich.markup import escape
 
 from assay.cli import render
+from assay.cli.options import DEFAULT_STORE as DEFAULT_STORE
+from assay.cli.options import CatalogOpt as CatalogOpt
+from assay.cli.options import JsonOpt as JsonOpt
+from assay.cli.options import StoreOpt as StoreOpt
+from assay.cli.options import user_errors as user_errors
 from assay.errors import AssayError
 from assay.store import Store
-
-DEFAULT_STORE = os.environ.get("ASSAY_STORE", "assay-store")
-StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (env ASSAY_STORE).")]
-CatalogOpt = Annotated[str | None, typer.Option("--catalog", help="Catalog database URL (default: SQLite in the store).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
-
-
-@contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    """Any AssayError becomes one red line on stderr and exit status 2."""
-    try:
-        yield
-    except AssayError as exc:
-        render.err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
 
 
 class _CommandStore(Store):

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
 import typer.core
 
 from assay.cli import render
-from assay.metrics import RateRow
+
+if TYPE_CHECKING:  # an annotation only: `assay --version` imports no statistics
+    from assay.metrics import RateRow
 
 STDOUT = Path("-")
 FailUnderOpt = Annotated[float | None, typer.Option(

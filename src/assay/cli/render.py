@@ -7,14 +7,15 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from assay.metrics import RateRow
-from assay.spec import TaskSpec
-from assay.store import EpisodeRecord
+if TYPE_CHECKING:  # annotations only: rendering a table imports neither statistics nor the store
+    from assay.metrics import RateRow
+    from assay.spec import TaskSpec
+    from assay.store import EpisodeRecord
 
 # Without a terminal (CI, pipes) Rich would wrap tables at 80 columns; results tables need more.
 console = Console(width=None if sys.stdout.isatty() else 160)

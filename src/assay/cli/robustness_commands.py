@@ -1,4 +1,4 @@
-"""``assay factors``, ``assay sweep`` and the ``results --profile`` tables."""
+"""``assay sweep`` and the ``results --profile`` tables."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from assay.cli import render
@@ -15,8 +14,7 @@ from assay.cli.stats_render import signoff_table
 from assay.errors import AssayError
 from assay.metrics import campaign_signoff, rate_table, retention_table, robustness_profile
 from assay.run import make_executor, prepare_campaign, run_campaign
-from assay.sim import FACTORS, default_registry, get_factor
-from assay.sim.factors import not_applicable, object_free_tasks
+from assay.sim import get_factor
 from assay.spec import campaign_from_data, content_hash
 from assay.store import EpisodeRecord
 
@@ -46,42 +44,6 @@ def print_profile(document: dict[str, Any]) -> None:
         profile.add_row(p["policy"], p["axis"], str(p["variants"]), str(p["pairs"]), _fmt(p["retention"]),
                         p["worst_variant"] or "-", _fmt(p["worst_retention"]))
     render.console.print(profile)
-
-
-def factors(
-    axis: Annotated[str | None, typer.Option(help="visual | behavioral | semantic")] = None,
-    task: Annotated[str | None, typer.Option("--task", help="Say whether each factor applies to this task.")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """List perturbation factors: axis, unit, valid range, default, when and where each applies."""
-    with user_errors():
-        if axis is not None and axis not in {"visual", "behavioral", "semantic"}:
-            raise AssayError(f"--axis {axis!r} is not valid; valid: visual, behavioral, semantic")
-        chosen = [f for f in FACTORS.values() if axis is None or f.axis.value == axis]
-        spec = default_registry().get(task) if task else None
-        why = {f.name: not_applicable(f, spec) for f in chosen} if spec else {}
-        excluded = object_free_tasks()
-        if json_out:
-            render.print_json({"task": spec.id if spec else None, "factors": [
-                {"name": f.name, "axis": f.axis.value, "kind": f.kind.value, "unit": f.unit, "valid": f.valid,
-                 "default": f.default, "stage": f.stage.value, "backends": sorted(f.backends),
-                 "not_applicable_tasks": excluded if f.needs_object else [],
-                 **({"applies": why[f.name] is None, "why_not": why[f.name]} if spec else {}),
-                 "description": f.description} for f in chosen]})
-            return
-        title = f"{len(chosen)} perturbation factors" + (f" on {spec.id}" if spec else "")
-        table = Table(title=title, title_justify="left")
-        for column in ("factor", "axis", "valid", "default", "applies", "backends", "what it does"):
-            table.add_column(column)
-        for f in chosen:
-            if spec:
-                applies = "yes" if why[f.name] is None else f"[yellow]no: {why[f.name]}[/]"
-            else:
-                applies = f"at {f.stage.value}" + (f", not on {len(excluded)} Meta-World tasks without an object "
-                                                   "body (--task to check one)" if f.needs_object else "")
-            table.add_row(f.name, f.axis.value, escape(f.valid), escape(str(f.default)), applies,
-                          ",".join(sorted(f.backends)), f.description)
-        render.console.print(table)
 
 
 def _parse_value(text: str) -> Any:
@@ -153,5 +115,5 @@ def sweep(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(factors)
+    """Add ``sweep`` to the ``assay`` command (``factors`` is a listing: ``listing_commands``)."""
     app.command()(sweep)

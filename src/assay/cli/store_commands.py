@@ -12,6 +12,7 @@ import typer
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, user_errors
+from assay.cli.lazy import subgroup
 from assay.store import EpisodeRecord, Outcome
 from assay.store.store import summary_of
 from assay.store.validation import seal_problem
@@ -23,11 +24,11 @@ if TYPE_CHECKING:
 store_app = typer.Typer(no_args_is_help=True, help="Check the store itself.")
 
 
-def register(app: typer.Typer, episodes_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     """Add ``store verify`` and ``episodes replay`` to the ``assay`` command."""
     app.add_typer(store_app, name="store")
     store_app.command("verify")(store_verify)
-    episodes_app.command("replay")(episodes_replay)
+    subgroup(app, "episodes", "Inspect recorded episodes.").command("replay")(episodes_replay)
 
 
 def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:

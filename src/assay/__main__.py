@@ -1,0 +1,5 @@
+"""``python -m assay``: the ``assay`` command."""
+
+from assay.cli.app import main
+
+main()

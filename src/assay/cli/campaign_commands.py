@@ -1,0 +1,215 @@
+"""``assay run``, ``assay results`` and ``assay episodes ls|show``: running a campaign and reading what it stored."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from assay.cli import render, robustness_commands, stats_commands
+from assay.cli.adaptive_render import adaptive_render
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.cli.gates import FailUnderOpt, check_rates, is_stdout
+from assay.cli.lazy import subgroup
+from assay.cli.progress import CampaignProgress
+from assay.errors import AssayError
+from assay.metrics import entries_from_records, rate_table, write_results_csv
+from assay.metrics.adaptive import judge_for
+from assay.metrics.results_csv import format_results_csv
+from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
+from assay.run.adaptive import load_state
+from assay.spec import CampaignSpec, SuccessMode, load_campaign
+from assay.store import run_lock
+
+EPISODES_HELP = "Inspect recorded episodes."
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``run``, ``results`` and ``episodes ls|show`` to the ``assay`` command."""
+    app.command()(run)
+    app.command()(results)
+    episodes_app = subgroup(app, "episodes", EPISODES_HELP)
+    episodes_app.command("ls")(episodes_ls)
+    episodes_app.command("show")(episodes_show)
+
+
+def run(
+    campaign: Annotated[Path, typer.Argument(help="Campaign YAML file.")],
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1,
+                                         help="Worker processes (local) or actors (ray).")] = 2,
+    executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local | ray")] = "local",
+    address: Annotated[str | None, typer.Option(
+        "--address", help="Ray cluster: auto | ray://HOST:PORT (default: a local Ray).")] = None,
+    data: Annotated[str | None, typer.Option(
+        "--data", help="Where step files go: a shared directory or fsspec URL (default: the store).")] = None,
+    retry_errors: Annotated[bool, typer.Option(
+        "--retry-errors", help="Also re-run episodes recorded as error (e.g. a policy server was down).")] = False,
+    episode_timeout: Annotated[float | None, typer.Option(
+        "--episode-timeout", min=0.001, help="Wall-clock limit of one batch of episodes, seconds (default: the "
+        "campaign's episode_timeout_s, else 900); a hung episode becomes an error (local and ray executors).")] = None,
+    new_catalog: Annotated[bool, typer.Option(
+        "--new-catalog", help="Index this store with another catalog than the one it names in store.json.")] = False,
+    fail_under: FailUnderOpt = None,
+    progress_every: Annotated[float, typer.Option(
+        "--progress-every", min=0.0, metavar="SECONDS",
+        help="Without a terminal (a cluster log, CI), print a progress line to stderr this often.")] = 30.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
+    with user_errors():
+        spec = load_campaign(campaign)
+        planned = prepare_campaign(spec)
+        faults = fault_policy(spec, episode_timeout)
+        make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
+        # the lock before the store: two first runs on a new store would otherwise race to create its catalog
+        with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting), \
+                open_store(store, catalog, create=True, data_url=data, new_catalog=new_catalog) as opened:
+            runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
+            progress = CampaignProgress(render.err_console, enabled=not json_out or not render.err_console.is_terminal,
+                                        every=progress_every)
+            with progress:
+                summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
+                                       retry_errors=retry_errors,
+                                       judge=judge_for(spec) if spec.adaptive is not None else None)
+            adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
+            rows = rate_table(opened.catalog.episodes(campaign=spec.name), by=("policy", "task"))
+            if json_out:
+                render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
+                                   "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
+                                   "retried": summary.retried, "outcomes": summary.outcomes,
+                                   "results": [r.to_dict() for r in rows],
+                                   **({"adaptive": adaptive} if adaptive is not None else {})})
+                check_rates(rows, fail_under)
+                return
+            no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)
+            render.console.print(render.rate_table(rows, f"campaign {spec.name}: success by policy × task", no_success))
+            if adaptive is not None:
+                for part in adaptive_render(adaptive):
+                    render.console.print(part, highlight=False, soft_wrap=True)
+            render.console.print(
+                f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store"
+                + (f" ({summary.repaired} re-run: step file or catalog row damaged)" if summary.repaired else "")
+                + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
+                f"Results stored in {opened.root} (catalog {opened.catalog.display_url})",
+                highlight=False, soft_wrap=True)
+            check_rates(rows, fail_under)
+
+
+def fault_policy(spec: CampaignSpec, episode_timeout: float | None) -> FaultPolicy:
+    """The run's limits: ``--episode-timeout``, else the campaign's ``episode_timeout_s``, else the default."""
+    chosen = episode_timeout if episode_timeout is not None else spec.episode_timeout_s
+    return FaultPolicy() if chosen is None else FaultPolicy(episode_timeout_s=chosen)
+
+
+def _say_waiting(holder: str) -> None:
+    render.err_console.print(f"another campaign run ({holder}) holds this store; waiting for it to finish",
+                             highlight=False, soft_wrap=True)
+
+def results(
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    campaign: Annotated[str | None, typer.Option(help="Campaign name (default: the latest).")] = None,
+    by: Annotated[str, typer.Option(help="Group by any of policy,task,variant,campaign.")] = "policy,task",
+    profile: Annotated[bool, typer.Option(
+        "--profile", help="Robustness retention per variant and axis (paired seeds).")] = False,
+    variant: Annotated[str | None, typer.Option("--variant", help="Only this variant's episodes.")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Also write task,policy,successes,trials to this "
+                                                    "file (one variant: what `assay correlate` reads); `-`: "
+                                                    "stdout, the tables then go to stderr.")] = None,
+    errors_as_failures: Annotated[bool, typer.Option("--errors-as-failures", help="Score error episodes as failures "
+                                                     "(default: left out of the denominator, marked *).")] = False,
+    fail_under: FailUnderOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog."""
+    with user_errors():
+        with open_store(store, catalog) as opened:
+            name = campaign or opened.catalog.latest_campaign()
+            if name is None:
+                raise AssayError(f"the store {opened.root} holds no campaign yet")
+            if name not in {c.name for c in opened.catalog.campaigns()}:
+                known = ", ".join(c.name for c in opened.catalog.campaigns())
+                raise AssayError(f"no campaign {name!r} in {opened.root}; known: {known}")
+            episodes = opened.catalog.episodes(campaign=name)
+            variants = sorted({r.variant_name for r in episodes})
+            if variant is not None:
+                if variant not in variants:
+                    raise AssayError(f"campaign {name!r} has no variant {variant!r}; valid: {', '.join(variants)}")
+                episodes = [r for r in episodes if r.variant_name == variant]
+                variants = [variant]
+            if csv_out is not None:
+                if len(variants) > 1:
+                    raise AssayError(f"campaign {name!r} has variants {', '.join(variants)}; a results CSV holds one "
+                                     "rate per (task, policy): pick one with --variant")
+                if is_stdout(csv_out):
+                    sys.stdout.write(format_results_csv(entries_from_records(episodes, name)))
+                else:
+                    write_results_csv(csv_out, entries_from_records(episodes, name))
+            rows = rate_table(episodes, by=split_list(by), errors_as_failures=errors_as_failures)
+            extras = stats_commands.results_extras(opened, name)
+            robustness = robustness_commands.profile_document(episodes) if profile else None
+        if json_out:
+            render.print_json({"campaign": name, "by": split_list(by), "errors_as_failures": errors_as_failures,
+                               "results": [r.to_dict() for r in rows],
+                               **extras.document, **(robustness or {})})
+        else:
+            no_success = frozenset(t for t in {r.task_id for r in episodes} if stats_commands.return_scored(t))
+            # With the CSV on stdout, the tables go to stderr (the console writes to whatever sys.stdout is).
+            with contextlib.redirect_stdout(sys.stderr) if is_stdout(csv_out) else contextlib.nullcontext():
+                render.console.print(render.rate_table(rows, f"campaign {name}", no_success, errors_as_failures))
+                extras.print()
+                if robustness is not None:
+                    robustness_commands.print_profile(robustness)
+        check_rates(rows, fail_under)
+
+
+def episodes_ls(
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    campaign: Annotated[str | None, typer.Option()] = None,
+    task: Annotated[str | None, typer.Option()] = None,
+    policy: Annotated[str | None, typer.Option()] = None,
+    outcome: Annotated[str | None, typer.Option(help="success | failure | timeout | error")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 50,
+    json_out: JsonOpt = False,
+) -> None:
+    """List episodes with their outcome and reason."""
+    with user_errors():
+        if outcome is not None and outcome not in {"success", "failure", "timeout", "error"}:
+            raise AssayError(f"--outcome {outcome!r} is not valid; valid: success, failure, timeout, error")
+        with open_store(store, catalog) as opened:
+            matching = opened.catalog.episodes(campaign=campaign, task=task, policy=policy, outcome=outcome)
+        found = matching[:limit]
+        if json_out:
+            render.print_json({"total": len(matching), "shown": len(found), "episodes": [r.to_dict() for r in found]})
+        else:
+            render.console.print(render.episodes_table(found))
+            if len(found) < len(matching):
+                render.console.print(f"showing {len(found)} of {len(matching)} episodes (--limit {limit})",
+                                     highlight=False)
+
+
+def episodes_show(
+    key: Annotated[str, typer.Argument(help="Episode key or a unique prefix of it.")],
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """One episode's record and a summary of its per-step data."""
+    from assay.cli.episode_view import episode_summary, print_episode
+
+    with user_errors():
+        with open_store(store, catalog) as opened:
+            record = opened.catalog.episode(key)
+            summary = episode_summary(opened, record)
+        if json_out:
+            render.print_json({"episode": record.to_dict(), "steps": summary})
+        else:
+            print_episode(record, summary)
+
+

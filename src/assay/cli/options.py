@@ -1,0 +1,32 @@
+"""The option types, the store default and one-line errors: what every command shares, importing nothing heavy
+(a listing such as ``assay tasks`` takes them from here; ``cli.common`` passes them on with the store)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from assay.cli import render
+from assay.errors import AssayError
+
+DEFAULT_STORE = os.environ.get("ASSAY_STORE", "assay-store")
+StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (env ASSAY_STORE).")]
+CatalogOpt = Annotated[str | None, typer.Option("--catalog",
+                                                help="Catalog database URL (default: SQLite in the store).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Any AssayError becomes one red line on stderr and exit status 2."""
+    try:
+        yield
+    except AssayError as exc:
+        render.err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
