@@ -128,3 +128,15 @@ def test_add_many_is_add_in_one_transaction(catalog):
     assert catalog.add_many(records) == 0
     assert sorted(r.key for r in catalog.episodes(campaign="c")) == sorted(r.key for r in records)
     assert [r.key for r in catalog.episodes(campaign="other")] == [records[1].key]
+
+
+def test_a_second_store_directory_on_one_postgres_catalog_is_refused(tmp_path, postgres_url, catalog):
+    """Issue 36: two store directories sharing one PostgreSQL catalog overwrote each other's files."""
+    from assay.errors import StoreError
+
+    with Store(tmp_path / "a", catalog_url=postgres_url) as first:
+        store_id = first.store_id
+    with pytest.raises(StoreError, match=r"already indexes the store at .*/a \(id "):
+        Store(tmp_path / "b", catalog_url=postgres_url)
+    with Store(tmp_path / "a", catalog_url=postgres_url, create=False) as again:
+        assert again.store_id == store_id == catalog.meta("store_id")

@@ -1,4 +1,4 @@
-"""One campaign run at a time per store: an exclusive lock on ``STORE/.run.lock``.
+"""One campaign run at a time per store: an exclusive lock on ``STORE/.run.lock`` (and ``DATA/.run.lock``).
 
 Two ``assay run`` of one campaign on one store used to run every job twice and
 overwrite each other's step files (their checksums then disagreed with the rows).
@@ -8,6 +8,10 @@ A second run waits for the first and then finds its episodes done. The lock is
 re-entrant within a process (a command that runs several campaigns in turn, or a
 caller that already holds it). It covers runs on one host, or on a shared file
 system whose ``flock`` reaches every client (NFSv4, Lustre with ``flock``).
+``Store.run_lock`` takes it on the store directory and then on a local data root
+(``--data``), so two store directories that somehow share a data root (a copied
+store) never write its step files at once; the data root's marker
+(``assay.store.identity``) already refuses two different stores there.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def run_lock(root: Path, on_wait: Callable[[str], None] | None = None) -> Iterat
     try:
         directory.mkdir(parents=True, exist_ok=True)  # a run takes the lock before it creates the store
     except OSError as exc:
-        raise StoreError(f"store directory {directory} is not writable: {exc.strerror or exc}") from None
+        raise StoreError(f"directory {directory} is not writable: {exc.strerror or exc}") from None
     path = directory / LOCK_NAME
     with _guard:
         if path in _held:
@@ -56,7 +60,7 @@ def run_lock(root: Path, on_wait: Callable[[str], None] | None = None) -> Iterat
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise StoreError(f"cannot open the store's run lock {path}: {exc.strerror or exc}") from None
+            raise StoreError(f"cannot open the run lock {path}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -33,6 +33,14 @@ def as_root(root: Root) -> Root:
     return root if isinstance(root, str) and is_url(root) else Path(root)
 
 
+def local_path(root: Root) -> Path | None:
+    """The local directory ``root`` names (a path or a ``file://`` URL), or None for any other URL."""
+    if not is_url(root):
+        return Path(root)
+    text = str(root)
+    return Path(text[len("file://"):]).expanduser() if text.startswith("file://") else None
+
+
 def tmp_suffix() -> str:
     """This process's temporary-name suffix (dead writers' temporaries are found by it)."""
     return f"{TMP_MARK}{socket.gethostname()}-{os.getpid()}"
@@ -177,5 +185,5 @@ def _alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["DataRoot", "FsspecRoot", "LocalRoot", "Root", "as_root", "is_url", "open_root",
+__all__ = ["DataRoot", "FsspecRoot", "LocalRoot", "Root", "as_root", "is_url", "local_path", "open_root",
            "remove_stale_temporaries", "tmp_suffix"]

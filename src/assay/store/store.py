@@ -6,7 +6,11 @@ Layout (``schema_version`` 1)::
       catalog.sqlite                  the catalog (unless a database URL is given)
       episodes/<key[:2]>/<key>.parquet  per-step data, one file per episode
       campaigns/<name>/campaign.json  the resolved campaign, saved beside its results
-      store.json                      which catalog indexes this store (its URL, password removed)
+      store.json                      which catalog indexes this store (its URL, password removed) and its ID
+      .run.lock                       held by the campaign run in progress (``assay.store.locking``)
+    DATA/ (the store directory unless ``data_url``)
+      .assay-store.json               the ID of the store that owns this data root
+      .run.lock                       held by the run in progress too, where the data root is local
 
 On a cluster the step files go where every node can reach them: ``data_url``, a
 shared directory or an fsspec URL (``s3://bucket/prefix``). The catalog remembers
@@ -16,6 +20,7 @@ it stays with the driver: workers write files, only the driver writes rows.
 The store remembers its catalog in ``store.json``: opening it with another catalog
 (a PostgreSQL campaign rerun without ``--catalog``) is refused, since it would rerun
 everything into a new catalog and overwrite the files, unless ``new_catalog`` is asked.
+A second store on one catalog or on one data root is refused (``assay.store.identity``).
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ from assay.store.episodes import (
     remove_stale_temporaries,
     write_blob,
 )
+from assay.store.identity import check_catalog, check_data_root
 from assay.store.locking import run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
+from assay.store.roots import local_path
 from assay.store.validation import Summary, file_check, table_problem
 
 DEFAULT_CATALOG = "sqlite (catalog.sqlite in the store)"
@@ -86,13 +93,18 @@ def summary_of(record: EpisodeRecord) -> Summary:
 
 
 class Store:
+    """A store directory, the catalog indexing it and its data root (see the module docstring).
+
+    Opening checks the store's identity (:mod:`assay.store.identity`): a catalog or a data root that
+    belongs to another store is refused before anything is written.
+    """
+
     def __init__(
         self, root: str | Path, catalog_url: str | None = None, create: bool = True, data_url: str | None = None,
         new_catalog: bool = False,
     ) -> None:
         self.root = Path(root).expanduser().resolve()
-        if self.root.is_dir():
-            self._check_catalog(catalog_url, new_catalog)
+        known_id = self._check_catalog(catalog_url, new_catalog) if self.root.is_dir() else None
         if create:
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
@@ -106,27 +118,37 @@ class Store:
         elif catalog_url is None and not (self.root / "catalog.sqlite").exists():
             raise StoreError(f"{self.root} holds no catalog.sqlite; is it an Assay store?")
         self.catalog = Catalog(catalog_url or f"sqlite:///{self.root / 'catalog.sqlite'}")
-        if create:
-            self._remember_catalog(catalog_url)
-        self.data_root: Root = self._data_root(data_url)
-
-    def _check_catalog(self, catalog_url: str | None, new_catalog: bool) -> None:
-        path = self.root / "store.json"
-        if not path.exists() or new_catalog:
-            return
         try:
-            known = json.loads(path.read_text()).get("catalog")
+            self.store_id = check_catalog(self.catalog, self.root, known_id, create)
+            self.data_root: Root = self._data_root(data_url, create)
+            if create:
+                self._remember_catalog(catalog_url)
+        except BaseException:
+            self.catalog.close()
+            raise
+
+    def _check_catalog(self, catalog_url: str | None, new_catalog: bool) -> str | None:
+        """Refuse a catalog other than the one ``store.json`` names (unless ``new_catalog``); the store ID it keeps."""
+        path = self.root / "store.json"
+        if not path.exists():
+            return None
+        try:
+            document = json.loads(path.read_text())
+            known, store_id = document.get("catalog"), document.get("store_id")
         except (OSError, ValueError, AttributeError):
             raise StoreError(f"{path} is not valid JSON; it names the store's catalog") from None
         given = public_catalog_url(catalog_url)
-        if known and known != given:
+        if known and known != given and not new_catalog:
             hint = "omit --catalog" if known == DEFAULT_CATALOG else f"pass --catalog {known} (with its password)"
             raise StoreError(f"the store {self.root} is indexed by the catalog {known}, not {given}: {hint}, "
                              "or pass --new-catalog to index it anew")
+        return str(store_id) if store_id else None
 
     def _remember_catalog(self, catalog_url: str | None) -> None:
         path = self.root / "store.json"
         document = {"schema_version": SCHEMA_VERSION, "catalog": public_catalog_url(catalog_url)}
+        if self.store_id is not None:
+            document["store_id"] = self.store_id
         try:
             if path.exists() and json.loads(path.read_text()) == document:
                 return
@@ -134,18 +156,20 @@ class Store:
             pass
         write_blob(self.root, "store.json", json.dumps(document, indent=2, sort_keys=True).encode())
 
-    def _data_root(self, data_url: str | None) -> Root:
+    def _data_root(self, data_url: str | None, create: bool) -> Root:
+        """Where step files go: ``data_url``, else the one the catalog remembers, else the store directory;
+        refused when another store's marker is there (checked before the catalog records it)."""
         known = self.catalog.meta("data_url")
         if data_url is not None and not is_url(data_url):
             data_url = str(Path(data_url).expanduser().resolve())
         if data_url is not None and known is not None and data_url != known:
             raise StoreError(f"the store {self.root} keeps its step data at {known}; got {data_url} (use that, or a new store)")
+        chosen = data_url or known
+        root: Root = self.root if chosen is None else chosen if is_url(chosen) else Path(chosen)
+        check_data_root(root, self.store_id, self.root, create)
         if data_url is not None and known is None:
             self.catalog.set_meta("data_url", data_url)
-        chosen = data_url or known
-        if chosen is None:
-            return self.root
-        return chosen if is_url(chosen) else Path(chosen)
+        return root
 
     def close(self) -> None:
         self.catalog.close()
@@ -177,9 +201,13 @@ class Store:
 
     @contextlib.contextmanager
     def run_lock(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-        """Exclusive for one campaign run at a time on this store (see :mod:`assay.store.locking`)."""
+        """Exclusive for one campaign run at a time on this store and on its data root, where that is a local
+        directory or a ``file://`` URL (see :mod:`assay.store.locking`); an object store's root has no lock (its
+        marker still refuses a second store)."""
         with run_lock(self.root, on_wait):
-            yield
+            local = local_path(self.data_root)
+            with run_lock(local, on_wait) if local is not None else contextlib.nullcontext():
+                yield
 
     def damaged(self, keys: Iterable[str], unsealed: set[str] | None = None) -> dict[str, str]:
         """Episodes among ``keys`` whose catalog row does not decode, or whose step file cannot be
