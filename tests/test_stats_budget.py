@@ -3,6 +3,7 @@ and by seeded simulation of the tests compare runs."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -133,3 +134,41 @@ def test_holm_family_raises_the_budget_and_bad_input_is_refused():
         episode_budget(0.1, baseline=1.5)
     with pytest.raises(AssayError, match="--test 'z' is not valid; valid: exact, approx"):
         episode_budget(0.1, test="z")
+
+
+@pytest.mark.parametrize(("delta", "baseline"), [(0.2, 0.8), (0.3, 0.7), (0.1, 0.9), (0.2, 0.2)])
+def test_an_alternative_at_the_edge_of_zero_one_is_kept_despite_float_rounding(delta, baseline):
+    # 0.8 vs 1.0 with independent outcomes: discordance 0.8 * 0 + 1.0 * 0.2 = 0.2 exactly, which float arithmetic
+    # gives as 0.19999999999999996 < delta; that used to exit 2 blaming a --discordance never passed.
+    for paired in (True, False):
+        budget = episode_budget(delta, baseline=baseline, paired=paired)
+        edge = round(baseline + delta, 12) if baseline + delta > 0.99 else round(baseline - delta, 12)
+        assert edge in (0.0, 1.0)
+        at_edge = episode_budget(delta, baseline=baseline, paired=paired, test="approx")
+        assert budget.episodes_per_cell >= 1 and at_edge.episodes_per_cell >= 1
+    # the edge direction itself (1.0 vs 0.8 from baseline 1.0) is a valid design: discordance = delta exactly
+    top = episode_budget(delta, baseline=round(baseline + delta, 12) if baseline + delta > 0.99 else 0.0, paired=True)
+    assert top.discordance == pytest.approx(delta) and top.achieved_power >= 0.8
+
+
+def test_only_truly_impossible_paired_inputs_are_refused():
+    # a discordance below delta is impossible (P(A only) − P(B only) = delta needs at least delta discordant)
+    with pytest.raises(AssayError, match=r"^--discordance 0.19 is impossible for --delta 0.2; valid: \[0.2, 1\]$"):
+        episode_budget(0.2, paired=True, discordance=0.19)
+    assert episode_budget(0.2, paired=True, discordance=0.2).episodes_per_cell >= 1
+    with pytest.raises(AssayError, match=r"^--delta 0.6 leaves \[0, 1\] in both directions from --baseline 0.5$"):
+        episode_budget(0.6, paired=True)
+
+
+def test_the_budget_command_answers_the_edge_case_and_names_what_is_wrong_otherwise():
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+
+    runner = CliRunner()
+    ok = runner.invoke(app, ["budget", "--paired", "--delta", "0.2", "--baseline", "0.8", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["episodes_per_cell"] == episode_budget(0.2, baseline=0.8, paired=True).episodes_per_cell
+    bad = runner.invoke(app, ["budget", "--paired", "--delta", "0.2", "--discordance", "0.1"])
+    assert bad.exit_code == 2 and bad.output.strip().splitlines() == [
+        "error: --discordance 0.1 is impossible for --delta 0.2; valid: [0.2, 1]"]

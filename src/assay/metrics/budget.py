@@ -181,7 +181,8 @@ def episode_budget(
         raise AssayError(f"--comparisons {comparisons} is out of range; valid: 1 or more")
     p1 = 0.5 if baseline is None else baseline
     _check("baseline", p1, 0.0, 1.0, closed=True)
-    alternatives = [p for p in (p1 - delta, p1 + delta) if 0.0 <= p <= 1.0]
+    # Rounded to 12 digits: 0.8 + 0.2 is 1.0 and 0.7 + 0.3 must not drop just above 1 by float error.
+    alternatives = [p for p in (round(p1 - delta, 12), round(p1 + delta, 12)) if 0.0 <= p <= 1.0]
     if not alternatives:
         raise AssayError(f"--delta {delta} leaves [0, 1] in both directions from --baseline {p1}")
     level = alpha / comparisons
@@ -190,7 +191,7 @@ def episode_budget(
     best: tuple[float, float, float | None] | None = None
     for p2 in alternatives:
         if paired:
-            psi = discordance if discordance is not None else p1 * (1 - p2) + p2 * (1 - p1)
+            psi = discordance if discordance is not None else _independent_discordance(p1, p2, delta)
             if not delta <= psi <= 1.0:
                 raise AssayError(f"--discordance {psi} is impossible for --delta {delta}; valid: [{delta}, 1]")
             n = _paired(psi, delta, z_alpha, z_power)
@@ -210,6 +211,15 @@ def episode_budget(
     return Budget(exact, paired, p1, p2, delta, power, alpha, comparisons, psi, formula, test, approx, achieved)
 
 
+def _independent_discordance(p1: float, p2: float, delta: float) -> float:
+    """P(pair discordant) with outcomes independent on a seed, p₁q₂ + p₂q₁.
+
+    It is never below δ = |p₁ − p₂| (the excess is 2·min(p)·(1 − max(p)) ≥ 0), so a value a few ulps
+    below δ (0.8 vs 1.0: 0.19999999999999996) is float rounding, not an impossible design.
+    """
+    return max(delta, p1 * (1 - p2) + p2 * (1 - p1))
+
+
 def _exact_budget(p1: float, alternatives: list[float], delta: float, paired: bool, discordance: float | None,
                   level: float, target: float, start: int) -> tuple[int, float]:
     """The smallest n whose exact power reaches target against every alternative direction."""
@@ -217,7 +227,7 @@ def _exact_budget(p1: float, alternatives: list[float], delta: float, paired: bo
         if paired:
             powers = []
             for p2 in alternatives:
-                psi = discordance if discordance is not None else p1 * (1 - p2) + p2 * (1 - p1)
+                psi = discordance if discordance is not None else _independent_discordance(p1, p2, delta)
                 powers.append(mcnemar_power(n, (psi + delta) / 2, (psi - delta) / 2, level))
             return min(powers)
         reject = fisher_rejects(n, level)
