@@ -11,6 +11,7 @@ import pytest
 
 from assay.errors import SpecError
 from assay.metrics.adaptive import RANKED, YARDSTICKS, Design, decide, interval_fixed_n, judge_for
+from assay.metrics.adaptive_power import equal_power_view
 from assay.metrics.sequential import BUDGET, DECIDED, NARROW, NO_DIFFERENCE
 from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
 from assay.run.adaptive import load_state
@@ -163,17 +164,22 @@ def _assert_adaptive_is_reported(root: Path, state: dict) -> None:
         shown = runner.invoke(app, [*command, *base, "--json"])
         assert shown.exit_code == 0, shown.output
         assert json.loads(shown.output)["adaptive"] == state, command
+        view = json.loads(shown.output)["adaptive_equal_power"]
+        assert view == equal_power_view(state)
         table = runner.invoke(app, [*command, *base], env={"COLUMNS": "240"})
         assert table.exit_code == 0, table.output
         assert "invalid after optional stopping" in table.output
-        assert f"episodes used {state['episodes_used']} against {state['episodes_fixed']}" in table.output
-        assert f"({YARDSTICKS[state['design']['goal']]})" in table.output
+        # savings are read at equal power first; the requested power's yardstick beside it
+        assert (f"episodes used {state['episodes_used']} against {view['fixed_equal_power']} for the exact fixed-n "
+                "McNemar design of the power this cap") in " ".join(table.output.split())
+        assert f"{state['episodes_fixed']} episodes): {state['saved']:.0%}" in table.output
+        assert f"({YARDSTICKS[state['design']['goal']]}" in table.output
     out = root / "report.html"
     made = runner.invoke(app, ["report", "adapt", "--store", str(root), "-o", str(out)])
     assert made.exit_code == 0, made.output
     html = out.read_text()
     assert "Adaptive stopping" in html and "not valid after optional stopping" in html
-    assert f"({YARDSTICKS[state['design']['goal']]})" in html
+    assert f"({YARDSTICKS[state['design']['goal']]}" in html and "saved at equal power and α" in html
     question = state["questions"][0]
     assert question["reason"] in html
 

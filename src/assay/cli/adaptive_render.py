@@ -7,6 +7,8 @@ from typing import Any
 from rich.table import Table
 
 from assay.metrics.adaptive import YARDSTICKS
+from assay.metrics.adaptive_power import cap_for_power, design_power, equal_power_view
+from assay.spec import CampaignSpec
 
 
 def _variant(key: str) -> str:
@@ -34,6 +36,43 @@ def adaptive_render(state: dict[str, Any]) -> list[Table | str]:
                       f"{q['estimate']:+.3f}" if q["kind"] == "compare" else f"{q['estimate']:.3f}",
                       f"[{q['low']:.3f}, {q['high']:.3f}]",
                       "-" if q["p_value"] is None else f"{q['p_value']:.3g}")
-    line = (f"episodes used {state['episodes_used']} against {state['episodes_fixed']} for the fixed-n design of the "
-            f"same error rates ({YARDSTICKS.get(design['goal'], '')}): {state['saved']:.0%} saved")
-    return [table, line]
+    return [table, *saved_lines(state)]
+
+
+def saved_lines(state: dict[str, Any]) -> list[str]:
+    """Episodes used against the fixed-n design of the power the cap reaches (and of the power asked for)."""
+    design = state["design"]
+    view = equal_power_view(state)
+    if view is None:
+        return [f"episodes used {state['episodes_used']} against {state['episodes_fixed']} for the fixed-n design of "
+                f"the same error rates ({YARDSTICKS.get(design['goal'], '')}): {state['saved']:.0%} saved"]
+    reached = ", ".join(f"{p['reached']:.3f}" + (f" ± {p['reached_se']:.3f} (simulated)" if p["reached_se"] else
+                                                  " (exact)") + f" at alpha {p['level']:.3g}" for p in view["powers"])
+    lines = [f"episodes used {state['episodes_used']} against {view['fixed_equal_power']} for the exact fixed-n "
+             f"McNemar design of the power this cap of {design['max_episodes']} pairs reaches at delta "
+             f"{design['delta']} ({reached}): {view['saved_equal_power']:.0%} saved at equal power and alpha",
+             f"against the fixed-n design of the requested power {design['power']} "
+             f"({YARDSTICKS.get(design['goal'], '')}, {state['episodes_fixed']} episodes): {state['saved']:.0%}"
+             + ("" if view["reachable"] else ", a power this design does not reach")]
+    if view["warning"]:
+        lines.append(f"[yellow]warning:[/] {view['warning']}")
+    return lines
+
+
+def power_warning(spec: CampaignSpec) -> str | None:
+    """Before an adaptive compare/rank campaign runs: a warning when its cap cannot reach its power, with the
+    cap that would (None when it can, or the goal tests nothing)."""
+    ad = spec.adaptive
+    if ad is None or ad.goal.value not in ("compare", "rank"):
+        return None
+    policies = len(ad.policies or spec.policies)
+    level = ad.alpha / max(1, policies * (policies - 1) // 2 if ad.goal.value == "rank" else 1)
+    power = design_power(level, ad.delta, ad.max_episodes, ad.batch, ad.method, ad.power, ad.endpoint.value)
+    if power.reachable:
+        return None
+    needed = cap_for_power(level, ad.delta, ad.batch, ad.method, ad.power, ad.endpoint.value)
+    return (f"adaptive.max_episodes {ad.max_episodes} cannot reach the requested power {ad.power} at delta {ad.delta} "
+            f"(alpha {level:.3g} per comparison): it reaches {power.reached:.2f}"
+            + (f"; max_episodes {needed} reaches it" if needed else "")
+            + f". Episodes saved will be read against the fixed-n design of power {power.reached:.2f} "
+              f"({power.fixed_n_equal_power} pairs per cell, not {power.fixed_n_requested})")

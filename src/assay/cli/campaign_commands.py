@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from assay.cli import render, robustness_commands, stats_commands
-from assay.cli.adaptive_render import adaptive_render
+from assay.cli.adaptive_render import adaptive_render, power_warning
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
 from assay.cli.gates import FailUnderOpt, check_rates, is_stdout
 from assay.cli.lazy import subgroup
@@ -18,6 +18,7 @@ from assay.cli.progress import CampaignProgress
 from assay.errors import AssayError
 from assay.metrics import entries_from_records, rate_table, write_results_csv
 from assay.metrics.adaptive import judge_for
+from assay.metrics.adaptive_power import equal_power_view
 from assay.metrics.results_csv import format_results_csv
 from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.run.adaptive import load_state
@@ -64,6 +65,8 @@ def run(
     with user_errors():
         spec = load_campaign(campaign)
         planned = prepare_campaign(spec)
+        if (weak := power_warning(spec)) is not None:
+            render.err_console.print(f"[yellow]warning:[/] {weak}", highlight=False, soft_wrap=True)
         faults = fault_policy(spec, episode_timeout)
         make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
         # the lock before the store: two first runs on a new store would otherwise race to create its catalog
@@ -83,7 +86,8 @@ def run(
                                    "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
                                    "retried": summary.retried, "outcomes": summary.outcomes,
                                    "results": [r.to_dict() for r in rows],
-                                   **({"adaptive": adaptive} if adaptive is not None else {})})
+                                   **({"adaptive": adaptive, "adaptive_equal_power": equal_power_view(adaptive)}
+                                      if adaptive is not None else {})})
                 check_rates(rows, fail_under)
                 return
             no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)

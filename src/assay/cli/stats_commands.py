@@ -45,6 +45,7 @@ from assay.metrics import (
     save_real_results,
     stability,
 )
+from assay.metrics.adaptive_power import equal_power_view
 from assay.run.adaptive import load_state
 from assay.store import EpisodeRecord, Store
 
@@ -129,6 +130,7 @@ def _add_adaptive(extras: Extras, root: Path, campaign: str) -> None:
     state = load_state(root, campaign)
     if state is not None:
         extras.document["adaptive"] = state
+        extras.document["adaptive_equal_power"] = equal_power_view(state)
         extras.tables.extend(adaptive_render(state))
 
 

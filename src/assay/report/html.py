@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from assay.metrics.adaptive import YARDSTICKS
+from assay.metrics.adaptive_power import equal_power_view
 from assay.report import figures
 from assay.report import sections as parts
 from assay.report.data import ReportData
@@ -165,8 +166,25 @@ def _adaptive(data: ReportData) -> str:
             "sequences: the fixed-n p-values elsewhere in this report are not valid after optional stopping.</p>"
             + table(["task", "question", "episodes/cell", "stopped because", "estimate", "interval", "seq. p"],
                     rows, {2, 4, 6})
-            + f"<p>Episodes used {state['episodes_used']} against {state['episodes_fixed']} for the fixed-n design "
-              f"of the same error rates ({escape(YARDSTICKS.get(d['goal'], ''))}): {pct(state['saved'])} saved.</p>")
+            + _adaptive_saved(state))
+
+
+def _adaptive_saved(state: dict[str, Any]) -> str:
+    """Episodes used against the fixed-n design of the power the cap reaches (and of the power asked for)."""
+    d = state["design"]
+    view = equal_power_view(state)
+    if view is None:
+        return (f"<p>Episodes used {state['episodes_used']} against {state['episodes_fixed']} for the fixed-n design "
+                f"of the same error rates ({escape(YARDSTICKS.get(d['goal'], ''))}): {pct(state['saved'])} saved.</p>")
+    reached = ", ".join(f"{p['reached']:.3f} ({'simulated' if p['reached_se'] else 'exact'}) at α {p['level']:.3g}"
+                        for p in view["powers"])
+    warning = f"<p class='warn'>Warning: {escape(view['warning'])}.</p>" if view["warning"] else ""
+    return (f"<p>Episodes used {state['episodes_used']} against <b>{view['fixed_equal_power']}</b> for the exact "
+            f"fixed-n McNemar design of the power this cap of {d['max_episodes']} pairs reaches at δ {d['delta']} "
+            f"({reached}): <b>{pct(view['saved_equal_power'])} saved at equal power and α</b>. Against the fixed-n "
+            f"design of the requested power {d['power']} ({escape(YARDSTICKS.get(d['goal'], ''))}, "
+            f"{state['episodes_fixed']} episodes): {pct(state['saved'])}"
+            + ("" if view["reachable"] else ", a power this design does not reach") + ".</p>" + warning)
 
 
 def render_html(data: ReportData, store: Store, embed_video: bool = True, out_dir: Path | None = None) -> str:
