@@ -121,6 +121,29 @@ def test_the_cli_runs_a_campaign_on_ray_with_step_files_at_a_url(tmp_path, write
     assert wrong.exit_code == 2 and "--address is for the ray executor only" in wrong.stderr
 
 
+def test_a_policy_beside_its_campaign_file_runs_on_ray_actors(tmp_path):
+    """The campaign file's directory reaches the actors (their own processes, on the driver's paths only through
+    ``import_roots``): the module beside the file, and the sibling it imports, load there."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+
+    (tmp_path / "ray_side_policies.py").write_text(
+        "import numpy as np\nfrom ray_side_gain import GAIN\n\n\nclass Damped:\n"
+        "    def reset(self, context):\n        pass\n\n"
+        "    def act(self, observations):\n        return np.clip(-GAIN * observations['state'][:, 2:3], -2, 2)\n")
+    (tmp_path / "ray_side_gain.py").write_text("GAIN = 0.5\n")
+    (tmp_path / "beside.yaml").write_text("name: ray-beside\nseed: 0\nepisodes: 2\nhorizon: 5\nenvs_per_worker: 1\n"
+                                          "tasks: [gymnasium/Pendulum-v1]\npolicies: [ray_side_policies:Damped]\n")
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "beside.yaml"), "--store", str(tmp_path / "store"),
+                                      "--executor", "ray", "--workers", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["ran"] == 2 and document["outcomes"]["timeout"] == 2, document
+
+
 @pytest.mark.slow
 def test_a_remote_campaign_on_ray_gives_exactly_the_local_results(tmp_path):
     """A served policy driven from Ray actors: the same episodes, down to the step data, as local workers."""

@@ -11,7 +11,16 @@ import typer
 
 from assay.cli import render, robustness_commands, stats_commands
 from assay.cli.adaptive_render import adaptive_render, power_warning
-from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.cli.common import (
+    DEFAULT_STORE,
+    CatalogOpt,
+    JsonOpt,
+    StoreOpt,
+    campaign_file,
+    open_store,
+    split_list,
+    user_errors,
+)
 from assay.cli.gates import FailUnderOpt, check_rates, is_stdout
 from assay.cli.lazy import subgroup
 from assay.cli.progress import CampaignProgress
@@ -22,7 +31,7 @@ from assay.metrics.adaptive_power import equal_power_view
 from assay.metrics.results_csv import format_results_csv
 from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.run.adaptive import load_state
-from assay.spec import CampaignSpec, SuccessMode, load_campaign
+from assay.spec import CampaignSpec, SuccessMode
 from assay.store import run_lock
 
 EPISODES_HELP = "Inspect recorded episodes."
@@ -63,7 +72,7 @@ def run(
 ) -> None:
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
     with user_errors():
-        spec = load_campaign(campaign)
+        spec = campaign_file(campaign)
         planned = prepare_campaign(spec)
         if (weak := power_warning(spec)) is not None:
             render.err_console.print(f"[yellow]warning:[/] {weak}", highlight=False, soft_wrap=True)

@@ -19,6 +19,7 @@ from assay.cli.options import JsonOpt as JsonOpt
 from assay.cli.options import StoreOpt as StoreOpt
 from assay.cli.options import user_errors as user_errors
 from assay.errors import AssayError
+from assay.spec import CampaignSpec, load_campaign
 from assay.store import Store
 
 
@@ -90,3 +91,15 @@ def policy_option(value: str, known: dict[str, Any] | None = None) -> Any:
 
 def split_list(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def campaign_file(path: Path) -> CampaignSpec:
+    """The campaign in ``path``; its directory goes on the import path of its ``module:attr``
+    policies, here and in the worker processes and Ray actors that run it, so a policy module beside the file
+    imports without ``PYTHONPATH``."""
+    from assay.policies import add_import_root
+
+    spec = load_campaign(path)
+    if any(policy.entrypoint is not None for policy in spec.policies):
+        add_import_root(path.parent)
+    return spec

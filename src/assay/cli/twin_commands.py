@@ -9,12 +9,21 @@ import typer
 from rich.table import Table
 
 from assay.cli import render
-from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.cli.common import (
+    DEFAULT_STORE,
+    CatalogOpt,
+    JsonOpt,
+    StoreOpt,
+    campaign_file,
+    open_store,
+    split_list,
+    user_errors,
+)
 from assay.cli.stats_render import signoff_table
 from assay.metrics import campaign_signoff
 from assay.metrics.results_csv import read_results_csv
 from assay.sim import default_registry
-from assay.spec import CameraSpec, load_campaign
+from assay.spec import CameraSpec
 from assay.twin import (
     DEFAULT_RENDERING,
     Layer,
@@ -83,7 +92,7 @@ def run(campaign: CampaignArg, twin: TwinArg,
         store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
     """Run the campaign's policies in one twin (e.g. a reality proxy producing 'real' results)."""
     with user_errors():
-        spec, chosen = load_campaign(campaign), load_twin(twin)
+        spec, chosen = campaign_file(campaign), load_twin(twin)
         settings = settings_from_campaign(spec, chosen.task)
         with open_store(store, catalog, create=True) as opened:
             entries = run_twins(spec.name, [chosen], settings, opened)[chosen.version]
@@ -165,7 +174,7 @@ def calibrate_rendering_command(
 ) -> None:
     """Fit lighting and camera factors: replay a camera policy's episodes, match its actions and detections."""
     with user_errors():
-        spec, start = load_campaign(campaign), load_twin(twin)
+        spec, start = campaign_file(campaign), load_twin(twin)
         with open_store(real_store or store, catalog if real_store is None else None) as opened:
             trajectories = trajectories_from_store(opened, real_campaign, policy, max_trajectories)
         task = default_registry().get(start.task)
@@ -211,7 +220,7 @@ def attribute_command(
 ) -> None:
     """Swap in one calibrated layer at a time (and leave one out): which layer closes the sim-to-real gap."""
     with user_errors():
-        spec, fitted = load_campaign(campaign), load_twin(calibrated)
+        spec, fitted = campaign_file(campaign), load_twin(calibrated)
         base = load_twin(nominal) if nominal else nominal_twin(fitted.task)
         real_entries = read_results_csv(real)
         settings = settings_from_campaign(spec, fitted.task)
@@ -302,7 +311,7 @@ def stability_command(
 ) -> None:
     """Run the policies under K asset swaps of the twin; Kendall τ and MMRV of each leaderboard vs the base."""
     with user_errors():
-        spec = load_campaign(campaign)
+        spec = campaign_file(campaign)
         if len(spec.tasks) != 1:
             raise TwinError(f"{campaign}: a twin stability campaign has exactly one task; got {len(spec.tasks)}")
         base = load_twin(twin) if twin else nominal_twin(spec.tasks[0])

@@ -5,7 +5,15 @@ May import ``assay.spec`` only.
 
 from assay.policies.builtin import BUILTIN_POLICIES, DegradedExpertPolicy, ExpertPolicy, RandomPolicy
 from assay.policies.contract import ContractError, ContractWarning, PolicyContract, check_contract
-from assay.policies.loader import check_policy_contract, check_supports, make_policy, policy_contract, resolve_policy
+from assay.policies.loader import (
+    add_import_root,
+    check_policy_contract,
+    check_supports,
+    import_roots,
+    make_policy,
+    policy_contract,
+    resolve_policy,
+)
 from assay.policies.mlp import MLPPolicy
 from assay.policies.protocol import (
     Policy,
@@ -25,16 +33,14 @@ __all__ = [
     "BUILTIN_POLICIES",
     "ContractError",
     "ContractWarning",
-    "MLPPolicy",
-    "PolicyContract",
-    "check_contract",
-    "check_policy_contract",
-    "policy_contract",
     "DegradedExpertPolicy",
     "ExpertPolicy",
+    "MLPPolicy",
     "Policy",
     "PolicyClass",
     "PolicyContext",
+    "PolicyContract",
+    "RandomPolicy",
     "SupportsContract",
     "SupportsEpisodeInfo",
     "SupportsMetadata",
@@ -43,8 +49,12 @@ __all__ = [
     "SupportsStepTrace",
     "SupportsTaskCheck",
     "SupportsVersion",
-    "RandomPolicy",
+    "add_import_root",
+    "check_contract",
+    "check_policy_contract",
     "check_supports",
+    "import_roots",
     "make_policy",
+    "policy_contract",
     "resolve_policy",
 ]

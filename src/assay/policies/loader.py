@@ -30,12 +30,40 @@ from assay.policies.protocol import (
 from assay.policies.remote.client import RemoteParams, RemotePolicy, fetch_metadata
 from assay.spec import PolicySpec, ResolvedPolicy, TaskSpec, content_hash
 
+_IMPORT_ROOTS: list[str] = []
+
+
+def add_import_root(directory: str | Path) -> None:
+    """Put ``directory`` (a campaign file's) on the import path of ``module:attr`` policies: appended to
+    ``sys.path`` (an installed package of the same name wins), so worker processes (started with ``spawn``,
+    which passes ``sys.path`` on) import it too, and remembered for Ray actors (:func:`import_roots`)."""
+    path = str(Path(directory).resolve())
+    if path not in _IMPORT_ROOTS:
+        _IMPORT_ROOTS.append(path)
+    if path not in sys.path:
+        sys.path.append(path)
+
+
+def import_roots() -> tuple[str, ...]:
+    """The directories :func:`add_import_root` added in this process (a Ray actor adds them in its own)."""
+    return tuple(_IMPORT_ROOTS)
+
+
+IMPORT_HINT = ("a module:attr policy is imported from the Python path, which holds the campaign file's directory "
+               "when the campaign is run from its file; put the module there, install its package "
+               "(pip install -e .), or add its directory to PYTHONPATH")
+
 
 def _import_entrypoint(spec: PolicySpec) -> Any:
     assert spec.entrypoint is not None
     module_name, attr_path = spec.entrypoint.split(":", 1)
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            # the module was found; something it imports is missing
+            raise UnknownPolicyError(f"policy {spec.name!r}: importing module {module_name!r} failed: {exc}") from None
+        raise UnknownPolicyError(f"policy {spec.name!r}: no module {exc.name!r} ({IMPORT_HINT})") from None
     except ImportError as exc:
         raise UnknownPolicyError(f"policy {spec.name!r}: cannot import module {module_name!r} ({exc})") from None
     except Exception as exc:  # noqa: BLE001 - a user module may raise anything while it is imported

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import AssayError
-from assay.policies import Policy, PolicyContext, make_policy
+from assay.policies import Policy, PolicyContext, add_import_root, import_roots, make_policy
 from assay.policies.protocol import ENV_IDS, INSTRUCTION
 from assay.policies.remote.batcher import DynamicBatcher
 from assay.run.driver import Driver, Event, Happened
@@ -79,7 +79,9 @@ class PolicyServer:
     (``state``, ``image.*``, ``depth.*``, ``calib.*``, ``instruction``) is forwarded.
     """
 
-    def __init__(self, spec: dict[str, Any], max_batch: int, max_wait_s: float) -> None:
+    def __init__(self, spec: dict[str, Any], max_batch: int, max_wait_s: float, roots: Sequence[str] = ()) -> None:
+        for root in roots:  # the driver's campaign directories: its module:attr policies import here too
+            add_import_root(root)
         self.policy = make_policy(PolicySpec.model_validate(spec))
         self.batcher = DynamicBatcher(self._infer, max_batch, max_wait_s, rows=lambda request: len(request[2]))
         self._loop_task: asyncio.Task[None] | None = None
@@ -170,7 +172,10 @@ class EnvActor:
     Batches run in the actor's default concurrency group, one at a time; :meth:`started` runs in its own
     group (``PROGRESS_GROUP``), so the driver learns while a batch runs that it has begun stepping."""
 
-    def __init__(self, store_root: str, servers: dict[str, Any]) -> None:
+    def __init__(self, store_root: str, servers: dict[str, Any], roots: Sequence[str] = ()) -> None:
+        for root in roots:  # the driver's campaign directories: its module:attr policies import here too
+            add_import_root(root)
+
         def factory(spec: PolicySpec) -> Policy:
             server = servers.get(_policy_key(spec))
             return ServedPolicy(server) if server is not None else make_policy(spec)
@@ -251,7 +256,8 @@ class RayExecutor:
             num_cpus=self.serving.num_cpus, num_gpus=self.serving.num_gpus, max_concurrency=1000
         )
         return {
-            key: server_cls.remote(spec.model_dump(mode="json"), self.serving.max_batch, self.serving.max_wait_ms / 1000)
+            key: server_cls.remote(spec.model_dump(mode="json"), self.serving.max_batch, self.serving.max_wait_ms / 1000,
+                                   import_roots())
             for key, spec in specs.items()
         }
 
@@ -264,7 +270,8 @@ class RayExecutor:
             num_cpus=self.actor_cpus, max_restarts=0)
         # A shared server batches requests per task, so actors on the same task merge theirs: no preference
         # for the environments an actor has built.
-        pool = _ActorPool(ray, lambda: actor_cls.remote(self.store_root, servers), reuse=self.serving is None)
+        roots = import_roots()
+        pool = _ActorPool(ray, lambda: actor_cls.remote(self.store_root, servers, roots), reuse=self.serving is None)
         driver = Driver(pool, self.actors, self.faults, self.store_root)
         try:
             yield from driver.run(batches)

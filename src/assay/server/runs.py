@@ -57,9 +57,24 @@ class Run:
         return RunState.SUCCEEDED if code == 0 else RunState.FAILED
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "campaign": self.campaign, "path": self.path, "state": self.state.value,
+        state = self.state
+        return {"id": self.id, "campaign": self.campaign, "path": self.path, "state": state.value,
                 "returncode": self.process.poll(), "started_at": self.started_at, "command": _redacted(self.command),
-                "log": self.log}
+                "log": self.log, "error": last_error(Path(self.log)) if state is RunState.FAILED else None}
+
+
+def last_error(log: Path, tail_bytes: int = 65536) -> str | None:
+    """Why a failed run failed, as the dashboard shows it: the log's last ``error:`` line (``assay run`` prints a
+    user error as one such line), else its last non-empty line; None when the log is empty or unreadable."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - tail_bytes))
+            lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return None
+    errors = [line for line in lines if line.startswith("error:")]
+    chosen = errors or lines
+    return chosen[-1] if chosen else None
 
 
 class RunManager:

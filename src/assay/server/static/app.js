@@ -104,7 +104,7 @@ async function campaignsView() {
     <input id="path" type="text" placeholder="campaign.yaml"> <input id="token" type="password" placeholder="token">
     <button id="start">Start</button> <span id="start-result"></span>
     <h2 style="margin-top:14px">Runs</h2><table><thead><tr><th>run</th><th>campaign</th><th>state</th><th>started</th><th></th></tr></thead><tbody>
-    ${runs.map(r => `<tr><td>${esc(r.id)}</td><td>${esc(r.campaign)}</td><td>${esc(r.state)}</td><td>${esc(r.started_at)}</td>
+    ${runs.map(r => `<tr><td>${esc(r.id)}</td><td>${esc(r.campaign)}</td><td>${esc(r.state)}${r.error ? `: <span class="run-error">${esc(r.error)}</span>` : ""}</td><td>${esc(r.started_at)}</td>
       <td>${r.state === "running" ? `<button data-cancel="${esc(r.id)}">Cancel</button>` : ""}</td></tr>`).join("")}</tbody></table></section>`;
   const token = document.getElementById("token");
   token.value = sessionStorage.getItem("assay-token") || "";

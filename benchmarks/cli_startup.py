@@ -1,0 +1,66 @@
+"""How long the listings take to answer, for docs/PERFORMANCE.md: ``assay --version``, ``--help``,
+``tasks``, ``policies`` and ``factors``, each in a fresh process, against one or more source trees.
+
+    python benchmarks/cli_startup.py [--src src] [--src /tmp/old/src] [--repeat 7]
+
+Each tree is put first on ``PYTHONPATH`` and each listing runs ``--repeat`` times as
+``python -m assay.cli.app ARGS`` (the entry point every version has), interleaved across trees so that a
+change in the machine's load falls on all of them alike; the median wall time is printed, and the
+cumulative ``-X importtime`` of ``import assay.cli.app`` (what every command pays before it starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LISTINGS = (("--version",), ("--help",), ("tasks",), ("policies",), ("factors",))
+
+
+def _env(src: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(src.resolve()), "COLUMNS": "120"}
+
+
+def _wall(src: Path, args: tuple[str, ...]) -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "assay.cli.app", *args], env=_env(src), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def _import_ms(src: Path) -> float:
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import assay.cli.app"], env=_env(src),
+                          check=True, capture_output=True, text=True)
+    line = next(x for x in reversed(done.stderr.splitlines()) if x.rstrip().endswith("| assay.cli.app"))
+    return int(line.split("|")[1]) / 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--src", type=Path, action="append", help="A source tree (repeatable; default: src).")
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    trees: list[Path] = args.src or [Path("src")]
+    times: dict[tuple[Path, tuple[str, ...]], list[float]] = {(t, a): [] for t in trees for a in LISTINGS}
+    imports: dict[Path, list[float]] = {t: [] for t in trees}
+    for _ in range(args.repeat):
+        for tree in trees:
+            imports[tree].append(_import_ms(tree))
+            for listing in LISTINGS:
+                times[tree, listing].append(_wall(tree, listing))
+    print(f"median of {args.repeat} fresh processes each, seconds (python -m assay.cli.app ARGS)")
+    print(f"{'command':<12}" + "".join(f"{str(t):>28}" for t in trees))
+    for listing in LISTINGS:
+        cells = "".join(f"{statistics.median(times[t, listing]):>28.2f}" for t in trees)
+        print(f"{' '.join(listing):<12}{cells}")
+    print(f"{'import ms':<12}" + "".join(f"{statistics.median(imports[t]):>28.0f}" for t in trees)
+          + "   (cumulative -X importtime of assay.cli.app, median)")
+
+
+if __name__ == "__main__":
+    main()
