@@ -16,21 +16,30 @@ from assay.learning.flywheel_design import (
     Where,
     agreement,
     budget_shortfall,
+    candidates,
+    draw_demos,
     equal_budget,
     load_design,
     mine,
     probe_failures,
     region_agreement,
     select_base,
-    select_demos,
-    select_random,
     trim_frames,
 )
-from assay.learning.flywheel_stats import analyse, by_region, by_variant, paired
+from assay.learning.flywheel_stats import (
+    analyse,
+    by_region,
+    by_variant,
+    extended_interval,
+    paired,
+    ttest_power,
+    ttest_replicates,
+)
 from assay.spec import content_hash
 from assay.store import EpisodeRecord, Outcome
 
 SLICE = InitRegion(3, 0.0, True)  # goal x < 0: what the base saw
+PRIMARY = "primary: {test: ttest, unit: replicate}\n"
 
 
 def record(i: int, goal_x: float, outcome: Outcome = Outcome.SUCCESS, campaign: str = "pool",
@@ -87,17 +96,22 @@ def test_targeted_arm_picks_the_failing_region_from_failure_records_alone():
     assert account["inside"]["failures"] == 13 and account["outside"] == {"episodes": 26, "failures": 1}
     assert account["variants"] == {"nominal": {"failures": 14, "episodes": 40, "rate": 14 / 40}}
     pool = pool_records()
-    used = {r.key for r in select_base(pool, Where(SLICE), 8)}
-    targeted = select_demos(pool, used, target, 6)
-    assert len(targeted) == 6 and all(region.contains(r.initial_conditions["rand_vec"]) for r in targeted)
-    assert not used & {r.key for r in targeted} and all(r.outcome is Outcome.SUCCESS for r in targeted)
-    oracle = select_demos(pool, used, Where(SLICE), 6, outside=True)
-    assert all(r.initial_conditions["rand_vec"][3] >= 0 for r in oracle)
     base = select_base(pool, Where(SLICE), 8)
-    random = select_random(pool, base, 6, seed=3)
+    used = {r.key for r in base}
     after = max(r.episode_index for r in base)
+    targeted = draw_demos(pool, base, 4, 3, target)
+    assert len(targeted) == 4 and all(region.contains(r.initial_conditions["rand_vec"]) for r in targeted)
+    assert not used & {r.key for r in targeted} and all(r.outcome is Outcome.SUCCESS for r in targeted)
+    assert all(r.episode_index > after for r in targeted)  # the same candidates as random
+    oracle = draw_demos(pool, base, 6, 3, Where(SLICE), outside=True)
+    assert len(oracle) == 6 and all(r.initial_conditions["rand_vec"][3] >= 0 for r in oracle)
+    random = draw_demos(pool, base, 6, 3)
     assert len(random) == 6 and all(r.episode_index > after and r.outcome is Outcome.SUCCESS for r in random)
-    assert random == select_random(pool, base, 6, seed=3) != select_random(pool, base, 6, seed=4)
+    assert random == draw_demos(pool, base, 6, 3) != draw_demos(pool, base, 6, 4)
+    # one permutation for every arm: a region's draw is the random order filtered to the region
+    order = draw_demos(pool, base, len(pool), 3)
+    assert targeted == [r for r in order if target.contains(r)][:4]
+    assert draw_demos(pool, base, 6, 3, Where()) == random  # a target that is everywhere draws random's demos
     assert [r.key for r in probe_failures(probe)][:2] == ["probe3", "probe26"]
 
 
@@ -138,16 +152,19 @@ def test_budgets_are_equal_in_episodes_and_frames():
             "ponr": [demo("p1", 40), demo("p2", 60), demo("p3", 45), demo("p4", 30)],  # partial recoveries
             "oracle": [demo("o1", 45), demo("o2", 46), demo("o3", 47)]}
     trimmed, account = equal_budget(arms)
-    assert account["episodes"] == 3 and account["frames"] == 138  # the oracle's 45 + 46 + 47 (ponr's first 3: 145)
+    # the primary pair: random's 50 + 70 + 40 (targeted's first 3: 179); the secondary arms: the oracle's 138
+    assert account["episodes"] == 3 and account["frames"] == 160
+    assert account["secondary"] == {"arms": ["oracle", "ponr", "recovery"], "episodes": 3, "frames": 138}
     assert account["available"]["targeted"] == {"episodes": 4, "frames": 259}
     assert account["available"]["ponr"] == {"episodes": 4, "frames": 175}
-    assert set(trimmed) == {"random", "targeted", "recovery", "ponr", "oracle"}
+    assert list(trimmed) == list(arms)
     assert [d.key for d in trimmed["ponr"]] == ["p1", "p2", "p3"]
     for name, demos in trimmed.items():
-        assert len(demos) == 3 and sum(len(d.actions) for d in demos) == 138, name
+        frames = 160 if name in ("random", "targeted") else 138
+        assert len(demos) == 3 and sum(len(d.actions) for d in demos) == frames, name
         assert all(len(d.observations) == len(d.actions) >= 1 for d in demos)
     assert [d.key for d in trimmed["targeted"]] == ["d", "e", "f"]  # the first ones, in order
-    assert trimmed["oracle"] == arms["oracle"]  # already at the budget: untouched
+    assert trimmed["oracle"] == arms["oracle"] and trimmed["random"] == arms["random"]  # at the budget: untouched
     # each demo keeps its share, first and last step included, rows still paired
     cut = trimmed["recovery"][0]
     assert len(cut.actions) == 46 and cut.observations[0, 0] == 0 and cut.observations[-1, 0] == 199
@@ -204,18 +221,18 @@ def test_analysis_edge_cases():
 
 def test_design_file_errors_name_the_line_and_field(tmp_path):
     path = tmp_path / "design.yaml"
-    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\nextra_demos: 0\n")
+    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\nextra_demos: 0\n" + PRIMARY)
     with pytest.raises(AssayError, match=r"design.yaml:4: extra_demos: .*greater than or equal to 1"):
         load_design(path)
-    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 9, threshold: 0.0}\n")
+    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 9, threshold: 0.0}\n" + PRIMARY)
     with pytest.raises(AssayError, match=r"design.yaml:3: slice.component"):
         load_design(path)
-    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\ncolour: red\n")
+    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\ncolour: red\n" + PRIMARY)
     with pytest.raises(AssayError, match=r"colour: unknown field"):
         load_design(path)
     with pytest.raises(AssayError, match="cannot read design file"):
         load_design(tmp_path / "missing.yaml")
-    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\neval: 12\n")
+    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\neval: 12\n" + PRIMARY)
     design = load_design(path)
     assert design.eval_episodes == 12 and design.slice.region() == SLICE
     assert design.tag() == load_design(path).tag()
@@ -250,11 +267,10 @@ def test_targeted_arm_picks_the_failing_variant_from_failure_records_alone():
     training = Where(None, frozenset({"nominal"}), ("nominal",))  # the base saw nominal only
     base = select_base(pool, training, 6)
     assert len(base) == 6 and {r.variant_name for r in base} == {"nominal"}
-    used = {r.key for r in base}
-    targeted = select_demos(pool, used, target, 5)
+    targeted = draw_demos(pool, base, 5, 0, target)
     assert len(targeted) == 5 and {r.variant_name for r in targeted} == {GAIN}
-    assert {r.variant_name for r in select_demos(pool, used, training, 5, outside=True)} == {GAIN}  # oracle
-    random = select_random(pool, base, 28, seed=0)  # every success after the base's last episode, both variants
+    assert {r.variant_name for r in draw_demos(pool, base, 5, 0, training, outside=True)} == {GAIN}  # oracle
+    random = draw_demos(pool, base, 28, 0)  # every success after the base's last episode, both variants
     assert sorted((r.episode_index, r.variant_name) for r in random) == [
         (i, name) for i in range(6, 20) for name in sorted(("nominal", GAIN))]
     # precision and recall of the mined variant against the variant the base never saw: both 1
@@ -303,11 +319,12 @@ def test_by_variant_golden_case():
 
 def test_design_variants_and_variant_slices(tmp_path):
     path = tmp_path / "design.yaml"
-    head = "name: d\ntask: metaworld/push@1\n"
+    head = "name: d\ntask: metaworld/push@1\n" + PRIMARY
     path.write_text(head + "variants: [{}, {control.gain: 0.5}]\nslice: {variants: [{}]}\n")
     design = load_design(path)
     assert design.slice.region() is None and design.slice.variants == ({},)
-    nominal_only = FlywheelDesign(name="d", task="metaworld/push@1", slice={"component": 3, "threshold": 0.0})
+    nominal_only = FlywheelDesign(name="d", task="metaworld/push@1", slice={"component": 3, "threshold": 0.0},
+                                  primary={"test": "ttest", "unit": "replicate"})
     # a nominal-only, region-only design keeps the tag it had before variants existed (its runs are reused)
     assert nominal_only.tag() == content_hash({"task": "metaworld/push@1", "slice": {"component": 3, "threshold": 0.0,
                                                "below": True}, "horizon": None, "base": 20, "extra": 6, "pool": 100,
@@ -336,15 +353,41 @@ def test_random_arm_is_not_drawn_toward_the_part_the_base_skipped():
     pool = [record(i, float(x)) for i, x in enumerate(xs)]
     base = select_base(pool, Where(SLICE), 40)
     used = {r.key for r in base}
-    in_order = select_demos(pool, used, None, 40)
+    in_order = [r for r in pool if r.key not in used][:40]  # the withdrawn draw: the next successes in pool order
     assert sum(r.initial_conditions["rand_vec"][3] >= 0 for r in in_order) >= 30  # the old draw: 32 of 40 uncovered
-    random = select_random(pool, base, 200, seed=5)
+    random = draw_demos(pool, base, 200, 5)
     uncovered = sum(r.initial_conditions["rand_vec"][3] >= 0 for r in random)
     assert 80 <= uncovered <= 120  # binomial(200, 0.5): mean 100, sd 7.1
     assert not used & {r.key for r in random} and len({r.key for r in random}) == 200
-    everything = select_random(pool, [], len(pool), seed=1)  # no base: every success of the pool, each once
+    everything = draw_demos(pool, [], len(pool), 1)  # no base: every success of the pool, each once
     assert sorted(r.key for r in everything) == sorted(r.key for r in pool if r.outcome is Outcome.SUCCESS)
-    assert select_random(pool[:50], base, 5, seed=1) == []  # nothing after the base's last episode
+    assert draw_demos(pool[:50], base, 5, 1) == []  # nothing after the base's last episode
+
+
+def test_targeted_draw_on_a_slice_unrelated_region_is_as_uniform_as_random():
+    # a blind check on the targeted rule: a mined region that has nothing to do with the slice (the object's x,
+    # where the slice is on the goal's x) must not hand the targeted arm uncovered demos. The withdrawn rule
+    # ("the first unused successes in pool order") drew 160 of 160 from the uncovered half in the first run's
+    # replicates; a uniform draw from the candidates inside the region gives their share, here about 0.5.
+    rng = np.random.default_rng(17)
+    pool = [record(i, float(g), obj_x=float(o)) for i, (g, o) in enumerate(rng.uniform(-0.1, 0.1, (400, 2)))]
+    base = select_base(pool, Where(SLICE), 60)
+    unrelated = Where(InitRegion(0, 0.0, False))  # object x >= 0: independent of the slice (goal x < 0)
+    inside = [r for r in candidates(pool, base) if unrelated.contains(r)]
+    expected = sum(r.initial_conditions["rand_vec"][3] >= 0 for r in inside) / len(inside)
+    assert 0.4 < expected < 0.6
+    used = {r.key for r in base}
+    old = [r for r in pool if r.key not in used and unrelated.contains(r)][:40]  # the withdrawn targeted rule
+    assert sum(r.initial_conditions["rand_vec"][3] >= 0 for r in old) / len(old) > 0.75  # 33 of 40
+    draws = [r for seed in range(40) for r in draw_demos(pool, base, 4, 1000 + seed, unrelated)]  # 40 replicates
+    assert len(draws) == 160 and all(unrelated.contains(r) and r.key not in used for r in draws)
+    share = sum(r.initial_conditions["rand_vec"][3] >= 0 for r in draws) / len(draws)
+    # 160 draws of 4 without replacement per replicate: sd about sqrt(0.25 / 160) = 0.04; 3 sd either side
+    assert abs(share - expected) < 0.12, (share, expected)
+    # the oracle draws the same way inside the uncovered part: uniform over it, not its earliest episodes
+    oracle = [r for seed in range(40) for r in draw_demos(pool, base, 4, 1000 + seed, Where(SLICE), outside=True)]
+    positions = sorted(r.initial_conditions["rand_vec"][3] for r in oracle)
+    assert all(x >= 0 for x in positions) and 0.03 < float(np.median(positions)) < 0.07
 
 
 def test_replicate_line_says_how_many_extra_demos_lie_outside_the_slice():
@@ -362,9 +405,13 @@ def test_every_example_design_loads_and_the_confirmatory_run_only_adds_replicate
 
     designs = {p.stem: load_design(p) for p in sorted(Path("examples/flywheel").glob("*.yaml"))}
     assert {"push-goal-slice", "push-goal-slice-confirm", "push-gain-variant-slice"} <= set(designs)
+    for name, design in designs.items():  # every design declares its primary endpoint (it is required)
+        assert design.primary.test in ("ttest", "mcnemar"), name
     first, confirm = designs["push-goal-slice"], designs["push-goal-slice-confirm"]
     changed = {k for k, v in confirm.model_dump().items() if first.model_dump()[k] != v}
-    assert changed == {"name", "replicates", "first_replicate"}
+    assert changed == {"name", "replicates", "first_replicate", "primary"}  # the data are fixed the same way
+    assert first.tag() == confirm.tag()
+    assert (first.primary.test, confirm.primary.test) == ("mcnemar", "ttest")  # as each was declared
     # its replicates draw seed streams the first run never used
     assert confirm.first_replicate >= first.first_replicate + first.replicates
 
@@ -373,11 +420,147 @@ def test_a_short_arm_is_named_with_its_count_and_the_cut_every_arm_takes():
     arms = {"random": [demo("r1", 5), demo("r2", 5)], "targeted": [demo(f"t{i}", 5) for i in range(4)],
             "oracle": [demo(f"o{i}", 5) for i in range(4)], "recovery": [demo("c1", 5)]}
     _, account = equal_budget(arms)
-    assert account["episodes"] == 1
+    assert account["episodes"] == 2 and account["secondary"]["episodes"] == 1
     assert budget_shortfall(account, 4) == ("warning: arm(s) found fewer than the 4 extra demos asked (random 2, "
-                                            "recovery 1); every arm is cut to 1 (enlarge 'pool' or 'probe')")
+                                            "recovery 1); the primary pair (targeted and random) to 2 and the "
+                                            "secondary arms (oracle, recovery) to 1 episodes (enlarge 'pool' or "
+                                            "'probe')")
     assert budget_shortfall(account, 1) is None  # exactly the count asked is enough (the edge)
     assert budget_shortfall(account, 2) == ("warning: arm(s) found fewer than the 2 extra demos asked (recovery 1); "
-                                            "every arm is cut to 1 (enlarge 'pool' or 'probe')")
+                                            "the primary pair (targeted and random) to 2 and the secondary arms "
+                                            "(oracle, recovery) to 1 episodes (enlarge 'pool' or 'probe')")
     _, even = equal_budget({"random": [demo("r", 5)] * 3, "targeted": [demo("t", 5)] * 3})
     assert budget_shortfall(even, 3) is None
+
+
+def test_the_primary_endpoint_is_declared_with_its_test_and_unit(tmp_path):
+    path = tmp_path / "design.yaml"
+    head = "name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\n"
+    path.write_text(head)
+    with pytest.raises(AssayError, match=r"design.yaml:1: .*declare the primary endpoint before the run: primary: "
+                                         r"\{test: ttest, unit: replicate\}"):
+        load_design(path)
+    path.write_text(head + "primary: {test: ttest, unit: scene}\n")
+    with pytest.raises(AssayError, match=r"design.yaml:4: primary: .*test ttest with unit scene: valid are"):
+        load_design(path)
+    path.write_text(head + "primary: {test: wilcoxon, unit: replicate}\n")
+    with pytest.raises(AssayError, match=r"design.yaml:4: primary.test: .*'ttest' or 'mcnemar'"):
+        load_design(path)
+    path.write_text(head + "primary: {test: mcnemar, unit: scene, alpha: 0.01}\n")
+    design = load_design(path)
+    assert design.primary.alpha == 0.01 and "McNemar" in design.primary.label
+    path.write_text(head + "primary: {test: ttest, unit: replicate}\n")
+    assert load_design(path).tag() == design.tag()  # the endpoint is analysis: it never changes the data
+
+
+def test_the_primary_pair_budget_does_not_depend_on_a_short_secondary_arm():
+    # golden: targeted and random find their 4 demos; the recovery arm finds 1 relabel. The withdrawn rule cut
+    # every arm to 1 episode (a 1-demo vs 1-demo primary test); now the pair keeps 4 and only the secondary
+    # arms are cut to 1, at most the pair's frames
+    arms = {"random": [demo(f"r{i}", 50 + i) for i in range(4)], "targeted": [demo(f"t{i}", 60) for i in range(4)],
+            "recovery": [demo("c1", 200)], "oracle": [demo(f"o{i}", 40) for i in range(4)]}
+    trimmed, account = equal_budget(arms)
+    assert (account["episodes"], account["frames"]) == (4, 206)  # random's 50 + 51 + 52 + 53 (targeted's 240)
+    assert account["secondary"] == {"arms": ["oracle", "recovery"], "episodes": 1, "frames": 40}
+    assert [len(trimmed[a]) for a in arms] == [4, 4, 1, 1]
+    assert [sum(len(d.actions) for d in trimmed[a]) for a in arms] == [206, 206, 40, 40]
+    alone, pair = equal_budget({"random": arms["random"], "targeted": arms["targeted"]})
+    shape = {a: [(d.key, len(d.actions)) for d in trimmed[a]] for a in alone}
+    assert shape == {a: [(d.key, len(d.actions)) for d in got] for a, got in alone.items()}  # as if alone
+    assert (pair["episodes"], pair["frames"], pair["secondary"]) == (4, 206, None)
+    # a secondary arm with more data than the pair is capped at the pair's budget (never more than random)
+    rich, capped = equal_budget({"random": [demo("r", 30)], "targeted": [demo("t", 90), demo("u", 90)],
+                                 "oracle": [demo("o1", 80), demo("o2", 80)]})
+    assert (capped["episodes"], capped["frames"]) == (1, 30) and capped["secondary"]["frames"] == 30
+    assert [len(d.actions) for d in rich["oracle"]] == [30]
+    with pytest.raises(AssayError, match="recovery found no data"):
+        equal_budget({**arms, "recovery": []})
+
+
+def gain_replicates(n: int, random_gains: int) -> list[dict[str, dict[int, bool]]]:
+    """``n`` replicates of 4 scenes: base solves 1, targeted 3 everywhere; random solves 2 in the first
+    ``random_gains`` replicates and 1 (no gain) in the rest."""
+    return [outcomes([1, 0, 0, 0], [1, 1, 0, 0] if i < random_gains else [1, 0, 0, 0], [1, 1, 1, 0])
+            for i in range(n)]
+
+
+def test_gain_ratio_interval_is_unbounded_when_random_gains_nothing_in_more_than_its_tail():
+    # golden: a resample has no random gain iff it draws none of the k replicates where random gained, with
+    # probability ((n - k) / n) ** n. n = 10, k = 3: 0.7 ** 10 = 2.82% > 2.5%: the upper side is unbounded
+    # (targeted gained in every resample: +inf). k = 4: 0.6 ** 10 = 0.60%: bounded
+    resamples = 20000
+    for k, chance, unbounded in ((3, 0.7**10, True), (4, 0.6**10, False)):
+        gain = analyse(gain_replicates(10, k), n_resamples=resamples)["gain_ratio"]
+        sd = (chance * (1 - chance) / resamples) ** 0.5
+        assert abs(gain["undefined_resamples"] / resamples - chance) < 4 * sd, k
+        assert gain["random_gained_nothing"] == {"targeted_gained": gain["undefined_resamples"],
+                                                 "targeted_gained_nothing": 0}
+        assert gain["ratio"] == pytest.approx(20 / k)  # pooled: targeted +2 per replicate, random +1 in k of 10
+        assert gain["unbounded_above"] is unbounded and gain["unbounded_below"] is False
+        low, high = gain["bootstrap_ci"]
+        assert low is not None and 2 < low < gain["ratio"]
+        assert (high is None) is unbounded and (unbounded or high > gain["ratio"])
+    # the first run's published interval: 307 of 10,000 resamples without a random gain, all with a targeted
+    # gain, are 3.07% of them: its upper side is unbounded, [0.74, inf), not [0.73, 21.0]
+    finite = list(np.linspace(0.5, 21.0, 10000 - 307))
+    got = extended_interval(finite + [float("inf")] * 307)
+    assert got["unbounded_above"] and got["high"] is None and got["low"] == pytest.approx(
+        float(np.percentile(finite + [1e9] * 307, 2.5)))
+    edge = extended_interval([1.0] * 975 + [float("inf")] * 25)  # exactly 2.5%: bounded (more than, not as many)
+    assert not edge["unbounded_above"] and edge["high"] == 1.0
+    neither = extended_interval([float("-inf")] * 30 + list(np.linspace(1, 2, 970)))  # neither arm gained: below
+    assert neither["unbounded_below"] and neither["low"] is None and neither["high"] is not None
+    assert extended_interval([float("-inf")] * 5) == {"low": None, "high": None, "below_inf": 5, "above_inf": 0,
+                                                      "unbounded_below": False, "unbounded_above": False}
+
+
+def test_the_declared_primary_is_the_one_reported_as_primary():
+    replicates = [outcomes([0, 0, 1, 0], [1, 0, 1, 0], [1, 1, 1, 0]), outcomes([0, 0, 0, 1], [0, 1, 0, 1], [1, 1, 1, 1]),
+                  outcomes([0, 1, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0])]
+    by_t = analyse(replicates, n_resamples=200, primary={"test": "ttest", "unit": "replicate", "alpha": 0.05})
+    by_m = analyse(replicates, n_resamples=200, primary={"test": "mcnemar", "unit": "scene", "alpha": 0.05})
+    assert by_t["primary"]["per_replicate"] == [0.25, 0.5, 0.0]
+    assert by_t["primary"]["p"] == by_t["primary"]["replicate_ttest_p"] != by_m["primary"]["p"]
+    assert by_m["primary"]["p"] == by_m["primary"]["mcnemar_p"] == pytest.approx(0.25)
+    assert by_t["primary"]["mean_replicate_difference"] == pytest.approx(0.25)
+    from assay.report.flywheel import endpoint_lines
+
+    lines = endpoint_lines(by_t)
+    assert lines[0].startswith("primary endpoint (declared), targeted − random: two-sided t test over the "
+                               "replicate differences: mean +0.250 per scene, p = 0.225; p not below alpha 0.05")
+    assert lines[1].startswith("secondary: McNemar exact") and lines[2].startswith("secondary: replicate-bootstrap")
+    assert endpoint_lines(by_m)[0].startswith("primary endpoint (declared), targeted − random: McNemar exact")
+
+
+def test_replicate_power_by_the_noncentral_t():
+    # the confirmation's plan (docs/RESULTS.md): +0.067 at sd 0.12 over 28 replicates, power 0.81
+    assert ttest_power(28, 0.067, 0.12) == pytest.approx(0.81, abs=0.01)
+    assert ttest_replicates(0.067, 0.12) == 28
+    assert ttest_power(1, 0.1, 0.1) != ttest_power(1, 0.1, 0.1)  # one replicate: no test (nan)
+    assert ttest_power(20, 0.0, 0.1) == pytest.approx(0.05)  # no effect: the test's size
+
+
+def test_a_frame_trimmed_demo_reads_the_frames_of_the_steps_it_kept(tmp_path):
+    # pixel designs: trim_frames keeps evenly spaced steps, and pixel training must read those steps' frames,
+    # not the first ones; a relabel reads its source episode's frames
+    from assay.learning.pixel_bc import demo_frames
+    from assay.store import Store
+    from assay.store.video import write_video
+
+    cut = trim_frames([demo("ep", 10), demo("ep2", 5)], 6)
+    assert [list(d.step_indices()) for d in cut] == [[0, 3, 6, 9], [0, 4]]  # shares 4 and 2, first and last kept
+    assert [list(d.observations[:, 0]) for d in cut] == [[0, 3, 6, 9], [0, 4]]  # the rows are those steps
+    twice = trim_frames(cut[:1], 2)[0]
+    assert list(twice.step_indices()) == [0, 9]  # a second cut composes with the first
+    with Store(tmp_path / "store") as store:
+        frames = [np.full((16, 16, 3), 20 * i, dtype=np.uint8) for i in range(10)]
+        write_video(store.data_root, "ep", "front", frames, 20.0)
+        got = demo_frames(store, cut[0], "front")
+        assert got.shape == (4, 16, 16, 3)
+        assert [round(float(f.mean()) / 20) for f in got] == [0, 3, 6, 9]
+        relabel = Demo("relabel:ep", "metaworld/push@1", "h", "nominal", 0, "relabel", cut[0].observations,
+                       cut[0].actions, steps=cut[0].steps)
+        assert np.array_equal(demo_frames(store, relabel, "front"), got)
+        with pytest.raises(Exception, match="recovery demo without camera frames"):
+            demo_frames(store, Demo("r.parquet", "t", "h", "nominal", 0, "recovery", cut[0].observations,
+                                    cut[0].actions), "front")

@@ -66,10 +66,24 @@ def test_flywheel_runs_end_to_end_on_a_tiny_budget(tmp_path):
     assert again.exit_code == 0 and json.loads(again.stdout)["results"] == [row]
 
 
+def assert_budget_groups(rep: dict) -> None:
+    """The primary pair at one budget of its own, the secondary arms at one budget of theirs, never above it."""
+    base, budget = rep["base"], rep["budget"]
+    extra = {arm: (s["episodes"] - base["episodes"], s["frames"] - base["frames"])
+             for arm, s in rep["data"].items() if arm != "base"}
+    assert extra["targeted"] == extra["random"] == (budget["episodes"], budget["frames"])
+    secondary = budget["secondary"]
+    assert {extra[arm] for arm in secondary["arms"]} == {(secondary["episodes"], secondary["frames"])}
+    assert secondary["episodes"] <= budget["episodes"] and secondary["frames"] <= budget["frames"]
+    primary_pair = min(budget["available"][a]["episodes"] for a in ("targeted", "random"))
+    assert budget["episodes"] == min(primary_pair, 2)  # whatever the secondary arms found
+
+
 TINY_DESIGN = """name: tiny
 task: metaworld/reach@1
 horizon: 80
 slice: {component: 3, threshold: 0.0}
+primary: {test: ttest, unit: replicate}
 base_demos: 3
 extra_demos: 2
 pool: 12
@@ -104,7 +118,7 @@ def test_flywheel_design_runs_end_to_end_and_a_rerun_resumes_everything(tmp_path
         assert budget["episodes"] <= 2 and budget["frames"] > 0
         # the shortfall warning is there exactly when some arm found fewer than the 2 extra demos asked
         short = sorted(arm for arm, got in budget["available"].items() if got["episodes"] < 2)
-        assert (rep["shortfall"] is None) == (not short) == (budget["episodes"] == 2)
+        assert (rep["shortfall"] is None) == (not short) == (budget["episodes"] == budget["secondary"]["episodes"] == 2)
         if short:
             assert all(f"{arm} {budget['available'][arm]['episodes']}" in rep["shortfall"] for arm in short)
         assert set(rep["outcomes"]) == {"base", "random", "targeted", "recovery", "ponr", "oracle"}
@@ -121,7 +135,7 @@ def test_flywheel_design_runs_end_to_end_and_a_rerun_resumes_everything(tmp_path
 
     for rep in document["replicates"]:
         extra = {arm: size for arm, size in rep["data"].items() if arm != "base"}
-        assert len({(s["episodes"], s["frames"]) for s in extra.values()}) == 1
+        assert_budget_groups(rep)
         assert extra["random"] == {"episodes": rep["base"]["episodes"] + rep["budget"]["episodes"],
                                    "frames": rep["base"]["frames"] + rep["budget"]["frames"]}
         for arm, checkpoint in rep["checkpoints"].items():
@@ -140,9 +154,12 @@ def test_flywheel_design_runs_end_to_end_and_a_rerun_resumes_everything(tmp_path
     report = invoke("report", campaign, "--store", str(store), "-o", str(tmp_path / "r.html"))
     assert report.exit_code == 0, report.output
     html = (tmp_path / "r.html").read_text()
-    assert "Flywheel: targeted vs random data" in html and "primary endpoint (targeted − random, 8 pairs" in html
+    assert "Flywheel: targeted vs random data" in html
+    assert "primary endpoint (declared), targeted − random: two-sided t test over the replicate differences" in html
+    assert "secondary: McNemar exact over the pooled (replicate, scene) pairs" in html and "budget group" in html
     table = invoke("flywheel", "--design", str(design), "--store", str(store))
     assert table.exit_code == 0 and "gain ratio" in table.stdout and "mining chose" in table.stdout
+    assert "each arm's extra data" in table.stdout and "primary pair" in table.stdout
     for rep in document["replicates"]:  # the table carries each replicate's shortfall warning, if any
         assert (rep["shortfall"] is None) or f"replicate {rep['replicate']}: {rep['shortfall']}" in table.stdout
     bad = invoke("flywheel", "--design", str(design), "--task", "metaworld/reach@1", "--store", str(store))
@@ -154,7 +171,8 @@ def test_flywheel_design_bad_input_is_one_line(tmp_path):
     missing = invoke("flywheel", "--design", str(tmp_path / "nope.yaml"), "--store", str(tmp_path / "s"))
     assert missing.exit_code == 2 and "cannot read design file" in missing.stderr
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\nreplicates: 0\n")
+    bad.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\nreplicates: 0\n"
+                   "primary: {test: ttest, unit: replicate}\n")
     result = invoke("flywheel", "--design", str(bad), "--store", str(tmp_path / "s"))
     assert result.exit_code == 2 and "bad.yaml:4: replicates" in result.stderr
     neither = invoke("flywheel", "--store", str(tmp_path / "s"))
@@ -220,7 +238,7 @@ def test_flywheel_variant_design_runs_end_to_end_and_a_rerun_reproduces_it(tmp_p
 
     example = yaml.safe_load(Path("examples/flywheel/push-gain-variant-slice.yaml").read_text())
     tiny = {"name": "tinyv", "task": "metaworld/reach@1", "horizon": 80, "variants": example["variants"],
-            "slice": example["slice"], "base_demos": 3, "extra_demos": 2, "pool": 8, "probe": 4, "eval": 3,
+            "slice": example["slice"], "primary": example["primary"], "base_demos": 3, "extra_demos": 2, "pool": 8, "probe": 4, "eval": 3,
             "replicates": 2, "epochs": 5, "hidden": [16], "bootstrap": 200}
     design = tmp_path / "tinyv.yaml"
     design.write_text(yaml.safe_dump(tiny))
@@ -241,8 +259,7 @@ def test_flywheel_variant_design_runs_end_to_end_and_a_rerun_reproduces_it(tmp_p
             assert set(rep["outcomes"]) == {"base", "random", "targeted", "recovery", "ponr", "oracle"}
             assert {s.split("|")[0] for s in rep["outcomes"]["base"]} == {"nominal", gain}
             assert rep["inside"] == {s: s.startswith("nominal|") for s in rep["inside"]}  # the slice: nominal
-            extra = {arm: size for arm, size in rep["data"].items() if arm != "base"}
-            assert len({(s["episodes"], s["frames"]) for s in extra.values()}) == 1  # ponr included
+            assert_budget_groups(rep)  # ponr among the secondary arms
             assert rep["mining"]["variants"][gain]["episodes"] == rep["mining"]["variants"]["nominal"]["episodes"] == 4
             data = {arm: checkpoint_provenance(c["path"]) for arm, c in rep["checkpoints"].items()}
             assert {p["variant_key"] for p in data["base"]} == {"nominal"}
@@ -256,6 +273,7 @@ def test_flywheel_variant_design_runs_end_to_end_and_a_rerun_reproduces_it(tmp_p
                 assert sum(composition[arm]["variants"].values()) == len(added[arm])
                 assert composition[arm]["unresolved"] == 0
             assert composition["oracle"]["outside_slice"] == len(added["oracle"])
+            assert composition["targeted"]["in_target"] == len(added["targeted"])  # drawn inside the mined target
             # random draws only from pool episodes after the base's last one (the part its selection never saw)
             index = {(r.variant_key, r.seed): r.episode_index for r in by_key.values()
                      if r.campaign == rep["campaigns"]["pool"]}

@@ -143,7 +143,7 @@ def _flywheel_design(path: Path, store: Path, catalog: str | None, workers: int,
         return
     from rich.table import Table
 
-    from assay.report.flywheel import summary_lines
+    from assay.report.flywheel import COMPOSITION_HEADER, composition_rows, summary_lines
 
     analysis = document["analysis"]
     table = Table(title=f"flywheel {design.name} on {design.task}: success on held-out seeds, pooled over "
@@ -156,6 +156,12 @@ def _flywheel_design(path: Path, store: Path, catalog: str | None, workers: int,
         table.add_row(arm, cell(rate), cell(document["by_region"]["slice"][arm]), cell(document["by_region"]["uncovered"][arm]),
                       "" if versus is None else f"{versus['difference']:+.3f} (p = {versus['mcnemar_p']:.3g})")
     render.console.print(table)
+    composition = Table(title="each arm's extra data, summed over the replicates")
+    for column in COMPOSITION_HEADER:
+        composition.add_column(column)
+    for row in composition_rows(document):
+        composition.add_row(*row)
+    render.console.print(composition)
     for line in summary_lines(document):
         render.console.print(line, highlight=False, soft_wrap=True)
     render.console.print(f"result: {written}", highlight=False, soft_wrap=True)

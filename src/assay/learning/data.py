@@ -74,6 +74,12 @@ class Demo:
     observations: np.ndarray  # (T, state_dim) float64
     actions: np.ndarray  # (T, action_dim) float64
     instruction: str = ""  # the instruction the episode ran under (language-conditioned training reads it)
+    steps: np.ndarray | None = None  # the episode step of each row (None: rows 0..T-1; a frame-trimmed demo keeps
+    # some steps, and pixel training reads the recorded frames of exactly those)
+
+    def step_indices(self) -> np.ndarray:
+        """The episode step of each row (0..T-1 unless the demo was cut to some of its steps)."""
+        return np.arange(len(self.actions)) if self.steps is None else self.steps
 
     def provenance(self) -> dict[str, object]:
         return {"key": self.key, "task_id": self.task_id, "task_hash": self.task_hash,

@@ -1,30 +1,36 @@
-"""The flywheel experiment's design and each arm's data selection (issue 21).
+"""The flywheel experiment's design and each arm's data selection (issues 21, 43).
 
 A design file (YAML) declares an evaluation distribution (the task's initial conditions
 times the design's ``variants``, e.g. nominal and ``control.gain: 0.5``) and a *deployment
 gap*: the base policy learns from expert demos in a ``slice`` of it (one threshold on one
 component of Meta-World's ``rand_vec``, and/or some of the variants), and is evaluated on
-the whole distribution. Six arms then get the same extra budget, equal in episodes *and* frames:
+the whole distribution. It declares its primary endpoint (``primary``: the test and its unit).
+Six arms then get an extra budget, equal in episodes *and* frames:
 
 * ``base``: the slice demos only;
-* ``random``: + K expert demos drawn at random from the whole distribution (:func:`select_random`: only
-  from the pool episodes after the last one the base took, which its slice selection never examined);
-* ``targeted``: + K expert demos from where failure mining on a probe run of the base
-  points (:func:`mine`, on the probe's records alone, never the slice): the variants with
-  the highest failure rate, then within them the initial-condition split with the largest
-  Gini gain (:func:`assay.failures.priorities.failure_region`);
+* ``random``: + K expert demos drawn uniformly from the whole distribution;
+* ``targeted``: + K expert demos drawn uniformly from where failure mining on a probe run of the base
+  points (:func:`mine`, on the probe's records alone, never the slice): the variants with the highest
+  failure rate, then within them the initial-condition split with the largest Gini gain
+  (:func:`assay.failures.priorities.failure_region`);
 * ``recovery``: + the expert's actions on the states the base visited in K failing probe
   episodes (DAgger-style relabels, each replayed in its own variant);
 * ``ponr``: + up to K point-of-no-return recovery demos (the expert takes over just before
   each failure's point of no return, in the failure's variant; ``ponr: false`` leaves it out);
-* ``oracle``: + K expert demos from the true uncovered part (outside the slice): the
+* ``oracle``: + K expert demos drawn uniformly from the true uncovered part (outside the slice): the
   ceiling, the only arm that reads the slice.
 
-Budgets are made equal by :func:`equal_budget`: every extra arm keeps the same number of
-episodes (the smallest any arm could fill) and is trimmed to the same number of frames
-(the smallest total), each demo keeping its share of frames at evenly spaced steps (BC
-learns from (state, action) pairs, so a frame budget is a set of pairs). The functions
-here are pure over records and demos; :mod:`assay.learning.flywheel_run` runs the campaigns.
+Every arm that takes pool demos draws them by one blind rule (:func:`draw_demos`): the same seeded
+permutation of the same candidates (the successful pool episodes after the base's last one, which
+its slice selection never examined), each arm taking the first K of it inside its region.
+
+Budgets are made equal by :func:`equal_budget` in two groups: the primary pair (targeted and random)
+against each other alone, then the secondary arms among themselves, capped at the primary pair's
+budget (so no secondary arm learns from more data than random, its comparator). Within a group
+every arm keeps the same number of episodes (the fewest any arm of the group has) and is trimmed
+to the same number of frames (the smallest total), each demo keeping its share of frames at evenly
+spaced steps (BC learns from (state, action) pairs, so a frame budget is a set of pairs). The
+functions here are pure over records and demos; :mod:`assay.learning.flywheel_run` runs the campaigns.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -46,6 +52,7 @@ from assay.store import EpisodeRecord, Outcome
 
 ARMS = ("base", "random", "targeted", "recovery", "ponr", "oracle")
 EXTRA_ARMS = ARMS[1:]
+PRIMARY_PAIR = ("targeted", "random")  # the declared comparison; every other extra arm is secondary
 
 
 class SliceSpec(BaseModel):
@@ -106,6 +113,32 @@ class Where:
         return ", ".join(parts) or "anywhere"
 
 
+class PrimaryEndpoint(BaseModel):
+    """The design's declared primary endpoint for targeted − random: ``test: ttest, unit: replicate`` (a
+    two-sided one-sample t test over the replicate differences: the replicate is what varies the data) or
+    ``test: mcnemar, unit: scene`` (McNemar's exact test over the pooled (replicate, scene) pairs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    test: Literal["ttest", "mcnemar"]
+    unit: Literal["replicate", "scene"]
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _test_fits_unit(self) -> PrimaryEndpoint:
+        if (self.test, self.unit) not in (("ttest", "replicate"), ("mcnemar", "scene")):
+            raise ValueError(f"test {self.test} with unit {self.unit}: valid are {{test: ttest, unit: replicate}} "
+                             "(t test over the replicate differences) and {test: mcnemar, unit: scene} (McNemar "
+                             "over the pooled scene pairs)")
+        return self
+
+    @property
+    def label(self) -> str:
+        """``two-sided one-sample t test over the replicate differences, alpha 0.05`` (or McNemar's)."""
+        if self.test == "ttest":
+            return f"two-sided one-sample t test over the replicate differences, alpha {self.alpha:g}"
+        return f"McNemar exact over the pooled (replicate, scene) pairs, alpha {self.alpha:g}"
+
+
 class FlywheelDesign(BaseModel):
     """One flywheel experiment, as data (``assay flywheel --design FILE.yaml``)."""
 
@@ -113,6 +146,7 @@ class FlywheelDesign(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][\w.\-]*$")
     task: str
     slice: SliceSpec
+    primary: PrimaryEndpoint  # declared before the run; analysis only (not in the tag)
     variants: tuple[dict[str, Any], ...] = Field(default=({},), min_length=1)  # the evaluation distribution's
     # variants ({factor: value} requests; {} is nominal): pool, probe and evaluation run over every one
     horizon: int | None = Field(default=None, ge=1)
@@ -124,13 +158,33 @@ class FlywheelDesign(BaseModel):
     replicates: int = Field(default=5, ge=1)
     first_replicate: int = Field(default=0, ge=0)  # replicates first_replicate, first_replicate + 1, ...: a pilot's
     # replicates can be kept out of the confirmatory run (their seed streams are not reused)
-    ponr: bool = True  # the point-of-no-return recovery arm (its partial demos set the common frame budget);
+    ponr: bool = True  # the point-of-no-return recovery arm (its partial demos set the secondary frame budget);
     # false leaves it out. Not in the tag: it changes only which checkpoints train, and they are keyed by their data
+    recovery: bool = True  # the DAgger-relabel arm; false leaves it out (not in the tag, as ponr)
+    obs: Literal["state", "image+proprio"] = "state"  # what every arm's policy sees: state BC, or pixel BC
+    # (assay.learning.pixel_bc) on a square front camera of camera_size px that pool, probe and evaluation record
+    camera_size: int = Field(default=64, ge=16, le=256)
     epochs: int = Field(default=100, ge=1)
     hidden: tuple[int, ...] = (256, 256)
     bootstrap: int = Field(default=10000, ge=100)
     power_baseline: float = Field(default=0.7, gt=0, lt=1)  # the expected random-arm rate the power plan assumed
     delta: float = Field(default=0.10, gt=0, lt=1)  # the difference the plan is sized to detect
+    power_sd: float | None = Field(default=None, gt=0)  # the spread (sd) of the replicate differences a pilot
+    # showed: the replicate-level plan (t test over replicates, noncentral t) is sized with it
+
+    @model_validator(mode="before")
+    @classmethod
+    def _primary_declared(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "primary" not in data:
+            raise ValueError("declare the primary endpoint before the run: primary: {test: ttest, unit: replicate} "
+                             "(t test over the replicate differences) or {test: mcnemar, unit: scene}")
+        return data
+
+    @model_validator(mode="after")
+    def _pixel_arms_have_frames(self) -> FlywheelDesign:
+        if self.obs != "state" and self.ponr:
+            raise ValueError("obs image+proprio: PoNR recovery demos have no camera frames; set ponr: false")
+        return self
 
     @model_validator(mode="after")
     def _slice_variants_declared(self) -> FlywheelDesign:
@@ -144,12 +198,14 @@ class FlywheelDesign(BaseModel):
         return self
 
     def tag(self) -> str:
-        """What fixes the data and checkpoints (not the replicate count, bootstrap or power settings)."""
+        """What fixes the data and checkpoints (not the replicate count, endpoint, bootstrap or power settings)."""
         fixed: dict[str, Any] = {"task": self.task, "slice": self.slice.hashed(), "horizon": self.horizon,
                                  "base": self.base_demos, "extra": self.extra_demos, "pool": self.pool,
                                  "probe": self.probe, "epochs": self.epochs, "hidden": list(self.hidden)}
         if self.variants != ({},):  # a nominal-only design hashes as it did before variants
             fixed["variants"] = [dict(v) for v in self.variants]
+        if self.obs != "state":  # a state design hashes as it did before pixel designs
+            fixed["obs"], fixed["camera_size"] = self.obs, self.camera_size
         return content_hash(fixed, length=8)
 
 
@@ -161,7 +217,7 @@ def load_design(path: Path) -> FlywheelDesign:
         raise AssayError(f"cannot read design file {path}: {exc.strerror or exc}") from None
     data, lines = load_yaml(text, str(path))
     if not isinstance(data, dict):
-        raise AssayError(f"{path}:1: a flywheel design is a mapping (name, task, slice, ...)")
+        raise AssayError(f"{path}:1: a flywheel design is a mapping (name, task, slice, primary, ...)")
     try:
         return FlywheelDesign.model_validate(data)
     except ValidationError as exc:
@@ -186,34 +242,34 @@ def select_base(pool: Sequence[EpisodeRecord], training: Where, count: int) -> l
     return [r for r in _ordered_successes(pool) if training.contains(r)][:count]
 
 
-def select_demos(pool: Sequence[EpisodeRecord], used: set[str], where: Where | None, count: int,
-                 outside: bool = False) -> list[EpisodeRecord]:
-    """The first ``count`` successful pool episodes not in ``used``, inside ``where`` (outside it when
-    ``outside``; anywhere when ``where`` is None)."""
-    chosen = []
-    for record in _ordered_successes(pool):
-        if record.key in used:
-            continue
-        if where is not None and where.contains(record) == outside:
-            continue
-        chosen.append(record)
-        if len(chosen) == count:
-            break
-    return chosen
-
-
-def select_random(pool: Sequence[EpisodeRecord], base: Sequence[EpisodeRecord], count: int,
-                  seed: int) -> list[EpisodeRecord]:
-    """``count`` successful pool episodes drawn uniformly (seeded) from the whole distribution.
+def candidates(pool: Sequence[EpisodeRecord], base: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
+    """The successful pool episodes after the base's last one, in every variant: the part of the pool its slice
+    selection never examined, distributed as the evaluation is (up to the expert's own success there).
 
     The base took the first successes *inside the slice*, so the pool's earlier episodes left over are the
-    ones outside it: drawing from them would favour the uncovered part (the random arm would become the
-    oracle). Only episodes after the base's last one, in every variant, are candidates: an unselected part
-    of the pool, distributed as the evaluation is (up to the expert's own success there)."""
+    ones outside it: drawing from them would favour the uncovered part (any arm would lean toward the oracle)."""
     after = max((r.episode_index for r in base), default=-1)
-    candidates = [r for r in _ordered_successes(pool) if r.episode_index > after]
-    order = np.random.default_rng(seed).permutation(len(candidates))
-    return [candidates[i] for i in order[:count]]
+    return [r for r in _ordered_successes(pool) if r.episode_index > after]
+
+
+def draw_demos(pool: Sequence[EpisodeRecord], base: Sequence[EpisodeRecord], count: int, seed: int,
+               where: Where | None = None, outside: bool = False) -> list[EpisodeRecord]:
+    """``count`` of the :func:`candidates` drawn uniformly (seeded) inside ``where`` (outside it when
+    ``outside``; anywhere when ``where`` is None), fewer when fewer lie there.
+
+    One blind rule for every arm: a seeded permutation of the candidates, of which each arm takes the first
+    ``count`` in its region. With the replicate's seed the arms share the permutation, so a region that
+    holds every candidate draws exactly the random arm's demos, and inside any region the draw is uniform."""
+    pooled = candidates(pool, base)
+    order = np.random.default_rng(seed).permutation(len(pooled))
+    chosen = []
+    for i in order:
+        record = pooled[int(i)]
+        if where is None or where.contains(record) != outside:
+            chosen.append(record)
+            if len(chosen) == count:
+                break
+    return chosen
 
 
 def probe_failures(probe: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
@@ -297,7 +353,8 @@ def region_agreement(mined: InitRegion | None, truth: InitRegion, scenes: Sequen
 
 def trim_frames(demos: Sequence[Demo], frames: int) -> list[Demo]:
     """``demos`` cut to ``frames`` (state, action) pairs in all: each demo keeps its share (largest
-    remainder, at least one frame each) at evenly spaced steps, first and last included."""
+    remainder, at least one frame each) at evenly spaced steps, first and last included (``steps`` records
+    which, so pixel training reads those steps' frames)."""
     total = sum(len(d.actions) for d in demos)
     if frames > total or frames < len(demos):
         raise AssayError(f"cannot trim {len(demos)} demos of {total} frames to {frames} frames")
@@ -312,33 +369,59 @@ def trim_frames(demos: Sequence[Demo], frames: int) -> list[Demo]:
     for demo, n in zip(demos, keep, strict=True):
         rows = np.unique(np.round(np.linspace(0, len(demo.actions) - 1, int(n))).astype(int))
         out.append(Demo(demo.key, demo.task_id, demo.task_hash, demo.variant_key, demo.seed, demo.purpose,
-                        demo.observations[rows], demo.actions[rows], demo.instruction))
+                        demo.observations[rows], demo.actions[rows], demo.instruction, demo.step_indices()[rows]))
     return out
 
 
 def budget_shortfall(account: Mapping[str, Any], wanted: int) -> str | None:
-    """A warning when some arm found fewer than the design's ``wanted`` extra demos (so ``equal_budget`` cut
-    every arm to that count), naming each short arm with what it found; None when every arm found enough."""
+    """A warning when some arm found fewer than the design's ``wanted`` extra demos (so :func:`equal_budget` cut
+    its group to that count), naming each short arm with what it found and the cut of each group; None when
+    every arm found enough."""
     short = {name: int(got["episodes"]) for name, got in sorted(account["available"].items())
              if int(got["episodes"]) < wanted}
     if not short:
         return None
     found = ", ".join(f"{name} {count}" for name, count in short.items())
-    return (f"warning: arm(s) found fewer than the {wanted} extra demos asked ({found}); every arm is cut to "
-            f"{account['episodes']} (enlarge 'pool' or 'probe')")
+    secondary = account.get("secondary") or {}
+    cuts = [f"the primary pair ({' and '.join(PRIMARY_PAIR)}) to {account['episodes']}"]
+    if secondary.get("arms"):
+        cuts.append(f"the secondary arms ({', '.join(secondary['arms'])}) to {secondary['episodes']}")
+    return (f"warning: arm(s) found fewer than the {wanted} extra demos asked ({found}); {' and '.join(cuts)} "
+            "episodes (enlarge 'pool' or 'probe')")
+
+
+def _equalise(arms: Mapping[str, Sequence[Demo]],
+              cap: tuple[int, int] | None) -> tuple[dict[str, list[Demo]], int, int]:
+    """One group cut to its fewest episodes and then its fewest frames, neither above ``cap`` (episodes, frames)."""
+    episodes = min(len(d) for d in arms.values())
+    if cap is not None:
+        episodes = min(episodes, cap[0])
+    cut = {name: list(d)[:episodes] for name, d in arms.items()}
+    frames = min(sum(len(x.actions) for x in d) for d in cut.values())
+    if cap is not None:
+        frames = min(frames, cap[1])
+    return {name: trim_frames(d, frames) for name, d in cut.items()}, episodes, frames
 
 
 def equal_budget(arms: Mapping[str, Sequence[Demo]]) -> tuple[dict[str, list[Demo]], dict[str, Any]]:
-    """Every arm cut to the same episodes (the fewest any arm has) and the same frames (the fewest any
-    arm then has), and the account: what each arm had before and the common budget."""
+    """Every arm at an equal budget, in two groups, and the account of it.
+
+    The primary pair (targeted and random) is cut to its own fewest episodes and then fewest frames, whatever
+    the other arms found; the secondary arms (every other arm) likewise among themselves, capped at the
+    primary pair's budget. The account: ``episodes`` and ``frames`` of the primary pair, ``secondary`` (its
+    arms, episodes and frames) and what each arm had before (``available``)."""
     if not arms or min(len(d) for d in arms.values()) == 0:
         empty = sorted(name for name, d in arms.items() if not d)
         raise AssayError(f"arm(s) {', '.join(empty) or '(none)'} found no data; enlarge the pool or the probe"
                          + (" (or set ponr: false in the design)" if "ponr" in empty else ""))
-    episodes = min(len(d) for d in arms.values())
-    cut = {name: list(d)[:episodes] for name, d in arms.items()}
-    frames = min(sum(len(x.actions) for x in d) for d in cut.values())
-    trimmed = {name: trim_frames(d, frames) for name, d in cut.items()}
-    available = {name: {"episodes": len(d), "frames": sum(len(x.actions) for x in d)} for name, d in arms.items()}
-    account = {"episodes": episodes, "frames": frames, "available": available}
-    return trimmed, account
+    primary = {name: d for name, d in arms.items() if name in PRIMARY_PAIR}
+    secondary = {name: d for name, d in arms.items() if name not in PRIMARY_PAIR}
+    trimmed, episodes, frames = _equalise(primary or secondary, None)
+    account: dict[str, Any] = {"episodes": episodes, "frames": frames, "secondary": None}
+    if primary and secondary:
+        rest, s_episodes, s_frames = _equalise(secondary, (episodes, frames))
+        trimmed.update(rest)
+        account["secondary"] = {"arms": sorted(secondary), "episodes": s_episodes, "frames": s_frames}
+    account["available"] = {name: {"episodes": len(d), "frames": sum(len(x.actions) for x in d)}
+                            for name, d in arms.items()}
+    return {name: trimmed[name] for name in arms}, account

@@ -8,10 +8,12 @@ Per replicate ``r`` (each its own demo, probe and evaluation seed streams: campa
 2. the base runs the probe over every variant; failure mining
    (:func:`assay.learning.flywheel_design.mine`) finds the failure-heavy variants and region from
    the probe's records; the recovery and ponr arms replay each failure in its own variant
-   (:class:`assay.failures.replay.Replayers`); the random arm draws (seeded by ``DEMO_SEED + r``)
-   from the pool episodes after the base's last one;
+   (:class:`assay.failures.replay.Replayers`); the random, targeted and oracle arms draw by one blind
+   rule (seeded by ``DEMO_SEED + r``) from the pool episodes after the base's last one, each inside its
+   region (:func:`assay.learning.flywheel_design.draw_demos`);
 3. each extra arm's data is selected (:mod:`assay.learning.flywheel_design`), cut to an equal
-   budget in episodes and frames, and trained (same training seed ``r`` for every arm);
+   budget in episodes and frames (the primary pair, targeted and random, on its own; the secondary arms
+   among themselves), and trained (same training seed ``r`` for every arm);
 4. every arm runs the same held-out evaluation seeds in every variant (a scene is ``variant|seed``;
    the secondary endpoints include each variant's success per arm); the leakage check proves that no evaluation
    scene is in any arm's data, and that evaluation, probe and pool scenes are disjoint.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,29 +42,32 @@ from assay.learning.bc import TrainConfig, train_bc
 from assay.learning.data import Demo, episode_demo
 from assay.learning.flywheel import mine_recovery
 from assay.learning.flywheel_design import (
+    EXTRA_ARMS,
     FlywheelDesign,
     Where,
     agreement,
     budget_shortfall,
+    draw_demos,
     equal_budget,
     mine,
     probe_failures,
     select_base,
-    select_demos,
-    select_random,
 )
-from assay.learning.flywheel_stats import analyse, by_region, by_variant
+from assay.learning.flywheel_stats import analyse, by_region, by_variant, ttest_power, ttest_replicates
 from assay.learning.leakage import contaminated, scene_of
+from assay.learning.pixel_bc import PixelTrainConfig, train_pixel_bc
 from assay.learning.runs import DEMO_SEED, EVAL_SEED, PROBE_SEED, bc_spec, run_grid
 from assay.metrics import episode_budget
 from assay.policies import ExpertPolicy, PolicyContext
 from assay.run.campaign import CampaignPlan
 from assay.sim.factors import resolve_variant
-from assay.spec import PolicySpec, content_hash
+from assay.spec import CameraSpec, PolicySpec, content_hash
 from assay.store import EpisodeRecord, Outcome, Store
 
 RESULT_DIR = "learning/flywheel"  # assay.report.flywheel reads it there (the report may not import learning)
-SCHEMA_VERSION = 2  # 2: variants (outcomes keyed by 'variant|seed', by_variant), the ponr arm
+SCHEMA_VERSION = 3  # 2: variants (outcomes keyed by 'variant|seed', by_variant), the ponr arm; 3: blind draws for
+# every arm, the primary pair's own budget (budget.secondary), the declared primary, gain-ratio intervals with
+# unbounded sides, in_target in each arm's composition
 
 
 def result_path(store: Store, name: str) -> Path:
@@ -106,17 +112,50 @@ def scene_id(record: EpisodeRecord) -> str:
     return f"{record.variant_name}|{record.seed}"
 
 
-def _train(demos: Sequence[Demo], config: TrainConfig, folder: Path, arm: str) -> tuple[Path, str]:
-    """(checkpoint path, version); an existing checkpoint for the same data and config is reused."""
-    from assay.policies.bc import checkpoint_version
+@dataclass(frozen=True)
+class Learner:
+    """How a design's arms learn and run: state BC (``bc``) or pixel BC (``pixel-bc`` on the recorded front
+    camera); a checkpoint for the same data and config is reused, never retrained."""
 
-    data = [[d.key, len(d.actions), content_hash(d.actions.tolist(), 12)] for d in demos]
-    key = content_hash({"config": [config.seed, config.epochs, list(config.hidden), config.batch_size, config.lr],
-                        "data": data}, length=12)
-    path = folder / f"{arm}-{key}.pt"
-    if not path.is_file():
-        train_bc(demos, config, path)
-    return path, checkpoint_version(path)
+    store: Store
+    design: FlywheelDesign
+    seed: int  # the training seed: the replicate
+
+    @property
+    def cameras(self) -> tuple[CameraSpec, ...]:
+        """The camera every campaign records (none for state BC)."""
+        size = self.design.camera_size
+        return () if self.design.obs == "state" else (CameraSpec(name="front", width=size, height=size),)
+
+    def spec(self, name: str, path: Path) -> PolicySpec:
+        """The policy that runs a checkpoint."""
+        if self.design.obs == "state":
+            return bc_spec(name, path)
+        return PolicySpec(name=name, builtin="pixel-bc", params={"path": str(Path(path).resolve())})
+
+    def train(self, demos: Sequence[Demo], folder: Path, arm: str) -> tuple[Path, str]:
+        """(checkpoint path, version) of ``demos`` trained with the design's settings."""
+        from assay.policies.bc import checkpoint_version
+
+        design = self.design
+        config: TrainConfig | PixelTrainConfig
+        described: object  # what of the config names the checkpoint (a state design's as before pixel designs)
+        if design.obs == "state":
+            config = TrainConfig(seed=self.seed, epochs=design.epochs, hidden=design.hidden)
+            described = [config.seed, config.epochs, list(config.hidden), config.batch_size, config.lr]
+        else:
+            config = PixelTrainConfig(seed=self.seed, epochs=design.epochs, hidden=design.hidden,
+                                      image_size=design.camera_size)
+            described = {"obs": design.obs, **asdict(config)}
+        data = [[d.key, len(d.actions), content_hash(d.actions.tolist(), 12)] for d in demos]
+        key = content_hash({"config": described, "data": data}, length=12)
+        path = folder / f"{arm}-{key}.pt"
+        if not path.is_file():
+            if isinstance(config, PixelTrainConfig):
+                train_pixel_bc(self.store, demos, config, path)
+            else:
+                train_bc(demos, config, path)
+        return path, checkpoint_version(path)
 
 
 def _frames(demos: Sequence[Demo]) -> int:
@@ -129,17 +168,16 @@ def _arms_data(store: Store, design: FlywheelDesign, plan: CampaignPlan, pool: S
     """Every extra arm's data before the equal budget cut (see :mod:`assay.learning.flywheel_design`)."""
     k = design.extra_demos
     failures = probe_failures(probe)
-    with Replayers(plan.tasks[0]) as replayers:  # every failure replayed in its own variant
-        relabels = relabel(store, replayers, failures[:k])
-        ponr = mine_recovery(store, replayers, failures, k)[0] if design.ponr else None
-    used = {r.key for r in base}
-    arms = {"random": [episode_demo(store, r) for r in select_random(pool, base, k, seed)],
-            "targeted": [episode_demo(store, r) for r in select_demos(pool, used, target, k)],
-            "recovery": relabels,
-            "oracle": [episode_demo(store, r) for r in select_demos(pool, used, training, k, outside=True)]}
-    if ponr is not None:
-        arms["ponr"] = ponr
-    return arms
+    arms = {"random": [episode_demo(store, r) for r in draw_demos(pool, base, k, seed)],
+            "targeted": [episode_demo(store, r) for r in draw_demos(pool, base, k, seed, target)]}
+    if design.recovery or design.ponr:
+        with Replayers(plan.tasks[0]) as replayers:  # every failure replayed in its own variant
+            if design.recovery:
+                arms["recovery"] = relabel(store, replayers, failures[:k])
+            if design.ponr:
+                arms["ponr"] = mine_recovery(store, replayers, failures, k)[0]
+    arms["oracle"] = [episode_demo(store, r) for r in draw_demos(pool, base, k, seed, training, outside=True)]
+    return {arm: arms[arm] for arm in EXTRA_ARMS if arm in arms}
 
 
 def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: Path,
@@ -147,35 +185,40 @@ def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: 
     """One replicate: pool, base, probe, mining, the arms' data and checkpoints, evaluation, leakage."""
     prefix, variants = f"fw-{design.name}-{design.tag()}-r{replicate}", design.variants
     expert = [PolicySpec(name="expert", builtin="expert")]
+    learner = Learner(store, design, replicate)
+    cameras = learner.cameras
     plan, pool = run_grid(store, f"{prefix}-pool", [design.task], expert, design.pool, DEMO_SEED + replicate,
-                          design.horizon, workers, variants=variants)
+                          design.horizon, workers, cameras, variants)
     training = training_slice(design, plan)
     base_records = select_base(pool, training, design.base_demos)
     if len(base_records) < design.base_demos:
         raise AssayError(f"replicate {replicate}: the pool of {design.pool} holds only {len(base_records)} successful "
                          f"expert demos in the slice, {design.base_demos} asked; enlarge 'pool'")
     base_demos = [episode_demo(store, r) for r in base_records]
-    train = TrainConfig(seed=replicate, epochs=design.epochs, hidden=design.hidden)
-    base_path, base_version = _train(base_demos, train, folder, f"base-r{replicate}")
+    base_path, base_version = learner.train(base_demos, folder, f"base-r{replicate}")
     progress(f"replicate {replicate}: base on {len(base_demos)} slice demos ({_frames(base_demos)} frames)")
-    _, probe = run_grid(store, f"{prefix}-probe-{base_version[-12:]}", [design.task], [bc_spec("base", base_path)],
-                        design.probe, PROBE_SEED + replicate, design.horizon, workers, variants=variants)
+    _, probe = run_grid(store, f"{prefix}-probe-{base_version[-12:]}", [design.task],
+                        [learner.spec("base", base_path)], design.probe, PROBE_SEED + replicate, design.horizon,
+                        workers, cameras, variants)
     target, account = mine(probe)
     account["priorities"] = [p.advice for p in priorities(list(probe), {}, {})]
     extra, budget = equal_budget(_arms_data(store, design, plan, pool, probe, base_records, target, training,
                                             DEMO_SEED + replicate))
+    secondary = budget["secondary"]
     progress(f"replicate {replicate}: mined {target.label} ({account['why']}); budget {budget['episodes']} episodes, "
-             f"{budget['frames']} frames per arm")
+             f"{budget['frames']} frames for targeted and random"
+             + ("" if secondary is None else f", {secondary['episodes']} episodes, {secondary['frames']} frames for "
+                f"the secondary arms"))
     shortfall = budget_shortfall(budget, design.extra_demos)
     if shortfall is not None:
         progress(f"replicate {replicate}: {shortfall}")
     checkpoints = {"base": (base_path, base_version)}
     for arm, demos in extra.items():
-        checkpoints[arm] = _train(base_demos + demos, train, folder, f"{arm}-r{replicate}")
+        checkpoints[arm] = learner.train(base_demos + demos, folder, f"{arm}-r{replicate}")
     versions = content_hash([checkpoints[a][1] for a in sorted(checkpoints)], length=8)
     _, evaluation = run_grid(store, f"{prefix}-eval-{versions}", [design.task],
-                             [bc_spec(a, p) for a, (p, _) in checkpoints.items()], design.eval_episodes,
-                             EVAL_SEED + replicate, design.horizon, workers, variants=variants)
+                             [learner.spec(a, p) for a, (p, _) in checkpoints.items()], design.eval_episodes,
+                             EVAL_SEED + replicate, design.horizon, workers, cameras, variants)
     data = {"base": base_demos, **{a: base_demos + d for a, d in extra.items()}}
     sources = {**{r.key: r for r in pool}, **{r.key: r for r in probe}}
     leaks = {a: len(contaminated([r for r in evaluation if r.policy_name == a], [d.provenance() for d in data[a]]))
@@ -201,19 +244,20 @@ def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: 
             "campaigns": {"pool": f"{prefix}-pool", "probe": f"{prefix}-probe-{base_version[-12:]}",
                           "eval": f"{prefix}-eval-{versions}"},
             "data": {a: {"episodes": len(d), "frames": _frames(d)} for a, d in data.items()},
-            "composition": {a: composition(d, sources, training) for a, d in extra.items()},
+            "composition": {a: composition(d, sources, training, target) for a, d in extra.items()},
             "shortfall": shortfall,
             "contaminated": leaks, "scene_overlap": overlap, "outcomes": outcomes, "inside": inside,
             "variant_of": variant_of}
 
 
-def composition(demos: Sequence[Demo], sources: dict[str, EpisodeRecord], training: Where) -> dict[str, Any]:
-    """Where an arm's extra demos came from: per variant, and how many lie outside the training slice (a
-    relabel counts as its failure's episode; a demo with no episode in the pool or probe, a PoNR recovery
-    demo, counts as ``unresolved`` for the slice)."""
+def composition(demos: Sequence[Demo], sources: dict[str, EpisodeRecord], training: Where,
+                target: Where) -> dict[str, Any]:
+    """Where an arm's extra demos came from: per variant, how many lie outside the training slice and how many
+    inside the mined target (a relabel counts as its failure's episode; a demo with no episode in the pool or
+    probe, a PoNR recovery demo, counts as ``unresolved`` for both)."""
     names = {r.variant_key: r.variant_name for r in sources.values()}
     variants: dict[str, int] = {}
-    outside = unresolved = 0
+    outside = in_target = unresolved = 0
     for demo in demos:
         name = names.get(demo.variant_key, demo.variant_key)
         variants[name] = variants.get(name, 0) + 1
@@ -222,14 +266,25 @@ def composition(demos: Sequence[Demo], sources: dict[str, EpisodeRecord], traini
             unresolved += 1
         else:
             outside += not training.contains(record)
-    return {"variants": dict(sorted(variants.items())), "outside_slice": outside, "unresolved": unresolved}
+            in_target += target.contains(record)
+    return {"variants": dict(sorted(variants.items())), "outside_slice": outside, "in_target": in_target,
+            "unresolved": unresolved}
 
 
 def power_plan(design: FlywheelDesign) -> dict[str, Any]:
-    """What ``assay budget --delta D --power 0.8 --paired --baseline B`` answers, against the design's pairs."""
+    """What ``assay budget --delta D --power 0.8 --paired --baseline B`` answers, against the design's pairs; with
+    ``power_sd``, also the replicate-level plan: the t test's power over the design's replicates at ``delta``
+    and the replicates it would need for 0.8 (noncentral t)."""
     budget = episode_budget(design.delta, 0.8, baseline=design.power_baseline, paired=True)
     pairs = design.eval_episodes * len(design.variants) * design.replicates
-    return {**budget.to_dict(), "planned_pairs": pairs, "enough": pairs >= budget.episodes_per_cell}
+    plan: dict[str, Any] = {**budget.to_dict(), "planned_pairs": pairs, "enough": pairs >= budget.episodes_per_cell}
+    if design.power_sd is not None:
+        alpha = design.primary.alpha
+        plan["replicate_plan"] = {"sd": design.power_sd, "effect": design.delta, "alpha": alpha,
+                                  "replicates": design.replicates,
+                                  "power": ttest_power(design.replicates, design.delta, design.power_sd, alpha),
+                                  "replicates_for_0.8": ttest_replicates(design.delta, design.power_sd, 0.8, alpha)}
+    return plan
 
 
 def run_design(store: Store, design: FlywheelDesign, workers: int = 1,
@@ -243,7 +298,7 @@ def run_design(store: Store, design: FlywheelDesign, workers: int = 1,
     numbers = range(design.first_replicate, design.first_replicate + design.replicates)
     replicates = [run_replicate(store, design, r, folder, progress, workers) for r in numbers]
     parsed = [rep["outcomes"] for rep in replicates]
-    analysis = analyse(parsed, design.bootstrap)
+    analysis = analyse(parsed, design.bootstrap, primary=design.primary.model_dump())
     agreement = [rep["agreement"] for rep in replicates]
     document = {"schema_version": SCHEMA_VERSION, "design": design.model_dump(by_alias=True), "tag": design.tag(),
                 "power": plan, "analysis": analysis,

@@ -95,19 +95,24 @@ class PixelTrainResult:
 
 
 def demo_frames(store: Store, demo: Demo, camera: str) -> np.ndarray:
-    """The recorded frames (T, H, W, 3) uint8 of a demo's camera, one per step."""
-    if demo.purpose != "episode":
-        raise DataQueryError(f"demo {demo.key} is a recovery demo without camera frames; pixel BC trains on episodes")
-    relpath = video_relpath(demo.key, camera)
+    """The recorded frames (T, H, W, 3) uint8 of a demo's camera, one per row: the frame of each row's step
+    (``demo.steps``). A relabel (``relabel:KEY``: the expert's actions on episode KEY's states) reads KEY's
+    frames, the images the policy saw there."""
+    if demo.purpose not in ("episode", "relabel"):
+        raise DataQueryError(f"demo {demo.key} is a recovery demo without camera frames; pixel BC trains on episodes "
+                             "and relabels of them")
+    key = demo.key.removeprefix("relabel:")
+    relpath = video_relpath(key, camera)
     if not (Path(store.data_root) / relpath).exists():
         raise DataQueryError(
-            f"episode {demo.key} has no {camera!r} camera video; collect demos with "
+            f"episode {key} has no {camera!r} camera video; collect demos with "
             f"'cameras: [{{name: {camera}, width: 64, height: 64}}]' in the campaign"
         )
     frames = read_video(Path(store.data_root), relpath)
-    if len(frames) < len(demo.actions):
-        raise DataQueryError(f"episode {demo.key}: {len(frames)} frames for {len(demo.actions)} steps")
-    return frames[: len(demo.actions)]
+    steps = demo.step_indices()
+    if len(steps) and len(frames) <= int(steps.max()):
+        raise DataQueryError(f"episode {key}: {len(frames)} frames for {int(steps.max()) + 1} steps")
+    return frames[steps]
 
 
 def pixel_arrays(

@@ -37,24 +37,72 @@ def _ci(values: list[float] | None) -> str:
     return "–" if not values else f"[{values[0]:+.3f}, {values[1]:+.3f}]"
 
 
-def summary_lines(document: dict[str, Any]) -> list[str]:
-    """The primary endpoint, the gain ratio, what mining chose and the leakage check, one sentence each."""
-    analysis, design = document["analysis"], document["design"]
-    primary, gain, power = analysis["primary"], analysis["gain_ratio"], document["power"]
+def _p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}"
+
+
+def gain_ratio_text(gain: dict[str, Any]) -> str:
+    """``gain ratio ... = 1.16, bootstrap 95% CI [1.04, 1.31]``; an unbounded side prints as ∞ (a document
+    written before unbounded sides existed prints its interval with the resamples it left out)."""
     ratio = "undefined (random gained nothing)" if gain["ratio"] is None else f"{gain['ratio']:.2f}"
-    ttest = "–" if primary["replicate_ttest_p"] is None else f"{primary['replicate_ttest_p']:.3g}"
+    ci = gain["bootstrap_ci"]
+    if "unbounded_above" not in gain:  # schema 2: undefined resamples were dropped
+        interval = "–" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+        left_out = f" ({gain['undefined_resamples']} resamples without a random gain left out)"
+        return (f"gain ratio (targeted − base) / (random − base) = {ratio}, bootstrap 95% CI {interval}"
+                + (left_out if gain["undefined_resamples"] else ""))
+    if ci is None:
+        interval = "– (no resample has a finite ratio)"
+    else:
+        low = "(−∞" if gain["unbounded_below"] else f"[{ci[0]:.2f}"
+        high = "∞)" if gain["unbounded_above"] else f"{ci[1]:.2f}]"
+        interval = f"{low}, {high}"
+    count = gain["undefined_resamples"]
+    counted = "" if not count else (f" ({count} resamples where random gained nothing count as ±∞: +∞ in "
+                                    f"{gain['random_gained_nothing']['targeted_gained']} where targeted gained)")
+    return f"gain ratio (targeted − base) / (random − base) = {ratio}, bootstrap 95% CI {interval}{counted}"
+
+
+def endpoint_lines(analysis: dict[str, Any]) -> list[str]:
+    """The declared primary endpoint first, then the other test and the bootstrap, labelled secondary."""
+    primary = analysis["primary"]
+    declared = primary.get("declared")
+    pairs = f"{primary['pairs']} pairs over {primary['replicates']} replicates"
+    mcnemar = (f"McNemar exact over the pooled (replicate, scene) pairs: {primary['difference']:+.3f} ({pairs}), "
+               f"p = {primary['mcnemar_p']:.3g} ({primary['arm_only']} targeted-only vs {primary['against_only']} "
+               "random-only)")
+    mean = primary.get("mean_replicate_difference")
+    ttest = ("two-sided t test over the replicate differences: "
+             + ("" if mean is None else f"mean {mean:+.3f} per scene, ") + f"p = {_p(primary['replicate_ttest_p'])}")
+    bootstrap = f"replicate-bootstrap 95% CI of the pooled difference {_ci(primary['bootstrap_ci'])}"
+    if declared is None:  # schema 2: no declaration stored; the runs of that schema declared McNemar in RESULTS.md
+        return [f"targeted − random (no primary declared in this result): {mcnemar}; {ttest}; {bootstrap}"]
+    alpha = declared.get("alpha", 0.05)
+    if declared["test"] == "ttest":
+        first, second = ttest, mcnemar
+    else:
+        first, second = mcnemar, ttest
+    verdict = "below" if primary["p"] is not None and primary["p"] < alpha else "not below"
+    return [f"primary endpoint (declared), targeted − random: {first}; p {verdict} alpha {alpha:g}",
+            f"secondary: {second}", f"secondary: {bootstrap}"]
+
+
+def summary_lines(document: dict[str, Any]) -> list[str]:
+    """The declared primary endpoint, the secondary ones, the gain ratio, what mining chose and the leakage
+    check, one sentence each."""
+    analysis, design = document["analysis"], document["design"]
+    power = document["power"]
     lines = [
-        f"primary endpoint (targeted − random, {primary['pairs']} pairs over {primary['replicates']} replicates): "
-        f"{primary['difference']:+.3f}, replicate-bootstrap 95% CI {_ci(primary['bootstrap_ci'])}; McNemar exact "
-        f"p = {primary['mcnemar_p']:.3g} ({primary['arm_only']} targeted-only vs {primary['against_only']} "
-        "random-only); "
-        f"t test over the replicate differences p = {ttest}",
-        f"gain ratio (targeted − base) / (random − base) = {ratio}, bootstrap 95% CI "
-        + ("–" if not gain["bootstrap_ci"] else f"[{gain['bootstrap_ci'][0]:.2f}, {gain['bootstrap_ci'][1]:.2f}]")
-        + (f" ({gain['undefined_resamples']} resamples without a random gain left out)"
-           if gain["undefined_resamples"] else ""),
+        *endpoint_lines(analysis),
+        "secondary: " + gain_ratio_text(analysis["gain_ratio"]),
         f"power plan: {power['episodes_per_cell']} pairs detect {design['delta']} at power {power['power']} "
         f"(baseline {power['baseline']}, {power['formula']}); the design has {power['planned_pairs']}",
+    ]
+    plan = power.get("replicate_plan")
+    if plan:
+        lines.append(f"replicate-level plan: t test power {plan['power']:.2f} for {plan['effect']} at sd {plan['sd']} "
+                     f"over {plan['replicates']} replicates ({plan['replicates_for_0.8']} for 0.8, noncentral t)")
+    lines += [
         f"mining located the uncovered region with precision {_fraction(document['mining']['precision'])} and recall "
         f"{_fraction(document['mining']['recall'])} (mean over replicates, on the evaluation scenes)",
         f"leakage: {document['leakage']['contaminated']} evaluation episodes in any arm's data; "
@@ -70,21 +118,67 @@ def summary_lines(document: dict[str, Any]) -> list[str]:
     for rep in document["replicates"]:
         mining = rep["mining"]
         chosen = mining.get("target") or (mining["region"]["label"] if mining["region"] else "nothing")
-        lines.append(f"replicate {rep['replicate']}: mining chose {chosen} ({mining['why']}); budget "
-                     f"{rep['budget']['episodes']} episodes, {rep['budget']['frames']} frames per extra arm"
-                     + _composition_text(rep.get("composition")))
-        if rep.get("shortfall"):  # an arm found fewer extra demos than asked: every arm was cut to that
+        lines.append(f"replicate {rep['replicate']}: mining chose {chosen} ({mining['why']}); "
+                     + _budget_text(rep["budget"]) + _composition_text(rep.get("composition")))
+        if rep.get("shortfall"):  # an arm found fewer extra demos than asked: its group was cut to that
             lines.append(f"replicate {rep['replicate']}: {rep['shortfall']}")
     return lines
 
 
+def _budget_text(budget: dict[str, Any]) -> str:
+    """The primary pair's budget and the secondary arms' own (a document written before: one budget)."""
+    if "secondary" not in budget:
+        return f"budget {budget['episodes']} episodes, {budget['frames']} frames per extra arm"
+    text = f"budget {budget['episodes']} episodes, {budget['frames']} frames for targeted and random"
+    secondary = budget["secondary"]
+    if secondary:
+        text += f"; secondary arms {secondary['episodes']} episodes, {secondary['frames']} frames"
+    return text
+
+
 def _composition_text(composition: dict[str, Any] | None) -> str:
-    """How many of each arm's extra demos lie outside the slice (a document written before this: nothing)."""
+    """How many of each arm's extra demos lie outside the slice and, where recorded, inside the mined target (a
+    document written before composition was recorded: nothing)."""
     if not composition:
         return ""
-    parts = [f"{arm} {c['outside_slice']}/{sum(c['variants'].values()) - c['unresolved']}"
-             for arm, c in composition.items() if sum(c["variants"].values()) > c["unresolved"]]
+    parts = []
+    for arm, c in composition.items():
+        resolved = sum(c["variants"].values()) - c["unresolved"]
+        if resolved > 0:
+            parts.append(f"{arm} {c['outside_slice']}/{resolved}"
+                         + (f" (in target {c['in_target']})" if "in_target" in c else ""))
     return "; extra demos outside the slice: " + ", ".join(parts) if parts else ""
+
+
+def composition_rows(document: dict[str, Any]) -> list[list[str]]:
+    """Each extra arm's data pooled over the replicates: its budget group, the extra episodes and frames it
+    trained on, how many lie outside the slice and inside the mined target (of those resolvable to a pool or
+    probe episode), and per variant. Empty for a document that recorded no composition."""
+    totals: dict[str, dict[str, Any]] = {}
+    for rep in document["replicates"]:
+        budget = rep["budget"]
+        secondary = budget.get("secondary") or {}
+        for arm, c in (rep.get("composition") or {}).items():
+            row = totals.setdefault(arm, {"episodes": 0, "frames": 0, "outside": 0, "target": 0, "resolved": 0,
+                                          "target_known": "in_target" in c, "variants": {}})
+            primary = arm in ("targeted", "random") or not secondary
+            row["group"] = "primary pair" if primary else "secondary"
+            row["episodes"] += budget["episodes"] if primary else secondary["episodes"]
+            row["frames"] += budget["frames"] if primary else secondary["frames"]
+            row["resolved"] += sum(c["variants"].values()) - c["unresolved"]
+            row["outside"] += c["outside_slice"]
+            row["target"] += c.get("in_target", 0)
+            for name, count in c["variants"].items():
+                row["variants"][name] = row["variants"][name] + count if name in row["variants"] else count
+    return [[arm, row["group"], f"{row['episodes']} ep, {row['frames']} frames",
+             f"{row['outside']}/{row['resolved']}" if row["resolved"] else "–",
+             f"{row['target']}/{row['resolved']}" if row["resolved"] and row["target_known"] else "–",
+             ", ".join(f"{name} {count}" for name, count in sorted(row["variants"].items()))]
+            for arm, row in totals.items()]
+
+
+COMPOSITION_HEADER = ["arm", "budget group", "extra data (sum over replicates)", "outside the slice",
+                      "in the mined target", "per variant"]
 
 
 def _variants(document: dict[str, Any]) -> dict[str, Any]:
@@ -126,6 +220,7 @@ def section(documents: Sequence[dict[str, Any]]) -> str:
                          _rate(document["by_region"]["uncovered"][arm]),
                          "" if versus is None else f"{versus['difference']:+.3f} (p = {versus['mcnemar_p']:.3g})"])
         variants = _variants(document)
+        composition = composition_rows(document)
         arms = list(analysis["rates"])
         per_variant = [[escape(name)] + [_rate(group["rates"][arm]) for arm in arms]
                        + ["" if group["against_random"].get("targeted") is None
@@ -135,10 +230,15 @@ def section(documents: Sequence[dict[str, Any]]) -> str:
                        for name, group in variants.items()]
         parts.append(
             f"<h3>{escape(design['name'])} on {escape(design['task'])}</h3>"
-            f"<p class='muted'>Base trained on {escape(_slice_text(design['slice']))} only; every arm adds the same "
-            f"episodes and frames; pooled over "
+            f"<p class='muted'>Base trained on {escape(_slice_text(design['slice']))} only; the primary pair "
+            f"(targeted, random) adds the same episodes and frames, the secondary arms their own equal budget (at "
+            f"most the pair's); pooled over "
             f"{design['replicates']} replicates with their own demo, probe and evaluation seeds (mid-p 95%).</p>"
             + table(["arm", "all", "slice", "uncovered", "vs random (McNemar exact)"], rows, {1, 2, 3, 4})
+            + ("" if not composition else
+               "<p class='muted'>Each arm's extra data, pooled over the replicates (demos resolvable to a pool or "
+               "probe episode; PoNR recoveries are not):</p>"
+               + table(COMPOSITION_HEADER, [[escape(c) for c in row] for row in composition], {2, 3, 4}))
             + ("" if not variants else
                "<p class='muted'>Per variant (secondary endpoints):</p>"
                + table(["variant", *arms, "targeted − random"], per_variant, set(range(1, len(arms) + 2))))
