@@ -221,7 +221,8 @@ def test_analysis_edge_cases():
 
 def test_design_file_errors_name_the_line_and_field(tmp_path):
     path = tmp_path / "design.yaml"
-    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\nextra_demos: 0\n" + PRIMARY)
+    path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 3, threshold: 0.0}\nextra_demos: 0\n"
+                    + PRIMARY)
     with pytest.raises(AssayError, match=r"design.yaml:4: extra_demos: .*greater than or equal to 1"):
         load_design(path)
     path.write_text("name: d\ntask: metaworld/push@1\nslice: {component: 9, threshold: 0.0}\n" + PRIMARY)
@@ -515,7 +516,8 @@ def test_gain_ratio_interval_is_unbounded_when_random_gains_nothing_in_more_than
 
 
 def test_the_declared_primary_is_the_one_reported_as_primary():
-    replicates = [outcomes([0, 0, 1, 0], [1, 0, 1, 0], [1, 1, 1, 0]), outcomes([0, 0, 0, 1], [0, 1, 0, 1], [1, 1, 1, 1]),
+    replicates = [outcomes([0, 0, 1, 0], [1, 0, 1, 0], [1, 1, 1, 0]),
+                  outcomes([0, 0, 0, 1], [0, 1, 0, 1], [1, 1, 1, 1]),
                   outcomes([0, 1, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0])]
     by_t = analyse(replicates, n_resamples=200, primary={"test": "ttest", "unit": "replicate", "alpha": 0.05})
     by_m = analyse(replicates, n_resamples=200, primary={"test": "mcnemar", "unit": "scene", "alpha": 0.05})
