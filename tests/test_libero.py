@@ -24,7 +24,7 @@ from assay.spec.libero_catalog import SUITES, libero_catalog
 
 pytestmark = [pytest.mark.libero, pytest.mark.sim]
 
-SOUP = "libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket@1"
+SOUP = "libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket@2"
 REGISTRY = default_registry()
 
 
@@ -138,8 +138,8 @@ def test_scripted_expert_puts_the_soup_in_the_basket(soup_env):
         transition = soup_env.step(policy.act(batch)[0])
         observation, success, steps = transition.observation, transition.success, steps + 1
     assert success and steps < task.horizon
-    assert ExpertPolicy.supports(REGISTRY.get("libero/goal/open_the_middle_drawer_of_the_cabinet@1")) \
-        == "the LIBERO expert only picks and places; libero/goal/open_the_middle_drawer_of_the_cabinet@1 needs open"
+    assert ExpertPolicy.supports(REGISTRY.get("libero/goal/open_the_middle_drawer_of_the_cabinet@2")) \
+        == "the LIBERO expert only picks and places; libero/goal/open_the_middle_drawer_of_the_cabinet@2 needs open"
 
 
 def test_pro_language_and_task_change_the_instruction_deterministically():
@@ -183,44 +183,41 @@ def test_unknown_camera_names_the_valid_ones():
 
     spec = campaign_from_data({"name": "c", "episodes": 1, "tasks": [SOUP], "policies": ["random"],
                                "cameras": [{"name": "front"}]})
-    with pytest.raises(SpecError, match="unknown camera front for .*; valid: agentview, wrist"):
+    with pytest.raises(SpecError, match="unknown camera front for .*; valid: agentview, image, image2, wrist"):
         prepare_campaign(spec)
 
 
-@pytest.mark.slow
-def test_cameras_are_robosuites_frames_turned_as_openpi_turns_them():
-    """Assay's renderer against robosuite's own camera observation of the same state (pixel for pixel)."""
-    from assay.sim.libero_env import _quiet
+def test_lerobot_preset_names_cameras_as_lerobot_does_beside_openpi():
+    """`preset: lerobot` gives LeRobot's image/image2 at 256 px and its horizons; openpi's is the catalogue;
+    explicit cameras still win; a fast camera is recorded in the hash and refused where it means nothing."""
+    from assay.run.campaign import prepare_campaign
+    from assay.spec import campaign_from_data
 
-    with _quiet():  # robosuite 1.4 warns (deprecated logging calls) when it is imported first
-        from libero.libero import benchmark
-        from libero.libero.envs import OffScreenRenderEnv
+    spatial = "libero/spatial/pick_up_the_black_bowl_on_the_stove_and_place_it_on_the_plate@2"
 
-    task = REGISTRY.get(SOUP).model_copy(update={"cameras": REGISTRY.get(SOUP).cameras, "settle_steps": 0})
-    task = task.model_copy(update={"cameras": tuple(c.model_copy(update={"width": 128, "height": 128})
-                                                    for c in task.cameras)})
-    env = make_env(task)
-    suite = benchmark.get_benchmark("libero_object")(task_order_index=0)
-    # hard_reset=False: a hard reset deletes robosuite's old render context while Assay's GL context is
-    # current, and robosuite 1.4 frees it there (tests/test_render_contexts.py shows what that does)
-    reference = OffScreenRenderEnv(bddl_file_name=suite.get_task_bddl_file_path(0), camera_heights=128,
-                                   camera_widths=128, hard_reset=False)
-    try:
-        ours = env.reset(0)
-        reference.seed(0)
-        reference.reset()
-        theirs = reference.set_init_state(suite.get_task_init_states(0)[0])
-        from assay.testing import check_sim_env
+    def task(**extra):
+        data = {"name": "c", "episodes": 1, "tasks": [spatial], "policies": ["random"], **extra}
+        return prepare_campaign(campaign_from_data(data)).tasks[0]
 
-        check_sim_env(env, seeds=(0, 1), steps=2, episode_steps=3)  # with both cameras
-        ours = env.reset(0)
-        for camera, key in (("agentview", "agentview_image"), ("wrist", "robot0_eye_in_hand_image")):
-            openpi = theirs[key][::-1, ::-1]  # what openpi's LIBERO example sends
-            assert ours[f"image.{camera}"].dtype == np.uint8 and ours[f"image.{camera}"].shape == (128, 128, 3)
-            assert np.array_equal(ours[f"image.{camera}"], openpi)
-    finally:
-        env.close()
-        reference.close()
+    lerobot, openpi, nominal = task(preset="lerobot"), task(preset="openpi"), task()
+    assert [(c.name, c.width, c.height) for c in lerobot.cameras] == [("image", 256, 256), ("image2", 256, 256)]
+    assert (lerobot.horizon, openpi.horizon, lerobot.settle_steps) == (280, 220, 10)
+    assert openpi == nominal and lerobot.content_hash() != nominal.content_hash()
+    small = task(preset="lerobot", cameras=[{"name": "image", "width": 128, "height": 128}])
+    assert [(c.name, c.width) for c in small.cameras] == [("image", 128)] and small.horizon == 280
+    fast = task(cameras=[{"name": "agentview", "width": 224, "height": 224, "fast": True}])
+    exact = task(cameras=[{"name": "agentview", "width": 224, "height": 224}])
+    assert fast.cameras[0].fast and fast.content_hash() != exact.content_hash()
+    assert exact.content_hash() == task(preset="openpi", cameras=[{"name": "agentview", "width": 224,
+                                                                   "height": 224}]).content_hash()
+    with pytest.raises(SpecError, match="preset 'pi0' does not apply to .*; presets: libero: openpi, lerobot"):
+        task(preset="pi0")
+    with pytest.raises(SpecError, match="preset 'lerobot' does not apply to metaworld/reach@1"):
+        prepare_campaign(campaign_from_data({"name": "c", "episodes": 1, "tasks": ["metaworld/reach@1"],
+                                             "policies": ["random"], "preset": "lerobot"}))
+    with pytest.raises(SpecError, match="camera front: fast applies to LIBERO cameras only"):
+        prepare_campaign(campaign_from_data({"name": "c", "episodes": 1, "tasks": ["metaworld/reach@1"],
+                                             "policies": ["random"], "cameras": [{"name": "front", "fast": True}]}))
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from assay.policies import check_policy_contract, check_supports, resolve_policy
 from assay.run.adaptive import Judge, run_rounds
 from assay.run.executors import Executor
 from assay.sim import TaskRegistry, default_registry, resolve_variant
-from assay.sim.registry import camera_names
+from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
 from assay.sim.semantic import instruct
 from assay.spec import CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, Variant, batch_jobs, plan
 from assay.store import EpisodeRecord, Outcome, Store
@@ -92,7 +92,9 @@ class CatalogWriter:
 
 
 def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
-    """The task as this campaign runs it: its cameras, and a shorter horizon if asked (both change the hash)."""
+    """The task as this campaign runs it: its preset, cameras, and a shorter horizon if asked (all change the hash)."""
+    if spec.preset is not None:
+        task = apply_preset(task, spec.preset)
     if spec.horizon is not None and spec.horizon < task.horizon:
         task = task.model_copy(update={"horizon": spec.horizon})
     cameras = spec.cameras
@@ -104,6 +106,10 @@ def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
     unknown = sorted({c.name for c in cameras} - set(valid))
     if unknown:
         raise SpecError(f"unknown camera {', '.join(unknown)} for {task.id}; valid: {', '.join(sorted(valid))}")
+    fast = sorted(c.name for c in cameras if c.fast)
+    if fast and not offers_fast_cameras(task):
+        raise SpecError(f"camera {', '.join(fast)}: fast applies to LIBERO cameras only; {task.backend} always "
+                        "draws without shadows and reflections (leave fast out)")
     return task.model_copy(update={"cameras": cameras})
 
 

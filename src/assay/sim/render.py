@@ -1,9 +1,11 @@
 """Camera rendering on CPU: named free cameras around the table, RGB and depth, no shadows.
 
 MuJoCo's OSMesa backend is used when no GL backend is chosen and libOSMesa is
-present (``MUJOCO_GL=osmesa``); shadows and reflections are off (about 2.5x
-faster at 224 px). Each named view is a free camera (look-at point, distance,
-azimuth, elevation) so that camera perturbations are offsets of it.
+present (``MUJOCO_GL=osmesa``). Shadows and reflections are off unless a renderer
+is built with ``effects=True`` (MuJoCo's defaults, which robosuite's renderer keeps:
+a LIBERO scene's reflective stove and floor need them to match its frames); off is
+about 2.5x faster at 224 px. Each named view is a free camera (look-at point,
+distance, azimuth, elevation) so that camera perturbations are offsets of it.
 """
 
 from __future__ import annotations
@@ -55,9 +57,13 @@ def calibration(view: View) -> np.ndarray:
 class CameraRenderer:
     """Renders named views of one MuJoCo model; one GL context per resolution."""
 
-    def __init__(self, model: Any, hidden_groups: Sequence[int] = ()) -> None:
-        """``hidden_groups``: geom groups never drawn (robosuite keeps collision meshes in group 0)."""
+    def __init__(self, model: Any, hidden_groups: Sequence[int] = (), effects: bool = False,
+                 max_geom: int = 10000) -> None:
+        """``hidden_groups``: geom groups never drawn (robosuite keeps collision meshes in group 0);
+        ``effects``: draw shadows and reflections; ``max_geom``: the scene's geom capacity (robosuite's is 1000)."""
         self.model = model
+        self.effects = effects
+        self._max_geom = max_geom
         self._renderers: dict[tuple[int, int], Any] = {}
         self._option: Any = None
         if hidden_groups:
@@ -74,9 +80,10 @@ class CameraRenderer:
         if key not in self._renderers:
             self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
             self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
-            renderer = mujoco.Renderer(self.model, height, width)
-            renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
-            renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+            renderer = mujoco.Renderer(self.model, height, width, max_geom=self._max_geom)
+            if not self.effects:
+                renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+                renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
             self._renderers[key] = renderer
         return self._renderers[key]
 

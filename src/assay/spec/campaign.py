@@ -32,7 +32,7 @@ VariantRequest = dict[str, Any]
 # so changing them keeps the campaign (and the stores that hold it) the same campaign.
 EXECUTION_SETTINGS = {"episode_timeout_s"}
 # Fields added later, left out of the hash and the dump when unset, so older campaigns hash as before.
-OPTIONAL_SETTINGS = ("adaptive", "video_fps")
+OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset")
 
 
 class Pipeline(str, Enum):
@@ -101,6 +101,10 @@ class CampaignSpec(BaseModel):
     tasks: tuple[str, ...] = Field(min_length=1)
     policies: tuple[PolicySpec, ...] = Field(min_length=1)
     variants: tuple[VariantRequest, ...] = ({},)
+    preset: str | None = Field(
+        default=None, pattern=r"^[a-z][a-z0-9_-]*$",
+        description="a backend's named evaluation conventions, applied to its tasks before `cameras` and `horizon` "
+                    "(LIBERO: openpi, the default, or lerobot: 256 px image/image2 cameras and LeRobot's horizons)")
     cameras: tuple[CameraSpec, ...] = ()
     horizon: int | None = Field(default=None, gt=0, strict=True, description="cap every task's horizon (a new task hash)")
     envs_per_worker: int = Field(default=4, gt=0, le=256, strict=True)
