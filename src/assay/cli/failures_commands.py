@@ -144,7 +144,7 @@ def _ponr_one(opened: Store, record: EpisodeRecord, demos: bool, budget: int | N
     save_ponr(opened.root, found)
     out = opened.root / "failures" / "keyframes"
     plot = state_plot(out / f"{record.key}.png", arrays, found)
-    frames = camera_keyframes(Path(opened.data_root), record.key, [c.name for c in task.cameras], found, out)
+    frames = camera_keyframes(opened.data_root, record.key, [c.name for c in task.cameras], found, out)
     return {**found.to_dict(), "summary": found.describe(), "plot": str(plot), "frames": [str(f) for f in frames],
             "demos": written, "demos_dropped": dropped}
 

@@ -41,6 +41,7 @@ import numpy as np
 from assay.errors import AssayError
 from assay.failures.replay import Replayer
 from assay.store import write_blob
+from assay.store.roots import Root
 
 DEFAULT_PROBES = 12  # bracket: about this many evenly spaced probes before refining
 
@@ -287,7 +288,7 @@ def state_plot(path: Path, arrays: dict[str, np.ndarray], ponr: PointOfNoReturn)
     return path
 
 
-def camera_keyframes(data_root: Path, key: str, cameras: list[str], ponr: PointOfNoReturn, out_dir: Path) -> list[Path]:
+def camera_keyframes(data_root: Root, key: str, cameras: list[str], ponr: PointOfNoReturn, out_dir: Path) -> list[Path]:
     """PNG frames of each camera at the keyframe steps around the point of no return."""
     if ponr.t is None or not cameras:
         return []

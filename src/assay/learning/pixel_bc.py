@@ -103,12 +103,12 @@ def demo_frames(store: Store, demo: Demo, camera: str) -> np.ndarray:
                              "and relabels of them")
     key = demo.key.removeprefix("relabel:")
     relpath = video_relpath(key, camera)
-    if not (Path(store.data_root) / relpath).exists():
+    if not store.files.exists(relpath):
         raise DataQueryError(
             f"episode {key} has no {camera!r} camera video; collect demos with "
             f"'cameras: [{{name: {camera}, width: 64, height: 64}}]' in the campaign"
         )
-    frames = read_video(Path(store.data_root), relpath)
+    frames = read_video(store.data_root, relpath)
     steps = demo.step_indices()
     if len(steps) and len(frames) <= int(steps.max()):
         raise DataQueryError(f"episode {key}: {len(frames)} frames for {int(steps.max()) + 1} steps")

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -64,8 +63,8 @@ def load_trajectories(store: Store, records: Sequence[EpisodeRecord], cameras: S
             continue
         table = store.steps(record)
         actions = column_matrix(table, "action", record.key)
-        frames = {camera: step_frames(Path(store.data_root), record.key, camera, len(actions))
-                  for camera in cameras if (Path(store.data_root) / video_relpath(record.key, camera)).exists()}
+        frames = {camera: step_frames(store.data_root, record.key, camera, len(actions))
+                  for camera in cameras if store.files.exists(video_relpath(record.key, camera))}
         out.append(Trajectory(record, column_matrix(table, "observation.state", record.key), actions, frames))
     return out
 

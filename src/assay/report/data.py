@@ -1,7 +1,9 @@
 """What a report shows, gathered from the store: one frozen ``ReportData`` per campaign.
 
 Everything here is computed from the catalog and ``assay.metrics``; rendering
-(``figures``, ``html``) never touches the store except to read episode videos.
+(``figures``, ``html``) never touches the store except to read episode videos, which it
+reads through the store's data root (``Store.files``: the store directory, a ``--data``
+directory or an fsspec URL), as it reads step files.
 Robustness comes from ``metrics.retention_table`` (paired seeds); failure categories
 from the table that ``assay failures mine`` fills.
 """
@@ -66,7 +68,7 @@ class RobustnessRow:
 @dataclass(frozen=True)
 class GalleryItem:
     record: EpisodeRecord
-    videos: tuple[tuple[str, str], ...]  # (camera, path relative to the store) that exist on disk
+    videos: tuple[tuple[str, str], ...]  # (camera, path relative to the data root) that exist there
     facts: FailureFacts | None = None
 
 
@@ -201,7 +203,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     facts = evidence.failure_facts(store, records)
     gallery = []
     for r in evidence.pick_gallery(failures, facts, GALLERY_LIMIT):
-        videos = tuple((c, video_relpath(r.key, c)) for c in cameras if (store.root / video_relpath(r.key, c)).is_file())
+        videos = tuple((c, video_relpath(r.key, c)) for c in cameras if store.files.exists(video_relpath(r.key, c)))
         gallery.append(GalleryItem(r, videos, facts[r.key]))
     attributions = [f.attribution for f in facts.values() if f.attribution is not None]
     real_report, real_note = evidence.real_to_sim(records, evidence.stored_real(store) if real is None else real,

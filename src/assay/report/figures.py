@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ from assay.metrics import (
 from assay.report import labels
 from assay.report.data import RobustnessRow
 from assay.store import read_video
+from assay.store.roots import Root
 
 OUTCOME_COLOURS = {"success": "#2e7d32", "failure": "#c62828", "timeout": "#ef6c00", "error": "#6a1b9a"}
 
@@ -127,10 +127,11 @@ def png_data_uri(image: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def keyframes(store_root: Path, relpath: str, count: int = 4, around: int | None = None) -> list[tuple[int, str]]:
-    """Frames of a video as (frame index, PNG URI): ``count`` evenly spaced, first and last included; with
-    ``around`` (a step, e.g. the point of no return) the first, two before it, it, one after and the last."""
-    frames = read_video(store_root, relpath)
+def keyframes(data_root: Root, relpath: str, count: int = 4, around: int | None = None) -> list[tuple[int, str]]:
+    """Frames of a video in the data root as (frame index, PNG URI): ``count`` evenly spaced, first and last
+    included; with ``around`` (a step, e.g. the point of no return) the first, two before it, it, one after and
+    the last."""
+    frames = read_video(data_root, relpath)
     last = len(frames) - 1
     if around is None:
         picks = sorted({int(round(i)) for i in np.linspace(0, last, count)})
@@ -140,8 +141,9 @@ def keyframes(store_root: Path, relpath: str, count: int = 4, around: int | None
     return [(i, png_data_uri(frames[i])) for i in picks]
 
 
-def mp4_data_uri(store_root: Path, relpath: str) -> str:
-    return "data:video/mp4;base64," + base64.b64encode((store_root / relpath).read_bytes()).decode("ascii")
+def mp4_data_uri(data: bytes) -> str:
+    """An MP4 file's bytes as a ``data:video/mp4`` URI (a report that embeds its videos)."""
+    return "data:video/mp4;base64," + base64.b64encode(data).decode("ascii")
 
 
 def _number(text: str) -> float | None:

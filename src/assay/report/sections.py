@@ -15,6 +15,7 @@ from assay.report import figures
 from assay.report.data import GalleryItem, ReportData
 from assay.report.markup import number, pct, table
 from assay.store import Store
+from assay.store.roots import local_path
 
 
 def _interval(low: float | None, high: float | None, digits: int = 2) -> str:
@@ -167,15 +168,16 @@ def _media(item: GalleryItem, store: Store, embed_video: bool, out_dir: Path) ->
             media.append(f"<div class='figure trace'>{trace}</div>")
     for camera, relpath in item.videos:
         try:
-            frames = figures.keyframes(store.root, relpath, around=ponr_t)
+            frames = figures.keyframes(store.data_root, relpath, around=ponr_t)
         except StoreError:
             continue
         media.append("<div class='frames'>" + "".join(
             f"<figure><img alt='{escape(camera)} frame {i}' src='{uri}'{' class=ponr' if i == ponr_t else ''}>"
             f"<figcaption>{'PONR ' if i == ponr_t else ''}step {i}</figcaption></figure>" for i, uri in frames)
             + "</div>")
-        src = figures.mp4_data_uri(store.root, relpath) if embed_video else \
-            escape(os.path.relpath(store.root / relpath, out_dir))
+        local = local_path(store.data_root)  # a video in an object store cannot be linked to: it is embedded
+        src = figures.mp4_data_uri(store.files.read(relpath)) if embed_video or local is None else \
+            escape(os.path.relpath(local / relpath, out_dir))
         # the last keyframe as poster: a paused video shows where the episode ended, not a black box
         media.append(f"<video controls muted loop preload='metadata' poster='{frames[-1][1]}' src='{src}'></video>")
     if not item.videos:

@@ -3,9 +3,11 @@
 Reads are open (the server binds loopback by default). Anything that changes
 state (starting or cancelling a campaign) needs ``Authorization: Bearer TOKEN``:
 missing -> 401, wrong -> 403. Bound to loopback, requests whose ``Host`` is not a loopback
-name get 400 (DNS rebinding). Files are served only from the store's ``videos``,
-``episodes`` and ``campaigns`` folders, after resolving symlinks, so no request
-path (``..``, encoded slashes, links) reaches anything else.
+name get 400 (DNS rebinding). Files are served only from the ``videos`` and
+``episodes`` folders of the store's data root (the store directory, a ``--data``
+directory, or an fsspec URL read through fsspec) and the store's ``campaigns`` folder,
+after resolving symlinks, so no request path (``..``, encoded slashes, links) reaches
+anything else.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
@@ -207,14 +209,17 @@ def create_app(config: ServerConfig) -> FastAPI:
         return await call(views.episode_detail, store, key)
 
     @app.get("/api/files/{relpath:path}", tags=["files"],
-             summary="A file of the store (videos, episode Parquet, resolved campaigns); nothing outside it")
-    async def get_file(relpath: str) -> FileResponse:
+             summary="A file of the store (videos and episode Parquet from its data root, resolved campaigns); "
+                     "nothing outside them")
+    async def get_file(relpath: str) -> Response:
         try:
-            path = views.confined_file(store.root, relpath)
+            found = await run_in_threadpool(views.served_file, store, relpath)
         except StoreError as exc:
             raise HTTPException(404, str(exc)) from None
-        media = "video/mp4" if path.suffix == ".mp4" else None
-        return FileResponse(path, media_type=media)
+        media = "video/mp4" if relpath.endswith(".mp4") else None
+        if isinstance(found, Path):
+            return FileResponse(found, media_type=media)
+        return Response(found, media_type=media or "application/octet-stream")
 
     @app.get("/api/runs", tags=["runs"], summary="Campaign runs started by this server")
     def list_runs() -> list[dict[str, Any]]:

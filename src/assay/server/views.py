@@ -14,6 +14,7 @@ import pyarrow as pa
 from assay.errors import AssayError, StoreError
 from assay.report.evidence import FailureFacts, failure_facts
 from assay.store import EpisodeRecord, Outcome, Store
+from assay.store.roots import local_path
 
 MAX_PLOT_POINTS = 1000  # step series longer than this are thinned evenly for the browser
 SERVED_DIRS = ("videos", "episodes", "campaigns")
@@ -49,11 +50,10 @@ def episode_summary(record: EpisodeRecord) -> dict[str, Any]:
 
 
 def videos(store: Store, record: EpisodeRecord) -> list[dict[str, str]]:
-    """The episode's camera videos present on disk, as store-relative paths."""
-    directory = store.root / "videos" / record.key[:2]
-    found = sorted(directory.glob(f"{record.key}.*.mp4")) if directory.is_dir() else []
-    return [{"camera": p.name[len(record.key) + 1 : -len(".mp4")], "path": p.relative_to(store.root).as_posix()}
-            for p in found]
+    """The episode's camera videos present in the store's data root, as paths relative to it (what
+    ``/api/files/`` serves)."""
+    found = store.files.glob(f"videos/{record.key[:2]}/{record.key}.*.mp4")
+    return [{"camera": name.rsplit("/", 1)[-1][len(record.key) + 1 : -len(".mp4")], "path": name} for name in found]
 
 
 def _matrix(column: pa.ChunkedArray) -> np.ndarray:
@@ -157,17 +157,35 @@ def failures(store: Store, campaign: str) -> dict[str, Any]:
                                               for r in records]}
 
 
-def confined_file(store_root: Path, relpath: str) -> Path:
-    """The file at ``relpath`` inside the store's served folders, symlinks resolved; StoreError otherwise.
+def confined_file(store_root: Path, relpath: str, served: tuple[str, ...] = SERVED_DIRS) -> Path:
+    """The file at ``relpath`` inside the ``served`` folders of a directory, symlinks resolved; StoreError otherwise.
 
-    The folders themselves are taken under the resolved store root and never followed: a
+    The folders themselves are taken under the resolved root and never followed: a
     ``videos`` link to ``/elsewhere`` serves nothing of ``/elsewhere``.
     """
     if "\x00" in relpath:  # the OS refuses such names; say "no file", never crash
         raise StoreError(f"no file {relpath!r} in the store")
     root = store_root.resolve()
     candidate = (root / relpath).resolve()
-    allowed = [root / d for d in SERVED_DIRS]  # not resolved: a served folder that is a link leads nowhere
+    allowed = [root / d for d in served]  # not resolved: a served folder that is a link leads nowhere
     if not any(candidate.is_relative_to(base) for base in allowed) or not candidate.is_file():
         raise StoreError(f"no file {relpath!r} in the store")
     return candidate
+
+
+DATA_DIRS = ("videos", "episodes")  # served from the data root; the rest of SERVED_DIRS from the store
+
+
+def served_file(store: Store, relpath: str) -> Path | bytes:
+    """A served file: step files and videos from the data root (a local path, or the bytes read through an
+    fsspec URL), resolved campaigns from the store directory; StoreError for anything else."""
+    top = relpath.split("/", 1)[0]
+    if top not in DATA_DIRS:
+        return confined_file(store.root, relpath, tuple(d for d in SERVED_DIRS if d not in DATA_DIRS))
+    local = local_path(store.data_root)
+    if local is not None:
+        return confined_file(local, relpath, DATA_DIRS)
+    parts = relpath.split("/")
+    if "\x00" in relpath or any(part in ("", ".", "..") for part in parts) or not store.files.exists(relpath):
+        raise StoreError(f"no file {relpath!r} in the store")
+    return store.files.read(relpath)

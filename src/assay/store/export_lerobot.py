@@ -168,7 +168,7 @@ def _write(store: Store, records: list[EpisodeRecord], tables: list[pa.Table], r
     }
     for camera in cameras:
         key = IMAGE_PREFIX + camera
-        clips = [step_frames(Path(store.data_root), r.key, camera, n) for r, n in zip(records, lengths, strict=True)]
+        clips = [step_frames(store.data_root, r.key, camera, n) for r, n in zip(records, lengths, strict=True)]
         frames = np.concatenate(clips)
         height, width = frames.shape[1:3]
         path = root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)

@@ -61,6 +61,12 @@ class DataRoot(Protocol):
     def where(self, relpath: str) -> str:
         """How messages name the file."""
 
+    def exists(self, relpath: str) -> bool:
+        """Whether a file is at ``relpath``."""
+
+    def glob(self, pattern: str) -> list[str]:
+        """The relative paths of the files matching ``pattern`` (relative, with ``*``), sorted."""
+
     def temporaries(self, folders: tuple[str, ...]) -> list[str]:
         """Names of temporaries in ``folder/*/`` for each folder."""
 
@@ -98,6 +104,12 @@ class LocalRoot:
 
     def where(self, relpath: str) -> str:
         return str(self.path / relpath)
+
+    def exists(self, relpath: str) -> bool:
+        return (self.path / relpath).is_file()
+
+    def glob(self, pattern: str) -> list[str]:
+        return sorted(p.relative_to(self.path).as_posix() for p in self.path.glob(pattern) if p.is_file())
 
     def temporaries(self, folders: tuple[str, ...]) -> list[str]:
         return [str(p) for folder in folders for p in (self.path / folder).glob(f"*/*{TMP_MARK}*")]
@@ -145,6 +157,14 @@ class FsspecRoot:
 
     def where(self, relpath: str) -> str:
         return f"{self.url}/{relpath}"
+
+    def exists(self, relpath: str) -> bool:
+        return bool(self.fs.isfile(f"{self.base}/{relpath}"))
+
+    def glob(self, pattern: str) -> list[str]:
+        prefix = self.base + "/"  # fsspec names what it finds without the protocol, as ``base`` is
+        found = [str(name) for name in self.fs.glob(f"{self.base}/{pattern}")]
+        return sorted(name[len(prefix):] if name.startswith(prefix) else name for name in found)
 
     def temporaries(self, folders: tuple[str, ...]) -> list[str]:
         names: list[str] = []

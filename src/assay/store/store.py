@@ -47,7 +47,7 @@ from assay.store.episodes import (
 from assay.store.identity import check_catalog, check_data_root
 from assay.store.locking import run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
-from assay.store.roots import local_path
+from assay.store.roots import DataRoot, local_path, open_root
 from assay.store.validation import Summary, file_check, table_problem
 
 DEFAULT_CATALOG = "sqlite (catalog.sqlite in the store)"
@@ -170,6 +170,11 @@ class Store:
         if data_url is not None and known is None:
             self.catalog.set_meta("data_url", data_url)
         return root
+
+    @property
+    def files(self) -> DataRoot:
+        """The data root as files: step files and videos are read through it (a directory or an fsspec URL)."""
+        return open_root(self.data_root)
 
     def close(self) -> None:
         self.catalog.close()

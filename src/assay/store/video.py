@@ -10,12 +10,12 @@ Written atomically.
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 
 from assay.errors import StoreError
 from assay.store.episodes import Root, write_blob
+from assay.store.roots import open_root
 
 
 def video_relpath(key: str, camera: str) -> str:
@@ -50,18 +50,20 @@ def write_video(root: Root, key: str, camera: str, frames: list[np.ndarray], fps
     return relpath
 
 
-def read_video(root: Path, relpath: str) -> np.ndarray:
-    """All frames as (T, H, W, 3) uint8."""
+def read_video(root: Root, relpath: str) -> np.ndarray:
+    """All frames as (T, H, W, 3) uint8; ``root`` is the data root (a directory or an fsspec URL)."""
     import av
 
-    path = root / relpath
-    if not path.exists():
-        raise StoreError(f"video {path} does not exist")
-    with av.open(str(path)) as container:
+    data_root = open_root(root)
+    try:
+        data = data_root.read(relpath)
+    except FileNotFoundError:
+        raise StoreError(f"video {data_root.where(relpath)} does not exist") from None
+    with av.open(io.BytesIO(data)) as container:
         return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])
 
 
-def step_frames(root: Path, key: str, camera: str, steps: int) -> np.ndarray:
+def step_frames(root: Root, key: str, camera: str, steps: int) -> np.ndarray:
     """One frame per step (T, H, W, 3) of an episode's camera video; StoreError when the video keeps fewer
     (recorded at a ``video_fps`` below the control rate), since frame ``i`` would then not show step ``i``."""
     frames = read_video(root, video_relpath(key, camera))
