@@ -324,3 +324,58 @@ def test_ponr_recoveries_replay_the_failure_in_its_own_variant(tmp_path):
             assert {d.variant_key for d in demos} == {record.variant_key} and {d.seed for d in demos} == {record.seed}
             claimed = dataclasses.replace(record, variant={}, variant_key="nominal", variant_name="nominal")
             assert mine_recovery(store, replayers, [claimed], 2) == ([], 1)
+
+
+PIXEL_DESIGN = """name: tinyp
+task: metaworld/reach@1
+horizon: 80
+variants: [{}, {light.intensity: 0.3}]
+slice: {variants: [{}]}
+primary: {test: ttest, unit: replicate}
+obs: image+proprio
+camera_size: 32
+base_demos: 2
+extra_demos: 1
+pool: 4
+probe: 4
+eval: 2
+replicates: 1
+epochs: 1
+hidden: [16]
+bootstrap: 100
+ponr: false
+"""
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_a_pixel_flywheel_trains_every_arm_on_recorded_frames(tmp_path):
+    """The same machinery with pixel BC under a visual gap (light 0.3 unseen by the base) at a tiny budget: every
+    campaign records the front camera, every arm is a pixel-bc checkpoint trained on the frames of the steps
+    its (frame-trimmed) demos kept, the relabel arm on its probe episode's frames. About 100 s at load 11."""
+    from assay.learning.leakage import checkpoint_provenance
+    from assay.policies.pixel_bc import load_pixel_checkpoint
+    from assay.store import Store
+
+    design = tmp_path / "tinyp.yaml"
+    design.write_text(PIXEL_DESIGN)
+    store = tmp_path / "store"
+    result = invoke("flywheel", "--design", str(design), "--store", str(store), "--json")
+    assert result.exit_code == 0, result.output
+    (rep,) = json.loads(result.stdout)["replicates"]
+    assert set(rep["outcomes"]) == {"base", "random", "targeted", "recovery", "oracle"}  # ponr: false
+    assert_budget_groups(rep)
+    for arm, checkpoint in rep["checkpoints"].items():
+        data = load_pixel_checkpoint(checkpoint["path"])
+        assert data["config"]["image_size"] == 32, arm
+        assert len(checkpoint_provenance(checkpoint["path"])) == rep["data"][arm]["episodes"]
+    assert rep["composition"]["oracle"]["variants"] == {"light.intensity=0.3": 1}
+    with Store(store) as opened:
+        evaluation = opened.catalog.episodes(campaign=rep["campaigns"]["eval"])
+        assert {r.policy_spec["builtin"] for r in evaluation} == {"pixel-bc"}
+        pool = opened.catalog.episodes(campaign=rep["campaigns"]["pool"])
+        assert all((store / "videos" / r.key[:2] / f"{r.key}.front.mp4").is_file() for r in pool)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(PIXEL_DESIGN.replace("ponr: false", "ponr: true"))
+    refused = invoke("flywheel", "--design", str(bad), "--store", str(store))
+    assert refused.exit_code == 2 and "PoNR recovery demos have no camera frames; set ponr: false" in refused.stderr
