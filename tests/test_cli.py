@@ -76,7 +76,7 @@ def test_run_results_and_episodes(tmp_path, write_campaign):
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [experts]\n",
          "unknown builtin 'experts'; valid: bc, degraded-expert, expert, lerobot, mlp, perception-expert, pixel-bc, random, router"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [no_such_module.sub:Policy]\n",
-         "cannot import module 'no_such_module.sub'"),
+         "no module 'no_such_module' (a module:attr policy is imported from the Python path"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [tests.helpers:Missing]\n",
          "module 'tests.helpers' has no attribute 'Missing'"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies:\n  - {name: s, builtin: degraded-expert, params: {noise: 1}}\n",

@@ -23,7 +23,7 @@ from assay.cli.common import (
 )
 from assay.cli.gates import FailUnderOpt, check_rates, is_stdout
 from assay.cli.lazy import subgroup
-from assay.cli.progress import CampaignProgress
+from assay.cli.progress import CampaignProgress, interrupt_told
 from assay.errors import AssayError
 from assay.metrics import entries_from_records, rate_table, write_results_csv
 from assay.metrics.adaptive import judge_for
@@ -84,7 +84,7 @@ def run(
             runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
             progress = CampaignProgress(render.err_console, enabled=not json_out or not render.err_console.is_terminal,
                                         every=progress_every)
-            with progress:
+            with interrupt_told(progress, render.err_console), progress:
                 summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
                                        retry_errors=retry_errors,
                                        judge=judge_for(spec) if spec.adaptive is not None else None)

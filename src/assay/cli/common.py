@@ -60,7 +60,7 @@ def policy_option(value: str, known: dict[str, Any] | None = None) -> Any:
     parameters: ``shaky-expert``), a YAML mapping, or a shorthand. Anything else is one line naming the forms."""
     from pydantic import ValidationError
 
-    from assay.policies import resolve_policy
+    from assay.policies import add_import_root, resolve_policy
     from assay.spec import PolicySpec, policy_from_shorthand
 
     known = known or {}
@@ -76,6 +76,8 @@ def policy_option(value: str, known: dict[str, Any] | None = None) -> Any:
             spec = PolicySpec.model_validate(data)
         else:
             spec = policy_from_shorthand(value)
+        if spec.entrypoint is not None:  # a module:attr on the command line: also looked up where the command runs
+            add_import_root(Path.cwd())
         return resolve_policy(spec)
     except ValidationError as exc:
         first = exc.errors()[0]

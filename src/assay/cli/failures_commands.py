@@ -22,7 +22,7 @@ from assay.failures.ponr import camera_keyframes, load_ponrs, save_ponr, state_p
 from assay.failures.priorities import priorities
 from assay.failures.recovery import gated_recovery_demos
 from assay.failures.regression import HELDOUT_SUFFIX, Case, add_sets, load_set, record_run, versions
-from assay.run import InlineExecutor
+from assay.run import InlineExecutor, phase
 from assay.sim import default_registry, resolve_variant
 from assay.spec import EpisodeJob, Pipeline, ResolvedPolicy, TaskSpec, Variant, batch_jobs, episode_key
 from assay.store import EpisodeRecord, Outcome, Store
@@ -129,6 +129,7 @@ def run_settings(opened: Store, record: EpisodeRecord) -> dict:
 
 
 def _ponr_one(opened: Store, record: EpisodeRecord, demos: bool, budget: int | None, method: str, draws: int) -> dict:
+    phase(f"point of no return of episode {record.key[:12]} ({record.policy_name} on {record.task_id})")
     table = opened.steps(record)
     arrays = step_arrays(table)
     actions = table.column("action").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(len(table), -1)

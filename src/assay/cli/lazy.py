@@ -4,12 +4,16 @@
 register it); a listing (``assay --help``) shows the table and imports nothing, and running a command
 imports only its own modules. A name the table lacks still runs (every module is loaded to find it), and
 ``tests/test_cli_lazy.py`` fails until the table names it.
+
+Every loaded command runs watched (:func:`watched`): the episodes its executors run and the phases it
+announces show as progress, with no code in the command itself.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -29,15 +33,44 @@ class LazyCommand:
 
 _LOADED: dict[tuple[str, ...], TyperGroup] = {}
 
+#: Commands whose work progress is not shown by :func:`watched`: the listings run nothing, and ``run`` shows its
+#: campaign's own (planned total, episodes already stored).
+UNWATCHED = frozenset({"tasks", "policies", "factors", "run"})
+
 
 def load(modules: tuple[str, ...]) -> TyperGroup:
-    """The commands these modules register, on one fresh app (built once per process)."""
+    """The commands these modules register, on one fresh app (built once per process), each watched."""
     if modules not in _LOADED:
         sub = typer.Typer()
         for module in modules:
             importlib.import_module(f"assay.cli.{module}").register(sub)
-        _LOADED[modules] = typer.main.get_group(sub)
+        _LOADED[modules] = _watch_all(typer.main.get_group(sub))
     return _LOADED[modules]
+
+
+def _watch_all(group: TyperGroup, prefix: tuple[str, ...] = ()) -> TyperGroup:
+    for name, command in group.commands.items():
+        path = " ".join((*prefix, name))
+        if isinstance(command, TyperGroup):
+            _watch_all(command, (*prefix, name))
+        elif path not in UNWATCHED and command.callback is not None:
+            command.callback = watched(path, command.callback)
+    return group
+
+
+def watched(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
+    """``callback`` with the progress of the episodes and phases it runs shown on stderr (``cli.progress.watch``:
+    a bar on a terminal, plain lines elsewhere; Ctrl-C says how many episodes are stored)."""
+
+    @functools.wraps(callback)
+    def watching(*args: Any, **kwargs: Any) -> Any:
+        from assay.cli import render
+        from assay.cli.progress import watch
+
+        with watch(name, render.err_console):
+            return callback(*args, **kwargs)
+
+    return watching
 
 
 class LazyGroup(TyperGroup):

@@ -6,13 +6,16 @@ until the end, so plain lines go to stderr instead: at the start, every ``every`
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-from assay.run import CampaignSummary
+from assay.run import CampaignSummary, observing
 from assay.store import EpisodeRecord, Outcome
 
 
@@ -29,7 +32,7 @@ class CampaignProgress:
             TextColumn("episodes"),
             TextColumn("{task.fields[rate]:.2f} ep/s"),
             TimeRemainingColumn(),
-            TextColumn("success {task.fields[successes]}/{task.fields[scored]}"),
+            TextColumn("{task.fields[scope]}success {task.fields[successes]}/{task.fields[scored]}"),
             TextColumn("[red]errors {task.fields[errors]}"),
             console=console,
             disable=not enabled or self.plain,
@@ -60,7 +63,8 @@ class CampaignProgress:
         if self.plain:
             self._line()
         self._task = self._progress.add_task(
-            summary.name, total=summary.total, completed=summary.skipped, rate=0.0, successes=0, scored=0, errors=0
+            summary.name, total=summary.total, completed=summary.skipped, rate=0.0, successes=0, scored=0, errors=0,
+            scope=f"{summary.skipped} were stored; run now: " if summary.skipped else "",
         )
 
     def record(self, record: EpisodeRecord) -> None:
@@ -79,8 +83,19 @@ class CampaignProgress:
         if self.plain and time.perf_counter() - self._last_line >= self.every:
             self._line()
 
+    @property
+    def stored(self) -> int:
+        """Episodes of the campaign in the store now: those found there at the start and those run since."""
+        return self._skipped + sum(self._counts.values())
+
+    @property
+    def total(self) -> int:
+        """The campaign's episodes (an adaptive campaign's, over the rounds so far)."""
+        return self._total
+
     def _line(self, final: bool = False) -> None:
-        """``campaign NAME: 12/40 episodes (30%), 1.52 ep/s, ETA 18s, success 10/12, errors 0``."""
+        """``campaign NAME: 12/40 episodes (30%), 1.52 ep/s, ETA 18s, success 10/12, errors 0``; a resumed run adds
+        ``(N were already stored)`` and its success and error counts are of the episodes run now, so says."""
         self._last_line = now = time.perf_counter()
         ran = sum(self._counts.values())
         done = self._skipped + ran
@@ -88,7 +103,130 @@ class CampaignProgress:
         eta = f"{(self._total - done) / rate:.0f}s" if ran and done < self._total else "-"
         percent = 100 * done / self._total if self._total else 100
         errors = self._counts[Outcome.ERROR]
+        resumed = f" ({self._skipped} were already stored)" if self._skipped else ""
+        scope = f" of the {ran} run now" if self._skipped else ""
         self.console.print(
-            f"campaign {self._name}: {done}/{self._total} episodes ({percent:.0f}%), {rate:.2f} ep/s, "
-            f"{'done' if final else 'ETA ' + eta}, success {self._counts[Outcome.SUCCESS]}/{ran - errors}, "
+            f"campaign {self._name}: {done}/{self._total} episodes ({percent:.0f}%){resumed}, {rate:.2f} ep/s, "
+            f"{'done' if final else 'ETA ' + eta}, success {self._counts[Outcome.SUCCESS]}/{ran - errors}{scope}, "
             f"errors {errors}", highlight=False, markup=False, soft_wrap=True)
+
+
+def interrupted_line(stored: int, total: int) -> str:
+    """What Ctrl-C prints: how much of the work is safe in the store, and how to go on."""
+    return f"interrupted: {stored} of {total} episodes stored; rerun the same command to resume"
+
+
+@contextlib.contextmanager
+def interrupt_told(progress: CampaignProgress, console: Console) -> Iterator[None]:
+    """Ctrl-C during a campaign prints :func:`interrupted_line` (the campaign's episodes in the store, of its
+    total) and exits with status 130; before the campaign started it is left as it was."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not progress.total:
+            raise
+        console.print(interrupted_line(progress.stored, progress.total), highlight=False, markup=False,
+                      soft_wrap=True)
+        raise typer.Exit(130) from None
+
+
+class WorkProgress:
+    """The progress of any command that runs episodes or long work (an :class:`assay.run.Observer`): the
+    episodes its executors were handed so far, how many finished, their rate, successes and errors, and the
+    phase of other work (training a checkpoint). On a terminal a bar that appears with the first event;
+    elsewhere plain lines on stderr: a phase when it starts, the episodes when a batch of them is handed
+    out and every ``every`` seconds, and a last line at the end."""
+
+    def __init__(self, name: str, console: Console, every: float = 30.0) -> None:
+        self.name, self.console, self.every = name, console, every
+        self.plain = not console.is_terminal
+        self.queued_total, self.phase_text = 0, ""
+        self._counts = {o: 0 for o in Outcome}
+        self._started = self._last_line = 0.0
+        self._bar = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("episodes (queued so far)"), TextColumn("{task.fields[rate]:.2f} ep/s"),
+            TextColumn("success {task.fields[successes]}/{task.fields[scored]}"),
+            TextColumn("[red]errors {task.fields[errors]}"), console=console, disable=self.plain)
+        self._task: TaskID | None = None
+
+    @property
+    def finished_total(self) -> int:
+        """Episodes finished (their files written) since the command started."""
+        return sum(self._counts.values())
+
+    def _begin(self) -> None:
+        if self._started:
+            return
+        self._started = self._last_line = time.perf_counter()
+        if not self.plain:
+            self._bar.start()
+            self._task = self._bar.add_task(self.name, total=0, rate=0.0, successes=0, scored=0, errors=0)
+
+    def queued(self, episodes: int) -> None:
+        """An executor was handed ``episodes`` more."""
+        self._begin()
+        self.queued_total += episodes
+        if self._task is not None:
+            self._bar.update(self._task, total=self.queued_total)
+        if self.plain and episodes:
+            self._line()
+
+    def finished(self, record: EpisodeRecord) -> None:
+        """One episode finished."""
+        self._counts[record.outcome] += 1
+        ran = self.finished_total
+        if self._task is not None:
+            self._bar.update(self._task, advance=1, rate=ran / max(time.perf_counter() - self._started, 1e-9),
+                             successes=self._counts[Outcome.SUCCESS], scored=ran - self._counts[Outcome.ERROR],
+                             errors=self._counts[Outcome.ERROR])
+        if self.plain and time.perf_counter() - self._last_line >= self.every:
+            self._line()
+
+    def phase(self, text: str) -> None:
+        """Other long work started."""
+        self._begin()
+        self.phase_text = text
+        if self._task is not None:
+            self._bar.update(self._task, description=f"{self.name}: {text}")
+        else:
+            self.console.print(f"{self.name}: {text}", highlight=False, markup=False, soft_wrap=True)
+
+    def close(self, final: bool = True) -> None:
+        """The command ended: the bar stops; without a terminal a last line (when any episode was queued and
+        the work was not interrupted)."""
+        if self._task is not None:
+            self._bar.stop()
+        elif self.plain and self.queued_total and final:
+            self._line(final=True)
+
+    def _line(self, final: bool = False) -> None:
+        """``sweep: 12 of 40 queued episodes done, 1.52 ep/s, success 10/12, errors 0``."""
+        self._last_line = now = time.perf_counter()
+        ran, errors = self.finished_total, self._counts[Outcome.ERROR]
+        rate = ran / max(now - self._started, 1e-9)
+        head = (f"done, {ran} episodes run in {now - self._started:.0f}s" if final
+                else f"{ran} of {self.queued_total} queued episodes done")
+        self.console.print(f"{self.name}: {head}, {rate:.2f} ep/s, success {self._counts[Outcome.SUCCESS]}/"
+                           f"{ran - errors}, errors {errors}", highlight=False, markup=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def watch(name: str, console: Console) -> Iterator[WorkProgress]:
+    """Show the progress of the work done in the block; Ctrl-C after an episode finished prints how many are
+    stored and exits with status 130 (a Ctrl-C before any is left as it was)."""
+    progress = WorkProgress(name, console)
+    interrupted = False
+    try:
+        with observing(progress):
+            yield progress
+    except KeyboardInterrupt:
+        if not progress.queued_total:
+            raise
+        interrupted = True
+    finally:
+        progress.close(final=not interrupted)
+    if interrupted:
+        console.print(interrupted_line(progress.finished_total, progress.queued_total), highlight=False,
+                      markup=False, soft_wrap=True)
+        raise typer.Exit(130)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -27,7 +28,7 @@ def policy_server(policy: str, task: str, params: dict, config: ServerConfig, st
     """The server ``serve-policy`` runs: the policy, its identity and its class's own declared contract
     (else the served task's interface), bound to ``task``; one policy instance per session unless the
     class declares ``stateless = True`` or ``stateless`` is asked for."""
-    from assay.policies import make_policy, policy_contract, resolve_policy
+    from assay.policies import add_import_root, make_policy, policy_contract, resolve_policy
     from assay.policies.remote import PolicyServer
     from assay.sim import default_registry
     from assay.spec import PolicySpec, policy_from_shorthand
@@ -35,6 +36,8 @@ def policy_server(policy: str, task: str, params: dict, config: ServerConfig, st
     base = policy_from_shorthand(policy)
     if base.remote is not None:
         raise SpecError("serve-policy serves a local policy; a remote: URL is already served")
+    if base.entrypoint is not None:  # a module:attr is also looked up in the directory the server starts in
+        add_import_root(Path.cwd())
     spec = PolicySpec(**{**base.model_dump(), "params": params})
     resolved = resolve_policy(spec)
     contract = policy_contract(resolved)

@@ -59,6 +59,7 @@ from assay.learning.pixel_bc import PixelTrainConfig, train_pixel_bc
 from assay.learning.runs import DEMO_SEED, EVAL_SEED, PROBE_SEED, bc_spec, run_grid
 from assay.metrics import episode_budget
 from assay.policies import ExpertPolicy, PolicyContext
+from assay.run import phase
 from assay.run.campaign import CampaignPlan
 from assay.sim.factors import resolve_variant
 from assay.spec import CameraSpec, PolicySpec, content_hash
@@ -151,6 +152,7 @@ class Learner:
         key = content_hash({"config": described, "data": data}, length=12)
         path = folder / f"{arm}-{key}.pt"
         if not path.is_file():
+            phase(f"training {arm} on {len(demos)} demos ({_frames(demos)} frames)")
             if isinstance(config, PixelTrainConfig):
                 train_pixel_bc(self.store, demos, config, path)
             else:

@@ -6,6 +6,7 @@ May import ``assay.spec``, ``assay.sim``, ``assay.policies`` and ``assay.store``
 from assay.run.campaign import CampaignPlan, CampaignSummary, prepare_campaign, run_campaign
 from assay.run.executors import Executor, InlineExecutor, LocalExecutor, make_executor
 from assay.run.faults import DEFAULT_EPISODE_TIMEOUT_S, FaultPolicy
+from assay.run.observers import Observer, observing, phase
 from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import rollout
 from assay.run.worker import Worker
@@ -19,8 +20,11 @@ __all__ = [
     "FaultPolicy",
     "InlineExecutor",
     "LocalExecutor",
+    "Observer",
     "Worker",
     "make_executor",
+    "observing",
+    "phase",
     "prepare_campaign",
     "rollout",
     "run_campaign",

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from assay.errors import AssayError
 from assay.run.driver import Driver, Event, Happened
 from assay.run.faults import Batch, FaultPolicy, rss_mb
+from assay.run.observers import observed
 from assay.run.worker import Worker
 from assay.store import EpisodeRecord
 from assay.store.roots import as_root
@@ -83,6 +84,7 @@ class InlineExecutor:
         self.store_root = _root(store_root)
         self.pipelined = pipelined
 
+    @observed
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
         worker = Worker(self.store_root)
         try:
@@ -292,6 +294,7 @@ class LocalExecutor:
         self.faults = faults or FaultPolicy()
         self.restarts = 0  # worker processes replaced after a death, a timeout or a resource error
 
+    @observed
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
         _refuse_while_importing_main()
         driver = Driver(_ProcessPool(self.store_root, self.faults), self.workers, self.faults, self.store_root)

@@ -37,6 +37,7 @@ from assay.policies.protocol import ENV_IDS, INSTRUCTION
 from assay.policies.remote.batcher import DynamicBatcher
 from assay.run.driver import Driver, Event, Happened
 from assay.run.faults import Batch, FaultPolicy
+from assay.run.observers import observed
 from assay.run.worker import Worker
 from assay.spec import PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord
@@ -261,6 +262,7 @@ class RayExecutor:
             for key, spec in specs.items()
         }
 
+    @observed
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
         if not any(batches):
             return

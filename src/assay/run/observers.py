@@ -1,0 +1,75 @@
+"""Who is told what runs in this process: the episodes every executor queues and finishes, and the phases of
+long work (training a checkpoint, one replicate of an experiment).
+
+The CLI registers an observer for the duration of a command and shows it as progress; nothing else reads it,
+and with no observer registered the cost is one empty-list check per executor run. Every executor's ``run`` is
+wrapped by :func:`observed`, so a library function that runs episodes (a sweep, a boundary search, a
+flywheel arm, a twin calibration) shows progress without taking a callback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, TypeVar
+
+from assay.run.faults import Batch
+from assay.store import EpisodeRecord
+
+
+class Observer(Protocol):
+    """What an observer is told."""
+
+    def queued(self, episodes: int) -> None:
+        """An executor was handed ``episodes`` more episodes to run."""
+
+    def finished(self, record: EpisodeRecord) -> None:
+        """One episode finished and its files are written (its record is what the catalog will hold)."""
+
+    def phase(self, text: str) -> None:
+        """Long work other than episodes started: ``text`` says what (``training arm random on 120 demos``)."""
+
+
+_OBSERVERS: list[Observer] = []
+
+
+@contextlib.contextmanager
+def observing(observer: Observer) -> Iterator[Observer]:
+    """Tell ``observer`` of every episode and phase while the block runs."""
+    _OBSERVERS.append(observer)
+    try:
+        yield observer
+    finally:
+        _OBSERVERS.remove(observer)
+
+
+def phase(text: str) -> None:
+    """Say that long work other than episodes starts (observers show it; without any it is a no-op)."""
+    for observer in list(_OBSERVERS):
+        observer.phase(text)
+
+
+E = TypeVar("E")
+Run = Callable[[E, Sequence[Batch]], Iterator[EpisodeRecord]]
+
+
+def observed(run: Run[E]) -> Run[E]:
+    """Decorate an executor's ``run``: observers hear how many episodes it was given, then each record."""
+
+    @functools.wraps(run)
+    def observed_run(self: E, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+        records = run(self, batches)
+        return _told(batches, records) if _OBSERVERS else records
+
+    return observed_run
+
+
+def _told(batches: Sequence[Batch], records: Iterator[EpisodeRecord]) -> Iterator[EpisodeRecord]:
+    watching = list(_OBSERVERS)
+    for observer in watching:
+        observer.queued(sum(len(batch) for batch in batches))
+    for record in records:
+        for observer in watching:
+            observer.finished(record)
+        yield record
