@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from assay.policies.remote import packb, unpackb
-from assay.policies.remote.server import RepeatFilter
+from assay.policies.remote.limits import RepeatFilter
 from tests.remote_support import serving, state_task
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import threading
 import urllib.error
 import urllib.request
@@ -106,12 +108,14 @@ def _raw(server, key="k3y"):
     (packb({"observation/state": np.zeros(5, np.float32)}), "shape (5,), expected (39,)"),
 ])
 def test_malformed_request_gets_a_protocol_error_and_the_server_survives(mlp_server, frame, message):
+    """A malformed frame gets one line with a code (no traceback, no file path), then close 1008."""
     server, _ = mlp_server
     with _raw(server) as ws:
         ws.recv()  # metadata
         ws.send(frame)
         error = ws.recv()
-        assert isinstance(error, str) and error.startswith("protocol error") and message in error
+        assert isinstance(error, str) and error.startswith("E_PROTOCOL: ") and message in error
+        assert "\n" not in error and "Traceback" not in error and ".py" not in error
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv()
         assert closed.value.rcvd.code == 1008
@@ -131,8 +135,9 @@ def test_oversized_message_is_cut_off_and_the_server_survives():
         assert client.infer({"observation/state": np.zeros(39, np.float32)})["actions"].shape == (1, 4)
 
 
-def test_policy_exception_sends_the_traceback_and_closes_1011_without_hurting_batch_mates():
-    with serving(RaisingPolicy(), state_task(), max_batch=8, max_wait_ms=50) as server:
+def test_policy_exception_is_one_coded_line_to_the_client_and_a_traceback_in_the_log(caplog):
+    with caplog.at_level(logging.ERROR, logger="assay.policy_server"), \
+            serving(RaisingPolicy(), state_task(), max_batch=8, max_wait_ms=50) as server:
         good = WebsocketClientPolicy("127.0.0.1", server.port)
         with connect(f"ws://127.0.0.1:{server.port}") as ws:
             ws.recv()
@@ -143,12 +148,17 @@ def test_policy_exception_sends_the_traceback_and_closes_1011_without_hurting_ba
                 good=good.infer({"observation/state": np.zeros(39, np.float32)})))
             thread.start()
             text = ws.recv()
-            assert isinstance(text, str) and "Traceback" in text and "state out of the training range" in text
+            assert text == "E_POLICY: the policy raised RuntimeError: state out of the training range"
             with pytest.raises(ConnectionClosed) as closed:
                 ws.recv()
             assert closed.value.rcvd.code == 1011
             thread.join()
         assert results["good"]["actions"].tolist() == [[0.0, 0.0, 0.0, 0.0]]
+        with pytest.raises(RuntimeError, match="E_POLICY: the policy raised RuntimeError") as openpi_error:
+            good.infer({"observation/state": np.full(39, 500.0, np.float32)})  # the real openpi client
+        assert "Traceback" not in str(openpi_error.value)
+    logged = [r for r in caplog.records if r.name == "assay.policy_server"]
+    assert logged and all(r.exc_info is not None for r in logged), "the traceback goes to the server's log"
 
 
 def test_server_binds_loopback_by_default():

@@ -87,20 +87,26 @@ def test_a_session_unknown_past_its_first_step_is_refused_not_silently_restarted
         policy.reset(PolicyContext(state_task(), (7,), ("reach",)))
         batch = {"state": np.zeros((1, 39)), "instruction": ["reach"], "env_ids": np.arange(1)}
         policy.act(batch)
-        server.end_sessions(list(server.sessions))  # as a restart or an eviction would
-        with pytest.raises(RemotePolicyError, match="unknown at step 1"):
+        owner = ("client", policy._client)
+        server.sessions.end(owner, server.sessions.names(owner))  # as a restart would
+        with pytest.raises(RemotePolicyError, match="E_SESSION_UNKNOWN: .*unknown at step 1"):
             policy.act(batch)
         policy.close()
 
 
-def test_sessions_beyond_the_limit_evict_the_least_recently_used():
+def test_sessions_beyond_the_limit_are_refused_and_live_ones_never_evicted():
     server = _counter_server(max_sessions=2)
     with ServerThread(server):
         policy = RemotePolicy(server.url, timeout_s=5)
         policy.reset(PolicyContext(state_task(), (1, 2, 3), ("a", "b", "c")))
-        for slot in (0, 1, 2):
-            policy.act({"state": np.zeros((1, 39)), "instruction": ["x"], "env_ids": np.array([slot])})
-        assert sorted(key.rsplit("/", 1)[1] for key in server.sessions) == ["1", "2"]
+        one = {"state": np.zeros((1, 39)), "instruction": ["x"]}
+        for slot in (0, 1):
+            policy.act({**one, "env_ids": np.array([slot])})
+        with pytest.raises(RemotePolicyError, match="E_SESSIONS_FULL: the server holds its limit of 2 sessions"):
+            policy.act({**one, "env_ids": np.array([2])})
+        owner = ("client", policy._client)
+        assert sorted(name.rsplit("/", 1)[1] for name in server.sessions.names(owner)) == ["0", "1"]
+        assert policy.act({**one, "env_ids": np.array([1])})[0, 0, 0] == 2, "a live session goes on"
         policy.close()
 
 

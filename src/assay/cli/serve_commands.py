@@ -83,8 +83,22 @@ def serve_policy(
                                             "row's observation, batched across environments (default: an instance "
                                             "per environment session, unless the class declares stateless = True).")]
     = False,
+    max_sessions: Annotated[int, typer.Option("--max-sessions", min=1, max=1_000_000, help=(
+        "Live sessions at most (a stateful policy: one policy instance each, so memory grows by one instance per "
+        "environment served, up to this many); past it new sessions are refused, live ones never evicted."))] = 1024,
+    max_sessions_per_client: Annotated[int, typer.Option("--max-sessions-per-client", min=1, max=1_000_000,
+                                                         help="Live sessions one client may hold.")] = 256,
+    max_buffer_mb: Annotated[float, typer.Option("--max-buffer-mb", min=1.0, help=(
+        "Byte budget for frames being received and decoded, across all connections; a large frame waits for "
+        "room (TCP pushes back on its sender)."))] = 256.0,
 ) -> None:
-    """Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all connections."""
+    """Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all connections.
+
+    Memory: a stateless policy (declared by its class, or --stateless) is one shared instance whatever the
+    number of clients. A stateful one gets an instance per environment session, so the server holds up to
+    --max-sessions instances (resident memory per session, measured: docs/RELIABILITY.md), plus up to
+    --max-buffer-mb of frames in flight.
+    """
     from assay.policies.remote import ServerConfig
 
     with user_errors():
@@ -97,12 +111,15 @@ def serve_policy(
         config = ServerConfig(host=host, port=port, max_batch=max_batch, max_wait_ms=max_wait_ms,
                               api_key=api_key or os.environ.get("ASSAY_API_KEY") or None,
                               max_message_bytes=int(max_message_mb * 1024 * 1024), max_connections=max_connections,
-                              idle_timeout_s=idle_timeout or None)
+                              idle_timeout_s=idle_timeout or None, max_sessions=max_sessions,
+                              max_sessions_per_client=max_sessions_per_client,
+                              max_buffer_bytes=int(max(max_buffer_mb, max_message_mb) * 1024 * 1024))
         server = policy_server(policy, task, parsed, config, stateless)
         spec, served_task = server.metadata["assay"], server.task
         render.err_console.print(
             f"serving {spec['policy']} ({spec['version']}) for {served_task.id} on ws://{host}:{port} — max batch "
-            f"{max_batch}, max wait {max_wait_ms:g} ms, {'sessions' if server.factory else 'stateless'}"
+            f"{max_batch}, max wait {max_wait_ms:g} ms, "
+            f"{f'sessions (at most {max_sessions}, an instance each)' if server.factory else 'stateless (one instance)'}"
             f"{', API key required' if config.api_key else ''}; "
             "GET /healthz for health", highlight=False, soft_wrap=True)
         try:

@@ -22,6 +22,7 @@ from typing import Any
 
 from assay.errors import SpecError, UnsupportedError
 from assay.policies import check_policy_contract, check_supports, resolve_policy
+from assay.policies.remote import warn_capacity
 from assay.run.adaptive import Judge, run_rounds
 from assay.run.executors import Executor
 from assay.sim import TaskRegistry, default_registry, resolve_variant
@@ -186,6 +187,7 @@ def _run_pending(
     if on_start is not None:
         on_start(summary)
     batches = batch_jobs(pending, spec.envs_per_worker)
+    _warn_capacity(campaign, executor, batches)
     writer = CatalogWriter(store, batches)
     try:
         for record in executor.run(batches):
@@ -197,3 +199,14 @@ def _run_pending(
     finally:
         writer.flush()  # rows of finished episodes are kept even when the run stops on an error
     return summary
+
+
+def _warn_capacity(campaign: CampaignPlan, executor: Executor, batches: Sequence[Sequence[EpisodeJob]]) -> None:
+    """Each served policy's limits against what this run may open: workers x environments per worker."""
+    if not batches:
+        return
+    workers = getattr(executor, "workers", None) or getattr(executor, "actors", None) or 1
+    clients, rows = min(int(workers), len(batches)), max(len(batch) for batch in batches)
+    for policy in campaign.policies:
+        if policy.spec.remote is not None:
+            warn_capacity(policy.spec.remote, policy.spec.params, clients, rows)

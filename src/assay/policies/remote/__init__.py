@@ -1,11 +1,20 @@
 """Remote policies over openpi's protocol: the wire codec, the server with its dynamic batcher, the client."""
 
-from assay.policies.remote.client import PolicyUnavailableError, RemotePolicy, RemotePolicyError, fetch_metadata
+from assay.policies.remote.client import (
+    CapacityWarning,
+    PolicyUnavailableError,
+    RemotePolicy,
+    RemotePolicyError,
+    capacity_warning,
+    fetch_metadata,
+    warn_capacity,
+)
 from assay.policies.remote.server import PolicyServer, ProtocolError, ServerConfig, ServerStartError, ServerThread
 from assay.policies.remote.wire import MAX_MESSAGE_BYTES, WireError, packb, unpackb
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
+    "CapacityWarning",
     "PolicyServer",
     "PolicyUnavailableError",
     "ProtocolError",
@@ -15,7 +24,9 @@ __all__ = [
     "ServerStartError",
     "ServerThread",
     "WireError",
+    "capacity_warning",
     "fetch_metadata",
     "packb",
     "unpackb",
+    "warn_capacity",
 ]

@@ -18,32 +18,47 @@ one request per connection at a time), so a server with a dynamic batcher can
 gather them, and those of other workers, into one forward pass. The reply's
 ``actions`` is one action ``(A,)`` or a chunk ``(H, A)``.
 
-Connections are opened with retries and exponential backoff (by default 8 attempts,
-0.1 s doubling to at most 2 s: a server that restarts within about 7 s is reached
-again; ``connect_attempts``, ``backoff_s`` and ``max_backoff_s`` are policy params);
-every request has a timeout. A server that is gone (refused, closed, timed out) raises
-:class:`PolicyUnavailableError`, which the runner turns into ``error`` episodes
-for the whole batch at once; a traceback frame (the server's policy raised)
-raises :class:`RemotePolicyError` for the batch, and the runner asks each row
-alone, so only the row that provokes it fails.
+Connections are opened with retries (tenacity): exponential backoff with jitter, by default
+8 attempts from 0.1 s doubling to at most 2 s, each wait within 25 % of that (5 to 9 s in all), so a
+server that restarts within about 5 s is
+reached again and clients turned away together do not come back together (``connect_attempts``,
+``backoff_s`` and ``max_backoff_s`` are policy params). HTTP 503 (the server holds its limit of
+busy connections) is retried the same way; a client that already holds connections does not wait
+for more: it sends its rows over the ones it has, one request at a time on each, so a campaign
+wider than the server's connection limit runs slower instead of failing. A request whose idle
+connection the server closed (1000 idle, 1013 evicted: the server drops such a request unanswered)
+is sent again once on a fresh connection. Every request has a timeout. A server that is gone
+(refused, closed, timed out, busy past the retry budget) raises :class:`PolicyUnavailableError`,
+which the runner turns into ``error`` episodes for the whole batch at once; an error frame (one
+coded line: the server's policy raised, a session refused) raises :class:`RemotePolicyError` for
+the batch, and the runner asks each row alone, so only the row that provokes it fails.
+
+Each client names itself to the server with a random token (``X-Assay-Client``): its sessions are
+bound to it, so no other client can reach them. :func:`capacity_warning` compares what a campaign
+will open with the limits a server publishes in its metadata.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import threading
 import uuid
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception, stop_after_attempt
 
 from assay.errors import EpisodeError, SpecError
 from assay.policies.contract import PROMPT_KEY, STATE_KEY, ImageLayout, PolicyContract, camera_wire_keys
 from assay.policies.protocol import PolicyContext
 from assay.policies.remote.wire import (
+    CLIENT_HEADER,
+    KEEPS_CONNECTION,
     MAX_MESSAGE_BYTES,
     SEED_KEY,
     SESSION_KEY,
@@ -60,7 +75,11 @@ class PolicyUnavailableError(EpisodeError):
 
 
 class RemotePolicyError(EpisodeError):
-    """The server answered with an error (a traceback frame) or with a malformed reply."""
+    """The server answered with an error (a coded line: ``code``) or with a malformed reply (``code`` None)."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class RemoteParams(BaseModel):
@@ -76,45 +95,129 @@ class RemoteParams(BaseModel):
         default=None, description="wire key -> camera, e.g. {observation/image: front}; default: cameras in order")
 
 
-def _headers(params: RemoteParams) -> dict[str, str] | None:
+RETRYABLE_CLOSE = (1000, 1013)  # the server closed an idle connection (idle timeout, evicted): resend on a new one
+BUSY = 503
+
+
+class ServerBusyError(PolicyUnavailableError):
+    """The server answered HTTP 503 (every connection it holds is busy) past the retry budget."""
+
+
+class _Resend(Exception):
+    """The server closed an idle connection before reading the request: send it again elsewhere."""
+
+    def __init__(self, error: PolicyUnavailableError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class CapacityWarning(UserWarning):
+    """A campaign would open more connections or sessions than its policy server holds."""
+
+
+def _headers(params: RemoteParams, client: str | None) -> dict[str, str]:
     key = os.environ.get(params.api_key_env)
-    return {"Authorization": f"Api-Key {key}"} if key else None
+    headers = {"Authorization": f"Api-Key {key}"} if key else {}
+    if client is not None:
+        headers[CLIENT_HEADER] = client
+    return headers
+
+
+def _status(exc: BaseException) -> int | None:
+    from websockets.exceptions import InvalidStatus
+
+    return exc.response.status_code if isinstance(exc, InvalidStatus) else None
 
 
 def _refused(exc: BaseException, params: RemoteParams) -> str | None:
     """A reason not worth retrying (the server answered, and said no), else None."""
-    from websockets.exceptions import InvalidStatus
-
-    if isinstance(exc, InvalidStatus):
-        status = exc.response.status_code
-        if status in (401, 403):
-            return f"the server refused the API key (HTTP {status}); set the key in ${params.api_key_env}"
+    status = _status(exc)
+    if status in (401, 403):
+        return f"the server refused the API key (HTTP {status}); set the key in ${params.api_key_env}"
+    if status is not None and status != BUSY:
         return f"the server answered HTTP {status} instead of a websocket"
     return None
 
 
-async def _connect(url: str, params: RemoteParams) -> tuple[Any, dict[str, Any]]:
-    """Open one connection and read its metadata frame, retrying with exponential backoff."""
+async def _open(url: str, params: RemoteParams, client: str | None) -> tuple[Any, dict[str, Any]]:
+    """One attempt: a connection and its metadata frame."""
     from websockets.asyncio.client import connect
 
-    delay, last = params.backoff_s, "no attempt"
-    for attempt in range(1, params.connect_attempts + 1):
-        try:
-            ws = await asyncio.wait_for(
-                connect(url, additional_headers=_headers(params), max_size=params.max_message_bytes,
-                        compression=None, open_timeout=None, ping_interval=None),
-                params.timeout_s)
-            metadata = unpackb(await asyncio.wait_for(ws.recv(), params.timeout_s), params.max_message_bytes)
-            return ws, metadata if isinstance(metadata, dict) else {}
-        except Exception as exc:  # noqa: BLE001 - each failure is retried or reported
-            refused = _refused(exc, params)
-            if refused is not None:
-                raise PolicyUnavailableError(f"policy server {url}: {refused}") from None
-            last = f"{type(exc).__name__}: {exc}".strip()
-        if attempt < params.connect_attempts:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, params.max_backoff_s)
-    raise PolicyUnavailableError(f"policy server {url} unreachable after {params.connect_attempts} attempts ({last})")
+    ws = await asyncio.wait_for(
+        connect(url, additional_headers=_headers(params, client), max_size=params.max_message_bytes,
+                compression=None, open_timeout=None, ping_interval=None),
+        params.timeout_s)
+    metadata = unpackb(await asyncio.wait_for(ws.recv(), params.timeout_s), params.max_message_bytes)
+    return ws, metadata if isinstance(metadata, dict) else {}
+
+
+def _backoff(params: RemoteParams) -> Any:
+    """``backoff_s`` doubling to at most ``max_backoff_s``, each wait drawn within 25 % of that (jitter: clients
+    turned away together spread out)."""
+    def wait(state: RetryCallState) -> float:
+        base = min(params.backoff_s * 2 ** (state.attempt_number - 1), params.max_backoff_s)
+        return base * random.uniform(0.75, 1.25)
+
+    return wait
+
+
+async def _connect(url: str, params: RemoteParams, client: str | None = None,
+                   attempts: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """Open one connection and read its metadata frame, retrying (backoff with jitter) what may pass:
+    a refused or reset connection, a timeout, HTTP 503. ``attempts`` overrides ``connect_attempts``."""
+    from websockets.exceptions import InvalidStatus
+
+    tries = attempts or params.connect_attempts
+    retrying = AsyncRetrying(stop=stop_after_attempt(tries), reraise=False, wait=_backoff(params),
+                             retry=retry_if_exception(lambda exc: _refused(exc, params) is None))
+    try:
+        opened: tuple[Any, dict[str, Any]] = await retrying(_open, url, params, client)
+        return opened
+    except RetryError as exhausted:
+        last = exhausted.last_attempt.exception()
+        busy = last is not None and _status(last) == BUSY
+        detail = f"{type(last).__name__}: {last}".strip() if last is not None else "no attempt"
+        if busy:
+            raise ServerBusyError(f"policy server {url} busy (HTTP 503: every connection it holds is in use) after "
+                                  f"{tries} attempts") from None
+        raise PolicyUnavailableError(f"policy server {url} unreachable after {tries} attempts ({detail})") from None
+    except InvalidStatus as exc:  # not retried: the server answered, and said no
+        raise PolicyUnavailableError(f"policy server {url}: {_refused(exc, params)}") from None
+
+
+def capacity_warning(url: str, metadata: dict[str, Any], clients: int, rows: int) -> str | None:
+    """Why ``clients`` clients (workers) of ``rows`` environments each would exceed the limits ``url``
+    publishes (``server`` in its metadata), or None. Past the connection limit each client shares its
+    connections (slower, not failing); past the session limits episodes would be refused."""
+    published = metadata.get("server")
+    server: dict[str, Any] = published if isinstance(published, dict) else {}
+    wanted, found = clients * rows, []
+    connections = server.get("max_connections")
+    if isinstance(connections, int) and wanted > connections:
+        found.append(f"accepts {connections} connections and this run may open {clients} x {rows} = {wanted}: "
+                     "each worker will share its connections (requests wait their turn)")
+    if server.get("sessions") is True:
+        total, per_client = server.get("max_sessions"), server.get("max_sessions_per_client")
+        if isinstance(per_client, int) and rows > per_client:
+            found.append(f"holds {per_client} sessions per client and each worker runs {rows} environments: "
+                         "lower envs_per_worker or restart it with a larger --max-sessions-per-client")
+        if isinstance(total, int) and wanted > total:
+            found.append(f"holds {total} sessions and this run may open {wanted}: episodes past the limit will be "
+                         "errors; use fewer workers or restart it with a larger --max-sessions")
+    return f"policy server {url} " + "; it ".join(found) if found else None
+
+
+def warn_capacity(url: str, params: Mapping[str, Any], clients: int, rows: int) -> str | None:
+    """Read the server's metadata and warn (:class:`CapacityWarning`) when :func:`capacity_warning` finds
+    something; returns the message. A server that cannot be reached now is left to the run to report."""
+    try:
+        metadata = fetch_metadata(url, **params)
+    except SpecError:
+        return None
+    message = capacity_warning(url, metadata, clients, rows)
+    if message is not None:
+        warnings.warn(message, CapacityWarning, stacklevel=2)
+    return message
 
 
 def fetch_metadata(url: str, **params: Any) -> dict[str, Any]:
@@ -168,6 +271,7 @@ class RemotePolicy:
         self._client = uuid.uuid4().hex  # names this client's sessions on the server
         self._epoch = 0  # counts resets: a new one tells the server the previous episodes are over
         self._steps: dict[int, int] = {}  # env slot -> requests sent in its episode
+        self._pool_cap: int | None = None  # connections the server let this client hold (after a 503)
 
     @staticmethod
     def supports(task: Any) -> str | None:
@@ -177,6 +281,7 @@ class RemotePolicy:
         # openpi servers have no reset; the served policy is a function of its observation
         self._images = camera_wire_keys([c.name for c in context.task.cameras], self.params.images)
         self._seeds, self._epoch, self._steps = tuple(context.seeds), self._epoch + 1, {}
+        self._pool_cap = None  # a new batch tries for a connection per environment again
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         if self._loop is None:
@@ -247,33 +352,74 @@ class RemotePolicy:
     async def _round(self, observations: Mapping[str, Any], slots: list[int]) -> list[tuple[np.ndarray, int | None]]:
         from websockets.protocol import State
 
-        rows = len(slots)
         self._idle = [ws for ws in self._idle if ws.state is State.OPEN]  # a restarted server left stale ones
-        while len(self._idle) < rows:
-            missing = rows - len(self._idle)
-            opened = await asyncio.gather(*(_connect(self.url, self.params) for _ in range(missing)))
-            for ws, metadata in opened:
-                self._idle.append(ws)
-                if metadata and not self.metadata:
-                    self.metadata = metadata
-                    self.contract = PolicyContract.from_metadata(metadata)
+        await self._grow(len(slots))
         # built only now: the contract (state dtype, image sizes) is known before the first request
         requests = self._requests(observations, slots)
-        connections = [self._idle.pop() for _ in requests]
-        results = await asyncio.gather(*(self._request(ws, r) for ws, r in zip(connections, requests, strict=True)),
-                                       return_exceptions=True)
-        for ws, result in zip(connections, results, strict=True):
-            if isinstance(result, BaseException):
-                await ws.close()  # a late reply would answer the next request: never reuse it
-            else:
+        connections, self._idle = self._idle[: len(requests)], self._idle[len(requests):]
+        results: list[Any] = [None] * len(requests)
+
+        async def lane(ws: Any, rows: range) -> None:  # one connection answers one request at a time
+            for row in rows:
+                ws, results[row] = await self._answer(ws, requests[row])
+            if ws is not None:
                 self._idle.append(ws)
+
+        lanes = len(connections)
+        await asyncio.gather(*(lane(ws, range(k, len(requests), lanes)) for k, ws in enumerate(connections)))
         for result in results:
             if isinstance(result, PolicyUnavailableError):
                 raise result
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        return [result for result in results if not isinstance(result, BaseException)]
+        return results
+
+    async def _grow(self, rows: int) -> None:
+        """Hold a connection per row, as far as the server allows: the first with the whole retry budget,
+        the others with one attempt each; a 503 caps this client's pool until its next reset."""
+        if not self._idle:
+            self._adopt(*await _connect(self.url, self.params, self._client))
+        want = min(rows, self._pool_cap or rows)
+        missing = want - len(self._idle)
+        if missing <= 0:
+            return
+        opened = await asyncio.gather(*(_connect(self.url, self.params, self._client, attempts=1)
+                                        for _ in range(missing)), return_exceptions=True)
+        for result in opened:
+            if not isinstance(result, BaseException):
+                self._adopt(*result)
+        if any(isinstance(result, ServerBusyError) for result in opened):
+            self._pool_cap = len(self._idle)
+
+    def _adopt(self, ws: Any, metadata: dict[str, Any]) -> None:
+        self._idle.append(ws)
+        if metadata and not self.metadata:
+            self.metadata = metadata
+            self.contract = PolicyContract.from_metadata(metadata)
+
+    async def _answer(self, ws: Any | None, request: dict[str, Any]) -> tuple[Any | None, Any]:
+        """(the connection to go on with, or None; the reply or the exception) for one request. A request
+        whose idle connection the server closed is sent once more on a fresh connection."""
+        resent = False
+        while True:
+            try:
+                if ws is None:
+                    ws = (await _connect(self.url, self.params, self._client))[0]
+                return ws, await self._request(ws, request)
+            except _Resend as resend:
+                if resent:
+                    return None, resend.error
+                ws, resent = None, True
+            except RemotePolicyError as exc:  # answered with an error: the connection goes on if the server says so
+                if ws is not None and exc.code not in KEEPS_CONNECTION:
+                    await ws.close()
+                    ws = None
+                return ws, exc
+            except EpisodeError as exc:  # this row's failure, reported for it
+                if ws is not None:
+                    await ws.close()  # a late reply would answer the next request: never reuse it
+                return None, exc
 
     async def _request(self, ws: Any, request: dict[str, Any]) -> tuple[np.ndarray, int | None]:
         from websockets.exceptions import ConnectionClosed
@@ -284,12 +430,16 @@ class RemotePolicy:
         except TimeoutError:
             raise PolicyUnavailableError(f"policy server {self.url}: no reply within {self.params.timeout_s:g} s") from None
         except ConnectionClosed as exc:
-            raise PolicyUnavailableError(f"policy server {self.url} closed the connection ({exc})") from None
+            error = PolicyUnavailableError(f"policy server {self.url} closed the connection ({exc})")
+            if exc.rcvd is not None and exc.rcvd.code in RETRYABLE_CLOSE:
+                raise _Resend(error) from None
+            raise error from None
         except OSError as exc:
             raise PolicyUnavailableError(f"policy server {self.url}: {type(exc).__name__}: {exc}") from None
         if isinstance(reply, str):
             lines = [line for line in reply.strip().splitlines() if line.strip()]
-            raise RemotePolicyError(f"policy server {self.url} failed: {lines[-1] if lines else 'empty error'}")
+            last = lines[-1] if lines else "empty error"
+            raise RemotePolicyError(f"policy server {self.url} failed: {last}", last.split(":", 1)[0])
         try:
             message = unpackb(reply, self.params.max_message_bytes)
         except WireError as exc:

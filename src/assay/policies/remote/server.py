@@ -3,37 +3,43 @@
 Protocol (openpi's, so its clients work unchanged):
 
 * ``GET /healthz`` answers 200; any other path upgrades to a websocket;
-* when an API key is set, the upgrade needs ``Authorization: Api-Key <key>`` (else 401);
-* on connect the server sends one metadata frame; each request frame (one
-  observation: ``observation/state``, ``prompt``, each image the contract names, as uint8:
-  a served camera policy's ``image.<camera>``, ...) gets exactly one reply
-  frame ``{"actions": (H, A), "server_timing": {queue_ms, batch_size, infer_ms}}``;
-* when the policy raises, the traceback goes out as a text frame and the
-  connection closes with 1011; a malformed request (not msgpack, not a map, a
-  missing key or a wrong shape) gets a ``protocol error: ...`` text frame and
-  close code 1008. The server itself survives both.
+* when an API key is set, the upgrade needs ``Authorization: Api-Key <key>`` (else 401, before any
+  limit is looked at: a client without the key never holds a connection);
+* on connect the server sends one metadata frame (its identity, its contract and, under ``server``,
+  its limits: a campaign reads them to warn when it would open more connections or sessions than
+  the server holds); each request frame (one observation: ``observation/state``, ``prompt``, each
+  image the contract names, as uint8) gets exactly one reply frame
+  ``{"actions": (H, A), "server_timing": {queue_ms, batch_size, infer_ms}}``;
+* an error is one text frame of one line, ``CODE: message`` (the codes are in ``remote.wire``:
+  ``E_PROTOCOL`` for a malformed request, then close 1008; ``E_POLICY`` when the policy raised,
+  then close 1011; the session codes below). A traceback never reaches a client: it goes to the
+  server's log (logger ``assay.policy_server``). The server itself survives every error.
 
-Limits, so that no client can exhaust the server (each set in :class:`ServerConfig`):
-at most ``max_connections`` websockets at once (more get HTTP 503 at the upgrade), a
-connection idle for ``idle_timeout_s`` is closed (1000, "idle"), keepalive pings drop
-dead peers, each connection buffers at most two frames, at most ``max_large_frames``
-frames over 1 MiB are decoded at once, and a log line repeated more than
-``LOG_REPEATS`` times a minute is suppressed (with a count) instead of filling stderr.
+Limits (each set in :class:`ServerConfig`; see ``remote.limits``): at most ``max_connections``
+websockets, and at that limit the connection idle longest (``evict_idle_after_s`` at least) is
+closed (1013) to seat a newcomer, so only busy connections make the server answer HTTP 503; a
+connection idle for ``idle_timeout_s`` is closed (1000, "idle"); keepalive pings drop dead peers;
+each connection buffers at most two frames; large frames need a ticket of the global byte budget
+``max_buffer_bytes`` from their first byte until their request is answered; at most
+``max_large_frames`` of them are decoded at once; freed memory is returned to the system after a
+burst; a log line repeated more than ``LOG_REPEATS`` times a minute is counted, not printed.
 
 Requests from all connections meet in a :class:`DynamicBatcher`. Two ways to serve:
 
-* **sessions** (``serve-policy``'s default): each environment is a session with its own policy
-  instance, made by the server's ``factory`` and reset with the session's seed and prompt, so a
-  policy that keeps state per environment (a phase machine, an RNG stream, an action queue, an
-  instruction embedding) behaves exactly as it does in process. An Assay client names the session
-  in each request (``assay/session``, ``assay/seed``, ``assay/step``: the request's index within
-  its episode; a client's reset ends its earlier sessions, so the live ones are the environments
-  running now); a plain openpi client's connection is its session. A request for an unknown
-  session past its first step (the server restarted, or evicted the session) is refused, so
-  lost state never passes silently;
+* **sessions** (``serve-policy``'s default for a stateful policy): each environment is a session
+  with its own policy instance, made by the server's ``factory`` and reset with the session's seed
+  and prompt, so a policy that keeps state per environment behaves exactly as it does in process.
+  Sessions belong to their client (``remote.sessions``): an Assay client names itself with the
+  ``X-Assay-Client`` header (a random token) and each session in its requests (``assay/session``,
+  ``assay/seed``, ``assay/step``); a plain openpi client's connection is its client and its session.
+  No client can reach, end or evict another's session; per-client and global session limits refuse
+  new sessions (``E_SESSION_QUOTA``, ``E_SESSIONS_FULL``) and never end live ones; a session unknown
+  past its first step is refused (``E_SESSION_UNKNOWN``), so lost state never passes silently. Each
+  live session holds one policy instance: memory grows by one instance per environment served.
 * **stateless** (a policy class that declares ``stateless = True``, ``serve-policy --stateless``,
-  or a server built without a factory): the policy is reset once, with one slot per row of the
-  largest batch, and treated as a function of each row's observation, batched across sessions.
+  or a server built without a factory): one shared instance, reset once with one slot per row of
+  the largest batch, treated as a function of each row's observation, batched across sessions; its
+  memory does not grow with clients.
 """
 
 from __future__ import annotations
@@ -41,11 +47,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import threading
-import time
-import traceback
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -64,14 +68,35 @@ from assay.policies.contract import (
 )
 from assay.policies.protocol import Policy, PolicyContext, SupportsMetadata
 from assay.policies.remote.batcher import DynamicBatcher
+from assay.policies.remote.limits import (
+    SMALL_FRAME_BYTES,
+    ByteBudget,
+    ConnectionBook,
+    RepeatFilter,
+    Seat,
+    budgeted_connection,
+    buffered_bytes,
+    cap_mmap_threshold,
+    return_memory_to_os,
+)
+from assay.policies.remote.sessions import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSIONS_PER_CLIENT,
+    SessionRefused,
+    SessionTable,
+)
 from assay.policies.remote.wire import (
+    CLIENT_HEADER,
+    E_POLICY,
+    E_PROTOCOL,
+    E_REPLY,
     MAX_MESSAGE_BYTES,
     SEED_KEY,
     SESSION_KEY,
     STEP_KEY,
     WireError,
+    error_line,
     packb,
-    session_epoch,
     unpackb,
 )
 from assay.spec import TaskSpec
@@ -79,9 +104,13 @@ from assay.spec import TaskSpec
 INTERNAL_ERROR = 1011
 POLICY_VIOLATION = 1008
 NORMAL_CLOSURE = 1000
+TRY_AGAIN_LATER = 1013
 LARGE_FRAME_BYTES = 1 << 20
-LOG_REPEATS = 20  # identical log lines per minute before they are suppressed
 MAX_SESSION_ID = 256
+DEFAULT_BUFFER_BYTES = 256 * 1024 * 1024
+CLIENT_TOKEN = re.compile(r"[A-Za-z0-9_-]{8,64}")
+log = logging.getLogger("assay.policy_server")
+SERVER_LOGGERS = ("websockets", "websockets.server", "asyncio", log.name)
 
 
 class ProtocolError(AssayError, ValueError):
@@ -94,6 +123,8 @@ class ServerStartError(AssayError):
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """The server's address, batching and limits (see the module docstring for what each bounds)."""
+
     host: str = "127.0.0.1"
     port: int = 8000
     max_batch: int = 32
@@ -104,44 +135,27 @@ class ServerConfig:
     idle_timeout_s: float | None = 300.0
     ping_interval_s: float | None = 20.0
     max_large_frames: int = 4
-    max_sessions: int = 4096
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    max_sessions_per_client: int = DEFAULT_SESSIONS_PER_CLIENT
+    max_buffer_bytes: int = DEFAULT_BUFFER_BYTES
+    evict_idle_after_s: float | None = 10.0
+    session_grace_s: float = 10.0
 
     def __post_init__(self) -> None:
-        if self.max_connections < 1 or self.max_large_frames < 1 or self.max_sessions < 1:
-            raise ValueError("max_connections, max_large_frames and max_sessions must be at least 1")
+        if min(self.max_connections, self.max_large_frames, self.max_sessions, self.max_sessions_per_client) < 1:
+            raise ValueError("max_connections, max_large_frames, max_sessions and max_sessions_per_client "
+                             "must be at least 1")
         if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
             raise ValueError(f"idle_timeout_s must be positive, got {self.idle_timeout_s}")
+        if self.max_buffer_bytes < self.max_message_bytes:
+            raise ValueError(f"max_buffer_bytes ({self.max_buffer_bytes}) must hold at least one frame of "
+                             f"max_message_bytes ({self.max_message_bytes})")
 
-
-class RepeatFilter(logging.Filter):
-    """Let a log line through at most ``limit`` times per ``window_s``; then count it and say so once.
-
-    Under a flood (file descriptors exhausted, the accept loop failing thousands of times a
-    second) this keeps stderr readable and bounded instead of gigabytes of the same traceback.
-    """
-
-    def __init__(self, limit: int = LOG_REPEATS, window_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__()
-        self.limit, self.window_s, self.clock = limit, window_s, clock
-        self._seen: dict[tuple[str, object], tuple[float, int]] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, record.msg)
-        now = self.clock()
-        start, count = self._seen.get(key, (now, 0))
-        if now - start > self.window_s:
-            if count > self.limit:
-                record.msg = f"{record.msg} (and {count - self.limit} more like it suppressed in {now - start:.0f} s)"
-            start, count = now, 0
-        count += 1
-        self._seen[key] = (start, count)
-        if len(self._seen) > 10_000:  # many distinct lines: forget the oldest windows
-            self._seen.clear()
-        return count <= self.limit
-
-
-SERVER_LOGGERS = ("websockets", "websockets.server", "asyncio")
+    def limits(self) -> dict[str, Any]:
+        """What the metadata frame tells clients about the server's capacity."""
+        return {"max_connections": self.max_connections, "max_sessions": self.max_sessions,
+                "max_sessions_per_client": self.max_sessions_per_client, "max_message_bytes": self.max_message_bytes,
+                "max_buffer_bytes": self.max_buffer_bytes, "idle_timeout_s": self.idle_timeout_s}
 
 
 def default_contract(policy: Policy, task: TaskSpec) -> PolicyContract:
@@ -159,94 +173,83 @@ def default_contract(policy: Policy, task: TaskSpec) -> PolicyContract:
     )
 
 
+class _ClientError(Exception):
+    """What a client is told (one coded line) and how its connection is closed."""
+
+    def __init__(self, code: str, message: str, close: int | None = INTERNAL_ERROR) -> None:
+        super().__init__(message)
+        self.line, self.close = error_line(code, message), close  # close None: the connection goes on
+
+
+def _raised(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()
+    return f"the policy raised {type(exc).__name__}" + (f": {first[0]}" if first else "")
+
+
+@dataclass
+class _Row:
+    owner: Hashable
+    request: dict[str, Any]
+
+
 class PolicyServer:
+    """Serves ``policy`` for ``task``: one shared instance, or a session each from ``factory`` (module docstring)."""
+
     def __init__(self, policy: Policy, task: TaskSpec, config: ServerConfig = ServerConfig(),
                  identity: dict[str, Any] | None = None, contract: PolicyContract | None = None,
                  factory: Callable[[], Policy] | None = None) -> None:
         self.policy, self.task, self.config = policy, task, config
         self.contract = contract if contract is not None else default_contract(policy, task)
         self.factory = None if getattr(policy, "stateless", False) else factory
-        self.sessions: OrderedDict[str, Policy] = OrderedDict()  # least recently used first
-        self._epochs: dict[str, int] = {}  # Assay client -> its latest epoch (see _end_older_epochs)
-        self._sessions_lock = threading.Lock()
+        self.sessions = SessionTable(self.factory, config.max_sessions, config.max_sessions_per_client) \
+            if self.factory is not None else None
         self.metadata: dict[str, Any] = {
             "assay": dict(identity or {}, task=task.id),
             "contract": self.contract.model_dump(mode="json"),
             "server": {"max_batch": config.max_batch, "max_wait_ms": config.max_wait_ms,
-                       "sessions": self.factory is not None},
+                       "sessions": self.factory is not None, **config.limits()},
         }
         self._metadata_frame = packb(self.metadata)
         self._large_frames: asyncio.Semaphore | None = None  # made on the serving loop
+        self.book = ConnectionBook(config.max_connections, config.evict_idle_after_s)
+        self.budget = ByteBudget(config.max_buffer_bytes, config.max_message_bytes + SMALL_FRAME_BYTES)
+        self.budget.on_drained = return_memory_to_os
+        self._closing: set[asyncio.Task[None]] = set()
         self.batcher = DynamicBatcher(self._infer, config.max_batch, config.max_wait_ms / 1000.0)
         slots = config.max_batch
         policy.reset(PolicyContext(task, tuple(range(slots)), tuple(task.instruction for _ in range(slots))))
         self.port: int | None = None
 
     # -- inference (runs on the batcher's thread) ------------------------------------------------
-    def _infer(self, rows: list[dict[str, Any]]) -> list[Any]:
-        if self.factory is not None:
-            return [self._infer_session(row) for row in rows]
+    def _infer(self, rows: list[_Row]) -> list[Any]:
+        if self.sessions is not None:
+            return [self._infer_session(self.sessions, row) for row in rows]
         try:
-            return self._act(self.policy, rows)
-        except Exception:  # noqa: BLE001 - a batch failed; find the rows that provoke it
+            return self._act(self.policy, [row.request for row in rows])
+        except Exception as exc:  # noqa: BLE001 - a batch failed; find the rows that provoke it
             if len(rows) == 1:
-                return [_Traceback(traceback.format_exc())]
+                log.error("the policy raised for a request", exc_info=True)
+                return [_ClientError(E_POLICY, _raised(exc))]
             results: list[Any] = []
             for row in rows:
                 results.extend(self._infer([row]))
             return results
 
-    def _infer_session(self, row: dict[str, Any]) -> Any:
+    def _infer_session(self, sessions: SessionTable, row: _Row) -> Any:
         """One row on its session's own policy instance (made and reset on the session's first request)."""
-        session = row[SESSION_KEY]
+        request = row.request
+        name = request[SESSION_KEY]
+        prompt = request.get(PROMPT_KEY, self.task.instruction)
+        context = PolicyContext(self.task, (int(request.get(SEED_KEY, 0)),), (prompt,))
         try:
-            with self._sessions_lock:
-                policy = self.sessions.get(session)
-                if policy is not None:
-                    self.sessions.move_to_end(session)
-            if policy is None:
-                if row.get(STEP_KEY, 0) != 0:
-                    raise LookupError(f"session {session!r} is unknown at step {row[STEP_KEY]}: the server restarted "
-                                      "or evicted it, and its policy state is gone; rerun the episode")
-                assert self.factory is not None
-                self._end_older_epochs(session)
-                policy = self.factory()
-                prompt = row.get(PROMPT_KEY, self.task.instruction)
-                policy.reset(PolicyContext(self.task, (int(row.get(SEED_KEY, 0)),), (prompt,)))
-                with self._sessions_lock:
-                    self.sessions[session] = policy
-                    while len(self.sessions) > self.config.max_sessions:
-                        self.sessions.popitem(last=False)
-            return self._act(policy, [row])[0]
-        except Exception:  # noqa: BLE001 - the session's policy failed: this row fails, and the session ends
-            self.end_sessions([session])
-            return _Traceback(traceback.format_exc())
-
-    def _end_older_epochs(self, session: str) -> None:
-        """A client's new epoch (it reset: its earlier episodes are over) ends its sessions of older epochs,
-        so the live sessions, each holding a policy instance, are the environments running now."""
-        found = session_epoch(session)
-        if found is None:
-            return
-        client, epoch = found
-        with self._sessions_lock:
-            if self._epochs.get(client, -1) >= epoch:
-                return
-            self._epochs[client] = epoch
-            if len(self._epochs) > self.config.max_sessions:  # forget clients long gone
-                self._epochs.pop(next(iter(self._epochs)))
-            stale = []
-            for name in self.sessions:
-                parts = session_epoch(name)
-                if parts is not None and parts[0] == client and parts[1] < epoch:
-                    stale.append(name)
-            for name in stale:
-                del self.sessions[name]
-
-    def end_sessions(self, sessions: list[str]) -> None:
-        with self._sessions_lock:
-            for session in sessions:
-                self.sessions.pop(session, None)
+            policy = sessions.get(row.owner, name, int(request.get(STEP_KEY, 0)), lambda made: made.reset(context))
+            return self._act(policy, [request])[0]
+        except SessionRefused as refused:
+            return _ClientError(refused.code, str(refused), close=None)  # the request failed, not the connection
+        except Exception as exc:  # noqa: BLE001 - the session's policy failed: this row fails, and the session ends
+            log.error("the policy raised for session %r", name, exc_info=True)
+            sessions.end(row.owner, [name])
+            return _ClientError(E_POLICY, _raised(exc))
 
     def _act(self, policy: Policy, rows: list[dict[str, Any]]) -> list[np.ndarray]:
         batch: dict[str, Any] = {"instruction": [r.get(PROMPT_KEY, self.task.instruction) for r in rows],
@@ -274,7 +277,7 @@ class PolicyServer:
             value = request.get(key)
             if not isinstance(value, np.ndarray):
                 raise ProtocolError(f"request needs {key!r} as an array of shape {tuple(spec.shape)}; "
-                                    f"keys given: {sorted(map(str, request))}")
+                                    f"keys given: {sorted(map(str, request))[:20]}")
             if value.shape != tuple(spec.shape):
                 raise ProtocolError(f"{key!r} has shape {value.shape}, expected {tuple(spec.shape)}")
             if value.dtype.kind not in "biuf":
@@ -286,7 +289,7 @@ class PolicyServer:
                 else (image.height, image.width, image.channels)
             if not isinstance(value, np.ndarray):
                 raise ProtocolError(f"request needs image {key!r} as a uint8 array of shape {shape}; "
-                                    f"keys given: {sorted(map(str, request))}")
+                                    f"keys given: {sorted(map(str, request))[:20]}")
             if value.shape != shape or value.dtype != np.uint8:
                 raise ProtocolError(f"image {key!r} is {value.dtype} of shape {value.shape}, expected uint8 {shape}")
         if PROMPT_KEY in request and not isinstance(request[PROMPT_KEY], str):
@@ -303,19 +306,35 @@ class PolicyServer:
     def _process_request(self, connection: Any, request: Any) -> Any:
         if request.path == "/healthz":
             return connection.respond(HTTPStatus.OK, "OK\n")
-        if len(connection.server.all_connections) >= self.config.max_connections:  # open ones, not this one
-            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE,
-                                      f"policy server at its limit of {self.config.max_connections} connections\n")
-        if self.config.api_key:
+        if self.config.api_key:  # first: a client without the key never holds or costs a seat
             given = request.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Api-Key {self.config.api_key}".encode()):
                 return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
+        admitted, victim = self.book.admit(connection)
+        if not admitted:
+            response = connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"policy server at its limit of "
+                                          f"{self.config.max_connections} connections, all of them busy\n")
+            response.headers["Retry-After"] = "1"
+            return response
+        if victim is not None:
+            task = asyncio.get_running_loop().create_task(
+                victim.ws.close(TRY_AGAIN_LATER, "evicted: idle while the server is at its connection limit"))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
         return None
+
+    def _owner(self, ws: Any) -> Hashable:
+        """Whose sessions this connection reaches: the Assay client it names, else itself."""
+        headers = getattr(getattr(ws, "request", None), "headers", None)
+        token = headers.get(CLIENT_HEADER) if headers is not None else None
+        if isinstance(token, str) and CLIENT_TOKEN.fullmatch(token):
+            return ("client", token)
+        return ("connection", id(ws))
 
     async def _handle(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
 
-        own_session = f"connection-{id(ws)}"  # a plain openpi client: its connection is its session
+        seat = self.book.seat(ws, self._owner(ws))
         try:
             await ws.send(self._metadata_frame)
             while True:
@@ -324,30 +343,57 @@ class PolicyServer:
                 except TimeoutError:
                     await ws.close(NORMAL_CLOSURE, f"idle for {self.config.idle_timeout_s:g} s")
                     return
-                try:
-                    request = await self._decode(message)
-                except (WireError, ProtocolError) as exc:
-                    await ws.send(f"protocol error: {exc}")
-                    await ws.close(POLICY_VIOLATION, "protocol error")
+                if seat.evicted:  # closing: the request is dropped unanswered, so a client may resend it
                     return
-                request.setdefault(SESSION_KEY, own_session)
+                seat.busy = True
                 try:
-                    actions, timing = await self.batcher.submit(request)
-                except _Traceback as failure:
-                    await ws.send(failure.text)
-                    await ws.close(INTERNAL_ERROR, "Internal server error. Traceback included in previous frame.")
+                    reply, failure = await self._answer(seat, message)
+                finally:
+                    seat.busy, seat.last_active = False, self.book.clock()
+                    seat.requests += 1
+                    self.budget.settle(ws, buffered_bytes(ws))
+                if failure is None:
+                    await ws.send(reply)
+                    continue
+                await ws.send(failure.line)
+                if failure.close is not None:
+                    await ws.close(failure.close, failure.line.split(":", 1)[0])
                     return
-                try:
-                    reply = packb({"actions": actions, "server_timing": timing})
-                except (WireError, TypeError) as exc:
-                    await ws.send(f"Traceback: the policy's actions cannot be sent: {exc}")
-                    await ws.close(INTERNAL_ERROR, "Internal server error. Traceback included in previous frame.")
-                    return
-                await ws.send(reply)
         except ConnectionClosed:
             pass
         finally:
-            self.end_sessions([own_session])
+            if self.book.leave(seat) and self.sessions is not None:
+                self._last_connection_closed(self.sessions, seat.owner)
+
+    def _last_connection_closed(self, sessions: SessionTable, owner: Hashable) -> None:
+        """A plain connection's session ends with it; an Assay client's sessions wait ``session_grace_s``
+        for it to reconnect (it closes a connection after a timeout, the server after a policy error)."""
+        grace = self.config.session_grace_s
+        if not grace or (isinstance(owner, tuple) and owner[0] == "connection"):
+            sessions.end_client(owner)
+            return
+
+        def expire() -> None:
+            if owner not in self.book.owners:
+                sessions.end_client(owner)
+
+        asyncio.get_running_loop().call_later(grace, expire)
+
+    async def _answer(self, seat: Seat, message: Any) -> tuple[bytes, None] | tuple[None, _ClientError]:
+        """The reply frame to one request, or the error its client is told."""
+        try:
+            request = await self._decode(message)
+        except (WireError, ProtocolError) as exc:
+            return None, _ClientError(E_PROTOCOL, str(exc), POLICY_VIOLATION)
+        request.setdefault(SESSION_KEY, "connection")  # a plain openpi client: its connection is its session
+        try:
+            actions, timing = await self.batcher.submit(_Row(seat.owner, request))
+        except _ClientError as failure:
+            return None, failure
+        try:
+            return packb({"actions": actions, "server_timing": timing}), None
+        except (WireError, TypeError) as exc:
+            return None, _ClientError(E_REPLY, f"the policy's actions cannot be sent: {exc}")
 
     async def _decode(self, message: Any) -> dict[str, Any]:
         """Validate one request; frames over 1 MiB are decoded at most ``max_large_frames`` at a time."""
@@ -362,6 +408,7 @@ class PolicyServer:
         from websockets.asyncio.server import serve
 
         self._large_frames = asyncio.Semaphore(self.config.max_large_frames)
+        cap_mmap_threshold(LARGE_FRAME_BYTES)  # large frames live in their own mappings, freed at once
         repeats = RepeatFilter()
         for name in SERVER_LOGGERS:
             logging.getLogger(name).addFilter(repeats)
@@ -370,7 +417,8 @@ class PolicyServer:
         try:
             async with serve(self._handle, self.config.host, self.config.port, process_request=self._process_request,
                              max_size=self.config.max_message_bytes, compression=None, max_queue=2,
-                             ping_interval=ping, ping_timeout=ping) as server:
+                             ping_interval=ping, ping_timeout=ping,
+                             create_connection=budgeted_connection(self.budget)) as server:
                 self.port = server.sockets[0].getsockname()[1]
                 if ready is not None:
                     ready.set()
@@ -382,13 +430,8 @@ class PolicyServer:
 
     @property
     def url(self) -> str:
+        """``ws://host:port`` once serving."""
         return f"ws://{self.config.host}:{self.port}"
-
-
-class _Traceback(Exception):
-    def __init__(self, text: str) -> None:
-        super().__init__(text.strip().splitlines()[-1] if text.strip() else "policy failed")
-        self.text = text
 
 
 class ServerThread:

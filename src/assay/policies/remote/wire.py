@@ -26,6 +26,29 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 SESSION_KEY, SEED_KEY, STEP_KEY = "assay/session", "assay/seed", "assay/step"
 """Request keys an Assay client adds for a server that keeps sessions (see ``remote.server``)."""
 
+CLIENT_HEADER = "X-Assay-Client"
+"""The upgrade header naming an Assay client (a random token): its sessions are bound to it."""
+
+# What a server's error frame (a text frame of one line, ``CODE: message``) starts with.
+E_PROTOCOL = "E_PROTOCOL"  # a malformed request (not msgpack, not a map, a missing key, a wrong shape); close 1008
+E_POLICY = "E_POLICY"  # the policy raised for this request (its traceback is in the server's log); close 1011
+E_REPLY = "E_REPLY"  # the policy's answer cannot be sent (not an array of numbers); close 1011
+# The session codes refuse one request; the connection stays open.
+E_SESSION_UNKNOWN = "E_SESSION_UNKNOWN"  # a session past its first step that the server does not hold
+E_SESSION_QUOTA = "E_SESSION_QUOTA"  # the client holds its limit of sessions
+E_SESSIONS_FULL = "E_SESSIONS_FULL"  # the server holds its limit of sessions
+ERROR_CODES = (E_PROTOCOL, E_POLICY, E_REPLY, E_SESSION_UNKNOWN, E_SESSION_QUOTA, E_SESSIONS_FULL)
+KEEPS_CONNECTION = (E_SESSION_UNKNOWN, E_SESSION_QUOTA, E_SESSIONS_FULL)
+MAX_ERROR_CHARS = 400
+
+
+def error_line(code: str, message: str) -> str:
+    """One line for a client: ``CODE: message``, never a traceback (newlines folded, at most 400 characters)."""
+    text = " ".join(str(message).split())
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 3] + "..."
+    return f"{code}: {text}"
+
 
 def session_id(client: str, epoch: int, slot: int) -> str:
     """An Assay client's session: ``client/epoch/slot`` (epoch counts the client's resets)."""

@@ -1,0 +1,196 @@
+"""serve-policy for many clients (issue 40): sessions belong to their client, an idle crowd cannot lock the
+server out, a campaign wider than the server's connection limit completes, errors are one coded line.
+All on loopback with random free ports; bounded in time and memory; nothing asserts on speed."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from assay.cli.serve_commands import policy_server
+from assay.policies import PolicyContext
+from assay.policies.remote import CapacityWarning, PolicyServer, RemotePolicy, ServerConfig, ServerThread, packb, unpackb
+from assay.policies.remote.wire import CLIENT_HEADER, SEED_KEY, SESSION_KEY, STEP_KEY
+from assay.run import InlineExecutor, LocalExecutor
+from assay.store import Outcome
+from tests.remote_support import state_task
+from tests.test_faults import run_and_collect
+
+
+class Counter:
+    """Stateful: per slot, how many times it was asked in this episode, and the slot's seed."""
+
+    def reset(self, context: PolicyContext) -> None:
+        self.seeds, self.calls = list(context.seeds), [0] * context.batch_size
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        out = []
+        for slot in observations["env_ids"]:
+            self.calls[slot] += 1
+            out.append([self.calls[slot], self.seeds[slot], 0.0, 0.0])
+        return np.asarray(out, dtype=np.float64)
+
+
+def _counter_server(**config: Any) -> PolicyServer:
+    return PolicyServer(Counter(), state_task(), ServerConfig(**{"port": 0, "max_wait_ms": 0.0, **config}),
+                        {"policy": "counter", "version": "1"}, factory=Counter)
+
+
+def _victim_steps(policy: RemotePolicy, steps: int) -> list[list[int]]:
+    batch = {"state": np.zeros((2, 39)), "instruction": ["go", "go"], "env_ids": np.arange(2)}
+    return [policy.act(batch)[:, 0, :2].astype(int).tolist() for _ in range(steps)]
+
+
+def _rogue(port: int, token: str | None, names: list[str], replies: list[str]) -> None:
+    """Opens a fresh session per name (step 0), as fast as the server answers; keeps the error lines."""
+    headers = {CLIENT_HEADER: token} if token else None
+    with connect(f"ws://127.0.0.1:{port}", additional_headers=headers) as ws:
+        ws.recv()
+        for name in names:
+            ws.send(packb({"observation/state": np.zeros(39), "prompt": "x", SESSION_KEY: name, STEP_KEY: 0,
+                           SEED_KEY: 1}))
+            reply = ws.recv(timeout=30)
+            if isinstance(reply, str):
+                replies.append(reply)
+
+
+@pytest.mark.slow
+def test_a_rogue_clients_5000_fresh_sessions_leave_another_clients_episodes_intact():
+    server = _counter_server(max_sessions=300, max_sessions_per_client=100, session_grace_s=0.2)
+    with ServerThread(server):
+        victim = RemotePolicy(server.url, timeout_s=30)
+        victim.reset(PolicyContext(state_task(), (7, 9), ("go", "go")))
+        before = _victim_steps(victim, 3)
+        # 5,000 fresh sessions from 10 tokens (and none), several named like the victim's own sessions
+        spoofed = [f"{victim._client}/{victim._epoch + k}/{slot}" for k in range(1, 50) for slot in (0, 1)]
+        plans = [(uuid.uuid4().hex, spoofed + [f"r{i}/1/{k}" for k in range(500 - len(spoofed))]) for i in range(9)]
+        plans.append((None, [f"anon/1/{k}" for k in range(500)]))  # one epoch: they all stay live
+        replies: list[str] = []
+        threads = [threading.Thread(target=_rogue, args=(server.port, token, names, replies)) for token, names in plans]
+        for thread in threads:
+            thread.start()
+        during = _victim_steps(victim, 3)
+        for thread in threads:
+            thread.join(timeout=120)
+        after = _victim_steps(victim, 2)
+        assert len(server.sessions) <= 300
+        victim.close()
+        deadline = time.monotonic() + 10
+        while len(server.sessions) and time.monotonic() < deadline:  # the rogues left: their sessions end
+            time.sleep(0.05)
+        left = len(server.sessions)
+    assert before + during + after == [[[n, 7], [n, 9]] for n in range(1, 9)], "the victim's state went on intact"
+    codes = {reply.split(":", 1)[0] for reply in replies}
+    assert codes <= {"E_SESSION_QUOTA", "E_SESSIONS_FULL"} and "E_SESSION_QUOTA" in codes, codes
+    assert all("\n" not in reply and "Traceback" not in reply for reply in replies)
+    # past the limits (300 sessions, 100 a client) every fresh session is refused, none evicted; a spoofed name
+    # of a newer epoch ends only the rogue's own earlier ones
+    assert len(replies) >= 5000 - 300 - 9 * len(spoofed)
+    assert left == 0
+
+
+def test_a_session_name_reaches_only_its_own_clients_session():
+    server = _counter_server()
+    with ServerThread(server):
+        victim = RemotePolicy(server.url, timeout_s=10)
+        victim.reset(PolicyContext(state_task(), (7, 9), ("go", "go")))
+        _victim_steps(victim, 2)
+        name = f"{victim._client}/{victim._epoch}/0"
+        with connect(f"ws://127.0.0.1:{server.port}", additional_headers={CLIENT_HEADER: uuid.uuid4().hex}) as ws:
+            ws.recv()
+            ws.send(packb({"observation/state": np.zeros(39), SESSION_KEY: name, STEP_KEY: 2, SEED_KEY: 7}))
+            refused = ws.recv(timeout=10)
+            ws.send(packb({"observation/state": np.zeros(39), SESSION_KEY: name, STEP_KEY: 0, SEED_KEY: 5}))
+            own = unpackb(ws.recv(timeout=10))["actions"][0, :2].tolist()
+        assert refused.startswith("E_SESSION_UNKNOWN: ") and own == [1, 5], "its own fresh session, not the victim's"
+        assert _victim_steps(victim, 1) == [[[3, 7], [3, 9]]]
+        victim.close()
+
+
+def _idle_crowd(url: str, count: int, stack: contextlib.ExitStack, **headers: str) -> list[Any]:
+    crowd = [stack.enter_context(connect(url, additional_headers=headers or None)) for _ in range(count)]
+    for ws in crowd:
+        ws.recv()
+    return crowd
+
+
+def test_64_idle_sockets_do_not_stop_a_new_or_an_active_client():
+    server = _counter_server(max_connections=64, evict_idle_after_s=0.5)
+    with ServerThread(server), contextlib.ExitStack() as stack:
+        url = f"ws://127.0.0.1:{server.port}"
+        active = RemotePolicy(server.url, timeout_s=10)
+        active.reset(PolicyContext(state_task(), (7, 9), ("go", "go")))
+        _victim_steps(active, 1)  # 2 connections, busy
+        crowd = _idle_crowd(url, 62, stack)  # the server is now full
+        time.sleep(0.6)  # the crowd has been idle long enough to give way
+        newcomer = RemotePolicy(server.url, timeout_s=10)
+        newcomer.reset(PolicyContext(state_task(), (3,), ("go",)))
+        one = {"state": np.zeros((1, 39)), "instruction": ["go"], "env_ids": np.arange(1)}
+        assert newcomer.act(one)[0, 0, :2].tolist() == [1, 3], "a new client is seated"
+        # while another idle crowd keeps arriving, the active client keeps its place and its state
+        more: list[Any] = []
+        for _ in range(3):
+            more += _idle_crowd(url, 20, stack)
+            assert _victim_steps(active, 1)[0][0][0] >= 2
+        steps = _victim_steps(active, 1)
+        evictions = server.book.evictions
+        newcomer.close()
+        active.close()
+    assert steps == [[[5, 7], [5, 9]]], "no request of the active client was lost or repeated"
+    assert evictions >= 60 + 1 and len(crowd) == 62
+
+
+def test_without_the_api_key_a_crowd_holds_no_connection():
+    server = _counter_server(max_connections=4, api_key="s3cret")
+    with ServerThread(server):
+        url = f"ws://127.0.0.1:{server.port}"
+        for _ in range(64):
+            with pytest.raises(InvalidStatus) as refused, connect(url):
+                pass
+            assert refused.value.response.status_code == 401
+        with connect(url, additional_headers={"Authorization": "Api-Key s3cret"}) as ws:
+            assert unpackb(ws.recv())["server"]["max_connections"] == 4
+
+
+def test_busy_connections_get_503_with_retry_after_and_the_client_shares_what_it_holds():
+    server = _counter_server(max_connections=3, evict_idle_after_s=None)
+    with ServerThread(server), contextlib.ExitStack() as stack:
+        url = f"ws://127.0.0.1:{server.port}"
+        _idle_crowd(url, 2, stack)
+        with pytest.raises(InvalidStatus) as busy, connect(f"ws://127.0.0.1:{server.port}"), connect(url):
+            pass
+        assert busy.value.response.status_code == 503 and busy.value.response.headers["Retry-After"] == "1"
+        client = RemotePolicy(server.url, timeout_s=10)
+        client.reset(PolicyContext(state_task(), (1, 2, 3, 4), ("go",) * 4))
+        four = {"state": np.zeros((4, 39)), "instruction": ["go"] * 4, "env_ids": np.arange(4)}
+        answers = [client.act(four)[:, 0, :2].astype(int).tolist() for _ in range(2)]
+        held = len(client._idle)
+        client.close()
+    assert answers == [[[1, 1], [1, 2], [1, 3], [1, 4]], [[2, 1], [2, 2], [2, 3], [2, 4]]]
+    assert held == 1, "one connection left for this client: its four rows took turns on it"
+
+
+@pytest.mark.slow
+@pytest.mark.sim
+def test_a_campaign_of_2_workers_by_40_envs_against_a_64_connection_server_has_no_errors(tmp_path):
+    data = {"name": "wide", "seed": 4, "episodes": 80, "envs_per_worker": 40, "horizon": 10,
+            "tasks": ["gymnasium/Pendulum-v1"], "policies": [{"name": "random", "builtin": "random"}]}
+    _, local, _ = run_and_collect(tmp_path / "in-process", InlineExecutor(tmp_path / "in-process"), data)
+    server = policy_server("random", "gymnasium/Pendulum-v1", {}, ServerConfig(port=0, max_connections=64))
+    assert server.factory is not None, "random keeps a generator per environment: served with sessions"
+    with ServerThread(server):
+        served = {**data, "policies": [{"name": "random", "remote": server.url}]}
+        with pytest.warns(CapacityWarning, match="accepts 64 connections and this run may open 2 x 40 = 80"):
+            summary, results, records = run_and_collect(tmp_path / "served", LocalExecutor(tmp_path / "served", 2),
+                                                         served)
+    assert summary.ran == 80 and [r for r in records if r.outcome is Outcome.ERROR] == []
+    assert sorted((v[0], v[2], v[3]) for v in results.values()) == sorted((v[0], v[2], v[3]) for v in local.values())
