@@ -18,7 +18,15 @@ from websockets.sync.client import connect
 
 from assay.cli.serve_commands import policy_server
 from assay.policies import PolicyContext
-from assay.policies.remote import CapacityWarning, PolicyServer, RemotePolicy, ServerConfig, ServerThread, packb, unpackb
+from assay.policies.remote import (
+    CapacityWarning,
+    PolicyServer,
+    RemotePolicy,
+    ServerConfig,
+    ServerThread,
+    packb,
+    unpackb,
+)
 from assay.policies.remote.wire import CLIENT_HEADER, SEED_KEY, SESSION_KEY, STEP_KEY
 from assay.run import InlineExecutor, LocalExecutor
 from assay.store import Outcome

@@ -7,10 +7,11 @@
   their place, and a crowd of idle sockets is cycled out instead of locking the server.
 * :class:`ByteBudget`: bytes buffered and being decoded, across all connections. A connection
   may hold up to ``SMALL_FRAME_BYTES`` unasked; beyond that (a large frame arriving) it needs one
-  of ``limit // ticket_bytes`` tickets, a ticket covering one whole frame, held until its request
-  is answered. Without a free ticket the connection's socket is not read (TCP pushes back on the
-  sender) until one is returned, first come first served. Frames in flight are thus bounded by the
-  budget, not by connections x frames, and no wait can deadlock: a ticket holder always finishes.
+  of ``limit // (2 x ticket_bytes)`` tickets, a ticket covering one whole frame and its decoded
+  copy, held until its request is answered. Without a free ticket the connection's socket is not
+  read (TCP pushes back on the sender) until one is returned, first come first served. Frames in
+  flight are thus bounded by the budget, not by connections x frames, and no wait can deadlock: a
+  ticket holder always finishes.
 * :func:`return_memory_to_os`: after a burst of large frames, freed memory goes back to the
   operating system (glibc keeps large freed blocks otherwise, and RSS stays at its peak).
 * :class:`RepeatFilter`: a log line repeated more than ``LOG_REPEATS`` times a minute is counted,
@@ -138,10 +139,12 @@ class ByteBudget:
     the bytes it still buffers), ``drop`` when it closes; ``hold(connection, paused)`` stops or restarts
     reading its socket."""
 
-    def __init__(self, limit: int, ticket_bytes: int, hold: Callable[[Any, bool], None] | None = None) -> None:
+    def __init__(self, limit: int, ticket_bytes: int, hold: Callable[[Any, bool], None] | None = None,
+                 decoded: bool = False) -> None:
         self.limit, self.ticket_bytes = limit, ticket_bytes
         self.hold = hold or (lambda connection, paused: connection.hold_for_budget(paused))
-        self.tickets = max(1, limit // ticket_bytes)
+        # ``decoded``: a ticket also pays for the frame's decoded copy (msgpack copies its binary payloads)
+        self.tickets = max(1, limit // (ticket_bytes * (2 if decoded else 1)))
         self.held: set[int] = set()
         self.charged: dict[int, int] = {}
         self.waiting: deque[Any] = deque()

@@ -20,7 +20,8 @@ websockets, and at that limit the connection idle longest (``evict_idle_after_s`
 closed (1013) to seat a newcomer, so only busy connections make the server answer HTTP 503; a
 connection idle for ``idle_timeout_s`` is closed (1000, "idle"); keepalive pings drop dead peers;
 each connection buffers at most two frames; large frames need a ticket of the global byte budget
-``max_buffer_bytes`` from their first byte until their request is answered; at most
+``max_buffer_bytes`` (a ticket covers one frame and its decoded copy) from their first byte until
+their request is answered; at most
 ``max_large_frames`` of them are decoded at once; freed memory is returned to the system after a
 burst; a log line repeated more than ``LOG_REPEATS`` times a minute is counted, not printed.
 
@@ -45,6 +46,7 @@ Requests from all connections meet in a :class:`DynamicBatcher`. Two ways to ser
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
 import logging
 import re
@@ -108,6 +110,7 @@ TRY_AGAIN_LATER = 1013
 LARGE_FRAME_BYTES = 1 << 20
 MAX_SESSION_ID = 256
 DEFAULT_BUFFER_BYTES = 256 * 1024 * 1024
+TIDY_AFTER_S = 0.5  # after the last large frame of a burst, collect and return memory (at most twice a second)
 CLIENT_TOKEN = re.compile(r"[A-Za-z0-9_-]{8,64}")
 log = logging.getLogger("assay.policy_server")
 SERVER_LOGGERS = ("websockets", "websockets.server", "asyncio", log.name)
@@ -212,8 +215,9 @@ class PolicyServer:
         self._metadata_frame = packb(self.metadata)
         self._large_frames: asyncio.Semaphore | None = None  # made on the serving loop
         self.book = ConnectionBook(config.max_connections, config.evict_idle_after_s)
-        self.budget = ByteBudget(config.max_buffer_bytes, config.max_message_bytes + SMALL_FRAME_BYTES)
-        self.budget.on_drained = return_memory_to_os
+        self.budget = ByteBudget(config.max_buffer_bytes, config.max_message_bytes + SMALL_FRAME_BYTES, decoded=True)
+        self.budget.on_drained = self._drained
+        self._tidy: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self.batcher = DynamicBatcher(self._infer, config.max_batch, config.max_wait_ms / 1000.0)
         slots = config.max_batch
@@ -323,6 +327,19 @@ class PolicyServer:
             task.add_done_callback(self._closing.discard)
         return None
 
+    def _drained(self) -> None:
+        """The last large frame is answered: soon, if none came meanwhile, free what the burst left. A closed
+        websocket lives in reference cycles (connection, protocol, transport) holding its last frames, which
+        only the cycle collector frees; then glibc is asked to give the pages back."""
+        if self._tidy is None:
+            self._tidy = asyncio.get_running_loop().call_later(TIDY_AFTER_S, self._tidy_up)
+
+    def _tidy_up(self) -> None:
+        self._tidy = None
+        if not self.budget.held:
+            gc.collect()
+            return_memory_to_os()
+
     def _owner(self, ws: Any) -> Hashable:
         """Whose sessions this connection reaches: the Assay client it names, else itself."""
         headers = getattr(getattr(ws, "request", None), "headers", None)
@@ -349,6 +366,9 @@ class PolicyServer:
                 try:
                     reply, failure = await self._answer(seat, message)
                 finally:
+                    # not kept by this frame: a ConnectionClosed raised later keeps the frame in its traceback,
+                    # and websockets keeps that exception in a reference cycle with the connection
+                    message = b""
                     seat.busy, seat.last_active = False, self.book.clock()
                     seat.requests += 1
                     self.budget.settle(ws, buffered_bytes(ws))
