@@ -41,11 +41,20 @@ COMMANDS: dict[str, LazyCommand] = {
                       "success signal (gymnasium ids) are compared on paired mean return instead (``returns`` in "
                       "--json).", "stats_commands"),
     "leaderboard": _entry("Suite scores with bootstrap intervals, rank intervals, P(A better than B) and the "
-                          "sign-off gate.", "stats_commands"),
+                          "sign-off gate (``--model irt|bt``: a ranking model over policies × tasks that tolerates "
+                          "missing cells).", "stats_commands"),
     "budget": _entry("How many episodes per cell detect a difference of --delta with --power.", "stats_commands"),
     "correlate": _entry("Pearson, Spearman, Kendall and MMRV between real and sim success rates, per task and "
                         "averaged, with what limits them: k, a Fisher-z interval, drop-one leverage and the exact "
                         "permutation p-value (floor 1/k!).", "stats_commands"),
+    "estimate-real": _entry("Prediction-powered estimate and interval of real success from sim episodes and paired "
+                            "real trials, with the classical real-only interval beside it and the real trials the "
+                            "sim episodes were worth.", "real_commands"),
+    "reproduce": _entry('Check a campaign against a published evaluation: its protocol field by field, its rate by '
+                        'an exact test against the published one; says "reproduced", "not reproduced" or "protocol '
+                        'differs".', "reproduce_commands"),
+    "lint-rate": _entry("Whether a reported success rate can come from that many trials (rate × n near a whole "
+                        "number); exit 1 if not.", "reproduce_commands"),
     "stability": _entry("Kendall τ and MMRV between two leaderboards (two seed sets, variants or twin versions).",
                         "stats_commands"),
     "openloop": _entry("Action MSE and R² of policies on recorded observations, beside the closed-loop ranking.",

@@ -136,6 +136,9 @@ def results(
                                                     "stdout, the tables then go to stderr.")] = None,
     errors_as_failures: Annotated[bool, typer.Option("--errors-as-failures", help="Score error episodes as failures "
                                                      "(default: left out of the denominator, marked *).")] = False,
+    pass_k: Annotated[int | None, typer.Option("--pass-k", min=1, max=1000, metavar="K", help="Also pass^k: the "
+                                               "probability that K independent episodes all succeed, per cell and "
+                                               "per policy.")] = None,
     fail_under: FailUnderOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -165,6 +168,8 @@ def results(
                     write_results_csv(csv_out, entries_from_records(episodes, name))
             rows = rate_table(episodes, by=split_list(by), errors_as_failures=errors_as_failures)
             extras = stats_commands.results_extras(opened, name)
+            if pass_k is not None:
+                stats_commands.add_pass_k(extras, episodes, pass_k, split_list(by), f"campaign {name}")
             robustness = robustness_commands.profile_document(episodes) if profile else None
         if json_out:
             render.print_json({"campaign": name, "by": split_list(by), "errors_as_failures": errors_as_failures,

@@ -125,6 +125,16 @@ def results_extras(store: Store, campaign: str, records: Sequence[EpisodeRecord]
     return extras
 
 
+def add_pass_k(extras: Extras, records: Sequence[EpisodeRecord], k: int, by: Sequence[str], title: str) -> None:
+    """pass^k per cell of ``by`` and per policy (``pass_k`` in the JSON), for ``assay results --pass-k K``."""
+    from assay.cli.passk_render import pass_k_tables
+    from assay.metrics.passk import pass_k_table
+
+    table = pass_k_table(records, k, by)
+    extras.document["pass_k"] = table.to_dict()
+    extras.tables.extend(pass_k_tables(table, title))
+
+
 def _add_adaptive(extras: Extras, root: Path, campaign: str) -> None:
     """An adaptive campaign's stopping reasons, sequential p-values/intervals and episodes saved."""
     state = load_state(root, campaign)
@@ -229,8 +239,14 @@ def leaderboard_command(
     tasks: TasksOpt = None,
     variant: VariantOpt = None,
     confidence: ConfidenceOpt = 0.95,
-    resamples: ResamplesOpt = 2000,
+    resamples: Annotated[int | None, typer.Option("--resamples", help="Bootstrap resamples (default 2000; with "
+                                                  "--model, 200 refits).")] = None,
     seed: SeedOpt = 0,
+    model: Annotated[str | None, typer.Option("--model", help="Rank with a model that tolerates missing cells: irt "
+                                              "(2PL item response) or bt (Bradley–Terry on paired wins).")] = None,
+    csv_in: Annotated[Path | None, typer.Option("--csv", help="With --model: rank a results CSV "
+                                                "(task,policy,successes,trials; absent cells allowed) instead of "
+                                                "a campaign.")] = None,
     min_pearson: Annotated[float | None, typer.Option(help="Sign-off: least Pearson r.")] = None,
     max_mmrv: Annotated[float | None, typer.Option(help="Sign-off: largest MMRV.")] = None,
     min_policies: Annotated[int | None, typer.Option(help="Sign-off: fewest calibration policies.")] = None,
@@ -240,11 +256,16 @@ def leaderboard_command(
         "--require-signoff", help="Exit with status 1 unless every task passes the sign-off gate (CI).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Suite scores with bootstrap intervals, rank intervals, P(A better than B) and the sign-off gate."""
+    """Suite scores with bootstrap intervals, rank intervals, P(A better than B) and the sign-off gate
+    (``--model irt|bt``: a ranking model over policies × tasks that tolerates missing cells)."""
+    if model is not None or csv_in is not None:
+        _model_leaderboard(model, store, catalog, campaign, tasks, variant, csv_in, confidence, resamples, seed,
+                           require_signoff, json_out)
+        return
     with user_errors():
         name, root, records = _episodes(store, catalog, campaign)
         grid = outcome_grid(records, _split(tasks) if tasks else None, variant)
-        board = leaderboard(grid, confidence, resamples, seed)
+        board = leaderboard(grid, confidence, 2000 if resamples is None else resamples, seed)
         thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies, min_pearson_low)
         gate = campaign_signoff(_ranked(records, grid.task_ids, variant), root, thresholds)
         extras = Extras({})
@@ -259,6 +280,27 @@ def leaderboard_command(
             extras.print()
     if require_signoff and not all(s.validated for s in gate):
         gate_failed([f"task {s.task} is not signed off: {s.reason}" for s in gate if not s.validated])
+
+
+def _model_leaderboard(model: str | None, store: Path, catalog: str | None, campaign: str | None, tasks: str | None,
+                       variant: str | None, csv_in: Path | None, confidence: float, resamples: int | None, seed: int,
+                       require_signoff: bool, json_out: bool) -> None:
+    from assay.cli.ranking_commands import model_board, print_model_board
+
+    with user_errors():
+        if model is None:
+            raise AssayError("--csv ranks a results table with a model: give --model irt or --model bt")
+        source, board, gate = model_board(model, store, catalog, campaign, _split(tasks) if tasks else None, variant,
+                                          csv_in, confidence, resamples, seed)
+        if json_out:
+            render.print_json({"source": source, "leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate]})
+        else:
+            print_model_board(source, board)
+            if gate:
+                render.console.print(show.signoff_table(gate))
+    if require_signoff and (not gate or not all(s.validated for s in gate)):
+        gate_failed([f"task {s.task} is not signed off: {s.reason}" for s in gate if not s.validated]
+                    or ["a results CSV carries no sign-off gate (it has no calibration to check)"])
 
 
 def budget_command(

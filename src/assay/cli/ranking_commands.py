@@ -1,0 +1,61 @@
+"""``assay leaderboard --model irt|bt``: rank policies with a model that tolerates missing cells."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from assay.cli import render
+from assay.cli.common import open_store
+from assay.errors import AssayError
+from assay.metrics import campaign_signoff, outcome_grid, read_results_csv
+from assay.metrics.irt import MODELS, ModelLeaderboard, counts_from_entries, counts_from_grid, model_leaderboard
+
+DEFAULT_MODEL_RESAMPLES = 200
+MODEL_NAMES = {"irt": "2PL item response (ability θ)", "bt": "Bradley–Terry (log-strength)"}
+
+
+def model_board(model: str, store: Path, catalog: str | None, campaign: str | None, tasks: list[str] | None,
+                variant: str | None, csv_in: Path | None, confidence: float, resamples: int | None, seed: int
+                ) -> tuple[str, ModelLeaderboard, list[Any]]:
+    """(source, the model leaderboard, the sign-off gate rows of a campaign or [] for a CSV)."""
+    if model not in MODELS:
+        raise AssayError(f"--model {model!r} is not valid; valid: {', '.join(MODELS)}")
+    n_resamples = DEFAULT_MODEL_RESAMPLES if resamples is None else resamples
+    if csv_in is not None:
+        if campaign is not None:
+            raise AssayError("give --csv RESULTS.csv or --campaign NAME, not both")
+        counts = counts_from_entries(read_results_csv(csv_in))
+        return f"results {csv_in.name}", model_leaderboard(model, counts, None, confidence, n_resamples, seed), []
+    with open_store(store, catalog) as opened:
+        known = [c.name for c in opened.catalog.campaigns()]
+        if not known:
+            raise AssayError(f"the store {opened.root} holds no campaign yet")
+        name = campaign or known[0]
+        if name not in known:
+            raise AssayError(f"no campaign {name!r} in {opened.root}; known: {', '.join(known)}")
+        records = opened.catalog.episodes(campaign=name)
+        grid = outcome_grid(records, tasks, variant)
+        ranked = [r for r in records if r.task_id in grid.task_ids and (variant is None or r.variant_name == variant)]
+        gate = campaign_signoff(ranked, opened.root)
+    board = model_leaderboard(model, counts_from_grid(grid), [t.values for t in grid.tasks], confidence, n_resamples,
+                              seed)
+    return f"campaign {name}", board, gate
+
+
+def print_model_board(source: str, board: ModelLeaderboard) -> None:
+    """The model leaderboard as a table, the plain average beside it, and how it was resampled."""
+    table = Table(title=f"{source}: {MODEL_NAMES[board.model]} leaderboard, rank [{board.confidence:.0%} interval]",
+                  title_justify="left")
+    for column in ("policy", "rank", "score", "tasks scored", "plain average", "its rank"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for r in board.rows:
+        table.add_row(r.policy, r.rank_text, "-" if r.score is None else f"{r.score:+.2f}", str(r.tasks_scored),
+                      "-" if r.average is None else f"{r.average:.3f}",
+                      "-" if r.average_rank is None else str(r.average_rank))
+    render.console.print(table)
+    render.console.print(f"{board.coverage:.0%} of policy × task cells observed; rank intervals from "
+                         f"{board.n_resamples} refits on resamples ({board.resampling}), seed {board.seed}.",
+                         highlight=False, soft_wrap=True)

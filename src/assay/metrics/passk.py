@@ -1,0 +1,169 @@
+"""pass^k: the probability that k independent trials all succeed, per cell and per policy.
+
+A deployment team asks "will it succeed k times in a row", not "what is the mean". For a cell
+(policy, task, ...) with success probability p, k independent episodes all succeed with
+probability p^k (the seeds of a campaign are drawn independently, so its episodes are
+independent trials of the cell).
+
+* **Estimate**: C(c, k) / C(n, k) from c successes in n scored episodes, the unbiased estimator
+  of p^k (the share of the C(n, k) k-subsets of the episodes that are all successes; as in
+  tau-bench, Yao et al. 2024). Needs n ≥ k: below, the estimate is undefined and says so.
+  Golden: 5 of 8, k = 3 → C(5, 3)/C(8, 3) = 10/56.
+* **Interval**: [L^k, U^k] for the cell's rate interval [L, U] (mid-p by default). p ↦ p^k is
+  increasing on [0, 1], so the interval covers p^k exactly when [L, U] covers p: its coverage
+  *is* the rate interval's (docs/STATISTICS.md), at every k. Defined for any n ≥ 1, also n < k.
+* **Per policy**: the mean over its tasks of the per-task pass^k (tau-bench's average; not the
+  suite score to the k-th power). Interval: each task's rate drawn from its mid-p confidence
+  distribution (``intervals.rate_draws``), raised to k and averaged over tasks, the central range
+  of the seeded draws, widened to hold the estimate (one task: that task's interval).
+
+``error`` episodes are left out of n, as everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from assay.errors import AssayError
+from assay.metrics.intervals import DRAWS, central, rate_draws
+from assay.metrics.rates import DEFAULT_INTERVAL, GROUP_FIELDS, success_interval
+from assay.store import EpisodeRecord, Outcome
+
+MAX_K = 1000
+
+
+@dataclass(frozen=True)
+class PassK:
+    """pass^k of one cell: the unbiased estimate C(c, k)/C(n, k) and the interval [L^k, U^k]."""
+
+    k: int
+    successes: int
+    trials: int  # scored episodes (errors left out)
+    numerator: int | None  # C(c, k); None when n < k
+    denominator: int | None  # C(n, k)
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    reason: str | None = None  # why the estimate is undefined
+
+    @property
+    def fraction(self) -> str:
+        """``C(c,k)/C(n,k)`` unreduced, e.g. ``10/56``; ``-`` when undefined."""
+        return "-" if self.numerator is None else f"{self.numerator}/{self.denominator}"
+
+    def to_dict(self) -> dict[str, object]:
+
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PolicyPassK:
+    """pass^k of one policy: the mean over its tasks of the per-task estimates, with an interval of draws."""
+
+    policy: str
+    k: int
+    tasks: int
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def check_k(k: int) -> None:
+    """A clear one-line error for a k that is not a positive integer (up to ``MAX_K``)."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise AssayError(f"pass^k needs k a whole number from 1 to {MAX_K}, got {k!r}")
+
+
+def pass_k(successes: int, trials: int, k: int, confidence: float = 0.95, method: str = DEFAULT_INTERVAL) -> PassK:
+    """pass^k of ``successes`` of ``trials`` scored episodes (see the module doc)."""
+    check_k(k)
+    if not 0 <= successes <= trials:
+        raise AssayError(f"pass^k needs 0 <= successes <= trials, got {successes} of {trials}")
+    interval = success_interval(successes, trials, confidence, method)
+    low = None if interval is None else interval.low ** k
+    high = None if interval is None else interval.high ** k
+    if trials < k:
+        reason = (f"undefined: needs at least k = {k} scored episodes, got {trials}" if trials
+                  else "undefined: no scored episode")
+        return PassK(k, successes, trials, None, None, None, low, high, reason)
+    numerator, denominator = math.comb(successes, k), math.comb(trials, k)
+    return PassK(k, successes, trials, numerator, denominator, numerator / denominator, low, high)
+
+
+def policy_pass_k(policy: str, counts: Sequence[tuple[int, int]], k: int, confidence: float = 0.95,
+                  seed: int = 0, draws: int = DRAWS) -> PolicyPassK:
+    """pass^k of a policy over its tasks' (successes, scored) counts: the mean of the per-task estimates."""
+    check_k(k)
+    scored = [(c, n) for c, n in counts if n > 0]
+    if len(scored) < len(counts) or not scored:  # a task of only errors: its rate, and so the mean, is unknown
+        return PolicyPassK(policy, k, len(counts), None, None, None,
+                           f"undefined: {len(counts) - len(scored)} of {len(counts)} tasks have no scored episode")
+    cells = [pass_k(c, n, k, confidence) for c, n in scored]
+    short = [cell for cell in cells if cell.estimate is None]
+    estimate = None if short else float(np.mean([cell.estimate for cell in cells if cell.estimate is not None]))
+    reason = (f"undefined: {len(short)} of {len(cells)} tasks have fewer than k = {k} scored episodes"
+              if short else None)
+    if len(cells) == 1:
+        return PolicyPassK(policy, k, len(counts), estimate, cells[0].ci_low, cells[0].ci_high, reason)
+    rng = np.random.default_rng(seed)
+    samples = np.mean([rate_draws(rng, c, n, draws) ** k for c, n in scored], axis=0)
+    interval = central(samples, confidence, estimate)
+    assert interval is not None
+    return PolicyPassK(policy, k, len(counts), estimate, interval.low, interval.high, reason)
+
+
+@dataclass(frozen=True)
+class PassKTable:
+    """pass^k of every cell of a grouping and of every policy (mean over its tasks)."""
+
+    k: int
+    by: tuple[str, ...]
+    cells: tuple[tuple[dict[str, str], PassK], ...]
+    policies: tuple[PolicyPassK, ...]
+    confidence: float
+
+    def to_dict(self) -> dict[str, object]:
+
+        """A JSON-ready dict of every field."""
+        return {"k": self.k, "by": list(self.by), "confidence": self.confidence,
+                "estimator": "C(c,k)/C(n,k), unbiased for p^k; interval [L^k, U^k] of the mid-p rate interval",
+                "cells": [{"group": group, **cell.to_dict(), "fraction": cell.fraction} for group, cell in self.cells],
+                "policies": [p.to_dict() for p in self.policies]}
+
+
+def pass_k_table(records: Iterable[EpisodeRecord], k: int, by: Sequence[str] = ("policy", "task"),
+                 confidence: float = 0.95, seed: int = 0) -> PassKTable:
+    """pass^k per group of ``by`` (as ``rate_table`` groups) and per policy over its tasks."""
+    check_k(k)
+    unknown = [name for name in by if name not in GROUP_FIELDS]
+    if unknown:
+        raise AssayError(f"cannot group by {', '.join(unknown)}; valid: {', '.join(GROUP_FIELDS)}")
+    groups: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0, 0])
+    per_task: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for record in records:
+        if record.outcome is Outcome.ERROR:
+            groups[tuple(getattr(record, GROUP_FIELDS[name]) for name in by)]  # the group exists, with n = 0
+            per_task[record.policy_name][record.task_id]
+            continue
+        hit = record.outcome is Outcome.SUCCESS
+        for cell in (groups[tuple(getattr(record, GROUP_FIELDS[name]) for name in by)],
+                     per_task[record.policy_name][record.task_id]):
+            cell[0] += hit
+            cell[1] += 1
+    cells = tuple((dict(zip(by, key, strict=True)), pass_k(c, n, k, confidence))
+                  for key, (c, n) in sorted(groups.items()))
+    policies = tuple(policy_pass_k(policy, [(c, n) for c, n in (per_task[policy][t] for t in sorted(per_task[policy]))],
+                                   k, confidence, seed) for policy in sorted(per_task))
+    return PassKTable(k, tuple(by), cells, policies, confidence)

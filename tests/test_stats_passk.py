@@ -1,0 +1,124 @@
+"""pass^k: the unbiased C(c,k)/C(n,k) estimate, its interval, per cell and per policy, and `results --pass-k`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+from typer.testing import CliRunner
+
+from assay.cli.app import app
+from assay.errors import AssayError
+from assay.metrics import leaderboard, outcome_grid, success_interval
+from assay.metrics.passk import pass_k, pass_k_table, policy_pass_k
+from tests.record_store import fake_store
+from tests.stats_fixtures import records
+
+
+def test_golden_five_of_eight_at_k_three_is_ten_fifty_sixths():
+    cell = pass_k(5, 8, 3)
+    assert (cell.numerator, cell.denominator, cell.fraction) == (10, 56, "10/56")
+    assert cell.estimate == pytest.approx(10 / 56)
+    midp = success_interval(5, 8)
+    assert (cell.ci_low, cell.ci_high) == pytest.approx((midp.low ** 3, midp.high ** 3))
+
+
+def test_edges_zero_successes_all_successes_n_one_and_fewer_trials_than_k():
+    zero = pass_k(0, 6, 2)
+    assert zero.estimate == 0.0 and zero.ci_low == 0.0 and zero.ci_high > 0.0
+    full = pass_k(6, 6, 2)
+    assert full.estimate == 1.0 and full.ci_high == 1.0 and full.ci_low < 1.0  # never a point at 6 of 6
+    one = pass_k(1, 1, 1)
+    assert one.estimate == 1.0 and (one.ci_low, one.ci_high) == pytest.approx((0.05, 1.0))  # mid-p 1 of 1: [α, 1]
+    short = pass_k(2, 2, 3)  # 2 of 2 cannot say whether 3 in a row succeed: undefined, but bounded
+    assert short.estimate is None and short.fraction == "-" and "at least k = 3" in (short.reason or "")
+    assert short.ci_low == pytest.approx(success_interval(2, 2).low ** 3) and short.ci_high == 1.0
+    nothing = pass_k(0, 0, 1)
+    assert nothing.estimate is None and nothing.ci_low is None and "no scored episode" in (nothing.reason or "")
+
+
+def test_k_one_is_the_success_rate_and_its_interval():
+    for c, n in [(0, 5), (3, 7), (9, 9)]:
+        cell, rate = pass_k(c, n, 1), success_interval(c, n)
+        assert cell.estimate == c / n and (cell.ci_low, cell.ci_high) == (rate.low, rate.high)
+
+
+@pytest.mark.parametrize(("n", "k", "p"), [(8, 3, 0.6), (10, 5, 0.9), (5, 5, 0.3), (12, 2, 0.05)])
+def test_estimate_is_exactly_unbiased_for_p_to_the_k(n, k, p):
+    mean = sum(binom.pmf(c, n, p) * math.comb(c, k) / math.comb(n, k) for c in range(n + 1))
+    assert mean == pytest.approx(p ** k, rel=1e-12)
+
+
+def test_interval_covers_p_to_the_k_exactly_as_often_as_the_rate_interval_covers_p():
+    n, k = 10, 3
+    for p in (0.2, 0.55, 0.9, 0.97):
+        rate_cover = sum(binom.pmf(c, n, p) for c in range(n + 1)
+                         if success_interval(c, n).low <= p <= success_interval(c, n).high)
+        passk_cover = sum(binom.pmf(c, n, p) for c in range(n + 1)
+                          if pass_k(c, n, k).ci_low <= p ** k <= pass_k(c, n, k).ci_high)
+        assert passk_cover == pytest.approx(rate_cover, abs=1e-12) and passk_cover >= 0.93
+
+
+def test_bad_k_and_counts_are_one_line_errors():
+    for k in (0, -1, 1.5, True):
+        with pytest.raises(AssayError, match="pass\\^k needs k a whole number"):
+            pass_k(1, 2, k)
+    with pytest.raises(AssayError, match="0 <= successes <= trials"):
+        pass_k(3, 2, 1)
+
+
+def test_policy_pass_k_is_the_mean_over_tasks_and_k_one_is_the_suite_score():
+    row = policy_pass_k("a", [(5, 8), (8, 8)], 3)
+    assert row.estimate == pytest.approx((10 / 56 + 1.0) / 2) and row.ci_low < row.estimate < row.ci_high
+    assert row == policy_pass_k("a", [(5, 8), (8, 8)], 3)  # seeded draws: the same interval twice
+    table = {("a", "t1@1"): "S" * 8, ("a", "t2@1"): "S" * 8}
+    board = leaderboard(outcome_grid(records(table)))
+    suite = policy_pass_k("a", [(8, 8), (8, 8)], 1)
+    assert (suite.estimate, suite.ci_low, suite.ci_high) == (board.rows[0].score, board.rows[0].ci_low,
+                                                              board.rows[0].ci_high)
+    short = policy_pass_k("a", [(5, 8), (1, 2)], 3)
+    assert short.estimate is None and "1 of 2 tasks have fewer than k = 3" in (short.reason or "")
+    assert short.ci_low is not None and short.ci_high is not None
+    errored = policy_pass_k("a", [(5, 8), (0, 0)], 3)
+    assert errored.estimate is None and errored.ci_low is None and "no scored episode" in (errored.reason or "")
+
+
+def test_table_groups_cells_leaves_errors_out_and_averages_policies_over_tasks():
+    table = {("a", "t1@1"): "SSSSSFFF", ("a", "t2@1"): "SSSE", ("b", "t1@1"): "FFFF", ("b", "t2@1"): "EEEE"}
+    doc = pass_k_table(records(table), 3).to_dict()
+    cells = {(c["group"]["policy"], c["group"]["task"]): c for c in doc["cells"]}
+    assert cells[("a", "t1@1")]["fraction"] == "10/56"
+    assert (cells[("a", "t2@1")]["trials"], cells[("a", "t2@1")]["fraction"]) == (3, "1/1")  # the error left out
+    assert cells[("b", "t2@1")]["trials"] == 0 and cells[("b", "t2@1")]["estimate"] is None
+    policies = {p["policy"]: p for p in doc["policies"]}
+    assert policies["a"]["estimate"] == pytest.approx((10 / 56 + 1.0) / 2) and policies["a"]["tasks"] == 2
+    assert policies["b"]["estimate"] is None  # t2 has no scored episode
+    by_policy = pass_k_table(records(table), 2, by=("policy",)).to_dict()
+    assert [c["group"] for c in by_policy["cells"]] == [{"policy": "a"}, {"policy": "b"}]
+    assert by_policy["cells"][0]["fraction"] == f"{math.comb(8, 2)}/{math.comb(11, 2)}"
+    with pytest.raises(AssayError, match="cannot group by seed"):
+        pass_k_table(records(table), 2, by=("seed",))
+
+
+def test_results_pass_k_prints_the_tables_and_json(tmp_path):
+    store = fake_store(tmp_path / "s", "c", records({("a", "t@1"): "SSSSSFFF", ("b", "t@1"): "SF"}))
+    runner = CliRunner()
+    doc = json.loads(runner.invoke(app, ["results", "--store", str(store), "--pass-k", "3", "--json"]).stdout)
+    cells = {c["group"]["policy"]: c for c in doc["pass_k"]["cells"]}
+    assert doc["pass_k"]["k"] == 3 and cells["a"]["fraction"] == "10/56"
+    assert cells["b"]["estimate"] is None and "at least k = 3" in cells["b"]["reason"]
+    assert "pass_k" not in json.loads(runner.invoke(app, ["results", "--store", str(store), "--json"]).stdout)
+    shown = runner.invoke(app, ["results", "--store", str(store), "--pass-k", "3"])
+    assert shown.exit_code == 0 and "10/56" in shown.stdout and "pass^3 per policy" in shown.stdout
+    bad = runner.invoke(app, ["results", "--store", str(store), "--pass-k", "0"])
+    assert bad.exit_code == 2
+
+
+def test_mean_of_draws_matches_the_per_task_interval_with_one_task():
+    one = policy_pass_k("a", [(3, 7)], 2)
+    cell = pass_k(3, 7, 2)
+    assert (one.estimate, one.ci_low, one.ci_high) == (cell.estimate, cell.ci_low, cell.ci_high)
+    assert np.isclose(cell.estimate, math.comb(3, 2) / math.comb(7, 2))
