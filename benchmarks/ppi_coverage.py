@@ -27,6 +27,8 @@ def main() -> None:
     parser.add_argument("--sim-episodes", type=int, default=500)
     parser.add_argument("--draws", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--part", choices=("all", "single", "several"), default="all",
+                        help="only the k = 1 points, or only the k = 3 and 8 points")
     args = parser.parse_args()
     print(f"N = {args.sim_episodes} sim episodes per policy, {args.campaigns} campaigns per point, "
           f"intervals from {args.draws} draws, 95%\n")
@@ -34,9 +36,9 @@ def main() -> None:
           "PPI++ normal coverage | PPI width | classical width | real trials worth |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     points = [(rates, bias, rho, n, False) for rates in SINGLE for bias in (0.0, 0.1) for rho in (0.0, 0.5, 0.9)
-              for n in (10, 30)]
+              for n in (10, 30)] if args.part != "several" else []
     points += [(rates, 0.1, rho, n, joint) for rates in SEVERAL for rho in (0.0, 0.9) for n in (10, 30)
-               for joint in (False, True)]
+               for joint in (False, True)] if args.part != "single" else []
     for rates, bias, rho, n, joint in points:
         r = simulate_ppi(rates, bias, rho, n, args.sim_episodes, args.campaigns, args.seed, joint=joint,
                          draws=args.draws)

@@ -105,8 +105,8 @@ def test_report_is_one_self_contained_file(report_store: Path, tmp_path: Path) -
     html = out.read_text()
     parsed = _Collector()
     parsed.feed(html)
-    assert parsed.sections == ["leaderboard", "rates", "checkpoints", "robustness", "real-to-sim", "openloop",
-                               "failures", "gallery", "regression", "integrity", "provenance"]
+    assert parsed.sections == ["leaderboard", "rates", "reliability", "checkpoints", "robustness", "real-to-sim",
+                               "openloop", "failures", "gallery", "regression", "integrity", "provenance"]
     # nothing fetched from anywhere: every src/href is an in-page anchor or a data: URI
     assert parsed.urls and all(u.startswith(("#", "data:")) for u in parsed.urls), \
         [u[:40] for u in parsed.urls if not u.startswith(("#", "data:"))]

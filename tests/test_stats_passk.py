@@ -122,3 +122,32 @@ def test_mean_of_draws_matches_the_per_task_interval_with_one_task():
     cell = pass_k(3, 7, 2)
     assert (one.estimate, one.ci_low, one.ci_high) == (cell.estimate, cell.ci_low, cell.ci_high)
     assert np.isclose(cell.estimate, math.comb(3, 2) / math.comb(7, 2))
+
+
+def test_dashboard_api_serves_pass_k_and_the_page_shows_it(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from assay.server import ServerConfig, create_app
+
+    store = fake_store(tmp_path / "s", "c", records({("a", "t@1"): "SSSSSFFF", ("b", "t@1"): "SF"}))
+    app_ = create_app(ServerConfig(store, "token", tmp_path, poll_s=0.05))
+    with TestClient(app_, base_url="http://127.0.0.1") as client:
+        doc = client.get("/api/campaigns/c/pass-k", params={"k": 3}).json()
+        assert doc["k"] == 3 and {c["group"]["policy"]: c["fraction"] for c in doc["cells"]} == {"a": "10/56",
+                                                                                                 "b": "-"}
+        assert client.get("/api/campaigns/c/pass-k").json()["k"] == 3  # the default
+        assert client.get("/api/campaigns/c/pass-k", params={"k": 0}).status_code == 422
+        assert client.get("/api/campaigns/nope/pass-k").status_code == 404
+        script = client.get("/static/app.js").text
+        assert "/pass-k?k=" in script and 'id="pass-k-cells"' in script
+
+
+def test_report_has_a_pass_k_section_at_the_chosen_k(tmp_path):
+    store = fake_store(tmp_path / "s", "c", records({("a", "t@1"): "SSSSSFFF", ("b", "t@1"): "SF"}))
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(app, ["report", "c", "--store", str(store), "-o", str(out), "--pass-k", "3"])
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert "Reliability: pass^3" in html and "10/56" in html and "at least k = 3" in html
+    CliRunner().invoke(app, ["report", "c", "--store", str(store), "-o", str(out), "--pass-k", "1"])
+    assert "Reliability: pass^1" in out.read_text() and "5/8" in out.read_text()

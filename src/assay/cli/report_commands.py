@@ -34,6 +34,8 @@ def report(
                                                  "--record` stored.")] = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="Policy the checkpoint comparison is "
                                                     "against (default: the campaign's first).")] = None,
+    pass_k: Annotated[int, typer.Option("--pass-k", min=1, max=1000, metavar="K", help="The k of the pass^k "
+                                        "section (K episodes in a row all succeed).")] = 3,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a line.")] = False,
 ) -> None:
     """Write one self-contained HTML report of a campaign (works offline: inline SVG figures, embedded video)."""
@@ -53,7 +55,7 @@ def report(
             leaks = [leak.to_dict() for leak in campaign_leakage(opened.catalog.episodes(campaign=campaign))] \
                 if campaign in known else []
             path = write_report(opened, campaign, target, embed_video=not link_video, real=entries, baseline=baseline,
-                                leakage=leaks)
+                                leakage=leaks, pass_k=pass_k)
         size = path.stat().st_size
         if to_stdout:  # the HTML alone on stdout; what was written, on stderr
             sys.stdout.write(path.read_text(encoding="utf-8"))

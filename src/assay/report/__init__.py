@@ -25,10 +25,10 @@ from assay.store import Store
 
 def write_report(store: Store, campaign: str, output: str | Path, embed_video: bool = True,
                  real: Sequence[RateEntry] | None = None, baseline: str | None = None,
-                 leakage: Sequence[dict[str, Any]] = ()) -> Path:
+                 leakage: Sequence[dict[str, Any]] = (), pass_k: int = 3) -> Path:
     """Write the report of ``campaign`` to ``output`` atomically (never a partial file); return its path."""
     output = Path(output).expanduser().resolve()
-    data = gather(store, campaign, real=real, baseline=baseline, leakage=leakage)
+    data = gather(store, campaign, real=real, baseline=baseline, leakage=leakage, pass_k=pass_k)
     html = render_html(data, store, embed_video=embed_video, out_dir=output.parent)
     tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     try:

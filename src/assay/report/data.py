@@ -36,6 +36,7 @@ from assay.metrics import (
     retention_table,
     robustness_profile,
 )
+from assay.metrics.passk import PassKTable, pass_k_table
 from assay.report import evidence
 from assay.report.evidence import FailureFacts
 from assay.report.flywheel import load_flywheel
@@ -101,6 +102,7 @@ class ReportData:
     safety: tuple[dict[str, Any], ...] = ()  # failures.safety.intervention_rows: the filter's counts per cell
     leakage: tuple[dict[str, Any], ...] = ()  # per bc checkpoint (learning.leakage.Leakage.to_dict), from the caller
     flywheel: tuple[dict[str, Any], ...] = ()  # STORE/learning/flywheel/*.json that ran this campaign
+    pass_k: PassKTable | None = None  # pass^k per policy × task and per policy (metrics.passk)
 
     @property
     def progress(self) -> tuple[int, int]:
@@ -169,13 +171,13 @@ def _provenance(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
 
 def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: int = 2000,
            real: Sequence[RateEntry] | None = None, baseline: str | None = None,
-           leakage: Sequence[dict[str, Any]] = ()) -> ReportData:
+           leakage: Sequence[dict[str, Any]] = (), pass_k: int = 3) -> ReportData:
     """Collect everything the report shows for ``campaign`` (AssayError if the store has no such campaign).
 
     ``real``: real-world results to plot against the campaign (default: those stored by ``assay correlate
     --record``); ``baseline``: the policy the checkpoint comparison is against (default: the first listed);
     ``leakage``: the leakage check of each bc checkpoint the campaign ran (the caller loads checkpoints:
-    ``assay.learning.leakage.campaign_leakage``; this package never does).
+    ``assay.learning.leakage.campaign_leakage``; this package never does); ``pass_k``: the k of the pass^k section.
     """
     known = {c.name: c for c in store.catalog.campaigns()}
     if campaign not in known:
@@ -230,4 +232,5 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         regression=tuple(evidence.regression_status(store, campaign)), baseline=base, comparisons=tuple(comparisons),
         posteriors=posteriors, safety=tuple(intervention_rows(records)), leakage=tuple(leakage),
         flywheel=tuple(load_flywheel(store, campaign)),
+        pass_k=pass_k_table(records, pass_k, confidence=confidence) if records else None,
     )

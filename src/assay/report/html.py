@@ -21,6 +21,7 @@ from assay.report import sections as parts
 from assay.report.data import ReportData
 from assay.report.flywheel import section as flywheel_section
 from assay.report.markup import number, pct, table
+from assay.report.reliability import section as reliability_section
 from assay.store import Store
 
 CSS = """
@@ -192,6 +193,7 @@ def render_html(data: ReportData, store: Store, embed_video: bool = True, out_di
     sections: list[tuple[str, str, str]] = [
         ("leaderboard", "Leaderboard", _leaderboard(data)),
         ("rates", "Success by policy × task", _rates(data)),
+        ("reliability", f"Reliability: pass^{data.pass_k.k if data.pass_k else 'k'}", reliability_section(data.pass_k)),
         *([("adaptive", "Adaptive stopping", _adaptive(data))] if data.adaptive is not None else []),
         ("checkpoints", "Checkpoint comparison", parts.checkpoints(data)),
         ("robustness", "Robustness profile", _robustness(data)),

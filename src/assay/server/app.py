@@ -177,6 +177,17 @@ def create_app(config: ServerConfig) -> FastAPI:
 
         return await call(compute, status=400)
 
+    @app.get("/api/campaigns/{name}/pass-k", tags=["results"],
+             summary="pass^k: P(k independent episodes all succeed), C(c,k)/C(n,k) with an interval, per policy × "
+                     "task and per policy")
+    async def get_pass_k(name: str, k: int = Query(3, ge=1, le=1000),
+                         confidence: float = Query(0.95, gt=0.5, lt=1.0)) -> dict[str, Any]:
+        from assay.metrics.passk import pass_k_table
+
+        await call(views.campaign_row, store, name)
+        return await call(lambda: pass_k_table(store.catalog.episodes(campaign=name), k,
+                                               confidence=confidence).to_dict(), status=400)
+
     @app.get("/api/campaigns/{name}/episodes", tags=["episodes"], summary="Episodes of a campaign")
     async def list_episodes(name: str, policy: str | None = None, outcome: str | None = None,
                             limit: int = Query(1000, ge=1, le=100_000)) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ const crumbs = document.getElementById("crumbs");
 const SVG = "http://www.w3.org/2000/svg";
 const COLOURS = ["#1565c0", "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#5d4037", "#ad1457"];
 let cleanup = [];
+let passK = 3;  // the k of the campaign page's pass^k table (its input changes it)
 
 function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
@@ -127,10 +128,10 @@ async function campaignsView() {
 }
 
 async function campaignTables(name) {
-  const [campaign, board, episodes, sets, mined] = await Promise.all([
+  const [campaign, board, episodes, sets, mined, passk] = await Promise.all([
     api(`/api/campaigns/${encodeURIComponent(name)}`), api(`/api/campaigns/${encodeURIComponent(name)}/leaderboard`),
     api(`/api/campaigns/${encodeURIComponent(name)}/episodes`), api(`/api/regression?campaign=${encodeURIComponent(name)}`),
-    api(`/api/campaigns/${encodeURIComponent(name)}/failures`)]);
+    api(`/api/campaigns/${encodeURIComponent(name)}/failures`), api(`/api/campaigns/${encodeURIComponent(name)}/pass-k?k=${passK}`)]);
   const failures = mined.episodes;
   const leaks = (campaign.leakage || []).map(l => `<p class="${l.contaminated ? "warn" : "muted"}" data-leakage="${l.contaminated}">leakage:
       ${esc(l.checkpoint)}: ${l.error ? "not checked (" + esc(l.error) + ")" : l.contaminated ? `${l.contaminated} of ${l.episodes} episodes are scenes it was trained on` : "clean"}</p>`).join("");
@@ -148,10 +149,27 @@ async function campaignTables(name) {
       <th class="num">${esc(campaign.interval)}</th><th class="num">n</th></tr></thead><tbody>
       ${campaign.rates.map(r => `<tr><td>${esc(r.group.policy)}</td><td>${esc(r.group.task)}</td><td>${esc(r.group.variant)}</td>
         <td class="num">${pct(r.rate)}</td><td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.successes}/${r.scored}</td></tr>`).join("")}</tbody></table></section>
+    ${passKTables(passk)}
     ${safety}
     <section><h2>Failures (${failures.length})</h2>${failureTable(failures)}</section>
     <section><h2>Regression sets mined from ${esc(name)} (${sets.length})</h2>${setTable(sets, "campaign-sets")}</section>
     <section><h2 id="episodes-title">Episodes (${episodes.length})</h2>${episodeTable(episodes, "episodes")}</section>`};
+}
+
+function passKTables(passk) {
+  const num = x => x === null || x === undefined ? "–" : x.toFixed(3);
+  const ci = (lo, hi) => lo === null || lo === undefined ? "–" : `[${lo.toFixed(3)}, ${hi.toFixed(3)}]`;
+  return `<section><h2>Reliability: pass^<input id="pass-k" type="number" min="1" max="1000" value="${passk.k}" style="width:4em"></h2>
+    <p class="muted">P(${passk.k} independent episodes all succeed): C(c,${passk.k})/C(n,${passk.k}), unbiased; interval: the mid-p ${pct(passk.confidence)} interval of the rate to the power ${passk.k}. Per policy: the mean over its tasks.</p>
+    <table id="pass-k-cells"><thead><tr><th>policy</th><th>task</th><th class="num">succ/n</th><th class="num">pass^${passk.k}</th>
+      <th class="num">C(c,k)/C(n,k)</th><th class="num">interval</th><th>why undefined</th></tr></thead><tbody>
+      ${passk.cells.map(c => `<tr><td>${esc(c.group.policy)}</td><td>${esc(c.group.task)}</td><td class="num">${c.successes}/${c.trials}</td>
+        <td class="num">${num(c.estimate)}</td><td class="num">${esc(c.fraction)}</td><td class="num">${ci(c.ci_low, c.ci_high)}</td>
+        <td class="muted">${esc(c.reason || "")}</td></tr>`).join("")}</tbody></table>
+    <table id="pass-k-policies"><thead><tr><th>policy</th><th class="num">tasks</th><th class="num">pass^${passk.k}</th><th class="num">interval</th>
+      <th>why undefined</th></tr></thead><tbody>
+      ${passk.policies.map(p => `<tr><td>${esc(p.policy)}</td><td class="num">${p.tasks}</td><td class="num">${num(p.estimate)}</td>
+        <td class="num">${ci(p.ci_low, p.ci_high)}</td><td class="muted">${esc(p.reason || "")}</td></tr>`).join("")}</tbody></table></section>`;
 }
 
 async function campaignView(name) {
@@ -161,6 +179,13 @@ async function campaignView(name) {
   view.innerHTML = `<section><h2>${esc(name)}</h2><p id="progress"><span class="bar"><span style="width:${pct(campaign.progress)}"></span></span>
       <span id="progress-text">${campaign.episodes} / ${campaign.jobs} episodes</span></p></section>
     <div id="campaign-tables">${first.html}</div>`;
+  const box = document.getElementById("campaign-tables");
+  const onK = event => {
+    if (event.target.id !== "pass-k") return;
+    const k = parseInt(event.target.value, 10);
+    if (k >= 1 && k <= 1000 && k !== passK) { passK = k; refresh(); }
+  };
+  box.addEventListener("change", onK);
   // Tables follow the run: re-read them when the episode count moves (at most every REFRESH_MS) and once at the end.
   let shown = first.episodes, pending = null, live = true;
   const refresh = async () => {
