@@ -489,6 +489,8 @@ def test_gain_ratio_interval_is_unbounded_when_random_gains_nothing_in_more_than
     # golden: a resample has no random gain iff it draws none of the k replicates where random gained, with
     # probability ((n - k) / n) ** n. n = 10, k = 3: 0.7 ** 10 = 2.82% > 2.5%: the upper side is unbounded
     # (targeted gained in every resample: +inf). k = 4: 0.6 ** 10 = 0.60%: bounded
+    from assay.report.flywheel import gain_ratio_text
+
     resamples = 20000
     for k, chance, unbounded in ((3, 0.7**10, True), (4, 0.6**10, False)):
         gain = analyse(gain_replicates(10, k), n_resamples=resamples)["gain_ratio"]
@@ -501,6 +503,10 @@ def test_gain_ratio_interval_is_unbounded_when_random_gains_nothing_in_more_than
         low, high = gain["bootstrap_ci"]
         assert low is not None and 2 < low < gain["ratio"]
         assert (high is None) is unbounded and (unbounded or high > gain["ratio"])
+        text = gain_ratio_text(gain)
+        assert text.startswith(f"gain ratio (targeted − base) / (random − base) = {20 / k:.2f}, bootstrap 95% CI "
+                               f"[{low:.2f}, ")
+        assert (", ∞) (" in text) is unbounded and f"+∞ in {gain['undefined_resamples']} where targeted gained" in text
     # the first run's published interval: 307 of 10,000 resamples without a random gain, all with a targeted
     # gain, are 3.07% of them: its upper side is unbounded, [0.74, inf), not [0.73, 21.0]
     finite = list(np.linspace(0.5, 21.0, 10000 - 307))
@@ -566,3 +572,27 @@ def test_a_frame_trimmed_demo_reads_the_frames_of_the_steps_it_kept(tmp_path):
         with pytest.raises(Exception, match="recovery demo without camera frames"):
             demo_frames(store, Demo("r.parquet", "t", "h", "nominal", 0, "recovery", cut[0].observations,
                                     cut[0].actions), "front")
+
+
+def test_summary_lines_read_a_result_written_before_declared_endpoints():
+    # a store may hold a schema-2 result (no declared primary, one budget, no in_target, dropped resamples): the
+    # report and CLI still print it, saying that no primary was declared in it
+    from assay.report.flywheel import composition_rows, summary_lines
+
+    analysis = analyse([outcomes([0, 0, 1, 0], [1, 0, 1, 0], [1, 1, 1, 0])] * 2, n_resamples=100)
+    for key in ("declared", "p", "mean_replicate_difference"):
+        del analysis["primary"][key]
+    analysis["gain_ratio"] = {"ratio": 2.0, "bootstrap_ci": [0.73, 21.0], "undefined_resamples": 307}
+    replicate = {"replicate": 1, "mining": {"target": "init[3] >= 0.05", "why": "w", "region": None},
+                 "budget": {"episodes": 4, "frames": 237, "available": {}},
+                 "composition": {"random": {"variants": {"nominal": 4}, "outside_slice": 0, "unresolved": 0}}}
+    document = {"analysis": analysis, "design": {"delta": 0.1}, "replicates": [replicate],
+                "power": {"episodes_per_cell": 359, "power": 0.8, "baseline": 0.7, "formula": "f",
+                          "planned_pairs": 360},
+                "mining": {"precision": 1.0, "recall": 0.5}, "leakage": {"contaminated": 0, "scene_overlap": 0}}
+    lines = summary_lines(document)
+    assert lines[0].startswith("targeted − random (no primary declared in this result): McNemar exact")
+    assert lines[1] == ("secondary: gain ratio (targeted − base) / (random − base) = 2.00, bootstrap 95% CI "
+                        "[0.73, 21.00] (307 resamples without a random gain left out)")
+    assert "budget 4 episodes, 237 frames per extra arm; extra demos outside the slice: random 0/4" in lines[-1]
+    assert composition_rows(document) == [["random", "primary pair", "4 ep, 237 frames", "0/4", "–", "nominal 4"]]
