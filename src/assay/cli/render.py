@@ -42,9 +42,11 @@ def _real_stdout() -> bool:
 
 @contextlib.contextmanager
 def json_stdout(enabled: bool = True) -> Iterator[None]:
-    """Keep standard output clean JSON for the block: whatever else reaches file descriptor 1
+    """Keep standard output clean JSON from the block on: whatever else reaches file descriptor 1
     (a Ray raylet line after an actor is killed, a C library's print) goes to stderr instead,
-    and :func:`print_json` writes to the real standard output."""
+    and :func:`print_json` writes to the real standard output. File descriptor 1 stays on stderr
+    after the block, for the rest of the process: Ray's log monitor reports a dead actor seconds
+    later, after the document is written, and up to the interpreter's exit."""
     global _json_fd
     if not enabled or _json_fd is not None or not _real_stdout():
         yield
@@ -57,9 +59,6 @@ def json_stdout(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-        _json_fd = None
 
 
 def rate_table(rows: Sequence[RateRow], title: str, return_scored: frozenset[str] = frozenset(),

@@ -67,8 +67,12 @@ def run_lock(root: Path, on_wait: Callable[[str], None] | None = None) -> Iterat
             if on_wait is not None:
                 on_wait(_holder(fd))
             fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:  # the holder's pid, for the next run's "waiting for pid N"; a full disk fails here first
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError as exc:
+            os.close(fd)  # closing releases the flock
+            raise StoreError(f"cannot write the run lock {path}: {exc.strerror or exc}") from None
         with _guard:
             _held[path] = (fd, 1)
     try:
