@@ -6,7 +6,10 @@
   a millisecond, a simulator step a fraction of one) and the records of each
   batch stream back to the driver as soon as it finishes.
 * **Step files** are written by the actors to the store's data root: a shared
-  directory or an fsspec URL every node reaches. **Catalog rows** are written by
+  directory or an fsspec URL every node reaches; before the first episode every
+  node, and every actor as it starts, writes a probe there that the driver reads
+  back (:mod:`assay.run.preflight`), so a root some node does not share fails in
+  one line naming the node. **Catalog rows** are written by
   the driver only (``run_campaign``), from the records the actors return.
 * **Faults**: an actor that dies (its process killed, its node lost) is replaced
   and its batch retried; a batch past its wall-clock limit has its actor killed
@@ -38,6 +41,7 @@ from assay.policies.remote.batcher import DynamicBatcher
 from assay.run.driver import Driver, Event, Happened
 from assay.run.faults import Batch, FaultPolicy
 from assay.run.observers import observed
+from assay.run.preflight import Probe, check_probe, node_probe, preflight, run_token
 from assay.run.worker import Worker
 from assay.spec import PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord
@@ -209,6 +213,10 @@ class EnvActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def probe(self, token: str) -> Probe:
+        """This actor's probe of the data root (checked by the driver before the actor gets a batch)."""
+        return node_probe(str(self.worker.store_root), token)
+
 
 class RayExecutor:
     """Environment actors on a Ray cluster, one batch in flight each.
@@ -238,6 +246,7 @@ class RayExecutor:
         self.actors, self.address, self.serving, self.actor_cpus = actors, address, serving, actor_cpus
         self.faults = faults or FaultPolicy()
         self.restarts = 0
+        self.probed_nodes = 0  # nodes whose probe of the data root the driver read back (the last run)
         self.server_stats: dict[str, dict[str, int]] = {}
 
     def _connect(self) -> Any:
@@ -273,7 +282,10 @@ class RayExecutor:
         # A shared server batches requests per task, so actors on the same task merge theirs: no preference
         # for the environments an actor has built.
         roots = import_roots()
-        pool = _ActorPool(ray, lambda: actor_cls.remote(self.store_root, servers, roots), reuse=self.serving is None)
+        token = run_token()
+        self.probed_nodes = preflight(ray, self.store_root, token, self.actor_cpus)  # before any episode
+        pool = _ActorPool(ray, lambda: actor_cls.remote(self.store_root, servers, roots), reuse=self.serving is None,
+                          probe=(self.store_root, token))
         driver = Driver(pool, self.actors, self.faults, self.store_root)
         try:
             yield from driver.run(batches)
@@ -289,10 +301,11 @@ class RayExecutor:
 class _ActorPool:
     """The :class:`~assay.run.driver.WorkerPool` of Ray actors: a batch per ``run_batch`` call."""
 
-    def __init__(self, ray: Any, make_actor: Callable[[], Any], reuse: bool) -> None:
+    def __init__(self, ray: Any, make_actor: Callable[[], Any], reuse: bool, probe: tuple[str, str]) -> None:
         self.ray, self.make_actor, self.reuse_environments = ray, make_actor, reuse
+        self.root, self.token = probe  # each actor writes a probe to the data root; READY once the driver reads it
         self.actors: dict[Hashable, Any] = {}
-        self.starting: dict[Any, Hashable] = {}  # pid() ref -> worker: READY once the actor is up
+        self.starting: dict[Any, Hashable] = {}  # probe() ref -> worker: READY once the actor is up and its probe read
         self.running: dict[Any, Hashable] = {}  # run_batch ref -> worker
         self.progress: dict[Any, Hashable] = {}  # started() ref -> worker: STARTED once its batch steps
         self._next = 0
@@ -302,7 +315,7 @@ class _ActorPool:
         self._next += 1
         actor = self.make_actor()
         self.actors[self._next] = actor
-        self.starting[actor.pid.remote()] = self._next
+        self.starting[actor.probe.remote(self.token)] = self._next
         return self._next
 
     def assign(self, worker: Hashable, jobs: Batch) -> None:
@@ -328,9 +341,10 @@ class _ActorPool:
             if ref in self.starting:
                 worker = self.starting.pop(ref)
                 try:
-                    ray.get(ref)
+                    probe = ray.get(ref)
                 except ray.exceptions.RayError as exc:
                     raise AssayError(f"a Ray actor failed to start: {exc}") from None
+                check_probe(self.root, probe)  # an actor on a node that does not share the data root gets no batch
                 events.append(Event(worker, Happened.READY))
                 continue
             worker = self.running.pop(ref)

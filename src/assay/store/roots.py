@@ -73,6 +73,9 @@ class DataRoot(Protocol):
     def remove(self, name: str) -> None:
         """Delete one name returned by :meth:`temporaries`."""
 
+    def delete(self, relpath: str) -> None:
+        """Delete the file at ``relpath`` (nothing when it is not there)."""
+
 
 class LocalRoot:
     """A local directory."""
@@ -116,6 +119,9 @@ class LocalRoot:
 
     def remove(self, name: str) -> None:
         Path(name).unlink(missing_ok=True)
+
+    def delete(self, relpath: str) -> None:
+        (self.path / relpath).unlink(missing_ok=True)
 
 
 class FsspecRoot:
@@ -174,6 +180,10 @@ class FsspecRoot:
 
     def remove(self, name: str) -> None:
         self.fs.rm_file(name)
+
+    def delete(self, relpath: str) -> None:
+        if self.fs.exists(f"{self.base}/{relpath}"):
+            self.fs.rm_file(f"{self.base}/{relpath}")
 
 
 def open_root(root: Root) -> DataRoot:
