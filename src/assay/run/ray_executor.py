@@ -276,14 +276,14 @@ class RayExecutor:
         if not any(batches):
             return
         ray = self._connect()
+        token = run_token()
+        self.probed_nodes = preflight(ray, self.store_root, token, self.actor_cpus)  # before any episode
         servers = self._servers(ray, batches)
         actor_cls = ray.remote(concurrency_groups={PROGRESS_GROUP: 1})(EnvActor).options(
             num_cpus=self.actor_cpus, max_restarts=0)
         # A shared server batches requests per task, so actors on the same task merge theirs: no preference
         # for the environments an actor has built.
         roots = import_roots()
-        token = run_token()
-        self.probed_nodes = preflight(ray, self.store_root, token, self.actor_cpus)  # before any episode
         pool = _ActorPool(ray, lambda: actor_cls.remote(self.store_root, servers, roots), reuse=self.serving is None,
                           probe=(self.store_root, token))
         driver = Driver(pool, self.actors, self.faults, self.store_root)
