@@ -202,3 +202,16 @@ def test_a_campaign_of_2_workers_by_40_envs_against_a_64_connection_server_has_n
                                                          served)
     assert summary.ran == 80 and [r for r in records if r.outcome is Outcome.ERROR] == []
     assert sorted((v[0], v[2], v[3]) for v in results.values()) == sorted((v[0], v[2], v[3]) for v in local.values())
+
+
+def test_serve_policy_help_states_the_memory_cost_and_the_session_limits():
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+
+    result = CliRunner().invoke(app, ["serve-policy", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0
+    for phrase in ("--max-sessions", "--max-sessions-per-client", "--max-buffer-mb", "one shared instance",
+                   "20 MiB per session stateful and nothing per session stateless"):
+        assert phrase in text, phrase

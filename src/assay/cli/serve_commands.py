@@ -94,10 +94,11 @@ def serve_policy(
 ) -> None:
     """Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all connections.
 
-    Memory: a stateless policy (declared by its class, or --stateless) is one shared instance whatever the
-    number of clients. A stateful one gets an instance per environment session, so the server holds up to
-    --max-sessions instances (resident memory per session, measured: docs/RELIABILITY.md), plus up to
-    --max-buffer-mb of frames in flight.
+    Memory: a stateless policy (declared by its class, or --stateless) is one shared instance whatever the number of clients.
+
+    A stateful one gets an instance per environment session, so the server holds up to --max-sessions instances: measured, a policy holding 20 MiB of weights costs 20 MiB per session stateful and nothing per session stateless (docs/RELIABILITY.md).
+
+    Frames in flight add at most --max-buffer-mb.
     """
     from assay.policies.remote import ServerConfig
 
