@@ -122,3 +122,57 @@ def test_a_campaign_records_its_video_at_video_fps_and_the_frame_of_each_step(tm
     assert table.column("observation.images.front").to_pylist() == [0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1]
     assert frames.shape == (3, 32, 32, 3)
     assert campaign.jobs[0].key != prepare_campaign(campaign_from_data({**data, "video_fps": None})).jobs[0].key
+
+
+class _ExpertSeeingKeys:
+    """The Meta-World expert (reads no frame), keeping every observation key it was given."""
+
+    def __init__(self):
+        from assay.policies import ExpertPolicy
+
+        self.expert, self.keys = ExpertPolicy(), set()
+
+    def reset(self, context):
+        self.expert.reset(context)
+
+    def reads_frames(self):
+        return self.expert.reads_frames()
+
+    def act(self, observations):
+        self.keys |= set(observations)
+        return self.expert.act(observations)
+
+
+@pytest.mark.sim
+def test_a_policy_that_reads_no_frame_renders_only_the_videos_frames_with_the_same_trajectory():
+    task = default_registry().get("metaworld/push@1").model_copy(update={"cameras": CAMERA, "horizon": HORIZON})
+    env = make_env(task)
+    try:
+        counter = _CountingRenders(env)
+        policy = ResolvedPolicy(PolicySpec(name="expert", builtin="expert"), "1")
+        jobs = [EpisodeJob("c", task, NOMINAL, policy, 0, 7, episode_key(task, NOMINAL, policy, 7, video_fps=16.0),
+                           task.instruction, video_fps=16.0)]
+        runs, counts, seen = [], [], []
+        for on_demand in (False, True):
+            counter.count, expert = 0, _ExpertSeeingKeys()
+            runs.append(rollout([perturbed(env, NOMINAL)], expert, jobs, render_on_demand=on_demand)[0])
+            counts.append(counter.count)
+            seen.append(expert.keys)
+    finally:
+        env.close()
+    every, lazy = runs
+    assert every.steps == lazy.steps == HORIZON  # the expert answers one action a step: a replan every step
+    assert np.array_equal(np.asarray(every.actions), np.asarray(lazy.actions))  # bit-identical
+    assert np.array_equal(np.asarray(every.states), np.asarray(lazy.states))
+    assert every.trajectory_hash() == lazy.trajectory_hash() and every.frame_indices == lazy.frame_indices
+    assert all(np.array_equal(x, y) for x, y in zip(every.frames["front"], lazy.frames["front"], strict=True))
+    assert counts == [1 + HORIZON, 1 + HORIZON // 5 - 1]  # the reset (frame 0), then frames 5, 10, 15, 20, 25 only
+    assert all(not any(k.startswith(("image.", "depth.")) for k in keys) for keys in seen)  # never given a frame
+    assert all("state" in keys for keys in seen)
+
+
+def test_a_policy_without_the_hook_reads_frames_and_the_builtins_say_what_they_read():
+    from assay.policies import ExpertPolicy, RandomPolicy, reads_frames
+
+    assert reads_frames(ImageChunkPolicy()) is True  # no hook: assumed to read them
+    assert reads_frames(ExpertPolicy()) is False and reads_frames(RandomPolicy()) is False

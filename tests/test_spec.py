@@ -108,3 +108,30 @@ def test_yaml_mistakes_are_one_line_with_file_line_and_field(write_campaign, tex
 def test_duplicate_policy_names_are_refused():
     with pytest.raises(SpecError, match="used twice"):
         campaign_from_data({"name": "x", "episodes": 1, "tasks": ["a/b"], "policies": ["expert", "expert"]})
+
+
+def test_cameras_unset_means_each_tasks_own_and_an_empty_list_means_none():
+    from assay.run import prepare_campaign
+
+    base = {"name": "c", "episodes": 2, "tasks": ["metaworld/reach@1"], "policies": [{"name": "e", "builtin": "expert"}]}
+    unset, none = campaign_from_data(base), campaign_from_data({**base, "cameras": []})
+    assert unset.cameras is None and none.cameras == ()
+    assert unset.content_hash() == "cafa11921190ae7c"  # golden: as before the distinction existed
+    assert none.content_hash() != unset.content_hash()  # no camera is another campaign
+    assert "cameras" not in unset.dump() and none.dump()["cameras"] == []
+    front = campaign_from_data({**base, "cameras": [{"name": "front", "width": 32, "height": 32}]})
+    assert front.content_hash() == "ade6fc58efbd4b6c"  # golden: unchanged
+    assert prepare_campaign(none).tasks[0].cameras == () and prepare_campaign(front).tasks[0].cameras[0].name == "front"
+
+
+def test_a_task_video_fps_is_the_campaign_default_and_not_part_of_the_task_hash():
+    task = REACH
+    slow = task.model_copy(update={"video_fps": 4.0})
+    assert slow.content_hash() == task.content_hash()  # a recording default, not what the task is
+    policy = ResolvedPolicy(PolicySpec(name="e", builtin="expert"), "1")
+    spec = campaign_from_data({"name": "c", "episodes": 1, "tasks": [task.id],
+                               "policies": [{"name": "e", "builtin": "expert"}]})
+    (default,), (own,) = plan(spec, [task], [policy]), plan(spec, [slow], [policy])
+    assert default.video_fps is None and own.video_fps == 4.0 and own.key != default.key
+    (chosen,) = plan(spec.model_copy(update={"video_fps": 20.0}), [slow], [policy])
+    assert chosen.video_fps == 20.0  # the campaign's own setting wins

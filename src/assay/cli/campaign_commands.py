@@ -32,7 +32,7 @@ from assay.metrics.results_csv import format_results_csv
 from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.run.adaptive import load_state
 from assay.spec import CampaignSpec, SuccessMode
-from assay.store import run_lock
+from assay.store import renderer_notes, renderer_of, run_lock
 
 EPISODES_HELP = "Inspect recorded episodes."
 
@@ -89,12 +89,16 @@ def run(
                                        retry_errors=retry_errors,
                                        judge=judge_for(spec) if spec.adaptive is not None else None)
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
-            rows = rate_table(opened.catalog.episodes(campaign=spec.name), by=("policy", "task"))
+            episodes = opened.catalog.episodes(campaign=spec.name)
+            rows = rate_table(episodes, by=("policy", "task"))
+            notes = renderer_notes(episodes)  # several renderers, or software rendering on a GPU host
+            for note in notes:
+                render.err_console.print(note, highlight=False, soft_wrap=True)
             if json_out:
                 render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
                                    "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
                                    "retried": summary.retried, "outcomes": summary.outcomes,
-                                   "results": [r.to_dict() for r in rows],
+                                   "results": [r.to_dict() for r in rows], "notes": notes,
                                    **({"adaptive": adaptive, "adaptive_equal_power": equal_power_view(adaptive)}
                                       if adaptive is not None else {})})
                 check_rates(rows, fail_under)
@@ -226,7 +230,8 @@ def episodes_show(
             record = opened.catalog.episode(key)
             summary = episode_summary(opened, record)
         if json_out:
-            render.print_json({"episode": record.to_dict(), "steps": summary})
+            render.print_json({"episode": record.to_dict(), "renderer": renderer_of(record.provenance),
+                               "steps": summary})
         else:
             print_episode(record, summary)
 

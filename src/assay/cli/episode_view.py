@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from assay.cli.render import console
-from assay.store import EpisodeRecord, Store
+from assay.store import EpisodeRecord, Store, renderer_label, renderer_of
 
 
 def episode_summary(store: Store, record: EpisodeRecord) -> dict[str, Any]:
@@ -56,6 +56,10 @@ def print_episode(record: EpisodeRecord, summary: dict[str, Any]) -> None:
         "timings": json.dumps(record.timings),
         "provenance": json.dumps(record.provenance),
     }
+    renderer = renderer_of(record.provenance)
+    if renderer is not None:
+        fields["renderer"] = (f"{renderer_label(renderer)} ({renderer.get('vendor', '?')}"
+                              + (", software" if renderer.get("software") else "") + ")")
     for name, value in fields.items():
         console.print(f"  [cyan]{name:>18}[/] {value}", highlight=False, soft_wrap=True)
     console.print(f"  [cyan]{'step data':>18}[/] {summary['rows']} rows in {summary.get('path')}")

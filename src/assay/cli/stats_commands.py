@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from assay.cli import render
 from assay.cli import stats_render as show
@@ -47,7 +48,7 @@ from assay.metrics import (
 )
 from assay.metrics.adaptive_power import equal_power_view
 from assay.run.adaptive import load_state
-from assay.store import EpisodeRecord, Store
+from assay.store import EpisodeRecord, Store, renderer_counts, renderer_notes
 
 ConfidenceOpt = Annotated[float, typer.Option("--confidence", help="Interval level.")]
 ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")]
@@ -118,9 +119,12 @@ def results_extras(store: Store, campaign: str, records: Sequence[EpisodeRecord]
         tables.append(show.safety_table(safety))
     if leaks:
         tables.append(show.leakage_table(leaks))
+    notes = renderer_notes(records)  # frames drawn by several renderers, or in software on a GPU host
+    tables += [Text(note, style="yellow") for note in notes]
     extras = Extras({"leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate],
                      "safety": safety, "leakage": [leak.to_dict() for leak in leaks],
-                     "routing": [r.to_dict() for r in routing]}, tables)
+                     "routing": [r.to_dict() for r in routing], "renderers": renderer_counts(records),
+                     "notes": notes}, tables)
     _add_adaptive(extras, store.root, campaign)
     return extras
 

@@ -178,7 +178,7 @@ def calibrate_rendering_command(
         with open_store(real_store or store, catalog if real_store is None else None) as opened:
             trajectories = trajectories_from_store(opened, real_campaign, policy, max_trajectories)
         task = default_registry().get(start.task)
-        result = calibrate_rendering(task, spec.cameras, trajectories, start, split_list(parameters),
+        result = calibrate_rendering(task, spec.cameras or (), trajectories, start, split_list(parameters),
                                      tolerance=tolerance)
         fitted = rendering_twin(result, start, name=start.name if start.rendering == {} else f"{start.name}-rendering")
         if out is not None:
@@ -227,7 +227,7 @@ def attribute_command(
         measures = {}
         if real_campaign is not None:
             measures = _trajectory_measures(base, fitted, real_store or store, catalog if real_store is None else None,
-                                            real_campaign, trace_policy, fitted_on, spec.cameras)
+                                            real_campaign, trace_policy, fitted_on, spec.cameras or ())
         with open_store(store, catalog, create=True) as opened:
             result = attribute(base, fitted, real_entries, settings, opened, campaign=f"{spec.name}-attribution")
         if json_out:

@@ -21,12 +21,14 @@ from assay.policies.protocol import (
     PolicyContext,
     SupportsContract,
     SupportsEpisodeInfo,
+    SupportsFrameNeeds,
     SupportsMetadata,
     SupportsParams,
     SupportsResolveVersion,
     SupportsStepTrace,
     SupportsTaskCheck,
     SupportsVersion,
+    reads_frames,
 )
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "RandomPolicy",
     "SupportsContract",
     "SupportsEpisodeInfo",
+    "SupportsFrameNeeds",
     "SupportsMetadata",
     "SupportsParams",
     "SupportsResolveVersion",
@@ -56,5 +59,6 @@ __all__ = [
     "import_roots",
     "make_policy",
     "policy_contract",
+    "reads_frames",
     "resolve_policy",
 ]

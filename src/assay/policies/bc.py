@@ -171,6 +171,10 @@ class BCPolicy:
             hot[self.tasks.index(task_id)] = 1.0
         return hot
 
+    def reads_frames(self) -> bool:
+        """No camera frame is read (the runner renders none for it)."""
+        return False
+
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         if self.by_instruction:
             slots = np.asarray(observations.get("env_ids", np.arange(len(observations["state"]))), dtype=int)

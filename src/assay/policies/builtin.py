@@ -61,6 +61,10 @@ class ExpertPolicy:
             self._expert = ENV_POLICY_MAP[context.task.env_name]()
             self._env_name = context.task.env_name
 
+    def reads_frames(self) -> bool:
+        """No camera frame is read (the runner renders none for it)."""
+        return False
+
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         if hasattr(self._expert, "act"):
             return self._expert.act(observations)
@@ -85,6 +89,10 @@ class RandomPolicy:
     def reset(self, context: PolicyContext) -> None:
         self._rngs = [np.random.default_rng(derive_seed("random-policy", s)) for s in context.seeds]
         self._low, self._high, self._dim = context.task.action.low, context.task.action.high, context.task.action.dim
+
+    def reads_frames(self) -> bool:
+        """No camera frame is read (the runner renders none for it)."""
+        return False
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         return np.stack([self._rngs[i].uniform(self._low, self._high, self._dim) for i in observations["env_ids"]])
@@ -122,6 +130,10 @@ class DegradedExpertPolicy:
         self._rngs = [np.random.default_rng(derive_seed("degraded-expert", s)) for s in context.seeds]
         self._queues = [deque([np.zeros(dim)] * self.params.action_delay) for _ in context.seeds]
         self._last = [np.zeros(dim) for _ in context.seeds]
+
+    def reads_frames(self) -> bool:
+        """No camera frame is read (the runner renders none for it)."""
+        return False
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         assert self._task is not None, "reset() before act()"

@@ -117,6 +117,10 @@ class LiberoExpert:
         self._plans = [_Plan() for _ in context.seeds]
         self._offsets = grasp_offsets(context.task)
 
+    def reads_frames(self) -> bool:
+        """No camera frame is read (the runner renders none for it)."""
+        return False
+
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         """One action per row, from the row's slot's plan."""
         states, privileged = np.asarray(observations["state"]), observations["privileged.goal"]

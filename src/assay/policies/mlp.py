@@ -116,6 +116,10 @@ class MLPPolicy:
     def reset(self, context: PolicyContext) -> None:
         pass  # stateless (see ``stateless``): each row depends on its own observation only
 
+    def reads_frames(self) -> bool:
+        """No camera frame is read (the runner renders none for it)."""
+        return False
+
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         torch, p = self._torch, self.params
         state = np.asarray(observations["state"], dtype=np.float32)

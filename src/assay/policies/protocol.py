@@ -40,6 +40,9 @@ hook                        meaning                                             
 ``step_trace(slot)``        instance; the policy's account of its latest answer for a  runner
                             slot (recorded per step as ``trace.<name>`` columns)
 ``metadata()``              instance; served metadata (``{"contract": ...}``)            server
+``reads_frames()``          instance; ``False``: ``act`` never reads ``image.*`` or      runner
+                            ``depth.*``, so frames are rendered for the video only (and
+                            left out of the batch); without the hook a policy reads them
 ``stateless``               ``True``: actions depend on each row's observation only, so  server
                             one instance serves every environment, batched (else one
                             instance per environment session)
@@ -151,6 +154,19 @@ class SupportsStepTrace(Protocol):
     """A policy that explains each answer for a slot (recorded per step as ``trace.<name>``)."""
 
     def step_trace(self, slot: int) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class SupportsFrameNeeds(Protocol):
+    """A policy that says whether its ``act`` reads camera frames (``image.*``, ``depth.*``); asked after
+    each ``reset``. One that answers False is given none, and the runner renders none for it."""
+
+    def reads_frames(self) -> bool: ...
+
+
+def reads_frames(policy: Policy) -> bool:
+    """Whether ``policy`` reads camera frames: its ``reads_frames()`` hook, True without one."""
+    return bool(policy.reads_frames()) if isinstance(policy, SupportsFrameNeeds) else True
 
 
 @runtime_checkable

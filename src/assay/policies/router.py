@@ -76,6 +76,10 @@ class InstructionRouterPolicy:
         self.chosen = self.route(list(context.instructions))
         self._task = context.task.env_name
 
+    def reads_frames(self) -> bool:
+        """No camera frame is read (the runner renders none for it)."""
+        return False
+
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         return np.stack([self._expert(self.chosen[slot][0]).get_action(state)
                          for slot, state in zip(observations["env_ids"], observations["state"], strict=True)])

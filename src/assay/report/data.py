@@ -40,7 +40,7 @@ from assay.metrics.passk import PassKTable, pass_k_table
 from assay.report import evidence
 from assay.report.evidence import FailureFacts
 from assay.report.flywheel import load_flywheel
-from assay.store import EpisodeRecord, Outcome, Store, video_relpath
+from assay.store import EpisodeRecord, Outcome, Store, renderer_notes, video_relpath
 
 GALLERY_LIMIT = 8  # failure episodes shown with keyframes/video; the rest are listed
 
@@ -110,7 +110,11 @@ class ReportData:
 
 
 def _cameras(spec: dict[str, Any]) -> list[str]:
-    return [c["name"] for c in spec.get("campaign", {}).get("cameras", []) or []]
+    """The cameras the campaign's tasks rendered (a task's own when the campaign named none), first seen first."""
+    names = [c["name"] for c in spec.get("campaign", {}).get("cameras", []) or []]
+    for task in spec.get("tasks", []):
+        names += [c["name"] for c in (task.get("spec") or {}).get("cameras", [])]
+    return list(dict.fromkeys(names))
 
 
 def _variant_labels(record: EpisodeRecord) -> tuple[str, str, str]:
@@ -188,6 +192,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     notes: list[str] = [f"leakage: {leak['contaminated']} of {leak['episodes']} episodes of {leak['checkpoint']} are "
                         "scenes it was trained on; their successes say nothing about generalisation"
                         for leak in leakage if leak.get("contaminated")]
+    notes += renderer_notes(records)  # frames drawn by several renderers, or in software on a GPU host
     board = None
     signoffs: list[Signoff] = []
     if records:

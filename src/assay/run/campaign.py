@@ -93,14 +93,17 @@ class CatalogWriter:
 
 
 def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
-    """The task as this campaign runs it: its preset, cameras, and a shorter horizon if asked (all change the hash)."""
+    """The task as this campaign runs it: its preset, cameras (unset: the task's own; []: none), and a shorter
+    horizon if asked (all change the hash)."""
     if spec.preset is not None:
         task = apply_preset(task, spec.preset)
     if spec.horizon is not None and spec.horizon < task.horizon:
         task = task.model_copy(update={"horizon": spec.horizon})
     cameras = spec.cameras
-    if not cameras:
+    if cameras is None:
         return task
+    if not cameras:
+        return task.model_copy(update={"cameras": ()})
     valid = camera_names(task)
     if not valid:
         raise UnsupportedError(f"{task.id}: backend {task.backend} renders no cameras")

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from assay.run.batch import Fault
-from assay.sim import Observation, Transition, conflict_marks
+from assay.sim import Observation, Transition, conflict_marks, renderer_info
 from assay.spec import EpisodeJob
 from assay.store import EpisodeRecord, Outcome
 
@@ -237,5 +237,10 @@ class EpisodeRecorder:
                 "sim_s": round(self.sim_s, 6),
                 "duration_s": round(self.duration_s, 6),
             },
-            provenance={**provenance, "run": self.run_settings(), **self._marks()},
+            provenance={**provenance, "run": self.run_settings(), **self._marks(), **self._renderer()},
         )
+
+    def _renderer(self) -> dict[str, Any]:
+        """What drew the episode's frames (``provenance.renderer``), when it has a camera and one was drawn."""
+        info = renderer_info() if self.job.task.cameras else None
+        return {"renderer": info.to_dict()} if info is not None else {}

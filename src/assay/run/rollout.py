@@ -15,10 +15,12 @@ A finished environment is never stepped again.
 
 Frames are rendered on demand: before a step the runner knows whether its
 observation will be read, by the policy (the slot's queue is then empty, so a
-replan follows) or by a video (a frame at the job's ``video_fps``); when neither,
-an environment that supports it (``SupportsFramesOnDemand``) skips rendering that
-observation. A chunk-5 camera policy thus renders a fifth of the steps, with the
-same actions and outcomes as rendering every step (``render_on_demand=False``).
+replan follows, and the policy reads frames: ``policies.reads_frames``) or by a
+video (a frame at the job's ``video_fps``); when neither, an environment that
+supports it (``SupportsFramesOnDemand``) skips rendering that observation. A
+chunk-5 camera policy thus renders a fifth of the steps, a policy that reads no
+frame renders only the video's, with the same actions and outcomes as rendering
+every step (``render_on_demand=False``). A policy that reads no frame is given none.
 
 Pipelines: ``lockstep`` asks for every environment that needs actions in one
 call. ``decoupled`` splits the environments into two groups and keeps one
@@ -38,7 +40,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from assay.policies import Policy, PolicyContext, SupportsEpisodeInfo, SupportsStepTrace
+from assay.policies import Policy, PolicyContext, SupportsEpisodeInfo, SupportsStepTrace, reads_frames
 from assay.policies.remote import PolicyUnavailableError
 from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
@@ -75,6 +77,8 @@ def outcome_after(task: TaskSpec, transition: Transition, steps: int) -> Outcome
         return Outcome.TIMEOUT
     return None
 
+
+_FRAME_PREFIXES = ("image.", "depth.")  # the observation keys a policy that reads no frame is not given
 
 Answer = np.ndarray | Fault  # what the policy gave one row: an action or chunk, or why not
 
@@ -121,6 +125,7 @@ class _Episodes:
         self.replan_every = batch.replan_every
         # decided once: a runtime Protocol check costs ~50 us, too much for every answer
         self.traces = isinstance(policy, SupportsStepTrace)
+        self.frames_read = True  # whether the policy reads image.*/depth.* (asked after its reset)
         jobs = batch.jobs
         self.recorders = [EpisodeRecorder(job) for job in jobs]
         self.observations: list[Observation | None] = [None] * len(jobs)
@@ -140,6 +145,7 @@ class _Episodes:
             self.recorders[slot].timed("reset", time.perf_counter() - t0)
         try:
             self.policy.reset(PolicyContext(self.task, self.batch.seeds, self.batch.instructions))
+            self.frames_read = reads_frames(self.policy)
         except Exception as exc:  # noqa: BLE001
             fault = Fault(FaultKind.POLICY_RESET, f"policy reset raised {describe_error(exc)}")
             for slot in active:
@@ -154,8 +160,9 @@ class _Episodes:
         """Call the policy for ``slots`` (thread-safe: touches nothing shared)."""
         first = self.observations[slots[0]]
         assert first is not None
+        names = first if self.frames_read else [name for name in first if not name.startswith(_FRAME_PREFIXES)]
         batch: dict[str, Any] = {name: np.stack([self.observations[slot][name] for slot in slots])  # type: ignore[index]
-                                 for name in first}
+                                 for name in names}
         batch["instruction"] = [self.jobs[slot].instruction for slot in slots]
         batch["env_ids"] = np.asarray(slots)
         t0 = time.perf_counter()
@@ -197,11 +204,11 @@ class _Episodes:
             action, chunk_id, index, latency_ms, trace = queue.popleft()
             observation = self.observations[slot]
             env = self.envs[slot]
-            # the next observation is read if a replan follows (empty queue) or the video keeps its frame,
-            # and never after the horizon's last step
+            # the next observation's frames are read if a replan follows (empty queue) and the policy reads
+            # frames, or if the video keeps its frame; never after the horizon's last step
             following = recorder.steps + 1
-            if self.on_demand[slot] and (following >= self.task.horizon
-                                         or (queue and not recorder.records_frame(following))):
+            if self.on_demand[slot] and (following >= self.task.horizon or (
+                    (queue or not self.frames_read) and not recorder.records_frame(following))):
                 env.skip_next_frames()  # type: ignore[attr-defined]
             t1 = time.perf_counter()
             try:

@@ -25,7 +25,7 @@ from assay.policies import Policy, make_policy
 from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import rollout
-from assay.sim import SafetyFilter, SimEnv, make_env, perturbed
+from assay.sim import SafetyFilter, SimEnv, make_env, perturbed, tasks_kept
 from assay.spec import EpisodeJob, PolicySpec, canonical_json
 from assay.store import EpisodeRecord, build_table, provenance, write_episode, write_video
 from assay.store.roots import as_root
@@ -60,8 +60,14 @@ class Worker:
         self._policies: dict[str, Policy] = {}
 
     def _environments(self, job: EpisodeJob, count: int) -> list[SimEnv]:
-        """``count`` environments for the job's task, built once and reused (variants apply per episode)."""
-        pool = self._envs.setdefault((job.task.id, job.task.content_hash()), [])
+        """``count`` environments for the job's task, built once and reused (variants apply per episode); a
+        backend that limits how many tasks a worker keeps built (``sim.tasks_kept``) has the least recently
+        used others closed first."""
+        key = (job.task.id, job.task.content_hash())
+        if key not in self._envs:
+            self._make_room(job.task.backend, tasks_kept(job.task))
+        pool = self._envs.pop(key, [])
+        self._envs[key] = pool  # the most recently used last
         if len(pool) < count:
             load_before_rendering()
         while len(pool) < count:
@@ -76,6 +82,15 @@ class Worker:
                         raise
                     time.sleep(0.1 * attempt)
         return pool[:count]
+
+    def _make_room(self, backend: str, kept: int | None) -> None:
+        """Close the least recently used environments of ``backend`` until one more task fits in ``kept``."""
+        if kept is None:
+            return
+        mine = [key for key, pool in self._envs.items() if pool and pool[0].task.backend == backend]
+        for key in mine[: max(0, len(mine) - kept + 1)]:
+            for env in self._envs.pop(key):
+                env.close()
 
     def _policy(self, spec: PolicySpec) -> Policy:
         key = canonical_json(spec.model_dump(mode="json"))

@@ -3,7 +3,7 @@
 May import ``assay.spec`` only.
 """
 
-from assay.sim.render import configure_gl
+from assay.sim.render import RendererInfo, configure_gl, renderer_info
 
 configure_gl()  # before anything imports mujoco: OSMesa on headless CPU machines, unless chosen otherwise
 
@@ -13,7 +13,7 @@ from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task  # noqa: E402
 from assay.sim.paraphrase import paraphrase  # noqa: E402
 from assay.sim.perturbed import PerturbedEnv, perturbed  # noqa: E402
 from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, Transition  # noqa: E402
-from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env  # noqa: E402
+from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env, tasks_kept  # noqa: E402
 from assay.sim.safety import SafetyFilter  # noqa: E402
 from assay.sim.semantic import conflict_marks, instruct  # noqa: E402
 
@@ -22,6 +22,7 @@ __all__ = [
     "FACTORS",
     "Factor",
     "PerturbedEnv",
+    "RendererInfo",
     "SafetyFilter",
     "conflict_marks",
     "get_factor",
@@ -37,9 +38,11 @@ __all__ = [
     "SupportsFramesOnDemand",
     "TaskRegistry",
     "configure_gl",
+    "renderer_info",
     "Transition",
     "default_registry",
     "gymnasium_task",
     "make_env",
     "metaworld_task",
+    "tasks_kept",
 ]

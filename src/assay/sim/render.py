@@ -1,29 +1,123 @@
-"""Camera rendering on CPU: named free cameras around the table, RGB and depth, no shadows.
+"""Camera rendering: named free cameras around the table, RGB and depth; which GL drew them.
 
-MuJoCo's OSMesa backend is used when no GL backend is chosen and libOSMesa is
-present (``MUJOCO_GL=osmesa``). Shadows and reflections are off unless a renderer
-is built with ``effects=True`` (MuJoCo's defaults, which robosuite's renderer keeps:
-a LIBERO scene's reflective stove and floor need them to match its frames); off is
-about 2.5x faster at 224 px. Each named view is a free camera (look-at point,
-distance, azimuth, elevation) so that camera perturbations are offsets of it.
+The GL backend is chosen once per process, before MuJoCo is imported (:func:`configure_gl`,
+unless ``MUJOCO_GL`` is set): NVIDIA's EGL where an NVIDIA EGL device exists (GPU rasterisation,
+headless), else OSMesa when libOSMesa is present (software, on the CPU). Shadows and reflections
+are off unless a renderer is built with ``effects=True`` (MuJoCo's defaults, which robosuite's
+renderer keeps: a LIBERO scene's reflective stove and floor need them to match its frames); off is
+about 2.5x faster at 224 px on CPU. Each named view is a free camera (look-at point, distance,
+azimuth, elevation) so that camera perturbations are offsets of it.
+
+:func:`renderer_info` says what drew this process's frames (the backend and the GL vendor,
+renderer and version strings, read from the first context made); every episode with a camera
+records it in its provenance (``renderer``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import ctypes.util
+import glob
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+EGL_EXTENSIONS = 0x3055  # eglQueryDeviceStringEXT's name for a device's extension list
+NVIDIA_DEVICE_EXTENSION = "EGL_NV_device_cuda"  # present on NVIDIA's EGL devices only
+SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "software rasterizer")  # Mesa's CPU rasterisers
+
+
+def gpu_host() -> bool:
+    """Whether this host has an NVIDIA GPU (its driver's device nodes or its /proc entry)."""
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or bool(glob.glob("/proc/driver/nvidia/gpus/*"))
+
+
+def egl_devices() -> list[str]:
+    """The extension string of each EGL device (``eglQueryDevicesEXT``); [] without libEGL or device
+    enumeration. Mesa lists its software device here (``EGL_MESA_device_software``), NVIDIA each GPU."""
+    name = ctypes.util.find_library("EGL")
+    if name is None:
+        return []
+    try:
+        egl = ctypes.CDLL(name)
+        egl.eglGetProcAddress.restype = ctypes.c_void_p
+        egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+        query_devices_address = egl.eglGetProcAddress(b"eglQueryDevicesEXT")
+        query_string_address = egl.eglGetProcAddress(b"eglQueryDeviceStringEXT")
+        if not query_devices_address or not query_string_address:
+            return []
+        query_devices = ctypes.CFUNCTYPE(ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                         ctypes.POINTER(ctypes.c_int))(query_devices_address)
+        query_string = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int)(query_string_address)
+        count = ctypes.c_int(0)
+        if not query_devices(0, None, ctypes.byref(count)) or count.value <= 0:
+            return []
+        devices = (ctypes.c_void_p * count.value)()
+        if not query_devices(count.value, devices, ctypes.byref(count)):
+            return []
+        return [(query_string(device, EGL_EXTENSIONS) or b"").decode(errors="replace")
+                for device in devices[: count.value]]
+    except (OSError, AttributeError):
+        return []
+
+
+def nvidia_egl_device() -> bool:
+    """Whether an NVIDIA EGL device exists (looked for only on a host with an NVIDIA GPU)."""
+    return gpu_host() and any(NVIDIA_DEVICE_EXTENSION in extensions.split() for extensions in egl_devices())
+
 
 def configure_gl() -> None:
-    """Pick OSMesa for headless CPU rendering unless the user chose a backend (call before importing mujoco)."""
-    if "MUJOCO_GL" not in os.environ and ctypes.util.find_library("OSMesa"):
+    """Choose MuJoCo's GL backend unless the user did (call before importing mujoco): ``egl`` where an
+    NVIDIA EGL device exists, else ``osmesa`` when libOSMesa is present. Child processes inherit the choice."""
+    if "MUJOCO_GL" in os.environ:
+        return
+    if nvidia_egl_device():
+        os.environ["MUJOCO_GL"] = "egl"
+        os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+    elif ctypes.util.find_library("OSMesa"):
         os.environ["MUJOCO_GL"] = "osmesa"
         os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+
+
+@dataclass(frozen=True)
+class RendererInfo:
+    """What drew a process's frames: MuJoCo's GL backend and the context's GL strings."""
+
+    backend: str  # MUJOCO_GL: egl, osmesa, glfw
+    vendor: str  # GL_VENDOR, e.g. "NVIDIA Corporation", "Mesa/X.org"
+    renderer: str  # GL_RENDERER, e.g. "NVIDIA H200/PCIe/SSE2", "llvmpipe (LLVM 15.0.6, 256 bits)"
+    version: str  # GL_VERSION
+    software: bool  # a CPU rasteriser (OSMesa, or Mesa's llvmpipe/softpipe behind EGL)
+    gpu_host: bool  # the host has an NVIDIA GPU
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON data, as recorded in an episode's provenance."""
+        return asdict(self)
+
+
+_RENDERER: list[RendererInfo] = []  # this process's renderer, once a context has been made
+
+
+def _read_renderer() -> RendererInfo:
+    """The GL strings of the context current now (just made by a renderer)."""
+    backend = os.environ.get("MUJOCO_GL", "glfw")
+    try:
+        from OpenGL import GL
+
+        strings = [GL.glGetString(name) for name in (GL.GL_VENDOR, GL.GL_RENDERER, GL.GL_VERSION)]
+        vendor, renderer, version = ((s or b"").decode(errors="replace") for s in strings)
+    except Exception as exc:  # noqa: BLE001 - provenance never stops a frame; say why it is missing
+        vendor, renderer, version = "unknown", f"unknown ({type(exc).__name__})", "unknown"
+    software = backend == "osmesa" or any(name in renderer.lower() for name in SOFTWARE_RENDERERS)
+    return RendererInfo(backend, vendor, renderer, version, software, gpu_host())
+
+
+def renderer_info() -> RendererInfo | None:
+    """The renderer that drew this process's frames (None before its first GL context)."""
+    return _RENDERER[0] if _RENDERER else None
 
 
 @dataclass(frozen=True)
@@ -81,6 +175,8 @@ class CameraRenderer:
             self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
             self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
             renderer = mujoco.Renderer(self.model, height, width, max_geom=self._max_geom)
+            if not _RENDERER:  # its context is current now
+                _RENDERER.append(_read_renderer())
             if not self.effects:
                 renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
                 renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0

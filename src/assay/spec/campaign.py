@@ -105,7 +105,8 @@ class CampaignSpec(BaseModel):
         default=None, pattern=r"^[a-z][a-z0-9_-]*$",
         description="a backend's named evaluation conventions, applied to its tasks before `cameras` and `horizon` "
                     "(LIBERO: openpi, the default, or lerobot: 256 px image/image2 cameras and LeRobot's horizons)")
-    cameras: tuple[CameraSpec, ...] = ()
+    cameras: tuple[CameraSpec, ...] | None = Field(
+        default=None, description="the cameras every task renders (unset: each task's own; []: none at all)")
     horizon: int | None = Field(default=None, gt=0, strict=True, description="cap every task's horizon (a new task hash)")
     envs_per_worker: int = Field(default=4, gt=0, le=256, strict=True)
     replan_every: int | None = Field(
@@ -115,8 +116,8 @@ class CampaignSpec(BaseModel):
     safety: bool = Field(default=False, description="filter every action (NaN, limits, workspace) and count interventions")
     video_fps: float | None = Field(
         default=None, gt=0, le=1000,
-        description="frames per second of each camera's recorded video (default: every step, the task's control "
-                    "rate); frames between are rendered only when the policy reads them")
+        description="frames per second of each camera's recorded video (default: the task's video_fps, else every "
+                    "step; LIBERO tasks record 4); frames between are rendered only when the policy reads them")
     episode_timeout_s: float | None = Field(
         default=None, gt=0, le=7 * 86_400,
         description="wall-clock limit of one batch of episodes in seconds (default 900): past it the worker is "
@@ -163,9 +164,11 @@ class CampaignSpec(BaseModel):
         return self
 
     def dump(self) -> dict[str, Any]:
-        """The spec as JSON data; unset ``adaptive`` and ``video_fps`` are left out, so older campaigns dump as before."""
+        """The spec as JSON data; unset ``adaptive``, ``video_fps`` and ``cameras`` are left out."""
         data = self.model_dump(mode="json")
         _drop_unset(data)
+        if data.get("cameras") is None:
+            data.pop("cameras", None)
         return data
 
     @field_validator("policies")
@@ -180,6 +183,8 @@ class CampaignSpec(BaseModel):
     def content_hash(self) -> str:
         data = self.model_dump(mode="json", exclude=EXECUTION_SETTINGS)
         _drop_unset(data)  # unset, they hash as campaigns did before the settings existed
+        # unset cameras hash as before ([] meant each task's own); an explicit [] (no camera) is another campaign
+        data["cameras"] = "none" if data["cameras"] == [] else data["cameras"] or []
         return content_hash(data)
 
 
@@ -288,15 +293,15 @@ def plan(
                 raise SpecError(
                     f"campaign {campaign.name!r}: task {task.id} has {task.initial_states} fixed initial states; "
                     f"seed + episodes must be at most {task.initial_states}, not {campaign.seed + campaign.episodes}")
+            video_fps = campaign.video_fps if campaign.video_fps is not None else task.video_fps
             for variant in variants:
                 for index in range(campaign.episodes):
                     seed = episode_seed(campaign.seed, task, index)
                     instruction = instruction_for(task, variant, seed) if instruction_for else task.instruction
                     key = episode_key(task, variant, policy, seed, instruction, campaign.replan_every, campaign.safety,
-                                      campaign.video_fps)
+                                      video_fps)
                     jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
-                                           campaign.replan_every, campaign.pipeline, campaign.safety,
-                                           campaign.video_fps))
+                                           campaign.replan_every, campaign.pipeline, campaign.safety, video_fps))
     return jobs
 
 

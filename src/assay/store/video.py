@@ -69,5 +69,6 @@ def step_frames(root: Root, key: str, camera: str, steps: int) -> np.ndarray:
     frames = read_video(root, video_relpath(key, camera))
     if len(frames) < steps:
         raise StoreError(f"episode {key}: its {camera!r} video keeps {len(frames)} frames for {steps} steps "
-                         "(recorded with video_fps); a frame per step needs a campaign without video_fps")
+                         "(recorded with video_fps); a frame per step needs a campaign whose video_fps is "
+                         "the task's control rate (LIBERO: video_fps: 20)")
     return frames[:steps]

@@ -66,6 +66,10 @@ class ConstantPolicy:
     def reset(self, context: PolicyContext) -> None:
         self.context = context
 
+    def reads_frames(self) -> bool:
+        """No camera frame is read (the runner renders none for it)."""
+        return False
+
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         return np.full((len(observations[ENV_IDS]), self.dim), self.value)
 

@@ -67,7 +67,7 @@ def run_twins(name: str, twins: Sequence[Twin], settings: TwinSettings, store: S
         raise TwinError(f"twins of one run must share a task; got {', '.join(sorted(tasks))}")
     spec_fields: dict[str, Any] = dict(
         name=name, seed=settings.seed, episodes=settings.episodes, tasks=(twins[0].task,),
-        policies=settings.policies, variants=tuple(t.values() for t in twins), cameras=settings.cameras,
+        policies=settings.policies, variants=tuple(t.values() for t in twins), cameras=settings.cameras or None,
         horizon=settings.horizon, envs_per_worker=settings.envs_per_worker,
         description="twins: " + ", ".join(f"{t.name}={t.version}" for t in twins))
     plan = prepare_campaign(CampaignSpec(**spec_fields))
@@ -86,7 +86,7 @@ def settings_from_campaign(spec: CampaignSpec, twin_task: str) -> TwinSettings:
         raise TwinError(f"campaign {spec.name!r} lists tasks {', '.join(spec.tasks)}; a twin study runs exactly "
                         f"the twin's task: tasks: [{twin_task}]")
     return TwinSettings(policies=spec.policies, episodes=spec.episodes, seed=spec.seed, horizon=spec.horizon,
-                        cameras=spec.cameras, envs_per_worker=spec.envs_per_worker)
+                        cameras=spec.cameras or (), envs_per_worker=spec.envs_per_worker)
 
 
 def write_results_csv(entries: Sequence[RateEntry], path: str | Path) -> Path:
