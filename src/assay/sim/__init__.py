@@ -5,7 +5,7 @@ May import ``assay.spec`` only.
 
 from assay.sim.render import RendererInfo, configure_gl, renderer_info
 
-configure_gl()  # before anything imports mujoco: OSMesa on headless CPU machines, unless chosen otherwise
+configure_gl()  # before anything imports mujoco: EGL on an NVIDIA device, else OSMesa, unless chosen otherwise
 
 from assay.sim.factors import FACTORS, Factor, get_factor, resolve_variant, value_of  # noqa: E402
 from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task  # noqa: E402
