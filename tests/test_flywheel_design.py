@@ -518,7 +518,15 @@ def test_gain_ratio_interval_is_unbounded_when_random_gains_nothing_in_more_than
     neither = extended_interval([float("-inf")] * 30 + list(np.linspace(1, 2, 970)))  # neither arm gained: below
     assert neither["unbounded_below"] and neither["low"] is None and neither["high"] is not None
     assert extended_interval([float("-inf")] * 5) == {"low": None, "high": None, "below_inf": 5, "above_inf": 0,
-                                                      "unbounded_below": False, "unbounded_above": False}
+                                                      "finite": 0, "unbounded_below": False, "unbounded_above": False}
+    # both sides unbounded (the rare-gap pilot: 5968 +inf, 345 -inf of 10,000): (-inf, inf), not "no interval"
+    both = [float("-inf")] * 345 + [1.0] * 3687 + [float("inf")] * 5968
+    wide = extended_interval(both)
+    assert wide["unbounded_below"] and wide["unbounded_above"] and wide["finite"] == 3687
+    document = analyse([outcomes([1, 0], [1, 0], [1, 1]), outcomes([1, 0], [1, 0], [0, 0]),
+                        outcomes([0, 0], [1, 0], [1, 0])], n_resamples=400)["gain_ratio"]
+    assert document["unbounded_below"] and document["unbounded_above"]
+    assert document["bootstrap_ci"] == [None, None] and "CI (−∞, ∞)" in gain_ratio_text(document)
 
 
 def test_the_declared_primary_is_the_one_reported_as_primary():

@@ -84,13 +84,15 @@ def extended_interval(samples: Sequence[float], confidence: float = 0.95) -> dic
     """Percentile interval of samples that may hold +-inf: a side is unbounded (``unbounded_below`` /
     ``unbounded_above``, its limit None) when more than its tail ((1 - confidence) / 2 of the samples) is
     infinite there; otherwise the percentile of all the samples (the nearest finite order statistic where
-    the interpolation would touch an infinite one). No finite sample: both limits None, neither unbounded."""
+    the interpolation would touch an infinite one). No finite sample (``finite`` 0): both limits None, neither
+    unbounded."""
     values = np.sort(np.asarray(samples, dtype=np.float64))
     tail = (1 - confidence) / 2
     below, above = int(np.isneginf(values).sum()), int(np.isposinf(values).sum())
-    out: dict[str, Any] = {"low": None, "high": None, "below_inf": below, "above_inf": above,
+    finite = int(np.isfinite(values).sum())
+    out: dict[str, Any] = {"low": None, "high": None, "below_inf": below, "above_inf": above, "finite": finite,
                            "unbounded_below": False, "unbounded_above": False}
-    if not np.isfinite(values).any():
+    if not finite:
         return out
     for side, count, q in (("low", below, tail), ("high", above, 1 - tail)):
         if count > tail * len(values):
@@ -133,9 +135,8 @@ def analyse(replicates: Sequence[Outcomes], n_resamples: int = 10000, confidence
                        "confidence": confidence, "n_resamples": n_resamples, "declared": declared,
                        "p": ttest_p if declared["test"] == "ttest" else comparison["mcnemar_p"]})
     interval = extended_interval(ratios, confidence)
-    finite = interval["low"] is not None or interval["high"] is not None
     gain = {"ratio": _ratio(replicates, everything),
-            "bootstrap_ci": [interval["low"], interval["high"]] if finite else None,
+            "bootstrap_ci": [interval["low"], interval["high"]] if interval["finite"] else None,
             "unbounded_below": interval["unbounded_below"], "unbounded_above": interval["unbounded_above"],
             "undefined_resamples": interval["below_inf"] + interval["above_inf"],
             "random_gained_nothing": {"targeted_gained": interval["above_inf"],
