@@ -78,7 +78,7 @@ def test_gather_uses_the_real_leaderboard_and_counts(report_store: Path) -> None
     assert len(data.gallery) == len(unsuccessful)
     assert all(item.videos and item.videos[0][0] == "front" for item in data.gallery)
     assert {r.variant for r in data.robustness} == {"action.noise=0.5"}
-    assert data.axes == tuple(robustness_profile(retention_table(records, n_resamples=200)))
+    assert data.axes == tuple(robustness_profile(retention_table(records)))
     assert [(a.policy, a.axis, a.variants) for a in data.axes] == [("expert", "behavioral", 1), ("random", "behavioral", 1)]
     assert data.provenance["code_revisions"] and data.provenance["seeds"] == sorted({r.seed for r in records})
 

@@ -9,6 +9,7 @@ from scipy.stats import multinomial
 from assay.errors import AssayError
 from assay.metrics import retention_table, robustness_profile
 from assay.metrics.intervals import retention_interval
+from assay.metrics.intervals_coverage import paired_tables, retention_coverage
 from assay.store import EpisodeRecord, Outcome
 
 
@@ -73,14 +74,40 @@ def test_retention_without_discordant_pairs_is_not_a_point():
 
 
 def test_retention_interval_coverage_computed_exactly():
-    # Every paired table of 10 pairs weighted by its multinomial probability; coverage given that
+    # Every paired table of n pairs weighted by its multinomial probability; coverage given that
     # retention is defined (nominal succeeded at least once).
-    n = 10
-    tables = [(b, no, vo, n - b - no - vo) for b in range(n + 1) for no in range(n + 1 - b) for vo in range(n + 1 - b - no)]
-    intervals = [retention_interval(*t, draws=4000) for t in tables]
     for cells in ((0.6, 0.1, 0.1, 0.2), (0.5, 0.3, 0.05, 0.15), (0.3, 0.3, 0.1, 0.3)):
+        n = 10
+        tables = paired_tables(n)
         truth = (cells[0] + cells[2]) / (cells[0] + cells[1])
-        pmf = multinomial.pmf(np.array(tables), n, cells)
+        pmf = multinomial.pmf(tables, n, cells)
+        intervals = [retention_interval(*t) for t in tables.tolist()]
         defined = np.array([i is not None for i in intervals])
         inside = np.array([i is not None and i.low <= truth <= i.high for i in intervals])
         assert pmf[inside].sum() / pmf[defined].sum() >= 0.93
+
+
+@pytest.mark.parametrize("n", [6, 10, 20, 24, 30])
+@pytest.mark.parametrize(("p_nominal", "p_variant", "dependence"), [
+    (1.0, 0.9, "nested"),  # nominal always succeeds, the variant fails 10%: the Jeffreys draws covered 0.876 at n 20
+    (1.0, 0.99, "nested"), (1.0, 0.1, "nested"), (0.99, 0.95, "positive"), (0.95, 0.99, "independent"),
+    (0.9, 0.3, "nested"), (0.5, 0.45, "nested"), (0.3, 0.6, "independent"), (0.1, 0.05, "independent"),
+    (0.05, 0.5, "positive"), (0.7, 0.3, "negative"),
+])
+def test_retention_interval_covers_at_the_edges_exactly(n, p_nominal, p_variant, dependence):
+    assert retention_coverage(n, p_nominal, p_variant, dependence) >= 0.93
+
+
+def test_retention_interval_golden_edges():
+    # 20 of 20 on both sides: the lower end is the variant's own mid-p lower end (nominal has no variance),
+    # ½ p^20 = 0.025, so a true retention of 0.9 is inside (it was [0.900, 1.109] and missed it).
+    interval = retention_interval(20, 0, 0, 0)
+    assert interval.low == pytest.approx(0.05 ** (1 / 20), abs=1e-9) and interval.high > 1.0
+    # the point estimate is always inside, and an interval is never a point
+    for table in paired_tables(8).tolist():
+        got = retention_interval(*table)
+        if got is None:
+            assert table[0] + table[1] == 0
+            continue
+        point = (table[0] + table[2]) / (table[0] + table[1])
+        assert got.low <= point <= got.high and got.high > got.low

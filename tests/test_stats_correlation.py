@@ -120,3 +120,36 @@ def test_a_task_with_one_policy_has_no_mmrv_and_is_left_out_of_the_average():
     assert one.stats["mmrv"].value is None and one.stats["mmrv"].reason == "undefined: needs at least 2 policies, got 1"
     assert report.tasks_averaged["mmrv"] == 1
     assert report.average["mmrv"].value == pytest.approx((0.8 + 0.4 + 0.8) / 3)  # t1's alone, not halved
+
+
+def test_an_anti_correlated_task_has_its_estimate_inside_its_interval():
+    # Redrawing the episodes of both sides pulls r toward 0: at r = -1 every resample lies above it.
+    real = {("t", p): (k, 20) for p, k in zip("abcd", (18, 14, 6, 2), strict=True)}
+    sim = {("t", p): (k, 20) for p, k in zip("abcd", (2, 6, 14, 18), strict=True)}  # sim = 1 - real: r = -1
+    report = correlate(_entries(real, "real.csv"), _entries(sim, "sim.csv"), n_resamples=500)
+    (task,) = report.tasks
+    e = task.stats["pearson"]
+    assert e.value == pytest.approx(-1.0) and e.ci_low == pytest.approx(-1.0) and e.ci_high > -0.99
+    assert e.widened  # the percentile interval alone excluded the estimate
+    for e in (*task.stats.values(), *report.average.values()):
+        if e.value is not None:
+            assert e.ci_low <= e.value <= e.ci_high
+
+
+def test_two_policy_tasks_are_shown_but_left_out_of_the_averaged_coefficients():
+    # t2 has two policies: r = ±1 whatever the rates; averaged in, it would pull the mean toward ±1
+    real = {**REAL, ("t3", "a"): (18, 20), ("t3", "b"): (4, 20)}
+    sim = {**SIM, ("t3@1", "a"): (30, 50), ("t3@1", "b"): (29, 50)}
+    report = correlate(_entries(real, "real.csv"), _entries(sim, "sim.csv"), n_resamples=300)
+    two = next(t for t in report.tasks if t.task == "t3")
+    why = "±1 by construction with 2 policies: left out of the average"
+    for kind in ("pearson", "spearman", "kendall"):
+        assert two.stats[kind].value == pytest.approx(1.0) and two.stats[kind].note == why
+        assert report.left_out[kind] == {"t3": why} and report.tasks_averaged[kind] == 2
+        three = [t.stats[kind].value for t in report.tasks if t.task != "t3"]
+        assert report.average[kind].value == pytest.approx(np.mean(three))
+    # MMRV is defined at two policies (one pair, ordered right here) and stays in its average
+    assert report.tasks_averaged["mmrv"] == 3 and "mmrv" not in report.left_out
+    from assay.cli.stats_render import left_out_lines
+
+    assert left_out_lines(report)[0] == f"pearson: left out of the average: t3 ({why})"

@@ -8,6 +8,7 @@ from scipy.stats import binom
 
 from assay.metrics import leaderboard, outcome_grid, success_interval
 from assay.metrics.intervals import central, mean_rate_interval, rate_draws
+from assay.metrics.intervals_coverage import suite_coverage
 from assay.metrics.ranking import competition_ranks
 from tests.stats_fixtures import records
 
@@ -74,9 +75,34 @@ def test_suite_interval_coverage_computed_exactly_over_two_tasks():
     # Every outcome (k1, k2) of two tasks with 8 episodes each, weighted by its probability; the interval
     # of the mean rate must cover the true mean >= 0.93 of the time (Jeffreys draws fell to 0.85 at 0.99).
     n = 8
-    intervals = {(a, b): mean_rate_interval([(a, n), (b, n)], draws=4000) for a in range(n + 1) for b in range(n + 1)}
+    intervals = {(a, b): mean_rate_interval([(a, n), (b, n)]) for a in range(n + 1) for b in range(n + 1)}
     for p1, p2 in ((0.5, 0.5), (0.99, 0.99), (0.05, 0.5), (0.2, 0.8), (0.7, 0.9), (0.95, 0.95)):
         truth = (p1 + p2) / 2
         coverage = sum(binom.pmf(a, n, p1) * binom.pmf(b, n, p2) for (a, b), i in intervals.items()
                        if i.low <= truth <= i.high)
         assert coverage >= 0.93, (p1, p2, coverage)
+        assert coverage == pytest.approx(suite_coverage((p1, p2), (n, n)), abs=1e-9)
+
+
+@pytest.mark.parametrize(("rates", "episodes"), [
+    ((0.01, 0.02, 0.05), (6, 6, 6)),  # the mid-p draws covered 0.919 here
+    ((0.01, 0.02, 0.05), (10, 10, 10)), ((0.95, 0.98, 0.99), (6, 6, 6)), ((1.0, 1.0, 0.9), (20, 20, 20)),
+    ((0.99, 0.99, 0.99), (20, 20, 20)), ((0.01, 0.01, 0.01), (30, 30, 30)), ((0.02,) * 4, (8,) * 4),
+    ((0.0, 0.0, 0.05), (6, 9, 12)), ((1.0, 0.95), (24, 30)), ((0.99, 0.01), (15, 15)), ((0.5, 0.5, 0.5), (8, 8, 8)),
+])
+def test_suite_interval_covers_at_the_edges_exactly(rates, episodes):
+    assert suite_coverage(rates, episodes) >= 0.93
+
+
+def test_suite_interval_golden_cases():
+    # 8/8 twice: the pooled mid-p end of 16/16 is 0.05^(1/16) = 0.829 (½ p^16 = 0.025); square-and-add of the
+    # two tasks' own ends, 1 − √2 (1 − 0.05^(1/8)) / 2 = 0.779, is lower: the interval takes the outer end
+    got = mean_rate_interval([(8, 8), (8, 8)])
+    assert (got.low, got.high) == pytest.approx((1 - 2 ** 0.5 * (1 - 0.05 ** (1 / 8)) / 2, 1.0), abs=1e-9)
+    # equal episodes: never narrower than the mid-p interval of all the episodes pooled
+    pooled = success_interval(9, 30)
+    got = mean_rate_interval([(2, 10), (3, 10), (4, 10)])
+    assert got.low <= pooled.low + 1e-9 and got.high >= pooled.high - 1e-9
+    # unequal episodes: the effective size K² / Σ 1/n and the mean of the rates, the point always inside
+    got = mean_rate_interval([(0, 6), (3, 12)])
+    assert got.low <= 0.125 <= got.high and got.low > 0.0

@@ -391,6 +391,8 @@ def correlate_command(
             render.print_json({**report.to_dict(), "calibration_file": str(saved) if saved else None})
             return
         render.console.print(show.correlation_table(report, "real-to-sim agreement (95% bootstrap intervals)"))
+        for line in show.left_out_lines(report):
+            render.console.print(line, highlight=False, soft_wrap=True)
         render.console.print(show.correlation_checks_table(report))
         if report.unmatched:
             render.console.print(f"sim cells without a real counterpart (ignored): {', '.join(report.unmatched)}",
@@ -439,6 +441,8 @@ def stability_command(
             render.print_json({**result.to_dict(), "signoff": [g.to_dict() for g in gate]})
             return
         render.console.print(show.correlation_table(result.report, f"ranking stability: {first} vs {second}"))
+        for line in show.left_out_lines(result.report):
+            render.console.print(line, highlight=False, soft_wrap=True)
         suite = ", ".join(f"{k} {v['value']:.3f}" if v["value"] is not None else f"{k} {v['reason']}"
                           for k, v in result.suite.items())
         render.console.print(f"suite scores over {len(result.suite_policies)} policies: {suite}", highlight=False,

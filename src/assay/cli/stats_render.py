@@ -92,7 +92,9 @@ def signoff_table(rows: Sequence[Signoff]) -> Table:
 def _estimate(e: Estimate, digits: int = 3) -> str:
     if e.value is None:
         return f"[yellow]{e.reason}[/]"
-    return f"{e.value:.{digits}f} {_ci(e.ci_low, e.ci_high, digits)}"
+    widened = "*" if e.widened else ""
+    note = f" [yellow]({e.note})[/]" if e.note else ""
+    return f"{e.value:.{digits}f} {_ci(e.ci_low, e.ci_high, digits)}{widened}{note}"
 
 
 def correlation_table(report: CorrelationReport, title: str) -> Table:
@@ -105,7 +107,16 @@ def correlation_table(report: CorrelationReport, title: str) -> Table:
     counts = report.tasks_averaged
     table.add_row("[bold]mean over tasks[/]", "", "", *[
         f"{_estimate(report.average[k])} ({counts[k]} tasks)" for k in STATISTICS])
+    if any(e.widened for t in report.tasks for e in t.stats.values()) or any(
+            e.widened for e in report.average.values()):
+        table.caption = "* the bootstrap interval did not hold the estimate and was widened to it"
     return table
+
+
+def left_out_lines(report: CorrelationReport) -> list[str]:
+    """One line per statistic naming the tasks left out of its average and why."""
+    return [f"{kind}: left out of the average: " + "; ".join(f"{task} ({why})" for task, why in tasks.items())
+            for kind, tasks in report.left_out.items()]
 
 
 def posterior_table(a: str, others: Sequence[str], posteriors: Sequence[PosteriorComparison]) -> Table:

@@ -34,15 +34,24 @@ Intervals: when every rate of the task carries counts (successes, trials), each
 resample redraws every (policy, side) cell's episodes with replacement, i.e.
 Binomial(trials, observed rate); otherwise policies are resampled with
 replacement. Resamples where a statistic is undefined are left out of its
-interval and counted (``undefined_resamples``). The averaged figures are the
-mean over tasks of the per-task values (tasks where a value is undefined are
-skipped and counted), with the interval of the same mean over the resamples.
+interval and counted (``undefined_resamples``). The percentile interval is widened
+to hold the point estimate (``widened``): redrawing episodes adds noise to both
+sides, which pulls r toward 0, so at r = −1 every resample lies above it (an
+anti-correlated task printed −1.000 [−0.991, −0.611]).
+
+The averaged figures are the mean over tasks of the per-task values, with the
+interval of the same mean over the resamples. Left out, each with its reason in
+``left_out``: tasks where a value is undefined, and for Pearson, Spearman and
+Kendall the tasks with fewer than ``MIN_POLICIES_AVERAGED`` (3) policies — two
+policies give ±1 by construction (their value is shown with that note, its sign
+is the only information), which averaged in would pull the mean toward ±1. MMRV
+is defined from 2 policies (one pair that is ordered right or not) and averaged from 2.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from scipy.stats import kendalltau, pearsonr, rankdata
@@ -53,6 +62,8 @@ from assay.metrics.correlation_checks import Checks, fisher_interval, leverage, 
 from assay.metrics.results_csv import RateEntry, ResultsCsvError
 
 STATISTICS = ("pearson", "spearman", "kendall", "mmrv")
+COEFFICIENTS = ("pearson", "spearman", "kendall")  # ±1 by construction at two policies
+MIN_POLICIES_AVERAGED = 3
 MMRV_WEIGHTS = ("real", "sim")
 MMRV_TIES = ("<", ">")
 
@@ -151,11 +162,15 @@ def _kendall_rows(r: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Estimate:
+    """A statistic, its reason when undefined, its bootstrap interval (widened to hold the value) and notes."""
+
     value: float | None
     reason: str | None
     ci_low: float | None
     ci_high: float | None
     undefined_resamples: int
+    widened: bool = False  # the percentile interval did not hold the value and was stretched to it
+    note: str | None = None  # e.g. "±1 by construction with 2 policies: left out of the average"
 
 
 @dataclass(frozen=True)
@@ -181,6 +196,7 @@ class CorrelationReport:
     n_resamples: int
     seed: int
     mmrv_convention: MmrvConvention = SIMPLER
+    left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # statistic -> task -> why not averaged
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -231,10 +247,24 @@ def _resample(pairs: list[tuple[RateEntry, RateEntry]], rng: np.random.Generator
     return "policies", r[idx], s[idx]
 
 
-def _estimate(value: float | None, reason: str | None, samples: np.ndarray, confidence: float) -> Estimate:
+def _estimate(value: float | None, reason: str | None, samples: np.ndarray, confidence: float,
+              note: str | None = None) -> Estimate:
+    """The percentile interval of the finite resamples, stretched to hold ``value`` (see the module docstring)."""
     interval = percentile_interval(samples, confidence)
-    return Estimate(value, reason, interval.low if interval else None, interval.high if interval else None,
-                    int(np.isnan(samples).sum()))
+    if interval is None:
+        return Estimate(value, reason, None, None, int(np.isnan(samples).sum()), note=note)
+    low, high = interval.low, interval.high
+    widened = value is not None and not low <= value <= high
+    if value is not None:
+        low, high = min(low, value), max(high, value)
+    return Estimate(value, reason, low, high, int(np.isnan(samples).sum()), widened, note)
+
+
+def _construction(kind: str, policies: int, task: str) -> str | None:
+    """Why a task's value is left out of the average although defined (None: it is averaged)."""
+    if kind in COEFFICIENTS and policies < MIN_POLICIES_AVERAGED:
+        return f"±1 by construction with {policies} policies: left out of the average"
+    return None
 
 
 def correlate(
@@ -252,6 +282,7 @@ def correlate(
     tasks: list[TaskCorrelation] = []
     samples: dict[str, list[np.ndarray]] = {k: [] for k in STATISTICS}
     values: dict[str, list[float]] = {k: [] for k in STATISTICS}
+    left_out: dict[str, dict[str, str]] = {k: {} for k in STATISTICS}
     for task, matched, pairs in aligned:
         r = [a.rate for a, _ in pairs]
         s = [b.rate for _, b in pairs]
@@ -260,17 +291,22 @@ def correlate(
         for kind in STATISTICS:
             value, reason = correlation(kind, r, s, labels, convention)
             boot = _rows(kind, rb, sb, convention)
-            stats[kind] = _estimate(value, reason, boot, confidence)
-            if value is not None:
-                values[kind].append(value)
-                samples[kind].append(boot)
+            why = _construction(kind, len(pairs), task) if value is not None else reason
+            stats[kind] = _estimate(value, reason, boot, confidence, why if value is not None else None)
+            if why is not None:
+                left_out[kind][task] = why
+                continue
+            assert value is not None
+            values[kind].append(value)
+            samples[kind].append(boot)
         policies = tuple(a.policy for a, _ in pairs)
         checks = task_checks(policies, r, s, stats["pearson"].value, labels, confidence, seed, convention)
         tasks.append(TaskCorrelation(task, matched, policies, tuple(r), tuple(s), mode, stats, checks))
     average = {}
     for kind in STATISTICS:
         if not values[kind]:
-            average[kind] = Estimate(None, f"undefined on every task ({len(tasks)})", None, None, n_resamples)
+            average[kind] = Estimate(None, f"undefined or left out on every task ({len(tasks)})", None, None,
+                                     n_resamples)
             continue
         stacked = np.stack(samples[kind])
         defined = ~np.isnan(stacked)
@@ -279,7 +315,7 @@ def correlate(
             mean = np.where(counts > 0, np.where(defined, stacked, 0.0).sum(axis=0) / np.maximum(counts, 1), np.nan)
         average[kind] = _estimate(float(np.mean(values[kind])), None, mean, confidence)
     return CorrelationReport(labels, tuple(tasks), average, {k: len(v) for k, v in values.items()}, tuple(unmatched),
-                             confidence, n_resamples, seed, convention)
+                             confidence, n_resamples, seed, convention, {k: v for k, v in left_out.items() if v})
 
 
 def task_checks(policies: Sequence[str], real: Sequence[float], sim: Sequence[float], pearson: float | None,

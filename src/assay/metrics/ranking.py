@@ -2,9 +2,9 @@
 
 The suite score of a policy is the mean of its per-task success rates (``error``
 episodes excluded). Its interval is ``metrics.intervals.mean_rate_interval``: the
-default binomial interval for one task, seeded draws of every task's rate from its
-mid-p confidence distribution for several (a bootstrap of 8 of 8 on every task would
-say [1, 1]).
+default binomial interval for one task, and for several the mid-p interval of the
+pooled episodes at the effective sample size (exactly the pooled mid-p interval with
+equal episodes per task; a bootstrap of 8 of 8 on every task would say [1, 1]).
 The rank intervals and the pairwise probabilities come from one seeded bootstrap:
 in each resample, for every
 task, the rows of the task's seed × policy table are drawn with replacement
@@ -110,7 +110,7 @@ def leaderboard(
             rows.append(LeaderboardRow(policy, None, None, None, None, None, None, task_rates, scored, errors))
             continue
         k = ranked.index(policy)
-        interval = mean_rate_interval([t.counts(policy) for t in grid.tasks], confidence, seed)
+        interval = mean_rate_interval([t.counts(policy) for t in grid.tasks], confidence)
         low, high = np.quantile(ranks[:, k], [tail, 1.0 - tail], method="inverted_cdf")
         rows.append(LeaderboardRow(policy, float(scores[j]), interval.low if interval else None,
                                    interval.high if interval else None, int(point[k]), int(low), int(high),

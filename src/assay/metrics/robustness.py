@@ -4,9 +4,9 @@ For a policy and a non-nominal variant, a *pair* is one (task, seed) that ran bo
 nominal and under the variant (seeds are shared by construction); pairs where
 either side is ``error`` are dropped. Retention = successes under the variant /
 successes at nominal over the same pairs (the ratio of the two rates), with the
-interval of that paired ratio from the Jeffreys posterior of the paired table
-(``metrics.intervals.retention_interval``: never a point, even with no discordant
-pair) and McNemar's exact test on the discordant pairs. Retention is undefined (None) when nominal never succeeded.
+MOVER-R interval of that paired ratio (``metrics.intervals.retention_interval``:
+closed form, never a point even with no discordant pair, exact coverage ≥ 0.93 at the
+edges in docs/STATISTICS.md) and McNemar's exact test on the discordant pairs. Retention is undefined (None) when nominal never succeeded.
 The profile pools every level of every factor of one axis. An episode marked as
 running under a conflicting instruction (``provenance.instruction.conflict_with``:
 the words name another task, and the scene's task scores it) is reported on its own
@@ -24,7 +24,7 @@ import numpy as np
 
 from assay.errors import AssayError
 from assay.metrics.comparisons import mcnemar_exact
-from assay.metrics.intervals import DRAWS, retention_interval
+from assay.metrics.intervals import retention_interval
 from assay.store import EpisodeRecord, Outcome
 
 
@@ -60,24 +60,20 @@ def _factors(record: EpisodeRecord) -> str:
     return ",".join(sorted(p["factor"] for p in record.variant.get("perturbations", [])))
 
 
-def _retention(nominal: np.ndarray, variant: np.ndarray, confidence: float, draws: int, seed: int,
+def _retention(nominal: np.ndarray, variant: np.ndarray, confidence: float,
                ) -> tuple[float | None, float | None, float | None]:
     if nominal.sum() == 0:
         return None, None, None
     both = int(np.sum((nominal == 1) & (variant == 1)))
     nominal_only, variant_only = int(nominal.sum()) - both, int(variant.sum()) - both
     neither = len(nominal) - both - nominal_only - variant_only
-    interval = retention_interval(both, nominal_only, variant_only, neither, confidence, seed, draws)
+    interval = retention_interval(both, nominal_only, variant_only, neither, confidence)
     point = float(variant.sum() / nominal.sum())
     return point, (interval.low if interval else None), (interval.high if interval else None)
 
 
-def retention_table(records: Iterable[EpisodeRecord], confidence: float = 0.95, n_resamples: int = DRAWS,
-                    seed: int = 0) -> list[RetentionRow]:
-    """One row per (policy, non-nominal variant), sorted by policy, axis and variant name.
-
-    ``n_resamples`` is the number of posterior draws behind each interval.
-    """
+def retention_table(records: Iterable[EpisodeRecord], confidence: float = 0.95) -> list[RetentionRow]:
+    """One row per (policy, non-nominal variant), sorted by policy, axis and variant name."""
     outcomes: dict[tuple[str, str], dict[tuple[str, int], bool]] = defaultdict(dict)
     described: dict[str, EpisodeRecord] = {}
     for record in records:
@@ -95,7 +91,7 @@ def retention_table(records: Iterable[EpisodeRecord], confidence: float = 0.95, 
         paired = sorted(set(results) & set(nominal))
         base = np.array([nominal[k] for k in paired], dtype=float)
         perturbed = np.array([results[k] for k in paired], dtype=float)
-        retention, low, high = _retention(base, perturbed, confidence, n_resamples, seed) if paired else (None, None, None)
+        retention, low, high = _retention(base, perturbed, confidence) if paired else (None, None, None)
         only_nominal = int(np.sum((base == 1) & (perturbed == 0)))
         only_variant = int(np.sum((base == 0) & (perturbed == 1)))
         example = described[variant_key]

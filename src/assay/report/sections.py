@@ -36,11 +36,14 @@ def real_to_sim(data: ReportData) -> str:
     rows.append(["<b>average</b>", "", "", number(average["pearson"].value),
                  _interval(average["pearson"].ci_low, average["pearson"].ci_high), number(average["mmrv"].value, 3),
                  _interval(average["mmrv"].ci_low, average["mmrv"].ci_high, 3)])
+    left_out = "".join(f"<p class='muted'>Left out of the average {escape(kind)}: "
+                       + escape("; ".join(f"{task} ({why})" for task, why in tasks.items())) + ".</p>"
+                       for kind, tasks in report.left_out.items() if kind in ("pearson", "mmrv"))
     return (f"<p class='muted'>{escape(data.real_to_sim_note)}; sim = this campaign's nominal episodes. "
             f"{report.confidence:.0%} bootstrap intervals over {report.n_resamples} resamples. MMRV is the mean "
             "maximum rank violation (0 = sim orders policies as real does).</p>"
             + table(["real task", "sim task", "policies", "Pearson r", "interval", "MMRV", "interval"], rows,
-                    {2, 3, 4, 5, 6})
+                    {2, 3, 4, 5, 6}) + left_out
             + f"<div class='figure'>{figures.real_to_sim_svg(report)}</div>")
 
 
