@@ -67,6 +67,7 @@ def memory_server():
         process.stdin.close()
         process.kill()
         process.wait(timeout=30)
+        process.stdout.close()
 
 
 @pytest.mark.slow
