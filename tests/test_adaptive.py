@@ -163,8 +163,8 @@ def _assert_adaptive_is_reported(root: Path, state: dict) -> None:
     for command in (["results"], ["compare", "expert", "shaky"], ["leaderboard"]):
         shown = runner.invoke(app, [*command, *base, "--json"])
         assert shown.exit_code == 0, shown.output
-        assert json.loads(shown.output)["adaptive"] == state, command
-        view = json.loads(shown.output)["adaptive_equal_power"]
+        assert json.loads(shown.stdout)["adaptive"] == state, command
+        view = json.loads(shown.stdout)["adaptive_equal_power"]
         assert view == equal_power_view(state)
         table = runner.invoke(app, [*command, *base], env={"COLUMNS": "240"})
         assert table.exit_code == 0, table.output

@@ -68,5 +68,5 @@ def test_the_report_and_store_verify_read_the_data_root(split_store, tmp_path: P
     assert "src='data/videos/" in out.read_text()  # the report sits beside the data root
     verify = CliRunner().invoke(app, ["store", "verify", "--store", str(root), "--json"])
     assert verify.exit_code == 0, verify.output
-    document = json.loads(verify.output)
+    document = json.loads(verify.stdout)
     assert (document["ok"], document["failed"]) == (8, 0)

@@ -172,7 +172,7 @@ def test_train_bc_cli_image_obs(camera_store, tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert summary["demos"] == len(load_demos(camera_store, "campaign=cam-demos")) and summary["tasks"] == [TASK]
     assert out.is_file() and summary["version"] == resolve_policy(policy_from_shorthand(f"pixel-bc:{out}")).version
     bad = CliRunner().invoke(

@@ -89,7 +89,7 @@ def test_a_task_without_success_is_scored_and_compared_on_return(tmp_path):
     assert results.exit_code == 0 and "n/a" in results.output and "return [95%]" in results.output
     compared = runner.invoke(app, ["compare", "random", "still", "--store", store, "--json"])
     assert compared.exit_code == 0, compared.output
-    document = json.loads(compared.output)
+    document = json.loads(compared.stdout)
     assert document["comparisons"] == []  # no success rate compared where there is no success signal
     [row] = document["returns"]
     assert row["task"] == "gymnasium/Pendulum-v1@1" and row["pairs"] == 4
@@ -116,9 +116,9 @@ def test_small_outputs_say_what_happened_in_words(tmp_path):
     runner = CliRunner()
     listed = runner.invoke(app, ["episodes", "ls", "--store", str(root), "--limit", "3"])
     assert listed.exit_code == 0 and "showing 3 of 4 episodes (--limit 3)" in listed.output
-    document = json.loads(runner.invoke(app, ["episodes", "ls", "--store", str(root), "--limit", "3", "--json"]).output)
+    document = json.loads(runner.invoke(app, ["episodes", "ls", "--store", str(root), "--limit", "3", "--json"]).stdout)
     assert (document["total"], document["shown"], len(document["episodes"])) == (4, 3, 3)
-    policies = json.loads(runner.invoke(app, ["policies", "--json"]).output)
+    policies = json.loads(runner.invoke(app, ["policies", "--json"]).stdout)
     bc = next(p for p in policies["policies"] if p["name"] == "bc")
     assert bc["params"]["path"]["default"] == "(required)"
     help_text = " ".join(runner.invoke(app, ["export", "lerobot", "--help"]).output.replace("│", " ").split())

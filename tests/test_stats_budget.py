@@ -169,7 +169,7 @@ def test_the_budget_command_answers_the_edge_case_and_names_what_is_wrong_otherw
     ok = runner.invoke(app, ["budget", "--paired", "--delta", "0.2", "--baseline", "0.8", "--json"])
     assert ok.exit_code == 0, ok.output
     expected = episode_budget(0.2, baseline=0.8, paired=True).episodes_per_cell
-    assert json.loads(ok.output)["episodes_per_cell"] == expected
+    assert json.loads(ok.stdout)["episodes_per_cell"] == expected
     bad = runner.invoke(app, ["budget", "--paired", "--delta", "0.2", "--discordance", "0.1"])
     assert bad.exit_code == 2 and bad.output.strip().splitlines() == [
         "error: --discordance 0.1 is impossible for --delta 0.2; valid: [0.2, 1]"]

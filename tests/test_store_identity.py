@@ -31,7 +31,7 @@ def _run(campaign, store, *extra: str):
 def _verify(store, *extra: str) -> dict:
     result = CliRunner().invoke(app, ["store", "verify", "--store", str(store), "--json", *extra])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def _one_line_error(result) -> str:

@@ -74,7 +74,7 @@ def test_store_verify_lists_every_untrustworthy_file(tmp_path):
     expected = _tamper(root, records[:4])
     result = runner.invoke(app, ["store", "verify", "--store", str(root), "--json"])
     assert result.exit_code == 1
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
     assert (document["ok"], document["failed"]) == (0, 4)
     assert {p["key"]: p["problem"] for p in document["problems"]} == expected
 
@@ -130,7 +130,7 @@ def test_episodes_replay_resimulates_and_finds_the_first_difference(tmp_path):
     result = runner.invoke(app, ["episodes", "replay", record.key, "--store", str(root), "--json"])
     assert result.exit_code == 1, result.output
     assert result.exit_code == 1
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
     assert document["identical"] is False and document["first_difference"]["step"] == 7
     assert document["first_difference"]["what"].startswith("reward ")
 
@@ -166,14 +166,14 @@ def test_each_edited_summary_field_is_caught_by_store_verify_and_by_replay(tmp_p
     runner = CliRunner()
     result = runner.invoke(app, ["store", "verify", "--store", str(root), "--json"])
     assert result.exit_code == 1, result.output
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
     found = {p["key"]: p["problem"] for p in document["problems"]}
     assert {k: v.split(" (")[0] for k, v in found.items()} == expected
     assert (document["ok"], document["failed"], document["unsealed"]) == (0, 4, 0)
     # the replay names what the catalog row claims and the simulation does not
     replayed = runner.invoke(app, ["episodes", "replay", records[0].key, "--store", str(root), "--json"])
     assert replayed.exit_code == 1, replayed.output
-    answer = json.loads(replayed.output)
+    answer = json.loads(replayed.stdout)
     assert answer["first_difference"] is None  # the step file is intact; the row lies
     assert answer["summary_differences"] == [{"field": "outcome", "recorded": "success", "replayed": "timeout"}]
     assert answer["seal_problem"].startswith(expected[records[0].key])
@@ -198,4 +198,4 @@ def test_a_file_written_before_seals_is_counted_not_failed(tmp_path):
     _rewrite(root, records[0], table.replace_schema_metadata(meta))
     result = CliRunner().invoke(app, ["store", "verify", "--store", str(root), "--json"])
     assert result.exit_code == 0, result.output
-    assert (json.loads(result.output)["ok"], json.loads(result.output)["unsealed"]) == (4, 1)
+    assert (json.loads(result.stdout)["ok"], json.loads(result.stdout)["unsealed"]) == (4, 1)

@@ -24,7 +24,7 @@ def test_show_prints_layers_and_version(tmp_path):
     path.write_text("name: cell\ntask: metaworld/push@1\ncontrol: {control.gain: 0.7}\nrendering: {camera.yaw: 10}\n")
     result = invoke("show", str(path), "--json")
     assert result.exit_code == 0, result.output
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
     assert document["control"] == {"control.gain": 0.7} and document["dynamics"] == {}
     assert len(document["version"]) == 16
 
@@ -63,7 +63,7 @@ def test_run_writes_the_results_csv(tmp_path):
                    "--parameters", "control.latency", "--max-evaluations", "12", "--store", str(tmp_path / "store"),
                    "--json")
     assert sysid.exit_code == 0, sysid.output
-    document = json.loads(sysid.output)
+    document = json.loads(sysid.stdout)
     assert document["fitted"] == {"control.latency": 0.0} and document["intervals"]["control.latency"][0] == 0.0
     refused = invoke("calibrate-rendering", str(study), "--twin", str(twin), "--real-campaign", "s", "--policy", "e",
                      "--parameters", "friction", "--store", str(tmp_path / "store"))
@@ -88,7 +88,7 @@ def test_attribute_on_real_episodes_names_the_layer_their_replays_need(tmp_path)
     assert refused.exit_code == 2 and "--trace-policy 'camera' has no episodes in 's'; valid: e" in refused.output
     result = invoke(*args, "--fitted-on", "1", "--json")
     assert result.exit_code == 0, result.output
-    state = json.loads(result.output)["trajectories"]["state"]
+    state = json.loads(result.stdout)["trajectories"]["state"]
     assert state["episodes"] == 2 and state["held_out"]  # the first episode is left out
     assert state["gaps"]["calibrated"] == 0.0 < 0.001 < state["gaps"]["nominal"]
     assert state["named"] == ["control"] and state["unexplained"] == 0.0

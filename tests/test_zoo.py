@@ -43,7 +43,7 @@ def test_zoo_builds_and_evaluates_on_a_tiny_budget(tmp_path):
         ],
     )
     assert built.exit_code == 0, built.output
-    manifest = json.loads(built.output)
+    manifest = json.loads(built.stdout)
     members = manifest["members"]
     assert len(members) == 6 and len({m["version"] for m in members}) == 6  # six distinct checkpoints
     assert {m["augment"] for m in members} == {"none", "shift"} and {m["image_size"] for m in members} == {48, 64}
@@ -71,7 +71,7 @@ def test_zoo_builds_and_evaluates_on_a_tiny_budget(tmp_path):
             "--json",
         ],
     )
-    assert [m["version"] for m in json.loads(again.output)["members"]] == [
+    assert [m["version"] for m in json.loads(again.stdout)["members"]] == [
         m["version"] for m in members
     ]  # deterministic
 

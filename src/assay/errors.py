@@ -19,13 +19,33 @@ Infrastructure errors (``StoreError``) are never scored as policy failures; an
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class AssayError(Exception):
     """Root of every error Assay raises on purpose."""
 
 
 class SpecError(AssayError):
-    """A campaign, task or policy spec is malformed; the message names where and what."""
+    """A campaign, task or policy spec is malformed; the message names where and what.
+
+    ``at`` is the field's path in the campaign (``("policies", 1, "params", "noise")``) when a check after
+    loading found the mistake, so that whoever holds the file can name its line (``assay run`` does)."""
+
+    def __init__(self, message: str = "", at: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.at = at
+
+
+@contextlib.contextmanager
+def located(*at: str | int) -> Iterator[None]:
+    """A SpecError raised in the block is at ``at`` (before any path it already names inside it)."""
+    try:
+        yield
+    except SpecError as exc:
+        exc.at = at + exc.at
+        raise
 
 
 class UnknownTaskError(SpecError):

@@ -16,8 +16,10 @@ from assay.cli.common import (
     CatalogOpt,
     JsonOpt,
     StoreOpt,
+    campaign_errors,
     campaign_file,
     open_store,
+    say_latest,
     split_list,
     user_errors,
 )
@@ -73,7 +75,8 @@ def run(
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
     with user_errors():
         spec = campaign_file(campaign)
-        planned = prepare_campaign(spec)
+        with campaign_errors(campaign):
+            planned = prepare_campaign(spec)
         if (weak := power_warning(spec)) is not None:
             render.err_console.print(f"[yellow]warning:[/] {weak}", highlight=False, soft_wrap=True)
         faults = fault_policy(spec, episode_timeout)
@@ -149,12 +152,12 @@ def results(
     """Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog."""
     with user_errors():
         with open_store(store, catalog) as opened:
-            name = campaign or opened.catalog.latest_campaign()
-            if name is None:
+            known = [c.name for c in opened.catalog.campaigns()]
+            if not known:
                 raise AssayError(f"the store {opened.root} holds no campaign yet")
-            if name not in {c.name for c in opened.catalog.campaigns()}:
-                known = ", ".join(c.name for c in opened.catalog.campaigns())
-                raise AssayError(f"no campaign {name!r} in {opened.root}; known: {known}")
+            name = campaign or say_latest(opened, known)
+            if name not in known:
+                raise AssayError(f"no campaign {name!r} in {opened.root}; known: {', '.join(known)}")
             episodes = opened.catalog.episodes(campaign=name)
             variants = sorted({r.variant_name for r in episodes})
             if variant is not None:

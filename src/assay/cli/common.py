@@ -7,6 +7,8 @@ Command modules import this, never ``cli.app`` (which loads them to register).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,9 @@ from assay.cli.options import CatalogOpt as CatalogOpt
 from assay.cli.options import JsonOpt as JsonOpt
 from assay.cli.options import StoreOpt as StoreOpt
 from assay.cli.options import user_errors as user_errors
-from assay.errors import AssayError
+from assay.errors import AssayError, SpecError
 from assay.spec import CampaignSpec, load_campaign
+from assay.spec.loading import field_line
 from assay.store import Store
 
 
@@ -105,3 +108,25 @@ def campaign_file(path: Path) -> CampaignSpec:
     if any(policy.entrypoint is not None for policy in spec.policies):
         add_import_root(path.parent)
     return spec
+
+
+@contextlib.contextmanager
+def campaign_errors(path: Path) -> Iterator[None]:
+    """A SpecError found after the campaign file loaded (a policy's parameter, an unknown task, a variant a
+    backend refuses) names the file's line of the field it is about: ``campaign.yaml:7: policy 's': ...``."""
+    try:
+        yield
+    except SpecError as exc:
+        if not exc.at or str(exc).startswith(f"{path}:"):
+            raise
+        raise type(exc)(f"{path}:{field_line(path, exc.at)}: {exc}", at=exc.at) from None
+
+
+def say_latest(opened: Store, known: list[str]) -> str:
+    """The campaign a command picks when ``--campaign`` is not given (the latest of ``known``, newest first), said
+    on stderr so that nobody reads another campaign's numbers by mistake."""
+    name = known[0]
+    others = f", the latest of {len(known)} campaigns in {opened.root}" if len(known) > 1 else f", the only one in {opened.root}"
+    render.err_console.print(f"campaign {name}{others} (no --campaign given)", highlight=False, markup=False,
+                             soft_wrap=True)
+    return name

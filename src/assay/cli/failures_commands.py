@@ -13,7 +13,16 @@ from typing import Annotated
 import typer
 
 from assay.cli import render
-from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, policy_option, user_errors
+from assay.cli.common import (
+    DEFAULT_STORE,
+    CatalogOpt,
+    JsonOpt,
+    StoreOpt,
+    open_store,
+    policy_option,
+    say_latest,
+    user_errors,
+)
 from assay.cli.gates import gate_failed
 from assay.errors import AssayError
 from assay.failures import FailureTable, Replayer, attribute, case_from, categorize, coverage, find_ponr, step_arrays
@@ -44,9 +53,10 @@ def _mine(opened: Store, records: list[EpisodeRecord]) -> dict:
 
 
 def _campaign_records(opened: Store, campaign: str | None) -> tuple[str, list[EpisodeRecord]]:
-    name = campaign or opened.catalog.latest_campaign()
-    if name is None:
+    known = [c.name for c in opened.catalog.campaigns()]
+    if not known:
         raise AssayError(f"no campaigns in {opened.root}; run one with `assay run`")
+    name = campaign or say_latest(opened, known)
     records = opened.catalog.episodes(campaign=name)
     if not records:
         raise AssayError(f"campaign {name!r} has no episodes in {opened.root}")

@@ -18,7 +18,7 @@ from rich.text import Text
 from assay.cli import render
 from assay.cli import stats_render as show
 from assay.cli.adaptive_render import adaptive_render
-from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, say_latest, user_errors
 from assay.cli.gates import gate_failed
 from assay.errors import AssayError
 from assay.metrics import (
@@ -67,7 +67,7 @@ def _campaign(store: Store, name: str | None) -> str:
     if not known:
         raise AssayError(f"the store {store.root} holds no campaign yet")
     if name is None:
-        return known[0]
+        return say_latest(store, known)
     if name not in known:
         raise AssayError(f"no campaign {name!r} in {store.root}; known: {', '.join(known)}")
     return name

@@ -221,7 +221,7 @@ def load_design(path: Path) -> FlywheelDesign:
     try:
         return FlywheelDesign.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, str(path), lines) from None
+        raise validation_error(exc, str(path), lines, model=FlywheelDesign) from None
 
 
 def initial(record: EpisodeRecord) -> list[float]:

@@ -96,7 +96,8 @@ def _check_params(spec: PolicySpec, params_model: type[BaseModel]) -> None:
         field = ".".join(str(p) for p in first["loc"]) or "params"
         valid = ", ".join(params_model.model_fields) or "none"
         message = "unknown parameter" if first["type"] == "extra_forbidden" else first["msg"]
-        raise SpecError(f"policy {spec.name!r}: params.{field}: {message} (valid parameters: {valid})") from None
+        raise SpecError(f"policy {spec.name!r}: params.{field}: {message} (valid parameters: {valid})",
+                        at=("params", *first["loc"])) from None
 
 
 def _source_files(module: Any) -> list[Path]:

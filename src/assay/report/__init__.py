@@ -28,7 +28,8 @@ def write_report(store: Store, campaign: str, output: str | Path, embed_video: b
                  leakage: Sequence[dict[str, Any]] = (), pass_k: int = 3) -> Path:
     """Write the report of ``campaign`` to ``output`` atomically (never a partial file); return its path."""
     output = Path(output).expanduser().resolve()
-    data = gather(store, campaign, real=real, baseline=baseline, leakage=leakage, pass_k=pass_k)
+    data = gather(store, campaign, real=real, baseline=baseline, leakage=leakage, pass_k=pass_k,
+                  out_dir=output.parent)
     html = render_html(data, store, embed_video=embed_video, out_dir=output.parent)
     tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     try:

@@ -11,10 +11,12 @@ from the table that ``assay failures mine`` fills.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
@@ -77,7 +79,7 @@ class GalleryItem:
 class ReportData:
     campaign: str
     spec: dict[str, Any]  # the resolved campaign saved in the catalog
-    store_root: str
+    store_root: str  # the store as the report names it (shown_store: relative to the report, or its name)
     records: tuple[EpisodeRecord, ...]
     rates: tuple[RateRow, ...]  # by policy × task
     leaderboard: Leaderboard | None
@@ -173,15 +175,26 @@ def _provenance(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
     }
 
 
+def shown_store(root: Path, out_dir: Path | None) -> str:
+    """The store as a report names it: relative to the report's directory when that is near (``runs/demo``,
+    ``../store``), else only its name, never the machine's absolute path (a report is shared)."""
+    if out_dir is not None:
+        relative = Path(os.path.relpath(root, out_dir))
+        if relative.parts.count("..") <= 2:
+            return relative.as_posix()
+    return root.name
+
+
 def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: int = 2000,
            real: Sequence[RateEntry] | None = None, baseline: str | None = None,
-           leakage: Sequence[dict[str, Any]] = (), pass_k: int = 3) -> ReportData:
+           leakage: Sequence[dict[str, Any]] = (), pass_k: int = 3, out_dir: Path | None = None) -> ReportData:
     """Collect everything the report shows for ``campaign`` (AssayError if the store has no such campaign).
 
     ``real``: real-world results to plot against the campaign (default: those stored by ``assay correlate
     --record``); ``baseline``: the policy the checkpoint comparison is against (default: the first listed);
     ``leakage``: the leakage check of each bc checkpoint the campaign ran (the caller loads checkpoints:
-    ``assay.learning.leakage.campaign_leakage``; this package never does); ``pass_k``: the k of the pass^k section.
+    ``assay.learning.leakage.campaign_leakage``; this package never does); ``pass_k``: the k of the pass^k section;
+    ``out_dir``: where the report is written, which the store's path is shown relative to (:func:`shown_store`).
     """
     known = {c.name: c for c in store.catalog.campaigns()}
     if campaign not in known:
@@ -219,14 +232,15 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     base, comparisons = evidence.checkpoints(records, order, baseline, n_resamples)
     posteriors = evidence.checkpoint_posteriors(records, base, sorted({c.b for c in comparisons}))
     name_file = f"{campaign}.yaml"
+    shown = shown_store(store.root, out_dir)
     reproduce = (
-        f"assay run {shlex.quote(name_file)} --store {shlex.quote(str(store.root))}",
-        f"assay report {shlex.quote(campaign)} --store {shlex.quote(str(store.root))} -o {shlex.quote(campaign)}.html",
+        f"assay run {shlex.quote(name_file)} --store {shlex.quote(shown)}",
+        f"assay report {shlex.quote(campaign)} --store {shlex.quote(shown)} -o {shlex.quote(campaign)}.html",
     )
     adaptive_path = store.campaign_dir(campaign) / "adaptive.json"
     return ReportData(
         adaptive=json.loads(adaptive_path.read_text()) if adaptive_path.exists() else None,
-        campaign=campaign, spec=spec, store_root=str(store.root), records=records,
+        campaign=campaign, spec=spec, store_root=shown, records=records,
         rates=tuple(rate_table(records, by=("policy", "task"), confidence=confidence)) if records else (),
         leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(robustness_rows(records, retention)),
         axes=tuple(robustness_profile(retention)),

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.errors import SpecError, UnsupportedError
+from assay.errors import SpecError, UnsupportedError, located
 from assay.policies import check_policy_contract, check_supports, resolve_policy
 from assay.policies.remote import warn_capacity
 from assay.run.adaptive import Judge, run_rounds
@@ -117,6 +117,19 @@ def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
     return task.model_copy(update={"cameras": cameras})
 
 
+def _located_task(registry: TaskRegistry, spec: CampaignSpec, index: int) -> TaskSpec:
+    with located("tasks", index):
+        task = registry.get(spec.tasks[index])
+    where: tuple[str | int, ...] = ("cameras",) if spec.cameras else ("preset",) if spec.preset else ("tasks", index)
+    with located(*where):
+        return _adapted(task, spec)
+
+
+def _located_variant(spec: CampaignSpec, index: int, task: TaskSpec) -> Variant:
+    with located("variants", index):  # the index of the expanded list: spec.loading.field_line maps it back
+        return resolve_variant(spec.variants[index], task)
+
+
 def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -> CampaignPlan:
     """Resolve tasks, variants and policies and plan every job; all spec errors surface here, before any run.
 
@@ -125,19 +138,22 @@ def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -
     """
     registry = registry or default_registry()
     if len(set(spec.tasks)) != len(spec.tasks):
-        raise SpecError(f"campaign {spec.name!r}: a task is listed twice in 'tasks'")
-    tasks = tuple(_adapted(registry.get(ref), spec) for ref in spec.tasks)
-    variants = [resolve_variant(request, tasks[0]) for request in spec.variants]
+        raise SpecError(f"campaign {spec.name!r}: a task is listed twice in 'tasks'", at=("tasks",))
+    tasks = tuple(_located_task(registry, spec, i) for i in range(len(spec.tasks)))
+    variants = [_located_variant(spec, i, tasks[0]) for i in range(len(spec.variants))]
     for task in tasks[1:]:  # every variant must apply to every task's backend
-        for request in spec.variants:
-            resolve_variant(request, task)
-    policies = tuple(resolve_policy(p) for p in spec.policies)
-    for policy in policies:
-        for task in tasks:
-            check_supports(policy, task)
-            check_policy_contract(policy, task)  # the handshake: before episode 1, never during
-    jobs = plan(spec, list(tasks), list(policies), variants, instruct)
-    return CampaignPlan(spec, tasks, policies, tuple(variants), tuple(jobs))
+        for i in range(len(spec.variants)):
+            _located_variant(spec, i, task)
+    policies = []
+    for i, declared in enumerate(spec.policies):  # a mistake names its policy's entry (assay run: file:line)
+        with located("policies", i):
+            policies.append(resolve_policy(declared))
+            for task in tasks:
+                check_supports(policies[-1], task)
+                check_policy_contract(policies[-1], task)  # the handshake: before episode 1, never during
+    with located("episodes"):
+        jobs = plan(spec, list(tasks), policies, variants, instruct)
+    return CampaignPlan(spec, tasks, tuple(policies), tuple(variants), tuple(jobs))
 
 
 def run_campaign(

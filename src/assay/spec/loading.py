@@ -7,13 +7,15 @@ to the closest line the user wrote.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from assay.errors import SpecError
 from assay.spec.campaign import CampaignSpec
@@ -127,16 +129,53 @@ def _dotted(loc: Path_) -> str:
     return text or "(top level)"
 
 
-def validation_error(exc: ValidationError, source: str, lines: dict[Path_, int], prefix: Path_ = ()) -> SpecError:
-    """The first pydantic error as one ``file:line: field: message`` line."""
+def validation_error(exc: ValidationError, source: str, lines: dict[Path_, int], prefix: Path_ = (),
+                     model: type[BaseModel] | None = None) -> SpecError:
+    """The first pydantic error as one ``file:line: field: message`` line; with ``model`` (the document's root
+    model), an unknown field gets the closest valid names and the list of valid ones."""
     first = exc.errors()[0]
     loc = prefix + tuple(p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        message = "unknown field"
+        message = _unknown_field(loc, model)
     elif first["type"] == "missing":
         message = "required field is missing"
     return SpecError(f"{source}:{_line_for(loc, lines)}: {_dotted(loc)}: {message}")
+
+
+def _unknown_field(loc: Path_, model: type[BaseModel] | None) -> str:
+    """``unknown field; did you mean 'horizon'? valid: adaptive, cameras, ...`` (the valid names of the mapping
+    ``loc`` is in, when the root model is known)."""
+    owner = _model_at(model, loc[:-1]) if model is not None and loc else None
+    if owner is None or not isinstance(loc[-1], str):
+        return "unknown field"
+    valid = sorted(owner.model_fields)
+    close = difflib.get_close_matches(loc[-1], valid, n=3, cutoff=0.6)
+    guess = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown field{guess} valid: {', '.join(valid)}"
+
+
+def _model_at(model: type[BaseModel], loc: Path_) -> type[BaseModel] | None:
+    """The model of the mapping at ``loc`` inside ``model`` (a list index stays on the element's model)."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if current is None or part not in current.model_fields:
+            return None
+        current = _inner_model(current.model_fields[part].annotation)
+    return current
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation (``X``, ``X | None``, ``tuple[X, ...]``, ``list[X]``), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in typing.get_args(annotation):
+        found = _inner_model(argument)
+        if found is not None:
+            return found
+    return None
 
 
 def _normalize_policies(raw: Any, source: str, lines: dict[Path_, int]) -> Any:
@@ -148,7 +187,7 @@ def _normalize_policies(raw: Any, source: str, lines: dict[Path_, int]) -> Any:
             try:
                 policies.append(policy_from_shorthand(entry))
             except ValidationError as exc:
-                raise validation_error(exc, source, lines, ("policies", i)) from None
+                raise validation_error(exc, source, lines, ("policies", i), model=CampaignSpec) from None
         else:
             policies.append(entry)
     return policies
@@ -195,6 +234,35 @@ def _normalize_variants(raw: Any, source: str, lines: dict[Path_, int]) -> Any:
     return variants
 
 
+def field_line(path: str | Path, at: Path_) -> int:
+    """The line of the field at ``at`` in the campaign file ``path`` (a ``variants`` index counts variants as
+    the CampaignSpec holds them, after ``sweep:``/``grid:`` expansion); 1 when the file no longer reads."""
+    try:
+        data, lines = load_yaml(Path(path).read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SpecError):
+        return 1
+    if len(at) > 1 and at[0] == "variants" and isinstance(at[1], int) and isinstance(data, dict):
+        at = ("variants", _variant_entry(data.get("variants"), at[1]), *at[2:])
+    return _line_for(at, lines)
+
+
+def _variant_entry(raw: Any, index: int) -> int:
+    """Which entry of a file's ``variants:`` list gave the ``index``-th variant of the expanded list."""
+    seen: list[str] = []
+    for entry_index, entry in enumerate(raw if isinstance(raw, list) else []):
+        try:
+            expanded = _expand_variant(entry, f"variants[{entry_index}]")
+        except SpecError:
+            continue
+        for variant in expanded:
+            text = canonical_json(variant)
+            if text not in seen:
+                seen.append(text)
+                if len(seen) > index:
+                    return entry_index
+    return index
+
+
 def campaign_from_data(data: Any, source: str = "<campaign>", lines: dict[Path_, int] | None = None) -> CampaignSpec:
     """Validate plain data (as loaded from YAML) into a CampaignSpec."""
     lines = lines or {}
@@ -206,7 +274,7 @@ def campaign_from_data(data: Any, source: str = "<campaign>", lines: dict[Path_,
     try:
         return CampaignSpec.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, source, lines) from None
+        raise validation_error(exc, source, lines, model=CampaignSpec) from None
 
 
 def load_campaign(path: str | Path) -> CampaignSpec:

@@ -40,10 +40,20 @@ def _holder(fd: int) -> str:
     return f"pid {text}" if text.isdigit() else "another process"
 
 
+def refuse_a_file(path: Path) -> None:
+    """One line when a store path, or the first of its ancestors that exists, is a file rather than a directory."""
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = f"the store path {path}" if existing == path else f"{existing} (on the store path {path})"
+        raise StoreError(f"{where} is a file, not a directory; give --store a directory (assay run creates a new "
+                         "one there)")
+
+
 @contextlib.contextmanager
 def run_lock(root: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold the store's run lock for the block; ``on_wait(holder)`` is called once if it must wait."""
     directory = Path(root).expanduser().resolve()
+    refuse_a_file(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)  # a run takes the lock before it creates the store
     except OSError as exc:

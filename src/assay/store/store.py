@@ -45,7 +45,7 @@ from assay.store.episodes import (
     write_blob,
 )
 from assay.store.identity import check_catalog, check_data_root
-from assay.store.locking import run_lock
+from assay.store.locking import refuse_a_file, run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.roots import DataRoot, local_path, open_root
 from assay.store.validation import Summary, file_check, table_problem
@@ -104,6 +104,7 @@ class Store:
         new_catalog: bool = False,
     ) -> None:
         self.root = Path(root).expanduser().resolve()
+        refuse_a_file(self.root)
         known_id = self._check_catalog(catalog_url, new_catalog) if self.root.is_dir() else None
         if create:
             try:
