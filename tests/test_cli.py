@@ -101,7 +101,7 @@ def test_missing_file_and_unwritable_store_are_one_line_errors(tmp_path, write_c
     blocker = tmp_path / "file"
     blocker.write_text("a file, not a directory")
     result = invoke("run", str(path), "--store", str(blocker / "store"), "--executor", "inline")
-    assert result.exit_code == 2 and "is not writable" in result.stderr
+    assert result.exit_code == 2 and f"{blocker} (on the store path {blocker / 'store'}) is a file" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
