@@ -243,8 +243,13 @@ def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
         table.add_row(row.policy, f"{row.mse:.5f}", "-" if row.r2 is None else f"{row.r2:.3f}",
                       f"{s['successes']}/{s['trials']} = {s['rate']:.2f} [{s['low']:.2f}, {s['high']:.2f}]")
     render.console.print(table)
-    tau = "undefined" if result.kendall is None else f"{result.kendall:.3f}"
-    render.console.print(f"Kendall tau {tau}; MMRV {'undefined' if result.mmrv is None else f'{result.mmrv:.3f}'}; misranked pairs (lower MSE, lower success): "
+    def span(interval: tuple[float, float] | None) -> str:
+        return "" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]"
+
+    tau = "undefined" if result.kendall is None else f"{result.kendall:.3f}{span(result.kendall_interval)}"
+    mmrv = "undefined" if result.mmrv is None else f"{result.mmrv:.3f}{span(result.mmrv_interval)}"
+    boot = f" (95% bootstrap over evaluation seeds, {result.resamples} resamples)" if result.resamples else ""
+    render.console.print(f"Kendall tau {tau}; MMRV {mmrv}{boot}; misranked pairs (lower MSE, lower success): "
                          + (", ".join(f"{a}>{b}" for a, b in result.misranked) or "none"))
     render.console.print(signoff_table(gate))
 

@@ -458,13 +458,17 @@ def openloop_command(
     reference: Annotated[str, typer.Option("--reference", help="Policy whose recorded episodes are replayed.")] = "expert",
     policies: Annotated[str | None, typer.Option("--policies", help="Policies to score (default: all).")] = None,
     episodes: Annotated[int | None, typer.Option("--episodes", min=1, help="At most this many recorded episodes "
-                                                  "per task (over all its variants; first seeds first).")] = None,
+                                                  "per task (first seeds first).")] = None,
+    variant: Annotated[str, typer.Option("--variant", help="The variant whose recorded episodes are replayed and "
+                                                           "whose closed-loop rates are ranked.")] = "nominal",
+    resamples: ResamplesOpt = 2000,
+    seed: SeedOpt = 0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Action MSE and R² of policies on recorded observations, beside the closed-loop ranking."""
+    """Action MSE and R² of policies on recorded observations, beside the closed-loop ranking (one variant)."""
     from assay.cli.stats_openloop import predictor
     from assay.metrics import load_trajectories, openloop_table, rank_agreement, save_openloop
-    from assay.metrics.openloop import first_per_task
+    from assay.metrics.openloop import closed_outcomes, first_per_task
     from assay.spec import PolicySpec, TaskSpec
 
     with user_errors():
@@ -479,24 +483,30 @@ def openloop_command(
             unknown = [p for p in chosen if p not in specs]
             if unknown:
                 raise AssayError(f"unknown policy {', '.join(unknown)} in campaign {name}; valid: {', '.join(specs)}")
-            records = opened.catalog.episodes(campaign=name)
+            everything = opened.catalog.episodes(campaign=name)
+            records = [r for r in everything if r.variant_name == variant]
+            if not records:
+                known = sorted({r.variant_name for r in everything})
+                raise AssayError(f"--variant {variant!r} has no episodes in campaign {name}; valid: {', '.join(known)}")
             recorded = [r for r in records if r.policy_name == reference]
             if episodes is not None:
                 recorded = first_per_task(recorded, episodes)
             cameras = sorted({c.name for task in tasks.values() for c in task.cameras})
             trajectories = load_trajectories(opened, recorded, cameras)
-            rows = openloop_table(trajectories, {p: predictor(specs[p], tasks) for p in chosen})
+            bounds = {task_id: (task.action.low, task.action.high) for task_id, task in tasks.items()}
+            rows = openloop_table(trajectories, {p: predictor(specs[p], tasks) for p in chosen}, bounds)
             closed = {(r.group["policy"], r.group["task"]): r.rate for r in rate_table(records) if r.rate is not None}
-            agreement = rank_agreement(rows, closed)
-            saved = save_openloop(opened, name, reference, rows, closed, agreement)
+            agreement = rank_agreement(rows, closed, closed_outcomes(records), resamples, seed)
+            saved = save_openloop(opened, name, reference, rows, closed, agreement, variant)
             gate = campaign_signoff([r for r in records if r.policy_name in chosen], opened.root)
         if json_out:
-            render.print_json({"campaign": name, "reference": reference, "openloop": [r.to_dict() for r in rows],
+            render.print_json({"campaign": name, "reference": reference, "variant": variant,
+                               "openloop": [r.to_dict() for r in rows],
                                "closed_loop": [{"policy": p, "task": t, "rate": v} for (p, t), v in sorted(closed.items())],
                                "agreement": [asdict(a) for a in agreement], "saved": saved,
                                "signoff": [g.to_dict() for g in gate]})
             return
-        for table in show.openloop_tables(rows, agreement, reference):
+        for table in show.openloop_tables(rows, agreement, f"{reference}'s recorded trajectories ({variant})"):
             render.console.print(table)
         render.console.print(show.signoff_table(gate))
         render.console.print(f"saved to {saved} (shown in `assay report`)", highlight=False, soft_wrap=True)

@@ -31,7 +31,13 @@ def replay(policy: Any, task: TaskSpec, trajectories: Sequence[Trajectory]) -> l
                  "instruction": [instructions[i] for i in active], "env_ids": np.asarray(active)}
         for camera in trajectories[0].frames:  # recorded frames, for policies that look (pixel-bc)
             batch[f"image.{camera}"] = np.stack([trajectories[i].frames[camera][step] for i in active])
-        actions = np.asarray(policy.act(batch), dtype=np.float64)
+        try:
+            actions = np.asarray(policy.act(batch), dtype=np.float64)
+        except KeyError as exc:  # an observation the recording does not keep (depth, calibration)
+            why = str(exc.args[0]) if exc.args else ""
+            why = why if " " in why else f"it needs observation {why}"
+            raise AssayError(f"cannot replay this policy open loop: {why}; a replay has the recorded state, "
+                             f"instruction and camera frames ({', '.join(sorted(batch))})") from None
         if actions.shape != (len(active), task.action.dim):
             raise AssayError(f"policy returned actions of shape {actions.shape}; expected {(len(active), task.action.dim)}")
         for row, i in enumerate(active):

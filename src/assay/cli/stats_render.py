@@ -152,14 +152,18 @@ def correlation_checks_table(report: CorrelationReport) -> Table:
     return table
 
 
-def openloop_tables(rows: Sequence[OpenLoopRow], agreement: Sequence[RankAgreement], reference: str) -> list[Table]:
-    scores = Table(title=f"open-loop on {reference}'s recorded trajectories", title_justify="left")
+def openloop_tables(rows: Sequence[OpenLoopRow], agreement: Sequence[RankAgreement], source: str) -> list[Table]:
+    """The open-loop scores and the side-by-side orders with Kendall τ and MMRV (bootstrap over seeds)."""
+    clipped = " (actions clipped to the action box)" if any(r.clipped for r in rows) else ""
+    scores = Table(title=f"open-loop on {source}{clipped}", title_justify="left")
     for column in ("policy", "task", "episodes", "steps", "action MSE", "R²"):
         scores.add_column(column, justify="left" if column in ("policy", "task") else "right")
     for r in rows:
         scores.add_row(r.policy, r.task, str(r.episodes), str(r.steps), f"{r.mse:.4g}",
                        _num(r.r2, 3) if r.r2 is not None else f"[yellow]{r.r2_reason}[/]")
-    side = Table(title="open-loop vs closed-loop ranking", title_justify="left")
+    resamples = max((a.resamples for a in agreement), default=0)
+    side = Table(title="open-loop vs closed-loop ranking" + (f" (95% bootstrap over evaluation seeds, {resamples} "
+                                                             "resamples)" if resamples else ""), title_justify="left")
     columns = ("task", "closed-loop order (success)", "open-loop order (MSE)", "Kendall τ", "MMRV", "misranked pairs")
     for column in columns:
         side.add_column(column)
@@ -168,10 +172,15 @@ def openloop_tables(rows: Sequence[OpenLoopRow], agreement: Sequence[RankAgreeme
         opened = sorted(zip(a.policies, a.open_loop_mse, strict=True), key=lambda x: (x[1], x[0]))
         side.add_row(a.task, " > ".join(f"{p} {v:.2f}" for p, v in closed),
                      " > ".join(f"{p} {v:.3g}" for p, v in opened),
-                     _num(a.kendall, 3) if a.kendall is not None else str(a.kendall_reason),
-                     "undefined (one policy)" if a.mmrv is None else f"{a.mmrv:.3f}",
+                     (_num(a.kendall, 3) + _span(a.kendall_interval)) if a.kendall is not None
+                     else str(a.kendall_reason),
+                     "undefined (one policy)" if a.mmrv is None else f"{a.mmrv:.3f}{_span(a.mmrv_interval)}",
                      ", ".join(f"{x}<{y}" for x, y in a.misranked) or "none")
     return [scores, side]
+
+
+def _span(interval: tuple[float, float] | None) -> str:
+    return "" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]"
 
 
 def routing_table(rows: Sequence[Any]) -> Table:

@@ -22,8 +22,9 @@ from assay.learning.bc import TrainConfig, train_bc
 from assay.learning.data import episode_demo
 from assay.learning.runs import DEMO_SEED, EVAL_SEED, bc_spec, run_grid, score
 from assay.metrics import load_trajectories, openloop_table, rank_agreement
-from assay.metrics.openloop import OpenLoopRow, Trajectory
+from assay.metrics.openloop import OpenLoopRow, Trajectory, closed_outcomes
 from assay.policies.bc import BCPolicy
+from assay.sim import default_registry
 from assay.spec import PolicySpec, content_hash
 from assay.store import Outcome, Store
 
@@ -61,11 +62,18 @@ class OLCLResult:
     kendall_reason: str | None
     mmrv: float | None  # None with fewer than two checkpoints
     misranked: tuple[tuple[str, str], ...]  # (ranked higher open-loop, but strictly lower success)
+    # bootstrap over evaluation seeds and held-out demos (metrics.openloop.rank_agreement)
+    kendall_interval: tuple[float, float] | None = None
+    mmrv_interval: tuple[float, float] | None = None
+    resamples: int = 0
 
     def to_dict(self) -> dict[str, object]:
+        """Plain data for JSON."""
         return {"checkpoints": list(self.checkpoints), "closed_loop": self.closed,
                 "open_loop": [r.to_dict() for r in self.openloop], "kendall_tau": self.kendall,
-                "kendall_reason": self.kendall_reason, "mmrv": self.mmrv, "misranked": [list(p) for p in self.misranked]}
+                "kendall_reason": self.kendall_reason, "mmrv": self.mmrv, "misranked": [list(p) for p in self.misranked],
+                "kendall_interval": self.kendall_interval, "mmrv_interval": self.mmrv_interval,
+                "resamples": self.resamples}
 
 
 def predictor(path: str) -> Callable[[Sequence[Trajectory]], list[np.ndarray]]:
@@ -106,9 +114,13 @@ def run_olcl(store: Store, config: OLCLConfig, out_dir: Path, progress: Callable
     _, evaluation = run_grid(store, f"olcl-{tag}-eval-{versions}", [config.task], policies, config.eval_episodes,
                              EVAL_SEED, config.horizon, config.workers)
     scores = {name: score(evaluation, name) for name in paths}
-    rows = openloop_table(trajectories, {name: predictor(path) for name, path in paths.items()})
-    (agreement,) = rank_agreement(rows, {(name, config.task): s.rate for name, s in scores.items()})
+    task = default_registry().get(config.task)
+    bounds = {task.id: (task.action.low, task.action.high)}
+    rows = openloop_table(trajectories, {name: predictor(path) for name, path in paths.items()}, bounds)
+    (agreement,) = rank_agreement(rows, {(name, config.task): s.rate for name, s in scores.items()},
+                                  closed_outcomes(evaluation), seed=config.seed)
     mse = {r.policy: r.mse for r in rows}
     return OLCLResult(tuple(paths), {n: s.to_dict() for n, s in scores.items()}, tuple(rows), agreement.kendall,
                       agreement.kendall_reason, agreement.mmrv,
-                      tuple(misranked(list(paths), mse, {n: s.rate for n, s in scores.items()})))
+                      tuple(misranked(list(paths), mse, {n: s.rate for n, s in scores.items()})),
+                      agreement.kendall_interval, agreement.mmrv_interval, agreement.resamples)

@@ -22,6 +22,10 @@ def _interval(low: float | None, high: float | None, digits: int = 2) -> str:
     return "–" if low is None or high is None else f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def _span(interval: tuple[float, float] | None, digits: int = 2) -> str:
+    return "–" if interval is None else _interval(interval[0], interval[1], digits)
+
+
 def real_to_sim(data: ReportData) -> str:
     report = data.real_to_sim
     if report is None:
@@ -59,14 +63,22 @@ def openloop(data: ReportData) -> str:
                   for r in sorted(rows, key=lambda r: (r.task, r.mse))]
     agree_rows = [[escape(a.task), str(len(a.policies)),
                    number(a.kendall) if a.kendall is not None else escape(a.kendall_reason or "undefined"),
-                   number(a.mmrv, 3), escape(", ".join(f"{x} < {y}" for x, y in a.misranked) or "none")]
+                   _span(a.kendall_interval), number(a.mmrv, 3), _span(a.mmrv_interval, 3),
+                   escape(", ".join(f"{x} < {y}" for x, y in a.misranked) or "none")]
                   for a in agreement]
+    variant = saved.get("variant")
+    scope = (f" on the <b>{escape(str(variant))}</b> variant (recorded episodes and closed-loop rates)" if variant
+             else " (every variant pooled: saved before <code>--variant</code> existed)")
+    clipped = " Actions are clipped to the task's action box before the error." if any(r.clipped for r in rows) else ""
+    resamples = max((a.resamples for a in agreement), default=0)
+    boot = (f" Intervals: 95% bootstrap over evaluation seeds ({resamples} resamples)." if resamples else "")
     return (f"<p class='muted'>Open loop: each policy predicts actions on <b>{escape(str(saved['reference']))}</b>'s "
-            "recorded observations (it never sees its own consequences); closed loop: its success in this campaign. "
-            "A low MSE that does not come with a high success is the open-loop trap.</p>"
+            f"recorded observations (it never sees its own consequences){scope}; closed loop: its success in this "
+            f"campaign.{clipped}{boot} A low MSE that does not come with a high success is the open-loop trap.</p>"
             + table(["policy", "task", "episodes", "action MSE", "R²", "closed-loop success"], score_rows, {2, 3, 4, 5})
             + "<h3>Do the two orders agree?</h3>"
-            + table(["task", "policies", "Kendall τ", "MMRV", "misranked (lower MSE, lower success)"], agree_rows, {1, 2, 3})
+            + table(["task", "policies", "Kendall τ", "interval", "MMRV", "interval",
+                     "misranked (lower MSE, lower success)"], agree_rows, {1, 2, 3, 4, 5})
             + f"<div class='figure'>{figures.openloop_svg(rows, closed)}</div>")
 
 
