@@ -206,3 +206,35 @@ def test_reproduce_against_fake_policy_servers_that_do_and_do_not_reproduce(tmp_
     assert bad["verdict"] == "not reproduced" and bad["successes"] == 0 and not bad["published_in_interval"]
     short = verdict("standin-short", "faithful")
     assert short["verdict"] == "protocol differs" and short["reasons"] == ["horizon: published 150, campaign 30"]
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+def test_reproduce_a_tiny_libero_campaign_against_a_fake_openpi_server(tmp_path):
+    """One LIBERO-Spatial episode, 7 steps, against the openpi-protocol stand-in (tests/openpi_libero_server.py):
+    the campaign's recorded protocol is read back from the catalog and differs from openpi's exactly in the
+    fields the campaign changed (horizon, episodes, tasks); the rest (settle steps, fixed initial states from 0,
+    224 px cameras, replanning every 5, 20 Hz) is openpi's."""
+    from tests.chaos_support import free_port, kill_group
+    from tests.test_libero import _start_openpi_server
+
+    port, store = free_port(), tmp_path / "store"
+    data = yaml.safe_load((ROOT / "examples" / "libero.yaml").read_text())
+    data.update(name="tiny-libero", episodes=1, horizon=7, tasks=data["tasks"][:1],
+                policies=[{"name": "openpi", "remote": f"ws://127.0.0.1:{port}", "version": "fake-openpi-1"}])
+    campaign = tmp_path / "tiny.yaml"
+    campaign.write_text(yaml.safe_dump(data))
+    server = _start_openpi_server(port, tmp_path / "requests.jsonl")
+    try:
+        ran = runner.invoke(app, ["run", str(campaign), "--store", str(store), "--executor", "inline", "--json"])
+        assert ran.exit_code == 0, ran.output
+    finally:
+        kill_group(server)
+    result = runner.invoke(app, ["reproduce", ENTRY, "--campaign", "tiny-libero", "--store", str(store), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["verdict"] == "protocol differs" and (doc["successes"], doc["trials"]) == (0, 1)
+    assert doc["reasons"] == ["horizon: published 220, campaign 7", "episodes_per_task: published 50, campaign 1",
+                              "tasks: published 10, campaign 1"]
+    assert {f["name"] for f in doc["fields"] if f["matches"]} == {"settle_steps", "init_states", "camera_size",
+                                                                   "replan_steps", "control_hz"}
