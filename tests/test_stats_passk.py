@@ -151,3 +151,13 @@ def test_report_has_a_pass_k_section_at_the_chosen_k(tmp_path):
     assert "Reliability: pass^3" in html and "10/56" in html and "at least k = 3" in html
     CliRunner().invoke(app, ["report", "c", "--store", str(store), "-o", str(out), "--pass-k", "1"])
     assert "Reliability: pass^1" in out.read_text() and "5/8" in out.read_text()
+
+
+@pytest.mark.parametrize(("rates", "n", "k"), [((0.95, 0.98, 0.99), 6, 2), ((0.5, 0.5, 0.5), 6, 3),
+                                               ((0.99, 0.95), 10, 3), ((1.0, 0.9, 0.8), 6, 5)])
+def test_policy_interval_exact_coverage_at_the_edges(rates, n, k):
+    """Every combination of per-task counts weighted by its probability (the draws alone covered 0.919 at
+    three tasks of 6 at 0.95/0.98/0.99, k = 2; the outer ends with square-and-add hold)."""
+    from assay.metrics.passk import policy_coverage
+
+    assert policy_coverage(rates, [n] * len(rates), k, draws=4000) >= 0.93

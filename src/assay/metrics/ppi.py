@@ -15,12 +15,13 @@ the correction is exact by strata, the two-phase (double) sampling estimator (Ne
   on seeds where sim succeeded, say) has an unknown real rate: the estimate uses the overall real
   rate r/n there, and the interval lets that stratum's rate be anything in [0, 1].
 * **Interval** (no normal approximation; coverage shown by simulation, not proven): the real rates
-  a = P(real | sim success) and b = P(real | sim failure) are drawn from their *exact* (Clopper–Pearson)
-  confidence distributions, Beta(r, n − r + 1) for the lower end and Beta(r + 1, n − r) for the upper
-  (a point at 0 or 1 at an edge, and at 0 and 1 when a stratum is empty), π from its mid-p confidence distribution (N is large);
-  the lower end is the α/2 quantile of b_L + π(a_L − b_L) over seeded draws, the upper the 1 − α/2
-  quantile of b_U + π(a_U − b_U) (the way Fay & Feuer 1997 combine exact Poisson intervals of a
-  weighted sum). Coverage ≥ 0.95 on the grid of docs/STATISTICS.md, by simulation.
+  a = P(real | sim success) and b = P(real | sim failure) are drawn from their *exact*
+  (Clopper–Pearson) confidence distributions, Beta(r, n − r + 1) for the lower end and
+  Beta(r + 1, n − r) for the upper (a point at 0 or 1 at an edge, and at 0 and 1 when a stratum is
+  empty), π from its mid-p confidence distribution (N is large); the lower end is the α/2 quantile
+  of b_L + π(a_L − b_L) over seeded draws, the upper the 1 − α/2 quantile of b_U + π(a_U − b_U) (the
+  way Fay & Feuer 1997 combine exact Poisson intervals of a weighted sum). Coverage ≥ 0.95 on the
+  grid of docs/STATISTICS.md, by simulation.
 * **Classical** beside it: Clopper–Pearson on the n real trials alone (the exact interval of the same
   family, so the comparison is like for like).
 * **Effective real trials**: n·(W_classical / W_ppi)², the real-only trials whose interval would be as
