@@ -37,6 +37,11 @@ from assay.store import EpisodeRecord, Outcome, Store
 EXPERT = [PolicySpec(name="expert", builtin="expert")]
 
 
+def _safe(gap: str) -> str:
+    """A candidate gap as a policy name (``3:0.14:above`` -> ``3_0.14_above``)."""
+    return gap.replace(":", "_")
+
+
 def _count(records: list[EpisodeRecord]) -> str:
     return f"{sum(r.outcome is Outcome.SUCCESS for r in records)}/{len(records)}"
 
@@ -55,15 +60,16 @@ def regions(store: Store, args: argparse.Namespace) -> dict[str, Any]:
         result[f"pool {draw}"] = _count(pool)
         for name, gap in gaps.items():
             outside = Where(InitRegion(gap.component, gap.threshold, not gap.below))
-            path = Path(args.store) / f"base-{name.replace(':', '_')}-{draw}.pt"
+            path = Path(args.store) / f"base-{_safe(name)}-{draw}.pt"
             if not path.is_file():
                 train_bc([episode_demo(store, r) for r in select_base(pool, outside, 20)],
                          TrainConfig(seed=draw, epochs=100), path)
-            specs.append(bc_spec(f"{name}#{draw}", path))
+            specs.append(bc_spec(f"{_safe(name)}-d{draw}", path))
     _, evaluation = run_grid(store, "gap-eval", [args.task], specs, args.eval, 3900, args.horizon, args.workers,
                              variants=variants)
+    by_name = {_safe(name): gap for name, gap in gaps.items()}
     for spec in specs:
-        gap = gaps[spec.name.split("#")[0]]
+        gap = by_name[spec.name.rsplit("-d", 1)[0]]
         mine = [r for r in evaluation if r.policy_name == spec.name]
         result[spec.name] = {"gap": _count([r for r in mine if gap.contains(initial(r))]),
                              "rest": _count([r for r in mine if not gap.contains(initial(r))])}
@@ -82,7 +88,7 @@ def variants(store: Store, args: argparse.Namespace) -> dict[str, Any]:
         path = Path(args.store) / f"pixel-base-{draw}.pt"
         if not path.is_file():
             train_pixel_bc(store, demos, PixelTrainConfig(seed=draw, epochs=args.epochs), path)
-        specs.append(PolicySpec(name=f"base#{draw}", builtin="pixel-bc", params={"path": str(path.resolve())}))
+        specs.append(PolicySpec(name=f"base-d{draw}", builtin="pixel-bc", params={"path": str(path.resolve())}))
     _, evaluation = run_grid(store, "gap-pixel-eval", [args.task], specs, args.eval, 3900, args.horizon, args.workers,
                              camera, requests)
     for spec in specs:
