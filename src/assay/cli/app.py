@@ -57,8 +57,8 @@ COMMANDS: dict[str, LazyCommand] = {
                         "number); exit 1 if not.", "reproduce_commands"),
     "stability": _entry("Kendall τ and MMRV between two leaderboards (two seed sets, variants or twin versions).",
                         "stats_commands"),
-    "openloop": _entry("Action MSE and R² of policies on recorded observations, beside the closed-loop ranking.",
-                       "stats_commands"),
+    "openloop": _entry("Action MSE and R² of policies on recorded observations, beside the closed-loop ranking "
+                       "(one variant).", "stats_commands"),
     "serve-policy": _entry("Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all "
                            "connections.", "serve_commands"),
     "factors": _entry("List perturbation factors: axis, unit, valid range, default, when and where each applies.",
