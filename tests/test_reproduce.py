@@ -171,6 +171,7 @@ STANDIN_REGISTRY = {
 
 
 @pytest.mark.sim
+@pytest.mark.slow
 def test_reproduce_against_fake_policy_servers_that_do_and_do_not_reproduce(tmp_path):
     """Two policy servers over the openpi protocol (websocket + msgpack): one serves the expert the entry
     publishes (faithful), one a random policy (not); a third campaign runs the faithful one at another horizon."""
