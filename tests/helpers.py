@@ -130,4 +130,5 @@ def record_as_error(root: Any, record: Any, reason: str = "policy server gone") 
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"outcome": b"error"}), path)
     with Store(root) as store, store.catalog.engine.begin() as conn:
         conn.execute(episodes.update().where(episodes.c.key == record.key).values(
-            outcome="error", reason=reason, data_sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
+            outcome="error", reason=reason, data_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+            data_bytes=path.stat().st_size))

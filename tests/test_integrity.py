@@ -1,4 +1,9 @@
-"""Damaged step files are detected on resume and re-run, never scored (issue 11, guarantee G1)."""
+"""Damaged step files are detected and re-run, never scored (issue 11, guarantee G1).
+
+A resume reads no step file (issue 39): a missing file, or one of another size than its row records,
+is re-run; a file damaged at the same size is found by hashing, `assay store verify` and
+`assay run --verify-files`.
+"""
 
 from __future__ import annotations
 
@@ -28,10 +33,10 @@ CAMPAIGN = {
 }
 
 
-def _run(root: Path, data: dict = CAMPAIGN, retry_errors: bool = False):
+def _run(root: Path, data: dict = CAMPAIGN, retry_errors: bool = False, verify_files: bool = False):
     with Store(root) as store:
         summary = run_campaign(prepare_campaign(campaign_from_data(data)), store, InlineExecutor(root),
-                               retry_errors=retry_errors)
+                               retry_errors=retry_errors, verify_files=verify_files)
         records = store.catalog.episodes(campaign=data["name"])
         return summary, records
 
@@ -57,8 +62,14 @@ def test_a_corrupted_and_a_truncated_file_are_rerun_with_identical_trajectories(
         assert store.damaged(before) == {corrupted.key: "checksum mismatch (corrupted or truncated)",
                                          truncated.key: "checksum mismatch (corrupted or truncated)"}
 
-    second, again = _run(root)
-    assert (second.ran, second.skipped, second.repaired) == (2, 2, 2)
+    # A plain resume reads no file: the truncated one is caught by its size, the flipped byte is not.
+    second, _ = _run(root)
+    assert (second.ran, second.skipped, second.repaired) == (1, 3, 1)
+    with Store(root) as store:
+        assert store.damaged(before) == {corrupted.key: "checksum mismatch (corrupted or truncated)"}
+    # --verify-files hashes every file first, as `assay store verify` does, and re-runs what fails.
+    third, again = _run(root, verify_files=True)
+    assert (third.ran, third.skipped, third.repaired) == (1, 3, 1)
     assert {r.key: r.trajectory_hash for r in again} == before
     with Store(root) as store:
         assert store.damaged(before) == {}

@@ -57,7 +57,7 @@ def test_files_that_do_not_match_their_catalog_row_are_refused_and_rerun(tmp_pat
         for record in store.catalog.episodes(campaign="integrity"):  # the rows with the updated checksums
             with pytest.raises(StoreError, match="does not match its catalog row"):
                 store.steps(record)
-    second, again = _run(root)
+    second, again = _run(root, verify_files=True)
     assert (second.ran, second.repaired) == (4, 4)
     assert {r.key: (r.trajectory_hash, r.steps) for r in again} == before
     with Store(root) as store:
@@ -152,7 +152,7 @@ SEAL_EDITS = [  # (field edited in the catalog row, new value, the problem store
 
 def test_each_edited_summary_field_is_caught_by_store_verify_and_by_replay(tmp_path):
     """Issue 36: the step file seals the episode's outcome, steps, total return and success step; a catalog
-    row changed afterwards is named by `store verify`, by `episodes replay` and re-run by a resume."""
+    row changed afterwards is named by `store verify`, by `episodes replay` and re-run by `run --verify-files`."""
     root = tmp_path / "store"
     _, records = _run(root)
     records = sorted(records, key=lambda r: r.key)
@@ -182,7 +182,9 @@ def test_each_edited_summary_field_is_caught_by_store_verify_and_by_replay(tmp_p
     assert f"total_return {records[1].total_return!r} in the replay, 1000000000.0 in the catalog row" in plain.output
     with Store(root) as store, pytest.raises(StoreError, match="sealed success_step none in the step file"):
         store.steps(store.catalog.episode(records[2].key))
-    second, again = _run(root)  # a resume re-runs the episodes whose rows were edited
+    plain_resume, _ = _run(root)  # a plain resume trusts the rows: it reads no step file (issue 39)
+    assert (plain_resume.ran, plain_resume.repaired) == (0, 0)
+    second, again = _run(root, verify_files=True)  # --verify-files re-runs the episodes whose rows were edited
     assert (second.ran, second.repaired) == (4, 4)
     assert {r.key: (r.outcome.value, r.total_return, r.success_step) for r in again} == \
         {r.key: (r.outcome.value, r.total_return, r.success_step) for r in records}

@@ -64,6 +64,10 @@ def run(
     episode_timeout: Annotated[float | None, typer.Option(
         "--episode-timeout", min=0.001, help="Wall-clock limit of one batch of episodes, seconds (default: the "
         "campaign's episode_timeout_s, else 900); a hung episode becomes an error (local and ray executors).")] = None,
+    verify_files: Annotated[bool, typer.Option(
+        "--verify-files", help="Before resuming, read and hash every recorded step file (what `assay store verify` "
+        "checks) and re-run the damaged ones; by default a resume trusts the catalog and checks only that each "
+        "file exists with its recorded size.")] = False,
     new_catalog: Annotated[bool, typer.Option(
         "--new-catalog", help="Index this store with another catalog than the one it names in store.json.")] = False,
     fail_under: FailUnderOpt = None,
@@ -89,7 +93,7 @@ def run(
                                         every=progress_every)
             with interrupt_told(progress, render.err_console), progress:
                 summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
-                                       retry_errors=retry_errors,
+                                       retry_errors=retry_errors, verify_files=verify_files,
                                        judge=judge_for(spec) if spec.adaptive is not None else None)
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
             episodes = opened.catalog.episodes(campaign=spec.name)

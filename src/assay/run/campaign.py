@@ -2,12 +2,14 @@
 
 Rerunning the same campaign resumes it: jobs whose key is already in the
 catalog are skipped (and linked to this campaign if another campaign ran them),
-so nothing is ever run twice. Before skipping, every finished episode's step
-file is hashed against its recorded checksum: a missing, truncated or corrupted
-file makes the episode forgotten (row, links, the rows of registered tables such as its failure
-category) and re-run, so
-it is never scored. ``retry_errors`` also re-runs episodes recorded as
-``error`` (an outage of a policy server, a dead machine), which a plain resume keeps.
+so nothing is ever run twice. A resume trusts the catalog's rows and reads no step
+file: an episode whose row is unsound, or whose file is missing or not the size the
+row records, is forgotten (row, links, the rows of registered tables such as its
+failure category) and re-run, so it is never scored. Hashing every file (a flipped
+byte, a file rewritten at the same size) is ``assay store verify``'s job, and
+``verify_files`` (``assay run --verify-files``) re-runs what it finds. ``retry_errors``
+also re-runs episodes recorded as ``error`` (an outage of a policy server, a dead
+machine), which a plain resume keeps.
 
 The driver writes catalog rows one transaction per finished batch (:class:`CatalogWriter`),
 not one per episode; a worker has written a batch's files (each by rename) before it
@@ -164,20 +166,22 @@ def run_campaign(
     on_record: Callable[[EpisodeRecord], None] | None = None,
     retry_errors: bool = False,
     judge: Judge | None = None,
+    verify_files: bool = False,
 ) -> CampaignSummary:
     """Run the campaign's pending jobs, holding the store's run lock: a second run on the same
     store waits for this one and then finds its episodes done (none runs twice).
 
     An adaptive campaign (``adaptive:`` in its spec) runs in rounds judged by ``judge``
-    (``assay.metrics.adaptive.judge_for(spec)``), see :mod:`assay.run.adaptive`."""
+    (``assay.metrics.adaptive.judge_for(spec)``), see :mod:`assay.run.adaptive`. ``verify_files`` reads and
+    checks every recorded step file before the resume (see the module docstring)."""
     with store.run_lock():
         if campaign.spec.adaptive is None:
-            return _run_pending(campaign, store, executor, on_start, on_record, retry_errors)
+            return _run_pending(campaign, store, executor, on_start, on_record, retry_errors, verify_files)
         if judge is None:
             raise SpecError(f"campaign {campaign.spec.name!r} is adaptive: pass judge=assay.metrics.adaptive."
                             "judge_for(spec) (assay run does)")
         return run_rounds(campaign, store, lambda sub: _run_pending(sub, store, executor, on_start, on_record,
-                                                                    retry_errors), judge)[0]
+                                                                    retry_errors, verify_files), judge)[0]
 
 
 def _run_pending(
@@ -187,6 +191,7 @@ def _run_pending(
     on_start: Callable[[CampaignSummary], None] | None,
     on_record: Callable[[EpisodeRecord], None] | None,
     retry_errors: bool,
+    verify_files: bool = False,
 ) -> CampaignSummary:
     spec = campaign.spec
     existing = store.campaign(spec.name)
@@ -197,7 +202,7 @@ def _run_pending(
         )
     store.save_resolved_campaign(spec.name, spec.content_hash(), campaign.resolved())
     store.clean_temporaries()
-    resume = store.resume_plan((job.key for job in campaign.jobs), retry_errors)
+    resume = store.resume_plan((job.key for job in campaign.jobs), retry_errors, verify=verify_files)
     store.forget(resume.forget)
     store.link(spec.name, [(job.key, job.policy.name) for job in campaign.jobs if job.key in resume.done])
     pending = [job for job in campaign.jobs if job.key not in resume.done]

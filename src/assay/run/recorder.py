@@ -204,7 +204,8 @@ class EpisodeRecorder:
         marks = conflict_marks(self.job.task, self.job.variant, self.job.seed)
         return {"instruction": marks} if marks else {}
 
-    def record(self, provenance: dict[str, Any], data_path: str | None, data_sha256: str | None) -> EpisodeRecord:
+    def record(self, provenance: dict[str, Any], data_path: str | None, data_sha256: str | None,
+               data_bytes: int | None = None) -> EpisodeRecord:
         job = self.job
         assert self.outcome is not None, "finish() before record()"
         return EpisodeRecord(
@@ -231,6 +232,7 @@ class EpisodeRecorder:
             policy_info=self.policy_info,
             data_path=data_path,
             data_sha256=data_sha256,
+            data_bytes=data_bytes,
             timings={
                 "reset_s": round(self.reset_s, 6),
                 "policy_s": round(self.policy_s, 6),

@@ -27,7 +27,7 @@ from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import rollout
 from assay.sim import SafetyFilter, SimEnv, make_env, perturbed, tasks_kept
 from assay.spec import EpisodeJob, PolicySpec, canonical_json
-from assay.store import EpisodeRecord, build_table, provenance, write_episode, write_video
+from assay.store import EpisodeRecord, build_table, encode_episode, episode_relpath, provenance, write_blob, write_video
 from assay.store.roots import as_root
 from assay.store.validation import Summary, seal
 
@@ -129,15 +129,17 @@ class Worker:
         return [self._save(recorder) for recorder in recorders]
 
     def _save(self, recorder: EpisodeRecorder) -> EpisodeRecord:
-        data_path = data_sha = None
+        data_path = data_sha = data_bytes = None
         if recorder.steps:
             summary = Summary(recorder.outcome.value if recorder.outcome else "", recorder.steps,
                               recorder.total_return, recorder.success_step)
             table = build_table(recorder.columns(), {**file_metadata(recorder.job), **seal(summary)})
             for camera, frames in recorder.frames.items():  # videos first: the step file marks completion
                 write_video(self.store_root, recorder.job.key, camera, frames, recorder.video_rate)
-            data_path, data_sha = write_episode(self.store_root, recorder.job.key, table)
-        return recorder.record(provenance(), data_path, data_sha)
+            encoded = encode_episode(table)
+            data_path, data_bytes = episode_relpath(recorder.job.key), len(encoded)
+            data_sha = write_blob(self.store_root, data_path, encoded)
+        return recorder.record(provenance(), data_path, data_sha, data_bytes)
 
     def close(self) -> None:
         for pool in self._envs.values():

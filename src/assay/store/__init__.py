@@ -4,7 +4,15 @@ May import ``assay.spec`` only.
 """
 
 from assay.store.catalog import CampaignRow, Catalog, IntegrityRow, redact_url
-from assay.store.episodes import REQUIRED_COLUMNS, build_table, episode_relpath, read_episode, write_blob, write_episode
+from assay.store.episodes import (
+    REQUIRED_COLUMNS,
+    build_table,
+    encode_episode,
+    episode_relpath,
+    read_episode,
+    write_blob,
+    write_episode,
+)
 from assay.store.locking import run_lock
 from assay.store.provenance import provenance, renderer_counts, renderer_label, renderer_notes, renderer_of
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
@@ -22,6 +30,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Store",
     "build_table",
+    "encode_episode",
     "episode_relpath",
     "provenance",
     "renderer_counts",

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from assay.errors import StoreError
-from assay.store.records import SCHEMA_VERSION, EpisodeRecord
+from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.validation import Summary
 
 metadata = sa.MetaData()
@@ -55,6 +55,7 @@ episodes = sa.Table(
     sa.Column("policy_info_json", sa.Text, nullable=False, default="{}"),
     sa.Column("data_path", sa.Text, nullable=True),
     sa.Column("data_sha256", sa.String(64), nullable=True),
+    sa.Column("data_bytes", sa.BigInteger, nullable=True),
     sa.Column("timings_json", sa.Text, nullable=False),
     sa.Column("provenance_json", sa.Text, nullable=False),
     sa.Column("schema_version", sa.Integer, nullable=False),
@@ -93,6 +94,19 @@ class IntegrityRow(NamedTuple):
     outcome: str
     data_path: str | None
     data_sha256: str | None
+
+
+class ResumeRow(NamedTuple):
+    """What a resume reads of a recorded episode (:meth:`Catalog.resume_rows`): no step file, no JSON decoded.
+
+    ``problem`` is why the row cannot be trusted as the database itself sees it (an outcome that is not one,
+    a JSON column that is not JSON where the database can tell: SQLite's ``json_valid``), else None.
+    """
+
+    outcome: str
+    data_path: str | None
+    data_bytes: int | None
+    problem: str | None
 
 
 @dataclass(frozen=True)
@@ -230,10 +244,12 @@ class Catalog:
                              f"{redact_url(str(exc).splitlines()[0])}") from None
 
     def _create_tables(self) -> None:
-        """``create_all``, tolerant of another process creating the same catalog at the same moment."""
+        """``create_all``, tolerant of another process creating the same catalog at the same moment, then the
+        nullable columns added since a catalog was made (:data:`ADDED_COLUMNS`)."""
         for attempt in range(5):
             try:
                 metadata.create_all(self.engine)
+                _add_columns(self.engine)
                 return
             except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
                 if attempt == 4:
@@ -394,6 +410,30 @@ class Catalog:
         return found
 
     @_guarded
+    def resume_rows(self, keys: Iterable[str]) -> dict[str, ResumeRow]:
+        """For each key present: its outcome, file, file size and whether the row is sound, checked by the
+        database in the query (what a resume needs; nothing is decoded in Python)."""
+        outcomes = [o.value for o in Outcome]
+        bad_outcome = sa.case((episodes.c.outcome.in_(outcomes), None), else_=sa.literal("outcome"))
+        checks = [bad_outcome]
+        if self.engine.dialect.name == "sqlite":  # json_valid is SQLite's; elsewhere `assay store verify` decodes
+            checks += [sa.case((sa.func.json_valid(episodes.c[f.column]) == 1, None), else_=sa.literal(f.column))
+                       for f in _FIELDS if f.kind == "json"]
+        problem = sa.func.coalesce(*checks) if len(checks) > 1 else checks[0]
+        columns = (episodes.c.key, episodes.c.outcome, episodes.c.data_path, episodes.c.data_bytes,
+                   problem.label("problem"))
+        found: dict[str, ResumeRow] = {}
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(keys), 500):
+                for row in conn.execute(sa.select(*columns).where(episodes.c.key.in_(chunk))):
+                    why = None if row.problem is None else \
+                        f"outcome {row.outcome!r} is not one of {', '.join(outcomes)}" if row.problem == "outcome" \
+                        else f"{row.problem} is not JSON"
+                    found[row.key] = ResumeRow(str(row.outcome), row.data_path,
+                                               None if row.data_bytes is None else int(row.data_bytes), why)
+        return found
+
+    @_guarded
     def recorded_steps(self, keys: Iterable[str]) -> dict[str, int]:
         """For each key present: the number of steps its row records (a step file must have that many rows)."""
         found: dict[str, int] = {}
@@ -510,6 +550,26 @@ class Catalog:
         if len(keys) > 1:
             raise StoreError(f"key prefix {key_prefix!r} is ambiguous: {', '.join(k[:12] for k in keys[:5])} ...")
         return _record(rows[0])
+
+
+# Nullable columns added to existing tables after catalogs were first made: an older catalog gets them on
+# open (ALTER TABLE ... ADD COLUMN), its old rows holding NULL there. Readers of an older Assay ignore them.
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"episodes": ("data_bytes",)}
+
+
+def _add_columns(engine: sa.Engine) -> None:
+    for name, columns in ADDED_COLUMNS.items():
+        present = {c["name"] for c in sa.inspect(engine).get_columns(name)}
+        for column in columns:
+            if column in present:
+                continue
+            kind = metadata.tables[name].c[column].type.compile(dialect=engine.dialect)
+            try:
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(f"ALTER TABLE {name} ADD COLUMN {column} {kind}")
+            except (sa.exc.OperationalError, sa.exc.ProgrammingError):  # another process added it first
+                if column not in {c["name"] for c in sa.inspect(engine).get_columns(name)}:
+                    raise
 
 
 # store_meta rows naming higher layers' tables that forget() clears (Catalog.register_forgotten).

@@ -25,7 +25,7 @@ from assay.errors import StoreError
 from assay.store.records import SCHEMA_VERSION
 from assay.store.roots import Root, is_url, open_root, remove_stale_temporaries
 
-__all__ = ["REQUIRED_COLUMNS", "Root", "build_table", "episode_relpath", "is_url",
+__all__ = ["REQUIRED_COLUMNS", "Root", "build_table", "encode_episode", "episode_relpath", "is_url",
            "read_episode", "remove_stale_temporaries", "write_blob", "write_episode"]
 
 REQUIRED_COLUMNS = ("step", "t", "observation.state", "action", "reward", "success", "terminated", "truncated")
@@ -63,14 +63,19 @@ def write_blob(root: Root, relpath: str, data: bytes) -> str:
     return open_root(root).write(relpath, data)
 
 
-def write_episode(root: Root, key: str, table: pa.Table) -> tuple[str, str]:
-    """Write atomically; return (path relative to the store, sha256 of the file)."""
+def encode_episode(table: pa.Table) -> bytes:
+    """The step file's bytes: zstd Parquet, no dictionary pages, no statistics."""
     sink = pa.BufferOutputStream()
     # Dictionary pages and column statistics cost more than the zstd pass on a ~50-row table of floats
     # (they more than double the encoding time) and buy nothing here: files are read whole, never filtered.
     pq.write_table(table, sink, compression="zstd", use_dictionary=False, write_statistics=False)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def write_episode(root: Root, key: str, table: pa.Table) -> tuple[str, str]:
+    """Write atomically; return (path relative to the store, sha256 of the file)."""
     relpath = episode_relpath(key)
-    return relpath, write_blob(root, relpath, sink.getvalue().to_pybytes())
+    return relpath, write_blob(root, relpath, encode_episode(table))
 
 
 def read_episode(root: Root, relpath: str, expected_sha256: str | None = None) -> pa.Table:

@@ -43,6 +43,7 @@ class EpisodeRecord:
     policy_info: dict[str, Any] = field(default_factory=dict)  # the policy's own account (chosen skill, ...)
     data_path: str | None = None
     data_sha256: str | None = None
+    data_bytes: int | None = None  # the step file's size, what a resume checks (None: recorded before sizes)
     timings: dict[str, float] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION

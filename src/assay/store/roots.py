@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +22,7 @@ from assay.errors import StoreError
 
 Root = str | Path
 TMP_MARK = ".tmp-"
+LISTED = 16  # from this many files asked of one folder, an fsspec root lists the folder instead of asking each
 
 
 def is_url(root: Root) -> bool:
@@ -63,6 +65,10 @@ class DataRoot(Protocol):
 
     def exists(self, relpath: str) -> bool:
         """Whether a file is at ``relpath``."""
+
+    def sizes(self, relpaths: Iterable[str]) -> dict[str, int | None]:
+        """Each file's size in bytes, None where it is missing: metadata only, no file is read (a listing per
+        folder where many are asked for, so an object store answers a folder per request, not a file)."""
 
     def glob(self, pattern: str) -> list[str]:
         """The relative paths of the files matching ``pattern`` (relative, with ``*``), sorted."""
@@ -110,6 +116,15 @@ class LocalRoot:
 
     def exists(self, relpath: str) -> bool:
         return (self.path / relpath).is_file()
+
+    def sizes(self, relpaths: Iterable[str]) -> dict[str, int | None]:
+        found: dict[str, int | None] = {}
+        for relpath in relpaths:
+            try:
+                found[relpath] = os.stat(self.path / relpath).st_size
+            except OSError:  # missing, or a path through a file: either way not a step file there
+                found[relpath] = None
+        return found
 
     def glob(self, pattern: str) -> list[str]:
         return sorted(p.relative_to(self.path).as_posix() for p in self.path.glob(pattern) if p.is_file())
@@ -166,6 +181,29 @@ class FsspecRoot:
 
     def exists(self, relpath: str) -> bool:
         return bool(self.fs.isfile(f"{self.base}/{relpath}"))
+
+    def sizes(self, relpaths: Iterable[str]) -> dict[str, int | None]:
+        folders: dict[str, list[str]] = {}
+        for relpath in relpaths:
+            folders.setdefault(relpath.rpartition("/")[0], []).append(relpath)
+        found: dict[str, int | None] = {}
+        for folder, wanted in folders.items():
+            if len(wanted) < LISTED:
+                for relpath in wanted:
+                    try:
+                        found[relpath] = int(self.fs.info(f"{self.base}/{relpath}")["size"])
+                    except FileNotFoundError:
+                        found[relpath] = None
+                continue
+            try:
+                listed = self.fs.ls(f"{self.base}/{folder}".rstrip("/"), detail=True)
+            except FileNotFoundError:
+                listed = []
+            by_name = {str(entry["name"]).rstrip("/").rpartition("/")[2]: entry for entry in listed}
+            for relpath in wanted:
+                entry = by_name.get(relpath.rpartition("/")[2])
+                found[relpath] = int(entry["size"]) if entry is not None and entry.get("type") == "file" else None
+        return found
 
     def glob(self, pattern: str) -> list[str]:
         prefix = self.base + "/"  # fsspec names what it finds without the protocol, as ``base`` is

@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from assay.errors import StoreError
-from assay.store.catalog import CampaignRow, Catalog, IntegrityRow
+from assay.store.catalog import CampaignRow, Catalog, IntegrityRow, ResumeRow
 from assay.store.episodes import (
     Root,
     is_url,
@@ -218,7 +218,8 @@ class Store:
     def damaged(self, keys: Iterable[str], unsealed: set[str] | None = None) -> dict[str, str]:
         """Episodes among ``keys`` whose catalog row does not decode, or whose step file cannot be
         trusted: key -> why (missing, checksum, ``schema_version``, episode key, required columns,
-        rows vs the catalog's steps, the file's seal vs the row's summary). A resume forgets and re-runs them.
+        rows vs the catalog's steps, the file's seal vs the row's summary): every file is read and hashed.
+        ``assay store verify`` reports them; ``assay run --verify-files`` forgets and re-runs them.
 
         Episodes recorded without step data (errors before the first step) have nothing to check.
         ``unsealed``, when given, receives the keys of readable files written before seals existed.
@@ -237,17 +238,35 @@ class Store:
                 found[key] = problem
         return found
 
-    def resume_plan(self, keys: Iterable[str], retry_errors: bool = False) -> ResumePlan:
+    def resume_plan(self, keys: Iterable[str], retry_errors: bool = False, verify: bool = False) -> ResumePlan:
         """Decide which of ``keys`` a resume keeps and which it re-runs; reads only, changes nothing.
 
-        A recorded episode is kept unless :meth:`damaged` finds it untrusted or, with
-        ``retry_errors``, it was recorded as ``error``.
+        A recorded episode is kept unless it is untrusted or, with ``retry_errors``, it was recorded as
+        ``error``. By default that is decided without reading any step file: the row must be sound as the
+        catalog sees it (:meth:`Catalog.resume_rows`) and its file must exist with the size the row records
+        (:meth:`untrusted`; a row from before sizes were recorded: exist). ``verify`` reads and checks every
+        file as ``assay store verify`` does (:meth:`damaged`: checksum, schema, key, columns, rows, seal).
         """
-        recorded = self.catalog.existing_keys(keys)
-        damaged = set(self.damaged(recorded))
-        errored = ({key for key, row in self.catalog.integrity(recorded).items() if row.outcome == Outcome.ERROR.value}
-                   - damaged if retry_errors else set())
-        return ResumePlan(frozenset(recorded - damaged - errored), frozenset(damaged), frozenset(errored))
+        rows = self.catalog.resume_rows(keys)
+        damaged = set(self.damaged(rows) if verify else self.untrusted(rows))
+        errored = {key for key, row in rows.items() if row.outcome == Outcome.ERROR.value} - damaged \
+            if retry_errors else set()
+        return ResumePlan(frozenset(set(rows) - damaged - errored), frozenset(damaged), frozenset(errored))
+
+    def untrusted(self, rows: dict[str, ResumeRow]) -> dict[str, str]:
+        """Of the recorded ``rows`` (:meth:`Catalog.resume_rows`), those a resume re-runs without reading a
+        file: key -> why (an unsound row; a step file missing, or of another size than the row records)."""
+        found = {key: f"catalog row cannot be read ({row.problem})" for key, row in rows.items()
+                 if row.problem is not None}
+        with_data = {key: row for key, row in rows.items() if row.data_path is not None and key not in found}
+        sizes = self.files.sizes(sorted({row.data_path for row in with_data.values() if row.data_path is not None}))
+        for key, row in with_data.items():
+            size = sizes.get(row.data_path or "")
+            if size is None:
+                found[key] = "missing"
+            elif row.data_bytes is not None and size != row.data_bytes:
+                found[key] = f"{size} bytes, the catalog records {row.data_bytes} (truncated or replaced)"
+        return found
 
     def forget(self, keys: Iterable[str]) -> int:
         """Forget episodes so they can be re-run (see :meth:`Catalog.forget`); how many rows went."""
