@@ -84,7 +84,7 @@ def row(result: dict) -> str:
                        for x in a["layers"] if x["changed"] and x["share"] is not None and x["share_interval"])
     gaps = {c["label"]: c["gap"] for c in a["configs"]}
     fit = {k: v for layer in ("control", "dynamics", "rendering") for k, v in result["calibrated"][layer].items()}
-    hit = set(result["named"]) == set(result["changed"])
+    hit = set(result["named"]) == set(result["changed"]) and not result.get("flagged")
     unexplained = "n/a" if a["unexplained"] is None else f"{a['unexplained']:.2f}"
     by = result["named_by"]
     traj = "; ".join(f"{m} {t['gaps']['nominal']:.4f} → {t['gaps']['calibrated']:.4f} ({t['episodes']} ep.)"
@@ -92,7 +92,9 @@ def row(result: dict) -> str:
     return (f"| {result['name']} ({result['reality']['task'].split('/')[1]}) | {fit or 'nominal'} | "
             f"{gaps['nominal']:.3f} → {gaps['calibrated']:.3f} | {shares or '-'} | {unexplained} | {traj} | "
             + " | ".join(", ".join(by.get(m, ())) or "none" for m in ("success", "state", "trace"))
-            + f" | {', '.join(result['named']) or 'none'} {'✓' if hit else '✗'} | {a['episodes_needed']} | "
+            + f" | {', '.join(result['named']) or 'none'} {'✓' if hit else '✗'}"
+            + "".join(f" (flagged: {layer})" for layer in result.get("flagged", {}))
+            + f"{'' if result.get('converged', True) else ' (sysid not converged)'} | {a['episodes_needed']} | "
             f"{result['seconds']:.0f} |")
 
 
@@ -116,7 +118,8 @@ def main() -> int:
     for result in results:
         print(row(result))
     single = [r for r in results if len(r["changed"]) == 1]
-    print(f"\nsingle-layer realities named correctly: {sum(set(r['named']) == set(r['changed']) for r in single)}"
+    print(f"\nsingle-layer realities named correctly and cleanly (no layer flagged): "
+          f"{sum(set(r['named']) == set(r['changed']) and not r['flagged'] for r in single)}"
           f" of {len(single)} (by the success counts alone: "
           f"{sum(set(r['named_by']['success']) == set(r['changed']) for r in single)})")
     return 0

@@ -80,10 +80,15 @@ def test_bad_arguments_are_one_line_errors(recorded):
         trajectory_attribution(task, nominal_twin(TASK), REALITY, episodes, "state", resamples=10)
 
 
-def test_sysid_says_when_its_budget_ran_out_far_from_the_tolerance(recorded):
+def test_sysid_warns_whenever_its_fit_ends_above_the_tolerance(recorded):
     task, _, episodes = recorded
     widest = max(episodes, key=lambda e: float(np.ptp(e.states[:, 4:7])))  # the episode that moved the puck most
     short = identify(task, [widest], nominal_twin(TASK), ("friction",), max_evaluations=2, restarts=0)
-    assert any("spent its budget of 2 replays" in w and "raise max_evaluations" in w for w in short.warnings)
+    assert not short.converged and short.residual_after > short.tolerance == 0.0005
+    assert any("above the tolerance 0.0005 m" in w and "maximum 2" in w and "conditional on convergence" in w
+               and "raise max_evaluations" in w for w in short.warnings)
     enough = identify(task, [widest], nominal_twin(TASK), ("friction",), max_evaluations=40, restarts=0)
-    assert enough.fitted["friction"] == pytest.approx(0.1, rel=0.05) and not any("budget" in w for w in enough.warnings)
+    assert enough.converged and enough.residual_after <= enough.tolerance
+    assert enough.fitted["friction"] == pytest.approx(0.1, rel=0.05)
+    assert not any("converged" in w for w in enough.warnings)
+    assert enough.intervals_are.startswith("conditional on convergence")

@@ -25,7 +25,10 @@ from assay.metrics.results_csv import read_results_csv
 from assay.sim import default_registry
 from assay.spec import CameraSpec
 from assay.twin import (
+    DEFAULT_MAX_EVALUATIONS,
     DEFAULT_RENDERING,
+    DEFAULT_TOLERANCE,
+    DEFAULT_TRACE_TOLERANCE,
     Layer,
     Trajectory,
     Twin,
@@ -46,6 +49,7 @@ from assay.twin import (
     trajectories_from_store,
     write_results_csv,
 )
+from assay.twin.attribution import unclosed
 from assay.twin.trajectory_gap import TrajectoryAttribution, trajectory_attribution
 
 twin_app = typer.Typer(help="Layered digital twin: calibrate, attribute the sim-to-real gap, check asset swaps.",
@@ -120,11 +124,15 @@ def sysid(
     parameters: Annotated[str | None, typer.Option(help="Comma-separated factors to fit (default: every control and "
                                                      "dynamics factor that applies to the task).")] = None,
     policy: Annotated[str | None, typer.Option(help="Only this policy's real episodes.")] = None,
-    max_trajectories: Annotated[int, typer.Option(min=1, help="Use at most this many real episodes.")] = 4,
-    max_evaluations: Annotated[int, typer.Option(min=1, help="Search budget (twin replays).")] = 240,
+    max_trajectories: Annotated[int, typer.Option(min=1, help="Fit on the first N real episodes of each policy "
+                                                             "(attribute --fitted-on N leaves the same ones out).")] = 4,
+    max_evaluations: Annotated[int, typer.Option(min=1, help="The search's maximum (twin replays): it runs until the "
+                                                            "fit is within --tolerance or this is spent.")]
+    = DEFAULT_MAX_EVALUATIONS,
     restarts: Annotated[int, typer.Option(min=0, help="Seeded random restarts of the continuous search.")] = 2,
-    tolerance: Annotated[float, typer.Option(help="Measurement accuracy, metres RMS: intervals hold the values "
-                                                  "that replay within it of the best fit.")] = 0.001,
+    tolerance: Annotated[float, typer.Option(help="Measurement accuracy, metres RMS: the search's target, and the "
+                                                  "intervals hold the values that replay within it of the fit.")]
+    = DEFAULT_TOLERANCE,
     out: Annotated[Path | None, typer.Option(help="Write the calibrated twin YAML here.")] = None,
     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
 ) -> None:
@@ -144,9 +152,12 @@ def sysid(
         if json_out:
             render.print_json(document)
             return
+        status = "converged" if result.converged else "NOT converged"
         table = Table(title=f"system identification on {result.trajectories} real trajectories "
-                            f"({result.evaluations} replays, {result.restarts} restarts)", title_justify="left")
-        for column in ("parameter", "start", "fitted", f"interval (within {result.tolerance:g} m)"):
+                            f"({result.evaluations} replays of at most {result.max_evaluations}, {result.restarts} "
+                            f"restarts; {status})", title_justify="left")
+        interval = f"interval (within {result.tolerance:g} m of the fit; conditional on convergence)"
+        for column in ("parameter", "start", "fitted", interval if result.converged else f"{interval}: not converged"):
             table.add_column(column)
         for name in result.parameters:
             low, high = result.intervals[name]
@@ -156,7 +167,8 @@ def sysid(
                              f"correlation {_fmt(result.correlation_before, 4)} -> {_fmt(result.correlation_after, 4)}"
                              + (f"; calibrated twin written to {out}" if out else ""))
         for warning in result.warnings:
-            render.console.print(f"[yellow]identifiability:[/] {warning}")
+            render.console.print(f"[yellow]{'identifiability' if 'converged' not in warning else 'warning'}:[/] "
+                                 f"{warning}", highlight=False, soft_wrap=True)
 
 
 @twin_app.command("calibrate-rendering")
@@ -167,8 +179,9 @@ def calibrate_rendering_command(
     policy: Annotated[str, typer.Option(help="The camera policy whose recorded episodes (actions, trace) are used.")],
     real_store: Annotated[Path | None, typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
     parameters: Annotated[str, typer.Option(help="Comma-separated rendering factors to fit.")] = ",".join(DEFAULT_RENDERING),
-    max_trajectories: Annotated[int, typer.Option(min=1, help="Use at most this many real episodes.")] = 2,
-    tolerance: Annotated[float, typer.Option(help="Mismatch within which a value counts as consistent.")] = 0.01,
+    max_trajectories: Annotated[int, typer.Option(min=1, help="Fit on the first N real episodes of the policy.")] = 2,
+    tolerance: Annotated[float, typer.Option(help="Mismatch within which a value counts as consistent.")]
+    = DEFAULT_TRACE_TOLERANCE,
     out: Annotated[Path | None, typer.Option(help="Write the twin with the fitted rendering layer here.")] = None,
     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
 ) -> None:
@@ -214,8 +227,8 @@ def attribute_command(
     real_store: Annotated[Path | None, typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
     trace_policy: Annotated[str | None, typer.Option("--trace-policy", help="The camera policy whose real episodes' "
                                                      "actions and detections are replayed.")] = None,
-    fitted_on: Annotated[int, typer.Option(min=0, help="The first N real episodes (of each policy) calibrated the twin "
-                                                       "(sysid's --max-trajectories): leave them out.")] = 0,
+    fitted_on: Annotated[int, typer.Option(min=0, help="The first N real episodes of each policy calibrated the twin "
+                                                       "(sysid's --max-trajectories N): leave them out.")] = 0,
     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Swap in one calibrated layer at a time (and leave one out): which layer closes the sim-to-real gap."""
@@ -230,8 +243,11 @@ def attribute_command(
                                             real_campaign, trace_policy, fitted_on, spec.cameras or ())
         with open_store(store, catalog, create=True) as opened:
             result = attribute(base, fitted, real_entries, settings, opened, campaign=f"{spec.name}-attribution")
+        named_by = {"success": result.named, **{m: a.named for m, a in measures.items()}}
+        flagged = unclosed(result, named_by)
         if json_out:
-            render.print_json({**result.to_dict(), "trajectories": {m: a.to_dict() for m, a in measures.items()}})
+            render.print_json({**result.to_dict(), "trajectories": {m: a.to_dict() for m, a in measures.items()},
+                               "named_by": named_by, "flagged": flagged})
             return
         policies = list(result.policies)
         table = Table(title=f"gap attribution on {result.task} (real vs each configuration; sim campaign "
@@ -259,6 +275,9 @@ def attribute_command(
                              f"[bold]{result.attributed or 'none (no layer closes the gap beyond noise)'}[/]")
         for measure in measures.values():
             _trajectory_table(measure)
+        for layer, why in flagged.items():
+            render.console.print(f"[yellow]flagged, not a clean hit:[/] {layer}: {why}", highlight=False,
+                                 soft_wrap=True)
         if result.episodes_needed is not None:
             render.console.print(f"episodes per policy and configuration to detect the nominal gap at power 0.8: "
                                  f"{result.episodes_needed} ({result.budget_command}); this run has "

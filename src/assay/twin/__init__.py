@@ -17,7 +17,14 @@ from assay.twin.config import (
                                twin_from_values,
                                twin_of_record,
 )
-from assay.twin.rendering import DEFAULT_RENDERING, RenderingFit, TraceReplay, calibrate_rendering, rendering_twin
+from assay.twin.rendering import (
+                               DEFAULT_RENDERING,
+                               DEFAULT_TRACE_TOLERANCE,
+                               RenderingFit,
+                               TraceReplay,
+                               calibrate_rendering,
+                               rendering_twin,
+)
 from assay.twin.running import (
                                TwinSettings,
                                content_campaign,
@@ -28,7 +35,9 @@ from assay.twin.running import (
 )
 from assay.twin.stability import StabilityReport, SwapResult, asset_stability, swap_twins
 from assay.twin.sysid import (
+                               DEFAULT_MAX_EVALUATIONS,
                                DEFAULT_PARAMETERS,
+                               DEFAULT_TOLERANCE,
                                OpenLoopReplay,
                                SysIdResult,
                                Trajectory,
@@ -39,7 +48,8 @@ from assay.twin.sysid import (
 from assay.twin.trajectory_gap import TrajectoryAttribution, TrajectoryLayer, trajectory_attribution
 
 __all__ = [
-    "Attribution", "ConfigScore", "DEFAULT_PARAMETERS", "DEFAULT_RENDERING", "RenderingFit", "TraceReplay",
+    "Attribution", "ConfigScore", "DEFAULT_MAX_EVALUATIONS", "DEFAULT_PARAMETERS", "DEFAULT_RENDERING",
+    "DEFAULT_TOLERANCE", "DEFAULT_TRACE_TOLERANCE", "RenderingFit", "TraceReplay",
     "calibrate_rendering", "rendering_twin", "Layer", "LayerShare", "OpenLoopReplay", "StabilityReport",
     "SwapResult", "SysIdResult", "Trajectory", "TrajectoryAttribution", "TrajectoryLayer", "trajectory_attribution", "Twin", "TwinError", "TwinSettings", "asset_stability", "attribute",
     "calibrated_twin", "configurations", "content_campaign", "identify", "layer_of", "load_twin", "nominal_twin", "run_twins",

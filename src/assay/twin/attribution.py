@@ -20,7 +20,9 @@ Every figure has a bootstrap interval: the sim episodes are resampled by seed
 own trials (independent episodes), ``resamples`` times. A layer is **named** when
 the lower bound of its closure is above 0 — its calibration closes the gap beyond
 the noise of both samples; the attributed layer is the named one with the largest
-share, and "none" means no layer's closure clears the noise. ``episodes_needed``
+share, and "none" means no layer's closure clears the noise; :func:`unclosed` flags a layer
+named (by these counts or by the recorded trajectories) whose calibration closes none of
+the success gap, which is not a clean hit. ``episodes_needed``
 is ``assay budget`` for the nominal gap (sim vs real, unpaired): fewer episodes per
 cell leave a gap of that size undetectable at power 0.8.
 """
@@ -28,7 +30,7 @@ cell leave a gap of that size undetectable at power 0.8.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -173,6 +175,30 @@ def _budget(gap: float, real: dict[str, float]) -> tuple[int | None, str | None]
     except AssayError:
         return None, None
     return n, f"assay budget --delta {delta} --baseline {baseline}"
+
+
+def unclosed(result: Attribution, named_by: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """The named layers (by any evidence) whose calibrated layer closes none of the success gap, and why.
+
+    Such a layer is not a clean hit: the trajectories (or counts) say the layer differs, yet swapping its
+    calibration in, and leaving it out, moves the success counts no closer to real (closure ≤ 0) while
+    nominal's success differs from real. A wrong fit of the right layer looks like that (pick-place, gain
+    0.6 + damping 5, fitted with a spurious friction at 9x the tolerance: both layers named, 0 % of the
+    success gap closed). Nothing is flagged when the nominal success gap is 0 (nothing to close).
+    """
+    nominal = next(c.gap for c in result.configs if c.label == "nominal")
+    calibrated = next(c.gap for c in result.configs if c.label == "calibrated")
+    layers = {x.layer: x for x in result.layers}
+    out = {}
+    for layer in dict.fromkeys(name for names in named_by.values() for name in names):
+        share = layers[layer]
+        if nominal > 0 and share.closure <= 0:
+            who = ", ".join(sorted(k if k == "success" else f"{k}s" for k, v in named_by.items() if layer in v))
+            low, high = share.closure_interval
+            out[layer] = (f"named by the {who} but its calibration closes none of the success gap (nominal "
+                          f"{nominal:.3f} -> calibrated {calibrated:.3f}; its closure {share.closure:+.3f} "
+                          f"[{low:+.3f}, {high:+.3f}]): the fit may be wrong")
+    return out
 
 
 def attribute(nominal: Twin, calibrated: Twin, real: Sequence[RateEntry], settings: TwinSettings,

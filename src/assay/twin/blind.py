@@ -17,7 +17,9 @@ between the lab's recorded episodes and their replays: the states, on the episod
 sysid did not fit, and the camera policy's trace, on the episodes the rendering
 calibration did not fit. A reality that moves success by less than the noise of a
 few episodes (low friction the expert shrugs off) still shows in every trajectory.
-A layer is named when either says so; the result keeps which said what.
+A layer is named when either says so; the result keeps which said what. A named layer whose
+calibration closes none of the success gap is flagged (``flagged``, with the reason: a wrong fit
+of the right layer looks like that) and is not a clean hit (``clean``).
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from typing import Any
 
 from assay.sim import default_registry
 from assay.store import Store
-from assay.twin.attribution import Attribution, attribute
+from assay.twin.attribution import Attribution, attribute, unclosed
 from assay.twin.config import Layer, Twin, nominal_twin
 from assay.twin.rendering import calibrate_rendering, rendering_twin
 from assay.twin.running import TwinSettings, run_twins
-from assay.twin.sysid import Trajectory, calibrated_twin, identify, trajectories_from_store
+from assay.twin.sysid import DEFAULT_MAX_EVALUATIONS, Trajectory, calibrated_twin, identify, trajectories_from_store
 from assay.twin.trajectory_gap import TrajectoryAttribution, trajectory_attribution
 
 
@@ -44,7 +46,7 @@ class BlindBudget:
     camera_policy: str | None = "perception"
     lab_seed: int = 1000  # the reality's episodes are drawn on seeds the sim never uses
     sysid_trajectories: int = 2
-    sysid_evaluations: int = 240  # identify's default: 100 ran out on a two-factor reality (docs/TWIN.md)
+    sysid_evaluations: int = DEFAULT_MAX_EVALUATIONS  # the search's maximum; it stops at the tolerance
     restarts: int = 1
     rendering_parameters: tuple[str, ...] = ("light.intensity", "camera.yaw")
     rendering_steps: int = 30  # the first steps of one camera episode are replayed
@@ -66,10 +68,17 @@ class BlindResult:
     attributed: str | None
     trajectories: dict[str, Any] = field(default_factory=dict)  # measure -> TrajectoryAttribution as a dict
     named_by: dict[str, tuple[str, ...]] = field(default_factory=dict)  # success / state / trace -> layers
+    flagged: dict[str, str] = field(default_factory=dict)  # named layers whose calibration closes no success gap
+    converged: bool = True  # sysid's fit reached its tolerance
+
+    @property
+    def clean(self) -> tuple[str, ...]:
+        """The named layers that are not flagged: the clean hits."""
+        return tuple(layer for layer in self.named if layer not in self.flagged)
 
     def to_dict(self) -> dict[str, Any]:
-        """The result as JSON-able data."""
-        return asdict(self)
+        """The result as JSON-able data (with ``clean``)."""
+        return {**asdict(self), "clean": list(self.clean)}
 
 
 def _head(trajectory: Trajectory, steps: int) -> Trajectory:
@@ -115,4 +124,5 @@ def blind_attribution(reality: Twin, settings: TwinSettings, workdir: str | Path
     changed = tuple(layer.value for layer in Layer if reality.layer(layer))
     return BlindResult(reality.describe(), changed, {e.policy: e.rate for e in entries}, calibrated.describe(),
                        fit.to_dict(), rendering, result.to_dict(), named, result.attributed,
-                       {m: a.to_dict() for m, a in measures.items()}, named_by)
+                       {m: a.to_dict() for m, a in measures.items()}, named_by, unclosed(result, named_by),
+                       fit.converged)

@@ -46,6 +46,7 @@ GRIDS: dict[str, tuple[float, ...]] = {
     "light.azimuth": tuple(float(v) for v in range(-180, 181, 45)),
 }
 DEFAULT_RENDERING = ("light.intensity", "camera.yaw", "camera.pitch", "camera.distance")
+DEFAULT_TRACE_TOLERANCE = 0.01  # the mismatch (action RMS + detections disagreeing) within which a value fits
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ def _check(parameters: Sequence[str]) -> tuple[str, ...]:
 
 def calibrate_rendering(task: TaskSpec, cameras: Sequence[CameraSpec], trajectories: Sequence[Trajectory],
                         start: Twin, parameters: Sequence[str] = DEFAULT_RENDERING,
-                        tolerance: float = 0.01, refine: int = 8) -> RenderingFit:
+                        tolerance: float = DEFAULT_TRACE_TOLERANCE, refine: int = 8) -> RenderingFit:
     """Fit ``parameters`` of ``start``'s rendering layer (control and dynamics kept) to the episodes."""
     parameters = _check(tuple(parameters))
     task = task.model_copy(update={"cameras": tuple(cameras)})

@@ -34,11 +34,11 @@ import numpy as np
 from assay.spec import CameraSpec, TaskSpec, derive_seed
 from assay.twin.attribution import LEVEL, configurations
 from assay.twin.config import Layer, Twin, TwinError
-from assay.twin.rendering import TraceReplay
-from assay.twin.sysid import OpenLoopReplay, Trajectory
+from assay.twin.rendering import DEFAULT_TRACE_TOLERANCE, TraceReplay
+from assay.twin.sysid import DEFAULT_TOLERANCE, OpenLoopReplay, Trajectory
 
 MEASURES = ("state", "trace")
-TOLERANCE = {"state": 0.0005, "trace": 0.01}  # sysid's and rendering calibration's default accuracies
+TOLERANCE = {"state": DEFAULT_TOLERANCE, "trace": DEFAULT_TRACE_TOLERANCE}  # sysid's and rendering's defaults
 
 
 @dataclass(frozen=True)
