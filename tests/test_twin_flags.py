@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 
-
 def _attribution(nominal_gap: float, calibrated_gap: float, closures: dict[str, float]):
     from assay.twin.attribution import Attribution, ConfigScore, LayerShare
 
@@ -21,8 +20,9 @@ def test_a_named_layer_whose_calibration_closes_none_of_the_success_gap_is_flagg
     wrong_fit = _attribution(0.5, 0.5, {"control": 0.0, "dynamics": -0.05, "rendering": 0.0})
     flagged = unclosed(wrong_fit, {"success": (), "state": ("control", "dynamics")})
     assert sorted(flagged) == ["control", "dynamics"]
-    assert flagged["control"] == ("named by the states but its calibration closes none of the success gap (nominal "
-                                  "0.500 -> calibrated 0.500; its closure +0.000 [-0.100, +0.100]): the fit may be wrong")
+    assert flagged["control"] == ("named by the states but its calibration closes none of the success gap "
+                                  "(nominal 0.500 -> calibrated 0.500; its closure +0.000 [-0.100, +0.100]): "
+                                  "the fit may be wrong")
     # a layer that closes part of the gap is a clean hit; with no nominal gap there is nothing to close
     right_fit = _attribution(0.5, 0.1, {"control": 0.25, "dynamics": 0.15, "rendering": 0.0})
     assert unclosed(right_fit, {"success": ("control", "dynamics"), "state": ("control", "dynamics")}) == {}

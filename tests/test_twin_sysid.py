@@ -130,3 +130,22 @@ def test_sysid_fits_only_factors_that_apply_to_the_task():
     with pytest.raises(TwinError, match=r"cannot fit object.mass on metaworld/drawer-open@1: the task has no object "
                                         r"body .*; valid: control.gain, .*friction"):
         check_parameters(["object.mass", "friction"], drawer)
+
+
+def test_max_trajectories_and_fitted_on_count_the_same_episodes_per_policy():
+    # twin sysid --max-trajectories N fits on, and twin attribute --fitted-on N leaves out, the first N of EACH
+    # policy (first episode indices first); --max-trajectories used to take N over all policies together
+    from dataclasses import replace
+
+    from assay.store import EpisodeRecord, Outcome
+    from assay.twin.sysid import first_per_policy
+
+    base = EpisodeRecord(key="k", campaign="c", task_id="t@1", task_hash="h", variant_key="nominal",
+                         variant_name="nominal", variant={}, policy_name="a", policy_version="1", policy_spec={},
+                         seed=0, episode_index=0, instruction="", outcome=Outcome.SUCCESS, reason="", steps=1,
+                         total_return=0.0, success_step=None, trajectory_hash="")
+    records = [replace(base, key=f"{p}{i}", policy_name=p, episode_index=i, seed=i)
+               for p in ("b", "a") for i in (2, 0, 1)]
+    chosen = first_per_policy(records, 2)
+    assert [(r.policy_name, r.episode_index) for r in chosen] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert len(first_per_policy(records, None)) == 6
