@@ -45,6 +45,8 @@ SKILL_MATCH = 0.5  # a router that ran the task's skill in fewer of the steps th
 
 @dataclass(frozen=True)
 class Attribution:
+    """One failed episode's capability label, how confident the evidence is, and the evidence in words."""
+
     key: str
     capability: str  # one of CAPABILITIES
     confidence: str  # trace, paired, category, none
@@ -81,7 +83,8 @@ def from_trace(record: EpisodeRecord, trace: Mapping[str, Any]) -> tuple[str, st
         skill = trace.get("skill", "another skill")
         paraphrased = Axis.SEMANTIC.value in _axes(record)
         if paraphrased:
-            return "language_grounding", f"its own trace: ran {skill} for {record.task_id} (instruction {record.instruction!r})"
+            return "language_grounding", (f"its own trace: ran {skill} for {record.task_id} "
+                                          f"(instruction {record.instruction!r})")
         return "planning", f"its own trace: ran {skill} for {record.task_id} under the task's own instruction"
     return None
 

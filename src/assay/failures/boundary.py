@@ -22,6 +22,8 @@ from assay.metrics import success_interval
 
 @dataclass(frozen=True)
 class Probe:
+    """One probed factor level: its successes of episodes, the rate and the rate's mid-p interval."""
+
     level: float
     successes: int
     episodes: int
@@ -56,6 +58,8 @@ def bisect_boundary(evaluate: Callable[[float], tuple[int, int]], safe: float, h
 
 @dataclass(frozen=True)
 class BoundaryInterval:
+    """Where the success boundary lies along a factor: the bracket the probes found and the interval they support."""
+
     bracket: tuple[float, float] | None  # (last level >= threshold, first level below), in the search direction
     interval: tuple[float, float] | None  # (last level surely above, first surely below); None ends: unknown
     undecided: tuple[float, ...]  # probed levels whose mid-p interval holds the threshold

@@ -42,6 +42,8 @@ MOVED = 0.01  # object_moved above this (1 cm, or 0.01 rad) is a real displaceme
 
 
 class Category(str, Enum):
+    """A failure category, read from an episode's events (see the module docstring for the order they are tried in)."""
+
     POLICY_ERROR = "policy_error"
     INSTABILITY = "instability"
     COLLISION = "collision"
@@ -73,6 +75,8 @@ def family_of(task_id: str) -> str:
 
 @dataclass(frozen=True)
 class Categorized:
+    """An episode's category, every category its events signal, its task family and the evidence read."""
+
     category: Category | None
     signals: tuple[Category, ...]
     family: str
@@ -88,7 +92,9 @@ def _stalled(state: np.ndarray) -> bool:
     return bool(hand < STALL_HAND_M and obj < STALL_OBJECT_M)
 
 
-def signals(family: str, outcome: Outcome, reason: str, steps: Mapping[str, np.ndarray]) -> tuple[tuple[Category, ...], dict[str, Any]]:
+def signals(
+    family: str, outcome: Outcome, reason: str, steps: Mapping[str, np.ndarray]
+) -> tuple[tuple[Category, ...], dict[str, Any]]:
     """Every category whose predicate holds, in precedence order, and the numbers behind them."""
     if outcome is Outcome.SUCCESS:
         return (), {}

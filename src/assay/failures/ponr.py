@@ -48,6 +48,8 @@ DEFAULT_PROBES = 12  # bracket: about this many evenly spaced probes before refi
 
 @dataclass(frozen=True)
 class PointOfNoReturn:
+    """A failed episode's point of no return: the last recorded step the reference policy still recovers from."""
+
     key: str
     t: int | None  # last probed step from which the reference succeeds within ``budget``; None: none found
     steps: int  # recorded actions in the episode
@@ -65,10 +67,12 @@ class PointOfNoReturn:
     probes: dict[str, float] = field(default_factory=dict)  # t -> share of draws that succeeded
 
     def to_dict(self) -> dict[str, object]:
+        """The result as a JSON-ready dict (one file per episode under ``STORE/failures/ponr/``)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> PointOfNoReturn:
+        """Read a stored result back; unknown keys (from newer files) are ignored."""
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         if isinstance(known.get("interval"), list):
             known["interval"] = tuple(known["interval"])  # type: ignore[arg-type]
@@ -163,10 +167,13 @@ def bracket_search(recoverable: Callable[[int], bool], steps: int, stride: int) 
 
 
 def scan_search(recoverable: Callable[[int], bool], steps: int) -> Search:
+    """Probe every step from 0 to ``steps`` and conclude from all of them (the exhaustive search)."""
     return _conclude({t: recoverable(t) for t in range(steps + 1)}, steps)
 
 
-def recoverable_fn(replayer: Replayer, seed: int, actions: np.ndarray, horizon: int, instruction: str = "") -> Callable[[int], bool]:
+def recoverable_fn(
+    replayer: Replayer, seed: int, actions: np.ndarray, horizon: int, instruction: str = ""
+) -> Callable[[int], bool]:
     """The time-limited reading (budget ``horizon - t``), kept for comparison with the fixed budget."""
     def recoverable(t: int) -> bool:
         return replayer.handoff(seed, actions, t, max(0, horizon - t), instruction).success
@@ -245,6 +252,7 @@ def save_ponr(root: Path, ponr: PointOfNoReturn) -> Path:
 
 
 def load_ponrs(root: Path) -> dict[str, PointOfNoReturn]:
+    """Every stored point of no return of the store at ``root``, by episode key."""
     out = {}
     for path in sorted((root / "failures" / "ponr").glob("*.json")):
         out[path.stem] = PointOfNoReturn.from_dict(json.loads(path.read_text()))

@@ -42,6 +42,8 @@ DEMOS_PER_FAILURE = 3  # what `assay failures ponr --demos` writes per failure (
 
 @dataclass(frozen=True)
 class Priority:
+    """One (policy, task, region) cell of the failure priorities: its failures, their categories and its score."""
+
     policy: str
     task: str
     region: str  # the factor region, then the initial-condition region inside it
@@ -188,6 +190,7 @@ def split_initial_conditions(records: Sequence[EpisodeRecord]) -> tuple[str, lis
 
 def priorities(records: list[EpisodeRecord], categories: dict[str, Categorized],
                ponrs: dict[str, PointOfNoReturn]) -> list[Priority]:
+    """Rank the (policy, task, region) cells by how much fixing their failures would gain, heaviest first."""
     cells: dict[tuple[str, str, str], list[EpisodeRecord]] = defaultdict(list)
     per_task: dict[tuple[str, str], int] = defaultdict(int)
     for record in records:

@@ -26,7 +26,10 @@ from assay.failures.safety import quality_gate
 from assay.store import build_table, write_blob
 
 
-def recovery_columns(states: list[np.ndarray], actions: list[np.ndarray], transitions: list, control_hz: float) -> dict[str, np.ndarray]:
+def recovery_columns(
+    states: list[np.ndarray], actions: list[np.ndarray], transitions: list, control_hz: float
+) -> dict[str, np.ndarray]:
+    """The step columns of a recovery demo from its states, actions and transitions, as the recorder writes them."""
     n = len(actions)
     columns: dict[str, np.ndarray] = {
         "step": np.arange(n, dtype=np.int32),

@@ -29,6 +29,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # always fullmatch: "$" w
 
 
 class RegressionError(AssayError):
+    """A regression set that is missing, malformed or asked for at a version it does not have."""
+
     pass
 
 
@@ -37,6 +39,8 @@ DEFAULT_SETTINGS = {"safety": False, "replan_every": None, "pipeline": "lockstep
 
 @dataclass(frozen=True)
 class Case:
+    """One case of a regression set: a failed episode's task, variant, seed, instruction and run settings."""
+
     id: str
     task: dict[str, Any]  # the full TaskSpec, so a rerun uses exactly the mined task
     variant: dict[str, Any]
@@ -48,23 +52,29 @@ class Case:
 
     @property
     def run_settings(self) -> dict[str, Any]:
+        """The settings a rerun uses: the defaults overlaid with the case's own."""
         return {**DEFAULT_SETTINGS, **self.settings}
 
     @property
     def task_spec(self) -> TaskSpec:
+        """The case's task as a TaskSpec."""
         return TaskSpec.model_validate(self.task)
 
     @property
     def variant_spec(self) -> Variant:
+        """The case's variant as a Variant."""
         return Variant.model_validate(self.variant)
 
     @property
     def label(self) -> str:
+        """``task | variant | seed N``, as listed."""
         return f"{self.task['name']} | {self.variant_spec.name} | seed {self.seed}"
 
 
 @dataclass(frozen=True)
 class RegressionSet:
+    """A named, versioned regression set (``mined`` or ``heldout``) and the campaign its cases came from."""
+
     name: str
     version: int
     split: str  # mined or heldout
@@ -72,6 +82,7 @@ class RegressionSet:
     cases: tuple[Case, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        """The set as the JSON written to ``STORE/regression/NAME/vN.json``."""
         return {"name": self.name, "version": self.version, "split": self.split, "source": self.source,
                 "cases": [asdict(c) for c in self.cases]}
 
@@ -108,17 +119,20 @@ def _check_name(name: str) -> None:
 
 
 def versions(root: Path, name: str) -> list[int]:
+    """The stored versions of regression set ``name``, oldest first."""
     return sorted(int(p.stem[1:]) for p in _set_dir(root, name).glob("v*.json") if p.stem[1:].isdigit())
 
 
 def load_set(root: Path, name: str, version: int | None = None) -> RegressionSet:
+    """Load a regression set at ``version`` (the latest when None); one-line errors name the known sets or versions."""
     found = versions(root, name)
     if not found:
         known = sorted(p.name for p in (root / "regression").glob("*") if p.is_dir())
         raise RegressionError(f"no regression set {name!r} in {root}; known: {', '.join(known) or 'none'}")
     chosen = found[-1] if version is None else version
     if chosen not in found:
-        raise RegressionError(f"regression set {name!r} has no version {chosen}; versions: {', '.join(map(str, found))}")
+        raise RegressionError(f"regression set {name!r} has no version {chosen}; versions: "
+                              f"{', '.join(map(str, found))}")
     data = json.loads((_set_dir(root, name) / f"v{chosen}.json").read_text())
     return RegressionSet(data["name"], data["version"], data["split"], data["source"],
                          tuple(Case(**{k: v for k, v in c.items() if k in Case.__dataclass_fields__})
@@ -138,7 +152,9 @@ def _save_version(root: Path, name: str, split: str, source: str, cases: list[Ca
     return regression_set
 
 
-def add_sets(root: Path, name: str, source: str, cases: list[Case], holdout: float) -> tuple[RegressionSet, RegressionSet | None]:
+def add_sets(
+    root: Path, name: str, source: str, cases: list[Case], holdout: float
+) -> tuple[RegressionSet, RegressionSet | None]:
     """Freeze ``cases`` into ``name`` (mined) and ``name.heldout`` (a ``holdout`` share, by case hash)."""
     _check_name(name)
     if not 0.0 <= holdout < 1.0:
@@ -155,6 +171,8 @@ def add_sets(root: Path, name: str, source: str, cases: list[Case], holdout: flo
 
 @dataclass(frozen=True)
 class RunDiff:
+    """How a rerun's cases moved against the previous run: fixed, still failing, newly failing, still passing."""
+
     fixed: tuple[str, ...]
     still_failing: tuple[str, ...]
     newly_failing: tuple[str, ...]
@@ -162,6 +180,7 @@ class RunDiff:
     baseline: str  # "mined" or the previous run's number
 
     def counts(self) -> dict[str, int]:
+        """The number of cases in each class."""
         return {"fixed": len(self.fixed), "still_failing": len(self.still_failing),
                 "newly_failing": len(self.newly_failing), "still_passing": len(self.still_passing)}
 
@@ -177,10 +196,13 @@ def diff_runs(previous: dict[str, bool] | None, current: dict[str, bool], baseli
 
 
 def runs(root: Path, name: str) -> list[dict[str, Any]]:
+    """Every recorded rerun of regression set ``name``, oldest first."""
     return [json.loads(p.read_text()) for p in sorted((_set_dir(root, name) / "runs").glob("*.json"))]
 
 
-def record_run(root: Path, regression_set: RegressionSet, policy: str, outcomes: dict[str, EpisodeRecord]) -> tuple[dict[str, Any], RunDiff]:
+def record_run(
+    root: Path, regression_set: RegressionSet, policy: str, outcomes: dict[str, EpisodeRecord]
+) -> tuple[dict[str, Any], RunDiff]:
     """Save a rerun's outcomes and diff them against the previous run of this set."""
     previous = runs(root, regression_set.name)
     number = len(previous) + 1
@@ -207,9 +229,11 @@ class SetStatus:
 
     @property
     def latest(self) -> dict[str, Any] | None:
+        """The latest rerun, or None before the first."""
         return self.runs[-1] if self.runs else None
 
     def to_dict(self) -> dict[str, Any]:
+        """The status as a JSON-ready dict, with the latest rerun."""
         return {**asdict(self), "runs": list(self.runs), "latest": self.latest}
 
 

@@ -44,9 +44,11 @@ class ReplayCheck:
 
     @property
     def ok(self) -> bool:
+        """Whether the replay reproduced every recorded step."""
         return self.first_mismatch is None
 
     def describe(self) -> str:
+        """One line saying whether the replay reproduces the recording, or where it diverges."""
         if self.ok:
             return f"replay reproduces all {self.steps} recorded steps"
         return (f"replay diverges from the recording at step {self.first_mismatch} of {self.steps} "
@@ -64,6 +66,7 @@ class Rollout:
 
     @property
     def success(self) -> bool:
+        """Whether any replayed step succeeded."""
         return any(t.success for t in self.transitions)
 
 
@@ -82,9 +85,11 @@ class Replayer:
 
     @property
     def stochastic(self) -> bool:
+        """Whether the variant draws noise per step (then a replay is compared in distribution, not step by step)."""
         return bool(getattr(self._noisy, "stochastic", False))
 
     def close(self) -> None:
+        """Close the environment."""
         self.env.close()
 
     def replay(self, seed: int, actions: np.ndarray, upto: int | None = None) -> Rollout:
@@ -177,6 +182,7 @@ class Replayers:
         return self._built[variant.key]
 
     def close(self) -> None:
+        """Close every replayer built so far."""
         for replayer in self._built.values():
             replayer.close()
         self._built.clear()

@@ -45,6 +45,8 @@ def intervention_rows(records: Sequence[EpisodeRecord]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class GateResult:
+    """The quality gate's verdict: the trajectories kept and, for each one dropped, why."""
+
     kept: tuple[str, ...]
     dropped: dict[str, str]  # name -> why
 

@@ -49,12 +49,15 @@ def adopt(store: Store) -> bool:
 
 
 class FailureTable:
+    """The ``failure_categories`` table in a store's catalog: one category per episode key, forgotten with it."""
+
     def __init__(self, store: Store) -> None:
         self.engine = store.catalog.engine
         metadata.create_all(self.engine)
         store.catalog.register_forgotten(failure_categories.name)  # a forgotten episode loses its category
 
     def put(self, items: dict[str, Categorized]) -> None:
+        """Insert or replace the categories of the given episode keys."""
         now = datetime.now(UTC).isoformat()
         rows = [{"key": key, "category": c.category.value if c.category else None, "family": c.family,
                  "signals_json": json.dumps([s.value for s in c.signals]),
@@ -67,6 +70,7 @@ class FailureTable:
             conn.execute(failure_categories.insert(), rows)
 
     def get(self, keys: list[str] | None = None) -> dict[str, Categorized]:
+        """The stored categories of ``keys`` (every stored one when None), by episode key."""
         query = sa.select(failure_categories)
         if keys is not None:
             query = query.where(failure_categories.c.key.in_(keys))

@@ -24,10 +24,13 @@ CHUNK = 250
 
 
 def generator(seed: int) -> np.random.Generator:
+    """A fresh NumPy generator seeded with ``seed``: every resampling draws from its own stream, never the global one.
+    """
     return np.random.default_rng(seed)
 
 
 def check_settings(confidence: float, n_resamples: int) -> None:
+    """Refuse a confidence level outside (0, 1) or fewer than 100 resamples, with a one-line AssayError."""
     if not 0.0 < confidence < 1.0:
         raise AssayError(f"confidence {confidence} is not valid; give a level strictly between 0 and 1 (e.g. 0.95)")
     if n_resamples < 100:
@@ -46,6 +49,7 @@ def percentile_interval(samples: np.ndarray, confidence: float) -> Interval | No
 
 
 def chunks(n_resamples: int) -> list[int]:
+    """The resample counts drawn per chunk (``CHUNK`` each, the rest last), which bounds the memory of one draw."""
     sizes = [CHUNK] * (n_resamples // CHUNK)
     if n_resamples % CHUNK:
         sizes.append(n_resamples % CHUNK)

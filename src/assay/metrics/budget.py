@@ -53,6 +53,8 @@ from assay.errors import AssayError
 
 @dataclass(frozen=True)
 class Budget:
+    """The episodes per cell a comparison needs for a power at a level, with the settings and formula that gave it."""
+
     episodes_per_cell: int
     paired: bool
     baseline: float
@@ -68,6 +70,7 @@ class Budget:
     achieved_power: float | None = None  # exact power of the exact test at episodes_per_cell
 
     def to_dict(self) -> dict[str, object]:
+        """The budget as a JSON-ready dict."""
         return asdict(self)
 
 

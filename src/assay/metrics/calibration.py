@@ -46,6 +46,9 @@ NOMINAL = ("nominal",)
 
 @dataclass(frozen=True)
 class CalibrationRecord:
+    """One task's real-to-sim calibration: Pearson and MMRV over its policies, with where and when they were measured.
+    """
+
     task: str
     pearson: float | None
     mmrv: float | None  # None with one policy (no pair to misrank)
@@ -58,11 +61,15 @@ class CalibrationRecord:
 
     @property
     def key(self) -> tuple[str, tuple[str, ...]]:
+        """The (task, sorted variants) this record calibrates; a later record with the same key replaces it."""
         return self.task, tuple(sorted(self.variants))
 
 
 @dataclass(frozen=True)
 class Thresholds:
+    """The sign-off thresholds: the minimum Pearson (and its interval's low end), the maximum MMRV, the fewest policies.
+    """
+
     min_pearson: float = 0.8
     max_mmrv: float = 0.05
     min_policies: int = 3
@@ -97,6 +104,8 @@ Calibration = dict[tuple[str, tuple[str, ...]], CalibrationRecord]
 
 @dataclass(frozen=True)
 class Signoff:
+    """Whether a task's sim ranking is validated against reality, and why."""
+
     task: str
     validated: bool
     reason: str
@@ -105,11 +114,14 @@ class Signoff:
 
     @property
     def label(self) -> str:
+        """``VALIDATED`` or ``NOT_VALIDATED``, as printed."""
         return VALIDATED if self.validated else NOT_VALIDATED
 
     def to_dict(self) -> dict[str, object]:
+        """The sign-off as a JSON-ready dict, with its calibration record when one exists."""
         return {"task": self.task, "variants": list(self.variants), "validated": self.validated,
-                "status": self.label, "reason": self.reason, "calibration": asdict(self.record) if self.record else None}
+                "status": self.label, "reason": self.reason,
+                "calibration": asdict(self.record) if self.record else None}
 
 
 def records_from_report(report: CorrelationReport, source: str, date: str | None = None,

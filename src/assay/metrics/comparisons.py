@@ -46,12 +46,16 @@ SUITE = "suite"
 
 
 class Verdict(str, Enum):
+    """The outcome of a comparison of two policies at its level: better, worse, or no detectable difference."""
+
     BETTER = "better"
     WORSE = "worse"
     NO_DIFFERENCE = "no detectable difference"
 
 
 class Pairing(str, Enum):
+    """Whether a comparison paired the episodes (same seeds on both sides) or compared two independent samples."""
+
     PAIRED = "paired"
     UNPAIRED = "unpaired"
 
@@ -114,6 +118,7 @@ class Comparison:
     verdict: Verdict
 
     def to_dict(self) -> dict[str, object]:
+        """The comparison as a JSON-ready dict, its enums by value."""
         data = asdict(self)
         data["pairing"], data["verdict"] = self.pairing.value, self.verdict.value
         return data

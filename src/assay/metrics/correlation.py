@@ -175,6 +175,8 @@ class Estimate:
 
 @dataclass(frozen=True)
 class TaskCorrelation:
+    """One task's correlation of the reference side's rates with the other side's, per statistic with its interval."""
+
     task: str
     other_task: str
     policies: tuple[str, ...]
@@ -187,6 +189,8 @@ class TaskCorrelation:
 
 @dataclass(frozen=True)
 class CorrelationReport:
+    """A correlate run: each task's correlations, their averages over tasks, and the cells that had no reference."""
+
     labels: tuple[str, str]
     tasks: tuple[TaskCorrelation, ...]
     average: dict[str, Estimate]
@@ -199,6 +203,7 @@ class CorrelationReport:
     left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # statistic -> task -> why not averaged
 
     def to_dict(self) -> dict[str, object]:
+        """The report as a JSON-ready dict."""
         return asdict(self)
 
 
@@ -206,6 +211,7 @@ Aligned = list[tuple[str, str, list[tuple[RateEntry, RateEntry]]]]
 
 
 def match_task(task: str, other_tasks: set[str]) -> str | None:
+    """The other side's task matching ``task``: the same id, else the only one with the same name; None otherwise."""
     if task in other_tasks:
         return task
     name = task.split("@")[0]
@@ -213,7 +219,9 @@ def match_task(task: str, other_tasks: set[str]) -> str | None:
     return same[0] if len(same) == 1 else None
 
 
-def align(reference: Sequence[RateEntry], other: Sequence[RateEntry], labels: tuple[str, str]) -> tuple[Aligned, list[str]]:
+def align(
+    reference: Sequence[RateEntry], other: Sequence[RateEntry], labels: tuple[str, str]
+) -> tuple[Aligned, list[str]]:
     """Pair each reference (task, policy) with the other side's; tasks match by id, or by name when unique."""
     other_cells = {(e.task, e.policy): e for e in other}
     other_tasks = {e.task for e in other}
@@ -276,6 +284,7 @@ def correlate(
     seed: int = DEFAULT_SEED,
     convention: MmrvConvention = SIMPLER,
 ) -> CorrelationReport:
+    """Correlate the reference rates with the other side's per task, with bootstrap intervals and their average."""
     check_settings(confidence, n_resamples)
     aligned, unmatched = align(reference, other, labels)
     rng = generator(seed)

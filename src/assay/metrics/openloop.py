@@ -48,6 +48,8 @@ from assay.store import EpisodeRecord, Outcome, Store, write_blob
 
 @dataclass(frozen=True)
 class Trajectory:
+    """One recorded episode's observations, actions and camera frames, step by step, for open-loop scoring."""
+
     record: EpisodeRecord
     observations: np.ndarray  # (steps, state_dim)
     actions: np.ndarray  # (steps, action_dim)
@@ -86,6 +88,7 @@ def load_trajectories(store: Store, records: Sequence[EpisodeRecord], cameras: S
 
 
 def action_mse(predicted: np.ndarray, recorded: np.ndarray) -> float:
+    """Mean squared error between predicted and recorded actions, over every step and dimension."""
     return float(np.mean((np.asarray(predicted) - np.asarray(recorded)) ** 2))
 
 
@@ -160,6 +163,8 @@ def openloop_table(trajectories: Sequence[Trajectory], predictors: Mapping[str, 
 
 @dataclass(frozen=True)
 class RankAgreement:
+    """How well open-loop action error ranks a task's policies against their closed-loop success (Kendall, MMRV)."""
+
     task: str
     policies: tuple[str, ...]
     closed_loop: tuple[float, ...]

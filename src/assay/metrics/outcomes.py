@@ -22,6 +22,8 @@ from assay.store import EpisodeRecord, Outcome
 
 @dataclass(frozen=True)
 class TaskOutcomes:
+    """One task's seed × policy table of outcomes (1 success, 0 failure or timeout, NaN not run or error)."""
+
     task: str
     keys: tuple[tuple[str, int], ...]  # (variant key, seed) per row
     policies: tuple[str, ...]
@@ -29,6 +31,7 @@ class TaskOutcomes:
     errors: tuple[int, ...]  # error episodes per policy
 
     def column(self, policy: str) -> np.ndarray:
+        """The outcomes of one policy, one value per row."""
         return self.values[:, self.policies.index(policy)]
 
     def counts(self, policy: str) -> tuple[int, int]:
@@ -47,9 +50,11 @@ class OutcomeGrid:
 
     @property
     def task_ids(self) -> tuple[str, ...]:
+        """The ids of the grid's tasks, in order."""
         return tuple(t.task for t in self.tasks)
 
     def require(self, policies: Sequence[str]) -> None:
+        """Refuse policies the grid does not hold, naming the valid ones."""
         unknown = [p for p in policies if p not in self.policies]
         if unknown:
             raise AssayError(f"unknown policy {', '.join(map(repr, unknown))}; valid: {', '.join(self.policies)}")

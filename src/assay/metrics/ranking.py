@@ -43,6 +43,8 @@ from assay.metrics.outcomes import OutcomeGrid
 
 @dataclass(frozen=True)
 class LeaderboardRow:
+    """One policy's leaderboard line: mean success over tasks, its interval, and its rank with the rank's interval."""
+
     policy: str
     score: float | None
     ci_low: float | None
@@ -56,16 +58,20 @@ class LeaderboardRow:
 
     @property
     def rank_text(self) -> str:
+        """The rank as printed: ``3``, ``3 [2–4]`` when the rank interval is wider than one, ``-`` when unranked."""
         if self.rank is None:
             return "-"
         return str(self.rank) if self.rank_low == self.rank_high else f"{self.rank} [{self.rank_low}–{self.rank_high}]"
 
     def to_dict(self) -> dict[str, object]:
+        """The row as a JSON-ready dict."""
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class Leaderboard:
+    """A bootstrap leaderboard: rows best first, pairwise probabilities of being better, and the resampling settings."""
+
     rows: tuple[LeaderboardRow, ...]  # best first; unranked last
     p_better: dict[str, dict[str, float]]  # p_better[a][b] = P(a better than b)
     confidence: float
@@ -74,6 +80,7 @@ class Leaderboard:
     tasks: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, object]:
+        """The leaderboard as a JSON-ready dict."""
         return {"rows": [r.to_dict() for r in self.rows], "p_better": self.p_better, "confidence": self.confidence,
                 "n_resamples": self.n_resamples, "seed": self.seed, "tasks": list(self.tasks)}
 
@@ -86,6 +93,7 @@ def competition_ranks(scores: np.ndarray) -> np.ndarray:
 def leaderboard(
     grid: OutcomeGrid, confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
 ) -> Leaderboard:
+    """Rank the grid's policies by mean success over tasks, with seed-resampled score and rank intervals."""
     check_settings(confidence, n_resamples)
     rng = generator(seed)
     observed = np.stack([observed_rates(t.values) for t in grid.tasks])  # (tasks, policies)

@@ -35,6 +35,8 @@ def interval_label(method: str = DEFAULT_INTERVAL, confidence: float = 0.95) -> 
 
 @dataclass(frozen=True)
 class Interval:
+    """A closed interval [low, high] of a rate."""
+
     low: float
     high: float
 
@@ -91,6 +93,8 @@ def return_interval(values: Sequence[float], confidence: float = 0.95) -> Interv
 
 @dataclass(frozen=True)
 class RateRow:
+    """One group's episode counts by outcome, its success rate and the rate's interval."""
+
     group: dict[str, str]
     episodes: int
     scored: int
@@ -107,6 +111,7 @@ class RateRow:
     return_ci_high: float | None = None  # without a success signal); None below two scored episodes
 
     def to_dict(self) -> dict[str, object]:
+        """The row as a JSON-ready dict."""
         return asdict(self)
 
 

@@ -28,6 +28,8 @@ class ResultsCsvError(AssayError):
 
 @dataclass(frozen=True)
 class RateEntry:
+    """One (task, policy) success rate read from a results CSV or derived from episodes, with counts when known."""
+
     task: str
     policy: str
     rate: float
@@ -38,9 +40,11 @@ class RateEntry:
 
     @property
     def has_counts(self) -> bool:
+        """Whether the entry carries successes and trials (not only a rate)."""
         return self.trials is not None
 
     def where(self) -> str:
+        """Where the entry came from, for error messages: ``file row N``, or the source alone."""
         return f"{self.source} row {self.row}" if self.row is not None else self.source
 
 
@@ -80,13 +84,15 @@ def _entry(row: dict[str, str | None], number: int, source: str, counts: bool) -
 
 
 def read_results_csv(path: str | Path) -> list[RateEntry]:
+    """Read a results CSV (task, policy and successes, trials or success_rate); one-line errors name the file and row.
+    """
     path = Path(path)
     source = path.name
     try:
-        handle = open(path, newline="", encoding="utf-8-sig")
+        text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise ResultsCsvError(f"cannot read results CSV {path}: {exc.strerror or exc}") from None
-    with handle:
+    with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         header = [h.strip() for h in (reader.fieldnames or [])]
         if not header:

@@ -6,7 +6,8 @@ either side is ``error`` are dropped. Retention = successes under the variant /
 successes at nominal over the same pairs (the ratio of the two rates), with the
 MOVER-R interval of that paired ratio (``metrics.intervals.retention_interval``:
 closed form, never a point even with no discordant pair, exact coverage ≥ 0.93 at the
-edges in docs/STATISTICS.md) and McNemar's exact test on the discordant pairs. Retention is undefined (None) when nominal never succeeded.
+edges in docs/STATISTICS.md) and McNemar's exact test on the discordant pairs. Retention is undefined (None)
+when nominal never succeeded.
 The profile pools every level of every factor of one axis. An episode marked as
 running under a conflicting instruction (``provenance.instruction.conflict_with``:
 the words name another task, and the scene's task scores it) is reported on its own
@@ -30,6 +31,8 @@ from assay.store import EpisodeRecord, Outcome
 
 @dataclass(frozen=True)
 class RetentionRow:
+    """One policy's retention under one variant, on the seeds both nominal and the variant ran."""
+
     policy: str
     variant: str
     axis: str
@@ -45,6 +48,7 @@ class RetentionRow:
     p_value: float
 
     def to_dict(self) -> dict[str, object]:
+        """The row as a JSON-ready dict."""
         return asdict(self)
 
 
@@ -79,7 +83,8 @@ def retention_table(records: Iterable[EpisodeRecord], confidence: float = 0.95) 
     for record in records:
         if record.outcome is Outcome.ERROR:
             continue
-        outcomes[(record.policy_name, record.variant_key)][(record.task_id, record.seed)] = record.outcome is Outcome.SUCCESS
+        cell = outcomes[(record.policy_name, record.variant_key)]
+        cell[(record.task_id, record.seed)] = record.outcome is Outcome.SUCCESS
         described.setdefault(record.variant_key, record)
     if "nominal" not in described and described:
         raise AssayError("robustness retention needs nominal episodes on the same seeds: add 'nominal' to the variants")
@@ -103,6 +108,8 @@ def retention_table(records: Iterable[EpisodeRecord], confidence: float = 0.95) 
 
 @dataclass(frozen=True)
 class AxisProfile:
+    """One policy's pooled retention on one perturbation axis, and the variant that hurts it most."""
+
     policy: str
     axis: str
     variants: int
@@ -112,6 +119,7 @@ class AxisProfile:
     worst_retention: float | None
 
     def to_dict(self) -> dict[str, object]:
+        """The profile as a JSON-ready dict."""
         return asdict(self)
 
 

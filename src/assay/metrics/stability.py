@@ -17,6 +17,8 @@ from assay.metrics.results_csv import RateEntry
 
 @dataclass(frozen=True)
 class Stability:
+    """The correlation report with the suite-level correlation over the policies common to every task."""
+
     report: CorrelationReport
     suite_policies: tuple[str, ...]
     suite_reference: tuple[float, ...]
@@ -24,11 +26,13 @@ class Stability:
     suite: dict[str, dict[str, object]]  # statistic -> {"value", "reason"}
 
     def to_dict(self) -> dict[str, object]:
+        """The stability result as a JSON-ready dict."""
         return asdict(self)
 
 
 def stability(reference: Sequence[RateEntry], other: Sequence[RateEntry], labels: tuple[str, str],
               confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> Stability:
+    """Correlate per task, then over suite scores (the mean over the tasks every policy ran)."""
     report = correlate(reference, other, labels, confidence, n_resamples, seed)
     # Suite scores over the policies present on every common task.
     common = set(report.tasks[0].policies) if report.tasks else set()
