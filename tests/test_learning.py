@@ -156,3 +156,38 @@ def test_bc_passes_the_conformance_kit(checkpoint):
     from assay.testing import check_policy
 
     check_policy(BCPolicy(path=checkpoint.path), default_registry().get(TASK), bounded=True)
+
+
+@pytest.mark.sim
+def test_leakage_by_perception_flags_an_imperceptible_variant_and_counts_only_the_checkpoints_own(
+        demo_store, checkpoint, tmp_path):
+    """Issue 36: a state policy evaluated on its training seeds under ``light.intensity: 0.5`` replays its
+    training episodes step for step; the variant key used to make them "new scenes" (0 flagged), and the
+    expert's episodes on the same seeds used to be counted as the checkpoint's."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+    from assay.learning.leakage import Perception, leakage, perception
+
+    policies = [bc_spec("bc", Path(checkpoint.path)), PolicySpec(name="expert", builtin="expert")]
+    _, records = run_grid(demo_store, "bc-dim-light", [TASK], policies, 2, DEMO_SEED, HORIZON,
+                          variants=[{"light.intensity": 0.5}, {"action.noise": 0.3}])
+    bc = [r for r in records if r.policy_name == "bc"]
+    assert perception(bc[0].policy_spec) == Perception(visual=False, semantic=False)  # its contract: state only
+    found = leakage(records, checkpoint.path, demo_store)
+    dim = sorted(r.key for r in bc if r.variant_name == "light.intensity=0.5")
+    assert found.episodes == 4 and sorted(found.keys) == dim  # the noisy variant changes what it sees: clean
+    assert found.perceives == "behavioral factors only"
+    result = CliRunner().invoke(app, ["leakage", checkpoint.path, "--campaign", "bc-dim-light", "--store",
+                                      str(demo_store.root), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["episodes"], document["contaminated"]) == (4, 2)  # the expert's 4 episodes are not counted
+    assert document["by_cell"] == {f"bc | {TASK} | light.intensity=0.5": 2}
+    nobody = CliRunner().invoke(app, ["leakage", str(tmp_path / "other.pt"), "--campaign", "bc-dim-light",
+                                      "--store", str(demo_store.root)])
+    assert nobody.exit_code == 2 and "no episode here ran the checkpoint" in nobody.output
+    # a camera policy perceives the light, an instruction-conditioned one the words
+    assert Perception(visual=True, semantic=False).sees("visual") and not Perception(semantic=False).sees("semantic")

@@ -103,13 +103,13 @@ def test_recorded_real_results_reach_the_report(own_store: Path, tmp_path: Path)
 
 def test_a_campaign_as_a_results_csv_round_trips_through_correlate(own_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "proxy.csv"
-    result = runner.invoke(app, ["results", "--store", str(own_store), "--campaign", "tiny", "--csv", str(out)])
+    result = runner.invoke(app, ["results", "--store", str(own_store), "--campaign", "tiny", "--variant", "all",
+                                 "--csv", str(out)])
     assert result.exit_code == 2 and "pick one with --variant" in result.output and not out.exists()
     result = runner.invoke(app, ["results", "--store", str(own_store), "--campaign", "tiny", "--variant", "nope"])
-    assert result.exit_code == 2 and "valid: action.noise=0.5, nominal" in result.output
-    result = runner.invoke(app, ["results", "--store", str(own_store), "--campaign", "tiny", "--variant", "nominal",
-                                 "--csv", str(out)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2 and "valid: all, nominal, action.noise=0.5" in result.output
+    result = runner.invoke(app, ["results", "--store", str(own_store), "--campaign", "tiny", "--csv", str(out)])
+    assert result.exit_code == 0, result.output  # the default scope is one variant: nominal
     with Store(own_store, create=False) as store:
         nominal = [r for r in store.catalog.episodes(campaign="tiny") if r.variant_name == "nominal"]
     written = read_results_csv(out)

@@ -19,15 +19,15 @@ from assay.cli.common import (
     campaign_errors,
     campaign_file,
     open_store,
-    say_latest,
     split_list,
     user_errors,
 )
 from assay.cli.gates import FailUnderOpt, check_rates, is_stdout
 from assay.cli.lazy import subgroup
 from assay.cli.progress import CampaignProgress, interrupt_told
+from assay.cli.scoring import AllowPartialOpt, VariantScopeOpt, scored_campaign
 from assay.errors import AssayError
-from assay.metrics import entries_from_records, rate_table, write_results_csv
+from assay.metrics import entries_from_records, missing_rows, rate_table, write_results_csv
 from assay.metrics.adaptive import judge_for
 from assay.metrics.adaptive_power import equal_power_view
 from assay.metrics.results_csv import format_results_csv
@@ -97,21 +97,28 @@ def run(
                                        judge=judge_for(spec) if spec.adaptive is not None else None)
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
             episodes = opened.catalog.episodes(campaign=spec.name)
-            rows = rate_table(episodes, by=("policy", "task"))
             notes = renderer_notes(episodes)  # several renderers, or software rendering on a GPU host
             for note in notes:
                 render.err_console.print(note, highlight=False, soft_wrap=True)
+            scored = scored_campaign(opened, spec.name, None, records=episodes)  # the scope `results` shows
+            covered = scored.within()
+            rows = rate_table(scored.scoped, by=("policy", "task"))
+            rows += missing_rows(covered, ("policy", "task"), rows)
             if json_out:
                 render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
                                    "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
                                    "retried": summary.retried, "outcomes": summary.outcomes,
-                                   "results": [r.to_dict() for r in rows], "notes": notes,
+                                   **scored.document(covered), "notes": notes,
+                                   "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
                                    **({"adaptive": adaptive, "adaptive_equal_power": equal_power_view(adaptive)}
                                       if adaptive is not None else {})})
                 check_rates(rows, fail_under)
                 return
             no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)
-            render.console.print(render.rate_table(rows, f"campaign {spec.name}: success by policy × task", no_success))
+            title = scored.title(f"campaign {spec.name}: success by policy × task")
+            render.console.print(render.rate_table(rows, title, no_success, completeness=covered))
+            if not covered.complete:
+                scored.say(covered)
             if adaptive is not None:
                 for part in adaptive_render(adaptive):
                     render.console.print(part, highlight=False, soft_wrap=True)
@@ -141,7 +148,7 @@ def results(
     by: Annotated[str, typer.Option(help="Group by any of policy,task,variant,campaign.")] = "policy,task",
     profile: Annotated[bool, typer.Option(
         "--profile", help="Robustness retention per variant and axis (paired seeds).")] = False,
-    variant: Annotated[str | None, typer.Option("--variant", help="Only this variant's episodes.")] = None,
+    variant: VariantScopeOpt = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Also write task,policy,successes,trials to this "
                                                     "file (one variant: what `assay correlate` reads); `-`: "
                                                     "stdout, the tables then go to stderr.")] = None,
@@ -150,47 +157,44 @@ def results(
     pass_k: Annotated[int | None, typer.Option("--pass-k", min=1, max=1000, metavar="K", help="Also pass^k: the "
                                                "probability that K independent episodes all succeed, per cell and "
                                                "per policy.")] = None,
+    allow_partial: AllowPartialOpt = False,
     fail_under: FailUnderOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog."""
+    """Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog, with each
+    row's recorded/planned episodes; nominal variant unless --variant (grouped by variant: each one)."""
     with user_errors():
+        groups = split_list(by)
         with open_store(store, catalog) as opened:
-            known = [c.name for c in opened.catalog.campaigns()]
-            if not known:
-                raise AssayError(f"the store {opened.root} holds no campaign yet")
-            name = campaign or say_latest(opened, known)
-            if name not in known:
-                raise AssayError(f"no campaign {name!r} in {opened.root}; known: {', '.join(known)}")
-            episodes = opened.catalog.episodes(campaign=name)
-            variants = sorted({r.variant_name for r in episodes})
-            if variant is not None:
-                if variant not in variants:
-                    raise AssayError(f"campaign {name!r} has no variant {variant!r}; valid: {', '.join(variants)}")
-                episodes = [r for r in episodes if r.variant_name == variant]
-                variants = [variant]
+            scored = scored_campaign(opened, campaign, variant, separately="variant" in groups)
+            name, episodes = scored.name, scored.scoped
             if csv_out is not None:
-                if len(variants) > 1:
-                    raise AssayError(f"campaign {name!r} has variants {', '.join(variants)}; a results CSV holds one "
-                                     "rate per (task, policy): pick one with --variant")
+                if len(scored.scope.variants) > 1:
+                    raise AssayError(f"campaign {name!r} has variants {', '.join(scored.scope.variants)}; a results "
+                                     "CSV holds one rate per (task, policy): pick one with --variant")
                 if is_stdout(csv_out):
                     sys.stdout.write(format_results_csv(entries_from_records(episodes, name)))
                 else:
                     write_results_csv(csv_out, entries_from_records(episodes, name))
-            rows = rate_table(episodes, by=split_list(by), errors_as_failures=errors_as_failures)
-            extras = stats_commands.results_extras(opened, name)
+            covered = scored.within()
+            rows = rate_table(episodes, by=groups, errors_as_failures=errors_as_failures)
+            rows += missing_rows(covered, groups, rows)
+            extras = stats_commands.results_extras(opened, scored, allow_partial)
             if pass_k is not None:
-                stats_commands.add_pass_k(extras, episodes, pass_k, split_list(by), f"campaign {name}")
-            robustness = robustness_commands.profile_document(episodes) if profile else None
+                stats_commands.add_pass_k(extras, episodes, pass_k, groups, scored.title(f"campaign {name}"))
+            robustness = robustness_commands.profile_document(list(scored.records)) if profile else None
         if json_out:
-            render.print_json({"campaign": name, "by": split_list(by), "errors_as_failures": errors_as_failures,
-                               "results": [r.to_dict() for r in rows],
+            render.print_json({"campaign": name, "by": groups, "errors_as_failures": errors_as_failures,
+                               **scored.document(covered),
+                               "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
                                **extras.document, **(robustness or {})})
         else:
             no_success = frozenset(t for t in {r.task_id for r in episodes} if stats_commands.return_scored(t))
             # With the CSV on stdout, the tables go to stderr (the console writes to whatever sys.stdout is).
             with contextlib.redirect_stdout(sys.stderr) if is_stdout(csv_out) else contextlib.nullcontext():
-                render.console.print(render.rate_table(rows, f"campaign {name}", no_success, errors_as_failures))
+                render.console.print(render.rate_table(rows, scored.title(f"campaign {name}"), no_success,
+                                                       errors_as_failures, covered))
+                scored.say(covered)
                 extras.print()
                 if robustness is not None:
                     robustness_commands.print_profile(robustness)

@@ -258,17 +258,19 @@ def leakage_command(checkpoint: Annotated[Path, typer.Argument(help="A bc checkp
                     campaign: Annotated[str, typer.Option("--campaign", "-c", help="The evaluation campaign.")],
                     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
                     json_out: JsonOpt = False) -> None:
-    """Which of a campaign's episodes are scenes (task, variant, seed; not the horizon) the checkpoint was
-    trained on: their successes say nothing about generalisation."""
+    """Which of the checkpoint's own episodes in a campaign are scenes it was trained on (task, seed and the
+    factors it perceives by its contract; not the horizon): their successes say nothing about generalisation."""
     from assay.learning.leakage import leakage
 
-    with user_errors():
-        with open_store(store, catalog) as opened:
-            known = [c.name for c in opened.catalog.campaigns()]
-            if campaign not in known:
-                raise AssayError(f"no campaign {campaign!r} in {opened.root}; known: {', '.join(known) or 'none yet'}")
-            records = opened.catalog.episodes(campaign=campaign)
-        found = leakage(records, str(checkpoint))
+    with user_errors(), open_store(store, catalog) as opened:
+        known = [c.name for c in opened.catalog.campaigns()]
+        if campaign not in known:
+            raise AssayError(f"no campaign {campaign!r} in {opened.root}; known: {', '.join(known) or 'none yet'}")
+        records = opened.catalog.episodes(campaign=campaign)
+        try:
+            found = leakage(records, str(checkpoint), opened)
+        except AssayError as exc:
+            raise AssayError(f"campaign {campaign!r}: {exc}") from None
     if json_out:
         render.print_json({"campaign": campaign, **found.to_dict()})
         return

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from assay.cli import render
 from assay.cli.common import open_store
+from assay.cli.scoring import scored_campaign
 from assay.errors import AssayError
 from assay.metrics import campaign_signoff, outcome_grid, read_results_csv
 from assay.metrics.irt import MODELS, ModelLeaderboard, counts_from_entries, counts_from_grid, model_leaderboard
@@ -30,19 +31,15 @@ def model_board(model: str, store: Path, catalog: str | None, campaign: str | No
         counts = counts_from_entries(read_results_csv(csv_in))
         return f"results {csv_in.name}", model_leaderboard(model, counts, None, confidence, n_resamples, seed), []
     with open_store(store, catalog) as opened:
-        known = [c.name for c in opened.catalog.campaigns()]
-        if not known:
-            raise AssayError(f"the store {opened.root} holds no campaign yet")
-        name = campaign or known[0]
-        if name not in known:
-            raise AssayError(f"no campaign {name!r} in {opened.root}; known: {', '.join(known)}")
-        records = opened.catalog.episodes(campaign=name)
-        grid = outcome_grid(records, tasks, variant)
-        ranked = [r for r in records if r.task_id in grid.task_ids and (variant is None or r.variant_name == variant)]
+        scored = scored_campaign(opened, campaign, variant)  # the variant scope every scoring command uses
+        records = scored.scoped
+        grid = outcome_grid(records, tasks)
+        ranked = [r for r in records if r.task_id in grid.task_ids]
         gate = campaign_signoff(ranked, opened.root)
     board = model_leaderboard(model, counts_from_grid(grid), [t.values for t in grid.tasks], confidence, n_resamples,
                               seed)
-    return f"campaign {name}", board, gate
+    covered = scored.within(None, grid.task_ids)
+    return f"campaign {scored.name} ({scored.scope.label}; {covered.describe()})", board, gate
 
 
 def print_model_board(source: str, board: ModelLeaderboard) -> None:

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:  # annotations only: rendering a table imports neither statistics nor the store
-    from assay.metrics import RateRow
+    from assay.metrics import Completeness, RateRow
     from assay.spec import TaskSpec
     from assay.store import EpisodeRecord
 
@@ -62,10 +62,11 @@ def json_stdout(enabled: bool = True) -> Iterator[None]:
 
 
 def rate_table(rows: Sequence[RateRow], title: str, return_scored: frozenset[str] = frozenset(),
-               errors_as_failures: bool = False) -> Table:
+               errors_as_failures: bool = False, completeness: Completeness | None = None) -> Table:
     """Success (mid-p interval) and mean return (t interval) per group; a row whose task has no
     success signal (``return_scored``) shows "n/a" for success: its endpoint is the return. A rate
-    with errors left out of its denominator is marked ``*`` and the caption says so."""
+    with errors left out of its denominator is marked ``*`` and the caption says so. With
+    ``completeness``, a ``recorded`` column gives each row's recorded/planned episodes (yellow: incomplete)."""
     group_names = list(rows[0].group) if rows else []
     excluded = sum(row.errors for row in rows) if not errors_as_failures else 0
     caption = None
@@ -85,8 +86,13 @@ def rate_table(rows: Sequence[RateRow], title: str, return_scored: frozenset[str
     table.add_column("error", justify="right")
     table.add_column("steps", justify="right")
     table.add_column("return [95%]", justify="right")
+    if completeness is not None:
+        table.add_column("recorded", justify="right")
     for row in rows:
         no_success = row.group.get("task") in return_scored
+        part = completeness.of(row.group) if completeness is not None else None
+        done = [] if part is None else [f"{part.recorded}/{part.planned}" if part.complete
+                                        else f"[yellow]{part.recorded}/{part.planned}[/]"]
         table.add_row(
             *[row.group[name] for name in group_names],
             _rate_text(row, no_success, errors_as_failures),
@@ -97,11 +103,14 @@ def rate_table(rows: Sequence[RateRow], title: str, return_scored: frozenset[str
             f"[red]{row.errors}[/red]" if row.errors else "0",
             f"{row.mean_steps:.0f}" if row.mean_steps is not None else "-",
             _return_text(row),
+            *done,
         )
     return table
 
 
 def _rate_text(row: RateRow, no_success: bool, errors_as_failures: bool) -> str:
+    if row.episodes == 0:
+        return "-"  # a planned group with no episode yet
     if row.rate is None or no_success:
         return "n/a"
     return f"{row.rate:.2f}" + ("[bold yellow]*[/]" if row.errors and not errors_as_failures else "")

@@ -36,6 +36,9 @@ def report(
                                                     "against (default: the campaign's first).")] = None,
     pass_k: Annotated[int, typer.Option("--pass-k", min=1, max=1000, metavar="K", help="The k of the pass^k "
                                         "section (K episodes in a row all succeed).")] = 3,
+    allow_partial: Annotated[bool, typer.Option(
+        "--allow-partial", help="Show the leaderboard and checkpoint comparison even while some cell of the campaign "
+                                "has no episode (default: withheld, the report says why).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a line.")] = False,
 ) -> None:
     """Write one self-contained HTML report of a campaign (works offline: inline SVG figures, embedded video)."""
@@ -52,10 +55,10 @@ def report(
         target = Path(scratch) / f"{campaign}.html" if to_stdout else output
         with Store(store, catalog, create=False) as opened:
             known = {c.name for c in opened.catalog.campaigns()}
-            leaks = [leak.to_dict() for leak in campaign_leakage(opened.catalog.episodes(campaign=campaign))] \
+            leaks = [leak.to_dict() for leak in campaign_leakage(opened.catalog.episodes(campaign=campaign), opened)] \
                 if campaign in known else []
             path = write_report(opened, campaign, target, embed_video=not link_video, real=entries, baseline=baseline,
-                                leakage=leaks, pass_k=pass_k)
+                                leakage=leaks, pass_k=pass_k, allow_partial=allow_partial)
         size = path.stat().st_size
         if to_stdout:  # the HTML alone on stdout; what was written, on stderr
             sys.stdout.write(path.read_text(encoding="utf-8"))

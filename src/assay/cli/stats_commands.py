@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.text import Text
 
 from assay.cli import render
@@ -20,6 +21,7 @@ from assay.cli import stats_render as show
 from assay.cli.adaptive_render import adaptive_render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, say_latest, user_errors
 from assay.cli.gates import gate_failed
+from assay.cli.scoring import AllowPartialOpt, Scored, VariantScopeOpt, planned_tasks, scored_campaign
 from assay.errors import AssayError
 from assay.metrics import (
     MmrvConvention,
@@ -55,7 +57,7 @@ ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamp
 SeedOpt = Annotated[int, typer.Option("--seed", help="Bootstrap seed (same seed, same intervals).")]
 CampaignOpt = Annotated[str | None, typer.Option("--campaign", help="Campaign name (default: the latest).")]
 TasksOpt = Annotated[str | None, typer.Option("--tasks", help="Comma-separated task ids (default: all).")]
-VariantOpt = Annotated[str | None, typer.Option("--variant", help="Only this variant (default: all, paired).")]
+VariantOpt = VariantScopeOpt
 
 
 def _split(value: str) -> list[str]:
@@ -71,12 +73,6 @@ def _campaign(store: Store, name: str | None) -> str:
     if name not in known:
         raise AssayError(f"no campaign {name!r} in {store.root}; known: {', '.join(known)}")
     return name
-
-
-def _episodes(store: Path, catalog: str | None, campaign: str | None) -> tuple[str, Path, list[EpisodeRecord]]:
-    with Store(store, catalog, create=False) as opened:
-        name = _campaign(opened, campaign)
-        return name, opened.root, opened.catalog.episodes(campaign=name)
 
 
 def _thresholds(root: Path | None, min_pearson: float | None, max_mmrv: float | None,
@@ -99,20 +95,32 @@ class Extras:
             render.console.print(table)
 
 
-def results_extras(store: Store, campaign: str, records: Sequence[EpisodeRecord] | None = None) -> Extras:
-    """Leaderboard (suite score, CI, rank interval) and sign-off status of each task of a campaign."""
+def results_extras(store: Store, scored: Scored, allow_partial: bool = False) -> Extras:
+    """Leaderboard (suite score, CI, rank interval; in the campaign's scope, refused over cells with no
+    episode unless ``allow_partial``) and sign-off status of each task of a campaign; routing, safety and
+    leakage over all its episodes."""
     from assay.failures.safety import intervention_rows
     from assay.learning.leakage import campaign_leakage
 
-    records = list(records) if records is not None else store.catalog.episodes(campaign=campaign)
-    grid = outcome_grid(records)
-    board = leaderboard(grid)
-    gate = campaign_signoff(records, store.root)
-    leaks = campaign_leakage(records)
+    records, scoped = list(scored.records), scored.scoped
+    gate = campaign_signoff(scoped, store.root)
+    leaks = campaign_leakage(records, store)
     safety = intervention_rows(records)
     routing = routing_table(records)
-    tables: list[Any] = [show.leaderboard_table(board, f"campaign {campaign}: leaderboard (rank [95% interval])"),
-                         show.signoff_table(gate)]
+    document: dict[str, Any] = {"leaderboard": None}
+    tables: list[Any] = []
+    try:
+        scored.within().refuse_missing(f"the leaderboard of campaign {scored.name}", allow_partial)
+    except AssayError as exc:
+        document["leaderboard_withheld"] = str(exc)
+        tables.append(f"[yellow]{escape(str(exc))}[/]")
+    else:
+        board = leaderboard(outcome_grid(scoped))
+        document["leaderboard"] = {**board.to_dict(), "rows": [r.to_dict() | scored.within([r.policy]).summary()
+                                                               for r in board.rows]}
+        tables.append(show.leaderboard_table(board, scored.title(f"campaign {scored.name}: leaderboard "
+                                                                 "(rank [95% interval])")))
+    tables.append(show.signoff_table(gate))
     if routing:
         tables.append(show.routing_table(routing))
     if safety:
@@ -121,11 +129,11 @@ def results_extras(store: Store, campaign: str, records: Sequence[EpisodeRecord]
         tables.append(show.leakage_table(leaks))
     notes = renderer_notes(records)  # frames drawn by several renderers, or in software on a GPU host
     tables += [Text(note, style="yellow") for note in notes]
-    extras = Extras({"leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate],
+    extras = Extras({**document, "signoff": [s.to_dict() for s in gate],
                      "safety": safety, "leakage": [leak.to_dict() for leak in leaks],
                      "routing": [r.to_dict() for r in routing], "renderers": renderer_counts(records),
                      "notes": notes}, tables)
-    _add_adaptive(extras, store.root, campaign)
+    _add_adaptive(extras, store.root, scored.name)
     return extras
 
 
@@ -178,39 +186,47 @@ def compare_command(
     confidence: ConfidenceOpt = 0.95,
     resamples: Annotated[int, typer.Option("--resamples", help="Posterior draws behind a suite interval.")] = 20000,
     seed: SeedOpt = 0,
+    allow_partial: AllowPartialOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Per-task and suite differences A − B with intervals, p-values and verdicts. Tasks without a
     success signal (gymnasium ids) are compared on paired mean return instead (``returns`` in --json)."""
     with user_errors():
-        name, root, records = _episodes(store, catalog, campaign)
-        grid = outcome_grid(records, _split(tasks) if tasks else None, variant)
+        with Store(store, catalog, create=False) as opened:
+            scored = scored_campaign(opened, campaign, variant)
+            root = opened.root
+        name, records = scored.name, scored.scoped
+        covered = scored.within([a, *others], planned_tasks(scored, tasks))
+        covered.refuse_missing(f"comparing {a} with {', '.join(others)} on campaign {name}", allow_partial)
+        grid = outcome_grid(records, _split(tasks) if tasks else None)
         grid.require([a, *others])
         by_return = [t for t in grid.task_ids if return_scored(t)]
         by_success = [t for t in grid.task_ids if t not in by_return]
-        success_grid = outcome_grid(records, by_success, variant) if by_success else None
+        success_grid = outcome_grid(records, by_success) if by_success else None
         rows = compare(success_grid, a, others, Pairing.UNPAIRED if unpaired else Pairing.PAIRED, alpha, confidence,
                        resamples, seed) if success_grid is not None else []
-        kept = [r for r in records if variant is None or r.variant_name == variant]
-        returns = compare_returns(kept, a, others, by_return, alpha, confidence) if by_return else []
+        returns = compare_returns(records, a, others, by_return, alpha, confidence) if by_return else []
         posteriors = _posterior(success_grid, a, others, seed) if success_grid is not None else []
-        gate = campaign_signoff(_ranked(records, grid.task_ids, variant, [a, *others]), root)
+        gate = campaign_signoff(_ranked(records, grid.task_ids, [a, *others]), root)
         extras = Extras({"signoff": [g.to_dict() for g in gate]})
         _add_adaptive(extras, root, name)
         if json_out:
             render.print_json({"campaign": name, "a": a, "others": others, "alpha": alpha, "confidence": confidence,
-                               "seed": seed, "n_resamples": resamples,
-                               "comparisons": [r.to_dict() for r in rows], "returns": [r.to_dict() for r in returns],
+                               "seed": seed, "n_resamples": resamples, **scored.document(covered),
+                               "comparisons": [r.to_dict() | covered.select([a, r.b], [r.task] if r.task != "suite"
+                                                                            else None).summary() for r in rows],
+                               "returns": [r.to_dict() for r in returns],
                                "posterior": [{"b": b, **p.to_dict()} for b, p in zip(others, posteriors, strict=False)],
                                **extras.document})
             return
-        title = f"campaign {name}: {a} (A) vs {', '.join(others)} (B)"
+        title = scored.title(f"campaign {name}: {a} (A) vs {', '.join(others)} (B)")
         if rows:
             render.console.print(show.comparison_table(rows, title))
             render.console.print(show.posterior_table(a, others, posteriors))
         if returns:
             render.console.print(show.return_comparison_table(
                 returns, f"{title}, mean return (no success signal: {', '.join(by_return)})", confidence))
+        scored.say(covered)
         render.console.print(show.signoff_table(gate))
         if extras.tables:
             render.console.print("[yellow]adaptive campaign: the fixed-n p-values above are not valid after optional "
@@ -218,11 +234,10 @@ def compare_command(
             extras.print()
 
 
-def _ranked(records: Sequence[EpisodeRecord], tasks: Sequence[str], variant: str | None,
+def _ranked(records: Sequence[EpisodeRecord], tasks: Sequence[str],
             policies: Sequence[str] | None = None) -> list[EpisodeRecord]:
-    """The episodes a ranking scores: its tasks, its variant (or all) and its policies (or all)."""
-    return [r for r in records if r.task_id in tasks and (variant is None or r.variant_name == variant)
-            and (policies is None or r.policy_name in policies)]
+    """The episodes a ranking scores (already in its variant scope): its tasks and its policies (or all)."""
+    return [r for r in records if r.task_id in tasks and (policies is None or r.policy_name in policies)]
 
 
 def return_scored(task_id: str) -> bool:
@@ -258,6 +273,7 @@ def leaderboard_command(
         help="Sign-off: least lower end of r's 95% interval.")] = None,
     require_signoff: Annotated[bool, typer.Option(
         "--require-signoff", help="Exit with status 1 unless every task passes the sign-off gate (CI).")] = False,
+    allow_partial: AllowPartialOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Suite scores with bootstrap intervals, rank intervals, P(A better than B) and the sign-off gate
@@ -267,18 +283,27 @@ def leaderboard_command(
                            require_signoff, json_out)
         return
     with user_errors():
-        name, root, records = _episodes(store, catalog, campaign)
-        grid = outcome_grid(records, _split(tasks) if tasks else None, variant)
+        with Store(store, catalog, create=False) as opened:
+            scored = scored_campaign(opened, campaign, variant)
+            root = opened.root
+        name, records = scored.name, scored.scoped
+        covered = scored.within(None, planned_tasks(scored, tasks))
+        covered.refuse_missing(f"the leaderboard of campaign {name}", allow_partial)
+        grid = outcome_grid(records, _split(tasks) if tasks else None)
         board = leaderboard(grid, confidence, 2000 if resamples is None else resamples, seed)
         thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies, min_pearson_low)
-        gate = campaign_signoff(_ranked(records, grid.task_ids, variant), root, thresholds)
+        gate = campaign_signoff(_ranked(records, grid.task_ids), root, thresholds)
         extras = Extras({})
         _add_adaptive(extras, root, name)
         if json_out:
-            render.print_json({"campaign": name, "leaderboard": board.to_dict(), "thresholds": asdict(thresholds),
-                               "signoff": [s.to_dict() for s in gate], **extras.document})
+            document = board.to_dict()
+            document["rows"] = [r.to_dict() | covered.select([r.policy]).summary() for r in board.rows]
+            render.print_json({"campaign": name, **scored.document(covered), "leaderboard": document,
+                               "thresholds": asdict(thresholds), "signoff": [s.to_dict() for s in gate],
+                               **extras.document})
         else:
-            render.console.print(show.leaderboard_table(board, f"campaign {name}: leaderboard"))
+            render.console.print(show.leaderboard_table(board, scored.title(f"campaign {name}: leaderboard")))
+            scored.say(covered)
             render.console.print(show.p_better_table(board))
             render.console.print(show.signoff_table(gate))
             extras.print()
@@ -337,19 +362,22 @@ def budget_command(
             highlight=False, soft_wrap=True)
 
 
+def _scoped(store: Path, catalog: str | None, campaign: str | None, variant: str | None) -> tuple[Scored, Path]:
+    """A campaign's episodes in the scope ``variant`` asks for (``metrics.scope``: nominal by default)."""
+    with Store(store, catalog, create=False) as opened:
+        return scored_campaign(opened, campaign, variant), opened.root
+
+
 def _campaign_entries(store: Path, catalog: str | None, campaign: str, variant: str | None = None,
                       variants: dict[str, tuple[str, ...]] | None = None) -> list[RateEntry]:
-    """A campaign's (task, policy) rates; ``variants`` is filled with each task's variant keys."""
-    name, _, records = _episodes(store, catalog, campaign)
-    if variant is not None:
-        names = sorted({r.variant_name for r in records})
-        if variant not in names:
-            raise AssayError(f"campaign {name!r} has no variant {variant!r}; valid: {', '.join(names)}")
-        records = [r for r in records if r.variant_name == variant]
+    """A campaign's (task, policy) rates in the variant scope (nominal by default); ``variants`` is filled with
+    each task's variant keys."""
+    scored, _ = _scoped(store, catalog, campaign, variant)
+    records = scored.scoped
     if variants is not None:
         for cell in gate_cells(records):
             variants[cell.task] = cell.variants
-    return entries_from_records(records, f"campaign {name}" + (f":{variant}" if variant else ""))
+    return entries_from_records(records, f"campaign {scored.name}" + (f":{variant}" if variant else ""))
 
 
 def correlate_command(
@@ -418,8 +446,8 @@ def _source_gate(value: str, store: Path, catalog: str | None) -> list[Any]:
     if value.endswith(".csv"):
         return []
     name, _, variant = value.partition(":")
-    _, root, records = _episodes(store, catalog, name)
-    return campaign_signoff([r for r in records if not variant or r.variant_name == variant], root)
+    scored, root = _scoped(store, catalog, name, variant or None)
+    return campaign_signoff(scored.scoped, root)
 
 
 def stability_command(

@@ -25,6 +25,15 @@ from assay.metrics.calibration import (
     signoff,
 )
 from assay.metrics.comparisons import Comparison, Pairing, Verdict, compare, holm, mcnemar_exact, newcombe_interval
+from assay.metrics.completeness import (
+    CellCount,
+    Completeness,
+    campaign_completeness,
+    completeness,
+    missing_rows,
+    planned_cells,
+    recorded_cells,
+)
 from assay.metrics.correlation import CorrelationReport, MmrvConvention, correlate, correlation, mmrv
 from assay.metrics.openloop import (
     OpenLoopRow,
@@ -59,6 +68,7 @@ from assay.metrics.results_csv import (
 from assay.metrics.returns import ReturnComparison, compare_returns, return_interval
 from assay.metrics.robustness import AxisProfile, RetentionRow, retention_table, robustness_profile
 from assay.metrics.routing import RoutingRow, routing_table
+from assay.metrics.scope import VariantScope, planned_variants, variant_scope
 from assay.metrics.sequential import (
     LatticeBoundary,
     SequentialComparison,
@@ -88,4 +98,6 @@ __all__ = [
     "LatticeBoundary", "MmrvConvention", "Posterior", "PosteriorComparison", "SequentialComparison", "compare_stop",
     "lattice_boundary", "mean_cs", "paired_difference_cs", "posterior", "posterior_comparison", "prob_greater",
     "rate_cs", "GateCell", "campaign_signoff", "gate_cells", "RoutingRow", "routing_table",
+    "CellCount", "Completeness", "campaign_completeness", "completeness", "missing_rows", "planned_cells", "recorded_cells",
+    "VariantScope", "planned_variants", "variant_scope",
 ]

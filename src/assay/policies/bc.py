@@ -30,7 +30,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from assay.errors import SpecError
-from assay.policies.contract import STATE_KEY, ActionContract, ActionMode, ArraySpec, GripperPolarity, PolicyContract
+from assay.policies.contract import (
+    PROMPT_KEY,
+    STATE_KEY,
+    ActionContract,
+    ActionMode,
+    ArraySpec,
+    GripperPolarity,
+    PolicyContract,
+)
 from assay.policies.language import EMBED_DIM, embed_each
 from assay.policies.mlp import PAD_ROWS, import_torch
 from assay.policies.protocol import PolicyContext
@@ -127,8 +135,9 @@ class BCPolicy:
     @staticmethod
     def contract(params: Mapping[str, Any]) -> PolicyContract:
         config = load_checkpoint(BCParams(**params).path)["config"]
-        return PolicyContract(
-            observations={STATE_KEY: ArraySpec(shape=(int(config["state_dim"]),), dtype="float32")},
+        reads = {PROMPT_KEY: ArraySpec(shape=(), dtype="str")} if config.get("conditioning") == "instruction" else {}
+        return PolicyContract(  # the prompt is declared when it is read: what leakage counts as perceived
+            observations={STATE_KEY: ArraySpec(shape=(int(config["state_dim"]),), dtype="float32"), **reads},
             action=ActionContract(dim=int(config["action_dim"]), mode=ActionMode.DELTA,
                                   gripper=GripperPolarity.POSITIVE_CLOSES, low=-1.0, high=1.0),
             chunk_length=1,

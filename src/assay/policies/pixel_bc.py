@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from assay.errors import SpecError
 from assay.policies.bc import checkpoint_version, load_checkpoint_data
 from assay.policies.contract import (
+    PROMPT_KEY,
     STATE_KEY,
     ActionContract,
     ActionMode,
@@ -182,8 +183,9 @@ class PixelBCPolicy:
         """State (for proprioception), the camera image it reads, a delta action in [-1, 1]."""
         config = load_pixel_checkpoint(PixelBCParams(**params).path)["config"]
         size = int(config["image_size"])
-        return PolicyContract(
-            observations={STATE_KEY: ArraySpec(shape=(int(config["state_dim"]),), dtype="float32")},
+        reads = {PROMPT_KEY: ArraySpec(shape=(), dtype="str")} if config.get("conditioning") == "instruction" else {}
+        return PolicyContract(  # the prompt is declared when it is read: what leakage counts as perceived
+            observations={STATE_KEY: ArraySpec(shape=(int(config["state_dim"]),), dtype="float32"), **reads},
             images={f"image.{config['camera']}": ImageSpec(height=size, width=size)},
             action=ActionContract(
                 dim=int(config["action_dim"]),

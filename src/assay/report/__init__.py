@@ -25,11 +25,12 @@ from assay.store import Store
 
 def write_report(store: Store, campaign: str, output: str | Path, embed_video: bool = True,
                  real: Sequence[RateEntry] | None = None, baseline: str | None = None,
-                 leakage: Sequence[dict[str, Any]] = (), pass_k: int = 3) -> Path:
-    """Write the report of ``campaign`` to ``output`` atomically (never a partial file); return its path."""
+                 leakage: Sequence[dict[str, Any]] = (), pass_k: int = 3, allow_partial: bool = False) -> Path:
+    """Write the report of ``campaign`` to ``output`` atomically (never a partial file); return its path.
+    ``allow_partial``: show the leaderboard and comparisons even while some cell has no episode."""
     output = Path(output).expanduser().resolve()
     data = gather(store, campaign, real=real, baseline=baseline, leakage=leakage, pass_k=pass_k,
-                  out_dir=output.parent)
+                  out_dir=output.parent, allow_partial=allow_partial)
     html = render_html(data, store, embed_video=embed_video, out_dir=output.parent)
     tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     try:

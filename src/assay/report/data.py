@@ -25,18 +25,23 @@ from assay.failures.safety import intervention_rows
 from assay.metrics import (
     AxisProfile,
     Comparison,
+    Completeness,
     CorrelationReport,
     Leaderboard,
     RateEntry,
     RateRow,
     RetentionRow,
     Signoff,
+    VariantScope,
+    campaign_completeness,
     campaign_signoff,
     leaderboard,
     outcome_grid,
+    planned_variants,
     rate_table,
     retention_table,
     robustness_profile,
+    variant_scope,
 )
 from assay.metrics.passk import PassKTable, pass_k_table
 from assay.report import evidence
@@ -105,6 +110,7 @@ class ReportData:
     leakage: tuple[dict[str, Any], ...] = ()  # per bc checkpoint (learning.leakage.Leakage.to_dict), from the caller
     flywheel: tuple[dict[str, Any], ...] = ()  # STORE/learning/flywheel/*.json that ran this campaign
     pass_k: PassKTable | None = None  # pass^k per policy × task and per policy (metrics.passk)
+    scoring: Scoring | None = None  # the variant scope of the headline numbers and the campaign's completeness
 
     @property
     def progress(self) -> tuple[int, int]:
@@ -185,9 +191,55 @@ def shown_store(root: Path, out_dir: Path | None) -> str:
     return root.name
 
 
+@dataclass(frozen=True)
+class Scoring:
+    """The variant scope of a report's headline numbers, the campaign's completeness in it, and why the
+    leaderboard and comparisons are withheld (empty: shown)."""
+
+    scope: VariantScope
+    completeness: Completeness  # the cells in scope
+    campaign: Completeness  # every cell of the campaign
+    withheld: str = ""
+    variants: tuple[str, ...] = ()  # every variant the campaign plans, in plan order
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``scope`` and ``completeness`` documents the CLI's --json carries too."""
+        return {"scope": self.scope.to_dict(), "completeness": {**self.completeness.to_dict(),
+                                                                "campaign": self.campaign.summary()},
+                "withheld": self.withheld or None}
+
+
+def score_scope(spec: dict[str, Any], records: Sequence[EpisodeRecord], adaptive: dict[str, Any] | None,
+                allow_partial: bool = False, hint: str = "pass --allow-partial to `assay report`") -> Scoring:
+    """The default variant scope of a campaign (``metrics.scope``), its completeness and the refusal to rank
+    over cells with no episode (unless ``allow_partial``; ``hint`` says how to ask): the rule ``assay results``
+    applies."""
+    variants = planned_variants(spec, records)
+    scope = variant_scope(variants)
+    whole = campaign_completeness(spec, records, adaptive)
+    covered = whole.select(variants=scope.variants)
+    withheld = ""
+    try:
+        covered.refuse_missing("the leaderboard and the checkpoint comparison", allow_partial)
+    except AssayError as exc:
+        withheld = str(exc).replace("pass --allow-partial", hint)
+    return Scoring(scope, covered, whole, withheld, tuple(variants))
+
+
+def campaign_scoring(store: Store, campaign: str, records: Sequence[EpisodeRecord], allow_partial: bool = False,
+                     hint: str = "pass --allow-partial to `assay report`") -> Scoring:
+    """:func:`score_scope` of a stored campaign (its resolved document and adaptive state): what the report and
+    the dashboard show their headline numbers under."""
+    row = store.catalog.campaign(campaign)
+    adaptive_path = store.campaign_dir(campaign) / "adaptive.json"
+    adaptive = json.loads(adaptive_path.read_text()) if adaptive_path.exists() else None
+    return score_scope(row.spec if row is not None else {}, records, adaptive, allow_partial, hint)
+
+
 def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: int = 2000,
            real: Sequence[RateEntry] | None = None, baseline: str | None = None,
-           leakage: Sequence[dict[str, Any]] = (), pass_k: int = 3, out_dir: Path | None = None) -> ReportData:
+           leakage: Sequence[dict[str, Any]] = (), pass_k: int = 3, out_dir: Path | None = None,
+           allow_partial: bool = False) -> ReportData:
     """Collect everything the report shows for ``campaign`` (AssayError if the store has no such campaign).
 
     ``real``: real-world results to plot against the campaign (default: those stored by ``assay correlate
@@ -195,6 +247,9 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     ``leakage``: the leakage check of each bc checkpoint the campaign ran (the caller loads checkpoints:
     ``assay.learning.leakage.campaign_leakage``; this package never does); ``pass_k``: the k of the pass^k section;
     ``out_dir``: where the report is written, which the store's path is shown relative to (:func:`shown_store`).
+    Headline numbers (rates, leaderboard, comparisons, real-to-sim) are in the campaign's default variant scope
+    (``metrics.scope``: nominal when planned), and the leaderboard and comparisons are withheld while a cell
+    has no episode, unless ``allow_partial`` (``metrics.completeness``).
     """
     known = {c.name: c for c in store.catalog.campaigns()}
     if campaign not in known:
@@ -202,17 +257,21 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         raise AssayError(f"no campaign {campaign!r} in {store.root}; known: {valid}")
     spec = known[campaign].spec
     records = tuple(store.catalog.episodes(campaign=campaign))
+    adaptive_path = store.campaign_dir(campaign) / "adaptive.json"
+    adaptive = json.loads(adaptive_path.read_text()) if adaptive_path.exists() else None
+    scoring = campaign_scoring(store, campaign, records, allow_partial)
     notes: list[str] = [f"leakage: {leak['contaminated']} of {leak['episodes']} episodes of {leak['checkpoint']} are "
                         "scenes it was trained on; their successes say nothing about generalisation"
                         for leak in leakage if leak.get("contaminated")]
     notes += renderer_notes(records)  # frames drawn by several renderers, or in software on a GPU host
     board = None
     signoffs: list[Signoff] = []
-    if records:
-        grid = outcome_grid(evidence.nominal(records))
-        board = leaderboard(grid, confidence=confidence, n_resamples=n_resamples)
-        signoffs = campaign_signoff(evidence.nominal(records), store.root)
-    else:
+    scoped = scoring.scope.keep(records)
+    if scoped:
+        signoffs = campaign_signoff(scoped, store.root)
+    if scoped and not scoring.withheld:
+        board = leaderboard(outcome_grid(scoped), confidence=confidence, n_resamples=n_resamples)
+    if not records:
         notes.append("no episodes recorded yet")
     outcomes: dict[str, dict[str, int]] = defaultdict(lambda: {o.value: 0 for o in Outcome})
     for r in records:
@@ -226,22 +285,22 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         videos = tuple((c, video_relpath(r.key, c)) for c in cameras if store.files.exists(video_relpath(r.key, c)))
         gallery.append(GalleryItem(r, videos, facts[r.key]))
     attributions = [f.attribution for f in facts.values() if f.attribution is not None]
-    real_report, real_note = evidence.real_to_sim(records, evidence.stored_real(store) if real is None else real,
+    real_report, real_note = evidence.real_to_sim(scoped, evidence.stored_real(store) if real is None else real,
                                                   n_resamples)
     order = [p.get("name") for p in spec.get("policies", [])] or sorted({r.policy_name for r in records})
-    base, comparisons = evidence.checkpoints(records, order, baseline, n_resamples)
-    posteriors = evidence.checkpoint_posteriors(records, base, sorted({c.b for c in comparisons}))
+    base, comparisons = evidence.checkpoints(scoped, order, baseline, n_resamples) if not scoring.withheld \
+        else (None, [])
+    posteriors = evidence.checkpoint_posteriors(scoped, base, sorted({c.b for c in comparisons}))
     name_file = f"{campaign}.yaml"
     shown = shown_store(store.root, out_dir)
     reproduce = (
         f"assay run {shlex.quote(name_file)} --store {shlex.quote(shown)}",
         f"assay report {shlex.quote(campaign)} --store {shlex.quote(shown)} -o {shlex.quote(campaign)}.html",
     )
-    adaptive_path = store.campaign_dir(campaign) / "adaptive.json"
     return ReportData(
-        adaptive=json.loads(adaptive_path.read_text()) if adaptive_path.exists() else None,
+        adaptive=adaptive, scoring=scoring,
         campaign=campaign, spec=spec, store_root=shown, records=records,
-        rates=tuple(rate_table(records, by=("policy", "task"), confidence=confidence)) if records else (),
+        rates=tuple(rate_table(scoped, by=("policy", "task"), confidence=confidence)) if scoped else (),
         leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(robustness_rows(records, retention)),
         axes=tuple(robustness_profile(retention)),
         outcomes_by_policy=dict(outcomes), failure_categories=_category_counts(failures, facts), gallery=tuple(gallery),

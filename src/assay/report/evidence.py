@@ -47,18 +47,13 @@ class FailureFacts:
     trace: dict[str, Any] | None = None  # the policy's own account over the episode (trace.* summaries)
 
 
-def nominal(records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
-    """The nominal episodes when the campaign has any, else all (a campaign of variants only)."""
-    chosen = [r for r in records if r.variant_name == "nominal"]
-    return chosen or list(records)
-
-
 def real_to_sim(records: Sequence[EpisodeRecord], real: Sequence[RateEntry], n_resamples: int) -> tuple[CorrelationReport | None, str]:
-    """(correlation of the real cells that this campaign also ran, a note); None when no cell matches."""
+    """(correlation of the real cells that this campaign also ran, a note); None when no cell matches.
+    ``records``: the campaign's episodes in the report's variant scope (``metrics.scope``)."""
     if not real or not records:
         return None, ("no real-world results: `assay correlate --real REAL.csv --campaign NAME --record` (or "
                       "`assay report --real REAL.csv`) adds this section")
-    sim = entries_from_records(nominal(records), "campaign")
+    sim = entries_from_records(records, "campaign")
     tasks = {e.task for e in sim}
     cells = {(e.task, e.policy) for e in sim}
     matched = [e for e in real if (match_task(e.task, tasks), e.policy) in cells]
@@ -77,8 +72,9 @@ def stored_real(store: Store) -> list[RateEntry]:
 
 def checkpoints(records: Sequence[EpisodeRecord], order: Sequence[str], baseline: str | None,
                 n_resamples: int) -> tuple[str | None, list[Comparison]]:
-    """Every other policy against ``baseline`` (default: the campaign's first policy) on paired nominal seeds."""
-    scored = nominal(records)
+    """Every other policy against ``baseline`` (default: the campaign's first policy) on paired seeds, over
+    ``records`` (the episodes in the report's variant scope)."""
+    scored = list(records)
     present = [p for p in order if any(r.policy_name == p for r in scored)]
     if baseline is not None and baseline not in present:
         raise AssayError(f"baseline {baseline!r} is not a policy of this campaign; valid: {', '.join(present)}")
@@ -92,10 +88,10 @@ def checkpoints(records: Sequence[EpisodeRecord], order: Sequence[str], baseline
 def checkpoint_posteriors(records: Sequence[EpisodeRecord], baseline: str | None,
                           others: Sequence[str]) -> dict[str, dict[str, float]]:
     """``{other: {task: P(other > baseline), "suite": P(suite mean of other > baseline's)}}`` from Beta(1 + s,
-    1 + f) posteriors of the nominal episodes (``metrics.posterior``; the suite by seeded joint draws)."""
+    1 + f) posteriors of ``records`` (in the report's variant scope) (``metrics.posterior``; the suite by seeded joint draws)."""
     if baseline is None or not others:
         return {}
-    grid = outcome_grid(nominal(records))
+    grid = outcome_grid(records)
     out = {}
     for other in others:
         counts = {t.task: (*t.counts(other), *t.counts(baseline)) for t in grid.tasks}

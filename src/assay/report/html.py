@@ -48,6 +48,8 @@ pre{background:#263238;color:#eceff1;padding:10px;border-radius:6px;overflow:aut
 
 def _leaderboard(data: ReportData) -> str:
     board = data.leaderboard
+    if data.scoring is not None and data.scoring.withheld:
+        return f"<p class='warn' id='leaderboard-withheld'>{escape(data.scoring.withheld)}</p>"
     if board is None:
         return "<p class='muted'>No scored episodes yet.</p>"
     rows = [[escape(r.policy), escape(r.rank_text), pct(r.score), f"[{pct(r.ci_low)}, {pct(r.ci_high)}]",
@@ -55,10 +57,10 @@ def _leaderboard(data: ReportData) -> str:
     signoffs = [[escape(s.task), escape(", ".join(s.variants)),
                  f"<span class='{'ok' if s.validated else 'warn'}'>{escape(s.label)}</span>",
                  escape(s.reason)] for s in data.signoffs]
-    has_variants = any(r.variant_name != "nominal" for r in data.records)
+    scope = data.scoring.scope.label if data.scoring is not None else "all variants"
     return (
-        (f"<p class='muted'>Nominal variant only; {board.n_resamples} bootstrap resamples (ranks), seed {board.seed}.</p>"
-         if has_variants else f"<p class='muted'>{board.n_resamples} bootstrap resamples, seed {board.seed}.</p>")
+        f"<p class='muted'>Scope: {escape(scope)}; {board.n_resamples} bootstrap resamples (ranks), seed "
+        f"{board.seed}; the score's interval from mid-p confidence draws of each task's rate.</p>"
         + table(["policy", "rank [interval]", "score", f"{board.confidence:.0%} interval", "scored", "errors"],
                  rows, {2, 3, 4, 5})
         + f"<div class='figure'>{figures.leaderboard_svg(board)}</div>"
@@ -68,10 +70,22 @@ def _leaderboard(data: ReportData) -> str:
 
 
 def _rates(data: ReportData) -> str:
+    covered = data.scoring.completeness if data.scoring is not None else None
+
+    def recorded(group: dict[str, str]) -> str:
+        if covered is None:
+            return "-"
+        part = covered.of(group)
+        text = f"{part.recorded}/{part.planned}"
+        return text if part.complete else f"<span class='warn'>{text}</span>"
+
     rows = [[escape(r.group["policy"]), escape(r.group["task"]), pct(r.rate), f"[{pct(r.ci_low)}, {pct(r.ci_high)}]",
-             f"{r.successes}/{r.scored}", str(r.timeouts), str(r.failures), str(r.errors)] for r in data.rates]
-    return table(["policy", "task", "success", "mid-p 95%", "succ/n", "timeout", "fail", "error"], rows,
-                  {2, 3, 4, 5, 6, 7})
+             f"{r.successes}/{r.scored}", str(r.timeouts), str(r.failures), str(r.errors), recorded(r.group)]
+            for r in data.rates]
+    missing = "" if covered is None or not covered.missing else (
+        "<p class='warn'>No episode yet: " + escape(", ".join(c.label for c in covered.missing)) + "</p>")
+    return table(["policy", "task", "success", "mid-p 95%", "succ/n", "timeout", "fail", "error", "recorded"], rows,
+                 {2, 3, 4, 5, 6, 7, 8}) + missing
 
 
 def _robustness(data: ReportData) -> str:
@@ -190,9 +204,10 @@ def _adaptive_saved(state: dict[str, Any]) -> str:
 
 def render_html(data: ReportData, store: Store, embed_video: bool = True, out_dir: Path | None = None) -> str:
     done, total = data.progress
+    scope = f" ({data.scoring.scope.label})" if data.scoring is not None else ""
     sections: list[tuple[str, str, str]] = [
-        ("leaderboard", "Leaderboard", _leaderboard(data)),
-        ("rates", "Success by policy × task", _rates(data)),
+        ("leaderboard", f"Leaderboard{scope}", _leaderboard(data)),
+        ("rates", f"Success by policy × task{scope}", _rates(data)),
         ("reliability", f"Reliability: pass^{data.pass_k.k if data.pass_k else 'k'}", reliability_section(data.pass_k)),
         *([("adaptive", "Adaptive stopping", _adaptive(data))] if data.adaptive is not None else []),
         ("checkpoints", "Checkpoint comparison", parts.checkpoints(data)),
@@ -209,12 +224,19 @@ def render_html(data: ReportData, store: Store, embed_video: bool = True, out_di
     nav = " · ".join(f"<a href='#{key}' style='color:#fff'>{escape(title)}</a>" for key, title, _ in sections)
     body = "".join(f"<section id='{key}'><h2>{escape(title)}</h2>{html}</section>" for key, title, html in sections)
     notes = "".join(f"<p class='warn'>{escape(n)}</p>" for n in data.notes)
-    meta: dict[str, Any] = {"campaign": data.campaign, "episodes": done, "jobs": total}
+    meta: dict[str, Any] = {"campaign": data.campaign, "episodes": done, "jobs": total,
+                            **(data.scoring.to_dict() if data.scoring is not None else {})}
+    progress = f"{done} of {total} episodes recorded"
+    if data.scoring is not None:
+        whole = data.scoring.campaign
+        progress = whole.describe()
+        if not whole.complete:
+            notes = f"<p class='warn' id='incomplete'>This campaign is {escape(whole.describe())}.</p>" + notes
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>Assay report: {escape(data.campaign)}</title><style>{CSS}</style>"
         f"<script type='application/json' id='assay-meta'>{escape(json.dumps(meta))}</script></head><body>"
         f"<header><h1>Assay report: {escape(data.campaign)}</h1>"
-        f"<p>{done} of {total} episodes recorded · store {escape(data.store_root)}</p><p>{nav}</p></header>"
+        f"<p>{escape(progress)} · store {escape(data.store_root)}</p><p>{nav}</p></header>"
         f"<main>{notes}{body}</main></body></html>"
     )

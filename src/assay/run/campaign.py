@@ -50,7 +50,17 @@ class CampaignPlan:
             "policies": [{"name": p.name, "version": p.version, "spec": p.spec.model_dump(mode="json")} for p in self.policies],
             "variants": [{"key": v.key, "name": v.name, "spec": v.model_dump(mode="json")} for v in self.variants],
             "jobs": len(self.jobs),
+            "cells": self.cells(),
         }
+
+    def cells(self) -> list[dict[str, Any]]:
+        """Episodes planned per (policy, task, variant) cell, in plan order: what results count completeness
+        against (``assay.metrics.completeness``)."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for job in self.jobs:
+            cell = (job.policy.name, job.task.id, job.variant.name)
+            counts[cell] = counts.get(cell, 0) + 1
+        return [{"policy": p, "task": t, "variant": v, "planned": n} for (p, t, v), n in counts.items()]
 
 
 @dataclass

@@ -31,7 +31,16 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from assay.errors import AssayError, StoreError
-from assay.metrics import campaign_signoff, interval_label, leaderboard, outcome_grid, rate_table
+from assay.metrics import (
+    campaign_signoff,
+    interval_label,
+    leaderboard,
+    missing_rows,
+    outcome_grid,
+    rate_table,
+    variant_scope,
+)
+from assay.report.data import campaign_scoring
 from assay.server import regression, views
 from assay.server.runs import RunManager
 from assay.store import Store
@@ -130,9 +139,15 @@ def create_app(config: ServerConfig) -> FastAPI:
             from assay.learning.leakage import campaign_leakage
 
             records = store.catalog.episodes(campaign=name)
-            table = [r.to_dict() for r in rate_table(records, by=("policy", "task", "variant"))] if records else []
-            return {"rates": table, "interval": interval_label(), "safety": intervention_rows(records),
-                    "leakage": [leak.to_dict() for leak in campaign_leakage(records)]}
+            scoring = campaign_scoring(store, name, records)
+            groups = ("policy", "task", "variant")
+            whole = scoring.campaign  # every variant: this table shows each one separately
+            found = rate_table(records, by=groups) if records else []
+            table = [r.to_dict() | whole.of(r.group).summary() for r in found + missing_rows(whole, groups, found)]
+            return {"rates": table, "interval": interval_label(),
+                    "rates_scope": variant_scope(scoring.variants or ["nominal"], separately=True).to_dict(),
+                    "completeness": whole.to_dict(), "safety": intervention_rows(records),
+                    "leakage": [leak.to_dict() for leak in campaign_leakage(records, store)]}
 
         return row | {"running": runs.running(name), **await call(rates)}
 
@@ -157,23 +172,30 @@ def create_app(config: ServerConfig) -> FastAPI:
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     @app.get("/api/campaigns/{name}/leaderboard", tags=["results"],
-             summary="Suite scores with bootstrap intervals, rank intervals and sign-off (nominal variant)")
+             summary="Suite scores with bootstrap intervals, rank intervals and sign-off (in the campaign's "
+                     "variant scope: nominal when planned; withheld while a cell has no episode)")
     async def get_leaderboard(name: str, confidence: float = Query(0.95, gt=0.5, lt=1.0),
                               resamples: int = Query(2000, ge=100, le=100_000),
-                              seed: int = Query(0, ge=0, le=2**32 - 1)) -> dict[str, Any]:
+                              seed: int = Query(0, ge=0, le=2**32 - 1),
+                              allow_partial: bool = Query(False, description="Rank even while a cell has no "
+                                                                             "episode (default: withheld)")
+                              ) -> dict[str, Any]:
         await call(views.campaign_row, store, name)
 
         def compute() -> dict[str, Any]:
             records = store.catalog.episodes(campaign=name)
-            if not records:
-                return {"rows": [], "signoff": []}
-            has_nominal = any(r.variant_name == "nominal" for r in records)
-            grid = outcome_grid(records, variant="nominal" if has_nominal else None)
-            board = leaderboard(grid, confidence, resamples, seed)
-            scored = [r for r in records if not has_nominal or r.variant_name == "nominal"]
+            scoring = campaign_scoring(store, name, records, allow_partial,
+                                       hint="ask for it: /leaderboard?allow_partial=true")
+            scored = scoring.scope.keep(records)
+            empty = {"rows": [], "signoff": [], "rank_text": {}, **scoring.to_dict()}
+            if not scored or scoring.withheld:
+                return empty
+            board = leaderboard(outcome_grid(scored), confidence, resamples, seed)
             gates = campaign_signoff(scored, store.root)
-            return board.to_dict() | {"signoff": [g.to_dict() for g in gates],
-                                      "rank_text": {r.policy: r.rank_text for r in board.rows}}
+            document = board.to_dict()
+            document["rows"] = [r.to_dict() | scoring.completeness.select([r.policy]).summary() for r in board.rows]
+            return document | scoring.to_dict() | {"signoff": [g.to_dict() for g in gates],
+                                                   "rank_text": {r.policy: r.rank_text for r in board.rows}}
 
         return await call(compute, status=400)
 

@@ -458,6 +458,21 @@ class Catalog:
         return found
 
     @_guarded
+    def variant_specs(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The variant (its stored dump: name, perturbations) of each of ``keys`` that some episode ran under."""
+        found: dict[str, dict[str, Any]] = {}
+        with self.engine.connect() as conn:
+            for chunk in _chunks(sorted(set(keys)), 500):
+                query = sa.select(episodes.c.variant_key, episodes.c.variant_json).where(
+                    episodes.c.variant_key.in_(chunk)).distinct()
+                for row in conn.execute(query):
+                    try:
+                        found.setdefault(str(row.variant_key), json.loads(row.variant_json))
+                    except ValueError:
+                        continue  # an undecodable row names no variant
+        return found
+
+    @_guarded
     def campaigns(self) -> list[CampaignRow]:
         """Every campaign, the most recently updated first."""
         counts = (

@@ -127,6 +127,11 @@ async function campaignsView() {
   }
 }
 
+function completenessText(c) {
+  const missing = c.missing_cells.length ? `; ${c.missing_cells.length} cell(s) have none (${c.missing_cells.slice(0, 4).join(", ")}${c.missing_cells.length > 4 ? " and more" : ""})` : "";
+  return `${c.complete ? "complete" : "incomplete"}: ${c.recorded} of ${c.planned} planned episodes recorded${missing}`;
+}
+
 async function campaignTables(name) {
   const [campaign, board, episodes, sets, mined, passk] = await Promise.all([
     api(`/api/campaigns/${encodeURIComponent(name)}`), api(`/api/campaigns/${encodeURIComponent(name)}/leaderboard`),
@@ -140,15 +145,21 @@ async function campaignTables(name) {
       ${campaign.safety.map(r => `<tr><td>${esc(r.policy)}</td><td>${esc(r.task)}</td><td>${esc(r.variant)}</td><td class="num">${r.episodes}</td>
         <td class="num">${r.nan}</td><td class="num">${r.limit}</td><td class="num">${r.workspace}</td></tr>`).join("")}</tbody></table></section>` : "";
   return {campaign, episodes: episodes.length, html: `${leaks}
-    <section><h2>Leaderboard</h2><table id="leaderboard"><thead><tr><th>policy</th><th>rank [interval]</th><th class="num">score</th>
-      <th class="num">${pct(board.confidence)} interval</th><th class="num">scored</th><th class="num">errors</th></tr></thead><tbody>
+    <section><h2>Leaderboard <span class="muted" id="leaderboard-scope">(${esc(board.scope ? board.scope.label : "")})</span></h2>
+      ${board.withheld ? `<p class="warn" id="leaderboard-withheld">${esc(board.withheld)}</p>` : ""}
+      <table id="leaderboard"><thead><tr><th>policy</th><th>rank [interval]</th><th class="num">score</th>
+      <th class="num">${pct(board.confidence)} interval</th><th class="num">scored</th><th class="num">errors</th><th class="num">recorded</th></tr></thead><tbody>
       ${(board.rows || []).map(r => `<tr><td>${esc(r.policy)}</td><td>${esc(board.rank_text[r.policy])}</td><td class="num">${pct(r.score)}</td>
-        <td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.scored}</td><td class="num">${r.errors}</td></tr>`).join("")}</tbody></table>
+        <td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.scored}</td><td class="num">${r.errors}</td>
+        <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`).join("")}</tbody></table>
       <p>${(board.signoff || []).map(s => `${esc(s.task)}: <span class="${s.validated ? "success" : "warn"}">${esc(s.status)}</span> <span class="muted">(${esc(s.reason)})</span>`).join("<br>")}</p></section>
-    <section><h2>Success by policy × task × variant</h2><table id="rates"><thead><tr><th>policy</th><th>task</th><th>variant</th><th class="num">success</th>
-      <th class="num">${esc(campaign.interval)}</th><th class="num">n</th></tr></thead><tbody>
+    <section><h2>Success by policy × task × variant <span class="muted">(${esc(campaign.rates_scope.label)})</span></h2>
+      <p id="completeness" class="${campaign.completeness.complete ? "muted" : "warn"}">${esc(completenessText(campaign.completeness))}</p>
+      <table id="rates"><thead><tr><th>policy</th><th>task</th><th>variant</th><th class="num">success</th>
+      <th class="num">${esc(campaign.interval)}</th><th class="num">n</th><th class="num">recorded</th></tr></thead><tbody>
       ${campaign.rates.map(r => `<tr><td>${esc(r.group.policy)}</td><td>${esc(r.group.task)}</td><td>${esc(r.group.variant)}</td>
-        <td class="num">${pct(r.rate)}</td><td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.successes}/${r.scored}</td></tr>`).join("")}</tbody></table></section>
+        <td class="num">${pct(r.rate)}</td><td class="num">${r.ci_low === null ? "–" : `[${pct(r.ci_low)}, ${pct(r.ci_high)}]`}</td><td class="num">${r.successes}/${r.scored}</td>
+        <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`).join("")}</tbody></table></section>
     ${passKTables(passk)}
     ${safety}
     <section><h2>Failures (${failures.length})</h2>${failureTable(failures)}</section>
