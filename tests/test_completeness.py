@@ -149,7 +149,7 @@ def test_a_killed_campaign_reports_exactly_what_it_recorded_and_refuses_an_unfla
     assert by_variant["scope"]["label"] == f"each variant separately (nominal, {NOISE})"
     assert by_variant["completeness"]["recorded"] == KILLED_AFTER and len(by_variant["results"]) == 8
     for command in (["leaderboard"], ["compare", "expert", "random"]):
-        refused = _cli(*command, "--store", str(killed))
+        refused = _cli(*command, "--store", str(killed), "--campaign", "killed")
         assert refused.exit_code == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.output
         assert "refused, 2 of its 4 cells have no episode yet" in refused.stderr
         assert "--allow-partial" in refused.stderr
