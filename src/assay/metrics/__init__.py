@@ -98,6 +98,6 @@ __all__ = [
     "LatticeBoundary", "MmrvConvention", "Posterior", "PosteriorComparison", "SequentialComparison", "compare_stop",
     "lattice_boundary", "mean_cs", "paired_difference_cs", "posterior", "posterior_comparison", "prob_greater",
     "rate_cs", "GateCell", "campaign_signoff", "gate_cells", "RoutingRow", "routing_table",
-    "CellCount", "Completeness", "campaign_completeness", "completeness", "missing_rows", "planned_cells", "recorded_cells",
-    "VariantScope", "planned_variants", "variant_scope",
+    "CellCount", "Completeness", "campaign_completeness", "completeness", "missing_rows", "planned_cells",
+    "recorded_cells", "VariantScope", "planned_variants", "variant_scope",
 ]
