@@ -107,13 +107,15 @@ class CampaignSpec(BaseModel):
                     "(LIBERO: openpi, the default, or lerobot: 256 px image/image2 cameras and LeRobot's horizons)")
     cameras: tuple[CameraSpec, ...] | None = Field(
         default=None, description="the cameras every task renders (unset: each task's own; []: none at all)")
-    horizon: int | None = Field(default=None, gt=0, strict=True, description="cap every task's horizon (a new task hash)")
+    horizon: int | None = Field(
+        default=None, gt=0, strict=True, description="cap every task's horizon (a new task hash)")
     envs_per_worker: int = Field(default=4, gt=0, le=256, strict=True)
     replan_every: int | None = Field(
         default=None, gt=0, le=10_000, strict=True,
         description="execute at most this many actions of each returned chunk before asking again (default: all)")
     pipeline: Pipeline = Pipeline.LOCKSTEP
-    safety: bool = Field(default=False, description="filter every action (NaN, limits, workspace) and count interventions")
+    safety: bool = Field(
+        default=False, description="filter every action (NaN, limits, workspace) and count interventions")
     video_fps: float | None = Field(
         default=None, gt=0, le=1000,
         description="frames per second of each camera's recorded video (default: the task's video_fps, else every "
@@ -181,6 +183,7 @@ class CampaignSpec(BaseModel):
         return policies
 
     def content_hash(self) -> str:
+        """The campaign's content hash: what it asks for, without the execution settings (workers, executor, ...)."""
         data = self.model_dump(mode="json", exclude=EXECUTION_SETTINGS)
         _drop_unset(data)  # unset, they hash as campaigns did before the settings existed
         # unset cameras hash as before ([] meant each task's own); an explicit [] (no camera) is another campaign
@@ -206,6 +209,7 @@ class ResolvedPolicy:
 
     @property
     def name(self) -> str:
+        """The policy's display name."""
         return self.spec.name
 
 

@@ -75,7 +75,8 @@ def _collection(node: yaml.Node, path: Path_, lines: dict[Path_, int], budget: _
             raise SpecError(f"line {key_node.start_mark.line + 1}: mapping keys must be plain words")
         key = _scalar(key_node, path)
         if not isinstance(key, str):
-            raise SpecError(f"line {key_node.start_mark.line + 1}: mapping key {key!r} must be a word, not a {type(key).__name__}")
+            raise SpecError(f"line {key_node.start_mark.line + 1}: mapping key {key!r} must be a word, not a "
+                            f"{type(key).__name__}")
         if key in result:
             raise SpecError(f"line {key_node.start_mark.line + 1}: key {key!r} appears twice")
         result[key] = _construct(value_node, path + (key,), lines, budget)

@@ -10,7 +10,8 @@ from __future__ import annotations
 METAWORLD_TASKS: dict[str, tuple[str, str, str, str]] = {
     "assembly-v3": ("pick up the nut and place it onto the peg", "assemble", "insert", "composite"),
     "basketball-v3": ("pick up the ball and dunk it into the basket", "dunk", "pick-place", "composite"),
-    "bin-picking-v3": ("grasp the puck in one bin and place it into the other bin", "pick-place", "pick-place", "composite"),
+    "bin-picking-v3": (
+        "grasp the puck in one bin and place it into the other bin", "pick-place", "pick-place", "composite"),
     "box-close-v3": ("pick up the lid and close the box with it", "close", "pick-place", "composite"),
     "button-press-topdown-v3": ("press the button from the top", "press", "press", "atomic"),
     "button-press-topdown-wall-v3": ("press the button behind the wall from the top", "press", "press", "atomic"),
@@ -36,14 +37,16 @@ METAWORLD_TASKS: dict[str, tuple[str, str, str, str]] = {
     "handle-pull-side-v3": ("pull the handle up sideways", "pull", "pull", "atomic"),
     "handle-pull-v3": ("pull the handle up", "pull", "pull", "atomic"),
     "lever-pull-v3": ("pull the lever up", "pull", "pull", "atomic"),
-    "pick-place-wall-v3": ("pick up the puck and place it at the goal behind the wall", "pick-place", "pick-place", "composite"),
+    "pick-place-wall-v3": (
+        "pick up the puck and place it at the goal behind the wall", "pick-place", "pick-place", "composite"),
     "pick-out-of-hole-v3": ("pick the puck up out of the hole", "pick", "pick-place", "composite"),
     "pick-place-v3": ("pick up the puck and place it at the goal", "pick-place", "pick-place", "composite"),
     "plate-slide-v3": ("slide the plate into the cabinet", "slide", "push", "atomic"),
     "plate-slide-side-v3": ("slide the plate into the cabinet from the side", "slide", "push", "atomic"),
     "plate-slide-back-v3": ("slide the plate out of the cabinet", "slide", "push", "atomic"),
     "plate-slide-back-side-v3": ("slide the plate out of the cabinet sideways", "slide", "push", "atomic"),
-    "peg-insert-side-v3": ("pick up the peg and insert it into the hole from the side", "insert", "insert", "composite"),
+    "peg-insert-side-v3": (
+        "pick up the peg and insert it into the hole from the side", "insert", "insert", "composite"),
     "peg-unplug-side-v3": ("unplug the peg from the side", "unplug", "pull", "atomic"),
     "soccer-v3": ("kick the ball into the goal", "push", "push", "atomic"),
     "stick-push-v3": ("grasp the stick and push the box with it", "tool-use", "tool-use", "composite"),

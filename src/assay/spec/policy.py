@@ -23,6 +23,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
 
 
 class PolicySpec(BaseModel):
+    """A policy to evaluate: a builtin, a ``module:attr`` entrypoint or a ``remote:`` server, with its params."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(max_length=100)
@@ -46,6 +48,7 @@ class PolicySpec(BaseModel):
 
     @property
     def source(self) -> str:
+        """Where the policy comes from: ``remote:URL``, the builtin's name, or ``entrypoint:module:attr``."""
         if self.remote is not None:
             return f"remote:{self.remote}"
         return self.builtin if self.builtin is not None else f"entrypoint:{self.entrypoint}"
@@ -55,6 +58,7 @@ class PolicySpec(BaseModel):
         return {"source": self.source, "params": self.params, "version": resolved_version}
 
     def params_hash(self) -> str:
+        """A short content hash of the params."""
         return content_hash(self.params, length=8)
 
 

@@ -31,6 +31,8 @@ class SuccessMode(str, Enum):
 
 
 class Level(str, Enum):
+    """A task's difficulty level: one skill, several chained, or a long-horizon sequence."""
+
     ATOMIC = "atomic"
     COMPOSITE = "composite"
     LONG_HORIZON = "long-horizon"
@@ -115,6 +117,7 @@ class TaskSpec(_Frozen):
 
     @property
     def id(self) -> str:
+        """The versioned task id, ``name@version``."""
         return f"{self.name}@{self.version}"
 
     @property
@@ -123,6 +126,9 @@ class TaskSpec(_Frozen):
         return self.instructions[0]
 
     def content_hash(self) -> str:
+        """The task's content hash, recorded with every episode; fields at their defaults that older hashes lacked are
+        left out.
+        """
         record = self.model_dump(mode="json")
         if record["conflict_scoring"] == "marked":  # left out at its default: older hashes stay valid
             del record["conflict_scoring"]

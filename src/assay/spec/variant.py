@@ -14,12 +14,16 @@ from assay.spec.hashing import canonical_json, content_hash
 
 
 class Axis(str, Enum):
+    """The axis a perturbation acts on: what the robot sees, how the world behaves, or what it is told."""
+
     VISUAL = "visual"
     BEHAVIORAL = "behavioral"
     SEMANTIC = "semantic"
 
 
 class Perturbation(BaseModel):
+    """One factor set to one value on one axis."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     axis: Axis
@@ -27,11 +31,14 @@ class Perturbation(BaseModel):
     value: float | int | str | tuple[float, ...]
 
     def label(self) -> str:
+        """``factor=value``, the value as canonical JSON."""
         value = self.value if not isinstance(self.value, tuple) else list(self.value)
         return f"{self.factor}={canonical_json(value)}"
 
 
 class Variant(BaseModel):
+    """A set of perturbations applied at reset, sorted by factor, each factor at most once; the empty set is nominal."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     perturbations: tuple[Perturbation, ...] = ()
@@ -47,6 +54,7 @@ class Variant(BaseModel):
 
     @property
     def is_nominal(self) -> bool:
+        """Whether the variant perturbs nothing."""
         return not self.perturbations
 
     @property
@@ -56,6 +64,7 @@ class Variant(BaseModel):
 
     @property
     def key(self) -> str:
+        """The key episodes record: ``nominal``, else the content hash of the perturbations."""
         return "nominal" if self.is_nominal else content_hash(self.model_dump(mode="json"))
 
 

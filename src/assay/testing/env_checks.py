@@ -127,7 +127,8 @@ def _episode(env: SimEnv, seed: int, steps: int) -> list[Transition]:
 
 
 def _check_protocol(env: Any) -> None:
-    missing = [name for name in ("reset", "step", "initial_conditions", "close") if not callable(getattr(env, name, None))]
+    required = ("reset", "step", "initial_conditions", "close")
+    missing = [name for name in required if not callable(getattr(env, name, None))]
     missing += [] if hasattr(env, "task") else ["task"]
     if missing:
         raise ConformanceError(NOT_A_SIM_ENV.format(env=type(env).__name__, missing=", ".join(missing)))

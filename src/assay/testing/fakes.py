@@ -43,17 +43,21 @@ class FunctionEnv:
         self.t = 0
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
+        """Start an episode: the state is ``seed`` in every dimension."""
         self.seed, self.t = seed, 0
         return {"state": np.array([float(seed)] * self.task.state_dim)}
 
     def step(self, action: np.ndarray) -> Transition:
+        """Advance one step through ``step_fn(seed, t, action)``."""
         self.t += 1
         return self.step_fn(self.seed, self.t, action)
 
     def initial_conditions(self) -> dict[str, Any]:
+        """The episode's initial conditions: its seed."""
         return {"seed": self.seed}
 
     def close(self) -> None:
+        """Nothing to release."""
         pass
 
 
@@ -64,6 +68,7 @@ class ConstantPolicy:
         self.value, self.dim = value, dim
 
     def reset(self, context: PolicyContext) -> None:
+        """Keep the context (seeds, task) for inspection."""
         self.context = context
 
     def reads_frames(self) -> bool:
@@ -71,6 +76,7 @@ class ConstantPolicy:
         return False
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """The constant action for every row: ``(B, dim)``."""
         return np.full((len(observations[ENV_IDS]), self.dim), self.value)
 
 
@@ -82,6 +88,7 @@ class ConstantChunkPolicy(ConstantPolicy):
         self.horizon = horizon
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """The constant chunk for every row: ``(B, horizon, dim)``."""
         return np.full((len(observations[ENV_IDS]), self.horizon, self.dim), self.value)
 
 
@@ -100,6 +107,7 @@ class ImageChunkPolicy:
         self.requests = 0
 
     def reset(self, context: PolicyContext) -> None:
+        """Keep the context (seeds, task) for inspection."""
         self.context = context
 
     def features(self, frames: np.ndarray) -> np.ndarray:
@@ -110,6 +118,7 @@ class ImageChunkPolicy:
         return np.concatenate([q.reshape(len(frames), -1, 3).mean(axis=1) for q in quadrants], axis=1)
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """One chunk per row from the camera's quadrant colours; a KeyError names the missing ``image.<camera>``."""
         key = f"image.{self.camera}"
         if key not in observations:
             raise KeyError(f"ImageChunkPolicy reads {key!r}; the observation has {sorted(observations)}")

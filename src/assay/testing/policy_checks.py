@@ -35,8 +35,10 @@ WRONG_ACTION_SHAPE = "act() returned shape {shape} for {rows} rows, expected ({r
 WRONG_DTYPE = "act() returned dtype {dtype}, expected floating point"
 NON_FINITE_ACTION = "act() returned NaN or infinity"
 OUT_OF_BOUNDS = "act() returned values outside the task's action box [{low}, {high}] (max |a| = {peak:.3g})"
-NONDETERMINISTIC_ACT = "act() after reset() with the same seeds gave different actions: the policy is not seeded from the context"
-BATCH_DEPENDENT = "row {row} of a {rows}-row batch differs from the same environment asked alone: results depend on batching"
+NONDETERMINISTIC_ACT = (
+    "act() after reset() with the same seeds gave different actions: the policy is not seeded from the context")
+BATCH_DEPENDENT = (
+    "row {row} of a {rows}-row batch differs from the same environment asked alone: results depend on batching")
 BAD_EPISODE_INFO = "episode_info({slot}) is not a JSON-able mapping: {error}"
 BAD_STEP_TRACE = "step_trace({slot}) is not a JSON-able mapping: {error}"
 
@@ -54,7 +56,8 @@ def synthetic_observation(task: TaskSpec, seed: int) -> Observation:
     for camera in task.cameras:
         observation[IMAGE_PREFIX + camera.name] = rng.integers(0, 256, (camera.height, camera.width, 3), dtype=np.uint8)
         if camera.depth:
-            observation[DEPTH_PREFIX + camera.name] = rng.uniform(0.5, 2.0, (camera.height, camera.width)).astype(np.float32)
+            depth = rng.uniform(0.5, 2.0, (camera.height, camera.width))
+            observation[DEPTH_PREFIX + camera.name] = depth.astype(np.float32)
         observation[CALIB_PREFIX + camera.name] = np.zeros(10)
     return observation
 

@@ -29,6 +29,8 @@ class TwinError(AssayError):
 
 
 class Layer(str, Enum):
+    """The layers of a twin: how commands become motion, how the world responds, and how it looks."""
+
     CONTROL = "control"
     DYNAMICS = "dynamics"
     RENDERING = "rendering"
@@ -81,6 +83,7 @@ class Twin(BaseModel):
         return {k: _canonical(get_factor(k).validate(v)) for k, v in sorted(values.items())}
 
     def layer(self, layer: Layer) -> dict[str, Any]:
+        """One layer's factor values."""
         return dict(getattr(self, layer.value))
 
     def values(self) -> dict[str, Any]:
@@ -88,6 +91,7 @@ class Twin(BaseModel):
         return {**self.control, **self.dynamics, **self.rendering}
 
     def variant(self, task: TaskSpec) -> Variant:
+        """The twin as a variant of ``task`` (a twin is a variant)."""
         return resolve_variant(self.values(), task)
 
     @property
@@ -103,6 +107,7 @@ class Twin(BaseModel):
         return self.model_copy(update={layer.value: dict(values), "name": name or self.name})
 
     def describe(self) -> dict[str, Any]:
+        """The twin's name, task, version and layers as a JSON-ready dict."""
         return {"name": self.name, "task": self.task, "version": self.version,
                 **{layer.value: self.layer(layer) for layer in Layer}}
 
@@ -118,6 +123,7 @@ def _perturbations(values: dict[str, Any]) -> list[Any]:
 
 
 def nominal_twin(task: str, name: str = "nominal") -> Twin:
+    """A twin with every factor at its nominal value."""
     return Twin(name=name, task=task)
 
 

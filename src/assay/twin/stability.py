@@ -23,6 +23,9 @@ from assay.twin.running import TwinSettings, content_campaign, run_twins
 
 @dataclass(frozen=True)
 class SwapResult:
+    """One asset swap's twin: its values, each policy's success rate under it, and its ranking agreement with the base.
+    """
+
     name: str
     version: str
     values: dict[str, Any]
@@ -34,6 +37,8 @@ class SwapResult:
 
 @dataclass(frozen=True)
 class StabilityReport:
+    """Whether the twin's policy ranking survives asset swaps: the base rates, every swap, and the worst agreement."""
+
     task: str
     base_version: str
     base_rates: dict[str, float]
@@ -42,6 +47,7 @@ class StabilityReport:
     max_mmrv: float | None
 
     def to_dict(self) -> dict[str, object]:
+        """The report as a JSON-ready dict."""
         return asdict(self)
 
 
@@ -61,6 +67,7 @@ def swap_twins(base: Twin, swaps: Sequence[dict[str, Any]]) -> list[Twin]:
 def asset_stability(base: Twin, swaps: Sequence[dict[str, Any]], settings: TwinSettings, store: Store,
                     campaign: str = "twin-stability", executor: Executor | None = None,
                     n_resamples: int = 500) -> StabilityReport:
+    """Run the base twin and each swap, and compare every swap's policy ranking with the base's (Kendall, MMRV)."""
     if not swaps:
         raise TwinError("ranking stability needs at least one asset swap")
     twins = swap_twins(base, swaps)
