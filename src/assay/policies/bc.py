@@ -48,6 +48,8 @@ CHECKPOINT_FORMAT = "assay-bc/1"
 
 
 class BCParams(BaseModel):
+    """The ``bc`` policy's params: the checkpoint to load."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     path: str = Field(description="a checkpoint written by 'assay train-bc'")
@@ -91,6 +93,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def checkpoint_version(path: str | Path) -> str:
+    """The version a checkpoint's episodes record: the policy's version and the checkpoint's content digest."""
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
     return f"builtin-{BCPolicy.version}-c{digest}"
 
@@ -123,10 +126,12 @@ class BCPolicy:
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
+        """Accept every task: the contract handshake checks the dimensions."""
         return None  # the contract handshake checks dimensions
 
     @staticmethod
     def resolve_version(params: Mapping[str, Any]) -> str:
+        """The checkpoint's content version; a missing checkpoint is a SpecError naming how to write one."""
         path = params.get("path")
         if not path or not Path(path).is_file():
             raise SpecError(f"bc checkpoint {path} does not exist (write one with 'assay train-bc')")
@@ -134,6 +139,7 @@ class BCPolicy:
 
     @staticmethod
     def contract(params: Mapping[str, Any]) -> PolicyContract:
+        """The checkpoint's interface: state (and instruction, when conditioned on it) in, bounded deltas out."""
         config = load_checkpoint(BCParams(**params).path)["config"]
         reads = {PROMPT_KEY: ArraySpec(shape=(), dtype="str")} if config.get("conditioning") == "instruction" else {}
         return PolicyContract(  # the prompt is declared when it is read: what leakage counts as perceived
@@ -144,6 +150,7 @@ class BCPolicy:
         )
 
     def reset(self, context: PolicyContext) -> None:
+        """Prepare each slot's conditioning (task one-hot or instruction embedding) and its leakage flags."""
         if self.by_instruction:
             self._rows = embed_each(context.instructions)
         self._onehot = np.zeros(len(self.tasks), np.float32)
@@ -154,6 +161,7 @@ class BCPolicy:
                        for seed in context.seeds]
 
     def episode_info(self, slot: int) -> dict[str, Any]:
+        """The slot's flags: whether the task was known and the episode's seed was trained on."""
         return dict(self._flags[slot]) if slot < len(self._flags) else {}
 
     def predict(self, states: np.ndarray, onehot: np.ndarray | None = None) -> np.ndarray:
@@ -175,6 +183,7 @@ class BCPolicy:
         return np.clip(out, -1.0, 1.0)
 
     def task_onehot(self, task_id: str) -> np.ndarray:
+        """The task's one-hot row (all zeros for a task the checkpoint never saw)."""
         hot = np.zeros(len(self.tasks), np.float32)
         if task_id in self.tasks:
             hot[self.tasks.index(task_id)] = 1.0
@@ -185,6 +194,7 @@ class BCPolicy:
         return False
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """One action per row from its state and its slot's conditioning."""
         if self.by_instruction:
             slots = np.asarray(observations.get("env_ids", np.arange(len(observations["state"]))), dtype=int)
             return self.predict(observations["state"], self._rows[slots])

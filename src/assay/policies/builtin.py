@@ -36,6 +36,7 @@ class ExpertPolicy:
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
+        """Refuse tasks without a scripted expert (Meta-World and LIBERO have one), saying why."""
         if task.backend == "libero":
             from assay.policies.libero_expert import libero_expert_support
 
@@ -45,6 +46,7 @@ class ExpertPolicy:
         return "the scripted expert exists for Meta-World and LIBERO tasks only"
 
     def reset(self, context: PolicyContext) -> None:
+        """Pick the task's expert (Meta-World's per environment, or the LIBERO planner) and reset it."""
         if context.task.backend == "libero":
             from assay.policies.libero_expert import LiberoExpert
 
@@ -66,6 +68,7 @@ class ExpertPolicy:
         return False
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """The expert's action for every row."""
         if hasattr(self._expert, "act"):
             return self._expert.act(observations)
         return np.stack([self._expert.get_action(state) for state in observations["state"]])
@@ -84,9 +87,11 @@ class RandomPolicy:
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
+        """Accept every task: the action box is the task's own."""
         return None
 
     def reset(self, context: PolicyContext) -> None:
+        """One generator per slot, seeded from its episode seed."""
         self._rngs = [np.random.default_rng(derive_seed("random-policy", s)) for s in context.seeds]
         self._low, self._high, self._dim = context.task.action.low, context.task.action.high, context.task.action.dim
 
@@ -95,10 +100,13 @@ class RandomPolicy:
         return False
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """A uniform draw from the action box for every row."""
         return np.stack([self._rngs[i].uniform(self._low, self._high, self._dim) for i in observations["env_ids"]])
 
 
 class DegradedParams(BaseModel):
+    """The ``degraded-expert`` policy's params: noise, delay, bias and freezes added to the expert's actions."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     action_noise: float = Field(default=0.0, ge=0.0, description="std of Gaussian noise added to each action")
@@ -124,6 +132,7 @@ class DegradedExpertPolicy:
     supports = staticmethod(ExpertPolicy.supports)
 
     def reset(self, context: PolicyContext) -> None:
+        """Reset the expert, and each slot's generator, delay queue and last action."""
         self._expert.reset(context)
         self._task = context.task
         dim = context.task.action.dim
@@ -136,6 +145,7 @@ class DegradedExpertPolicy:
         return False
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """The expert's actions, degraded per slot as the params say, clipped to the action box."""
         assert self._task is not None, "reset() before act()"
         clean = self._expert.act(observations)
         p, low, high = self.params, self._task.action.low, self._task.action.high

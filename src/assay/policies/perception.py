@@ -54,6 +54,8 @@ PERCEIVABLE: dict[str, dict[str, Target]] = {
 
 
 class PerceptionParams(BaseModel):
+    """The ``perception-expert`` policy's params: the depth camera it reads and its detector's thresholds."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     camera: str = Field(default="front", description="camera with depth whose images are used")
@@ -61,7 +63,9 @@ class PerceptionParams(BaseModel):
     dominance: float = Field(default=2.0, gt=1.0, description="how much the target's colour channel must dominate")
 
 
-def back_project(rows: np.ndarray, cols: np.ndarray, depth: np.ndarray, calib: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+def back_project(
+    rows: np.ndarray, cols: np.ndarray, depth: np.ndarray, calib: np.ndarray, shape: tuple[int, int]
+) -> np.ndarray:
     """World points of pixels at z-depth ``depth``, with ``calib`` = position, forward, up (3 each), fovy (deg)."""
     height, width = shape
     position, forward, up, fovy = calib[0:3], calib[3:6], calib[6:9], calib[9]
@@ -90,7 +94,8 @@ def detect(rgb: np.ndarray, depth: np.ndarray, calib: np.ndarray, target: Target
     if rows.size < min_pixels:
         return None
     points = back_project(rows, cols, depth[rows, cols].astype(np.float64), calib, depth.shape)
-    keep = (points[:, 2] > target.min_z) & (points[:, 2] < target.max_z) & (np.abs(points[:, 0]) < 0.6) & (points[:, 1] > 0.3)
+    keep = ((points[:, 2] > target.min_z) & (points[:, 2] < target.max_z)
+            & (np.abs(points[:, 0]) < 0.6) & (points[:, 1] > 0.3))
     if keep.sum() < min_pixels:
         return None
     points = points[keep]
@@ -119,6 +124,7 @@ class PerceptionExpertPolicy:
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
+        """Refuse tasks its colour detector does not know, or that have no depth camera, saying what to add."""
         if task.env_name not in PERCEIVABLE:
             return f"its colour detector knows {', '.join(PERCEIVABLE)} only"
         if not any(camera.depth for camera in task.cameras):
@@ -126,6 +132,7 @@ class PerceptionExpertPolicy:
         return None
 
     def reset(self, context: PolicyContext) -> None:
+        """Reset the expert and forget every slot's estimates and detections."""
         self._expert.reset(context)
         self._targets = PERCEIVABLE[context.task.env_name]
         self._estimates = [{} for _ in context.seeds]
@@ -134,6 +141,7 @@ class PerceptionExpertPolicy:
         self._seen = [{} for _ in context.seeds]
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """The expert's actions with object positions estimated from RGB-D instead of read from the state."""
         camera = self.params.camera
         needed = [f"image.{camera}", f"depth.{camera}", f"calib.{camera}"]
         missing = [name for name in needed if name not in observations]

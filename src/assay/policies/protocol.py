@@ -92,11 +92,14 @@ class PolicyContext:
 
     @property
     def batch_size(self) -> int:
+        """The number of environments in the batch."""
         return len(self.seeds)
 
 
 @runtime_checkable
 class Policy(Protocol):
+    """The inference-only policy: ``reset`` once per batch of episodes, then ``act`` on each batch of observations."""
+
     def reset(self, context: PolicyContext) -> None:
         """Forget previous episodes; prepare ``context.batch_size`` environment slots."""
 
@@ -123,7 +126,8 @@ class SupportsResolveVersion(Protocol):
     """A class whose version depends on its params (weights are part of the identity)."""
 
     @staticmethod
-    def resolve_version(params: Mapping[str, Any]) -> str: ...
+    def resolve_version(params: Mapping[str, Any]) -> str:
+        """The version for these params."""
 
 
 @runtime_checkable
@@ -131,7 +135,8 @@ class SupportsTaskCheck(Protocol):
     """A class that can refuse a task before anything is built: a reason string, or None."""
 
     @staticmethod
-    def supports(task: TaskSpec) -> str | None: ...
+    def supports(task: TaskSpec) -> str | None:
+        """None to accept the task, else the reason it is refused."""
 
 
 @runtime_checkable
@@ -139,21 +144,24 @@ class SupportsContract(Protocol):
     """A class that declares its interface for the contract handshake."""
 
     @staticmethod
-    def contract(params: Mapping[str, Any]) -> PolicyContract: ...
+    def contract(params: Mapping[str, Any]) -> PolicyContract:
+        """The declared interface for these params."""
 
 
 @runtime_checkable
 class SupportsEpisodeInfo(Protocol):
     """A policy that reports what it decided for an environment slot (recorded as ``policy_info``)."""
 
-    def episode_info(self, slot: int) -> Mapping[str, Any]: ...
+    def episode_info(self, slot: int) -> Mapping[str, Any]:
+        """What the policy decided for environment slot ``slot`` in its episode."""
 
 
 @runtime_checkable
 class SupportsStepTrace(Protocol):
     """A policy that explains each answer for a slot (recorded per step as ``trace.<name>``)."""
 
-    def step_trace(self, slot: int) -> Mapping[str, Any]: ...
+    def step_trace(self, slot: int) -> Mapping[str, Any]:
+        """The explanation of the slot's latest answer, one value per trace column."""
 
 
 @runtime_checkable
@@ -161,7 +169,8 @@ class SupportsFrameNeeds(Protocol):
     """A policy that says whether its ``act`` reads camera frames (``image.*``, ``depth.*``); asked after
     each ``reset``. One that answers False is given none, and the runner renders none for it."""
 
-    def reads_frames(self) -> bool: ...
+    def reads_frames(self) -> bool:
+        """Whether ``act`` reads camera frames in the episodes since the last ``reset``."""
 
 
 def reads_frames(policy: Policy) -> bool:
@@ -173,11 +182,13 @@ def reads_frames(policy: Policy) -> bool:
 class SupportsMetadata(Protocol):
     """A policy that describes itself to remote clients (the server sends this on connect)."""
 
-    def metadata(self) -> Mapping[str, Any]: ...
+    def metadata(self) -> Mapping[str, Any]:
+        """The description sent to remote clients on connect."""
 
 
 @runtime_checkable
 class PolicyClass(SupportsParams, SupportsVersion, Protocol):
     """What a builtin policy class is: ``Params``, ``version``, and a constructor taking the params."""
 
-    def __call__(self, **params: Any) -> Policy: ...
+    def __call__(self, **params: Any) -> Policy:
+        """Build a policy from validated params."""

@@ -25,6 +25,8 @@ from assay.spec.metaworld_catalog import METAWORLD_TASKS
 
 
 class RouterParams(BaseModel):
+    """The ``router`` policy's params: the Meta-World skills it may route to."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     skills: tuple[str, ...] = Field(default=(), description="Meta-World env names it can route to (default: all 50)")
@@ -49,6 +51,7 @@ class InstructionRouterPolicy:
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
+        """Refuse non-Meta-World tasks: its skills are Meta-World's scripted experts."""
         return None if task.backend == "metaworld" else "its skills are Meta-World's scripted experts"
 
     def route(self, instructions: list[str]) -> list[tuple[str, float]]:
@@ -73,6 +76,7 @@ class InstructionRouterPolicy:
         return self._experts[skill]
 
     def reset(self, context: PolicyContext) -> None:
+        """Route each slot's instruction to its skill."""
         self.chosen = self.route(list(context.instructions))
         self._task = context.task.env_name
 
@@ -81,6 +85,7 @@ class InstructionRouterPolicy:
         return False
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """Each row's action from its routed skill's expert."""
         return np.stack([self._expert(self.chosen[slot][0]).get_action(state)
                          for slot, state in zip(observations["env_ids"], observations["state"], strict=True)])
 
@@ -90,5 +95,6 @@ class InstructionRouterPolicy:
         return {"skill": skill, "skill_matches_task": float(skill == self._task), "similarity": round(similarity, 4)}
 
     def episode_info(self, slot: int) -> dict[str, Any]:
+        """The slot's chosen skill and its similarity."""
         skill, similarity = self.chosen[slot]
         return {"chosen_skill": skill, "similarity": round(similarity, 4)}

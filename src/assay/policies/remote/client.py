@@ -83,6 +83,8 @@ class RemotePolicyError(EpisodeError):
 
 
 class RemoteParams(BaseModel):
+    """The ``remote:`` policy's params: timeouts, retries, the API key's variable, image keys and sizes."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     timeout_s: float = Field(default=30.0, gt=0, description="per-request timeout")
@@ -275,15 +277,19 @@ class RemotePolicy:
 
     @staticmethod
     def supports(task: Any) -> str | None:
+        """Accept every task: the server answers what it serves."""
         return None
 
     def reset(self, context: PolicyContext) -> None:
+        """Start a batch: camera keys for the wire, the seeds, and a new epoch (the server ends the old episodes)."""
         # openpi servers have no reset; the served policy is a function of its observation
         self._images = camera_wire_keys([c.name for c in context.task.cameras], self.params.images)
         self._seeds, self._epoch, self._steps = tuple(context.seeds), self._epoch + 1, {}
         self._pool_cap = None  # a new batch tries for a connection per environment again
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """Send every row to the server (one connection per environment, within the server's cap) and stack the answers.
+        """
         if self._loop is None:
             self._loop = _Loop()
         slots = [int(s) for s in np.asarray(observations.get("env_ids", np.arange(len(observations["state"]))))]
@@ -428,7 +434,8 @@ class RemotePolicy:
             await ws.send(packb(request))
             reply = await asyncio.wait_for(ws.recv(), self.params.timeout_s)
         except TimeoutError:
-            raise PolicyUnavailableError(f"policy server {self.url}: no reply within {self.params.timeout_s:g} s") from None
+            raise PolicyUnavailableError(
+                f"policy server {self.url}: no reply within {self.params.timeout_s:g} s") from None
         except ConnectionClosed as exc:
             error = PolicyUnavailableError(f"policy server {self.url} closed the connection ({exc})")
             if exc.rcvd is not None and exc.rcvd.code in RETRYABLE_CLOSE:

@@ -171,7 +171,8 @@ def default_contract(policy: Policy, task: TaskSpec) -> PolicyContract:
     return PolicyContract(
         observations={STATE_KEY: ArraySpec(shape=(task.state_dim,), dtype="float64")},
         state_layout=given.state_layout,
-        action=ActionContract(dim=given.action_dim, mode=given.mode, gripper=given.gripper, low=given.low, high=given.high),
+        action=ActionContract(dim=given.action_dim, mode=given.mode, gripper=given.gripper,
+                              low=given.low, high=given.high),
         control_hz=given.control_hz,
     )
 

@@ -104,7 +104,8 @@ def _decode(obj: dict[Any, Any]) -> Any:
             raise WireError("array data must be a msgpack bin string")
         expected = math.prod(shape) * dtype.itemsize
         if len(data) != expected:
-            raise WireError(f"array of shape {tuple(shape)} and dtype {dtype.str} needs {expected} bytes, got {len(data)}")
+            raise WireError(f"array of shape {tuple(shape)} and dtype {dtype.str} needs {expected} bytes, got "
+                            f"{len(data)}")
         return np.frombuffer(data, dtype=dtype).reshape(shape)
     if b"__npgeneric__" in obj:
         dtype = _dtype(obj.get(b"dtype"))
