@@ -33,6 +33,7 @@ from assay.metrics.adaptive_power import equal_power_view
 from assay.metrics.results_csv import format_results_csv
 from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.run.adaptive import load_state
+from assay.run.catalog_writer import DEFAULT_COMMIT_ROWS, DEFAULT_COMMIT_SECONDS, CommitPolicy
 from assay.spec import CampaignSpec, SuccessMode
 from assay.store import renderer_notes, renderer_of, run_lock
 
@@ -70,6 +71,12 @@ def run(
         "file exists with its recorded size.")] = False,
     new_catalog: Annotated[bool, typer.Option(
         "--new-catalog", help="Index this store with another catalog than the one it names in store.json.")] = False,
+    commit_rows: Annotated[int, typer.Option(
+        "--commit-rows", min=1, help="Commit catalog rows in transactions of at most this many.",
+    )] = DEFAULT_COMMIT_ROWS,
+    commit_seconds: Annotated[float, typer.Option(
+        "--commit-seconds", min=0.001, help="... or once the oldest finished row has waited this long (a kill "
+        "loses at most this much finished work, which a rerun runs again).")] = DEFAULT_COMMIT_SECONDS,
     fail_under: FailUnderOpt = None,
     progress_every: Annotated[float, typer.Option(
         "--progress-every", min=0.0, metavar="SECONDS",
@@ -94,6 +101,7 @@ def run(
             with interrupt_told(progress, render.err_console), progress:
                 summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
                                        retry_errors=retry_errors, verify_files=verify_files,
+                                       commit=CommitPolicy(commit_rows, commit_seconds),
                                        judge=judge_for(spec) if spec.adaptive is not None else None)
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
             episodes = opened.catalog.episodes(campaign=spec.name)

@@ -11,9 +11,10 @@ byte, a file rewritten at the same size) is ``assay store verify``'s job, and
 also re-runs episodes recorded as ``error`` (an outage of a policy server, a dead
 machine), which a plain resume keeps.
 
-The driver writes catalog rows one transaction per finished batch (:class:`CatalogWriter`),
-not one per episode; a worker has written a batch's files (each by rename) before it
-hands the batch's records back, so a row never names a file that is not complete.
+The driver commits catalog rows in transactions sized by count or age
+(:class:`~assay.run.catalog_writer.CatalogWriter`, :class:`~assay.run.catalog_writer.CommitPolicy`),
+not one per episode or per batch; a worker has written a batch's files (each by rename) before
+it hands the batch's records back, so a row never names a file that is not complete.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from assay.errors import SpecError, UnsupportedError, located
 from assay.policies import check_policy_contract, check_supports, resolve_policy
 from assay.policies.remote import warn_capacity
 from assay.run.adaptive import Judge, run_rounds
+from assay.run.catalog_writer import CatalogWriter, CommitPolicy
 from assay.run.executors import Executor
 from assay.sim import TaskRegistry, default_registry, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
@@ -72,36 +74,6 @@ class CampaignSummary:
     repaired: int = 0  # finished episodes whose step file was missing or corrupted: forgotten and re-run
     retried: int = 0  # episodes recorded as error, re-run because retry_errors was asked
     outcomes: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
-
-
-class CatalogWriter:
-    """The driver's catalog writes: a batch's rows go in one transaction when its last record arrives.
-
-    ``flush`` writes whatever is held (the run's end, or a run stopped by an error). A kill before or
-    during a flush loses only rows of episodes that a resume then runs again (their files are rewritten by
-    rename): the transaction commits all of its rows or none, so nothing is lost or duplicated.
-    """
-
-    def __init__(self, store: Store, batches: Sequence[Sequence[EpisodeJob]]) -> None:
-        self._store = store
-        self._batch_of = {job.key: index for index, batch in enumerate(batches) for job in batch}
-        self._waiting = [len(batch) for batch in batches]  # records still to come, per batch
-        self._held: list[EpisodeRecord] = []
-
-    def add(self, record: EpisodeRecord) -> None:
-        """Hold ``record``; write the held rows when it completes its batch (or belongs to none)."""
-        self._held.append(record)
-        index = self._batch_of.pop(record.key, None)
-        if index is not None:
-            self._waiting[index] -= 1
-        if index is None or self._waiting[index] == 0:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write every held row in one transaction."""
-        if self._held:
-            self._store.record(self._held)
-            self._held = []
 
 
 def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
@@ -177,21 +149,23 @@ def run_campaign(
     retry_errors: bool = False,
     judge: Judge | None = None,
     verify_files: bool = False,
+    commit: CommitPolicy | None = None,
 ) -> CampaignSummary:
     """Run the campaign's pending jobs, holding the store's run lock: a second run on the same
     store waits for this one and then finds its episodes done (none runs twice).
 
     An adaptive campaign (``adaptive:`` in its spec) runs in rounds judged by ``judge``
     (``assay.metrics.adaptive.judge_for(spec)``), see :mod:`assay.run.adaptive`. ``verify_files`` reads and
-    checks every recorded step file before the resume (see the module docstring)."""
+    checks every recorded step file before the resume (see the module docstring); ``commit`` sizes the
+    catalog's transactions (default :class:`~assay.run.catalog_writer.CommitPolicy`)."""
     with store.run_lock():
         if campaign.spec.adaptive is None:
-            return _run_pending(campaign, store, executor, on_start, on_record, retry_errors, verify_files)
+            return _run_pending(campaign, store, executor, on_start, on_record, retry_errors, verify_files, commit)
         if judge is None:
             raise SpecError(f"campaign {campaign.spec.name!r} is adaptive: pass judge=assay.metrics.adaptive."
                             "judge_for(spec) (assay run does)")
         return run_rounds(campaign, store, lambda sub: _run_pending(sub, store, executor, on_start, on_record,
-                                                                    retry_errors, verify_files), judge)[0]
+                                                                    retry_errors, verify_files, commit), judge)[0]
 
 
 def _run_pending(
@@ -202,6 +176,7 @@ def _run_pending(
     on_record: Callable[[EpisodeRecord], None] | None,
     retry_errors: bool,
     verify_files: bool = False,
+    commit: CommitPolicy | None = None,
 ) -> CampaignSummary:
     spec = campaign.spec
     existing = store.campaign(spec.name)
@@ -222,16 +197,13 @@ def _run_pending(
         on_start(summary)
     batches = batch_jobs(pending, spec.envs_per_worker)
     _warn_capacity(campaign, executor, batches)
-    writer = CatalogWriter(store, batches)
-    try:
+    with CatalogWriter(store.record, commit) as writer:  # closing commits what finished, even after an error
         for record in executor.run(batches):
             writer.add(record)
             summary.ran += 1
             summary.outcomes[record.outcome.value] += 1
             if on_record is not None:
                 on_record(record)
-    finally:
-        writer.flush()  # rows of finished episodes are kept even when the run stops on an error
     return summary
 
 
