@@ -42,6 +42,15 @@ def test_this_host_lists_mesas_egl_device_and_no_nvidia_one_so_osmesa_is_chosen(
     assert (chosen, kept) == ("osmesa", "egl")  # no NVIDIA device: OSMesa; a user's choice is kept
 
 
+def test_importing_assay_sim_loads_no_simulator_so_the_gl_backend_is_chosen_first():
+    # assay.sim calls configure_gl() after its own imports: none of them may load mujoco or a package that does
+    probe = ("import sys, assay.sim; "
+             "print(sorted(m for m in ('mujoco', 'metaworld', 'gymnasium', 'robosuite') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], env=_env(), capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == "[]"
+
+
 def _record(key: str, renderer: dict | None) -> EpisodeRecord:
     return EpisodeRecord(key=key, campaign="c", task_id="t@1", task_hash="h", variant_key="nominal",
                          variant_name="nominal", variant={}, policy_name="p", policy_version="1", policy_spec={},

@@ -86,7 +86,7 @@ class Replayer:
     @property
     def stochastic(self) -> bool:
         """Whether the variant draws noise per step (then a replay is compared in distribution, not step by step)."""
-        return bool(getattr(self._noisy, "stochastic", False))
+        return self._noisy.stochastic
 
     def close(self) -> None:
         """Close the environment."""
@@ -138,11 +138,11 @@ class Replayer:
         # The budget counts from the hand-over: Meta-World's path-length counter (a benchmark limit, not
         # physics) restarts here, so a state late in a long episode gets the same budget as an early one.
         # (LIBERO's backend never truncates: robosuite's own limit is set far beyond horizon + budget.)
-        sawyer = getattr(self._base, "unwrapped", None)
-        if sawyer is not None and hasattr(sawyer, "curr_path_length"):
+        sawyer = self._noisy.unwrapped
+        if hasattr(sawyer, "curr_path_length"):
             sawyer.curr_path_length = 0
         if draw and self.stochastic:
-            self._noisy.reseed_noise(derive_seed("handoff", seed, t, draw))  # type: ignore[attr-defined]
+            self._noisy.reseed_noise(derive_seed("handoff", seed, t, draw))
         self.reference.reset(PolicyContext(self.task, (seed,), (instruction or self.task.instruction,)))
         low, high = self.task.action.low, self.task.action.high
         for _ in range(budget):

@@ -111,7 +111,8 @@ class Worker:
         batch = EpisodeBatch.of(jobs)  # the cell's settings, held once (ValueError for a mixed batch)
         try:
             policy = self._policy(batch.policy.spec)  # first: its imports must precede the renderer's
-            envs = [perturbed(env, batch.variant) for env in self._environments(batch.jobs[0], len(batch))]
+            envs: list[SimEnv] = [perturbed(env, batch.variant)
+                                  for env in self._environments(batch.jobs[0], len(batch))]
             if batch.safety:  # outermost: it sees the policy's own action
                 envs = [SafetyFilter(env) for env in envs]
         except Exception as exc:  # noqa: BLE001 - becomes an error outcome for each job

@@ -3,19 +3,21 @@
 May import ``assay.spec`` only.
 """
 
+from assay.sim.factors import FACTORS, Factor, get_factor, resolve_variant, value_of
+from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task
+from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
+from assay.sim.paraphrase import paraphrase
+from assay.sim.perturbed import PerturbedEnv, perturbed
+from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, SupportsUnwrapped, Transition
+from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env, tasks_kept
 from assay.sim.render import RendererInfo, configure_gl, renderer_info
+from assay.sim.safety import SafetyFilter
+from assay.sim.semantic import conflict_marks, instruct
+from assay.sim.wrapper import SimEnvWrapper
 
-configure_gl()  # before anything imports mujoco: EGL on an NVIDIA device, else OSMesa, unless chosen otherwise
-
-from assay.sim.factors import FACTORS, Factor, get_factor, resolve_variant, value_of  # noqa: E402
-from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task  # noqa: E402
-from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task  # noqa: E402
-from assay.sim.paraphrase import paraphrase  # noqa: E402
-from assay.sim.perturbed import PerturbedEnv, perturbed  # noqa: E402
-from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, Transition  # noqa: E402
-from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env, tasks_kept  # noqa: E402
-from assay.sim.safety import SafetyFilter  # noqa: E402
-from assay.sim.semantic import conflict_marks, instruct  # noqa: E402
+# MuJoCo's GL backend is chosen when assay.sim is imported (EGL on an NVIDIA device, else OSMesa): no module above
+# imports mujoco (or a simulator package that does) at import time, so this still runs before mujoco is loaded.
+configure_gl()
 
 __all__ = [
     "BACKENDS",
@@ -35,7 +37,9 @@ __all__ = [
     "MetaWorldEnv",
     "Observation",
     "SimEnv",
+    "SimEnvWrapper",
     "SupportsFramesOnDemand",
+    "SupportsUnwrapped",
     "TaskRegistry",
     "configure_gl",
     "renderer_info",

@@ -83,7 +83,8 @@ class EventTracker:
         # The scene's own joints (drawer slides, door hinges, free objects): what "the object moved" reads.
         scene = [j for j in range(model.njnt) if not is_robot_body(names[int(model.jnt_bodyid[j])])
                  and int(model.jnt_type[j]) != 1]  # ball joints carry no displacement we can read
-        self._scene_joints = [(int(model.jnt_qposadr[j]), int(model.jnt_type[j]), int(model.jnt_bodyid[j])) for j in scene]
+        self._scene_joints = [(int(model.jnt_qposadr[j]), int(model.jnt_type[j]), int(model.jnt_bodyid[j]))
+                              for j in scene]
         self._qpos0 = np.zeros(len(scene) * 3)
         self._from_state = False
         self._bound = action_bound
@@ -122,6 +123,7 @@ class EventTracker:
         return float(np.linalg.norm(self._object_pos(state) - np.asarray(goal)))
 
     def reset(self, object_body: int | None, state: np.ndarray) -> None:
+        """Start an episode: remember the object, its joints' and height's starting values, and the goal distance."""
         self._from_state = object_body is None and bool(self._scene_joints)
         self._root = self._scene_joints[0][2] if self._from_state else object_body
         self._qpos0 = self._joint_values()
@@ -153,6 +155,9 @@ class EventTracker:
         return left, right, force
 
     def step(self, action: np.ndarray, state: np.ndarray) -> dict[str, float]:
+        """The step's events from MuJoCo state: contact, grasp, lift, drop, collision, joint limits, instability,
+        progress.
+        """
         data = self.env.data
         left, right, force = self._contacts()
         grasped = left and right
@@ -165,7 +170,8 @@ class EventTracker:
         dropped = self._held and not grasped
         self._held = grasped and lifted
         qpos = data.qpos[self._joint_qpos]
-        at_limit = (qpos <= self._joint_range[:, 0] + JOINT_LIMIT_TOL) | (qpos >= self._joint_range[:, 1] - JOINT_LIMIT_TOL)
+        low, high = self._joint_range[:, 0], self._joint_range[:, 1]
+        at_limit = (qpos <= low + JOINT_LIMIT_TOL) | (qpos >= high - JOINT_LIMIT_TOL)
         warnings = self._warning_count()
         finite = math.isfinite(float(data.qpos.sum()) + float(data.qvel.sum()) + float(np.sum(state)))
         unstable = warnings > self._warnings or not finite

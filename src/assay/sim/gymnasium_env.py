@@ -74,7 +74,8 @@ def _leaves(space: Any, path: tuple[str, ...] = ()) -> list[Leaf]:
 def _is_image(space: Any) -> bool:
     import gymnasium as gym
 
-    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3 and space.shape[2] == 3
+    box = isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
+    return box and len(space.shape) == 3 and space.shape[2] == 3
 
 
 def camera_name(path: tuple[str, ...]) -> str:
@@ -152,7 +153,8 @@ def gymnasium_task(env_id: str, version: int = 1) -> TaskSpec:
             observations=("state", *(f"image.{c.name}" for c in layout.cameras)),
             cameras=layout.cameras,
             state_dim=layout.state_dim,
-            action=ActionSpec(dim=int(space.shape[0]), low=float(np.min(space.low)), high=float(np.max(space.high)), kind="box"),
+            action=ActionSpec(dim=int(space.shape[0]), low=float(np.min(space.low)), high=float(np.max(space.high)),
+                              kind="box"),
             success=SuccessMode.ANY_STEP if _reports_success(env) else SuccessMode.NONE,
             skill="control",
             family="gymnasium",
@@ -163,6 +165,10 @@ def gymnasium_task(env_id: str, version: int = 1) -> TaskSpec:
 
 
 class GymnasiumEnv:
+    """A Gymnasium Box-action environment as a :class:`SimEnv`: Dict and image observations split into state and
+    cameras.
+    """
+
     def __init__(self, task: TaskSpec) -> None:
         self.task = task
         self._env = _make(task.env_name)
@@ -174,20 +180,25 @@ class GymnasiumEnv:
         self._seed: int | None = None
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
+        """Reset with ``seed``; only backend-independent factors (applied by ``PerturbedEnv``) reach this backend."""
         # Only backend-independent factors (applied by PerturbedEnv) reach this backend.
         observation, _ = self._env.reset(seed=seed)
         self._seed = seed
         return self._layout.split(observation)
 
     def step(self, action: np.ndarray) -> Transition:
+        """One step; success is the first of ``SUCCESS_KEYS`` in ``info``, and numeric ``info`` entries are recorded."""
         observation, reward, terminated, truncated, info = self._env.step(action)
         flag = next((info[key] for key in SUCCESS_KEYS if key in info), False)
-        scalars = {k: float(v) for k, v in info.items() if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}
+        scalars = {k: float(v) for k, v in info.items()
+                   if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}
         return Transition(self._layout.split(observation), float(reward), bool(terminated), bool(truncated),
                           bool(flag), scalars)
 
     def initial_conditions(self) -> dict[str, Any]:
+        """The seed ``reset`` passed to Gymnasium (its initial conditions derive from it alone)."""
         return {"gymnasium_seed": self._seed}
 
     def close(self) -> None:
+        """Close the Gymnasium environment."""
         self._env.close()

@@ -54,6 +54,9 @@ def sawyer_env(env_name: str) -> Any:
 
 
 def metaworld_task(env_name: str, version: int = 1, horizon: int = MAX_PATH_LENGTH) -> TaskSpec:
+    """The TaskSpec of Meta-World v3 environment ``env_name`` (its instruction, skill, family and level from the
+    catalogue).
+    """
     instruction, skill, family, level = METAWORLD_TASKS[env_name]
     return TaskSpec(
         name=f"metaworld/{env_name.removesuffix('-v3')}",
@@ -98,6 +101,9 @@ class MetaWorldEnv:
         self._skip_frames = False
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
+        """Reset under ``variant`` with the task vector drawn from ``seed`` and frozen for the episode; goal markers
+        placed.
+        """
         env = self._env
         self._variant = variant or NOMINAL
         self._perturber.apply_before_reset(self._variant)
@@ -139,6 +145,7 @@ class MetaWorldEnv:
         return observation
 
     def step(self, action: np.ndarray) -> Transition:
+        """One step of the Sawyer environment, with its events as ``info`` and success from Meta-World's own flag."""
         observation, reward, terminated, truncated, info = self._env.step(action)
         events = self._events.step(action, np.asarray(observation))  # recorded as info.<event> step columns
         return Transition(
@@ -151,6 +158,7 @@ class MetaWorldEnv:
         )
 
     def initial_conditions(self) -> dict[str, Any]:
+        """The task vector ``reset`` drew (object and goal positions)."""
         return {"rand_vec": [] if self._rand_vec is None else [float(v) for v in self._rand_vec]}
 
     @property
@@ -159,6 +167,7 @@ class MetaWorldEnv:
         return self._env
 
     def close(self) -> None:
+        """Close the renderer and the Sawyer environment."""
         if self._renderer is not None:
             self._renderer.close()
         self._env.close()

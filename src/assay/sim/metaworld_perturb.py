@@ -18,8 +18,8 @@ from assay.spec import Variant
 
 _ROBOT_PREFIXES = ("right_", "hand", "leftclaw", "rightclaw", "leftpad", "rightpad", "mocap", "world", "base",
                    "controller_box", "pedestal", "torso", "head", "screen", "tablelink", "RetainingWall")
-_SAVED = ("light_diffuse", "light_specular", "light_ambient", "light_dir", "light_pos", "geom_rgba", "mat_rgba", "body_mass",
-          "body_inertia", "geom_friction", "dof_damping", "geom_matid")
+_SAVED = ("light_diffuse", "light_specular", "light_ambient", "light_dir", "light_pos", "geom_rgba", "mat_rgba",
+          "body_mass", "body_inertia", "geom_friction", "dof_damping", "geom_matid")
 
 
 def _rotate_z(vectors: np.ndarray, degrees: float) -> np.ndarray:
@@ -67,6 +67,7 @@ class ModelPerturber:
         return [g for g in range(model.ngeom) if model.geom_bodyid[g] in bodies]
 
     def restore(self) -> None:
+        """Put every saved model array, the headlight and the controller settings back to nominal."""
         model = self.env.model
         for name, values in self._nominal.items():
             getattr(model, name)[:] = values
@@ -87,6 +88,8 @@ class ModelPerturber:
             self.env._random_reset_space.high[:] = centre + scale * half
 
     def apply_after_reset(self, variant: Variant) -> None:
+        """Apply the variant's model factors (lights, colours, camera, mass, friction, damping, control) after a reset.
+        """
         model = self.env.model
         n = self._nominal
         intensity = value_of(variant, "light.intensity")
@@ -102,7 +105,8 @@ class ModelPerturber:
         if azimuth:
             model.light_dir[:] = _rotate_z(n["light_dir"], azimuth)
             model.light_pos[:] = _rotate_z(n["light_pos"], azimuth)
-        for factor, materials in (("table.color", ("table_wood", "table_col")), ("background.color", ("basic_floor", "wall_metal"))):
+        tinted = (("table.color", ("table_wood", "table_col")), ("background.color", ("basic_floor", "wall_metal")))
+        for factor, materials in tinted:
             if any(p.factor == factor for p in variant.perturbations):
                 rgb = value_of(variant, factor)
                 for i, name in enumerate(self._names["material"]):

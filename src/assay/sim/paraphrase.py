@@ -21,7 +21,8 @@ SYNONYMS = {
     "button": "switch", "sweep": "brush", "slide": "glide", "drawer": "compartment", "door": "hatch",
     "window": "pane", "lever": "handle", "ball": "sphere", "mug": "cup", "kick": "boot", "position": "spot",
 }
-PREPOSITIONS = ("out of", "away from", "into", "onto", "from", "to", "at", "on", "off", "behind", "under", "over", "with", "by")
+PREPOSITIONS = ("out of", "away from", "into", "onto", "from", "to", "at", "on", "off", "behind", "under", "over",
+                "with", "by")
 DROPPED = {"the", "a", "an", "it", "its"}
 INDIRECT = {
     "press": "make it click", "pick-place": "that thing on the table belongs somewhere else",

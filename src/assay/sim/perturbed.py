@@ -9,21 +9,20 @@ each ``step`` applies control latency, action noise and observation noise.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 import numpy as np
 
 from assay.sim.factors import value_of
-from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, Transition
+from assay.sim.protocol import Observation, SimEnv, Transition
+from assay.sim.wrapper import SimEnvWrapper
 from assay.spec import Variant, derive_seed
 
 
-class PerturbedEnv:
+class PerturbedEnv(SimEnvWrapper):
     """A :class:`SimEnv` under one variant: model factors at reset, control factors per step."""
 
     def __init__(self, env: SimEnv, variant: Variant) -> None:
-        self.env = env
-        self.task = env.task
+        super().__init__(env)
         self._configure(variant)
         self._rng = np.random.default_rng(0)
         self._queue: deque[np.ndarray] = deque()
@@ -53,6 +52,7 @@ class PerturbedEnv:
         self._rng = np.random.default_rng(derive_seed("perturbation-redraw", seed))
 
     def step(self, action: np.ndarray) -> Transition:
+        """Apply latency and action noise, step, and add observation noise."""
         self._queue.append(np.asarray(action, dtype=np.float64))
         applied = self._queue.popleft()
         noise = self._rng.normal(0.0, self._action_noise, applied.shape) if self._action_noise else 0.0
@@ -65,21 +65,11 @@ class PerturbedEnv:
         if not self._observation_noise:
             return observation
         noisy = dict(observation)
-        noisy["state"] = observation["state"] + self._rng.normal(0.0, self._observation_noise, observation["state"].shape)
+        state = observation["state"]
+        noisy["state"] = state + self._rng.normal(0.0, self._observation_noise, state.shape)
         return noisy
 
-    def initial_conditions(self) -> dict[str, Any]:
-        return self.env.initial_conditions()
 
-    def skip_next_frames(self) -> None:
-        """Passed on to the wrapped environment (a no-op when it always renders)."""
-        if isinstance(self.env, SupportsFramesOnDemand):
-            self.env.skip_next_frames()
-
-    def close(self) -> None:
-        self.env.close()
-
-
-def perturbed(env: SimEnv, variant: Variant) -> SimEnv:
+def perturbed(env: SimEnv, variant: Variant) -> PerturbedEnv:
     """The environment under ``variant`` (a pass-through wrapper for nominal)."""
     return PerturbedEnv(env, variant)

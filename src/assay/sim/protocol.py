@@ -37,6 +37,8 @@ class Transition:
 
 @runtime_checkable
 class SimEnv(Protocol):
+    """A simulator backend as the runner sees it: ``reset(seed)``, ``step(action)``, and what ``reset`` chose."""
+
     task: TaskSpec
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
@@ -49,7 +51,8 @@ class SimEnv(Protocol):
     def initial_conditions(self) -> dict[str, Any]:
         """JSON-able record of what ``reset`` chose (object and goal positions, ...)."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the simulator (and its renderer); the environment is not used again."""
 
 
 @runtime_checkable
@@ -59,3 +62,13 @@ class SupportsFramesOnDemand(Protocol):
     def skip_next_frames(self) -> None:
         """The next ``step``'s observation carries no ``image.*``/``depth.*`` keys (it is not rendered);
         ``calib.*`` and the state stay. Applies to that one step only; ``reset`` always renders."""
+
+
+@runtime_checkable
+class SupportsUnwrapped(Protocol):
+    """A backend that hands out its simulator object (Meta-World's Sawyer, LIBERO's robosuite environment),
+    for scripted experts and the safety filter; a wrapper's ``unwrapped`` is its innermost environment's."""
+
+    @property
+    def unwrapped(self) -> Any:
+        """The backend's own simulator object."""

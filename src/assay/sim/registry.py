@@ -84,6 +84,7 @@ class TaskRegistry:
             self.register(task)
 
     def register(self, task: TaskSpec) -> TaskSpec:
+        """Register ``task``; an unknown backend or an id already registered is a SpecError."""
         if task.backend not in BACKENDS:
             raise SpecError(f"{task.id}: unknown backend {task.backend!r}; valid: {', '.join(sorted(BACKENDS))}")
         versions = self._tasks.setdefault(task.name, {})
@@ -127,6 +128,7 @@ class TaskRegistry:
         level: str | None = None,
         contains: str | None = None,
     ) -> list[TaskSpec]:
+        """Every registered task matching all the given filters (``contains``: a substring of the id), sorted by id."""
         tasks = [t for versions in self._tasks.values() for t in versions.values()]
         selected = [
             t

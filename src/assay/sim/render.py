@@ -122,6 +122,8 @@ def renderer_info() -> RendererInfo | None:
 
 @dataclass(frozen=True)
 class View:
+    """A free camera's pose: the point it looks at, its distance, azimuth and elevation, and its field of view."""
+
     lookat: tuple[float, float, float]
     distance: float
     azimuth: float  # degrees
@@ -183,7 +185,9 @@ class CameraRenderer:
             self._renderers[key] = renderer
         return self._renderers[key]
 
-    def render_camera(self, data: Any, camera: str, width: int, height: int, depth: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    def render_camera(
+        self, data: Any, camera: str, width: int, height: int, depth: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """RGB (H, W, 3) uint8 (row 0 at the top) and optional depth from a camera the model defines."""
         renderer = self._renderer(width, height)
         renderer.update_scene(data, camera=camera, scene_option=self._option)
@@ -196,8 +200,10 @@ class CameraRenderer:
             renderer.disable_depth_rendering()
         return rgb, depth_image
 
-    def render(self, data: Any, view: View, width: int, height: int, depth: bool = False,
-               boxes: Sequence[tuple[Sequence[float], Sequence[float]]] = ()) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    def render(
+        self, data: Any, view: View, width: int, height: int, depth: bool = False,
+        boxes: Sequence[tuple[Sequence[float], Sequence[float]]] = (),
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """RGB (H, W, 3) uint8, depth (H, W) float32 metres along the view axis or None, and the
         pose MuJoCo actually used (same layout as :func:`calibration`)."""
         import mujoco
@@ -231,7 +237,8 @@ class CameraRenderer:
             if scene.ngeom >= scene.maxgeom:
                 break
             mujoco.mjv_initGeom(scene.geoms[scene.ngeom], mujoco.mjtGeom.mjGEOM_BOX, np.full(3, 0.03),
-                                np.asarray(position, dtype=np.float64), np.eye(3).reshape(-1), np.asarray(rgba, dtype=np.float32))
+                                np.asarray(position, dtype=np.float64), np.eye(3).reshape(-1),
+                                np.asarray(rgba, dtype=np.float32))
             scene.ngeom += 1
 
     def close(self) -> None:

@@ -19,28 +19,25 @@ from typing import Any
 
 import numpy as np
 
-from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, Transition
+from assay.sim.protocol import Observation, SimEnv, SupportsUnwrapped, Transition
+from assay.sim.wrapper import SimEnvWrapper
+from assay.spec import Variant
 
 WORKSPACE = (np.array([-0.525, 0.348, 0.05]), np.array([0.525, 1.025, 0.7]))  # Sawyer hand box (Meta-World mocap)
 MARGIN_M = 0.005  # inside the box by this much: a hand pressed against the limit is stopped before it
 
 
-def _sawyer(env: Any) -> Any:
-    """The innermost environment's Sawyer (Meta-World ``unwrapped``), through wrappers; None if there is none."""
-    for _ in range(8):
-        unwrapped = getattr(env, "unwrapped", None)
-        if unwrapped is not None and hasattr(unwrapped, "mocap_low"):
-            return unwrapped
-        env = getattr(env, "env", None)
-        if env is None:
-            return None
-    return None
+def _sawyer(env: SimEnv) -> Any:
+    """The innermost environment's Sawyer (Meta-World's ``unwrapped``), through wrappers; None if there is none."""
+    simulator = env.unwrapped if isinstance(env, SupportsUnwrapped) else None
+    return simulator if hasattr(simulator, "mocap_low") else None
 
 
-class SafetyFilter:
+class SafetyFilter(SimEnvWrapper):
+    """A :class:`SimEnv` whose actions are made finite, clipped to the action box and kept in the workspace."""
+
     def __init__(self, env: SimEnv, workspace: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        self.env = env
-        self.task = env.task
+        super().__init__(env)
         sawyer = _sawyer(env)
         self.scale = float(getattr(sawyer, "action_scale", 0.0)) if sawyer is not None else 0.0
         if workspace is None and sawyer is not None:
@@ -50,13 +47,15 @@ class SafetyFilter:
         self._state: np.ndarray | None = None
         self.counts = {"nan": 0, "limit": 0, "workspace": 0}
 
-    def reset(self, seed: int, *args: Any) -> Observation:
-        observation = self.env.reset(seed, *args)
+    def reset(self, seed: int, variant: Variant | None = None) -> Observation:
+        """Reset the wrapped environment and this episode's intervention counts."""
+        observation = self.env.reset(seed, variant)
         self._state = observation["state"]
         self.counts = {k: 0 for k in self.counts}
         return observation
 
     def filter(self, action: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+        """The safe action for the current state, and which interventions (1.0) it took to make it."""
         action = np.asarray(action, dtype=np.float64).copy()
         hit = {"nan": 0.0, "limit": 0.0, "workspace": 0.0}
         if not np.all(np.isfinite(action)):
@@ -75,6 +74,7 @@ class SafetyFilter:
         return action, hit
 
     def step(self, action: np.ndarray) -> Transition:
+        """Step with the filtered action; the interventions go into ``info`` as ``safety.<kind>``."""
         safe, hit = self.filter(action)
         for kind, value in hit.items():
             self.counts[kind] += int(value)
@@ -83,14 +83,3 @@ class SafetyFilter:
         info = {**transition.info, **{f"safety.{k}": v for k, v in hit.items()}}
         return Transition(transition.observation, transition.reward, transition.terminated, transition.truncated,
                           transition.success, info)
-
-    def initial_conditions(self) -> dict[str, Any]:
-        return self.env.initial_conditions()
-
-    def skip_next_frames(self) -> None:
-        """Passed on to the wrapped environment (a no-op when it always renders)."""
-        if isinstance(self.env, SupportsFramesOnDemand):
-            self.env.skip_next_frames()
-
-    def close(self) -> None:
-        self.env.close()

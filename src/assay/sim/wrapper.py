@@ -1,0 +1,52 @@
+"""The base of every SimEnv wrapper (Gymnasium's ``core.Wrapper``).
+
+A wrapper holds the environment it wraps as ``env`` and forwards what it does not
+change: ``reset``, ``step``, ``initial_conditions``, ``skip_next_frames`` (to an
+environment that renders on demand; a no-op otherwise) and ``close``.
+``unwrapped`` reaches through any number of wrappers to the innermost backend's
+simulator object (or the innermost environment, when it exposes none), so no
+caller walks ``.env`` attributes itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, SupportsUnwrapped, Transition
+from assay.spec import Variant
+
+
+class SimEnvWrapper:
+    """A :class:`SimEnv` around another: subclasses override what they change and inherit the rest."""
+
+    def __init__(self, env: SimEnv) -> None:
+        self.env = env
+        self.task = env.task
+
+    def reset(self, seed: int, variant: Variant | None = None) -> Observation:
+        """Reset the wrapped environment."""
+        return self.env.reset(seed, variant)
+
+    def step(self, action: np.ndarray) -> Transition:
+        """Step the wrapped environment."""
+        return self.env.step(action)
+
+    def initial_conditions(self) -> dict[str, Any]:
+        """The wrapped environment's initial conditions."""
+        return self.env.initial_conditions()
+
+    def skip_next_frames(self) -> None:
+        """Passed on to the wrapped environment (a no-op when it always renders)."""
+        if isinstance(self.env, SupportsFramesOnDemand):
+            self.env.skip_next_frames()
+
+    def close(self) -> None:
+        """Close the wrapped environment."""
+        self.env.close()
+
+    @property
+    def unwrapped(self) -> Any:
+        """The innermost environment's simulator object (``SupportsUnwrapped``), else the innermost environment."""
+        return self.env.unwrapped if isinstance(self.env, SupportsUnwrapped) else self.env
