@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from assay.policies import PolicyContext
-from assay.run.ray_executor import PolicyServer
+from assay.run.ray_executor import BatchingPolicyActor
 from assay.testing import fake_task
 
 SEEN: list[dict[str, Any]] = []
@@ -38,7 +38,7 @@ def _observations(values: list[float], instruction: str) -> dict[str, Any]:
 
 def test_concurrent_requests_merge_into_one_call_with_every_observation_key():
     SEEN.clear()
-    server = PolicyServer({"name": "keys", "entrypoint": "tests.test_ray_serving:KeyRecorder"}, max_batch=8,
+    server = BatchingPolicyActor({"name": "keys", "entrypoint": "tests.test_ray_serving:KeyRecorder"}, max_batch=8,
                           max_wait_s=0.2)
     task = fake_task()
 
@@ -57,7 +57,7 @@ def test_concurrent_requests_merge_into_one_call_with_every_observation_key():
 
 def test_a_full_batch_of_rows_closes_at_once_and_the_rest_waits_for_the_next():
     SEEN.clear()
-    server = PolicyServer({"name": "keys", "entrypoint": "tests.test_ray_serving:KeyRecorder"}, max_batch=2,
+    server = BatchingPolicyActor({"name": "keys", "entrypoint": "tests.test_ray_serving:KeyRecorder"}, max_batch=2,
                           max_wait_s=0.2)
     task = fake_task()
 

@@ -13,6 +13,7 @@ initial conditions and each policy's randomness derive from the episode seed.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -63,7 +64,10 @@ class Reply(Enum):
 
 
 class Executor(Protocol):
-    def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]: ...
+    """What every executor is: ``run(batches)`` yields each episode's record as it is stored (httpx's transports)."""
+
+    def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+        """Run every batch and yield its episodes' records, in completion order."""
 
 
 def _root(store_root: str | Path) -> str | Path:
@@ -86,6 +90,7 @@ class InlineExecutor:
 
     @observed
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+        """Run the batches in this process; pipelined, a writer thread writes a batch's files as the next rolls out."""
         worker = Worker(self.store_root)
         try:
             if not self.pipelined:
@@ -172,10 +177,8 @@ class _Slot:
 
     def ask_to_stop(self) -> None:
         """Tell the worker to finish (it holds no batch); it exits on its own, see :meth:`stopped`."""
-        try:
+        with contextlib.suppress(OSError):
             self.conn.send(None)
-        except OSError:
-            pass
 
     def stopped(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the exit asked for, then kill what is left."""
@@ -296,6 +299,7 @@ class LocalExecutor:
 
     @observed
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+        """Run the batches on worker processes under the driver loop (retries, wall-clock limits, restarts)."""
         _refuse_while_importing_main()
         driver = Driver(_ProcessPool(self.store_root, self.faults), self.workers, self.faults, self.store_root)
         try:

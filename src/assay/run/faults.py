@@ -76,6 +76,8 @@ def rss_mb(pid: int) -> float | None:
 
 
 class Failure(str, Enum):
+    """Why a worker's batch did not come back: its worker died, or it ran past its wall-clock limit."""
+
     DIED = "died"
     TIMED_OUT = "timed_out"
 
@@ -105,11 +107,14 @@ class FaultPolicy:
             raise AssayError(f"episode timeout must be positive seconds, got {self.episode_timeout_s}")
 
     def deadline(self, started: float) -> float | None:
+        """When a batch started at ``started`` (monotonic seconds) times out, or None without a limit."""
         return None if self.episode_timeout_s is None else started + self.episode_timeout_s
 
 
 @dataclass(frozen=True)
 class WorkItem:
+    """One batch as queued, and which attempt at it this is."""
+
     jobs: Batch
     attempt: int = 1  # 1 for the first try
 
@@ -152,6 +157,7 @@ class Dispatcher:
         self.retries = 0  # work items requeued after a failure (for tests and logs)
 
     def has_work(self) -> bool:
+        """Whether any batch is still queued or waiting for a retry."""
         return bool(self._retries) or bool(self._queues)
 
     def take(self, warm: Collection[str] = (), elsewhere: Collection[str] = ()) -> WorkItem:
@@ -168,6 +174,7 @@ class Dispatcher:
         return item
 
     def succeeded(self, records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
+        """The records of a batch that came back, reported to the observers."""
         return self._report(records)
 
     def failed(self, item: WorkItem, failure: Failure, detail: str, started: bool = True) -> list[EpisodeRecord]:
@@ -182,7 +189,8 @@ class Dispatcher:
             if len(item.jobs) > 1:
                 self._requeue([WorkItem((job,), item.attempt) for job in item.jobs])
                 return []
-            return self._report(error_records(item.jobs, f"wall_timeout: episode ran past its {limit:g} s wall-clock limit"))
+            reason = f"wall_timeout: episode ran past its {limit:g} s wall-clock limit"
+            return self._report(error_records(item.jobs, reason))
         if len(item.jobs) > 1 and item.attempt < self.policy.max_attempts:
             self._requeue([WorkItem((job,), item.attempt + 1) for job in item.jobs])
             return []

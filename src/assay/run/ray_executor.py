@@ -76,7 +76,7 @@ class PolicyServing:
             raise AssayError(f"policy serving needs max_batch >= 1 and max_wait_ms >= 0, got {self}")
 
 
-class PolicyServer:
+class BatchingPolicyActor:
     """Wraps any Assay policy; concurrent ``act`` calls are answered by batched ``policy.act`` calls.
 
     Requests meet in the same :class:`DynamicBatcher` as the websocket server's (up to ``max_batch``
@@ -152,9 +152,11 @@ class ServedPolicy:
         self.context: PolicyContext | None = None
 
     def reset(self, context: PolicyContext) -> None:
+        """Keep the context: the seeds go with every request, so the server's policy seeds each row as if alone."""
         self.context = context
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """Ask the shared policy actor for this batch's actions, forwarding every observation key."""
         assert self.context is not None, "reset() before act()"
         seeds = [self.context.seeds[i] for i in observations[ENV_IDS]]
         forwarded = {key: (list(value) if key == INSTRUCTION else value)
@@ -211,6 +213,7 @@ class EnvActor:
             return self._started >= number
 
     def pid(self) -> int:
+        """The actor's process id (to tell actors apart in tests and logs)."""
         return os.getpid()
 
     def probe(self, token: str) -> Probe:
@@ -262,17 +265,18 @@ class RayExecutor:
         if self.serving is None:
             return {}
         specs = {_policy_key(b[0].policy.spec): b[0].policy.spec for b in batches if b}
-        server_cls = ray.remote(PolicyServer).options(
+        server_cls = ray.remote(BatchingPolicyActor).options(
             num_cpus=self.serving.num_cpus, num_gpus=self.serving.num_gpus, max_concurrency=1000
         )
         return {
-            key: server_cls.remote(spec.model_dump(mode="json"), self.serving.max_batch, self.serving.max_wait_ms / 1000,
-                                   import_roots())
+            key: server_cls.remote(spec.model_dump(mode="json"), self.serving.max_batch,
+                                   self.serving.max_wait_ms / 1000, import_roots())
             for key, spec in specs.items()
         }
 
     @observed
     def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+        """Run the batches on Ray actors after the data-root preflight (a shared policy actor when ``serving``)."""
         if not any(batches):
             return
         ray = self._connect()

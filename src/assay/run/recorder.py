@@ -74,6 +74,7 @@ class EpisodeRecorder:
 
     @property
     def steps(self) -> int:
+        """The number of steps recorded so far."""
         return len(self.actions)
 
     @property
@@ -83,6 +84,7 @@ class EpisodeRecorder:
 
     @property
     def done(self) -> bool:
+        """Whether the episode has an outcome (then nothing more is recorded)."""
         return self.outcome is not None
 
     @property
@@ -150,6 +152,7 @@ class EpisodeRecorder:
         self.policy_info = dict(info)
 
     def columns(self) -> dict[str, np.ndarray]:
+        """The episode's time-aligned step columns, as the step file stores them."""
         control_hz = self.job.task.control_hz
         n = self.steps
         columns: dict[str, np.ndarray] = {
@@ -206,6 +209,7 @@ class EpisodeRecorder:
 
     def record(self, provenance: dict[str, Any], data_path: str | None, data_sha256: str | None,
                data_bytes: int | None = None) -> EpisodeRecord:
+        """The episode's catalog record, once finished, with its step file's path, digest and size."""
         job = self.job
         assert self.outcome is not None, "finish() before record()"
         return EpisodeRecord(

@@ -57,7 +57,8 @@ def _check_chunk(chunk: np.ndarray, task: TaskSpec, filtered: bool = False) -> F
         return Fault(FaultKind.INVALID_ACTION, f"invalid action: dtype {chunk.dtype}, expected floating point")
     if not (chunk.ndim == 1 and chunk.shape == (dim,)) and not (chunk.ndim == 2 and chunk.shape[1] == dim
                                                                   and chunk.shape[0] > 0):
-        return Fault(FaultKind.INVALID_ACTION, f"invalid action: shape {chunk.shape}, expected ({dim},) or a chunk (H, {dim})")
+        return Fault(FaultKind.INVALID_ACTION, f"invalid action: shape {chunk.shape}, expected ({dim},) or a chunk "
+                                               f"(H, {dim})")
     if not filtered and not np.all(np.isfinite(chunk)):
         return Fault(FaultKind.INVALID_ACTION, "invalid action: contains NaN or infinity")
     return None
@@ -116,7 +117,9 @@ class _Slot:
 class _Episodes:
     """The state of one batch of episodes; ``request`` and ``step`` work on any subset of slots."""
 
-    def __init__(self, envs: Sequence[SimEnv], policy: Policy, batch: EpisodeBatch, render_on_demand: bool = True) -> None:
+    def __init__(
+        self, envs: Sequence[SimEnv], policy: Policy, batch: EpisodeBatch, render_on_demand: bool = True
+    ) -> None:
         self.envs, self.policy, self.batch, self.jobs = envs, policy, batch, batch.jobs
         # the environments that can leave frames out of an observation nobody reads
         self.on_demand = [render_on_demand and bool(batch.task.cameras) and isinstance(env, SupportsFramesOnDemand)
@@ -214,7 +217,8 @@ class _Episodes:
             try:
                 transition = env.step(action)
             except Exception as exc:  # noqa: BLE001
-                recorder.fail(Fault(FaultKind.SIMULATOR, f"simulator raised {describe_error(exc)}").at_step(recorder.steps))
+                fault = Fault(FaultKind.SIMULATOR, f"simulator raised {describe_error(exc)}")
+                recorder.fail(fault.at_step(recorder.steps))
                 continue
             finally:
                 recorder.timed("sim", time.perf_counter() - t1)

@@ -143,6 +143,7 @@ class Worker:
         return recorder.record(provenance(), data_path, data_sha, data_bytes)
 
     def close(self) -> None:
+        """Close every environment the worker built."""
         for pool in self._envs.values():
             for env in pool:
                 env.close()

@@ -32,6 +32,7 @@ REQUIRED_COLUMNS = ("step", "t", "observation.state", "action", "reward", "succe
 
 
 def episode_relpath(key: str) -> str:
+    """Where an episode's step file lives under the data root."""
     return f"episodes/{key[:2]}/{key}.parquet"
 
 
@@ -43,6 +44,7 @@ def _column(values: np.ndarray) -> pa.Array:
 
 
 def build_table(columns: dict[str, np.ndarray], metadata: dict[str, Any]) -> pa.Table:
+    """The Arrow table of an episode's step columns with its metadata; a missing column or misaligned lengths refuse."""
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise StoreError(f"episode data is missing required column(s): {', '.join(missing)}")

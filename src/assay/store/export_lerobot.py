@@ -45,6 +45,8 @@ IMAGE_PREFIX = "observation.images."
 
 @dataclass(frozen=True)
 class ExportSummary:
+    """What an export wrote: where, how many episodes, frames and tasks, at what fps, with which cameras."""
+
     path: str
     episodes: int
     frames: int
@@ -53,6 +55,7 @@ class ExportSummary:
     cameras: tuple[str, ...]
 
     def to_dict(self) -> dict[str, object]:
+        """The summary as a JSON-ready dict."""
         return asdict(self)
 
 
@@ -69,7 +72,8 @@ def _fps(records: list[EpisodeRecord], store: Store) -> int:
             if any(task.get("hash") == r.task_hash for r in records):
                 rates.add(float(task["spec"]["control_hz"]))
     if len(rates) != 1 or not float(next(iter(rates))).is_integer():
-        raise StoreError(f"LeRobotDataset needs one integer fps; the episodes' control rates are {sorted(rates) or 'unknown'}")
+        raise StoreError(f"LeRobotDataset needs one integer fps; the episodes' control rates are "
+                         f"{sorted(rates) or 'unknown'}")
     return int(next(iter(rates)))
 
 
@@ -91,8 +95,10 @@ def _tasks_table(tasks: list[str]) -> pa.Table:
     table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks, pa.string())})
     pandas_meta = {
         "index_columns": ["task"], "column_indexes": [],
-        "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64", "metadata": None},
-                    {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object", "metadata": None}],
+        "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
+                     "metadata": None},
+                    {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object",
+                     "metadata": None}],
         "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": "2.2.3",
     }
     return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
@@ -136,23 +142,26 @@ def _write(store: Store, records: list[EpisodeRecord], tables: list[pa.Table], r
     total = int(offsets[-1])
     frame_index = np.concatenate([np.arange(n, dtype=np.int64) for n in lengths])
     episode_index = np.concatenate([np.full(n, i, np.int64) for i, n in enumerate(lengths)])
-    task_index = np.concatenate([np.full(n, tasks.index(r.instruction), np.int64) for r, n in zip(records, lengths, strict=True)])
+    task_index = np.concatenate([np.full(n, tasks.index(r.instruction), np.int64)
+                                 for r, n in zip(records, lengths, strict=True)])
     columns: dict[str, np.ndarray] = {
         "observation.state": np.concatenate(state), "action": np.concatenate(action),
         "next.reward": np.concatenate([t.column("reward").to_numpy() for t in tables]).astype(np.float32),
-        "next.success": np.concatenate([t.column("success").to_numpy(zero_copy_only=False) for t in tables]).astype(bool),
+        "next.success": np.concatenate([t.column("success").to_numpy(zero_copy_only=False)
+                                        for t in tables]).astype(bool),
         "next.done": np.concatenate([np.arange(n) == n - 1 for n in lengths]),
         "timestamp": (frame_index / fps).astype(np.float32), "frame_index": frame_index,
         "episode_index": episode_index, "index": np.arange(total, dtype=np.int64), "task_index": task_index,
     }
-    arrays = {name: pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), v.shape[1]) if v.ndim == 2 else pa.array(v)
-              for name, v in columns.items()}
+    arrays = {name: pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), v.shape[1])
+              if v.ndim == 2 else pa.array(v) for name, v in columns.items()}
     (root / "data" / "chunk-000").mkdir(parents=True)
     pq.write_table(pa.table(arrays), root / DATA_PATH.format(chunk_index=0, file_index=0))
     features = {
         "observation.state": _feature("float32", [state[0].shape[1]], None),
         "action": _feature("float32", [action[0].shape[1]], None),
-        "next.reward": _feature("float32", [1]), "next.success": _feature("bool", [1]), "next.done": _feature("bool", [1]),
+        "next.reward": _feature("float32", [1]), "next.success": _feature("bool", [1]),
+        "next.done": _feature("bool", [1]),
         "timestamp": _feature("float32", [1]), "frame_index": _feature("int64", [1]),
         "episode_index": _feature("int64", [1]), "index": _feature("int64", [1]), "task_index": _feature("int64", [1]),
     }
@@ -174,7 +183,8 @@ def _write(store: Store, records: list[EpisodeRecord], tables: list[pa.Table], r
         path = root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
         path.parent.mkdir(parents=True)
         path.write_bytes(encode_video(list(frames), fps))
-        features[key] = {"dtype": "video", "shape": [int(height), int(width), 3], "names": ["height", "width", "channels"],
+        features[key] = {"dtype": "video", "shape": [int(height), int(width), 3],
+                         "names": ["height", "width", "channels"],
                          "info": {"video.height": int(height), "video.width": int(width), "video.codec": "h264",
                                   "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": fps,
                                   "video.channels": 3, "has_audio": False}}
@@ -207,6 +217,8 @@ def _write(store: Store, records: list[EpisodeRecord], tables: list[pa.Table], r
 
 @dataclass(frozen=True)
 class LeRobotEpisode:
+    """One episode read back from a LeRobotDataset export: its task, states, actions, timestamps and frames."""
+
     index: int
     task: str
     states: np.ndarray
@@ -224,7 +236,8 @@ def read_lerobot(root: Path) -> tuple[dict[str, Any], list[LeRobotEpisode]]:
         raise StoreError(f"{root} is not a LeRobotDataset {CODEBASE_VERSION}")
     tasks_table = pq.read_table(root / "meta" / "tasks.parquet")
     index_col = json.loads(tasks_table.schema.metadata[b"pandas"])["index_columns"][0]
-    tasks = dict(zip(tasks_table.column("task_index").to_pylist(), tasks_table.column(index_col).to_pylist(), strict=True))
+    tasks = dict(zip(tasks_table.column("task_index").to_pylist(), tasks_table.column(index_col).to_pylist(),
+                     strict=True))
     meta = pq.read_table(root / EPISODES_PATH).to_pylist()
     videos = [k for k, f in info["features"].items() if f["dtype"] == "video"]
     data_cache: dict[tuple[int, int], pa.Table] = {}
@@ -232,7 +245,8 @@ def read_lerobot(root: Path) -> tuple[dict[str, Any], list[LeRobotEpisode]]:
     for row in meta:
         where = (row["data/chunk_index"], row["data/file_index"])
         if where not in data_cache:
-            data_cache[where] = pq.read_table(root / info["data_path"].format(chunk_index=where[0], file_index=where[1]))
+            data_path = info["data_path"].format(chunk_index=where[0], file_index=where[1])
+            data_cache[where] = pq.read_table(root / data_path)
         data = data_cache[where]
         rows = data.slice(row["dataset_from_index"], row["dataset_to_index"] - row["dataset_from_index"])
         if rows.column("episode_index").to_pylist() != [row["episode_index"]] * row["length"]:
@@ -245,6 +259,7 @@ def read_lerobot(root: Path) -> tuple[dict[str, Any], list[LeRobotEpisode]]:
             stop = round(row[f"videos/{key}/to_timestamp"] * info["fps"])
             frames[key] = read_video(path.parent, path.name)[start:stop]
         task = {tasks[i] for i in rows.column("task_index").to_pylist()}
-        out.append(LeRobotEpisode(row["episode_index"], task.pop() if len(task) == 1 else "", _matrix(rows, "observation.state"),
-                                  _matrix(rows, "action"), rows.column("timestamp").to_numpy(), frames, row["assay/key"]))
+        out.append(LeRobotEpisode(row["episode_index"], task.pop() if len(task) == 1 else "",
+                                  _matrix(rows, "observation.state"), _matrix(rows, "action"),
+                                  rows.column("timestamp").to_numpy(), frames, row["assay/key"]))
     return info, out

@@ -20,6 +20,8 @@ class Outcome(str, Enum):
 
 @dataclass(frozen=True)
 class EpisodeRecord:
+    """One episode's catalog row (the data contract): what ran, its outcome, its step file and its provenance."""
+
     key: str
     campaign: str
     task_id: str
@@ -49,6 +51,7 @@ class EpisodeRecord:
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict, its outcome by value."""
         data = asdict(self)
         data["outcome"] = self.outcome.value
         return data

@@ -90,6 +90,7 @@ class LocalRoot:
         self.path = path
 
     def write(self, relpath: str, data: bytes) -> str:
+        """Write ``data`` to ``relpath`` atomically (a temporary beside it, then a rename); returns where it is."""
         final = self.path / relpath
         tmp = final.with_name(f"{final.name}{tmp_suffix()}")
         try:
@@ -102,9 +103,11 @@ class LocalRoot:
         return hashlib.sha256(data).hexdigest()
 
     def read(self, relpath: str) -> bytes:
+        """The bytes at ``relpath``."""
         return (self.path / relpath).read_bytes()
 
     def sha256(self, relpath: str) -> str:
+        """The SHA-256 of the file at ``relpath``, read in chunks."""
         digest = hashlib.sha256()
         with open(self.path / relpath, "rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -112,12 +115,15 @@ class LocalRoot:
         return digest.hexdigest()
 
     def where(self, relpath: str) -> str:
+        """The full path of ``relpath``, for messages."""
         return str(self.path / relpath)
 
     def exists(self, relpath: str) -> bool:
+        """Whether a file exists at ``relpath``."""
         return (self.path / relpath).is_file()
 
     def sizes(self, relpaths: Iterable[str]) -> dict[str, int | None]:
+        """The size of each file (None where there is none)."""
         found: dict[str, int | None] = {}
         for relpath in relpaths:
             try:
@@ -127,15 +133,19 @@ class LocalRoot:
         return found
 
     def glob(self, pattern: str) -> list[str]:
+        """The files matching ``pattern``, relative to the root, sorted."""
         return sorted(p.relative_to(self.path).as_posix() for p in self.path.glob(pattern) if p.is_file())
 
     def temporaries(self, folders: tuple[str, ...]) -> list[str]:
+        """The temporaries an interrupted write left in ``folders``."""
         return [str(p) for folder in folders for p in (self.path / folder).glob(f"*/*{TMP_MARK}*")]
 
     def remove(self, name: str) -> None:
+        """Remove the temporary ``name`` (as ``temporaries`` named it)."""
         Path(name).unlink(missing_ok=True)
 
     def delete(self, relpath: str) -> None:
+        """Delete the file at ``relpath`` if there is one."""
         (self.path / relpath).unlink(missing_ok=True)
 
 
@@ -156,6 +166,7 @@ class FsspecRoot:
         self.renames = protocol in ("file", "local")  # object stores have no rename: one PUT is atomic
 
     def write(self, relpath: str, data: bytes) -> str:
+        """Write ``data`` to ``relpath`` whole (through a temporary and a move where the filesystem renames)."""
         final = f"{self.base}/{relpath}"
         try:
             self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
@@ -170,19 +181,24 @@ class FsspecRoot:
         return hashlib.sha256(data).hexdigest()
 
     def read(self, relpath: str) -> bytes:
+        """The bytes at ``relpath``."""
         data: bytes = self.fs.cat_file(f"{self.base}/{relpath}")
         return data
 
     def sha256(self, relpath: str) -> str:
+        """The SHA-256 of the file at ``relpath``."""
         return hashlib.sha256(self.read(relpath)).hexdigest()
 
     def where(self, relpath: str) -> str:
+        """The URL of ``relpath``, for messages."""
         return f"{self.url}/{relpath}"
 
     def exists(self, relpath: str) -> bool:
+        """Whether a file exists at ``relpath``."""
         return bool(self.fs.isfile(f"{self.base}/{relpath}"))
 
     def sizes(self, relpaths: Iterable[str]) -> dict[str, int | None]:
+        """The size of each file (None where there is none), listing a folder once when many of its files are asked."""
         folders: dict[str, list[str]] = {}
         for relpath in relpaths:
             folders.setdefault(relpath.rpartition("/")[0], []).append(relpath)
@@ -206,20 +222,24 @@ class FsspecRoot:
         return found
 
     def glob(self, pattern: str) -> list[str]:
+        """The files matching ``pattern``, relative to the root, sorted."""
         prefix = self.base + "/"  # fsspec names what it finds without the protocol, as ``base`` is
         found = [str(name) for name in self.fs.glob(f"{self.base}/{pattern}")]
         return sorted(name[len(prefix):] if name.startswith(prefix) else name for name in found)
 
     def temporaries(self, folders: tuple[str, ...]) -> list[str]:
+        """The temporaries an interrupted write left in ``folders``."""
         names: list[str] = []
         for folder in folders:
             names += self.fs.glob(f"{self.base}/{folder}/*/*{TMP_MARK}*")
         return names
 
     def remove(self, name: str) -> None:
+        """Remove the temporary ``name`` (as ``temporaries`` named it)."""
         self.fs.rm_file(name)
 
     def delete(self, relpath: str) -> None:
+        """Delete the file at ``relpath`` if there is one."""
         if self.fs.exists(f"{self.base}/{relpath}"):
             self.fs.rm_file(f"{self.base}/{relpath}")
 

@@ -164,7 +164,8 @@ class Store:
         if data_url is not None and not is_url(data_url):
             data_url = str(Path(data_url).expanduser().resolve())
         if data_url is not None and known is not None and data_url != known:
-            raise StoreError(f"the store {self.root} keeps its step data at {known}; got {data_url} (use that, or a new store)")
+            raise StoreError(
+                f"the store {self.root} keeps its step data at {known}; got {data_url} (use that, or a new store)")
         chosen = data_url or known
         root: Root = self.root if chosen is None else chosen if is_url(chosen) else Path(chosen)
         check_data_root(root, self.store_id, self.root, create)
@@ -178,6 +179,7 @@ class Store:
         return open_root(self.data_root)
 
     def close(self) -> None:
+        """Close the catalog's connections."""
         self.catalog.close()
 
     def __enter__(self) -> Store:
@@ -187,6 +189,7 @@ class Store:
         self.close()
 
     def campaign_dir(self, name: str) -> Path:
+        """The directory holding campaign ``name``'s resolved spec."""
         return self.root / "campaigns" / name
 
     def save_resolved_campaign(self, name: str, spec_hash: str, resolved: dict[str, Any]) -> Path:

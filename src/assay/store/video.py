@@ -19,6 +19,7 @@ from assay.store.roots import open_root
 
 
 def video_relpath(key: str, camera: str) -> str:
+    """Where an episode's video of ``camera`` lives under the data root."""
     return f"videos/{key[:2]}/{key}.{camera}.mp4"
 
 
