@@ -29,11 +29,14 @@ class ScriptedPool:
 
     reuse_environments = True
 
-    def __init__(self, root: str, die: Sequence[int] = (), hang: Sequence[int] = ()) -> None:
+    def __init__(self, root: str, die: Sequence[int] = (), hang: Sequence[int] = (),
+                 hang_before_start: bool = False) -> None:
         self.root, self.die, self.hang = root, set(die), set(hang)
+        self.hang_before_start = hang_before_start  # the hang is in the batch's set-up: no STARTED is sent
         self.workers: dict[Hashable, Worker] = {}
         self.jobs: dict[Hashable, list] = {}
         self.fresh: set[Hashable] = set()  # spawned, READY not yet reported
+        self.stepping: set[Hashable] = set()  # hung workers whose batch reported STARTED
         self.log: list[tuple[str, int]] = []
         self._next = 0
 
@@ -46,12 +49,18 @@ class ScriptedPool:
 
     def assign(self, worker: Hashable, jobs) -> None:
         self.jobs[worker] = list(jobs)
+        self.stepping.discard(worker)
 
     def wait(self, busy: Sequence[Hashable], timeout: float | None) -> list[Event]:
         events = [Event(w, Happened.READY) for w in sorted(self.fresh)]
         self.fresh.clear()
         for worker in busy:
             if any(job.key in self.hang for job in self.jobs[worker]):
+                # the hang is in an episode: the batch began stepping first
+                if worker not in self.stepping and not self.hang_before_start:
+                    self.stepping.add(worker)
+                    events.append(Event(worker, Happened.STARTED))
+                    return events
                 continue
             jobs = self.jobs.pop(worker)
             if worker in self.die:
@@ -126,3 +135,15 @@ def test_workers_left_with_nothing_to_do_are_retired_and_none_is_spawned_beyond_
     spawned = [w for what, w in pool.log if what == "spawn"]
     assert len(spawned) == min(workers, 3)  # three batches of two
     assert sorted(w for what, w in pool.log if what == "retire") == spawned and pool.workers == {}
+
+
+def test_a_batch_hung_before_it_began_stepping_costs_one_timeout_and_is_recorded_whole(tmp_path):
+    plan = prepare_campaign(campaign_from_data(CAMPAIGN))
+    hung = plan.jobs[1].key  # its batch is jobs[0:2]
+    _, records, pool, driver = _drive(tmp_path, {"hang": [hung], "hang_before_start": True},
+                                      FaultPolicy(max_attempts=1, episode_timeout_s=0.05))
+    assert sorted(r.key for r in records) == sorted(j.key for j in plan.jobs)  # each job exactly once
+    errors = sorted(r.key for r in records if r.outcome is Outcome.ERROR)
+    assert errors == sorted([plan.jobs[0].key, hung])  # the whole batch, not split and timed out again
+    assert all("wall_timeout" in (r.reason or "") for r in records if r.outcome is Outcome.ERROR)
+    assert driver.restarts == 1  # one timeout: its worker, once
