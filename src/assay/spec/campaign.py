@@ -12,6 +12,7 @@ Identity rules, relied on by resume, determinism and paired statistics:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -20,10 +21,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from assay.errors import SpecError
-from assay.spec.hashing import content_hash, derive_seed
+from assay.spec.hashing import canonical_json, content_hash, derive_seed
 from assay.spec.policy import PolicySpec
 from assay.spec.task import CameraSpec, TaskSpec
-from assay.spec.variant import Variant
+from assay.spec.variant import Axis, Variant
 
 # A variant as a campaign asks for it: factor -> value ({} is nominal). The factor catalog
 # (in assay.sim) resolves each request into a Variant with axes and checks the values.
@@ -277,6 +278,36 @@ def episode_key(
     return content_hash(identity, length=24)
 
 
+class _CellKeys:
+    """:func:`episode_key` for every job of one (policy, task, variant) cell, with the parts that do not change
+    from job to job serialized once: the same canonical JSON, byte for byte (``tests/test_spec.py``)."""
+
+    def __init__(self, task: TaskSpec, variant: Variant, policy: ResolvedPolicy, replan_every: int | None,
+                 safety: bool, video_fps: float | None) -> None:
+        fixed: dict[str, Any] = {"task": task.id, "task_hash": task.content_hash(),
+                                 "variant": variant.model_dump(mode="json"),
+                                 "policy": policy.spec.identity(policy.version)}
+        if replan_every is not None:
+            fixed["replan_every"] = replan_every
+        if safety:
+            fixed["safety"] = SAFETY_FILTER_VERSION
+        if video_fps is not None:
+            fixed["video_fps"] = video_fps
+        # Sorted keys: "instruction" (when it differs) < every fixed key < ... with "seed" in its sorted place.
+        parts = [f"{canonical_json(name)}:{canonical_json(value)}" for name, value in sorted(fixed.items())]
+        before = [p for name, p in zip(sorted(fixed), parts, strict=True) if name < "seed"]
+        after = [p for name, p in zip(sorted(fixed), parts, strict=True) if name > "seed"]
+        self._head = "".join(f"{p}," for p in before) + '"seed":'
+        self._tail = "".join(f",{p}" for p in after) + "}"
+        self._nominal_instruction = task.instruction
+
+    def key(self, seed: int, instruction: str) -> str:
+        """The job's key (what :func:`episode_key` gives for this cell, ``seed`` and ``instruction``)."""
+        said = f'"instruction":{canonical_json(instruction)},' if instruction != self._nominal_instruction else ""
+        text = "{" + said + self._head + str(int(seed)) + self._tail
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
 def plan(
     campaign: CampaignSpec,
     tasks: list[TaskSpec],
@@ -291,6 +322,7 @@ def plan(
     """
     variants = variants if variants is not None else [Variant()]
     jobs: list[EpisodeJob] = []
+    seeds = {task.id: [episode_seed(campaign.seed, task, i) for i in range(campaign.episodes)] for task in tasks}
     for policy in policies:
         for task in tasks:
             if task.initial_states and campaign.seed + campaign.episodes > task.initial_states:
@@ -299,11 +331,14 @@ def plan(
                     f"seed + episodes must be at most {task.initial_states}, not {campaign.seed + campaign.episodes}")
             video_fps = campaign.video_fps if campaign.video_fps is not None else task.video_fps
             for variant in variants:
-                for index in range(campaign.episodes):
-                    seed = episode_seed(campaign.seed, task, index)
-                    instruction = instruction_for(task, variant, seed) if instruction_for else task.instruction
-                    key = episode_key(task, variant, policy, seed, instruction, campaign.replan_every, campaign.safety,
-                                      video_fps)
+                keys = _CellKeys(task, variant, policy, campaign.replan_every, campaign.safety, video_fps)
+                # Only a semantic factor makes the instruction depend on the episode's seed: otherwise one call.
+                per_seed = any(p.axis is Axis.SEMANTIC for p in variant.perturbations)
+                fixed = instruction_for(task, variant, seeds[task.id][0]) if instruction_for and not per_seed and \
+                    campaign.episodes else task.instruction
+                for index, seed in enumerate(seeds[task.id]):
+                    instruction = instruction_for(task, variant, seed) if instruction_for and per_seed else fixed
+                    key = keys.key(seed, instruction)
                     jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
                                            campaign.replan_every, campaign.pipeline, campaign.safety, video_fps))
     return jobs
