@@ -15,6 +15,7 @@ from assay.learning.leakage import contaminated, leakage_report
 from assay.learning.olcl import OLCLConfig, OLCLResult, run_olcl
 
 __all__ = [
-    "DataQuery", "DataQueryError", "Demo", "FlywheelConfig", "FlywheelDesign", "OLCLConfig", "OLCLResult", "run_olcl", "SeedResult", "TrainConfig", "TrainResult",
+    "DataQuery", "DataQueryError", "Demo", "FlywheelConfig", "FlywheelDesign", "OLCLConfig", "OLCLResult", "run_olcl",
+    "SeedResult", "TrainConfig", "TrainResult",
     "contaminated", "leakage_report", "load_demos", "load_design", "run_design", "run_flywheel", "train_bc",
 ]

@@ -32,6 +32,8 @@ from assay.policies.mlp import import_torch
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """How to train a BC checkpoint: seed, epochs, widths, batch size, optimiser settings and conditioning."""
+
     seed: int = 0
     epochs: int = 50
     hidden: tuple[int, ...] = (256, 256)
@@ -43,11 +45,14 @@ class TrainConfig:
     def __post_init__(self) -> None:
         conditioning(self.conditioning)
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or not self.hidden or min(self.hidden) < 1:
-            raise AssayError(f"invalid training config {self}: epochs, batch size, lr and hidden widths must be positive")
+            raise AssayError(
+                f"invalid training config {self}: epochs, batch size, lr and hidden widths must be positive")
 
 
 @dataclass(frozen=True)
 class TrainResult:
+    """A trained checkpoint: where it is, its content version, and what it was trained on."""
+
     path: str
     version: str
     demos: int
@@ -56,11 +61,13 @@ class TrainResult:
     final_loss: float
 
     def to_dict(self) -> dict[str, object]:
+        """The result as a JSON-ready dict."""
         return asdict(self)
 
 
 @contextmanager
 def deterministic_torch(seed: int) -> Iterator[Any]:
+    """Torch on one thread with deterministic algorithms and ``seed``, the previous settings restored after."""
     torch = import_torch()
     threads, was_deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)
@@ -79,7 +86,8 @@ def arrays(demos: Sequence[Demo], tasks: Sequence[str]) -> tuple[np.ndarray, np.
         raise AssayError("no demonstrations to train on")
     dims = {(d.observations.shape[1], d.actions.shape[1]) for d in demos}
     if len(dims) != 1:
-        raise AssayError(f"demos disagree on (state, action) dimensions: {sorted(dims)}; train one model per embodiment")
+        raise AssayError(
+            f"demos disagree on (state, action) dimensions: {sorted(dims)}; train one model per embodiment")
     states = np.concatenate([d.observations for d in demos]).astype(np.float32)
     actions = np.clip(np.concatenate([d.actions for d in demos]), -1.0, 1.0).astype(np.float32)
     hot = np.zeros((len(states), len(tasks)), np.float32)

@@ -35,6 +35,8 @@ class DataQueryError(AssayError):
 
 @dataclass(frozen=True)
 class DataQuery:
+    """Which stored episodes become demos: campaigns, tasks, policies, an outcome, and whether recovery demos join."""
+
     campaigns: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
     policies: tuple[str, ...] = ()
@@ -43,13 +45,15 @@ class DataQuery:
 
     @staticmethod
     def parse(text: str) -> DataQuery:
+        """Parse ``campaign=a,task=b,...``; a part that is not KEY=VALUE with a known KEY is a DataQueryError."""
         fields: dict[str, tuple[str, ...]] = {}
         for part in (p.strip() for p in text.split(",")):
             if not part:
                 continue
             key, sep, value = part.partition("=")
             if not sep or key.strip() not in QUERY_KEYS or not value.strip():
-                raise DataQueryError(f"data query part {part!r} is not KEY=VALUE with KEY one of {', '.join(QUERY_KEYS)}")
+                raise DataQueryError(
+                    f"data query part {part!r} is not KEY=VALUE with KEY one of {', '.join(QUERY_KEYS)}")
             fields[key.strip()] = tuple(v.strip() for v in value.split("|") if v.strip())
         if not fields.get("campaign") and not fields.get("demos"):
             raise DataQueryError(f"data query {text!r} names no 'campaign=' and no 'demos='; give at least one")
@@ -82,14 +86,17 @@ class Demo:
         return np.arange(len(self.actions)) if self.steps is None else self.steps
 
     def provenance(self) -> dict[str, object]:
+        """Where the demo came from (its key, task, variant, seed and purpose), recorded with a checkpoint."""
         return {"key": self.key, "task_id": self.task_id, "task_hash": self.task_hash,
                 "variant_key": self.variant_key, "seed": self.seed, "purpose": self.purpose}
 
 
 def episode_demo(store: Store, record: EpisodeRecord) -> Demo:
+    """A stored episode's states and actions as a demo."""
     table = store.steps(record)
     return Demo(record.key, record.task_id, record.task_hash, record.variant_key, record.seed, "episode",
-                column_matrix(table, "observation.state", record.key), column_matrix(table, "action", record.key), record.instruction)
+                column_matrix(table, "observation.state", record.key), column_matrix(table, "action", record.key),
+                record.instruction)
 
 
 def recovery_demo(store: Store, path: Path) -> Demo:
@@ -102,10 +109,12 @@ def recovery_demo(store: Store, path: Path) -> Demo:
     record = store.catalog.episode(source)
     relpath = str(path.relative_to(store.root)) if path.is_relative_to(store.root) else str(path)
     return Demo(relpath, record.task_id, record.task_hash, record.variant_key, record.seed, "recovery",
-                column_matrix(table, "observation.state", relpath), column_matrix(table, "action", relpath), record.instruction)
+                column_matrix(table, "observation.state", relpath), column_matrix(table, "action", relpath),
+                record.instruction)
 
 
 def select_records(store: Store, query: DataQuery) -> list[EpisodeRecord]:
+    """The episodes the query selects, by key, in campaign order."""
     records: dict[str, EpisodeRecord] = {}
     for campaign in query.campaigns:
         for record in store.catalog.episodes(campaign=campaign):

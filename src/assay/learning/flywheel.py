@@ -36,6 +36,8 @@ from assay.store import EpisodeRecord, Outcome, Store
 
 @dataclass(frozen=True)
 class FlywheelConfig:
+    """The recovery-demo flywheel on one task: demo counts, probe and evaluation episodes, seeds and training epochs."""
+
     task: str
     base: int = 20
     extra: int = 10
@@ -48,15 +50,19 @@ class FlywheelConfig:
 
     def __post_init__(self) -> None:
         if min(self.base, self.extra, self.probe, self.eval_episodes) < 1 or not self.seeds:
-            raise AssayError("flywheel: --base, --extra, --probe and --eval must be at least 1, and give one seed or more")
+            raise AssayError(
+                "flywheel: --base, --extra, --probe and --eval must be at least 1, and give one seed or more")
 
     def tag(self) -> str:
+        """A short hash naming the experiment's campaigns (what changes the episodes they hold)."""
         return content_hash({"task": self.task, "base": self.base, "extra": self.extra, "probe": self.probe,
                              "horizon": self.horizon}, length=8)
 
 
 @dataclass
 class SeedResult:
+    """One seed's result: base, control (fresh demos) and flywheel (recovery demos) scores, with their data."""
+
     seed: int
     base: Score
     control: Score
@@ -72,10 +78,12 @@ class SeedResult:
 
     @property
     def gain_ratio(self) -> float | None:
+        """The flywheel's gain over the control's, both from the base (None when the control gained nothing)."""
         control_gain = self.control.rate - self.base.rate
         return None if control_gain <= 0 else (self.flywheel.rate - self.base.rate) / control_gain
 
     def to_dict(self) -> dict[str, object]:
+        """The result as a JSON-ready dict."""
         return {"seed": self.seed, "base": self.base.to_dict(), "control": self.control.to_dict(),
                 "flywheel": self.flywheel.to_dict(), "recovery_demos": self.recovery_demos,
                 "recovery_frames": self.recovery_frames, "control_frames": self.control_frames,
@@ -104,7 +112,9 @@ def _expert_demos(store: Store, config: FlywheelConfig) -> tuple[list[Demo], lis
             [episode_demo(store, r) for r in ok if r.episode_index >= config.base])
 
 
-def mine_recovery(store: Store, replayers: Replayers, failures: list[EpisodeRecord], limit: int) -> tuple[list[Demo], int]:
+def mine_recovery(
+    store: Store, replayers: Replayers, failures: list[EpisodeRecord], limit: int
+) -> tuple[list[Demo], int]:
     """Up to ``limit`` recovery demos, spread over failures: round-robin over the failures (in order) whose
     point of no return is recoverable, searching at most ``limit`` of them; and how many were searched.
     Each failure is replayed in its own variant (``replayers.for_record``)."""
@@ -116,11 +126,13 @@ def mine_recovery(store: Store, replayers: Replayers, failures: list[EpisodeReco
         searched += 1
         replayer = replayers.for_record(record)
         table = store.steps(record)
-        actions = np.asarray(table.column("action").combine_chunks().flatten(), dtype=np.float64).reshape(len(table), -1)
+        flat = table.column("action").combine_chunks().flatten()
+        actions = np.asarray(flat, dtype=np.float64).reshape(len(table), -1)
         states = np.asarray(table.column("observation.state").combine_chunks().flatten(),
                             dtype=np.float64).reshape(len(table), -1)
         ponr = find_ponr(replayer, record.key, record.seed, actions, record.instruction, states=states)
-        per_failure.append(recovery_demos(replayer, store.root, ponr, record.seed, actions, instruction=record.instruction))
+        per_failure.append(
+            recovery_demos(replayer, store.root, ponr, record.seed, actions, instruction=record.instruction))
     chosen: list[str] = []
     for rank in range(max((len(p) for p in per_failure), default=0)):
         chosen += [paths[rank] for paths in per_failure if rank < len(paths)]
@@ -129,6 +141,8 @@ def mine_recovery(store: Store, replayers: Replayers, failures: list[EpisodeReco
 
 def run_flywheel(store: Store, config: FlywheelConfig, out_dir: Path,
                  progress: Callable[[str], None] = lambda _: None) -> list[SeedResult]:
+    """Per seed: train the base, probe it, mine recovery demos from its failures, train flywheel and control, evaluate.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     tag = config.tag()
     base_demos, fresh = _expert_demos(store, config)
@@ -141,7 +155,8 @@ def run_flywheel(store: Store, config: FlywheelConfig, out_dir: Path,
         base = train_bc(base_demos, train, out_dir / f"base-s{seed}.pt")
         progress(f"seed {seed}: base trained ({base.frames} frames, loss {base.final_loss:.4f})")
         plan, probe = run_grid(store, f"flywheel-{tag}-probe-s{seed}-{base.version[-12:]}", [config.task],
-                               [bc_spec("base", Path(base.path))], config.probe, PROBE_SEED, config.horizon, config.workers)
+                               [bc_spec("base", Path(base.path))], config.probe, PROBE_SEED, config.horizon,
+                               config.workers)
         failures = [r for r in probe if r.outcome in (Outcome.FAILURE, Outcome.TIMEOUT)]
         with Replayers(plan.tasks[0]) as replayers:  # each failure in the variant it ran under
             recovery, searched = mine_recovery(store, replayers, failures, config.extra)
@@ -151,8 +166,10 @@ def run_flywheel(store: Store, config: FlywheelConfig, out_dir: Path,
         control = train_bc(base_demos + control_extra, train, out_dir / f"control-s{seed}.pt")
         policies = [bc_spec("base", Path(base.path)), bc_spec("control", Path(control.path)),
                     bc_spec("flywheel", Path(flywheel.path))]
-        _, evaluation = run_grid(store, f"flywheel-{tag}-eval-s{seed}-{content_hash([base.version, control.version, flywheel.version], length=8)}",
-                                 [config.task], policies, config.eval_episodes, EVAL_SEED, config.horizon, config.workers)
+        checkpoints = content_hash([base.version, control.version, flywheel.version], length=8)
+        _, evaluation = run_grid(store, f"flywheel-{tag}-eval-s{seed}-{checkpoints}",
+                                 [config.task], policies, config.eval_episodes, EVAL_SEED, config.horizon,
+                                 config.workers)
         provenance = {"base": [d.provenance() for d in base_demos],
                       "control": [d.provenance() for d in base_demos + control_extra],
                       "flywheel": [d.provenance() for d in base_demos + recovery]}

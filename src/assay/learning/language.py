@@ -22,18 +22,23 @@ from assay.policies.language import EMBED_DIM, ENCODER, embed_each
 
 
 class Conditioning(str, Enum):
+    """What a BC network is conditioned on besides the state: the task's one-hot or the instruction's embedding."""
+
     TASK = "task"  # one-hot over the trained tasks
     INSTRUCTION = "instruction"  # sentence embedding of the instruction
 
 
 def conditioning(name: str) -> Conditioning:
+    """The conditioning named ``name``; an unknown name is an AssayError listing the valid ones."""
     try:
         return Conditioning(name)
     except ValueError:
-        raise AssayError(f"conditioning {name!r} is not valid; valid: {', '.join(c.value for c in Conditioning)}") from None
+        raise AssayError(
+            f"conditioning {name!r} is not valid; valid: {', '.join(c.value for c in Conditioning)}") from None
 
 
 def condition_width(kind: Conditioning, tasks: Sequence[str]) -> int:
+    """The width of the conditioning vector: the number of tasks, or the embedding's dimension."""
     return len(tasks) if kind is Conditioning.TASK else EMBED_DIM
 
 

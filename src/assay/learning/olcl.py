@@ -33,6 +33,8 @@ HELDOUT_SEED = 4000  # expert demos for the open-loop score: neither training da
 
 @dataclass(frozen=True)
 class OLCLConfig:
+    """The open- vs closed-loop experiment: demo counts and epochs to train over, held-out and evaluation episodes."""
+
     task: str
     sizes: tuple[int, ...] = (2, 5, 10, 20)
     epochs: tuple[int, ...] = (5, 50)
@@ -50,11 +52,14 @@ class OLCLConfig:
             raise AssayError("sizes, epochs, --heldout and --eval must be at least 1")
 
     def tag(self) -> str:
+        """A short hash naming the experiment's campaigns."""
         return content_hash({"task": self.task, "horizon": self.horizon}, length=8)
 
 
 @dataclass(frozen=True)
 class OLCLResult:
+    """Whether open-loop error ranks the checkpoints as closed-loop success does (Kendall, MMRV, misranked pairs)."""
+
     checkpoints: tuple[str, ...]
     closed: dict[str, dict[str, object]]
     openloop: tuple[OpenLoopRow, ...]
@@ -71,12 +76,14 @@ class OLCLResult:
         """Plain data for JSON."""
         return {"checkpoints": list(self.checkpoints), "closed_loop": self.closed,
                 "open_loop": [r.to_dict() for r in self.openloop], "kendall_tau": self.kendall,
-                "kendall_reason": self.kendall_reason, "mmrv": self.mmrv, "misranked": [list(p) for p in self.misranked],
+                "kendall_reason": self.kendall_reason, "mmrv": self.mmrv,
+                "misranked": [list(p) for p in self.misranked],
                 "kendall_interval": self.kendall_interval, "mmrv_interval": self.mmrv_interval,
                 "resamples": self.resamples}
 
 
 def predictor(path: str) -> Callable[[Sequence[Trajectory]], list[np.ndarray]]:
+    """A checkpoint's open-loop predictor: its action at every recorded step of each trajectory."""
     policy = BCPolicy(path=path)
 
     def predict(trajectories: Sequence[Trajectory]) -> list[np.ndarray]:
@@ -86,6 +93,7 @@ def predictor(path: str) -> Callable[[Sequence[Trajectory]], list[np.ndarray]]:
 
 
 def misranked(names: Sequence[str], mse: dict[str, float], success: dict[str, float]) -> list[tuple[str, str]]:
+    """The pairs of checkpoints open-loop error ranks one way and closed-loop success strictly the other."""
     out = []
     for a, b in combinations(sorted(names), 2):
         better_open, other = (a, b) if mse[a] < mse[b] else (b, a)
@@ -94,12 +102,19 @@ def misranked(names: Sequence[str], mse: dict[str, float], success: dict[str, fl
     return out
 
 
-def run_olcl(store: Store, config: OLCLConfig, out_dir: Path, progress: Callable[[str], None] = lambda _: None) -> OLCLResult:
+def run_olcl(
+    store: Store, config: OLCLConfig, out_dir: Path, progress: Callable[[str], None] = lambda _: None
+) -> OLCLResult:
+    """Train checkpoints over demo counts and epochs, score them open-loop on held-out demos and closed-loop, compare.
+    """
     tag = config.tag()
     expert = [PolicySpec(name="expert", builtin="expert")]
-    _, demos = run_grid(store, f"olcl-{tag}-demos", [config.task], expert, max(config.sizes), DEMO_SEED, config.horizon, config.workers)
+    _, demos = run_grid(
+        store, f"olcl-{tag}-demos", [config.task], expert, max(config.sizes), DEMO_SEED, config.horizon, config.workers)
     ok = sorted((r for r in demos if r.outcome is Outcome.SUCCESS), key=lambda r: r.episode_index)
-    _, heldout = run_grid(store, f"olcl-{tag}-heldout", [config.task], expert, config.heldout, HELDOUT_SEED, config.horizon, config.workers)
+    _, heldout = run_grid(
+        store, f"olcl-{tag}-heldout", [config.task], expert, config.heldout, HELDOUT_SEED, config.horizon,
+        config.workers)
     trajectories = load_trajectories(store, [r for r in heldout if r.outcome is Outcome.SUCCESS])
     paths: dict[str, str] = {}
     for size in config.sizes:

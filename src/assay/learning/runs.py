@@ -24,6 +24,7 @@ DEMO_SEED, PROBE_SEED, EVAL_SEED = 1000, 2000, 3000
 
 
 def bc_spec(name: str, path: Path) -> PolicySpec:
+    """The ``bc`` policy spec of the checkpoint at ``path``, named ``name``."""
     return PolicySpec(name=name, builtin="bc", params={"path": str(Path(path).resolve())})
 
 
@@ -41,6 +42,8 @@ def run_grid(store: Store, name: str, tasks: Sequence[str], policies: Sequence[P
 
 @dataclass(frozen=True)
 class Score:
+    """One policy's success count with its mid-p 95% interval."""
+
     policy: str
     successes: int
     trials: int
@@ -49,9 +52,11 @@ class Score:
 
     @property
     def rate(self) -> float:
+        """The success rate (0 with no trials)."""
         return self.successes / self.trials if self.trials else 0.0
 
     def to_dict(self) -> dict[str, object]:
+        """The score as a JSON-ready dict."""
         return {"policy": self.policy, "successes": self.successes, "trials": self.trials, "rate": self.rate,
                 "low": self.low, "high": self.high}
 
