@@ -110,7 +110,8 @@ $(INTEROP_VENV)/.installed: tests/interop/constraints.txt pyproject.toml
 	touch $@
 
 test-interop: install-test $(INTEROP_VENV)/.installed
-	ASSAY_INTEROP_PYTHON=$(INTEROP_VENV)/bin/python $(PY) -m pytest -q -m interop tests/test_export_interop.py
+	ASSAY_INTEROP_PYTHON=$(INTEROP_VENV)/bin/python $(PY) -m pytest -q -m interop tests/test_export_interop.py \
+		tests/test_libero_interop.py
 
 # The flywheel experiment (issue 21, docs/RESULTS.md): base BC on a slice of the workspace; random, targeted
 # (from failure mining), DAgger-relabel and oracle arms at an equal budget; 5 replicates, about 4 minutes on 2

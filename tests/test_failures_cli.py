@@ -144,3 +144,17 @@ def test_a_rerun_of_a_safety_cell_keeps_every_setting(tmp_path):
         result = runner.invoke(app, ["regress", "run", "safe", "--policy", bad, "--store", store])
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
         assert "shaky" in result.output  # the campaign's own policies are listed as valid
+
+
+def test_a_backend_without_events_says_so_in_one_line_instead_of_uncategorized(tmp_path):
+    """Gymnasium records no per-step events: its failures are named as not categorized, with the reason."""
+    (tmp_path / "g.yaml").write_text("name: g\nepisodes: 2\nhorizon: 5\ntasks: [gymnasium/Pendulum-v1]\n"
+                                     "policies: [random]\n")
+    invoke("run", str(tmp_path / "g.yaml"), "--store", str(tmp_path / "s"), "--executor", "inline")
+    document = json.loads(invoke("failures", "mine", "--store", str(tmp_path / "s"), "--json").stdout)
+    reason = "backend gymnasium records no per-step events, and categories are read from them"
+    assert document["categories"] == {} and document["failures"] == 2
+    assert document["not_categorized"] == [{"backend": "gymnasium", "failures": 2,
+                                           "reason": reason + " (Meta-World and LIBERO record them)"}]
+    text = invoke("failures", "mine", "--store", str(tmp_path / "s")).stdout
+    assert f"2 failures not categorized: {reason}" in " ".join(text.split()) and "uncategorized" not in text

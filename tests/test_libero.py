@@ -150,10 +150,77 @@ def test_pro_language_and_task_change_the_instruction_deterministically():
     assert instruction_for(task, language) == "grab alphabet soup and put it into basket"
     assert instruct(task, language, 0) == "grab alphabet soup and put it into basket"  # the campaign's path
     assert instruction_for(task, swapped) == "Pick the cream cheese and place it in the basket"
-    with pytest.raises(UnsupportedError, match="one at a time"):
-        instruction_for(task, resolve_variant({"libero.language": "pro", "libero.swap": "pro"}, task))
+    with pytest.raises(UnsupportedError, match="libero.task combines with no other LIBERO-PRO factor"):
+        instruction_for(task, resolve_variant({"libero.task": "pro", "libero.swap": "pro"}, task))
     with pytest.raises(UnsupportedError, match="does not apply to metaworld/reach@1"):
         resolve_variant({"libero.swap": "pro"}, REGISTRY.get("metaworld/reach@1"))
+
+
+def test_pro_combinations_follow_upstreams_rules_and_name_their_instruction():
+    """Upstream combines swap, environment, object and language freely and the task perturbation with none;
+    a combination with language sends the paraphrase upstream's generator draws; the others the task's own."""
+    import random
+
+    from assay.sim.libero_pro import PRO_SEED
+
+    task = REGISTRY.get(SOUP)
+    paraphrases = libero_catalog()["libero_object"][0]["paraphrases"]
+    combined = resolve_variant({"libero.swap": "pro", "libero.object": "pro", "libero.language": "pro"}, task)
+    assert instruction_for(task, combined) == random.Random(PRO_SEED).choice(paraphrases) in paraphrases
+    for factor in ("libero.swap", "libero.object", "libero.environment"):
+        assert instruction_for(task, resolve_variant({factor: "pro"}, task)) == task.instruction
+    assert instruction_for(task, resolve_variant({"libero.environment": "pro", "libero.swap": "pro"}, task)) \
+        == task.instruction
+    with pytest.raises(UnsupportedError, match="^libero.task combines with no other LIBERO-PRO factor .*, not with "
+                                               "libero.object; valid: libero.task alone, or any of"):
+        instruction_for(task, resolve_variant({"libero.task": "pro", "libero.object": "pro"}, task))
+    living = REGISTRY.get("libero/10/LIVING_ROOM_SCENE2_put_both_the_alphabet_soup_and_the_tomato_sauce_in_the_basket")
+    with pytest.raises(UnsupportedError, match="^LIBERO-PRO has no libero.environment perturbation of libero/10/"
+                                               ".*; valid for it: libero.swap, libero.object, libero.language, "
+                                               "libero.task$"):
+        instruction_for(living, resolve_variant({"libero.environment": "pro"}, living))
+    kitchen = REGISTRY.get("libero/90/KITCHEN_SCENE1_put_the_black_bowl_on_the_plate")
+    with pytest.raises(UnsupportedError, match="valid for it: none$"):
+        instruction_for(kitchen, resolve_variant({"libero.swap": "pro"}, kitchen))
+
+
+def test_pro_instructions_are_the_packages_bddl_languages_and_openpi_sends_the_original():
+    """Against the package's own files, every task of the four LIBERO-PRO suites: Assay sends each perturbed
+    file's :language for language and task, the task's own instruction for object and swap; `task.language`
+    (what openpi's and LeRobot's LIBERO scripts send) is the original instruction on every perturbed suite."""
+    from pathlib import Path
+
+    from assay.sim.libero_env import _quiet
+    from assay.sim.libero_pro import generate_bddl_text
+
+    with _quiet():  # robosuite 1.4 warns (deprecated logging calls) when it is imported
+        from libero.libero import benchmark
+        from libero.libero.envs.bddl_utils import get_problem_info
+
+    for short in ("spatial", "object", "goal", "10"):
+        suite = SUITES[short].benchmark
+        base = benchmark.get_benchmark(suite)(task_order_index=0)
+        for entry in libero_catalog()[suite]:
+            task = REGISTRY.get(f"libero/{short}/{entry['task']}")
+            assert task.instruction == base.get_task(entry["index"]).language
+            for kind, factor in (("lan", "libero.language"), ("task", "libero.task"), ("object", "libero.object"),
+                                 ("swap", "libero.swap")):
+                perturbed = benchmark.get_benchmark(f"{suite}_{kind}")(task_order_index=0)
+                assert perturbed.get_task(entry["index"]).language == task.instruction  # what openpi would send
+                sent = instruction_for(task, resolve_variant({factor: "pro"}, task))
+                bddl = get_problem_info(perturbed.get_task_bddl_file_path(entry["index"]))["language_instruction"]
+                if kind in ("lan", "task"):
+                    assert sent.lower() == bddl.lower(), (task.id, kind)
+                else:
+                    assert sent == task.instruction
+        if short == "object":  # a generated combination with language: its file's :language is what is sent
+            entry = libero_catalog()[suite][0]
+            task = REGISTRY.get(f"libero/{short}/{entry['task']}")
+            text = generate_bddl_text(Path(base.get_task_bddl_file_path(0)).read_text(), suite, entry["task"],
+                                      ("swap", "object", "lan"))
+            sent = instruction_for(task, resolve_variant({"libero.swap": "pro", "libero.object": "pro",
+                                                          "libero.language": "pro"}, task))
+            assert f"(:language {sent})" in text
 
 
 def test_pro_factors_sweep_and_grid_into_paired_jobs():
@@ -242,6 +309,34 @@ def test_each_pro_scene_factor_changes_what_it_declares(soup_env, factor):
         assert "cream_cheese_1" in [p[1] for p in soup_env._scene.goal]
     assert soup_env.reset(3)["state"].tolist() == nominal["state"].tolist()  # nominal comes back
     assert np.array_equal(soup_env.unwrapped.sim.data.body_xpos, nominal_positions)
+
+
+@pytest.mark.slow
+def test_generated_pro_combinations_and_the_environment_change_what_they_declare(soup_env):
+    """swap + object + language (no shipped suite): other objects, swapped places, deterministic per seed,
+    layouts sampled per seed; environment: the living-room table replaces the floor; nominal comes back."""
+    task = soup_env.task
+    nominal = soup_env.reset(3)
+    nominal_names = sorted(soup_env.unwrapped.objects_dict)
+    combined = resolve_variant({"libero.swap": "pro", "libero.object": "pro", "libero.language": "pro"}, task)
+    first = soup_env.reset(3, combined)
+    conditions = soup_env.initial_conditions()
+    assert conditions["suite"] == "libero_object+swap+object+lan" and conditions["init_state_index"] is None
+    assert conditions["bddl"].startswith("generated/pick_up_the_alphabet_soup_and_place_it_in_the_basket.")
+    names = sorted(soup_env.unwrapped.objects_dict)
+    assert names != nominal_names and "red_alphabet_soup_1" in names  # upstream's look-alike at seed 0
+    assert [p[1] for p in soup_env._scene.goal] == ["red_alphabet_soup_1"]
+    again = soup_env.reset(3, combined)
+    assert np.array_equal(again["privileged.goal"], first["privileged.goal"])  # deterministic per seed
+    other = soup_env.reset(4, combined)
+    assert not np.allclose(other["privileged.goal"], first["privileged.goal"])  # a sampled layout per seed
+    assert np.linalg.norm(first["privileged.goal"][:2] - nominal["privileged.goal"][:2]) > 0.05
+    environment = resolve_variant({"libero.environment": "pro"}, task)
+    soup_env.reset(3, environment)
+    assert soup_env.unwrapped.parsed_problem["problem_name"] == "libero_living_room_tabletop_manipulation"
+    assert soup_env.initial_conditions()["suite"] == "libero_object+environment"
+    assert soup_env.reset(3)["state"].tolist() == nominal["state"].tolist()  # nominal comes back
+    assert soup_env.unwrapped.parsed_problem["problem_name"] == "libero_floor_manipulation"
 
 
 def _start_openpi_server(port: int, log):

@@ -52,7 +52,7 @@ def test_every_factor_has_a_test_level():
     assert physical == set(VISUAL_LEVELS) | set(DYNAMICS_LEVELS) | {"distractor.count"}
     # the LIBERO-PRO scene factors are tested on LIBERO (tests/test_libero.py)
     assert {name for name, f in FACTORS.items() if f.backends == {"libero"}} == {
-        "libero.object", "libero.swap", "libero.language", "libero.task"}
+        "libero.object", "libero.environment", "libero.swap", "libero.language", "libero.task"}
 
 
 @pytest.mark.parametrize("factor, level", sorted(VISUAL_LEVELS.items()))

@@ -36,6 +36,8 @@ from assay.sim import default_registry, resolve_variant
 from assay.spec import EpisodeJob, Pipeline, ResolvedPolicy, TaskSpec, Variant, batch_jobs, episode_key
 from assay.store import EpisodeRecord, Outcome, Store
 
+NO_EVENTS = ("backend {backend} records no per-step events, and categories are read from them "
+             "(Meta-World and LIBERO record them)")
 failures_app = typer.Typer(no_args_is_help=True, help="Mine failures: categories, attribution, point of no return.")
 regress_app = typer.Typer(no_args_is_help=True, help="Regression sets of failing cases.")
 
@@ -72,17 +74,24 @@ def mine(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
             found = _mine(opened, records)
             attributions = attribute(records, found)
         label = {r.key: r.policy_name for r in records}
-        counts = Counter(c.category.value if c.category else "uncategorized" for c in found.values())
+        silent = {r.key: r.task_id.split("/", 1)[0] for r in records if r.key in found
+                  and found[r.key].category is None and "missing_events" in found[r.key].evidence}
+        counts = Counter(c.category.value if c.category else "uncategorized" for k, c in found.items() if k not in silent)
         by_policy: dict[str, Counter] = {}
         for key, c in found.items():
-            by_policy.setdefault(label[key], Counter())[c.category.value if c.category else "uncategorized"] += 1
+            if key not in silent:
+                by_policy.setdefault(label[key], Counter())[c.category.value if c.category else "uncategorized"] += 1
+        no_events = [{"backend": backend, "failures": n, "reason": NO_EVENTS.format(backend=backend)}
+                     for backend, n in sorted(Counter(silent.values()).items())]
         document = {"campaign": name, "episodes": len(records), "failures": len(found), "categories": dict(counts),
                     "categories_by_policy": {p: dict(c) for p, c in sorted(by_policy.items())},
-                    "attribution": coverage(attributions)}
+                    "not_categorized": no_events, "attribution": coverage(attributions)}
         if json_out:
             render.print_json(document)
             return
         render.console.print(f"[bold]{name}[/]: {len(found)} failures of {len(records)} episodes")
+        for row in no_events:
+            render.console.print(f"  {row['failures']} failures not categorized: {row['reason']}", highlight=False)
         for policy_name, policy_counts in sorted(by_policy.items()):
             render.console.print(f"  [bold]{policy_name}[/] ({sum(policy_counts.values())} failures)")
             for category, n in policy_counts.most_common():

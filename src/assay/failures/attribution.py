@@ -16,7 +16,9 @@ Three kinds of evidence, taken in this order; the first that names a capability 
    visual -> ``perception``, semantic -> ``language_grounding``, behavioral ->
    ``contact`` or ``control`` by the failure's category.
 3. ``category``: the category alone, where it names a phase (contact or control
-   phases, instability -> ``simulation``, policy error -> ``policy_error``).
+   phases, instability -> ``simulation``, policy error -> ``policy_error``; a LIBERO
+   ``wrong_object`` -> ``language_grounding``: it went for another object than the
+   one its instruction names).
 
 Everything else is ``unknown`` (confidence ``none``): nothing is labelled
 without evidence. :func:`coverage` gives each policy's shares of its own
@@ -31,7 +33,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from assay.failures.categories import CONTACT_CATEGORIES, CONTROL_CATEGORIES, Categorized, Category
+from assay.failures.categories import (
+    CONTACT_CATEGORIES,
+    CONTROL_CATEGORIES,
+    GROUNDING_CATEGORIES,
+    Categorized,
+    Category,
+)
 from assay.spec import Axis
 from assay.store import EpisodeRecord, Outcome
 
@@ -59,6 +67,8 @@ def _phase(category: Category | None) -> str | None:
         return "contact"
     if category in CONTROL_CATEGORIES:
         return "control"
+    if category in GROUNDING_CATEGORIES:
+        return "language_grounding"
     if category is Category.INSTABILITY:
         return "simulation"
     if category is Category.POLICY_ERROR:

@@ -16,6 +16,20 @@ tasks have: a drawer that slid 5 cm was reached). An object phase with no
 object evidence at all (every object event NaN and no joint displacement) is
 ``unknown``: the events cannot say, so nothing is guessed.
 
+LIBERO families (``libero-pick-place``: every goal predicate is ``in``/``on``;
+``libero-articulated``: an ``open``/``close``/``turnon`` one) read the events of
+``assay.sim.libero_events``, restricted to the steps of the subgoal the episode ended
+on, in this order: the gripper touched an object the goal never names and never held
+its own (``wrong_object``); it never came within ``REACH_M`` of the object nor touched
+it (``approach_failure``, or ``stagnation`` when hand and object stood still at the
+end); it reached it and never held it with both fingers (``grasp_failure``) or never
+lifted it (``lift_failure``); the goal's progress was still rising over the last
+``PROGRESS_STEPS`` steps of a timeout that ended holding the object
+(``timeout_progressing``: slow, not wrong); it
+let go of the lifted object away from its target (``drop_during_transport``); else it
+set it down near its target, not in it (``placement_miss``: placed short). An
+articulated goal goes approach -> contact -> move, as Meta-World's contact families.
+
 Each episode's trace summary (``trace.<name>`` step columns: the policy's own
 account) goes into the evidence as ``trace``: the mean of each numeric column,
 the most frequent value of each text column, for attribution to read.
@@ -30,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from assay.spec.libero_catalog import SUITES, libero_entry
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
 from assay.store import EpisodeRecord, Outcome
 
@@ -39,6 +54,9 @@ STALL_OBJECT_M = 0.005  # ... and the object less than this: the policy gave up
 GRASP_FAMILIES = frozenset({"pick-place", "insert", "tool-use"})
 REQUIRED_EVENTS = ("contact", "grasped", "dropped", "collision", "unstable", "goal_progress")
 MOVED = 0.01  # object_moved above this (1 cm, or 0.01 rad) is a real displacement, not contact jitter
+REACH_M = 0.05  # the gripper came this close to the object (LIBERO): it was reached
+PROGRESS_STEPS = 20  # a LIBERO timeout whose goal progress rose over its last this many steps ...
+PROGRESS_RISE = 0.05  # ... by more than this was still on its way
 
 
 class Category(str, Enum):
@@ -48,9 +66,11 @@ class Category(str, Enum):
     INSTABILITY = "instability"
     COLLISION = "collision"
     APPROACH_FAILURE = "approach_failure"  # never touched or moved the object
+    WRONG_OBJECT = "wrong_object"  # touched an object the goal never names, never held its own (LIBERO)
     GRASP_FAILURE = "grasp_failure"  # touched, never held (grasp families)
     CONTACT_FAILURE = "contact_failure"  # touched, the object never moved (contact families)
     LIFT_FAILURE = "lift_failure"  # held, never lifted (grasp families)
+    TIMEOUT_PROGRESSING = "timeout_progressing"  # the goal's progress still rising when time ran out (LIBERO)
     DROP = "drop_during_transport"
     STAGNATION = "stagnation"
     SHORT_OF_GOAL = "short_of_goal"  # moved the object (or joint), not to the goal (contact families)
@@ -64,13 +84,28 @@ PRECEDENCE = tuple(Category)
 CONTACT_CATEGORIES = frozenset({Category.GRASP_FAILURE, Category.CONTACT_FAILURE, Category.LIFT_FAILURE,
                                 Category.DROP, Category.COLLISION})
 CONTROL_CATEGORIES = frozenset({Category.APPROACH_FAILURE, Category.PLACEMENT_MISS, Category.SHORT_OF_GOAL,
-                                Category.STAGNATION})
+                                Category.STAGNATION, Category.TIMEOUT_PROGRESSING})
+GROUNDING_CATEGORIES = frozenset({Category.WRONG_OBJECT})  # went for another object than the instruction's
 
 
 def family_of(task_id: str) -> str:
-    """The task family of ``metaworld/<name>`` ids; ``unknown`` for other backends."""
+    """The task family of ``metaworld/<name>`` and ``libero/<suite>/<task>`` ids; ``unknown`` for other backends."""
+    if task_id.startswith("libero/"):
+        return _libero_family(task_id.split("@", 1)[0])
     name = task_id.split("/", 1)[-1] + "-v3"
     return METAWORLD_TASKS[name][2] if name in METAWORLD_TASKS else "unknown"
+
+
+def _libero_family(name: str) -> str:
+    _, short, task = (name.split("/", 2) + ["", ""])[:3]
+    suite = SUITES.get(short)
+    try:
+        goal = libero_entry(f"{suite.benchmark}/{task}")["goal"] if suite else None
+    except KeyError:
+        goal = None
+    if goal is None:
+        return "unknown"
+    return "libero-pick-place" if all(p[0] in ("in", "on") and len(p) == 3 for p in goal) else "libero-articulated"
 
 
 @dataclass(frozen=True)
@@ -105,9 +140,11 @@ def signals(
     missing = [e for e in REQUIRED_EVENTS if f"info.{e}" not in steps]
     if missing or "observation.state" not in steps or len(steps["observation.state"]) == 0:
         return tuple(found), {"missing_events": missing}
+    libero = family.startswith("libero-")
+    steps = _last_subgoal(steps) if libero else steps
     ev = {name: np.asarray(steps[f"info.{name}"], dtype=np.float64) for name in REQUIRED_EVENTS}
     state = np.asarray(steps["observation.state"], dtype=np.float64)
-    stalled = _stalled(state)
+    stalled = _stalled_libero(state, steps) if libero else _stalled(state)
     has_object = bool(np.isfinite(ev["contact"]).any())  # NaN object events: no object to read, not "0"
     moved = _finite_max(steps.get("info.object_moved"))
     lifted = steps.get("info.lifted")
@@ -133,8 +170,63 @@ def signals(
         # An unstable simulation or a hard collision explains what follows it; the phase
         # evidence after one is a consequence, so it is not read as a second cause.
         return tuple(c for c in PRECEDENCE if c in found), evidence
-    found.append(_phase(family, stalled, has_object, moved, evidence, ev["grasped"]))
+    if libero:
+        evidence["subgoal"] = int(np.asarray(steps["info.subgoal"])[-1]) if "info.subgoal" in steps else None
+        evidence["wrong_object_steps"] = int(np.nansum(steps.get("info.wrong_object", np.zeros(0))))
+        found.append(_libero_phase(family, outcome, stalled, moved, evidence, ev))
+    else:
+        found.append(_phase(family, stalled, has_object, moved, evidence, ev["grasped"]))
     return tuple(c for c in PRECEDENCE if c in found), evidence
+
+
+def _last_subgoal(steps: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The steps of the subgoal a LIBERO episode ended on (its object's events; earlier ones were met)."""
+    subgoal = steps.get("info.subgoal")
+    if subgoal is None or len(subgoal) == 0:
+        return dict(steps)
+    keep = np.asarray(subgoal) == np.asarray(subgoal)[-1]
+    return {name: np.asarray(values)[keep] if len(values) == len(keep) else values for name, values in steps.items()}
+
+
+def _stalled_libero(state: np.ndarray, steps: Mapping[str, np.ndarray]) -> bool:
+    """Hand and object still over the last STALL_STEPS steps (the object from its distance to the target)."""
+    if len(state) < STALL_STEPS:
+        return False
+    hand = np.ptp(state[-STALL_STEPS:, 0:3], axis=0).max()
+    distance = np.asarray(steps.get("info.obj_goal_dist", np.zeros(len(state))), dtype=np.float64)[-STALL_STEPS:]
+    if not np.isfinite(distance).all():
+        distance = np.asarray(steps.get("info.object_moved", np.zeros(len(state))), dtype=np.float64)[-STALL_STEPS:]
+    return bool(hand < STALL_HAND_M and np.ptp(distance) < STALL_OBJECT_M)
+
+
+def _libero_phase(family: str, outcome: Outcome, stalled: bool, moved: float | None, evidence: dict[str, Any],
+                  ev: Mapping[str, np.ndarray]) -> Category:
+    """The phase a LIBERO episode without instability or collision failed in (module docstring)."""
+    touched = bool(evidence["contact_steps"])
+    nearest = evidence.get("min_ee_obj_dist")
+    reached = touched or (nearest is not None and nearest < REACH_M)
+    if evidence["wrong_object_steps"] and not evidence["grasped_steps"]:
+        return Category.WRONG_OBJECT
+    if not reached:
+        return Category.STAGNATION if stalled else Category.APPROACH_FAILURE
+    progress, holding = ev["goal_progress"], ev["grasped" if family == "libero-pick-place" else "contact"]
+    progressing = (outcome is Outcome.TIMEOUT and len(progress) > PROGRESS_STEPS and bool(holding[-1] > 0)
+                   and float(progress[-1] - progress[-1 - PROGRESS_STEPS]) > PROGRESS_RISE)
+    if family == "libero-articulated":
+        if progressing:
+            return Category.TIMEOUT_PROGRESSING
+        if not touched or (moved is not None and moved <= MOVED):
+            return Category.CONTACT_FAILURE
+        return Category.SHORT_OF_GOAL
+    if not evidence["grasped_steps"]:
+        return Category.GRASP_FAILURE
+    if not evidence["lifted_steps"]:
+        return Category.LIFT_FAILURE
+    if progressing:
+        return Category.TIMEOUT_PROGRESSING
+    if evidence["drops"]:
+        return Category.DROP
+    return Category.PLACEMENT_MISS
 
 
 def _finite_max(values: Any) -> float | None:

