@@ -50,9 +50,11 @@ def test_every_factor_has_a_test_level():
     assert all(f.stage is Stage.RESET for f in FACTORS.values())
     physical = {name for name, f in FACTORS.items() if f.axis.value != "semantic" and f.backends != {"libero"}}
     assert physical == set(VISUAL_LEVELS) | set(DYNAMICS_LEVELS) | {"distractor.count"}
-    # the LIBERO-PRO scene factors are tested on LIBERO (tests/test_libero.py)
+    # LIBERO-PRO's scene factors are tested on LIBERO (tests/test_libero.py), LIBERO-Plus's in test_libero_plus.py
     assert {name for name, f in FACTORS.items() if f.backends == {"libero"}} == {
-        "libero.object", "libero.environment", "libero.swap", "libero.language", "libero.task"}
+        "libero.object", "libero.environment", "libero.swap", "libero.language", "libero.task",
+        "libero_plus.layout", "libero_plus.camera", "libero_plus.robot_init", "libero_plus.language",
+        "libero_plus.light", "libero_plus.background", "libero_plus.noise"}
 
 
 @pytest.mark.parametrize("factor, level", sorted(VISUAL_LEVELS.items()))

@@ -82,7 +82,8 @@ def factors(
         excluded = object_free_tasks()
         if json_out:
             render.print_json({"task": spec.id if spec else None, "factors": [
-                {"name": f.name, "axis": f.axis.value, "kind": f.kind.value, "unit": f.unit, "valid": f.valid,
+                {"name": f.name, "axis": f.axis.value, "category": f.category or None, "kind": f.kind.value,
+                 "unit": f.unit, "valid": f.valid,
                  "default": f.default, "stage": f.stage.value, "backends": sorted(f.backends),
                  "not_applicable_tasks": excluded if f.needs_object else [],
                  **({"applies": why[f.name] is None, "why_not": why[f.name]} if spec else {}),
@@ -98,6 +99,7 @@ def factors(
             else:
                 applies = f"at {f.stage.value}" + (f", not on {len(excluded)} Meta-World tasks without an object "
                                                    "body (--task to check one)" if f.needs_object else "")
-            table.add_row(f.name, f.axis.value, escape(f.valid), escape(str(f.default)), applies,
+            axis_text = f"{f.axis.value} ({f.category})" if f.category else f.axis.value
+            table.add_row(f.name, axis_text, escape(f.valid), escape(str(f.default)), applies,
                           ",".join(sorted(f.backends)), f.description)
         render.console.print(table)

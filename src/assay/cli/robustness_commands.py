@@ -12,7 +12,7 @@ from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
 from assay.cli.stats_render import signoff_table
 from assay.errors import AssayError
-from assay.metrics import campaign_signoff, rate_table, retention_table, robustness_profile
+from assay.metrics import campaign_signoff, category_profile, rate_table, retention_table, robustness_profile
 from assay.run import make_executor, prepare_campaign, run_campaign
 from assay.sim import get_factor
 from assay.spec import campaign_from_data, content_hash
@@ -25,7 +25,8 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 def profile_document(episodes: list[EpisodeRecord]) -> dict[str, Any]:
     rows = retention_table(episodes)
-    return {"retention": [r.to_dict() for r in rows], "profile": [p.to_dict() for p in robustness_profile(rows)]}
+    return {"retention": [r.to_dict() for r in rows], "profile": [p.to_dict() for p in robustness_profile(rows)],
+            "categories": [c.to_dict() for c in category_profile(rows)]}
 
 
 def print_profile(document: dict[str, Any]) -> None:
@@ -44,6 +45,18 @@ def print_profile(document: dict[str, Any]) -> None:
         profile.add_row(p["policy"], p["axis"], str(p["variants"]), str(p["pairs"]), _fmt(p["retention"]),
                         p["worst_variant"] or "-", _fmt(p["worst_retention"]))
     render.console.print(profile)
+    if document.get("categories"):
+        categories = Table(title="LIBERO-Plus robustness profile (pooled over each category's levels)",
+                           title_justify="left")
+        for column in ("policy", "category", "variants", "pairs", "nominal", "variant", "retention", "95% CI",
+                       "worst variant", "worst retention"):
+            categories.add_column(column)
+        for c in document["categories"]:
+            ci = f"[{_fmt(c['ci_low'])}, {_fmt(c['ci_high'])}]" if c["ci_low"] is not None else "-"
+            categories.add_row(c["policy"], c["category"], str(c["variants"]), str(c["pairs"]),
+                               str(c["nominal_successes"]), str(c["variant_successes"]), _fmt(c["retention"]), ci,
+                               c["worst_variant"] or "-", _fmt(c["worst_retention"]))
+        render.console.print(categories)
 
 
 def _parse_value(text: str) -> Any:

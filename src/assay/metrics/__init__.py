@@ -66,7 +66,14 @@ from assay.metrics.results_csv import (
     write_results_csv,
 )
 from assay.metrics.returns import ReturnComparison, compare_returns, return_interval
-from assay.metrics.robustness import AxisProfile, RetentionRow, retention_table, robustness_profile
+from assay.metrics.robustness import (
+    AxisProfile,
+    CategoryProfile,
+    RetentionRow,
+    category_profile,
+    retention_table,
+    robustness_profile,
+)
 from assay.metrics.routing import RoutingRow, routing_table
 from assay.metrics.scope import VariantScope, planned_variants, variant_scope
 from assay.metrics.sequential import (
@@ -84,7 +91,7 @@ from assay.metrics.tables import EPISODE_COLUMNS, results_table
 __all__ = [
     "EPISODE_COLUMNS",
     "results_table",
-    "AxisProfile", "RetentionRow", "retention_table", "robustness_profile",
+    "AxisProfile", "CategoryProfile", "RetentionRow", "category_profile", "retention_table", "robustness_profile",
     "Budget", "CalibrationRecord", "Comparison", "CorrelationReport", "GROUP_FIELDS", "INTERVAL_METHODS", "Interval",
     "Leaderboard", "NOT_VALIDATED", "OpenLoopRow", "OutcomeGrid", "Pairing", "Predictor", "RateEntry", "RateRow",
     "ReturnComparison", "compare_returns", "return_interval",

@@ -13,6 +13,11 @@ running under a conflicting instruction (``provenance.instruction.conflict_with`
 the words name another task, and the scene's task scores it) is reported on its own
 axis, ``semantic:conflict``: there, retention is how often the policy did the
 scene's task *against* the words (1.0 for a policy that ignores language).
+
+:func:`category_profile` pools the same way per benchmark category instead of per
+axis: LIBERO-Plus's seven (``spec.libero_catalog.plus_category``: a variant's
+category is its LIBERO-Plus factors' categories), each with the paired retention's
+interval of the pooled counts and the variant that hurts most.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 from assay.errors import AssayError
 from assay.metrics.comparisons import mcnemar_exact
 from assay.metrics.intervals import retention_interval
+from assay.spec.libero_catalog import plus_category
 from assay.store import EpisodeRecord, Outcome
 
 
@@ -136,4 +142,47 @@ def robustness_profile(rows: Iterable[RetentionRow]) -> list[AxisProfile]:
         profile.append(AxisProfile(policy, axis, len(members), sum(r.pairs for r in members),
                                    sum(r.variant_successes for r in members) / nominal if nominal else None,
                                    worst.variant if worst else None, worst.retention if worst else None))
+    return profile
+
+
+@dataclass(frozen=True)
+class CategoryProfile:
+    policy: str
+    category: str  # LIBERO-Plus's (layout, camera, robot, language, light, background, noise), or several joined by +
+    variants: int
+    pairs: int
+    nominal_successes: int
+    variant_successes: int
+    retention: float | None  # pooled over every level of every variant of the category
+    ci_low: float | None  # MOVER-R interval of the pooled paired counts (pairs of different variants counted apart)
+    ci_high: float | None
+    worst_variant: str | None
+    worst_retention: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def category_profile(rows: Iterable[RetentionRow], confidence: float = 0.95) -> list[CategoryProfile]:
+    """Per policy and LIBERO-Plus category: pooled retention with its interval, and the variant that hurts most."""
+    groups: dict[tuple[str, str], list[RetentionRow]] = defaultdict(list)
+    for row in rows:
+        category = plus_category(row.factors.split(","))
+        if category is not None:
+            groups[(row.policy, category)].append(row)
+    profile = []
+    for (policy, category), members in sorted(groups.items()):
+        nominal = sum(r.nominal_successes for r in members)
+        variant = sum(r.variant_successes for r in members)
+        only_nominal, only_variant = sum(r.only_nominal for r in members), sum(r.only_variant for r in members)
+        pairs = sum(r.pairs for r in members)
+        both = nominal - only_nominal
+        interval = retention_interval(both, only_nominal, only_variant, pairs - both - only_nominal - only_variant,
+                                      confidence) if nominal else None
+        defined = [r for r in members if r.retention is not None]
+        worst = min(defined, key=lambda r: r.retention) if defined else None  # type: ignore[arg-type, return-value]
+        profile.append(CategoryProfile(policy, category, len(members), pairs, nominal, variant,
+                                       variant / nominal if nominal else None,
+                                       interval.low if interval else None, interval.high if interval else None,
+                                       worst.variant if worst else None, worst.retention if worst else None))
     return profile

@@ -24,6 +24,7 @@ from assay.failures import SetStatus, coverage
 from assay.failures.safety import intervention_rows
 from assay.metrics import (
     AxisProfile,
+    CategoryProfile,
     Comparison,
     Completeness,
     CorrelationReport,
@@ -35,6 +36,7 @@ from assay.metrics import (
     VariantScope,
     campaign_completeness,
     campaign_signoff,
+    category_profile,
     leaderboard,
     outcome_grid,
     planned_variants,
@@ -97,6 +99,7 @@ class ReportData:
     reproduce: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
     axes: tuple[AxisProfile, ...] = ()  # robustness pooled per policy and axis
+    categories: tuple[CategoryProfile, ...] = ()  # robustness pooled per policy and LIBERO-Plus category
     attribution: tuple[dict[str, Any], ...] = ()  # failures.coverage rows: capability, confidence, failures, share
     real_to_sim: CorrelationReport | None = None
     real_to_sim_note: str = ""
@@ -302,7 +305,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         campaign=campaign, spec=spec, store_root=shown, records=records,
         rates=tuple(rate_table(scoped, by=("policy", "task"), confidence=confidence)) if scoped else (),
         leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(robustness_rows(records, retention)),
-        axes=tuple(robustness_profile(retention)),
+        axes=tuple(robustness_profile(retention)), categories=tuple(category_profile(retention)),
         outcomes_by_policy=dict(outcomes), failure_categories=_category_counts(failures, facts), gallery=tuple(gallery),
         provenance=_provenance(records), reproduce=reproduce, notes=tuple(notes),
         attribution=tuple(coverage(attributions)) if attributions else (),

@@ -102,12 +102,26 @@ def _robustness(data: ReportData) -> str:
             "(successes under the variants / successes on the paired nominal episodes).</p>"
             + table(["policy", "axis", "variants", "pairs", "retention", "worst variant", "its retention"], axes,
                     {2, 3, 4, 6})
+            + _categories(data)
             + "<h3>By factor</h3>"
             + table(["policy", "axis", "factor", "value", "pairs", "nominal", "variant", "retention", "95% CI"], rows,
                    {4, 5, 6, 7, 8})
             + _semantic_notes(data)
             + f"<div class='figure'>{figures.robustness_svg(data.robustness)}</div>"
             + (f"<h3>Sweep curves</h3><div class='figure'>{sweep}</div>" if sweep else ""))
+
+
+def _categories(data: ReportData) -> str:
+    """LIBERO-Plus's per-category profile, where the campaign ran its factors."""
+    if not data.categories:
+        return ""
+    rows = [[escape(c.policy), escape(c.category), str(c.variants), str(c.pairs), number(c.retention),
+             f"[{number(c.ci_low)}, {number(c.ci_high)}]" if c.ci_low is not None else "–",
+             escape(c.worst_variant or "–"), number(c.worst_retention)] for c in data.categories]
+    return ("<h3>By LIBERO-Plus category</h3><p class='muted'>Retention pooled over every level of every variant of "
+            "the category, with the MOVER-R interval of the pooled paired counts.</p>"
+            + table(["policy", "category", "variants", "pairs", "retention", "95% CI", "worst variant",
+                     "its retention"], rows, {2, 3, 4, 5, 7}))
 
 
 def _semantic_notes(data: ReportData) -> str:

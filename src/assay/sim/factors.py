@@ -10,7 +10,7 @@ request (``{factor: value}``) into a validated :class:`~assay.spec.Variant`.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -27,6 +27,7 @@ from assay.sim.semantic import (
     TEMPLATES,
 )
 from assay.spec import Axis, Perturbation, TaskSpec, Variant
+from assay.spec.libero_catalog import PLUS_CATEGORIES, PLUS_LEVELS
 from assay.spec.metaworld_catalog import NO_OBJECT_BODY
 
 
@@ -61,6 +62,7 @@ class Factor:
     backends: frozenset[str] = METAWORLD
     choices: tuple[str, ...] = ()
     needs_object: bool = False  # changes the manipulated object's body: no-op (refused) on a task without one
+    category: str = ""  # a benchmark's own grouping of the factor (LIBERO-Plus's seven categories)
 
     @property
     def valid(self) -> str:
@@ -139,6 +141,28 @@ SEMANTIC_FACTORS = (
        OBJECT_SWAPS),
 )
 
+def _plus(name, axis, description):
+    return replace(_f(name, axis, "int", "level", 0, PLUS_LEVELS, 0, "reset", description, LIBERO),
+                   category=PLUS_CATEGORIES[name])
+
+
+PLUS_FACTORS = (
+    _plus("libero_plus.layout", "behavioral", "LIBERO-Plus objects layout: the goal's objects moved 2 cm x level in "
+          "a direction drawn from the seed"),
+    _plus("libero_plus.camera", "visual", "LIBERO-Plus camera viewpoint: the agent view moved 2.5 cm x level and "
+          "turned 2.5 deg x level (direction and axis drawn from the seed)"),
+    _plus("libero_plus.robot_init", "behavioral", "LIBERO-Plus robot initial state: each arm joint offset by "
+          "0.03 rad x level (signs drawn from the seed)"),
+    _plus("libero_plus.language", "semantic", "LIBERO-Plus language: the instruction rewritten, more with each "
+          "level (padding, form and synonyms, distractor clauses, typos)"),
+    _plus("libero_plus.light", "visual", "LIBERO-Plus light: intensity x (1 +- 0.12 level), direction tilted 6 deg x "
+          "level, colour tinted up to 6% x level"),
+    _plus("libero_plus.background", "visual", "LIBERO-Plus background: table, floor and walls tinted 12% x level; "
+          "from level 3 their textures exchanged"),
+    _plus("libero_plus.noise", "visual", "LIBERO-Plus sensor noise: Gaussian noise of 4/255 x level on every camera "
+          "frame, per step"),
+)
+
 FACTORS: dict[str, Factor] = {
     f.name: f
     for f in (
@@ -183,6 +207,8 @@ FACTORS: dict[str, Factor] = {
         _f("libero.task", "semantic", "choice", "", 0, 0, "nominal", "reset",
            "LIBERO-PRO task perturbation: another goal in the same scene, with its instruction; combines with no "
            "other LIBERO-PRO factor", LIBERO, PRO),
+        # LIBERO-Plus (assay.sim.libero_plus): seven categories, a level each, drawn from the episode seed
+        *PLUS_FACTORS,
     )
 }
 
@@ -202,7 +228,15 @@ def not_applicable(factor: Factor, task: TaskSpec) -> str | None:
         return f"backend {task.backend}; it applies to: {', '.join(sorted(factor.backends))}"
     if factor.needs_object and task.backend == "metaworld" and task.env_name in NO_OBJECT_BODY:
         return "the task has no object body for it to change (it would be a silent no-op)"
+    if factor.name == "libero_plus.layout" and not _moves_an_object(task):
+        return "its goal moves no object (it only opens, closes or turns something on), so there is nothing to move"
     return None
+
+
+def _moves_an_object(task: TaskSpec) -> bool:
+    from assay.spec.libero_catalog import libero_entry
+
+    return any(p[0] in ("in", "on") and len(p) == 3 for p in libero_entry(task.env_name)["goal"])
 
 
 def object_free_tasks() -> list[str]:

@@ -50,6 +50,7 @@ import numpy as np
 
 from assay.errors import UnsupportedError
 from assay.sim.libero_events import LiberoEvents
+from assay.sim.libero_plus import PlusScene
 from assay.sim.libero_pro import check_kinds, pro_kinds, scene_label, scene_source
 from assay.sim.mujoco_memory import release_compiler_memory
 from assay.sim.protocol import Observation, Transition
@@ -171,6 +172,7 @@ class _Scene:
                           for fast in (False, True)}
         self.goal = [tuple(str(t) for t in p) for p in self.inner.parsed_problem["goal_state"]]
         self.events = LiberoEvents(self.inner, self.goal)
+        self.plus = PlusScene(self.inner, self.goal)
         self.wanted: tuple[CameraSpec, ...] = ()  # the cameras the next observation carries
         self.frames: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
         self._watch()
@@ -219,6 +221,7 @@ class LiberoEnv:
         self._kinds: tuple[str, ...] = ()
         self._scene = self._get_scene(())
         self._index: int | None = 0
+        self._variant, self._seed, self._step = NOMINAL, 0, 0
 
     def _get_scene(self, kinds: tuple[str, ...]) -> _Scene:
         if kinds not in self._scenes:
@@ -231,12 +234,14 @@ class LiberoEnv:
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         """Initial state ``seed % N`` of the variant's scene (or a layout sampled from ``seed`` where the scene
         has no fixed states: a generated LIBERO-PRO combination), then the settle steps."""
-        self._kinds = pro_kinds(variant or NOMINAL)
+        self._variant, self._seed, self._step = variant or NOMINAL, int(seed), 0
+        self._kinds = pro_kinds(self._variant)
         scene = self._scene = self._get_scene(self._kinds)
         self._index = None if scene.states is None else int(seed) % len(scene.states)
         settle = self.task.settle_steps
         scene.wanted = self.task.cameras if scene.states is None and not settle else ()
         # LIBERO's reset places fixtures with NumPy's global generator; the state restored below sets the rest.
+        scene.plus.reset_model(self._variant, self._seed)  # LIBERO-Plus: camera, lights, materials
         scene.env.seed(derive_seed("libero-reset", seed) % 2**32)
         raw = scene.env.reset()
         # What robosuite keeps outside the MuJoCo state, which a hard reset would rebuild: the solver's warm
@@ -247,6 +252,8 @@ class LiberoEnv:
         if scene.states is not None and self._index is not None:
             scene.wanted = () if settle else self.task.cameras
             raw = scene.env.set_init_state(scene.states[self._index])
+        if scene.plus.perturb_state(self._variant, self._seed) and not settle:  # LIBERO-Plus: layout, the arm
+            raw = scene.inner._get_observations(force_update=True)
         for step in range(settle):
             scene.wanted = self.task.cameras if step == settle - 1 else ()
             raw, _, _, _ = scene.env.step(DUMMY_ACTION)
@@ -267,6 +274,7 @@ class LiberoEnv:
                 raise RuntimeError(f"{self.task.id}: robosuite sampled no observation in this step, so camera "
                                    f"{camera.name} was not drawn (its observable schedule changed?)")
             rgb, depth = scene.frames[camera.name]
+            rgb = PlusScene.noisy(rgb, self._variant, self._seed, self._step, camera.name)  # LIBERO-Plus sensor noise
             # robosuite's frames are bottom row first, and openpi turns them by 180 degrees: a left-right mirror of ours
             observation[f"image.{camera.name}"] = np.ascontiguousarray(rgb[:, ::-1])
             if depth is not None:
@@ -287,6 +295,7 @@ class LiberoEnv:
     def step(self, action: np.ndarray) -> Transition:
         """One OSC_POSE step; success is LIBERO's goal check; ``info`` holds the step's events (libero_events)."""
         raw, reward, done, _ = self._scene.env.step(np.asarray(action, dtype=np.float64))
+        self._step += 1
         success = bool(done)  # LIBERO's step returns its BDDL goal check as done
         observation = self._observation(raw)
         events = self._scene.events.step(observation["state"])  # recorded as info.<event> step columns

@@ -258,4 +258,7 @@ def instruct(task: TaskSpec, variant: Variant, seed: int) -> str:
         text = _pick(_rng("instruction.template", seed), lexicon()["unseen_templates"]).format(instruction=text)
     text = length(text, value_of(variant, "instruction.length"), seed)
     text = distractors(text, int(value_of(variant, "instruction.distractor")), seed)
-    return typos(text, float(value_of(variant, "instruction.typo_rate")), seed)
+    text = typos(text, float(value_of(variant, "instruction.typo_rate")), seed)
+    from assay.sim.libero_plus import plus_language  # LIBERO-Plus's language axis, last (it composes the above)
+
+    return plus_language(text, int(value_of(variant, "libero_plus.language")), seed)

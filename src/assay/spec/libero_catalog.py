@@ -37,6 +37,21 @@ SUITES: dict[str, Suite] = {
 }
 SETTLE_STEPS = 10  # openpi's num_steps_wait: the dummy action [0]*6 + [-1] while objects fall into place
 PRO_KINDS = ("lan", "object", "swap", "task")  # LIBERO-PRO's perturbed suites: <suite>_<kind>
+# LIBERO-Plus's seven categories, by the factor that perturbs along each (sim.libero_plus); the names are the
+# paper's table columns. A variant's category is its factors' categories joined by "+" (plus_category); stable:
+# a change here is a change of every stored profile's grouping.
+PLUS_CATEGORIES = {
+    "libero_plus.layout": "layout", "libero_plus.camera": "camera", "libero_plus.robot_init": "robot",
+    "libero_plus.language": "language", "libero_plus.light": "light", "libero_plus.background": "background",
+    "libero_plus.noise": "noise",
+}
+PLUS_LEVELS = 5  # levels 1..5 per factor (0: nominal)
+
+
+def plus_category(factors: list[str] | tuple[str, ...]) -> str | None:
+    """The LIBERO-Plus category of a variant with these factors (None when none of them is LIBERO-Plus's)."""
+    names = sorted({PLUS_CATEGORIES[f] for f in factors if f in PLUS_CATEGORIES})
+    return "+".join(names) if names else None
 
 
 @functools.cache
