@@ -147,6 +147,8 @@ def robustness_profile(rows: Iterable[RetentionRow]) -> list[AxisProfile]:
 
 @dataclass(frozen=True)
 class CategoryProfile:
+    """One policy's retention pooled over a LIBERO-Plus category's variants, with its interval and worst variant."""
+
     policy: str
     category: str  # LIBERO-Plus's (layout, camera, robot, language, light, background, noise), or several joined by +
     variants: int
@@ -160,6 +162,7 @@ class CategoryProfile:
     worst_retention: float | None
 
     def to_dict(self) -> dict[str, object]:
+        """The row as JSON-ready fields."""
         return asdict(self)
 
 
