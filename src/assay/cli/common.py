@@ -95,6 +95,7 @@ def policy_option(value: str, known: dict[str, Any] | None = None) -> Any:
 
 
 def split_list(value: str) -> list[str]:
+    """The non-empty, stripped parts of a comma-separated option value."""
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
@@ -126,7 +127,10 @@ def say_latest(opened: Store, known: list[str]) -> str:
     """The campaign a command picks when ``--campaign`` is not given (the latest of ``known``, newest first), said
     on stderr so that nobody reads another campaign's numbers by mistake."""
     name = known[0]
-    others = f", the latest of {len(known)} campaigns in {opened.root}" if len(known) > 1 else f", the only one in {opened.root}"
+    if len(known) > 1:
+        others = f", the latest of {len(known)} campaigns in {opened.root}"
+    else:
+        others = f", the only one in {opened.root}"
     render.err_console.print(f"campaign {name}{others} (no --campaign given)", highlight=False, markup=False,
                              soft_wrap=True)
     return name

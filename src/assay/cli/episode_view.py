@@ -23,7 +23,8 @@ def episode_summary(store: Store, record: EpisodeRecord) -> dict[str, Any]:
         if pa.types.is_fixed_size_list(column.type):
             matrix = column.flatten().to_numpy().reshape(len(column), column.type.list_size)
             norms = np.linalg.norm(matrix, axis=1)
-            columns[name] = {"dims": column.type.list_size, "norm_first": float(norms[0]), "norm_last": float(norms[-1])}
+            columns[name] = {"dims": column.type.list_size, "norm_first": float(norms[0]),
+                             "norm_last": float(norms[-1])}
         elif pa.types.is_boolean(column.type):
             columns[name] = {"true": int(np.sum(column.to_numpy(zero_copy_only=False)))}
         elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
@@ -34,11 +35,13 @@ def episode_summary(store: Store, record: EpisodeRecord) -> dict[str, Any]:
             if not np.isfinite(values).any():
                 columns[name] = {"missing": int(len(values))}
                 continue
-            columns[name] = {"min": float(np.nanmin(values)), "mean": float(np.nanmean(values)), "max": float(np.nanmax(values))}
+            columns[name] = {"min": float(np.nanmin(values)), "mean": float(np.nanmean(values)),
+                             "max": float(np.nanmax(values))}
     return {"rows": table.num_rows, "path": record.data_path, "sha256": record.data_sha256, "columns": columns}
 
 
 def print_episode(record: EpisodeRecord, summary: dict[str, Any]) -> None:
+    """Print one episode's record and its step-file summary (``assay episode``)."""
     console.print(f"[bold]episode {record.key}[/]  campaign {record.campaign}")
     fields = {
         "policy": f"{record.policy_name} ({record.policy_version})",

@@ -153,7 +153,8 @@ def _ponr_one(opened: Store, record: EpisodeRecord, demos: bool, budget: int | N
     arrays = step_arrays(table)
     actions = table.column("action").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(len(table), -1)
     task = _task_of(opened, record)
-    replayer = Replayer(task, Variant.model_validate(record.variant), safety=bool(run_settings(opened, record)["safety"]))
+    replayer = Replayer(
+        task, Variant.model_validate(record.variant), safety=bool(run_settings(opened, record)["safety"]))
     try:
         found = find_ponr(replayer, record.key, record.seed, actions, record.instruction,
                           states=arrays["observation.state"], budget=budget, method=method, draws=draws)
@@ -231,7 +232,8 @@ def _task_of(opened: Store, record: EpisodeRecord) -> TaskSpec:
                 return TaskSpec.model_validate(task["spec"])
     task = default_registry().get(record.task_id)
     if task.content_hash() != record.task_hash:
-        raise AssayError(f"cannot find the task {record.task_id} that episode {record.key[:12]} ran (hash {record.task_hash[:12]})")
+        raise AssayError(f"cannot find the task {record.task_id} that episode {record.key[:12]} ran (hash "
+                         f"{record.task_hash[:12]})")
     return task
 
 
@@ -239,9 +241,11 @@ def regress_add(name: Annotated[str, typer.Argument(help="Set name.")],
                 source: Annotated[str, typer.Option("--from", help="Campaign to mine failing cases from.")],
                 store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
                 task: Annotated[str | None, typer.Option("--task", help="Only this task id.")] = None,
-                policy: Annotated[str | None, typer.Option("--policy", "-p", help="Only this policy's failures.")] = None,
+                policy: Annotated[str | None, typer.Option(
+                    "--policy", "-p", help="Only this policy's failures.")] = None,
                 category: Annotated[str | None, typer.Option("--category", help="Only this failure category.")] = None,
-                holdout: Annotated[float, typer.Option("--holdout", help="Share of cases kept apart as NAME.heldout.")] = 0.25,
+                holdout: Annotated[float, typer.Option(
+                    "--holdout", help="Share of cases kept apart as NAME.heldout.")] = 0.25,
                 json_out: JsonOpt = False) -> None:
     """Freeze a campaign's failing (task, variant, seed) cases into a versioned set (and a held-out set)."""
     with user_errors():
@@ -254,11 +258,13 @@ def regress_add(name: Annotated[str, typer.Argument(help="Set name.")],
                        and (policy is None or r.policy_name == policy)]
             if category is not None:
                 found = _mine(opened, failing)
-                failing = [r for r in failing if found[r.key].category is not None and found[r.key].category.value == category]
+                failing = [r for r in failing
+                           if found[r.key].category is not None and found[r.key].category.value == category]
             cases = [case_from(r, _task_of(opened, r), run_settings(opened, r)) for r in failing]
             mined, held = add_sets(opened.root, name, source, cases, holdout)
         document = {"mined": {"name": mined.name, "version": mined.version, "cases": len(mined.cases)},
-                    "heldout": None if held is None else {"name": held.name, "version": held.version, "cases": len(held.cases)}}
+                    "heldout": None if held is None else {"name": held.name, "version": held.version,
+                                                          "cases": len(held.cases)}}
         if json_out:
             render.print_json(document)
         else:
@@ -319,7 +325,8 @@ def regress_run(name: Annotated[str, typer.Argument(help="Set name.")],
                 store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
                 fail_under: Annotated[float | None, typer.Option(
                     "--fail-under", min=0.0, max=1.0, metavar="RATE",
-                    help="Exit with status 1 when a set's pass rate is below RATE (CI; 1 = every case must pass).")] = None,
+                    help="Exit with status 1 when a set's pass rate is below RATE (CI; 1 = every case must "
+                         "pass).")] = None,
                 json_out: JsonOpt = False) -> None:
     """Rerun a set (and its held-out twin) with a policy: fixed / still failing / newly failing vs the last run."""
     with user_errors():
@@ -331,10 +338,12 @@ def regress_run(name: Annotated[str, typer.Argument(help="Set name.")],
             render.print_json(rows)
         else:
             for row in rows:
-                render.console.print(f"{row['set']} v{row['version']} ({row['split']}) run {row['run']}: {row['passed']}/{row['cases']} pass; "
-                                     f"fixed {row['fixed']}, still failing {row['still_failing']}, newly failing "
-                                     f"{row['newly_failing']} (vs {row['baseline']})")
-    failing = [r for r in rows if fail_under is not None and (r["passed"] / r["cases"] if r["cases"] else 1.0) < fail_under]
+                render.console.print(f"{row['set']} v{row['version']} ({row['split']}) run {row['run']}: "
+                                     f"{row['passed']}/{row['cases']} pass; fixed {row['fixed']}, still failing "
+                                     f"{row['still_failing']}, newly failing {row['newly_failing']} (vs "
+                                     f"{row['baseline']})")
+    failing = [r for r in rows
+               if fail_under is not None and (r["passed"] / r["cases"] if r["cases"] else 1.0) < fail_under]
     if failing:
         gate_failed([f"regression set {r['set']} ({r['split']}): {r['passed']}/{r['cases']} pass < {fail_under:g}"
                      for r in failing])
@@ -390,9 +399,11 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
             def evaluate(level: float) -> tuple[int, int]:
                 variant = resolve_variant({factor: level}, spec)
                 jobs = [EpisodeJob(f"boundary-{factor}", spec, variant, resolved, i, s,
-                                   episode_key(spec, variant, resolved, s), spec.instruction) for i, s in enumerate(seeds)]
+                                   episode_key(spec, variant, resolved, s), spec.instruction)
+                        for i, s in enumerate(seeds)]
                 done = opened.catalog.existing_keys(j.key for j in jobs)
-                for record in InlineExecutor(opened.data_root).run(batch_jobs([j for j in jobs if j.key not in done], 4)):
+                for record in InlineExecutor(opened.data_root).run(
+                    batch_jobs([j for j in jobs if j.key not in done], 4)):
                     opened.catalog.add(record)
                 opened.catalog.link(f"boundary-{factor}", [(j.key, j.policy.name) for j in jobs])
                 outcomes = [opened.catalog.episode(j.key).outcome for j in jobs]
@@ -407,12 +418,13 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
             render.print_json(document)
             return
         for p in probes:
-            render.console.print(f"  {factor}={p.level:<10.4g} success {p.successes}/{p.episodes} [{p.low:.2f}, {p.high:.2f}]")
+            render.console.print(f"  {factor}={p.level:<10.4g} success {p.successes}/{p.episodes} [{p.low:.2f}, "
+                                 f"{p.high:.2f}]")
         render.console.print(boundary_line(factor, level, threshold, hard), highlight=False)
         if where.interval is not None:
-            render.console.print(f"  it lies in [{where.interval[0]:.4g}, {where.interval[1]:.4g}] (the bisection closed "
-                                 f"{where.bracket}; widened to the nearest levels whose "
-                                 f"95% intervals clear the threshold)", highlight=False)
+            render.console.print(f"  it lies in [{where.interval[0]:.4g}, {where.interval[1]:.4g}] (the bisection "
+                                 f"closed {where.bracket}; widened to the nearest levels whose 95% intervals clear the "
+                                 "threshold)", highlight=False)
 
 
 def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or a unique prefix).")],
@@ -440,7 +452,8 @@ def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or
             policy = policy_option(record.policy_name, {record.policy_name: record.policy_spec})
             settings = run_settings(opened, record)
             original = variant_request(record.variant)
-            requests = [original] + (neighbourhood(original, radius, samples, derive_seed(record.key)) if original else [])
+            nearby = neighbourhood(original, radius, samples, derive_seed(record.key)) if original else []
+            requests = [original] + nearby
             per_variant = seeds if original else samples * seeds
             target = list(record.initial_conditions.get("rand_vec", []))
             campaign = f"resample-{record.key[:12]}"
@@ -486,7 +499,8 @@ def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or
             render.console.print(f"  nominal failure: no factor to move; {per_variant} nearest initial conditions "
                                  f"(--samples {samples} x --seeds {seeds})", highlight=False)
         for name, counts in document["by_variant"].items():
-            render.console.print(f"  {name:<60} failures {counts['failures']}/{counts['failures'] + counts['successes']}",
+            render.console.print(f"  {name:<60} failures "
+                                 f"{counts['failures']}/{counts['failures'] + counts['successes']}",
                                  highlight=False)
         render.console.print(f"  initial conditions within {document['initial_conditions']['max_distance']} of the "
                              "failure's", highlight=False)
@@ -496,6 +510,7 @@ def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``failures`` and ``regress`` command groups to ``app``."""
     failures_app.command("mine")(mine)
     failures_app.command("resample")(resample)
     failures_app.command("ponr")(ponr)

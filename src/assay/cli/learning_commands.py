@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,6 +13,9 @@ from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_
 from assay.cli.stats_render import signoff_table
 from assay.errors import AssayError
 from assay.metrics import GateCell, Signoff, load_calibration, load_thresholds, signoff
+
+if TYPE_CHECKING:
+    from assay.learning.runs import Score
 
 DataOpt = Annotated[str, typer.Option("--data", help="Data query, e.g. 'campaign=demos,task=metaworld/reach@1' "
                                       "(keys: campaign, task, policy, outcome, demos; '|' for alternatives; "
@@ -23,16 +26,23 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
                      store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
                      seed: Annotated[int, typer.Option("--seed", help="Training seed (same seed, same weights).")] = 0,
                      epochs: Annotated[int, typer.Option("--epochs")] = 100,
-                     hidden: Annotated[str, typer.Option("--hidden", help="Hidden layer widths, comma separated.")] = "256,256",
-                     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Default 256 (state), 64 (image+proprio).")] = None,
+                     hidden: Annotated[str, typer.Option(
+                         "--hidden", help="Hidden layer widths, comma separated.")] = "256,256",
+                     batch_size: Annotated[int | None, typer.Option(
+                         "--batch-size", help="Default 256 (state), 64 (image+proprio).")] = None,
                      lr: Annotated[float | None, typer.Option("--lr", help="Default 1e-3.")] = None,
-                     obs: Annotated[str, typer.Option("--obs", help="'state' (MLP on the true state) or 'image+proprio' "
-                                                      "(CNN on recorded camera frames + hand/gripper only).")] = "state",
-                     camera: Annotated[str, typer.Option("--camera", help="Camera whose recorded frames are used (image+proprio).")] = "front",
-                     image_size: Annotated[int, typer.Option("--image-size", help="Network input size in px (image+proprio).")] = 64,
-                     augment: Annotated[str, typer.Option("--augment", help="'none' or 'shift' (random shifts; image+proprio).")] = "none",
-                     conditioning: Annotated[str, typer.Option("--conditioning", help="task (a one-hot) | instruction "
-                                                               "(MiniLM embedding of each episode's instruction)")] = "task",
+                     obs: Annotated[str, typer.Option(
+                         "--obs", help="'state' (MLP on the true state) or 'image+proprio' "
+                                       "(CNN on recorded camera frames + hand/gripper only).")] = "state",
+                     camera: Annotated[str, typer.Option(
+                         "--camera", help="Camera whose recorded frames are used (image+proprio).")] = "front",
+                     image_size: Annotated[int, typer.Option(
+                         "--image-size", help="Network input size in px (image+proprio).")] = 64,
+                     augment: Annotated[str, typer.Option(
+                         "--augment", help="'none' or 'shift' (random shifts; image+proprio).")] = "none",
+                     conditioning: Annotated[str, typer.Option(
+                         "--conditioning", help="task (a one-hot) | instruction "
+                                                "(MiniLM embedding of each episode's instruction)")] = "task",
                      json_out: JsonOpt = False) -> None:
     """Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT' (or 'pixel-bc:OUT')."""
     from assay.learning import TrainConfig, load_demos, train_bc
@@ -47,7 +57,8 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
         with open_store(store, catalog) as opened:
             demos = load_demos(opened, data)
             if obs == "state":
-                result = train_bc(demos, TrainConfig(seed=seed, epochs=epochs, hidden=widths, batch_size=batch_size or 256,
+                result = train_bc(demos,
+                                  TrainConfig(seed=seed, epochs=epochs, hidden=widths, batch_size=batch_size or 256,
                                                      lr=lr or 1e-3, conditioning=conditioning), out)
             else:
                 from assay.learning.pixel_bc import PixelTrainConfig, train_pixel_bc
@@ -60,25 +71,31 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
     if json_out:
         render.print_json(result.to_dict())
     else:
-        render.console.print(f"trained on {result.demos} demos ({result.frames} frames, tasks {', '.join(result.tasks)}); "
-                             f"final loss {result.final_loss:.5f}; wrote {result.path} (version {result.version}); "
-                             f"run it as policy {prefix}:{result.path}")
+        render.console.print(f"trained on {result.demos} demos ({result.frames} frames, tasks "
+                             f"{', '.join(result.tasks)}); final loss {result.final_loss:.5f}; wrote {result.path} "
+                             f"(version {result.version}); run it as policy {prefix}:{result.path}")
 
 
 def flywheel_command(task: Annotated[str | None, typer.Option("--task", "-t", help="The legacy recovery-demo "
                                                            "experiment on one task (or give --design).")] = None,
-                     design: Annotated[Path | None, typer.Option("--design", help="A flywheel design file (YAML: "
-                                                                 "slice, arms' budget, replicates; examples/flywheel/)")] = None,
+                     design: Annotated[Path | None, typer.Option(
+                         "--design", help="A flywheel design file (YAML: "
+                                          "slice, arms' budget, replicates; examples/flywheel/)")] = None,
                      base: Annotated[int, typer.Option("--base", help="Expert demos for the base policy.")] = 20,
-                     extra: Annotated[int, typer.Option("--extra", help="Recovery demos added (and fresh demos for the control).")] = 10,
-                     probe: Annotated[int, typer.Option("--probe", help="Episodes of the base policy mined for failures.")] = 20,
-                     eval_episodes: Annotated[int, typer.Option("--eval", help="Held-out evaluation episodes per policy.")] = 50,
+                     extra: Annotated[int, typer.Option(
+                         "--extra", help="Recovery demos added (and fresh demos for the control).")] = 10,
+                     probe: Annotated[int, typer.Option(
+                         "--probe", help="Episodes of the base policy mined for failures.")] = 20,
+                     eval_episodes: Annotated[int, typer.Option(
+                         "--eval", help="Held-out evaluation episodes per policy.")] = 50,
                      seeds: Annotated[str, typer.Option("--seeds", help="Training seeds, comma separated.")] = "0",
                      epochs: Annotated[int, typer.Option("--epochs")] = 100,
                      horizon: Annotated[int | None, typer.Option("--horizon", help="Cap the task horizon.")] = None,
                      workers: Annotated[int, typer.Option("--workers")] = 1,
-                     out: Annotated[Path | None, typer.Option("--out", help="Checkpoint folder (default STORE/learning/flywheel).")] = None,
-                     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
+                     out: Annotated[Path | None, typer.Option(
+                         "--out", help="Checkpoint folder (default STORE/learning/flywheel).")] = None,
+                     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
+                     json_out: JsonOpt = False) -> None:
     """The flywheel: --design runs a designed experiment (base on a slice; random, targeted, recovery, ponr and oracle
     arms at an equal budget; replicates); --task runs base vs recovery demos vs fresh demos on one task."""
     from assay.learning import FlywheelConfig, run_flywheel
@@ -114,8 +131,11 @@ def flywheel_command(task: Annotated[str | None, typer.Option("--task", "-t", he
     for column in ("seed", "base", "control", "flywheel", "recovery demos (frames)", "control frames",
                    "gain ratio", "McNemar p (fly vs ctrl)", "contaminated"):
         table.add_column(column)
+
+    def cell(s: Score) -> str:
+        return f"{s.successes}/{s.trials} = {s.rate:.2f} [{s.low:.2f}, {s.high:.2f}]"
+
     for r in results:
-        cell = lambda s: f"{s.successes}/{s.trials} = {s.rate:.2f} [{s.low:.2f}, {s.high:.2f}]"  # noqa: E731
         table.add_row(str(r.seed), cell(r.base), cell(r.control), cell(r.flywheel),
                       f"{r.recovery_demos} ({r.recovery_frames})", str(r.control_frames),
                       "n/a (control gained nothing)" if r.gain_ratio is None else f"{r.gain_ratio:.2f}",
@@ -124,8 +144,8 @@ def flywheel_command(task: Annotated[str | None, typer.Option("--task", "-t", he
     total = pooled(results)
     render.console.print(f"pooled over {len(results)} training seeds ({total['pairs']} paired evaluations): base "
                          f"{total['base']}, control {total['control']}, flywheel {total['flywheel']}; discordant "
-                         f"flywheel-only {total['flywheel_only']} vs control-only {total['control_only']}, McNemar exact "
-                         f"p = {total['mcnemar_p']:.3f}", highlight=False, soft_wrap=True)
+                         f"flywheel-only {total['flywheel_only']} vs control-only {total['control_only']}, McNemar "
+                         f"exact p = {total['mcnemar_p']:.3f}", highlight=False, soft_wrap=True)
 
 
 def _flywheel_design(path: Path, store: Path, catalog: str | None, workers: int, json_out: bool) -> None:
@@ -135,7 +155,8 @@ def _flywheel_design(path: Path, store: Path, catalog: str | None, workers: int,
     with user_errors():
         design = load_design(path)
         with open_store(store, catalog, create=True) as opened:
-            say = (lambda _: None) if json_out else (lambda line: render.console.print(f"[dim]{line}[/]", highlight=False))
+            say = (lambda _: None) if json_out else (lambda line: render.console.print(f"[dim]{line}[/]",
+                                                                                       highlight=False))
             document = run_design(opened, design, workers, say)
             written = result_path(opened, design.name)
     if json_out:
@@ -150,10 +171,16 @@ def _flywheel_design(path: Path, store: Path, catalog: str | None, workers: int,
                         f"{design.replicates} replicates (mid-p 95%)")
     for column in ("arm", "all", "slice", "uncovered", "vs random (McNemar exact)"):
         table.add_column(column)
-    cell = lambda r: f"{r['successes']}/{r['trials']} = {r['rate']:.2f} [{r['low']:.2f}, {r['high']:.2f}]" if r["trials"] else "-"  # noqa: E731
+
+    def cell(r: dict[str, Any]) -> str:
+        if not r["trials"]:
+            return "-"
+        return f"{r['successes']}/{r['trials']} = {r['rate']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
+
     for arm, rate in analysis["rates"].items():
         versus = analysis["against_random"].get(arm)
-        table.add_row(arm, cell(rate), cell(document["by_region"]["slice"][arm]), cell(document["by_region"]["uncovered"][arm]),
+        table.add_row(arm, cell(rate), cell(document["by_region"]["slice"][arm]),
+                      cell(document["by_region"]["uncovered"][arm]),
                       "" if versus is None else f"{versus['difference']:+.3f} (p = {versus['mcnemar_p']:.3g})")
     render.console.print(table)
     composition = Table(title="each arm's extra data, summed over the replicates")
@@ -185,17 +212,20 @@ def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--o
     with user_errors():
         query = DataQuery.parse(data)
         if query.demos is not None:
-            raise DataQueryError("export takes catalog episodes (campaign=...); recovery demos ('demos=') are not exported")
+            raise DataQueryError("export takes catalog episodes (campaign=...); recovery demos ('demos=') are not "
+                                 "exported")
         with open_store(store, catalog) as opened:
             selected = select_records(opened, query)
-            checked = quality_gate({r.key: opened.steps(r) for r in selected if r.data_path is not None} if gate else {})
+            checked = quality_gate(
+                {r.key: opened.steps(r) for r in selected if r.data_path is not None} if gate else {})
             dropped = checked.dropped
             summary = export_lerobot(opened, [r for r in selected if r.key not in dropped], out, robot_type)
     if json_out:
         render.print_json({**summary.to_dict(), "dropped": dropped})
     else:
         render.console.print(f"wrote LeRobotDataset v3.0 {summary.path}: {summary.episodes} episodes, {summary.frames} "
-                             f"frames, {summary.tasks} tasks, {summary.fps} fps, cameras: {', '.join(summary.cameras) or 'none'}")
+                             f"frames, {summary.tasks} tasks, {summary.fps} fps, cameras: "
+                             f"{', '.join(summary.cameras) or 'none'}")
         for key, why in sorted(dropped.items()):
             render.console.print(f"  dropped {key[:12]} (quality gate): {why}", highlight=False)
 
@@ -209,10 +239,13 @@ def olcl_signoff(task: str, checkpoints: tuple[str, ...], root: Path) -> list[Si
 
 
 def olcl_command(task: Annotated[str, typer.Option("--task", "-t")],
-                 sizes: Annotated[str, typer.Option("--sizes", help="Expert demo counts, comma separated.")] = "2,5,10,20",
+                 sizes: Annotated[str, typer.Option(
+                     "--sizes", help="Expert demo counts, comma separated.")] = "2,5,10,20",
                  epochs: Annotated[str, typer.Option("--epochs", help="Training epochs, comma separated.")] = "5,50",
-                 heldout: Annotated[int, typer.Option("--heldout", help="Held-out expert demos for open-loop MSE.")] = 10,
-                 eval_episodes: Annotated[int, typer.Option("--eval", help="Closed-loop episodes per checkpoint.")] = 30,
+                 heldout: Annotated[int, typer.Option(
+                     "--heldout", help="Held-out expert demos for open-loop MSE.")] = 10,
+                 eval_episodes: Annotated[int, typer.Option(
+                     "--eval", help="Closed-loop episodes per checkpoint.")] = 30,
                  seed: Annotated[int, typer.Option("--seed", help="Training seed.")] = 0,
                  horizon: Annotated[int | None, typer.Option("--horizon")] = None,
                  workers: Annotated[int, typer.Option("--workers")] = 1,
@@ -280,6 +313,7 @@ def leakage_command(checkpoint: Annotated[Path, typer.Argument(help="A bc checkp
 
 
 def register(app: typer.Typer) -> None:
+    """Add the learning commands (train-bc, flywheel, olcl, leakage, export) to ``app``."""
     app.command("leakage")(leakage_command)
     app.command("olcl")(olcl_command)
     app.command("train-bc")(train_bc_command)

@@ -26,6 +26,7 @@ _json_fd: int | None = None  # the real standard output while json_stdout() hold
 
 
 def print_json(document: Any) -> None:
+    """Write ``document`` as indented JSON to stdout (the descriptor kept for JSON when stdout is redirected)."""
     text = json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"
     if _json_fd is not None:
         os.write(_json_fd, text.encode())
@@ -126,10 +127,12 @@ def _return_text(row: RateRow) -> str:
 
 
 def task_dict(task: TaskSpec) -> dict[str, Any]:
+    """A task as JSON data: its id, content hash and every field."""
     return {"id": task.id, "hash": task.content_hash(), **task.model_dump(mode="json")}
 
 
 def tasks_table(tasks: Sequence[TaskSpec]) -> Table:
+    """The ``assay tasks`` table: one row per task."""
     table = Table(title=f"{len(tasks)} tasks", title_justify="left")
     for column in ("id", "family", "skill", "level", "horizon", "instruction"):
         table.add_column(column)
@@ -139,6 +142,7 @@ def tasks_table(tasks: Sequence[TaskSpec]) -> Table:
 
 
 def episodes_table(records: Sequence[EpisodeRecord]) -> Table:
+    """The ``assay episodes`` table: one row per episode, its outcome coloured."""
     table = Table(title=f"{len(records)} episodes", title_justify="left")
     for column in ("key", "policy", "task", "variant", "seed", "outcome", "steps", "return", "reason"):
         table.add_column(column)

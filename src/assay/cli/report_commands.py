@@ -18,17 +18,20 @@ from assay.errors import AssayError
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``report`` and ``serve`` to ``app``."""
     app.command("report")(report)
     app.command("serve")(serve)
 
 
 def report(
     campaign: Annotated[str, typer.Argument(help="Campaign name in the store.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (`-`: stdout).")] = Path("report.html"),
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="The HTML file to write (`-`: stdout).")] = Path("report.html"),
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
-    link_video: Annotated[bool, typer.Option("--link-video", help="Link gallery videos relative to the report "
-                                             "instead of embedding them (smaller file, needs the store beside it).")] = False,
+    link_video: Annotated[bool, typer.Option(
+        "--link-video", help="Link gallery videos relative to the report instead of embedding them (smaller file, "
+                             "needs the store beside it).")] = False,
     real: Annotated[Path | None, typer.Option("--real", help="Real-world results CSV (task,policy,successes,trials) "
                                                  "to plot against the campaign; default: those `assay correlate "
                                                  "--record` stored.")] = None,
@@ -50,7 +53,8 @@ def report(
     with user_errors(), tempfile.TemporaryDirectory(prefix="assay-report-") as scratch:
         to_stdout = is_stdout(output)
         if to_stdout and link_video:
-            raise AssayError("--link-video links videos relative to the report file; with -o - embed them (drop --link-video)")
+            raise AssayError("--link-video links videos relative to the report file; with -o - embed them (drop "
+                             "--link-video)")
         entries = read_results_csv(real) if real is not None else None
         target = Path(scratch) / f"{campaign}.html" if to_stdout else output
         with Store(store, catalog, create=False) as opened:
@@ -72,7 +76,8 @@ def report(
 
 
 def serve(
-    host: Annotated[str, typer.Option(help="Interface to bind; anything but loopback exposes the dashboard.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(
+        help="Interface to bind; anything but loopback exposes the dashboard.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8080,
     token: Annotated[str | None, typer.Option("--token", help="Token for writes (start/cancel); "
                                                  "generated and printed when omitted (env ASSAY_TOKEN).")] = None,
@@ -80,7 +85,8 @@ def serve(
     catalog: CatalogOpt = None,
     campaigns: Annotated[Path | None, typer.Option("--campaigns", help="Directory of campaign YAML files that "
                                                       "may be started (default: the current directory).")] = None,
-    executor: Annotated[str, typer.Option("--executor", "-x", help="Executor for started campaigns: inline | local | ray")] = "local",
+    executor: Annotated[str, typer.Option(
+        "--executor", "-x", help="Executor for started campaigns: inline | local | ray")] = "local",
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Workers for started campaigns.")] = 2,
 ) -> None:
     """Serve the dashboard and JSON API (OpenAPI at /docs) over a store."""

@@ -24,13 +24,16 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def profile_document(episodes: list[EpisodeRecord]) -> dict[str, Any]:
+    """The retention rows and per-axis profile of ``episodes`` as JSON data."""
     rows = retention_table(episodes)
     return {"retention": [r.to_dict() for r in rows], "profile": [p.to_dict() for p in robustness_profile(rows)],
             "categories": [c.to_dict() for c in category_profile(rows)]}
 
 
 def print_profile(document: dict[str, Any]) -> None:
-    table = Table(title="robustness retention on paired seeds (variant successes / nominal successes)", title_justify="left")
+    """Print the retention table and the per-axis profile."""
+    table = Table(
+        title="robustness retention on paired seeds (variant successes / nominal successes)", title_justify="left")
     for column in ("policy", "axis", "variant", "pairs", "nominal", "variant", "retention", "95% CI", "McNemar p"):
         table.add_column(column)
     for r in document["retention"]:
@@ -72,7 +75,8 @@ def sweep(
     task: Annotated[str, typer.Option("--task", help="Task id.")] = "metaworld/push@1",
     policy: Annotated[str, typer.Option("--policy", help="Builtin name or module:attr.")] = "expert",
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Seeds per level (paired with nominal).")] = 10,
-    camera: Annotated[str | None, typer.Option("--camera", help="Render this view (front, top, side) with depth.")] = None,
+    camera: Annotated[str | None, typer.Option(
+        "--camera", help="Render this view (front, top, side) with depth.")] = None,
     seed: Annotated[int, typer.Option("--seed", min=0)] = 0,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1)] = 2,
     executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local")] = "local",
@@ -104,24 +108,29 @@ def sweep(
         curve = []
         for variant in planned.variants:
             rate, kept = rates.get(variant.name), retention.get(variant.name)
-            curve.append({"variant": variant.name, "level": None if variant.is_nominal else variant.perturbations[0].value,
+            curve.append({"variant": variant.name,
+                          "level": None if variant.is_nominal else variant.perturbations[0].value,
                           "successes": rate.successes if rate else 0, "scored": rate.scored if rate else 0,
                           "rate": rate.rate if rate else None, "ci_low": rate.ci_low if rate else None,
-                          "ci_high": rate.ci_high if rate else None, "retention": 1.0 if variant.is_nominal else (kept.retention if kept else None),
+                          "ci_high": rate.ci_high if rate else None,
+                          "retention": 1.0 if variant.is_nominal else (kept.retention if kept else None),
                           "retention_ci": None if kept is None else [kept.ci_low, kept.ci_high]})
         if json_out:
             render.print_json({"campaign": spec.name, "factor": factor, "task": task, "policy": policy, "curve": curve,
                                "signoff": [g.to_dict() for g in gate]})
             return
-        table = Table(title=f"{policy} on {task}: sweep of {factor} ({episodes} paired seeds per level)", title_justify="left")
+        table = Table(
+            title=f"{policy} on {task}: sweep of {factor} ({episodes} paired seeds per level)", title_justify="left")
         for column in ("level", "success", "mid-p 95%", "succ/n", "retention", "retention 95% CI", "curve"):
             table.add_column(column)
         for point in curve:
             bar = "█" * round(20 * point["rate"]) if point["rate"] is not None else ""
             ci = point["retention_ci"]
             table.add_row("nominal" if point["level"] is None else str(point["level"]), _fmt(point["rate"]),
-                          f"[{_fmt(point['ci_low'])}, {_fmt(point['ci_high'])}]", f"{point['successes']}/{point['scored']}",
-                          _fmt(point["retention"]), f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci and ci[0] is not None else "-", bar)
+                          f"[{_fmt(point['ci_low'])}, {_fmt(point['ci_high'])}]",
+                          f"{point['successes']}/{point['scored']}",
+                          _fmt(point["retention"]),
+                          f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci and ci[0] is not None else "-", bar)
         render.console.print(table)
         render.console.print(signoff_table(gate))
         render.console.print(f"stored as campaign {spec.name} in {Path(store).resolve()}", highlight=False)

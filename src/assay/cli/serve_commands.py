@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``serve-policy`` to ``app``."""
     app.command("serve-policy")(serve_policy)
 
 
@@ -66,7 +67,8 @@ def with_policy_cameras(task: TaskSpec, contract: PolicyContract | None) -> Task
 
 def serve_policy(
     policy: Annotated[str, typer.Argument(help="A builtin (mlp, expert, ...) or package.module:attr.")],
-    host: Annotated[str, typer.Option(help="Interface to bind; 0.0.0.0 exposes the server to the network.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(
+        help="Interface to bind; 0.0.0.0 exposes the server to the network.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, max=4096, help="Largest batch of requests.")] = 32,
     max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", min=0.0, help="Longest wait to fill a batch.")] = 5.0,
@@ -94,9 +96,12 @@ def serve_policy(
 ) -> None:
     """Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all connections.
 
-    Memory: a stateless policy (declared by its class, or --stateless) is one shared instance whatever the number of clients.
+    Memory: a stateless policy (declared by its class, or --stateless) is one shared instance whatever the number
+    of clients.
 
-    A stateful one gets an instance per environment session, so the server holds up to --max-sessions instances: measured, a policy holding 20 MiB of weights costs 20 MiB per session stateful and nothing per session stateless (docs/RELIABILITY.md).
+    A stateful one gets an instance per environment session, so the server holds up to --max-sessions instances:
+    measured, a policy holding 20 MiB of weights costs 20 MiB per session stateful and nothing per session
+    stateless (docs/RELIABILITY.md).
 
     Frames in flight add at most --max-buffer-mb.
     """
@@ -117,10 +122,12 @@ def serve_policy(
                               max_buffer_bytes=int(max(max_buffer_mb, max_message_mb) * 1024 * 1024))
         server = policy_server(policy, task, parsed, config, stateless)
         spec, served_task = server.metadata["assay"], server.task
+        sessions = (f"sessions (at most {max_sessions}, an instance each)" if server.factory
+                    else "stateless (one instance)")
         render.err_console.print(
             f"serving {spec['policy']} ({spec['version']}) for {served_task.id} on ws://{host}:{port} — max batch "
             f"{max_batch}, max wait {max_wait_ms:g} ms, "
-            f"{f'sessions (at most {max_sessions}, an instance each)' if server.factory else 'stateless (one instance)'}"
+            f"{sessions}"
             f"{', API key required' if config.api_key else ''}; "
             "GET /healthz for health", highlight=False, soft_wrap=True)
         try:

@@ -91,6 +91,7 @@ class Extras:
     tables: list[Any] = field(default_factory=list)
 
     def print(self) -> None:
+        """Print every extra table."""
         for table in self.tables:
             render.console.print(table)
 
@@ -165,6 +166,7 @@ def _posterior(grid: Any, a: str, others: Sequence[str], seed: int) -> list[Post
 
 
 def register(app: typer.Typer) -> None:
+    """Add the statistics commands (compare, leaderboard, budget, correlate, stability, openloop, ...) to ``app``."""
     app.command("compare")(compare_command)
     app.command("leaderboard")(leaderboard_command)
     app.command("budget")(budget_command)
@@ -322,7 +324,8 @@ def _model_leaderboard(model: str | None, store: Path, catalog: str | None, camp
         source, board, gate = model_board(model, store, catalog, campaign, _split(tasks) if tasks else None, variant,
                                           csv_in, confidence, resamples, seed)
         if json_out:
-            render.print_json({"source": source, "leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate]})
+            render.print_json(
+                {"source": source, "leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate]})
         else:
             print_model_board(source, board)
             if gate:
@@ -483,7 +486,8 @@ def openloop_command(
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
     campaign: CampaignOpt = None,
-    reference: Annotated[str, typer.Option("--reference", help="Policy whose recorded episodes are replayed.")] = "expert",
+    reference: Annotated[str, typer.Option(
+        "--reference", help="Policy whose recorded episodes are replayed.")] = "expert",
     policies: Annotated[str | None, typer.Option("--policies", help="Policies to score (default: all).")] = None,
     episodes: Annotated[int | None, typer.Option("--episodes", min=1, help="At most this many recorded episodes "
                                                   "per task (first seeds first).")] = None,
@@ -506,7 +510,8 @@ def openloop_command(
             specs = {p["name"]: PolicySpec(**p["spec"]) for p in resolved["policies"]}
             tasks = {t["id"]: TaskSpec(**t["spec"]) for t in resolved["tasks"]}
             if reference not in specs:
-                raise AssayError(f"--reference {reference!r} is not a policy of campaign {name}; valid: {', '.join(specs)}")
+                raise AssayError(f"--reference {reference!r} is not a policy of campaign {name}; valid: "
+                                 f"{', '.join(specs)}")
             chosen = _split(policies) if policies else list(specs)
             unknown = [p for p in chosen if p not in specs]
             if unknown:
@@ -530,7 +535,8 @@ def openloop_command(
         if json_out:
             render.print_json({"campaign": name, "reference": reference, "variant": variant,
                                "openloop": [r.to_dict() for r in rows],
-                               "closed_loop": [{"policy": p, "task": t, "rate": v} for (p, t), v in sorted(closed.items())],
+                               "closed_loop": [{"policy": p, "task": t, "rate": v}
+                                               for (p, t), v in sorted(closed.items())],
                                "agreement": [asdict(a) for a in agreement], "saved": saved,
                                "signoff": [g.to_dict() for g in gate]})
             return

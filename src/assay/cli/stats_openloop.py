@@ -21,6 +21,7 @@ from assay.spec import PolicySpec, TaskSpec
 
 
 def replay(policy: Any, task: TaskSpec, trajectories: Sequence[Trajectory]) -> list[np.ndarray]:
+    """A policy's action at every recorded step of each trajectory, the trajectories stepped together as one batch."""
     seeds = tuple(t.record.seed for t in trajectories)
     instructions = tuple(t.record.instruction for t in trajectories)
     policy.reset(PolicyContext(task, seeds, instructions))
@@ -39,7 +40,8 @@ def replay(policy: Any, task: TaskSpec, trajectories: Sequence[Trajectory]) -> l
             raise AssayError(f"cannot replay this policy open loop: {why}; a replay has the recorded state, "
                              f"instruction and camera frames ({', '.join(sorted(batch))})") from None
         if actions.shape != (len(active), task.action.dim):
-            raise AssayError(f"policy returned actions of shape {actions.shape}; expected {(len(active), task.action.dim)}")
+            raise AssayError(f"policy returned actions of shape {actions.shape}; expected "
+                             f"{(len(active), task.action.dim)}")
         for row, i in enumerate(active):
             predicted[i][step] = actions[row]
     return predicted

@@ -33,6 +33,7 @@ VERDICT_STYLE = {Verdict.BETTER: "green", Verdict.WORSE: "red", Verdict.NO_DIFFE
 
 
 def comparison_table(rows: Sequence[Comparison], title: str) -> Table:
+    """The ``assay compare`` table: one row per (B, task) with the test, difference, interval and Holm-adjusted p."""
     table = Table(title=title, title_justify="left")
     for column in ("B", "task", "test", "A", "B rate", "A − B", "95% CI", "n", "p", "p (Holm)", "verdict"):
         table.add_column(column, justify="left" if column in ("B", "task", "test", "verdict") else "right")
@@ -47,6 +48,7 @@ def comparison_table(rows: Sequence[Comparison], title: str) -> Table:
 
 
 def return_comparison_table(rows: Sequence[ReturnComparison], title: str, confidence: float = 0.95) -> Table:
+    """The paired comparison of returns: one row per (B, task) with the paired t test."""
     table = Table(title=title, title_justify="left")
     for column in ("B", "task", "test", "A return", "B return", "A − B", f"{confidence:.0%} CI", "pairs", "p",
                    "p (Holm)", "verdict"):
@@ -59,6 +61,7 @@ def return_comparison_table(rows: Sequence[ReturnComparison], title: str, confid
 
 
 def leaderboard_table(board: Leaderboard, title: str) -> Table:
+    """The leaderboard table: rank (with its interval), policy, suite score and its interval."""
     table = Table(title=title, title_justify="left")
     for column in ("rank", "policy", "suite score", f"{board.confidence:.0%} CI", "scored", "errors"):
         table.add_column(column, justify="left" if column == "policy" else "right")
@@ -69,6 +72,7 @@ def leaderboard_table(board: Leaderboard, title: str) -> Table:
 
 
 def p_better_table(board: Leaderboard) -> Table:
+    """The matrix of bootstrap probabilities that the row's policy is better than the column's."""
     ranked = [r.policy for r in board.rows if r.rank is not None]
     table = Table(title="P(row better than column), paired bootstrap", title_justify="left")
     table.add_column("")
@@ -80,6 +84,7 @@ def p_better_table(board: Leaderboard) -> Table:
 
 
 def signoff_table(rows: Sequence[Signoff]) -> Table:
+    """The sign-off table: each task's status and reason."""
     table = Table(title="sign-off gate (calibration of this task, variant set and policies)", title_justify="left")
     for column in ("task", "variants", "status", "reason"):
         table.add_column(column)
@@ -98,6 +103,7 @@ def _estimate(e: Estimate, digits: int = 3) -> str:
 
 
 def correlation_table(report: CorrelationReport, title: str) -> Table:
+    """The correlation table: each task's statistics with intervals, and their averages."""
     table = Table(title=title, title_justify="left")
     for column in ("task", "policies", "resampling", *STATISTICS):
         table.add_column(column, justify="left" if column in ("task", "resampling") else "right")
@@ -120,6 +126,7 @@ def left_out_lines(report: CorrelationReport) -> list[str]:
 
 
 def posterior_table(a: str, others: Sequence[str], posteriors: Sequence[PosteriorComparison]) -> Table:
+    """The posterior table: P(A > B) per task and for the suite."""
     table = Table(title=f"Beta-binomial posteriors (uniform prior): P({a} > B)", title_justify="left")
     for column in ("B", "task", f"P({a} > B)"):
         table.add_column(column, justify="right" if column.startswith("P(") else "left")
@@ -131,6 +138,8 @@ def posterior_table(a: str, others: Sequence[str], posteriors: Sequence[Posterio
 
 
 def correlation_checks_table(report: CorrelationReport) -> Table:
+    """How far to trust each task's correlation: Fisher z and bootstrap intervals, drop-one leverage, permutation floor.
+    """
     conv = report.mmrv_convention
     table = Table(title=f"how far to trust it (MMRV: {conv.weight}-gap weighting, ties by '{conv.ties}')",
                   title_justify="left")

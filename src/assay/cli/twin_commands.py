@@ -56,7 +56,8 @@ twin_app = typer.Typer(help="Layered digital twin: calibrate, attribute the sim-
                        no_args_is_help=True)
 
 TwinArg = Annotated[Path, typer.Option("--twin", help="Twin YAML (name, task, control, dynamics, rendering).")]
-CampaignArg = Annotated[Path, typer.Argument(help="Campaign YAML: one task, policies, episodes, seed, horizon, cameras.")]
+CampaignArg = Annotated[Path, typer.Argument(help="Campaign YAML: one task, policies, episodes, seed, horizon, "
+                                                  "cameras.")]
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -92,7 +93,8 @@ def show(path: Annotated[Path, typer.Argument(help="Twin YAML.")], json_out: Jso
 
 @twin_app.command("run")
 def run(campaign: CampaignArg, twin: TwinArg,
-        results_out: Annotated[Path | None, typer.Option("--results-out", help="Write task,policy,successes,trials here.")] = None,
+        results_out: Annotated[Path | None, typer.Option(
+            "--results-out", help="Write task,policy,successes,trials here.")] = None,
         store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
     """Run the campaign's policies in one twin (e.g. a reality proxy producing 'real' results)."""
     with user_errors():
@@ -119,13 +121,16 @@ def run(campaign: CampaignArg, twin: TwinArg,
 @twin_app.command("sysid")
 def sysid(
     twin: TwinArg,
-    real_campaign: Annotated[str, typer.Option("--real-campaign", help="Campaign whose recorded episodes are the real trajectories.")],
-    real_store: Annotated[Path | None, typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
+    real_campaign: Annotated[str, typer.Option(
+        "--real-campaign", help="Campaign whose recorded episodes are the real trajectories.")],
+    real_store: Annotated[Path | None, typer.Option(
+        "--real-store", help="Store holding the real episodes (default: --store).")] = None,
     parameters: Annotated[str | None, typer.Option(help="Comma-separated factors to fit (default: every control and "
                                                      "dynamics factor that applies to the task).")] = None,
     policy: Annotated[str | None, typer.Option(help="Only this policy's real episodes.")] = None,
-    max_trajectories: Annotated[int, typer.Option(min=1, help="Fit on the first N real episodes of each policy "
-                                                             "(attribute --fitted-on N leaves the same ones out).")] = 4,
+    max_trajectories: Annotated[int, typer.Option(
+        min=1, help="Fit on the first N real episodes of each policy "
+                    "(attribute --fitted-on N leaves the same ones out).")] = 4,
     max_evaluations: Annotated[int, typer.Option(min=1, help="The search's maximum (twin replays): it runs until the "
                                                             "fit is within --tolerance or this is spent.")]
     = DEFAULT_MAX_EVALUATIONS,
@@ -177,8 +182,10 @@ def calibrate_rendering_command(
     twin: TwinArg,
     real_campaign: Annotated[str, typer.Option("--real-campaign", help="Campaign whose recorded episodes are real.")],
     policy: Annotated[str, typer.Option(help="The camera policy whose recorded episodes (actions, trace) are used.")],
-    real_store: Annotated[Path | None, typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
-    parameters: Annotated[str, typer.Option(help="Comma-separated rendering factors to fit.")] = ",".join(DEFAULT_RENDERING),
+    real_store: Annotated[Path | None, typer.Option(
+        "--real-store", help="Store holding the real episodes (default: --store).")] = None,
+    parameters: Annotated[str, typer.Option(
+        help="Comma-separated rendering factors to fit.")] = ",".join(DEFAULT_RENDERING),
     max_trajectories: Annotated[int, typer.Option(min=1, help="Fit on the first N real episodes of the policy.")] = 2,
     tolerance: Annotated[float, typer.Option(help="Mismatch within which a value counts as consistent.")]
     = DEFAULT_TRACE_TOLERANCE,
@@ -220,11 +227,13 @@ def attribute_command(
     campaign: CampaignArg,
     calibrated: Annotated[Path, typer.Option("--calibrated", help="Calibrated twin YAML (e.g. from twin sysid).")],
     real: Annotated[Path, typer.Option("--real", help="Real results CSV: task,policy,successes,trials.")],
-    nominal: Annotated[Path | None, typer.Option("--nominal", help="Nominal twin YAML (default: the untouched simulator).")] = None,
+    nominal: Annotated[Path | None, typer.Option(
+        "--nominal", help="Nominal twin YAML (default: the untouched simulator).")] = None,
     real_campaign: Annotated[str | None, typer.Option(
         "--real-campaign", help="Also attribute the gap in the real recorded episodes of this campaign: their states "
                                 "replayed open loop, and --trace-policy's trace.")] = None,
-    real_store: Annotated[Path | None, typer.Option("--real-store", help="Store holding the real episodes (default: --store).")] = None,
+    real_store: Annotated[Path | None, typer.Option(
+        "--real-store", help="Store holding the real episodes (default: --store).")] = None,
     trace_policy: Annotated[str | None, typer.Option("--trace-policy", help="The camera policy whose real episodes' "
                                                      "actions and detections are replayed.")] = None,
     fitted_on: Annotated[int, typer.Option(min=0, help="The first N real episodes of each policy calibrated the twin "
@@ -266,7 +275,8 @@ def attribute_command(
             layers.add_column(column)
         for share in result.layers:
             layers.add_row(share.layer, "yes" if share.changed else "no", _fmt(share.closed_by_swap_in, 3),
-                           _fmt(share.reopened_by_leave_out, 3), f"{share.closure:.3f} {_span(share.closure_interval, 3)}",
+                           _fmt(share.reopened_by_leave_out, 3),
+                           f"{share.closure:.3f} {_span(share.closure_interval, 3)}",
                            f"{_fmt(share.share)} {_span(share.share_interval)}", "yes" if share.named else "no")
         render.console.print(layers)
         render.console.print(f"total gap closed {result.total_gap_closed:.3f}; left unexplained "
@@ -309,7 +319,8 @@ def _trajectory_table(measure: TrajectoryAttribution) -> None:
     table = Table(title=f"{measure.measure} gap in {measure.episodes} real episodes "
                         f"({'held out from the calibration' if measure.held_out else 'in-sample'}; {unit})",
                   title_justify="left")
-    for column in ("layer", "calibrated differs", "closure [95% CI]", "share", f"beyond tolerance {measure.tolerance:g}"):
+    for column in ("layer", "calibrated differs", "closure [95% CI]", "share",
+                   f"beyond tolerance {measure.tolerance:g}"):
         table.add_column(column)
     for layer in measure.layers:
         table.add_row(layer.layer, "yes" if layer.changed else "no",
@@ -324,7 +335,8 @@ def _trajectory_table(measure: TrajectoryAttribution) -> None:
 @twin_app.command("stability")
 def stability_command(
     campaign: Annotated[Path, typer.Argument(help="Campaign YAML whose non-nominal variants are the asset swaps.")],
-    twin: Annotated[Path | None, typer.Option("--twin", help="Base twin YAML (default: the untouched simulator).")] = None,
+    twin: Annotated[Path | None, typer.Option(
+        "--twin", help="Base twin YAML (default: the untouched simulator).")] = None,
     resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 500,
     store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
 ) -> None:
@@ -346,7 +358,8 @@ def stability_command(
             render.print_json({**report.to_dict(), "signoff": [g.to_dict() for g in gate]})
             return
         policies = sorted(report.base_rates)
-        table = Table(title=f"leaderboards under {len(report.swaps)} asset swaps of {report.task}", title_justify="left")
+        table = Table(
+            title=f"leaderboards under {len(report.swaps)} asset swaps of {report.task}", title_justify="left")
         for column in ("twin", "swap", *policies, "Kendall τ", "MMRV"):
             table.add_column(column)
         table.add_row("base", "", *[_fmt(report.base_rates[p]) for p in policies], "", "")
@@ -360,4 +373,5 @@ def stability_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``twin`` command group to ``app``."""
     app.add_typer(twin_app, name="twin")
