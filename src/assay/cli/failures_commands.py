@@ -76,7 +76,8 @@ def mine(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
         label = {r.key: r.policy_name for r in records}
         silent = {r.key: r.task_id.split("/", 1)[0] for r in records if r.key in found
                   and found[r.key].category is None and "missing_events" in found[r.key].evidence}
-        counts = Counter(c.category.value if c.category else "uncategorized" for k, c in found.items() if k not in silent)
+        counts = Counter(c.category.value if c.category else "uncategorized"
+                         for k, c in found.items() if k not in silent)
         by_policy: dict[str, Counter] = {}
         for key, c in found.items():
             if key not in silent:
