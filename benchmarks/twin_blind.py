@@ -69,10 +69,10 @@ def settings(task: str, episodes: int) -> TwinSettings:
                         cameras=(CameraSpec(name="front", width=64, height=64, depth=True),))
 
 
-def run_one(name: str, out: str, episodes: int) -> dict:
+def run_one(name: str, out: str, episodes: int, budget: BlindBudget) -> dict:
     reality = REALITIES[name]
     started = time.perf_counter()
-    result = blind_attribution(reality, settings(reality.task, episodes), Path(out) / name, BlindBudget()).to_dict()
+    result = blind_attribution(reality, settings(reality.task, episodes), Path(out) / name, budget).to_dict()
     result["name"], result["seconds"] = name, round(time.perf_counter() - started, 1)
     (Path(out) / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
     return result
@@ -106,11 +106,16 @@ def main() -> int:
     parser.add_argument("--only", action="append", choices=sorted(REALITIES))
     parser.add_argument("--set", choices=sorted(SETS), default="a",
                         help="a: reach and push-back; b: push-wall; null: no change (controls)")
+    parser.add_argument("--evaluations", type=int, default=BlindBudget.sysid_evaluations,
+                        help="system identification's search budget (twin replays)")
+    parser.add_argument("--resamples", type=int, default=BlindBudget.resamples, help="bootstrap resamples")
     args = parser.parse_args()
+    budget = BlindBudget(sysid_evaluations=args.evaluations, resamples=args.resamples)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     names = args.only or SETS[args.set]
     with ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(run_one, names, [args.out] * len(names), [args.episodes] * len(names)))
+        results = list(pool.map(run_one, names, [args.out] * len(names), [args.episodes] * len(names),
+                                [budget] * len(names)))
     print("| reality | calibrated twin | success gap nominal → calibrated | changed layers' shares [95% CI] | "
           "unexplained | trajectory gaps nominal → calibrated | named by success | by states | by trace | "
           "named | episodes needed | s |")

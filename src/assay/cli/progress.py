@@ -216,16 +216,17 @@ def watch(name: str, console: Console) -> Iterator[WorkProgress]:
     """Show the progress of the work done in the block; Ctrl-C after an episode finished prints how many are
     stored and exits with status 130 (a Ctrl-C before any is left as it was)."""
     progress = WorkProgress(name, console)
-    interrupted = False
+    interrupted, ended = False, False
     try:
         with observing(progress):
             yield progress
+        ended = True
     except KeyboardInterrupt:
         if not progress.queued_total:
             raise
         interrupted = True
     finally:
-        progress.close(final=not interrupted)
+        progress.close(final=ended)  # a command that failed or was interrupted has said why: no "done" line
     if interrupted:
         console.print(interrupted_line(progress.finished_total, progress.queued_total), highlight=False,
                       markup=False, soft_wrap=True)
