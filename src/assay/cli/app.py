@@ -35,8 +35,9 @@ COMMANDS: dict[str, LazyCommand] = {
                   "campaign_commands"),
     "tasks": _entry("List registered tasks (any gymnasium/<ID> also resolves on demand).", "listing_commands"),
     "policies": _entry("List built-in policies and their parameters.", "listing_commands"),
-    "results": _entry("Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog.",
-                      "campaign_commands"),
+    "results": _entry("Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog, "
+                      "with each row's recorded/planned episodes; nominal variant unless --variant (grouped by "
+                      "variant: each one).", "campaign_commands"),
     "compare": _entry("Per-task and suite differences A − B with intervals, p-values and verdicts. Tasks without a "
                       "success signal (gymnasium ids) are compared on paired mean return instead (``returns`` in "
                       "--json).", "stats_commands"),
@@ -73,9 +74,9 @@ COMMANDS: dict[str, LazyCommand] = {
     "report": _entry("Write one self-contained HTML report of a campaign (works offline: inline SVG figures, "
                      "embedded video).", "report_commands"),
     "serve": _entry("Serve the dashboard and JSON API (OpenAPI at /docs) over a store.", "report_commands"),
-    "leakage": _entry("Which of a campaign's episodes are scenes (task, variant, seed; not the horizon) the "
-                      "checkpoint was trained on: their successes say nothing about generalisation.",
-                      "learning_commands"),
+    "leakage": _entry("Which of the checkpoint's own episodes in a campaign are scenes it was trained on (task, "
+                      "seed and the factors it perceives by its contract; not the horizon): their successes say "
+                      "nothing about generalisation.", "learning_commands"),
     "olcl": _entry("Open-loop action MSE vs closed-loop success over BC checkpoints of different quality: Kendall "
                    "tau, MMRV.", "learning_commands"),
     "train-bc": _entry("Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT' (or "
