@@ -7,8 +7,8 @@ it, so a design's gap is chosen before anything can show how targeted or random 
   3:0.07:above`` is goal x >= 0.07); the base learns from the first 20 pool successes outside it and runs on
   ``--eval`` scenes, counted inside and outside the gap. ``--range-scale`` widens the initial-condition ranges
   (the ``object.init_range`` factor).
-* ``variants``: pixel BC (64 px front camera) on nominal demos only, evaluated under nominal and each candidate
-  visual variant (``--variants '{"light.intensity": 0.1}' ...``).
+* ``variants``: pixel BC (64 px front camera; ``--obs state``: state BC) on nominal demos only, and the expert,
+  evaluated under nominal and each candidate variant (``--variants '{"light.intensity": 0.1}' ...``).
 
 Each ``--draws`` is a fresh pool (campaign seed 1900 + draw) and base (training seed = draw); evaluation uses
 campaign seed 3900: seed streams no flywheel replicate uses. Example (docs/RESULTS.md)::
@@ -77,20 +77,26 @@ def regions(store: Store, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def variants(store: Store, args: argparse.Namespace) -> dict[str, Any]:
-    """Pixel BC on nominal demos, success under nominal and each candidate variant."""
+    """BC on nominal demos (pixel, or state with ``--obs state``), and the expert beside it, under nominal and
+    each candidate variant."""
     requests = [{}] + [json.loads(v) for v in args.variants]
-    camera = (CameraSpec(name="front", width=64, height=64),)
-    specs, result = [], {}
+    pixel = args.obs == "pixel"
+    camera = (CameraSpec(name="front", width=64, height=64),) if pixel else ()
+    specs, result = list(EXPERT), {}
     for draw in range(args.draws):
-        _, pool = run_grid(store, f"gap-pixel-pool{draw}", [args.task], EXPERT, args.pool, 1900 + draw, args.horizon,
-                           args.workers, camera)
+        _, pool = run_grid(store, f"gap-{args.obs}-pool{draw}", [args.task], EXPERT, args.pool, 1900 + draw,
+                           args.horizon, args.workers, camera)
         demos = [episode_demo(store, r) for r in pool if r.outcome is Outcome.SUCCESS][:args.base]
-        path = Path(args.store) / f"pixel-base-{draw}.pt"
+        path = Path(args.store) / f"{args.obs}-base-{draw}.pt"
         if not path.is_file():
-            train_pixel_bc(store, demos, PixelTrainConfig(seed=draw, epochs=args.epochs), path)
-        specs.append(PolicySpec(name=f"base-d{draw}", builtin="pixel-bc", params={"path": str(path.resolve())}))
-    _, evaluation = run_grid(store, "gap-pixel-eval", [args.task], specs, args.eval, 3900, args.horizon, args.workers,
-                             camera, requests)
+            if pixel:
+                train_pixel_bc(store, demos, PixelTrainConfig(seed=draw, epochs=args.epochs), path)
+            else:
+                train_bc(demos, TrainConfig(seed=draw, epochs=args.epochs), path)
+        specs.append(PolicySpec(name=f"base-d{draw}", builtin="pixel-bc" if pixel else "bc",
+                                params={"path": str(path.resolve())}))
+    _, evaluation = run_grid(store, f"gap-{args.obs}-eval", [args.task], specs, args.eval, 3900, args.horizon,
+                             args.workers, camera, requests)
     for spec in specs:
         mine = [r for r in evaluation if r.policy_name == spec.name]
         result[spec.name] = {name: _count([r for r in mine if r.variant_name == name])
@@ -109,8 +115,9 @@ def main() -> None:
     parser.add_argument("--range-scale", type=float, default=1.0)
     parser.add_argument("--draws", type=int, default=1)
     parser.add_argument("--pool", type=int, default=120)
-    parser.add_argument("--base", type=int, default=10, help="pixel base demos (variants)")
-    parser.add_argument("--epochs", type=int, default=20, help="pixel training epochs (variants)")
+    parser.add_argument("--obs", choices=("pixel", "state"), default="pixel", help="the base's input (variants)")
+    parser.add_argument("--base", type=int, default=10, help="base demos (variants)")
+    parser.add_argument("--epochs", type=int, default=20, help="training epochs (variants)")
     parser.add_argument("--eval", type=int, default=150)
     parser.add_argument("--horizon", type=int, default=None)
     parser.add_argument("--workers", type=int, default=1)
