@@ -179,8 +179,9 @@ class BCPolicy:
         if torch.get_num_threads() != 1:
             torch.set_num_threads(1)  # tiny network: one thread is fastest and keeps kernels the same everywhere
         with torch.inference_mode():
-            out = self.model(torch.from_numpy(np.ascontiguousarray(inputs))).numpy()[:rows]
-        return np.clip(out, -1.0, 1.0)
+            out: np.ndarray = self.model(torch.from_numpy(np.ascontiguousarray(inputs))).numpy()[:rows]
+        clipped: np.ndarray = np.clip(out, -1.0, 1.0)
+        return clipped
 
     def task_onehot(self, task_id: str) -> np.ndarray:
         """The task's one-hot row (all zeros for a task the checkpoint never saw)."""

@@ -70,7 +70,7 @@ class ExpertPolicy:
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         """The expert's action for every row."""
         if hasattr(self._expert, "act"):
-            return self._expert.act(observations)
+            return np.asarray(self._expert.act(observations))
         return np.stack([self._expert.get_action(state) for state in observations["state"]])
 
 

@@ -139,7 +139,7 @@ class MLPPolicy:
         if p.batch_invariant and rows % PAD_ROWS:
             state = np.concatenate([state, np.zeros((PAD_ROWS - rows % PAD_ROWS, p.state_dim), np.float32)])
         with torch.inference_mode():
-            out = self.model(torch.from_numpy(np.ascontiguousarray(state))).numpy()[:rows]
+            out: np.ndarray = self.model(torch.from_numpy(np.ascontiguousarray(state))).numpy()[:rows]
         if p.chunk == 1:
             return out
         return out.reshape(rows, p.chunk, p.action_dim)

@@ -74,7 +74,8 @@ def back_project(
     x = (cols + 0.5 - width / 2) / focal
     y = (rows + 0.5 - height / 2) / focal
     directions = forward[None] + x[:, None] * right[None] - y[:, None] * up[None]
-    return position[None] + depth[:, None] * directions
+    points: np.ndarray = position[None] + depth[:, None] * directions
+    return points
 
 
 def detect(rgb: np.ndarray, depth: np.ndarray, calib: np.ndarray, target: Target, dominance: float,

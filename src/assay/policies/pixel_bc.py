@@ -65,7 +65,7 @@ def build_pixel_network(
     torch = import_torch()
     nn = torch.nn
 
-    class SpatialSoftmax(nn.Module):  # type: ignore[name-defined]
+    class SpatialSoftmax(nn.Module):  # type: ignore[name-defined, misc]  # torch is not followed: Any to mypy
         """Expected (x, y) image coordinate of each channel's activation: where things are."""
 
         def forward(self, features: Any) -> Any:
@@ -75,7 +75,7 @@ def build_pixel_network(
             xs = torch.linspace(-1.0, 1.0, width, dtype=features.dtype).repeat(height)
             return torch.cat([(weights * xs).sum(-1), (weights * ys).sum(-1)], dim=1)
 
-    class PixelNet(nn.Module):  # type: ignore[name-defined]
+    class PixelNet(nn.Module):  # type: ignore[name-defined, misc]  # torch is not followed: Any to mypy
         def __init__(self) -> None:
             super().__init__()
             layers: list[Any] = []
@@ -252,12 +252,13 @@ class PixelBCPolicy:
         if torch.get_num_threads() != 1:
             torch.set_num_threads(1)
         with torch.inference_mode():
-            out = self.model(
+            out: np.ndarray = self.model(
                 to_tensor_images(frames, self.image_size),
                 torch.from_numpy(np.ascontiguousarray(prop)),
                 torch.from_numpy(np.ascontiguousarray(hot)),
             ).numpy()[:rows]
-        return np.clip(out, -1.0, 1.0)
+        clipped: np.ndarray = np.clip(out, -1.0, 1.0)
+        return clipped
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         """Actions for the batch, from the camera image, proprioception and the task or instruction only."""

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from assay.errors import UnsupportedError
-from assay.policies.language import INSTALL_HINT, embed, embed_each  # noqa: F401  (embed re-exported)
+from assay.policies.language import embed_each
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec
 from assay.spec.metaworld_catalog import METAWORLD_TASKS

@@ -97,7 +97,7 @@ class BatchingPolicyActor:
         if self._loop_task is None:
             self._loop_task = asyncio.get_running_loop().create_task(self.batcher.run())
         actions, _timing = await self.batcher.submit((task, observations, list(seeds)))
-        return actions
+        return np.asarray(actions)
 
     def _infer(self, requests: list[tuple[TaskSpec, dict[str, Any], list[int]]]) -> list[Any]:
         """One result per request (its rows' actions, or the exception), one policy call per task."""

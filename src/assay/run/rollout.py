@@ -143,13 +143,13 @@ class _Episodes:
                 self.observations[slot] = env.reset(job.seed)
                 self.recorders[slot].started(env.initial_conditions())
                 active.append(slot)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - a backend's reset fault becomes that episode's outcome
                 self.recorders[slot].fail(Fault(FaultKind.RESET, f"reset failed: {describe_error(exc)}"))
             self.recorders[slot].timed("reset", time.perf_counter() - t0)
         try:
             self.policy.reset(PolicyContext(self.task, self.batch.seeds, self.batch.instructions))
             self.frames_read = reads_frames(self.policy)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a policy's reset fault becomes the batch's outcome
             fault = Fault(FaultKind.POLICY_RESET, f"policy reset raised {describe_error(exc)}")
             for slot in active:
                 self.recorders[slot].fail(fault)
@@ -216,7 +216,7 @@ class _Episodes:
             t1 = time.perf_counter()
             try:
                 transition = env.step(action)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - a simulator fault becomes that episode's outcome
                 fault = Fault(FaultKind.SIMULATOR, f"simulator raised {describe_error(exc)}")
                 recorder.fail(fault.at_step(recorder.steps))
                 continue

@@ -191,7 +191,7 @@ def _decode(m: Any) -> EpisodeRecord:
 def redact_url(url: str) -> str:
     """A database URL as it may be shown or logged: the password replaced by ``***``."""
     try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
+        return str(sa.engine.make_url(url).render_as_string(hide_password=True))
     except (SQLAlchemyError, ValueError, TypeError):
         return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
 
@@ -388,7 +388,8 @@ class Catalog:
     @_guarded
     def meta(self, name: str) -> str | None:
         with self.engine.connect() as conn:
-            return conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == name)).scalar()
+            value = conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == name)).scalar()
+        return None if value is None else str(value)
 
     @_guarded
     def existing_keys(self, keys: Iterable[str]) -> set[str]:

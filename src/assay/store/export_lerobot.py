@@ -77,15 +77,20 @@ def _fps(records: list[EpisodeRecord], store: Store) -> int:
     return int(next(iter(rates)))
 
 
-def _stats(values: np.ndarray) -> dict[str, list]:
+def _stats(values: np.ndarray) -> dict[str, list[Any]]:
     values = values.reshape(len(values), -1).astype(np.float64)
     return {"min": values.min(0).tolist(), "max": values.max(0).tolist(), "mean": values.mean(0).tolist(),
             "std": values.std(0).tolist(), "count": [len(values)]}
 
 
-def _image_stats(frames: np.ndarray) -> dict[str, list]:
+def _per_channel(values: np.ndarray) -> list[list[list[float]]]:
+    """One statistic per channel, shaped (3, 1, 1) as lerobot's image stats are."""
+    return [[[float(x)]] for x in values]
+
+
+def _image_stats(frames: np.ndarray) -> dict[str, list[Any]]:
     pixels = frames.reshape(-1, 3).astype(np.float64) / 255.0  # lerobot's image stats: per channel, [0, 1], (3, 1, 1)
-    shape = lambda v: [[[float(x)]] for x in v]  # noqa: E731
+    shape = _per_channel
     return {"min": shape(pixels.min(0)), "max": shape(pixels.max(0)), "mean": shape(pixels.mean(0)),
             "std": shape(pixels.std(0)), "count": [len(frames)]}
 

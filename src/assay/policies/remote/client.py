@@ -158,7 +158,7 @@ def _backoff(params: RemoteParams) -> Any:
     turned away together spread out)."""
     def wait(state: RetryCallState) -> float:
         base = min(params.backoff_s * 2 ** (state.attempt_number - 1), params.max_backoff_s)
-        return base * random.uniform(0.75, 1.25)
+        return float(base * random.uniform(0.75, 1.25))
 
     return wait
 
@@ -310,7 +310,7 @@ class RemotePolicy:
         state = np.asarray(observations["state"])
         server = self.metadata.get("server")
         sessions = isinstance(server, dict) and server.get("sessions") is True
-        dtype = np.float32
+        dtype: np.dtype[Any] = np.dtype(np.float32)
         if self.contract is not None and STATE_KEY in self.contract.observations:
             dtype = np.dtype(self.contract.observations[STATE_KEY].dtype)
         images = {key: (camera, self._image_target(key)) for key, camera in self._wire_images().items()

@@ -218,7 +218,7 @@ def budgeted_connection(budget: ByteBudget) -> type:
     """websockets' server connection, charging every byte received to ``budget`` (``remote.limits``)."""
     from websockets.asyncio.server import ServerConnection
 
-    class BudgetedConnection(ServerConnection):
+    class BudgetedConnection(ServerConnection):  # type: ignore[misc]  # websockets is not followed: Any to mypy
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._holds = {"queue": False, "budget": False}

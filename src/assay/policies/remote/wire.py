@@ -118,7 +118,8 @@ def _decode(obj: dict[Any, Any]) -> Any:
 
 def packb(obj: Any) -> bytes:
     """Encode a message (dicts, lists, strings, numbers, numpy arrays and scalars)."""
-    return msgpack.packb(obj, default=_encode, use_bin_type=True)
+    packed: bytes = msgpack.packb(obj, default=_encode, use_bin_type=True)
+    return packed
 
 
 def unpackb(data: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Any:
