@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -84,7 +84,8 @@ def mine(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None,
                 by_policy.setdefault(label[key], Counter())[c.category.value if c.category else "uncategorized"] += 1
         no_events = [{"backend": backend, "failures": n, "reason": NO_EVENTS.format(backend=backend)}
                      for backend, n in sorted(Counter(silent.values()).items())]
-        document = {"campaign": name, "episodes": len(records), "failures": len(found), "categories": dict(counts),
+        document: dict[str, Any] = {
+                    "campaign": name, "episodes": len(records), "failures": len(found), "categories": dict(counts),
                     "categories_by_policy": {p: dict(c) for p, c in sorted(by_policy.items())},
                     "not_categorized": no_events, "attribution": coverage(attributions)}
         if json_out:
@@ -485,8 +486,8 @@ def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or
         interval = success_interval(failures, len(scored))
         rows = Counter((r.variant_name, r.outcome is Outcome.SUCCESS) for r in scored)
         names = list(dict.fromkeys(r.variant_name for r in around))
-        document = {"episode": record.key, "campaign": campaign, "variants": len(requests), "episodes": len(around),
-                    "scored": len(scored), "failures": failures, "settings": settings,
+        document: dict[str, Any] = {"episode": record.key, "campaign": campaign, "variants": len(requests),
+                    "episodes": len(around), "scored": len(scored), "failures": failures, "settings": settings,
                     "failure_rate": failures / len(scored) if scored else None,
                     "interval": None if interval is None else [interval.low, interval.high],
                     "initial_conditions": {"per_variant": per_variant, "max_distance": max(distances, default=None)},

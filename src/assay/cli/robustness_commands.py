@@ -105,7 +105,7 @@ def sweep(
             gate = campaign_signoff(episodes_run, opened.root, per_variant=True)
         rates = {r.group["variant"]: r for r in rate_table(episodes_run, by=("variant",))}
         retention = {r.variant: r for r in retention_table(episodes_run)}
-        curve = []
+        curve: list[dict[str, Any]] = []
         for variant in planned.variants:
             rate, kept = rates.get(variant.name), retention.get(variant.name)
             curve.append({"variant": variant.name,

@@ -408,8 +408,11 @@ def correlate_command(
             raise AssayError("give exactly one of --sim SIM.csv or --campaign NAME (with --store)")
         reference = read_results_csv(real)
         variants: dict[str, tuple[str, ...]] = {}
-        other = read_results_csv(sim) if sim is not None else \
-            _campaign_entries(store, catalog, *_name_and_variant(campaign), variants=variants)
+        if sim is not None:
+            other = read_results_csv(sim)
+        else:
+            assert campaign is not None  # exactly one of the two was given
+            other = _campaign_entries(store, catalog, *_name_and_variant(campaign), variants=variants)
         convention = MmrvConvention(mmrv_weight, mmrv_ties)
         report = correlate(reference, other, ("real", "sim"), confidence, resamples, seed, convention)
         saved = None

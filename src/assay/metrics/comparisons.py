@@ -29,9 +29,10 @@ otherwise ``no detectable difference``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
+from typing import TypedDict
 
 import numpy as np
 from scipy.stats import binomtest, fisher_exact
@@ -138,7 +139,30 @@ def _pairs(task: TaskOutcomes, a: str, b: str) -> _Pairs:
     return _Pairs(x[both], y[both], int(both.size - both.sum()))
 
 
-def _verdict(row: dict, mode: Pairing, p_adjusted: float, alpha: float) -> Verdict:
+class _Cell(TypedDict):
+    """One row of a comparison before its Holm adjustment: a task's (or the suite's) counts, difference and test."""
+
+    task: str
+    a_rate: float | None
+    b_rate: float | None
+    a_n: int
+    b_n: int
+    pairs: int
+    dropped_pairs: int
+    a_only: int
+    b_only: int
+    difference: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float
+
+
+def _known(values: Iterable[float | None]) -> list[float]:
+    """The values of cells that all have one (the callers check completeness first)."""
+    return [v for v in values if v is not None]
+
+
+def _verdict(row: _Cell, mode: Pairing, p_adjusted: float, alpha: float) -> Verdict:
     difference = row["difference"]
     if difference is None or p_adjusted >= alpha or difference == 0:
         return Verdict.NO_DIFFERENCE
@@ -148,7 +172,7 @@ def _verdict(row: dict, mode: Pairing, p_adjusted: float, alpha: float) -> Verdi
     return Verdict.BETTER if difference > 0 else Verdict.WORSE
 
 
-def _suite_interval(rows: list[dict], draws: list[np.ndarray], confidence: float, difference: float | None,
+def _suite_interval(rows: list[_Cell], draws: list[np.ndarray], confidence: float, difference: float | None,
                     ) -> tuple[float | None, float | None]:
     """One task: its own interval; several: the central range of the mean of the posterior draws."""
     if difference is None:
@@ -160,8 +184,9 @@ def _suite_interval(rows: list[dict], draws: list[np.ndarray], confidence: float
 
 
 def _paired_cells(grid: OutcomeGrid, a: str, b: str, rng: np.random.Generator, n_draws: int,
-                  confidence: float) -> tuple[list[dict], dict]:
-    rows, draws = [], []
+                  confidence: float) -> tuple[list[_Cell], _Cell]:
+    rows: list[_Cell] = []
+    draws: list[np.ndarray] = []
     for task in grid.tasks:
         pairs = _pairs(task, a, b)
         n = pairs.a.size
@@ -172,7 +197,7 @@ def _paired_cells(grid: OutcomeGrid, a: str, b: str, rng: np.random.Generator, n
         interval = newcombe_paired_interval(*table, confidence) if n else None
         if n:
             draws.append(paired_difference_draws(rng, table, n_draws))
-        rows.append(dict(task=task.task, a_rate=float(pairs.a.mean()) if n else None,
+        rows.append(_Cell(task=task.task, a_rate=float(pairs.a.mean()) if n else None,
                          b_rate=float(pairs.b.mean()) if n else None, a_n=n, b_n=n, pairs=n,
                          dropped_pairs=pairs.dropped, a_only=a_only, b_only=b_only,
                          difference=float(pairs.a.mean() - pairs.b.mean()) if n else None,
@@ -180,10 +205,10 @@ def _paired_cells(grid: OutcomeGrid, a: str, b: str, rng: np.random.Generator, n
                          p_value=mcnemar_exact(a_only, b_only)))
     complete = all(r["pairs"] for r in rows)
     a_only, b_only = sum(r["a_only"] for r in rows), sum(r["b_only"] for r in rows)
-    difference = float(np.mean([r["difference"] for r in rows])) if complete else None
+    difference = float(np.mean(_known(r["difference"] for r in rows))) if complete else None
     low, high = _suite_interval(rows, draws, confidence, difference)
-    suite = dict(task=SUITE, a_rate=float(np.mean([r["a_rate"] for r in rows])) if complete else None,
-                 b_rate=float(np.mean([r["b_rate"] for r in rows])) if complete else None,
+    suite = _Cell(task=SUITE, a_rate=float(np.mean(_known(r["a_rate"] for r in rows))) if complete else None,
+                 b_rate=float(np.mean(_known(r["b_rate"] for r in rows))) if complete else None,
                  a_n=sum(r["pairs"] for r in rows), b_n=sum(r["pairs"] for r in rows),
                  pairs=sum(r["pairs"] for r in rows), dropped_pairs=sum(r["dropped_pairs"] for r in rows),
                  a_only=a_only, b_only=b_only, difference=difference, ci_low=low, ci_high=high,
@@ -192,8 +217,9 @@ def _paired_cells(grid: OutcomeGrid, a: str, b: str, rng: np.random.Generator, n
 
 
 def _unpaired_cells(grid: OutcomeGrid, a: str, b: str, rng: np.random.Generator, n_draws: int,
-                    confidence: float) -> tuple[list[dict], dict]:
-    rows, draws = [], []
+                    confidence: float) -> tuple[list[_Cell], _Cell]:
+    rows: list[_Cell] = []
+    draws: list[np.ndarray] = []
     totals = [0, 0, 0, 0]
     for task in grid.tasks:
         (k1, n1), (k2, n2) = task.counts(a), task.counts(b)
@@ -201,16 +227,16 @@ def _unpaired_cells(grid: OutcomeGrid, a: str, b: str, rng: np.random.Generator,
         interval = newcombe_interval(k1, n1, k2, n2, confidence)
         if n1 and n2:
             draws.append(rate_draws(rng, k1, n1, n_draws) - rate_draws(rng, k2, n2, n_draws))
-        rows.append(dict(task=task.task, a_rate=k1 / n1 if n1 else None, b_rate=k2 / n2 if n2 else None,
+        rows.append(_Cell(task=task.task, a_rate=k1 / n1 if n1 else None, b_rate=k2 / n2 if n2 else None,
                          a_n=n1, b_n=n2, pairs=0, dropped_pairs=0, a_only=0, b_only=0,
                          difference=k1 / n1 - k2 / n2 if interval else None,
                          ci_low=interval.low if interval else None, ci_high=interval.high if interval else None,
                          p_value=_fisher(k1, n1, k2, n2)))
     complete = all(r["difference"] is not None for r in rows)
-    difference = float(np.mean([r["difference"] for r in rows])) if complete else None
+    difference = float(np.mean(_known(r["difference"] for r in rows))) if complete else None
     low, high = _suite_interval(rows, draws, confidence, difference)
-    suite = dict(task=SUITE, a_rate=float(np.mean([r["a_rate"] for r in rows])) if complete else None,
-                 b_rate=float(np.mean([r["b_rate"] for r in rows])) if complete else None,
+    suite = _Cell(task=SUITE, a_rate=float(np.mean(_known(r["a_rate"] for r in rows))) if complete else None,
+                 b_rate=float(np.mean(_known(r["b_rate"] for r in rows))) if complete else None,
                  a_n=totals[1], b_n=totals[3], pairs=0, dropped_pairs=0, a_only=0, b_only=0,
                  difference=difference, ci_low=low, ci_high=high, p_value=_fisher(*totals))
     return rows, suite
@@ -248,7 +274,7 @@ def compare(
     if a in others or len(set(others)) != len(others):
         raise AssayError("compare each policy once: the policies given must be distinct")
     rng = generator(seed)
-    cells: list[tuple[str, Pairing, list[dict], dict]] = []
+    cells: list[tuple[str, Pairing, list[_Cell], _Cell]] = []
     for other in others:
         mode = pairing
         if mode is Pairing.PAIRED and not any(_pairs(t, a, other).a.size for t in grid.tasks):

@@ -85,7 +85,8 @@ class MmrvConvention:
 SIMPLER = MmrvConvention()
 
 
-def mmrv(real: Sequence[float], sim: Sequence[float], convention: MmrvConvention = SIMPLER) -> float:
+def mmrv(real: Sequence[float] | np.ndarray, sim: Sequence[float] | np.ndarray,
+         convention: MmrvConvention = SIMPLER) -> float:
     """MMRV of ``sim`` against the reference ``real`` (see the module docstring for ties)."""
     r, s = np.asarray(real, dtype=np.float64), np.asarray(sim, dtype=np.float64)
     return float(_mmrv_rows(r[None, :], s[None, :], convention)[0])
@@ -249,7 +250,11 @@ def _resample(pairs: list[tuple[RateEntry, RateEntry]], rng: np.random.Generator
     s = np.array([b.rate for _, b in pairs])
     if all(a.has_counts and b.has_counts for a, b in pairs):
         def draw(entries: list[RateEntry]) -> np.ndarray:
-            return np.stack([rng.binomial(e.trials, e.rate, n_resamples) / e.trials for e in entries], axis=1)
+            columns = []
+            for e in entries:
+                assert e.trials is not None  # every entry has counts
+                columns.append(rng.binomial(e.trials, e.rate, n_resamples) / e.trials)
+            return np.stack(columns, axis=1)
         return "episodes", draw([a for a, _ in pairs]), draw([b for _, b in pairs])
     idx = rng.integers(0, len(pairs), size=(n_resamples, len(pairs)))
     return "policies", r[idx], s[idx]

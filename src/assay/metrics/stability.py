@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TypedDict
 
 from assay.metrics.correlation import STATISTICS, CorrelationReport, correlate, correlation
 from assay.metrics.results_csv import RateEntry
+
+
+class SuiteStatistic(TypedDict):
+    """One statistic on the suite scores: its value, or None and the reason it is undefined."""
+
+    value: float | None
+    reason: str | None
 
 
 @dataclass(frozen=True)
@@ -23,7 +31,7 @@ class Stability:
     suite_policies: tuple[str, ...]
     suite_reference: tuple[float, ...]
     suite_other: tuple[float, ...]
-    suite: dict[str, dict[str, object]]  # statistic -> {"value", "reason"}
+    suite: dict[str, SuiteStatistic]  # statistic -> its value or the reason it has none
 
     def to_dict(self) -> dict[str, object]:
         """The stability result as a JSON-ready dict."""
@@ -41,8 +49,8 @@ def stability(reference: Sequence[RateEntry], other: Sequence[RateEntry], labels
     policies = tuple(sorted(common))
     ref = tuple(sum(t.reference_rates[t.policies.index(p)] for t in report.tasks) / len(report.tasks) for p in policies)
     oth = tuple(sum(t.other_rates[t.policies.index(p)] for t in report.tasks) / len(report.tasks) for p in policies)
-    suite = {}
+    suite: dict[str, SuiteStatistic] = {}
     for kind in STATISTICS:
         value, reason = correlation(kind, ref, oth, labels)
-        suite[kind] = {"value": value, "reason": reason}
+        suite[kind] = SuiteStatistic(value=value, reason=reason)
     return Stability(report, policies, ref, oth, suite)
