@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from assay.errors import RegressionError
 from assay.failures import Category, add_sets, attribute, bisect_ponr, coverage, diff_runs
 from assay.failures.categories import Categorized, signals
-from assay.failures.regression import RegressionError, is_set_name
+from assay.failures.regression import is_set_name
 from assay.store import EpisodeRecord, Outcome
 
 N = 100

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from assay.errors import AssayError, SpecError
-from assay.metrics.results_csv import ResultsCsvError, read_results_csv
+from assay.errors import AssayError, ResultsCsvError, SpecError
+from assay.metrics.results_csv import read_results_csv
 from assay.policies.remote import WireError, packb, unpackb
 from assay.spec import CampaignSpec, load_campaign
 from tests.remote_support import serving, state_task

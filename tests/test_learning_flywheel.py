@@ -187,7 +187,8 @@ def test_relabels_and_recoveries_replay_each_failure_in_its_own_variant(tmp_path
 
     import numpy as np
 
-    from assay.failures.replay import Replayer, Replayers, ReplayMismatch
+    from assay.errors import ReplayMismatch
+    from assay.failures.replay import Replayer, Replayers
     from assay.learning.data import episode_demo
     from assay.learning.flywheel_run import relabel
     from assay.learning.runs import run_grid

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from assay.errors import SpecError
+from assay.errors import ContractError, SpecError
 from assay.policies import make_policy, resolve_policy
-from assay.policies.contract import ContractError, check_contract
+from assay.policies.contract import check_contract
 from assay.policies.lerobot_map import assay_actions, lerobot_batch, map_features, read_config
 from assay.policies.lerobot_policy import LeRobotPolicy
 from assay.sim import default_registry

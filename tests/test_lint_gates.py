@@ -9,7 +9,9 @@ code is a debt, not a gate, so these tests read the configuration and the source
   packages plugin authors build on (spec, store, run, policies, testing) are checked strictly;
 * a ``# noqa`` in ``src/`` is only the blind-except of fault isolation with its reason
   (``# noqa: BLE001 - why``); a ``# type: ignore`` names its error codes;
-* no function in ``src/`` is longer than ``MAX_FUNCTION_LINES`` (decorators included).
+* no function in ``src/`` is longer than ``MAX_FUNCTION_LINES`` (decorators included);
+* every exception and warning class is defined in ``assay/errors.py`` (httpx's one exceptions module),
+  but for module-private control-flow signals (``_Name``) that never leave their module.
 
 ``GRANDFATHERED_*`` list what is left to fix while files others are rewriting settle; they only shrink.
 """
@@ -144,3 +146,23 @@ def test_the_gates_catch_what_they_promise():
     assert BLIND_EXCEPT_WITH_REASON.match(NOQA.search("except Exception:  # noqa: BLE001 - isolated").group("rest"))
     assert TYPE_IGNORE.search("x  # type: ignore").group("codes") is None
     assert TYPE_IGNORE.search("x  # type: ignore[arg-type]").group("codes") == "[arg-type]"
+
+
+def _bases(node: ast.ClassDef) -> list[str]:
+    return [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases]
+
+
+def test_every_exception_class_is_defined_in_errors():
+    errors = ast.parse((SRC / "errors.py").read_text())
+    known = {"Exception", "BaseException", "ValueError", "UserWarning", "Warning", "RuntimeError", "TypeError"}
+    defined = {node.name for node in ast.walk(errors) if isinstance(node, ast.ClassDef)}
+    elsewhere: list[str] = []
+    for path in _sources():
+        if path.name == "errors.py" and path.parent == SRC:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
+                continue
+            if set(_bases(node)) & (known | defined) or node.name.endswith(("Error", "Warning", "Exception")):
+                elsewhere.append(f"{_relative(path)}:{node.lineno} {node.name}")
+    assert not elsewhere, f"define exceptions in assay/errors.py: {elsewhere}"

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from assay.cli.serve_commands import policy_server
+from assay.errors import RemotePolicyError
 from assay.policies import PolicyContext
 from assay.policies.remote import PolicyServer, RemotePolicy, ServerConfig, ServerThread
-from assay.policies.remote.client import RemotePolicyError
 from assay.run import InlineExecutor, LocalExecutor
 from assay.store import Outcome
 from tests.remote_support import SMALL_MLP, state_task

@@ -1,20 +1,42 @@
-"""The exception root of Assay and its tree.
+"""Every exception (and warning) Assay defines, and their tree.
 
 Every error Assay raises on purpose derives from :class:`AssayError`, so a caller
-(the CLI above all) can catch user mistakes in one place and print one line::
+(the CLI above all) can catch user mistakes in one place and print one line. The
+classes live here, in one module (httpx's ``_exceptions``); the modules that raise
+them import them from here::
 
     AssayError
-    ├── SpecError            a campaign, task or policy spec is malformed
-    │   ├── UnknownTaskError     a task id that no registry holds
-    │   ├── UnknownPolicyError   a builtin name or ``module:attr`` that does not resolve
-    │   └── UnsupportedError     a valid spec that this task/backend/policy cannot run
-    ├── StoreError           the store or catalog cannot be read or written
-    ├── ConformanceError     a backend or policy breaks its contract (``assay.testing``'s checks)
-    └── EpisodeError         one episode went wrong (simulator raised, bad action);
-                             recorded as outcome ``error``, never raised out of a campaign
+    ├── SpecError              a campaign, task or policy spec is malformed
+    │   ├── UnknownTaskError       a task id that no registry holds
+    │   ├── UnknownPolicyError     a builtin name or ``module:attr`` that does not resolve
+    │   ├── UnsupportedError       a valid spec that this task/backend/policy cannot run
+    │   └── ContractError          a policy's declared interface does not fit the task
+    ├── StoreError             the store or catalog cannot be read or written
+    │   └── UndecodableRow         a catalog row that does not decode into an EpisodeRecord
+    ├── ResultsCsvError        a results CSV that cannot be used (file and row named)
+    ├── DataQueryError         a training-data query that does not parse or selects nothing
+    ├── RegressionError        a regression set that is missing, malformed or has no such version
+    ├── ReplayMismatch         a replay that does not reproduce its recording
+    ├── TwinError              a digital twin that cannot be built or used
+    ├── WireError              a frame that is not openpi's msgpack array format
+    ├── ProtocolError          a request that breaks the policy server's protocol (also a ValueError)
+    ├── ServerStartError       the policy server did not come up
+    ├── SessionRefused         a policy-server session that cannot be served (its ``E_SESSION*`` code)
+    ├── ConformanceError       a backend or policy breaks its contract (``assay.testing``'s checks)
+    └── EpisodeError           one episode went wrong (simulator raised, bad action);
+        │                      recorded as outcome ``error``, never raised out of a campaign
+        ├── PolicyUnavailableError   the policy server cannot be reached or did not answer in time
+        │   └── ServerBusyError          it answered 503 past the retry budget
+        └── RemotePolicyError        it answered with an error or a malformed reply
+
+    UserWarning
+    ├── ContractWarning        a range mismatch between a policy's contract and a task (the run goes on)
+    └── CapacityWarning        a campaign would open more connections than its policy server holds
 
 Infrastructure errors (``StoreError``) are never scored as policy failures; an
 ``EpisodeError`` becomes an ``error`` outcome with its reason, counted apart.
+(Two module-private control-flow signals, ``policies.remote.client._Resend`` and
+``policies.remote.server._ClientError``, never leave their modules and stay there.)
 """
 
 from __future__ import annotations
@@ -60,8 +82,60 @@ class UnsupportedError(SpecError):
     """A well-formed spec that the chosen task, backend or policy cannot run."""
 
 
+class ContractError(SpecError):
+    """A policy's contract does not fit a task in a way that would produce garbage."""
+
+
 class StoreError(AssayError):
     """The store directory or the catalog cannot be used."""
+
+
+class UndecodableRow(StoreError):
+    """A catalog row that does not decode into an EpisodeRecord (an unknown outcome, broken JSON)."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"catalog row of episode {key[:12]} cannot be read: {why}")
+        self.key, self.why = key, why
+
+
+class ResultsCsvError(AssayError):
+    """A results CSV that cannot be used; the message names the file and row."""
+
+
+class DataQueryError(AssayError):
+    """A data query that cannot be parsed or selects nothing."""
+
+
+class RegressionError(AssayError):
+    """A regression set that is missing, malformed or asked for at a version it does not have."""
+
+
+class ReplayMismatch(AssayError):
+    """A replay does not reproduce the recorded episode: it cannot stand for what happened."""
+
+
+class TwinError(AssayError):
+    """A twin that cannot be built or used; the message names what is wrong and what is valid."""
+
+
+class WireError(AssayError):
+    """A frame that is not valid msgpack in openpi's array format."""
+
+
+class ProtocolError(AssayError, ValueError):
+    """A request that does not follow the protocol or the server's contract."""
+
+
+class ServerStartError(AssayError):
+    """The policy server did not come up (its port taken, its policy failing to build, ...)."""
+
+
+class SessionRefused(AssayError):
+    """A request's session cannot be served: ``code`` is one of the ``E_SESSION*`` codes."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ConformanceError(AssayError):
@@ -70,3 +144,27 @@ class ConformanceError(AssayError):
 
 class EpisodeError(AssayError):
     """One episode failed for a reason outside the policy's skill (recorded, not raised)."""
+
+
+class PolicyUnavailableError(EpisodeError):
+    """The policy server cannot be reached, closed the connection, or did not answer in time."""
+
+
+class ServerBusyError(PolicyUnavailableError):
+    """The server answered HTTP 503 (every connection it holds is busy) past the retry budget."""
+
+
+class RemotePolicyError(EpisodeError):
+    """The server answered with an error (a coded line: ``code``) or with a malformed reply (``code`` None)."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ContractWarning(UserWarning):
+    """A range mismatch between a policy's contract and a task (the campaign still runs)."""
+
+
+class CapacityWarning(UserWarning):
+    """A campaign would open more connections or sessions than its policy server holds."""

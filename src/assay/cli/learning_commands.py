@@ -205,8 +205,9 @@ def export_lerobot_command(data: DataOpt, out: Annotated[Path, typer.Option("--o
     Only successful episodes unless the query says otherwise: the query's outcome defaults to
     success; add outcome=any (or failure, timeout) to export the others. The quality gate drops
     unstable, jittery or incomplete ones first and says why (--no-gate to skip it)."""
+    from assay.errors import DataQueryError
     from assay.failures.safety import quality_gate
-    from assay.learning.data import DataQuery, DataQueryError, select_records
+    from assay.learning.data import DataQuery, select_records
     from assay.store.export_lerobot import export_lerobot
 
     with user_errors():

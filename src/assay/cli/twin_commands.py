@@ -20,6 +20,7 @@ from assay.cli.common import (
     user_errors,
 )
 from assay.cli.stats_render import signoff_table
+from assay.errors import TwinError
 from assay.metrics import campaign_signoff
 from assay.metrics.results_csv import read_results_csv
 from assay.sim import default_registry
@@ -32,7 +33,6 @@ from assay.twin import (
     Layer,
     Trajectory,
     Twin,
-    TwinError,
     asset_stability,
     attribute,
     calibrate_rendering,

@@ -20,18 +20,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.errors import AssayError
+from assay.errors import RegressionError
 from assay.spec import TaskSpec, Variant, content_hash
 from assay.store import EpisodeRecord, Outcome, write_blob
 
 HELDOUT_SUFFIX = ".heldout"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # always fullmatch: "$" would let "name\n" through
-
-
-class RegressionError(AssayError):
-    """A regression set that is missing, malformed or asked for at a version it does not have."""
-
-    pass
 
 
 DEFAULT_SETTINGS = {"safety": False, "replan_every": None, "pipeline": "lockstep"}

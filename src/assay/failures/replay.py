@@ -21,17 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from assay.errors import AssayError
 from assay.policies import ExpertPolicy, Policy, PolicyContext
 from assay.sim import SafetyFilter, SimEnv, Transition, make_env, perturbed
 from assay.spec import TaskSpec, Variant, derive_seed
 from assay.store import EpisodeRecord
 
 STATE_TOLERANCE = 1e-9  # a replay that differs by more than this from the recording is not the recording
-
-
-class ReplayMismatch(AssayError):
-    """A replay does not reproduce the recorded episode: it cannot stand for what happened."""
 
 
 @dataclass(frozen=True)

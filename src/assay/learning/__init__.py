@@ -6,8 +6,9 @@ May import ``assay.spec``, ``sim``, ``policies``, ``store``, ``metrics``, ``fail
 ``assay.policies.bc`` so that campaigns can run checkpoints without this package.
 """
 
+from assay.errors import DataQueryError
 from assay.learning.bc import TrainConfig, TrainResult, train_bc
-from assay.learning.data import DataQuery, DataQueryError, Demo, load_demos
+from assay.learning.data import DataQuery, Demo, load_demos
 from assay.learning.flywheel import FlywheelConfig, SeedResult, run_flywheel
 from assay.learning.flywheel_design import FlywheelDesign, load_design
 from assay.learning.flywheel_run import run_design

@@ -22,15 +22,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from assay.errors import AssayError
+from assay.errors import DataQueryError
 from assay.metrics.openloop import column_matrix
 from assay.store import EpisodeRecord, Store
 
 QUERY_KEYS = ("campaign", "task", "policy", "outcome", "demos")
-
-
-class DataQueryError(AssayError):
-    """A data query that cannot be parsed or selects nothing."""
 
 
 @dataclass(frozen=True)

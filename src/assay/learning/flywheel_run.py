@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from assay.errors import AssayError
+from assay.errors import AssayError, ReplayMismatch
 from assay.failures.priorities import priorities
-from assay.failures.replay import Replayers, ReplayMismatch
+from assay.failures.replay import Replayers
 from assay.learning.bc import TrainConfig, train_bc
 from assay.learning.data import Demo, episode_demo
 from assay.learning.flywheel import mine_recovery

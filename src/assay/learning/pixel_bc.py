@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from assay.errors import AssayError
+from assay.errors import AssayError, DataQueryError
 from assay.learning.bc import _atomic_write, deterministic_torch
-from assay.learning.data import DataQueryError, Demo
+from assay.learning.data import Demo
 from assay.learning.language import Conditioning, checkpoint_entry, condition_rows, condition_width, conditioning
 from assay.policies.bc import checkpoint_version
 from assay.policies.mlp import import_torch

@@ -7,6 +7,7 @@ runner, and never builds a policy (open-loop scoring takes a predictor).
 See docs/STATISTICS.md for every formula and edge case.
 """
 
+from assay.errors import ResultsCsvError
 from assay.metrics.budget import Budget, episode_budget
 from assay.metrics.calibration import (
     NOT_VALIDATED,
@@ -58,13 +59,7 @@ from assay.metrics.rates import (
     rate_table,
     success_interval,
 )
-from assay.metrics.results_csv import (
-    RateEntry,
-    ResultsCsvError,
-    entries_from_records,
-    read_results_csv,
-    write_results_csv,
-)
+from assay.metrics.results_csv import RateEntry, entries_from_records, read_results_csv, write_results_csv
 from assay.metrics.returns import ReturnComparison, compare_returns, return_interval
 from assay.metrics.robustness import (
     AxisProfile,

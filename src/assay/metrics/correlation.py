@@ -56,10 +56,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.stats import kendalltau, pearsonr, rankdata
 
-from assay.errors import AssayError
+from assay.errors import AssayError, ResultsCsvError
 from assay.metrics.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, check_settings, generator, percentile_interval
 from assay.metrics.correlation_checks import Checks, fisher_interval, leverage, permutation_p
-from assay.metrics.results_csv import RateEntry, ResultsCsvError
+from assay.metrics.results_csv import RateEntry
 
 STATISTICS = ("pearson", "spearman", "kendall", "mmrv")
 COEFFICIENTS = ("pearson", "spearman", "kendall")  # ±1 by construction at two policies

@@ -16,14 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from assay.errors import AssayError
+from assay.errors import ResultsCsvError
 from assay.store import EpisodeRecord, Outcome, write_blob
 
 REQUIRED = ("task", "policy")
-
-
-class ResultsCsvError(AssayError):
-    """A results CSV that cannot be used; the message names the file and row."""
 
 
 @dataclass(frozen=True)

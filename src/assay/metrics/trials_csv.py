@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from assay.metrics.results_csv import ResultsCsvError
+from assay.errors import ResultsCsvError
 from assay.store import EpisodeRecord, Outcome
 
 COLUMNS = ("task", "policy", "seed", "success")

@@ -3,8 +3,9 @@
 May import ``assay.spec`` only.
 """
 
+from assay.errors import ContractError, ContractWarning
 from assay.policies.builtin import BUILTIN_POLICIES, DegradedExpertPolicy, ExpertPolicy, RandomPolicy
-from assay.policies.contract import ContractError, ContractWarning, PolicyContract, check_contract
+from assay.policies.contract import PolicyContract, check_contract
 from assay.policies.loader import (
     add_import_root,
     check_policy_contract,

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from assay.errors import SpecError
+from assay.errors import ContractError, ContractWarning, SpecError
 from assay.spec import TaskSpec
 
 STATE_KEY = "observation/state"
@@ -45,14 +45,6 @@ def camera_wire_keys(cameras: Sequence[str], mapping: Mapping[str, str] | None =
         return dict(mapping)
     names = list(IMAGE_KEYS) + [f"observation/image_{n}" for n in range(len(IMAGE_KEYS), len(cameras))]
     return dict(zip(names, cameras, strict=False))  # more names than cameras
-
-
-class ContractError(SpecError):
-    """A policy's contract does not fit a task in a way that would produce garbage."""
-
-
-class ContractWarning(UserWarning):
-    """A range mismatch between a policy's contract and a task (the campaign still runs)."""
 
 
 class ActionMode(str, Enum):

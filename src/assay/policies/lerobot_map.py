@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.errors import SpecError
-from assay.policies.contract import ContractError
+from assay.errors import ContractError, SpecError
 from assay.spec import TaskSpec
 
 STATE_FEATURE = "observation.state"

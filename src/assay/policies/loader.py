@@ -17,9 +17,9 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
-from assay.errors import SpecError, UnknownPolicyError, UnsupportedError
+from assay.errors import ContractError, SpecError, UnknownPolicyError, UnsupportedError
 from assay.policies.builtin import BUILTIN_POLICIES
-from assay.policies.contract import ContractError, PolicyContract, camera_wire_keys, check_contract
+from assay.policies.contract import PolicyContract, camera_wire_keys, check_contract
 from assay.policies.protocol import (
     Policy,
     PolicyClass,

@@ -40,8 +40,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from assay.errors import PolicyUnavailableError
 from assay.policies import Policy, PolicyContext, SupportsEpisodeInfo, SupportsStepTrace, reads_frames
-from assay.policies.remote import PolicyUnavailableError
 from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
 from assay.sim import Observation, SimEnv, SupportsFramesOnDemand, Transition

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from assay.errors import StoreError
+from assay.errors import StoreError, UndecodableRow
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.validation import Summary
 
@@ -161,14 +161,6 @@ def _row(record: EpisodeRecord) -> dict[str, Any]:
             value.value if f.kind == "enum" else value
     row["created_at"] = _now()
     return row
-
-
-class UndecodableRow(StoreError):
-    """A catalog row that does not decode into an EpisodeRecord (an unknown outcome, broken JSON)."""
-
-    def __init__(self, key: str, why: str) -> None:
-        super().__init__(f"catalog row of episode {key[:12]} cannot be read: {why}")
-        self.key, self.why = key, why
 
 
 def _record(row: Any) -> EpisodeRecord:

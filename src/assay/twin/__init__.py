@@ -5,11 +5,11 @@ May import ``assay.spec``, ``assay.sim``, ``assay.policies``, ``assay.store``, `
 ``assay.failures`` and ``assay.run``.
 """
 
+from assay.errors import TwinError
 from assay.twin.attribution import Attribution, ConfigScore, LayerShare, attribute, configurations
 from assay.twin.config import (
                                Layer,
                                Twin,
-                               TwinError,
                                layer_of,
                                load_twin,
                                nominal_twin,

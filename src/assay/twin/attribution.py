@@ -35,14 +35,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from assay.errors import AssayError
+from assay.errors import AssayError, TwinError
 from assay.metrics.budget import episode_budget
 from assay.metrics.correlation import correlation
 from assay.metrics.results_csv import RateEntry
 from assay.run import Executor
 from assay.spec import derive_seed
 from assay.store import Outcome, Store
-from assay.twin.config import Layer, Twin, TwinError
+from assay.twin.config import Layer, Twin
 from assay.twin.running import TwinSettings, content_campaign, run_twins
 
 LEVEL = 0.95

@@ -19,13 +19,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from assay.errors import AssayError, SpecError
+from assay.errors import SpecError, TwinError
 from assay.sim import get_factor, resolve_variant
 from assay.spec import TaskSpec, Variant
-
-
-class TwinError(AssayError):
-    """A twin that cannot be built or used; the message names what is wrong and what is valid."""
 
 
 class Layer(str, Enum):

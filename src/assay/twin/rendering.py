@@ -30,10 +30,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.optimize import minimize_scalar
 
+from assay.errors import TwinError
 from assay.policies import PolicyContext, SupportsStepTrace, make_policy
 from assay.sim import FACTORS, make_env, perturbed
 from assay.spec import CameraSpec, PolicySpec, TaskSpec
-from assay.twin.config import Layer, Twin, TwinError, layer_of
+from assay.twin.config import Layer, Twin, layer_of
 from assay.twin.sysid import Trajectory
 
 # The scalar rendering factors a camera policy's trace can reveal, and the values each profile visits.

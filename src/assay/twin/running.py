@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assay.errors import TwinError
 from assay.metrics.results_csv import RateEntry, entries_from_records
 from assay.run import Executor, InlineExecutor, prepare_campaign, run_campaign
 from assay.spec import CameraSpec, CampaignSpec, PolicySpec, content_hash
 from assay.store import Store
-from assay.twin.config import Twin, TwinError
+from assay.twin.config import Twin
 
 
 @dataclass(frozen=True)

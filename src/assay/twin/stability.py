@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from assay.errors import TwinError
 from assay.metrics.stability import stability
 from assay.run import Executor
 from assay.store import Store
-from assay.twin.config import Layer, Twin, TwinError, layer_of
+from assay.twin.config import Layer, Twin, layer_of
 from assay.twin.running import TwinSettings, content_campaign, run_twins
 
 

@@ -37,11 +37,12 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.stats import pearsonr
 
+from assay.errors import TwinError
 from assay.sim import FACTORS, make_env, perturbed
 from assay.sim.factors import not_applicable
 from assay.spec import TaskSpec, derive_seed
 from assay.store import EpisodeRecord, Store
-from assay.twin.config import Layer, Twin, TwinError, layer_of
+from assay.twin.config import Layer, Twin, layer_of
 
 # Every factor of the control and dynamics layers, integer and noise factors included.
 DEFAULT_PARAMETERS = ("control.gain", "control.latency", "control.frame_skip", "action.noise",

@@ -31,9 +31,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from assay.errors import TwinError
 from assay.spec import CameraSpec, TaskSpec, derive_seed
 from assay.twin.attribution import LEVEL, configurations
-from assay.twin.config import Layer, Twin, TwinError
+from assay.twin.config import Layer, Twin
 from assay.twin.rendering import DEFAULT_TRACE_TOLERANCE, TraceReplay
 from assay.twin.sysid import DEFAULT_TOLERANCE, OpenLoopReplay, Trajectory
 

@@ -1,16 +1,16 @@
 """Remote policies over openpi's protocol: the wire codec, the server with its dynamic batcher, the client."""
 
-from assay.policies.remote.client import (
+from assay.errors import (
     CapacityWarning,
     PolicyUnavailableError,
-    RemotePolicy,
+    ProtocolError,
     RemotePolicyError,
-    capacity_warning,
-    fetch_metadata,
-    warn_capacity,
+    ServerStartError,
+    WireError,
 )
-from assay.policies.remote.server import PolicyServer, ProtocolError, ServerConfig, ServerStartError, ServerThread
-from assay.policies.remote.wire import MAX_MESSAGE_BYTES, WireError, packb, unpackb
+from assay.policies.remote.client import RemotePolicy, capacity_warning, fetch_metadata, warn_capacity
+from assay.policies.remote.server import PolicyServer, ServerConfig, ServerThread
+from assay.policies.remote.wire import MAX_MESSAGE_BYTES, packb, unpackb
 
 __all__ = [
     "MAX_MESSAGE_BYTES",

@@ -53,7 +53,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception, stop_after_attempt
 
-from assay.errors import EpisodeError, SpecError
+from assay.errors import (
+    CapacityWarning,
+    EpisodeError,
+    PolicyUnavailableError,
+    RemotePolicyError,
+    ServerBusyError,
+    SpecError,
+    WireError,
+)
 from assay.policies.contract import PROMPT_KEY, STATE_KEY, ImageLayout, PolicyContract, camera_wire_keys
 from assay.policies.protocol import PolicyContext
 from assay.policies.remote.wire import (
@@ -63,23 +71,10 @@ from assay.policies.remote.wire import (
     SEED_KEY,
     SESSION_KEY,
     STEP_KEY,
-    WireError,
     packb,
     session_id,
     unpackb,
 )
-
-
-class PolicyUnavailableError(EpisodeError):
-    """The policy server cannot be reached, closed the connection, or did not answer in time."""
-
-
-class RemotePolicyError(EpisodeError):
-    """The server answered with an error (a coded line: ``code``) or with a malformed reply (``code`` None)."""
-
-    def __init__(self, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class RemoteParams(BaseModel):
@@ -101,20 +96,12 @@ RETRYABLE_CLOSE = (1000, 1013)  # the server closed an idle connection (idle tim
 BUSY = 503
 
 
-class ServerBusyError(PolicyUnavailableError):
-    """The server answered HTTP 503 (every connection it holds is busy) past the retry budget."""
-
-
 class _Resend(Exception):
     """The server closed an idle connection before reading the request: send it again elsewhere."""
 
     def __init__(self, error: PolicyUnavailableError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-class CapacityWarning(UserWarning):
-    """A campaign would open more connections or sessions than its policy server holds."""
 
 
 def _headers(params: RemoteParams, client: str | None) -> dict[str, str]:

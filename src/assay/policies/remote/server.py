@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.errors import AssayError
+from assay.errors import ProtocolError, ServerStartError, SessionRefused, WireError
 from assay.policies.contract import (
     PROMPT_KEY,
     STATE_KEY,
@@ -81,12 +81,7 @@ from assay.policies.remote.limits import (
     cap_mmap_threshold,
     return_memory_to_os,
 )
-from assay.policies.remote.sessions import (
-    DEFAULT_MAX_SESSIONS,
-    DEFAULT_SESSIONS_PER_CLIENT,
-    SessionRefused,
-    SessionTable,
-)
+from assay.policies.remote.sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSIONS_PER_CLIENT, SessionTable
 from assay.policies.remote.wire import (
     CLIENT_HEADER,
     E_POLICY,
@@ -96,7 +91,6 @@ from assay.policies.remote.wire import (
     SEED_KEY,
     SESSION_KEY,
     STEP_KEY,
-    WireError,
     error_line,
     packb,
     unpackb,
@@ -114,14 +108,6 @@ TIDY_AFTER_S = 0.5  # after the last large frame of a burst, collect and return 
 CLIENT_TOKEN = re.compile(r"[A-Za-z0-9_-]{8,64}")
 log = logging.getLogger("assay.policy_server")
 SERVER_LOGGERS = ("websockets", "websockets.server", "asyncio", log.name)
-
-
-class ProtocolError(AssayError, ValueError):
-    """A request that does not follow the protocol or the server's contract."""
-
-
-class ServerStartError(AssayError):
-    """The policy server did not come up (its port taken, its policy failing to build, ...)."""
 
 
 @dataclass(frozen=True)

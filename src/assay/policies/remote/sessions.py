@@ -20,19 +20,12 @@ import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from assay.errors import SessionRefused
 from assay.policies.protocol import Policy
 from assay.policies.remote.wire import E_SESSION_QUOTA, E_SESSION_UNKNOWN, E_SESSIONS_FULL, session_epoch
 
 DEFAULT_MAX_SESSIONS = 1024
 DEFAULT_SESSIONS_PER_CLIENT = 256
-
-
-class SessionRefused(Exception):
-    """A request's session cannot be served: ``code`` is one of the ``E_SESSION*`` codes."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass

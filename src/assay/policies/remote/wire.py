@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from assay.errors import AssayError
+from assay.errors import WireError
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """Default cap on one frame (websockets enforces it before decoding)."""
@@ -64,10 +64,6 @@ def session_epoch(session: str) -> tuple[str, int] | None:
 
 _ALLOWED_KINDS = frozenset("biufSU")
 _REFUSED_KINDS = frozenset("VOc")
-
-
-class WireError(AssayError):
-    """A frame that is not valid msgpack in openpi's array format."""
 
 
 def _encode(obj: Any) -> Any:
