@@ -3,9 +3,9 @@
     PYTHONPATH=src .venv/bin/python benchmarks/libero_memory.py [--tasks 10] [--suite object] [--horizon 20]
 
 Part 1 (``--breakdown``) builds one LIBERO-Object environment step by step in a fresh process and
-prints the resident set (VmRSS) after each: the imports, robosuite's environment (its MuJoCo model,
-and MuJoCo's compiler's copy of the scene until it is freed), the first 224 px frame (a GL context
-holding every mesh and texture).
+prints the resident set (VmRSS) after each: the imports, robosuite's environment (its MuJoCo model;
+MuJoCo's compiler's copy of the scene is freed once built and its asset cache is off, as in a LIBERO
+worker), the first 224 px frame (a GL context holding every mesh and texture).
 
 Part 2 runs, in a fresh process, one ``assay.run.Worker`` over the first ``--tasks`` tasks of a
 suite, one episode each (both cameras at 224 px, the default 4 frames/s video, an instantly answering
@@ -42,8 +42,10 @@ def breakdown() -> None:
     rows = [("python + numpy", _status("VmRSS"))]
     from assay.sim import default_registry, make_env
     from assay.sim.libero_env import _quiet
+    from assay.sim.mujoco_memory import disable_asset_cache
     from assay.spec import CameraSpec
 
+    disable_asset_cache()  # as a LIBERO worker has it (imported first below, robosuite would import MuJoCo)
     with _quiet():
         from libero.libero.envs.env_wrapper import ControlEnv  # robosuite, LIBERO and their imports
     assert ControlEnv is not None

