@@ -7,7 +7,9 @@ STORE ?= runs/demo
 
 .PHONY: demo report serve lint semantic-profile flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
 
-# System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa).
+# System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa);
+# Mesa's EGL (libegl1, libegl-mesa0) lets the tests check EGL's pixels against OSMesa's on the CPU (on a GPU
+# host, NVIDIA's driver brings its own EGL and Assay picks MUJOCO_GL=egl by itself).
 SYSTEM_READY := $(VENV)/.system
 
 $(SYSTEM_READY):
@@ -15,6 +17,9 @@ $(SYSTEM_READY):
 	@ldconfig -p 2>/dev/null | grep -q libOSMesa || { \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libosmesa6; \
 		else echo "camera rendering needs libOSMesa: sudo apt-get install libosmesa6"; fi; }
+	@ldconfig -p 2>/dev/null | grep -q libEGL_mesa || { \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libegl1 libegl-mesa0; \
+		else echo "the EGL rendering tests need Mesa's EGL: sudo apt-get install libegl1 libegl-mesa0"; fi; }
 	@touch $@
 
 $(VENV)/.installed: pyproject.toml $(SYSTEM_READY)
