@@ -117,3 +117,25 @@ def test_ctrl_c_says_how_many_episodes_are_stored_and_a_rerun_resumes(tmp_path, 
     assert progress[-1].startswith(f"campaign long: 40/40 episodes (100%) ({stored} were already stored),"), progress
     assert f"success 0/{40 - stored} of the {40 - stored} run now" in progress[-1]
     assert _stored(tmp_path / "s") == 40
+
+
+def test_on_a_terminal_the_progress_is_a_bar_that_counts_what_finished():
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from assay.cli.progress import WorkProgress
+    from assay.store import Outcome
+
+    screen = io.StringIO()
+    progress = WorkProgress("boundary", Console(file=screen, force_terminal=True, width=160))
+    assert not progress.plain
+    progress.phase("level 0.5")
+    progress.queued(4)
+    for outcome in (Outcome.SUCCESS, Outcome.FAILURE, Outcome.ERROR):
+        progress.finished(SimpleNamespace(outcome=outcome))
+    progress.close()
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    assert "boundary: level 0.5" in drawn and "3/4" in drawn and "success 1/2" in drawn and "errors 1" in drawn
+    assert progress.finished_total == 3 and progress.queued_total == 4
