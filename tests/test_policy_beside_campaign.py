@@ -92,7 +92,7 @@ def test_a_dashboard_run_that_fails_shows_why(tmp_path):
     run.process.wait(timeout=300)
     shown = run.to_dict()
     assert shown["state"] == "failed"
-    assert shown["error"].startswith("error: policy 'Policy': no module 'not_there'")
+    assert shown["error"].startswith(f"error: {directory / 'beside.yaml'}:8: policy 'Policy': no module 'not_there'")
     assert "campaign file's directory" in shown["error"] and "PYTHONPATH" in shown["error"]
 
 
