@@ -15,10 +15,9 @@ import pytest
 from assay.errors import SpecError, UnsupportedError
 from assay.policies.builtin import ExpertPolicy
 from assay.policies.protocol import PolicyContext
-from assay.sim import default_registry, make_env, resolve_variant
+from assay.sim import default_registry, instruct, make_env, resolve_variant
 from assay.sim.libero_env import quat_to_axis_angle
 from assay.sim.registry import instruction_for
-from assay.sim.semantic import instruct
 from assay.spec import TaskSpec, Variant
 from assay.spec.libero_catalog import SUITES, libero_catalog
 

@@ -8,10 +8,9 @@ import pytest
 
 from assay.errors import SpecError, UnsupportedError
 from assay.metrics import RetentionRow, category_profile
-from assay.sim import default_registry, make_env, resolve_variant
+from assay.sim import default_registry, instruct, make_env, resolve_variant
 from assay.sim.factors import FACTORS
 from assay.sim.libero_plus import plus_language
-from assay.sim.semantic import instruct
 from assay.spec import CameraSpec
 from assay.spec.libero_catalog import PLUS_CATEGORIES, plus_category
 

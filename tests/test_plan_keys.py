@@ -8,7 +8,7 @@ cell unless a semantic factor makes it depend on the seed; the keys must stay by
 from __future__ import annotations
 
 from assay.run import prepare_campaign
-from assay.sim.semantic import instruct
+from assay.sim import instruct
 from assay.spec import campaign_from_data
 from assay.spec.campaign import episode_key, episode_seed
 

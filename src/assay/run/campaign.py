@@ -29,9 +29,8 @@ from assay.policies.remote import warn_capacity
 from assay.run.adaptive import Judge, run_rounds
 from assay.run.catalog_writer import CatalogWriter, CommitPolicy
 from assay.run.executors import Executor
-from assay.sim import TaskRegistry, default_registry, resolve_variant
+from assay.sim import TaskRegistry, default_registry, instruct, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
-from assay.sim.semantic import instruct
 from assay.spec import CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, Variant, batch_jobs, plan
 from assay.store import EpisodeRecord, Outcome, Store
 

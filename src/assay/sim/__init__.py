@@ -5,6 +5,7 @@ May import ``assay.spec`` only.
 
 from assay.sim.factors import FACTORS, Factor, get_factor, resolve_variant, value_of
 from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task
+from assay.sim.instructions import instruct
 from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
 from assay.sim.paraphrase import paraphrase
 from assay.sim.perturbed import PerturbedEnv, perturbed
@@ -12,7 +13,7 @@ from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, Supp
 from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env, tasks_kept
 from assay.sim.render import RendererInfo, configure_gl, renderer_info
 from assay.sim.safety import SafetyFilter
-from assay.sim.semantic import conflict_marks, instruct
+from assay.sim.semantic import conflict_marks
 from assay.sim.wrapper import SimEnvWrapper
 
 # MuJoCo's GL backend is chosen when assay.sim is imported (EGL on an NVIDIA device, else OSMesa): no module above

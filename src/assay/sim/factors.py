@@ -15,17 +15,6 @@ from enum import Enum
 from typing import Any
 
 from assay.errors import SpecError, UnsupportedError
-from assay.sim.semantic import (
-    CONFLICTS,
-    FORMS,
-    LENGTHS,
-    MAX_DISTRACTORS,
-    MAX_TYPO_RATE,
-    OBJECT_SWAPS,
-    REFERRING,
-    SYNONYM_PARTS,
-    TEMPLATES,
-)
 from assay.spec import Axis, Perturbation, TaskSpec, Variant
 from assay.spec.libero_catalog import PLUS_CATEGORIES, PLUS_LEVELS
 from assay.spec.metaworld_catalog import NO_OBJECT_BODY
@@ -41,6 +30,18 @@ class Kind(str, Enum):
     RGB = "rgb"  # three floats in [low, high]
     CHOICE = "choice"
 
+
+# The levels of the semantic factors; what each does to the words is assay.sim.semantic's (word lists
+# semantic-v1). They are plain values here, so the catalogue sits below both the backends and the text layer.
+SYNONYM_PARTS = ("nominal", "verbs", "nouns", "both")
+FORMS = ("imperative", "declarative", "question", "wish", "object-first")
+LENGTHS = ("terse", "nominal", "verbose", "rambling")
+REFERRING = ("nominal", "colour", "spatial", "function")
+TEMPLATES = ("nominal", "unseen")
+CONFLICTS = ("nominal", "same-family", "other-family")
+OBJECT_SWAPS = ("nominal", "same-category", "other-category", "wrong-colour")
+MAX_DISTRACTORS = 3
+MAX_TYPO_RATE = 0.5
 
 ALL_BACKENDS = frozenset({"metaworld", "gymnasium", "libero"})
 METAWORLD = frozenset({"metaworld"})

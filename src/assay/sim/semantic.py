@@ -5,10 +5,12 @@ episode seed (a per-factor generator seeded by ``derive_seed``), so the same
 episode always reads the same words and a sweep varies only what it declares.
 The word lists and templates are package data (``sim/data/semantic-v1.json``):
 changing them is a new set version, and the rewritten instruction is part of
-every episode's key. Factors combine in a fixed order: the conflicting
-instruction replaces the words first, then the object is renamed or referred to,
-words are swapped for synonyms, the existing paraphrase styles apply, then form,
-template, length and distractor clauses, and character noise last.
+every episode's key. ``assay.sim.instructions.instruct`` combines them in a fixed
+order: the conflicting instruction replaces the words first, then the object is
+renamed or referred to, words are swapped for synonyms, the existing paraphrase
+styles apply, then form, template, length and distractor clauses, and character
+noise last. This module is the text layer: it reads factor values
+(``assay.sim.factors``) and calls no backend.
 
 The *goal object* is the first object noun of the instruction (``the puck`` in
 "pick up the puck and place it at the goal"; places such as the goal or a hole are
@@ -33,20 +35,11 @@ from typing import Any
 import numpy as np
 
 from assay.errors import SpecError
-from assay.sim.paraphrase import paraphrase
+from assay.sim.factors import value_of
 from assay.spec import TaskSpec, Variant, derive_seed
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
 
 SEMANTIC_SET = "semantic-v1"
-SYNONYM_PARTS = ("nominal", "verbs", "nouns", "both")
-FORMS = ("imperative", "declarative", "question", "wish", "object-first")
-LENGTHS = ("terse", "nominal", "verbose", "rambling")
-REFERRING = ("nominal", "colour", "spatial", "function")
-TEMPLATES = ("nominal", "unseen")
-CONFLICTS = ("nominal", "same-family", "other-family")
-OBJECT_SWAPS = ("nominal", "same-category", "other-category", "wrong-colour")
-MAX_DISTRACTORS = 3
-MAX_TYPO_RATE = 0.5
 
 
 @cache
@@ -187,8 +180,6 @@ def referring(text: str, style: str, variant: Variant, seed: int) -> str:
     if style == "nominal" or found is None:
         return text
     if style == "colour":
-        from assay.sim.factors import value_of
-
         return _replace_object(text, f"the {_colour_name(value_of(variant, 'object.color'))} object")
     if style == "spatial":
         return _replace_object(text, _pick(_rng("instruction.referring", seed), lexicon()["spatial"]))
@@ -204,8 +195,6 @@ def rename_object(text: str, swap: str, variant: Variant, seed: int) -> str:
     rng, category = _rng("instruction.object", seed), _category(noun)
     objects = lexicon()["objects"]
     if swap == "wrong-colour":
-        from assay.sim.factors import value_of
-
         actual = _colour_name(value_of(variant, "object.color"))
         colour = _pick(rng, sorted(c for c in lexicon()["colours"] if c != actual))
         words = text.split()
@@ -231,8 +220,6 @@ def conflicting_task(task: TaskSpec, style: str, seed: int) -> str | None:
 
 def conflict_marks(task: TaskSpec, variant: Variant, seed: int) -> dict[str, Any]:
     """What an episode under a conflicting instruction is marked with (empty when the words do not conflict)."""
-    from assay.sim.factors import value_of
-
     other = conflicting_task(task, value_of(variant, "instruction.conflict"), seed)
     if other is None:
         return {}
@@ -240,25 +227,8 @@ def conflict_marks(task: TaskSpec, variant: Variant, seed: int) -> dict[str, Any
             "scoring": task.conflict_scoring}
 
 
-def instruct(task: TaskSpec, variant: Variant, seed: int) -> str:
-    """The instruction episode ``seed`` of ``task`` runs under, with every semantic factor of ``variant`` applied."""
-    from assay.sim.factors import value_of
-    from assay.sim.registry import instruction_for  # a backend's own rule first (LIBERO-PRO's language)
-
-    text = instruction_for(task, variant)
-    other = conflicting_task(task, value_of(variant, "instruction.conflict"), seed)
-    if other is not None:
-        text = METAWORLD_TASKS[other][0]
-    text = rename_object(text, value_of(variant, "instruction.object"), variant, seed)
-    text = referring(text, value_of(variant, "instruction.referring"), variant, seed)
-    text = synonyms(text, value_of(variant, "instruction.synonym"), seed)
-    text = paraphrase(text, value_of(variant, "instruction.paraphrase"), task.skill)
-    text = form(text, value_of(variant, "instruction.form"))
-    if value_of(variant, "instruction.template") == "unseen":
-        text = _pick(_rng("instruction.template", seed), lexicon()["unseen_templates"]).format(instruction=text)
-    text = length(text, value_of(variant, "instruction.length"), seed)
-    text = distractors(text, int(value_of(variant, "instruction.distractor")), seed)
-    text = typos(text, float(value_of(variant, "instruction.typo_rate")), seed)
-    from assay.sim.libero_plus import plus_language  # LIBERO-Plus's language axis, last (it composes the above)
-
-    return plus_language(text, int(value_of(variant, "libero_plus.language")), seed)
+def template(text: str, style: str, seed: int) -> str:
+    """The instruction set into an unseen template (style ``unseen``), else unchanged."""
+    if style != "unseen":
+        return text
+    return str(_pick(_rng("instruction.template", seed), lexicon()["unseen_templates"]).format(instruction=text))

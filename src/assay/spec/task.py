@@ -126,9 +126,7 @@ class TaskSpec(_Frozen):
         return self.instructions[0]
 
     def content_hash(self) -> str:
-        """The task's content hash, recorded with every episode; fields at their defaults that older hashes lacked are
-        left out.
-        """
+        """The content hash every episode records; fields older hashes lacked are left out at their defaults."""
         record = self.model_dump(mode="json")
         if record["conflict_scoring"] == "marked":  # left out at its default: older hashes stay valid
             del record["conflict_scoring"]
