@@ -57,8 +57,6 @@ GRANDFATHERED_NOQA: frozenset[str] = frozenset({
     "src/assay/sim/libero_env.py",  # F401
 })
 GRANDFATHERED_CYCLES: frozenset[frozenset[str]] = frozenset({
-    frozenset({"assay.policies.builtin", "assay.policies.perception"}),
-    frozenset({"assay.run.adaptive", "assay.run.campaign"}),
     frozenset({"assay.twin.identifiability", "assay.twin.sysid"}),
 })
 GRANDFATHERED_LONG: frozenset[str] = frozenset({

@@ -59,8 +59,7 @@ from assay.learning.pixel_bc import PixelTrainConfig, train_pixel_bc
 from assay.learning.runs import DEMO_SEED, EVAL_SEED, PROBE_SEED, bc_spec, run_grid
 from assay.metrics import episode_budget
 from assay.policies import ExpertPolicy, PolicyContext
-from assay.run import phase
-from assay.run.campaign import CampaignPlan
+from assay.run import CampaignPlan, phase
 from assay.sim.factors import resolve_variant
 from assay.spec import CameraSpec, PolicySpec, content_hash
 from assay.store import EpisodeRecord, Outcome, Store

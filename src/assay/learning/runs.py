@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assay.metrics import success_interval
-from assay.run import InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
-from assay.run.campaign import CampaignPlan
+from assay.run import CampaignPlan, InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
 from assay.spec import CameraSpec, CampaignSpec, PolicySpec
 from assay.spec.campaign import VariantRequest
 from assay.store import EpisodeRecord, Outcome, Store

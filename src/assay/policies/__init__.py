@@ -4,7 +4,7 @@ May import ``assay.spec`` only.
 """
 
 from assay.errors import ContractError, ContractWarning
-from assay.policies.builtin import BUILTIN_POLICIES, DegradedExpertPolicy, ExpertPolicy, RandomPolicy
+from assay.policies.builtin import DegradedExpertPolicy, ExpertPolicy, RandomPolicy
 from assay.policies.contract import PolicyContract, check_contract
 from assay.policies.loader import (
     add_import_root,
@@ -31,6 +31,7 @@ from assay.policies.protocol import (
     SupportsVersion,
     reads_frames,
 )
+from assay.policies.registry import BUILTIN_POLICIES
 
 __all__ = [
     "BUILTIN_POLICIES",

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from assay.policies.mlp import MLPPolicy
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec, derive_seed
 
@@ -162,25 +161,3 @@ class DegradedExpertPolicy:
             actions.append(action)
         return np.stack(actions)
 
-
-def _builtins() -> dict[str, type]:
-    from assay.policies.bc import BCPolicy
-    from assay.policies.lerobot_policy import LeRobotPolicy
-    from assay.policies.perception import PerceptionExpertPolicy  # it builds on ExpertPolicy, defined above
-    from assay.policies.pixel_bc import PixelBCPolicy
-    from assay.policies.router import InstructionRouterPolicy
-
-    return {
-        "expert": ExpertPolicy,
-        "random": RandomPolicy,
-        "degraded-expert": DegradedExpertPolicy,
-        "perception-expert": PerceptionExpertPolicy,
-        "router": InstructionRouterPolicy,
-        "mlp": MLPPolicy,
-        "bc": BCPolicy,
-        "pixel-bc": PixelBCPolicy,
-        "lerobot": LeRobotPolicy,
-    }
-
-
-BUILTIN_POLICIES: dict[str, type] = _builtins()

@@ -18,7 +18,6 @@ from typing import Any, cast
 from pydantic import BaseModel, ValidationError
 
 from assay.errors import ContractError, SpecError, UnknownPolicyError, UnsupportedError
-from assay.policies.builtin import BUILTIN_POLICIES
 from assay.policies.contract import PolicyContract, camera_wire_keys, check_contract
 from assay.policies.protocol import (
     Policy,
@@ -27,6 +26,7 @@ from assay.policies.protocol import (
     SupportsResolveVersion,
     SupportsTaskCheck,
 )
+from assay.policies.registry import BUILTIN_POLICIES
 from assay.policies.remote.client import RemoteParams, RemotePolicy, fetch_metadata
 from assay.spec import PolicySpec, ResolvedPolicy, TaskSpec, content_hash
 

@@ -3,10 +3,11 @@
 May import ``assay.spec``, ``assay.sim``, ``assay.policies`` and ``assay.store``; never metrics.
 """
 
-from assay.run.campaign import CampaignPlan, CampaignSummary, prepare_campaign, run_campaign
+from assay.run.campaign import prepare_campaign, run_campaign
 from assay.run.executors import Executor, InlineExecutor, LocalExecutor, make_executor
 from assay.run.faults import DEFAULT_EPISODE_TIMEOUT_S, FaultPolicy
 from assay.run.observers import Observer, observing, phase
+from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import rollout
 from assay.run.worker import Worker

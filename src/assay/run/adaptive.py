@@ -25,16 +25,14 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from assay.errors import SpecError
+from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.spec import EpisodeJob
 from assay.store import Outcome, Store, read_episode, write_blob
-
-if TYPE_CHECKING:
-    from assay.run.campaign import CampaignPlan, CampaignSummary
 
 ADAPTIVE_FILE = "adaptive.json"
 Cell = tuple[str, str, str]  # (policy, task id, variant key)

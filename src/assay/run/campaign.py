@@ -20,8 +20,6 @@ it hands the batch's records back, so a row never names a file that is not compl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from assay.errors import SpecError, UnsupportedError, located
 from assay.policies import check_policy_contract, check_supports, resolve_policy
@@ -29,50 +27,11 @@ from assay.policies.remote import warn_capacity
 from assay.run.adaptive import Judge, run_rounds
 from assay.run.catalog_writer import CatalogWriter, CommitPolicy
 from assay.run.executors import Executor
+from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.sim import TaskRegistry, default_registry, instruct, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
-from assay.spec import CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, Variant, batch_jobs, plan
-from assay.store import EpisodeRecord, Outcome, Store
-
-
-@dataclass(frozen=True)
-class CampaignPlan:
-    spec: CampaignSpec
-    tasks: tuple[TaskSpec, ...]
-    policies: tuple[ResolvedPolicy, ...]
-    variants: tuple[Variant, ...]
-    jobs: tuple[EpisodeJob, ...]
-
-    def resolved(self) -> dict[str, Any]:
-        """What is saved beside the results: the spec plus everything resolved from it."""
-        return {
-            "campaign": self.spec.dump(),
-            "tasks": [{"id": t.id, "hash": t.content_hash(), "spec": t.model_dump(mode="json")} for t in self.tasks],
-            "policies": [{"name": p.name, "version": p.version, "spec": p.spec.model_dump(mode="json")} for p in self.policies],
-            "variants": [{"key": v.key, "name": v.name, "spec": v.model_dump(mode="json")} for v in self.variants],
-            "jobs": len(self.jobs),
-            "cells": self.cells(),
-        }
-
-    def cells(self) -> list[dict[str, Any]]:
-        """Episodes planned per (policy, task, variant) cell, in plan order: what results count completeness
-        against (``assay.metrics.completeness``)."""
-        counts: dict[tuple[str, str, str], int] = {}
-        for job in self.jobs:
-            cell = (job.policy.name, job.task.id, job.variant.name)
-            counts[cell] = counts.get(cell, 0) + 1
-        return [{"policy": p, "task": t, "variant": v, "planned": n} for (p, t, v), n in counts.items()]
-
-
-@dataclass
-class CampaignSummary:
-    name: str
-    total: int
-    skipped: int
-    ran: int = 0
-    repaired: int = 0  # finished episodes whose step file was missing or corrupted: forgotten and re-run
-    retried: int = 0  # episodes recorded as error, re-run because retry_errors was asked
-    outcomes: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
+from assay.spec import CampaignSpec, EpisodeJob, TaskSpec, Variant, batch_jobs, plan
+from assay.store import EpisodeRecord, Store
 
 
 def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:

@@ -1,0 +1,58 @@
+"""What a campaign run is made of and what it returns: the resolved plan and the summary of a run.
+
+Plain records below the campaign runner and the adaptive rounds, which both build on them
+(so neither imports the other's module for its types).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from assay.spec import CampaignSpec, EpisodeJob, ResolvedPolicy, TaskSpec, Variant
+from assay.store import Outcome
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    """A resolved campaign: its spec, tasks (as run), policies (with versions), variants and every episode job."""
+
+    spec: CampaignSpec
+    tasks: tuple[TaskSpec, ...]
+    policies: tuple[ResolvedPolicy, ...]
+    variants: tuple[Variant, ...]
+    jobs: tuple[EpisodeJob, ...]
+
+    def resolved(self) -> dict[str, Any]:
+        """What is saved beside the results: the spec plus everything resolved from it."""
+        return {
+            "campaign": self.spec.dump(),
+            "tasks": [{"id": t.id, "hash": t.content_hash(), "spec": t.model_dump(mode="json")} for t in self.tasks],
+            "policies": [{"name": p.name, "version": p.version,
+                          "spec": p.spec.model_dump(mode="json")} for p in self.policies],
+            "variants": [{"key": v.key, "name": v.name, "spec": v.model_dump(mode="json")} for v in self.variants],
+            "jobs": len(self.jobs),
+            "cells": self.cells(),
+        }
+
+    def cells(self) -> list[dict[str, Any]]:
+        """Episodes planned per (policy, task, variant) cell, in plan order: what results count completeness
+        against (``assay.metrics.completeness``)."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for job in self.jobs:
+            cell = (job.policy.name, job.task.id, job.variant.name)
+            counts[cell] = counts.get(cell, 0) + 1
+        return [{"policy": p, "task": t, "variant": v, "planned": n} for (p, t, v), n in counts.items()]
+
+
+@dataclass
+class CampaignSummary:
+    """What a campaign run did: episodes planned, skipped as done, run, repaired and retried, and outcome counts."""
+
+    name: str
+    total: int
+    skipped: int
+    ran: int = 0
+    repaired: int = 0  # finished episodes whose step file was missing or corrupted: forgotten and re-run
+    retried: int = 0  # episodes recorded as error, re-run because retry_errors was asked
+    outcomes: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
