@@ -70,3 +70,22 @@ def test_the_report_and_store_verify_read_the_data_root(split_store, tmp_path: P
     assert verify.exit_code == 0, verify.output
     document = json.loads(verify.stdout)
     assert (document["ok"], document["failed"]) == (8, 0)
+
+
+@pytest.mark.sim
+def test_a_sweep_on_a_store_with_a_data_root_writes_its_step_files_there(tmp_path: Path) -> None:
+    """`assay sweep` handed its executor the store directory, so on a store made with `--data` its step files
+    landed under the store while the catalog pointed to the data root: `store verify` then found them missing
+    (and every resume would re-run them)."""
+    root, data = tmp_path / "store", tmp_path / "data"
+    with Store(root, data_url=str(data)):
+        pass
+    runner = CliRunner()
+    swept = runner.invoke(app, ["sweep", "--factor", "action.noise", "--values", "0.5", "--task", "metaworld/reach@1",
+                                "--episodes", "1", "--executor", "inline", "--store", str(root), "--json"])
+    assert swept.exit_code == 0, swept.output
+    assert sorted(p.relative_to(data).parts[0] for p in data.rglob("*.parquet")) == ["episodes", "episodes"]
+    assert not (root / "episodes").exists()
+    verify = runner.invoke(app, ["store", "verify", "--store", str(root), "--json"])
+    assert verify.exit_code == 0, verify.output
+    assert (json.loads(verify.stdout)["ok"], json.loads(verify.stdout)["failed"]) == (2, 0)

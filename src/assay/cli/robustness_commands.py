@@ -100,7 +100,7 @@ def sweep(
         spec = campaign_from_data(data, "<sweep>")
         planned = prepare_campaign(spec)
         with open_store(store, catalog, create=True) as opened:
-            run_campaign(planned, opened, make_executor(executor, store, workers))
+            run_campaign(planned, opened, make_executor(executor, opened.data_root, workers))  # its --data, if any
             episodes_run = opened.catalog.episodes(campaign=spec.name)
             gate = campaign_signoff(episodes_run, opened.root, per_variant=True)
         rates = {r.group["variant"]: r for r in rate_table(episodes_run, by=("variant",))}
