@@ -96,6 +96,48 @@ def test_policy_choice_errors_and_unknown_entries(tmp_path):
         reproduce(registry, "nope", resolved, two)
 
 
+def test_a_campaign_with_tasks_not_yet_run_is_refused_and_a_partial_one_is_marked(tmp_path):
+    """Issue 36 for reproduce: the suite's tasks run in plan order, so a campaign killed after 3 of its 10 tasks
+    measured only those (and the plan still said 10 tasks x 50: every protocol field matched)."""
+    registry, resolved = load_registry(), _libero_resolved(tmp_path)
+    tasks = [t["id"] for t in resolved["tasks"]]
+    killed = records({("random", task): "S" * 50 for task in tasks[:3]})
+    with pytest.raises(AssayError, match=r"^reproducing openpi/pi05_libero/libero_spatial with policy 'random': "
+                                         r"refused, 7 of its 10 cells have no episode yet .*--allow-partial$"):
+        reproduce(registry, ENTRY, resolved, killed)
+    allowed = reproduce(registry, ENTRY, resolved, killed, allow_partial=True)
+    assert (allowed.successes, allowed.trials) == (150, 150) and allowed.completeness["complete"] is False
+    assert (allowed.completeness["planned"], allowed.completeness["recorded"]) == (500, 150)
+    assert any(n.startswith("the campaign is incomplete: 150 of 500 planned episodes recorded; 7 cell(s) have none")
+               for n in allowed.notes)
+    short = records({("random", task): "S" * (50 if i else 20) for i, task in enumerate(tasks)})  # all tasks, one short
+    marked = reproduce(registry, ENTRY, resolved, short)
+    assert marked.completeness["complete"] is False and marked.completeness["recorded"] == 470
+    whole = reproduce(registry, ENTRY, resolved, _episodes(resolved, 492))
+    assert whole.completeness["complete"] is True and whole.scope["label"] == "nominal only"
+    assert not any("incomplete" in n for n in whole.notes)
+
+
+def test_a_campaign_of_perturbed_variants_only_differs_in_protocol_and_a_mixed_one_scores_nominal(tmp_path):
+    """Published rates are unperturbed: a campaign that ran only a perturbed variant was tested as if it were the
+    published protocol (``not reproduced``), and one with two perturbed variants and no nominal found no episode."""
+    registry, resolved = load_registry(), _libero_resolved(tmp_path)
+    tasks = [t["id"] for t in resolved["tasks"]]
+    noisy = "action.noise=0.5"
+    perturbed = {**resolved, "variants": [{"name": noisy, "key": "k1"}],
+                 "cells": [{**c, "variant": noisy} for c in resolved["cells"]]}
+    only = records({("random", task): "F" * 50 for task in tasks}, variant=noisy)
+    result = reproduce(registry, ENTRY, perturbed, only)
+    assert result.verdict == "protocol differs" and result.trials == 500
+    assert result.reasons == (f"variant: published nominal, campaign variant {noisy} only",)
+    assert result.scope["label"] == f"variant {noisy} only" and result.completeness["complete"] is True
+    both = {**resolved, "variants": [{"name": "nominal", "key": "k0"}, {"name": noisy, "key": "k1"}],
+            "cells": resolved["cells"] + perturbed["cells"]}
+    mixed = reproduce(registry, ENTRY, both, _episodes(resolved, 492) + only)
+    assert mixed.verdict == "reproduced" and (mixed.successes, mixed.trials) == (492, 500)
+    assert "nominal variant only (the published numbers are unperturbed)" in mixed.notes
+
+
 def test_impossible_rates_are_flagged():
     bad = lint_rate("43.9%", 500)
     assert not bad.possible and bad.successes_needed == pytest.approx(219.5) and bad.nearest == ("43.8%", "44.0%")
@@ -148,6 +190,15 @@ def test_reproduce_and_lint_rate_commands(tmp_path):
     assert shown.exit_code == 0 and "reproduced" in shown.stdout and "horizon" in shown.stdout
     listed = runner.invoke(app, ["reproduce", "--list"])
     assert listed.exit_code == 0 and "openvla-oft/libero_goal" in listed.stdout
+    assert doc["scope"]["label"] == "nominal only" and doc["completeness"]["complete"] is True
+    killed = fake_store(tmp_path / "k", "libero-spatial", records({("random", resolved["tasks"][0]["id"]): "S" * 50}),
+                        resolved)
+    refused = runner.invoke(app, ["reproduce", ENTRY, "--campaign", "libero-spatial", "--store", str(killed)])
+    assert refused.exit_code == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "refused, 9 of its 10 cells have no episode yet" in refused.stderr
+    partial = runner.invoke(app, ["reproduce", ENTRY, "--campaign", "libero-spatial", "--store", str(killed),
+                                  "--allow-partial"])
+    assert partial.exit_code == 0 and "the campaign is incomplete: 50 of 500" in " ".join(partial.stdout.split())
     missing = runner.invoke(app, ["reproduce", ENTRY])
     assert missing.exit_code == 2 and "--campaign" in missing.stderr
     lint = runner.invoke(app, ["lint-rate", "43.9%", "--trials", "500"])

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, user_errors
+from assay.cli.scoring import AllowPartialOpt
 from assay.errors import AssayError
 from assay.metrics.reproduction import Registry, Reproduction, lint_rate, load_registry, reproduce
 
@@ -35,10 +36,14 @@ def reproduce_command(
     registry: RegistryOpt = None,
     alpha: Annotated[float, typer.Option("--alpha", help="Level of the exact test of measured vs published.")] = 0.05,
     list_entries: Annotated[bool, typer.Option("--list", help="List the registry's entries and protocols.")] = False,
+    allow_partial: AllowPartialOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Check a campaign against a published evaluation: its protocol field by field, its rate by an exact test
-    against the published one; says "reproduced", "not reproduced" or "protocol differs"."""
+    against the published one; says "reproduced", "not reproduced" or "protocol differs" (nominal variant; a
+    campaign with a cell of the policy that has no episode yet is refused unless --allow-partial)."""
+    from assay.run.adaptive import load_state
+
     with user_errors():
         known = load_registry(registry)
         if list_entries:
@@ -51,7 +56,8 @@ def reproduce_command(
             if campaign not in found:
                 raise AssayError(f"no campaign {campaign!r} in {opened.root}; known: {', '.join(found) or 'none'}")
             records = opened.catalog.episodes(campaign=campaign)
-        result = reproduce(known, entry, found[campaign].spec, records, policy, alpha)
+            adaptive = load_state(opened, campaign)
+        result = reproduce(known, entry, found[campaign].spec, records, policy, alpha, allow_partial, adaptive)
         if json_out:
             render.print_json({"campaign": campaign, "registry": known.source, **result.to_dict()})
             return
@@ -59,8 +65,8 @@ def reproduce_command(
 
 
 def _print(result: Reproduction, campaign: str) -> None:
-    table = Table(title=f"{result.entry} ({result.checkpoint}) against campaign {campaign}, policy {result.policy}",
-                  title_justify="left")
+    table = Table(title=f"{result.entry} ({result.checkpoint}) against campaign {campaign}, policy {result.policy} "
+                        f"({result.scope.get('label', 'nominal only')})", title_justify="left")
     for column in ("field", "published", "campaign", ""):
         table.add_column(column)
     for f in result.fields:
@@ -78,7 +84,8 @@ def _print(result: Reproduction, campaign: str) -> None:
     render.console.print(f"[bold {style}]{result.verdict}[/]: {'; '.join(result.reasons)}", highlight=False,
                          soft_wrap=True)
     for note in result.notes:
-        render.console.print(f"[dim]{note}[/]", highlight=False, soft_wrap=True)
+        style = "yellow" if note.startswith("the campaign is incomplete") else "dim"
+        render.console.print(f"[{style}]{note}[/]", highlight=False, soft_wrap=True)
 
 
 def _list(known: Registry, json_out: bool) -> None:

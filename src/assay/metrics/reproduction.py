@@ -13,7 +13,14 @@ n comes from, ``verified`` primary or secondary, and ``unverified``: what could 
   ``episodes_per_task``, ``camera_size`` (``WxH`` of every camera), ``replan_steps`` (the campaign's
   ``replan_every``; ``whole chunk`` when unset), ``control_hz`` and ``tasks`` (how many of the suite's
   tasks ran). A field that differs is named with both values.
-* **Rate test**: the policy's successes over scored episodes on the suite's tasks (nominal variant) against
+* **Variant**: published numbers are unperturbed, so the campaign's episodes are scored in the nominal variant
+  when it plans one (``metrics.scope``, the default of every scoring command); a campaign of perturbed
+  variants only is scored pooled over them and its ``variant`` field differs (``protocol differs``).
+* **Completeness** (``metrics.completeness``): the policy's cells on the suite's tasks, recorded against
+  planned. A campaign with a cell that has no episode yet is refused unless ``allow_partial`` (its missing
+  cells are not missing at random: cells run in plan order, successes finish first); an incomplete one is
+  marked in the result and its notes.
+* **Rate test**: the policy's successes over scored episodes on the suite's tasks (in that variant scope) against
   the published rate. With the published n, Fisher's exact test of the two proportions (the published
   successes are rate × n rounded); without it, the exact binomial test of the measured count against the
   published rate. Beside it, the measured rate's mid-p interval and whether the published rate is in it.
@@ -38,7 +45,9 @@ from typing import Any
 from scipy import stats
 
 from assay.errors import AssayError
+from assay.metrics.completeness import campaign_completeness
 from assay.metrics.rates import success_interval
+from assay.metrics.scope import NOMINAL, planned_variants, variant_scope
 from assay.store import EpisodeRecord, Outcome
 
 SCHEMA_VERSION = 1
@@ -251,6 +260,8 @@ class Reproduction:
     verdict: str
     reasons: tuple[str, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
+    scope: dict[str, object] = field(default_factory=dict)  # VariantScope.to_dict() of the episodes scored
+    completeness: dict[str, object] = field(default_factory=dict)  # Completeness.to_dict() of the policy's cells
 
     @property
     def measured_rate(self) -> float:
@@ -283,8 +294,10 @@ def rate_test(successes: int, trials: int, rate: float, n: int | None) -> tuple[
 
 
 def reproduce(registry: Registry, name: str, resolved: dict[str, Any], records: list[EpisodeRecord],
-              policy: str | None = None, alpha: float = 0.05) -> Reproduction:
-    """Check a campaign (its resolved spec and episodes) against registry entry ``name`` (module doc)."""
+              policy: str | None = None, alpha: float = 0.05, allow_partial: bool = False,
+              adaptive: dict[str, Any] | None = None) -> Reproduction:
+    """Check a campaign (its resolved spec, episodes and adaptive state) against registry entry ``name`` (module
+    doc); AssayError when a cell of the policy on the suite's tasks has no episode, unless ``allow_partial``."""
     if not 0.0 < alpha < 1.0:
         raise AssayError(f"alpha {alpha} is not valid; give a level strictly between 0 and 1 (e.g. 0.05)")
     entry = registry.entry(name)
@@ -306,10 +319,17 @@ def reproduce(registry: Registry, name: str, resolved: dict[str, Any], records: 
     else:
         fields, task_ids = check_protocol(registry.protocols[protocol_name], resolved)
     mine = [r for r in records if r.policy_name == policy and r.task_id in task_ids]
-    variants = {r.variant_name for r in mine}
-    if len(variants) > 1:
-        mine = [r for r in mine if r.variant_name == "nominal"]
-        notes.append("nominal variant only (the published numbers are unperturbed)")
+    scope = variant_scope(planned_variants(resolved, mine))
+    if scope.variants == (NOMINAL,):
+        if any(r.variant_name != NOMINAL for r in mine):
+            notes.append("nominal variant only (the published numbers are unperturbed)")
+    else:  # perturbed variants only: not the published protocol
+        fields.append(FieldCheck("variant", NOMINAL, scope.label, False, "published results are unperturbed"))
+    mine = scope.keep(mine)
+    covered = campaign_completeness(resolved, records, adaptive).select([policy], task_ids, scope.variants)
+    covered.refuse_missing(f"reproducing {name} with policy {policy!r}", allow_partial)
+    if not covered.complete:
+        notes.append(f"the campaign is {covered.describe()}: the measured rate covers only what is recorded")
     scored = [r for r in mine if r.outcome is not Outcome.ERROR]
     if not scored:
         raise AssayError(f"policy {policy!r} has no scored episode on the suite's tasks in this campaign")
@@ -327,4 +347,5 @@ def reproduce(registry: Registry, name: str, resolved: dict[str, Any], records: 
         reasons.append(f"p = {p_value:.3g} {'≥' if p_value >= alpha else '<'} α = {alpha}")
     return Reproduction(name, str(entry["checkpoint"]), policy, protocol_name, tuple(fields), successes, len(scored),
                         len(mine) - len(scored), interval.low, interval.high, rate, str(entry["rate"]), entry.get("n"),
-                        test, p_value, alpha, verdict, tuple(reasons), tuple(notes))
+                        test, p_value, alpha, verdict, tuple(reasons), tuple(notes), scope.to_dict(),
+                        covered.to_dict())
