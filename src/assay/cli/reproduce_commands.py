@@ -40,8 +40,10 @@ def reproduce_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check a campaign against a published evaluation: its protocol field by field, its rate by an exact test
-    against the published one; says "reproduced", "not reproduced" or "protocol differs" (nominal variant; a
-    campaign with a cell of the policy that has no episode yet is refused unless --allow-partial)."""
+    against the published one; says "reproduced", "not reproduced" or "protocol differs".
+
+    Scored in the nominal variant; a campaign with a cell of the policy that has no episode yet is refused unless
+    --allow-partial."""
     from assay.run.adaptive import load_state
 
     with user_errors():
