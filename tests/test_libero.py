@@ -438,3 +438,31 @@ def test_the_expert_takes_over_a_libero_replay_with_its_privileged_goal():
         assert "privileged.goal" in rescued.last
     finally:
         replayer.close()
+
+
+@pytest.mark.slow
+def test_a_lerobot_named_campaign_runs_end_to_end(tmp_path):
+    """`preset: lerobot`: the cameras are image and image2 at 256 px in the policy's observations, the
+    recorded step columns and the videos; the horizon is LeRobot's."""
+    from assay.run import InlineExecutor, prepare_campaign, run_campaign
+    from assay.spec import campaign_from_data
+    from assay.store import Outcome, Store
+
+    spatial = "libero/spatial/pick_up_the_black_bowl_on_the_stove_and_place_it_on_the_plate@2"
+    plan = prepare_campaign(campaign_from_data({
+        "name": "lerobot-named", "episodes": 1, "horizon": 6, "envs_per_worker": 1, "preset": "lerobot",
+        "tasks": [spatial], "video_fps": 20,
+        "policies": [{"name": "camera-policy", "entrypoint": "assay.testing.fakes:ImageChunkPolicy",
+                      "params": {"camera": "image2", "dim": 7, "horizon": 3}}]}))
+    [task] = plan.tasks
+    assert [(c.name, c.width, c.height) for c in task.cameras] == [("image", 256, 256), ("image2", 256, 256)]
+    with Store(tmp_path / "s", create=True) as store:
+        run_campaign(plan, store, InlineExecutor(store.root))
+        [record] = store.catalog.episodes(campaign="lerobot-named")
+        assert record.outcome is Outcome.TIMEOUT and record.steps == 6, record.reason
+        columns = store.steps(record).column_names
+        assert {"observation.images.image", "observation.images.image2", "info.goal_progress"} <= set(columns)
+        from assay.store import step_frames
+
+        frames = step_frames(store.root, record.key, "image", record.steps)
+        assert len(frames) >= 6 and frames.shape[1:] == (256, 256, 3) and frames.std() > 0
