@@ -144,3 +144,17 @@ def test_each_factor_changes_what_it_declares_per_seed_and_nominal_comes_back(so
         assert not np.allclose(other[key] - other_nominal[key], first[key] - nominal[key]), key
     back = _snapshot(soup_env, soup_env.reset(2))
     assert all(np.array_equal(nominal[key], back[key]) for key in nominal)  # nominal comes back
+
+
+def test_the_report_and_results_profile_show_the_categories():
+    from types import SimpleNamespace
+
+    from assay.cli.robustness_commands import profile_document
+    from assay.metrics import CategoryProfile
+    from assay.report.html import _categories
+
+    row = CategoryProfile("bc", "camera", 1, 10, 8, 4, 0.5, 0.21, 0.79, "libero_plus.camera=3", 0.5)
+    html = _categories(SimpleNamespace(categories=(row,)))
+    assert "By LIBERO-Plus category" in html and "camera" in html and "[0.21, 0.79]" in html
+    assert _categories(SimpleNamespace(categories=())) == ""
+    assert profile_document([])["categories"] == []
