@@ -13,6 +13,7 @@ from assay.metrics import ResultsCsvError, success_interval
 from assay.metrics.ppi import PairedCounts, estimate_real, paired_counts, two_phase_interval
 from assay.metrics.ppi_evidence import joint_table, simulate_ppi
 from assay.metrics.trials_csv import Trial, read_trials_csv
+from assay.store import Store
 from tests.record_store import fake_store
 from tests.stats_fixtures import records
 
@@ -190,3 +191,37 @@ def test_estimate_real_cli_needs_one_variant_when_seeds_repeat(tmp_path):
     good = runner.invoke(app, ["estimate-real", "--real", str(real), "--campaign", "sim:noisy", "--store", str(store),
                                "--json"])
     assert json.loads(good.stdout)["cells"][0]["counts"]["sim_successes"] == 1
+
+
+def test_episodes_ls_writes_the_trials_csv_estimate_real_reads(tmp_path):
+    """The README tour's real trials: a stand-in campaign's episodes written as task,policy,seed,success (no tour
+    line wrote real_trials.csv before). Every scored episode of one variant, errors left out; --limit does not cut
+    it; --outcome (a biased file) and several variants (seeds repeat) are refused in one line."""
+    sim = records({("a", "t@1"): "SSSSFF", ("b", "t@1"): "SFFFFF"})
+    proxy = records({("a", "t@1"): "SSSFFE", ("b", "t@1"): "SFFFFF"}, variant="gain")
+    store = fake_store(tmp_path / "s", "sim", sim)
+    with Store(store) as opened:
+        opened.catalog.save_campaign("proxy", "hash-proxy", {"campaign": {"name": "proxy"}})
+        opened.catalog.add_many([r.__class__(**{**r.__dict__, "campaign": "proxy"}) for r in proxy])
+        opened.catalog.link("proxy", [(r.key, r.policy_name) for r in proxy])
+    out = tmp_path / "real_trials.csv"
+    written = runner.invoke(app, ["episodes", "ls", "--store", str(store), "--campaign", "proxy", "--limit", "1",
+                                  "--trials-csv", str(out)])
+    assert written.exit_code == 0, written.output
+    assert "11 trials written to" in written.stderr and "1 error episodes left out" in written.stderr
+    assert out.read_text().splitlines()[:3] == ["task,policy,seed,success", "t@1,a,0,1", "t@1,a,1,1"]
+    assert [(t.policy, t.seed, t.success) for t in read_trials_csv(out)] == (
+        [("a", s, s < 3) for s in range(5)] + [("b", s, s == 0) for s in range(6)])
+    doc = json.loads(runner.invoke(app, ["estimate-real", "--real", str(out), "--campaign", "sim", "--store",
+                                         str(store), "--json"]).stdout)
+    counts = {c["policy"]: c["counts"] for c in doc["cells"]}
+    assert counts["a"]["on_sim_success"] == {"real_successes": 3, "trials": 4}  # seeds 0-3: sim S, proxy SSSF
+    assert counts["a"]["on_sim_failure"] == {"real_successes": 0, "trials": 1}  # seed 4 (seed 5 was an error)
+    assert counts["b"]["on_sim_success"] == {"real_successes": 1, "trials": 1}
+    for extra, message in ((["--campaign", "proxy", "--outcome", "success"], "would keep only those"),
+                           ([], "seeds repeat across variants: pick one with --variant"),
+                           (["--campaign", "proxy", "--variant", "nope"], "no episode matches")):
+        refused = runner.invoke(app, ["episodes", "ls", "--store", str(store), "--trials-csv", str(tmp_path / "x.csv"),
+                                      *extra])
+        assert refused.exit_code == 2 and message in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.csv").exists()

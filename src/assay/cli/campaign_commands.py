@@ -217,6 +217,11 @@ def episodes_ls(
     policy: Annotated[str | None, typer.Option()] = None,
     outcome: Annotated[str | None, typer.Option(help="success | failure | timeout | error")] = None,
     limit: Annotated[int, typer.Option(min=1)] = 50,
+    variant: Annotated[str | None, typer.Option(help="Only episodes of this variant (by name).")] = None,
+    trials_csv: Annotated[Path | None, typer.Option("--trials-csv", help=(
+        "Also write every matching scored episode (all of them, not --limit's; errors left out) to this file as "
+        "task,policy,seed,success: per-trial outcomes keyed to seeds, what `assay estimate-real --real` reads. "
+        "One variant (seeds repeat across variants)."))] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """List episodes with their outcome and reason."""
@@ -225,6 +230,12 @@ def episodes_ls(
             raise AssayError(f"--outcome {outcome!r} is not valid; valid: success, failure, timeout, error")
         with open_store(store, catalog) as opened:
             matching = opened.catalog.episodes(campaign=campaign, task=task, policy=policy, outcome=outcome)
+        if variant is not None:
+            matching = [r for r in matching if r.variant_name == variant]
+        if trials_csv is not None:
+            from assay.cli.real_commands import write_trials
+
+            write_trials(trials_csv, matching, outcome)
         found = matching[:limit]
         if json_out:
             render.print_json({"total": len(matching), "shown": len(found), "episodes": [r.to_dict() for r in found]})

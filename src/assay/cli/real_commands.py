@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +15,8 @@ from assay.errors import AssayError
 from assay.metrics.ppi import CLASSICAL, METHOD, RealEstimate, estimate_real, paired_counts
 from assay.metrics.rates import success_interval
 from assay.metrics.results_csv import read_results_csv
-from assay.metrics.trials_csv import Trial, is_trials_csv, read_trials_csv, trials_from_records
+from assay.metrics.trials_csv import Trial, is_trials_csv, read_trials_csv, trials_from_records, write_trials_csv
+from assay.store import EpisodeRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -41,6 +43,25 @@ def _campaign_trials(store: Path, catalog: str | None, value: str) -> tuple[str,
         raise AssayError(f"campaign {name!r} has variants {', '.join(variants)}; a real trial pairs with one sim "
                          f"episode per seed: give --campaign {name}:VARIANT")
     return f"campaign {value}", trials_from_records(records)
+
+
+def write_trials(path: Path, records: Sequence[EpisodeRecord], outcome: str | None) -> None:
+    """``episodes ls --trials-csv``: the records' scored episodes as task,policy,seed,success (one line said)."""
+    if outcome is not None:
+        raise AssayError(f"--trials-csv writes every scored episode as a trial; with --outcome {outcome} it would "
+                         "keep only those and bias every rate read from it: drop --outcome")
+    variants = sorted({r.variant_name for r in records})
+    if len(variants) > 1:
+        raise AssayError(f"the episodes are of variants {', '.join(variants)} and seeds repeat across variants: pick "
+                         "one with --variant")
+    if not records:
+        raise AssayError("no episode matches: nothing to write to --trials-csv")
+    trials = trials_from_records(records)
+    write_trials_csv(path, trials)
+    errors = len(records) - len(trials)
+    render.err_console.print(f"{len(trials)} trials written to {path} (task,policy,seed,success"
+                             + (f"; {errors} error episodes left out" if errors else "") + ")", highlight=False,
+                             soft_wrap=True)
 
 
 def _classical_only(real: Path, confidence: float) -> list[dict[str, Any]]:

@@ -4,18 +4,21 @@ The results CSV (``task,policy,successes,trials``) holds one rate per cell and s
 trial pairs with the sim episode of its seed only when each trial is a row. ``seed`` is the sim
 episode's seed (``assay episodes ls`` shows it; for LIBERO the fixed initial state's index is the
 campaign seed plus the episode index). ``success`` is 1/0, true/false, yes/no or success/failure.
-Errors are one line with the row (header = row 1), as for the results CSV.
+Errors are one line with the row (header = row 1), as for the results CSV. ``assay episodes ls
+--trials-csv FILE`` writes one from stored episodes (a campaign standing in for a real robot, as the
+README's tour does with the reality proxy).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from assay.errors import ResultsCsvError
-from assay.store import EpisodeRecord, Outcome
+from assay.store import EpisodeRecord, Outcome, write_blob
 
 COLUMNS = ("task", "policy", "seed", "success")
 _TRUE = {"1", "true", "yes", "success", "succeeded"}
@@ -92,3 +95,20 @@ def trials_from_records(records: Iterable[EpisodeRecord]) -> list[Trial]:
     """Scored episodes as trials (``error`` episodes left out), keyed by their episode seed."""
     return [Trial(r.task_id, r.policy_name, r.seed, r.outcome is Outcome.SUCCESS, f"episode {r.key[:12]}")
             for r in records if r.outcome is not Outcome.ERROR]
+
+
+def format_trials_csv(trials: Iterable[Trial]) -> str:
+    """``task,policy,seed,success`` (what :func:`read_trials_csv` reads; success 1/0), sorted by task, policy, seed."""
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(COLUMNS)
+    writer.writerows([t.task, t.policy, t.seed, int(t.success)]
+                     for t in sorted(trials, key=lambda t: (t.task, t.policy, t.seed)))
+    return buffer.getvalue()
+
+
+def write_trials_csv(path: str | Path, trials: Iterable[Trial]) -> Path:
+    """Write :func:`format_trials_csv` to ``path`` atomically."""
+    path = Path(path)
+    write_blob(path.parent, path.name, format_trials_csv(trials).encode("utf-8"))
+    return path
