@@ -215,3 +215,15 @@ def test_serve_policy_help_states_the_memory_cost_and_the_session_limits():
     for phrase in ("--max-sessions", "--max-sessions-per-client", "--max-buffer-mb", "one shared instance",
                    "20 MiB per session stateful and nothing per session stateless"):
         assert phrase in text, phrase
+
+
+def test_a_byte_budget_below_one_frame_is_refused_not_raised_silently():
+    """--max-buffer-mb 1 used to become 16 (the frame cap) without a word: the budget the user set was not the
+    server's."""
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+
+    result = CliRunner().invoke(app, ["serve-policy", "expert", "--port", "0", "--max-buffer-mb", "1"])
+    assert result.exit_code == 2 and result.stderr.strip() == (
+        "error: --max-buffer-mb 1 cannot hold one frame of --max-message-mb 16; give --max-buffer-mb 16 or more")

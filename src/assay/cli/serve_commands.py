@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from assay.policies.remote import PolicyServer, ServerConfig
     from assay.spec import TaskSpec
 
+DEFAULT_BUFFER_MB = 256.0  # serve-policy's byte budget for frames in flight, unless --max-message-mb is larger
 
 def register(app: typer.Typer) -> None:
     """Add ``serve-policy`` to ``app``."""
@@ -90,9 +91,10 @@ def serve_policy(
         "environment served, up to this many); past it new sessions are refused, live ones never evicted."))] = 1024,
     max_sessions_per_client: Annotated[int, typer.Option("--max-sessions-per-client", min=1, max=1_000_000,
                                                          help="Live sessions one client may hold.")] = 256,
-    max_buffer_mb: Annotated[float, typer.Option("--max-buffer-mb", min=1.0, help=(
+    max_buffer_mb: Annotated[float | None, typer.Option("--max-buffer-mb", min=1.0, help=(
         "Byte budget for frames being received and decoded, across all connections; a large frame waits for "
-        "room (TCP pushes back on its sender)."))] = 256.0,
+        "room (TCP pushes back on its sender). At least --max-message-mb. [default: 256, or --max-message-mb "
+        "when larger]"))] = None,
 ) -> None:
     """Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all connections.
 
@@ -114,12 +116,16 @@ def serve_policy(
             raise SpecError(f"--params is not valid JSON: {exc}") from None
         if not isinstance(parsed, dict):
             raise SpecError("--params must be a JSON object like '{\"hidden\": [256, 256]}'")
+        if max_buffer_mb is not None and max_buffer_mb < max_message_mb:
+            raise AssayError(f"--max-buffer-mb {max_buffer_mb:g} cannot hold one frame of --max-message-mb "
+                             f"{max_message_mb:g}; give --max-buffer-mb {max_message_mb:g} or more")
+        budget_mb = max(DEFAULT_BUFFER_MB, max_message_mb) if max_buffer_mb is None else max_buffer_mb
         config = ServerConfig(host=host, port=port, max_batch=max_batch, max_wait_ms=max_wait_ms,
                               api_key=api_key or os.environ.get("ASSAY_API_KEY") or None,
                               max_message_bytes=int(max_message_mb * 1024 * 1024), max_connections=max_connections,
                               idle_timeout_s=idle_timeout or None, max_sessions=max_sessions,
                               max_sessions_per_client=max_sessions_per_client,
-                              max_buffer_bytes=int(max(max_buffer_mb, max_message_mb) * 1024 * 1024))
+                              max_buffer_bytes=int(budget_mb * 1024 * 1024))
         server = policy_server(policy, task, parsed, config, stateless)
         spec, served_task = server.metadata["assay"], server.task
         sessions = (f"sessions (at most {max_sessions}, an instance each)" if server.factory
