@@ -147,3 +147,24 @@ def test_leaderboard_model_cli_on_a_campaign_and_a_sparse_csv(tmp_path):
     assert gate.exit_code == 1
     plain = json.loads(runner.invoke(app, ["leaderboard", "--store", str(store), "--json"]).stdout)
     assert plain["leaderboard"]["n_resamples"] == 2000  # the plain leaderboard keeps its default
+
+
+def test_the_model_leaderboard_json_says_its_scope_and_how_complete_the_campaign_is(tmp_path):
+    """Issue 36 for --model: the model tolerates a missing cell and ranks anyway, and its --json says so in the
+    fields every scoring document carries (its table title already did)."""
+    table = {("a", "t1@1"): "SSSSSSSF", ("a", "t2@1"): "SSSSSFFF", ("b", "t1@1"): "SSSSFFFF",
+             ("b", "t2@1"): "SSFFFFFF", ("c", "t1@1"): "SFFFFFFF"}
+    spec = {"campaign": {"name": "c", "episodes": 8}, "variants": [{"name": "nominal", "key": "k"}],
+            "cells": [{"policy": p, "task": t, "variant": "nominal", "planned": 8}
+                      for p in "abc" for t in ("t1@1", "t2@1")]}
+    store = fake_store(tmp_path / "s", "c", records(table), spec)
+    doc = json.loads(runner.invoke(app, ["leaderboard", "--store", str(store), "--model", "irt", "--resamples",
+                                         "100", "--json"]).stdout)
+    assert doc["campaign"] == "c" and doc["scope"]["label"] == "nominal only"
+    assert {k: doc["completeness"][k] for k in ("planned", "recorded", "complete")} == \
+        {"planned": 48, "recorded": 40, "complete": False}
+    assert doc["completeness"]["missing_cells"] == ["c × t2@1 × nominal"]
+    assert {r["policy"]: (r["recorded"], r["planned"], r["complete"]) for r in doc["leaderboard"]["rows"]} == \
+        {"a": (16, 16, True), "b": (16, 16, True), "c": (8, 16, False)}
+    text = runner.invoke(app, ["leaderboard", "--store", str(store), "--model", "irt", "--resamples", "100"]).stdout
+    assert "incomplete: 40 of 48 planned episodes recorded; 1 cell(s) have none" in " ".join(text.split())

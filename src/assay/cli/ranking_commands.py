@@ -20,8 +20,10 @@ MODEL_NAMES = {"irt": "2PL item response (ability θ)", "bt": "Bradley–Terry (
 
 def model_board(model: str, store: Path, catalog: str | None, campaign: str | None, tasks: list[str] | None,
                 variant: str | None, csv_in: Path | None, confidence: float, resamples: int | None, seed: int
-                ) -> tuple[str, ModelLeaderboard, list[Any]]:
-    """(source, the model leaderboard, the sign-off gate rows of a campaign or [] for a CSV)."""
+                ) -> tuple[str, ModelLeaderboard, list[Any], dict[str, Any]]:
+    """(source, the model leaderboard, the sign-off gate rows of a campaign or [] for a CSV, and a campaign's
+    ``campaign``, ``scope`` and ``completeness`` for the JSON, with ``policies``: each policy's planned/recorded;
+    {} for a CSV)."""
     if model not in MODELS:
         raise AssayError(f"--model {model!r} is not valid; valid: {', '.join(MODELS)}")
     n_resamples = DEFAULT_MODEL_RESAMPLES if resamples is None else resamples
@@ -29,7 +31,7 @@ def model_board(model: str, store: Path, catalog: str | None, campaign: str | No
         if campaign is not None:
             raise AssayError("give --csv RESULTS.csv or --campaign NAME, not both")
         counts = counts_from_entries(read_results_csv(csv_in))
-        return f"results {csv_in.name}", model_leaderboard(model, counts, None, confidence, n_resamples, seed), []
+        return f"results {csv_in.name}", model_leaderboard(model, counts, None, confidence, n_resamples, seed), [], {}
     with open_store(store, catalog) as opened:
         scored = scored_campaign(opened, campaign, variant)  # the variant scope every scoring command uses
         records = scored.scoped
@@ -39,7 +41,9 @@ def model_board(model: str, store: Path, catalog: str | None, campaign: str | No
     board = model_leaderboard(model, counts_from_grid(grid), [t.values for t in grid.tasks], confidence, n_resamples,
                               seed)
     covered = scored.within(None, grid.task_ids)
-    return f"campaign {scored.name} ({scored.scope.label}; {covered.describe()})", board, gate
+    document = {"campaign": scored.name, **scored.document(covered),
+                "policies": {r.policy: covered.select([r.policy]).summary() for r in board.rows}}
+    return f"campaign {scored.name} ({scored.scope.label}; {covered.describe()})", board, gate, document
 
 
 def print_model_board(source: str, board: ModelLeaderboard) -> None:

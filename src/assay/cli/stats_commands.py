@@ -321,11 +321,13 @@ def _model_leaderboard(model: str | None, store: Path, catalog: str | None, camp
     with user_errors():
         if model is None:
             raise AssayError("--csv ranks a results table with a model: give --model irt or --model bt")
-        source, board, gate = model_board(model, store, catalog, campaign, _split(tasks) if tasks else None, variant,
-                                          csv_in, confidence, resamples, seed)
+        source, board, gate, scoring = model_board(model, store, catalog, campaign, _split(tasks) if tasks else None,
+                                                   variant, csv_in, confidence, resamples, seed)
         if json_out:
-            render.print_json(
-                {"source": source, "leaderboard": board.to_dict(), "signoff": [s.to_dict() for s in gate]})
+            per_policy = scoring.pop("policies", {})
+            rows = [r.to_dict() | per_policy.get(r.policy, {}) for r in board.rows]
+            render.print_json({"source": source, **scoring, "leaderboard": {**board.to_dict(), "rows": rows},
+                               "signoff": [s.to_dict() for s in gate]})
         else:
             print_model_board(source, board)
             if gate:
