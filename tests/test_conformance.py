@@ -289,3 +289,54 @@ def test_catches_a_trace_hook_that_is_not_json():
 
     with pytest.raises(ConformanceError, match=r"step_trace\(0\) is not a JSON-able mapping"):
         check_policy(Traced(), fake_task())
+
+
+# --- returned arrays are the caller's: a backend reusing a buffer is caught, and recorded right ------------
+
+class ReusingEnv(FunctionEnv):
+    """Hands out one state buffer, rewritten in place at every reset and step (as a render buffer might be)."""
+
+    def __init__(self, task) -> None:
+        super().__init__(task)
+        self._buffer = np.zeros(task.state_dim)
+
+    def reset(self, seed: int, variant: Variant | None = None) -> dict[str, np.ndarray]:
+        self.seed, self.t = seed, 0
+        self._buffer[:] = float(seed)
+        return {"state": self._buffer}
+
+    def step(self, action: np.ndarray) -> Transition:
+        self.t += 1
+        self._buffer[:] = float(self.seed + self.t)
+        return Transition({"state": self._buffer}, 0.0, False, False, False)
+
+
+def test_the_kit_catches_an_environment_that_reuses_the_arrays_it_returns():
+    with pytest.raises(ConformanceError, match="'state' shares memory with 'state' of reset\\(0\\).*reuses an array"):
+        check_sim_env(ReusingEnv(fake_task()), seeds=(0, 1))
+    check_sim_env(FunctionEnv(fake_task()), seeds=(0, 1))  # fresh arrays pass
+
+
+def test_the_recorder_keeps_true_values_from_a_reusing_environment_and_copies_nothing_from_a_fresh_one():
+    from assay.run import rollout
+    from assay.spec import PolicySpec, ResolvedPolicy, episode_key
+    from assay.spec.campaign import EpisodeJob
+
+    task = fake_task(horizon=4)
+    policy = ResolvedPolicy(PolicySpec(name="p", builtin="random"), "1")
+    job = EpisodeJob("c", task, Variant(), policy, 0, 5, episode_key(task, Variant(), policy, 5), task.instruction)
+    [reused] = rollout([ReusingEnv(task)], ConstantPolicy(), [job])
+    assert [float(s[0]) for s in reused.states] == [5.0, 6.0, 7.0, 8.0]  # each step as it was, not the last
+    fresh_env = FunctionEnv(task)
+    returned: list[np.ndarray] = []
+    original_step = fresh_env.step
+
+    def step(action: np.ndarray) -> Transition:
+        transition = original_step(action)
+        returned.append(transition.observation["state"])
+        return transition
+
+    fresh_env.step = step
+    [fresh] = rollout([fresh_env], ConstantPolicy(), [job])
+    assert [float(s[0]) for s in fresh.states] == [5.0, 6.0, 7.0, 8.0]
+    assert all(kept is given for kept, given in zip(fresh.states[1:], returned, strict=False))  # kept, not copied

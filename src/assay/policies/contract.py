@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from assay.errors import ContractError, ContractWarning, SpecError
-from assay.spec import TaskSpec
+from assay.spec import IMAGE_PREFIX, STATE, TaskSpec
 
 STATE_KEY = "observation/state"
 PROMPT_KEY = "prompt"
@@ -145,16 +145,16 @@ def task_interface(task: TaskSpec, images: Mapping[str, str] | None = None) -> T
     """The task's side of the handshake; its cameras appear under their image wire keys
     (``images``: wire key -> camera, default :data:`IMAGE_KEYS` in camera order)."""
     mode, gripper = _ACTION_KINDS.get(task.action.kind, (None, None))
-    observations: dict[str, tuple[int, ...]] = {STATE_KEY: (task.state_dim,)}
+    specs, action = task.observation_spec(), task.action_spec()
+    observations: dict[str, tuple[int, ...]] = {STATE_KEY: specs[STATE].shape}
     for camera in task.cameras:  # a camera task also gives its rendered images
-        observations[f"image.{camera.name}"] = (camera.height, camera.width, 3)
-    cameras = {camera.name: camera for camera in task.cameras}
-    wire = camera_wire_keys(list(cameras), images)  # and, for a remote policy, each under its wire key
+        observations[IMAGE_PREFIX + camera.name] = specs[IMAGE_PREFIX + camera.name].shape
+    wire = camera_wire_keys([camera.name for camera in task.cameras], images)  # and each under its wire key
     for key, name in wire.items():
-        observations[key] = (cameras[name].height, cameras[name].width, 3)
+        observations[key] = specs[IMAGE_PREFIX + name].shape
     metaworld = task.backend == "metaworld"
     layout = f"{task.backend}/state-{task.state_dim}" if metaworld else f"{task.backend}/{task.env_name}"
-    return TaskInterface(observations, layout, task.action.dim, mode, gripper, task.action.low, task.action.high,
+    return TaskInterface(observations, layout, action.shape[0], mode, gripper, action.minimum, action.maximum,
                          task.control_hz, wire)
 
 

@@ -60,17 +60,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel
 
+from assay.spec import DEPTH_PREFIX as DEPTH_PREFIX  # the keys of TaskSpec.observation_spec(), re-exported here
+from assay.spec import IMAGE_PREFIX as IMAGE_PREFIX
+from assay.spec import STATE as STATE
 from assay.spec import TaskSpec
 
 if TYPE_CHECKING:
     from assay.policies.contract import PolicyContract
 
-#: Observation keys (and key prefixes, ending in ``.``) a policy may receive.
-STATE = "state"
+#: Observation keys (and key prefixes, ending in ``.``) a policy may receive; ``state``, ``image.`` and
+#: ``depth.`` are the task's own arrays (``TaskSpec.observation_spec()``).
 INSTRUCTION = "instruction"
 ENV_IDS = "env_ids"
-IMAGE_PREFIX = "image."
-DEPTH_PREFIX = "depth."
 CALIB_PREFIX = "calib."
 PRIVILEGED_PREFIX = "privileged."
 OBSERVATION_KEYS = (STATE, INSTRUCTION, ENV_IDS)

@@ -122,8 +122,10 @@ class BatchingPolicyActor:
         try:
             self.policy.reset(PolicyContext(task, seeds, tuple(batch.get(INSTRUCTION, [""] * len(seeds)))))
             actions = np.asarray(self.policy.act(batch), dtype=np.float64)
-            if actions.ndim not in (2, 3) or actions.shape[0] != len(seeds):
-                raise AssayError(f"served policy returned shape {actions.shape} for {len(seeds)} rows")
+            action = task.action_spec()
+            if actions.ndim not in (2, 3) or actions.shape[0] != len(seeds) or actions.shape[-1:] != action.shape:
+                raise AssayError(f"served policy returned shape {actions.shape} for {len(seeds)} rows; expected "
+                                 f"({len(seeds)}, {action.shape[0]}) or a chunk ({len(seeds)}, H, {action.shape[0]})")
         except Exception as exc:  # noqa: BLE001 - each caller gets the error; the rollout retries rows alone
             return [exc] * len(requests)
         stats = self._stats

@@ -44,11 +44,36 @@ def records_frame(step: int, video_fps: float | None, control_hz: float) -> bool
 SAFETY_KINDS = ("nan", "limit", "workspace")  # the safety filter's ``info.safety.<kind>`` columns
 
 
+class _Kept:
+    """The arrays of one observation key an episode keeps, copied only where needed.
+
+    The conformance kit requires a backend to return a fresh array each call (``env_checks.REUSED_ARRAY``), so
+    arrays are kept by reference. They are taken as they arrive (``EpisodeRecorder.observe``, before the next
+    step could write into them); the first of each episode is copied, and once an array shares memory with the
+    one before it (a backend that reuses a buffer) every later one is copied too: no recorded step is corrupted."""
+
+    def __init__(self) -> None:
+        self._last: np.ndarray | None = None
+        self._copying = False
+
+    def keep(self, value: np.ndarray) -> np.ndarray:
+        """``value`` as it may be kept: itself, or a copy of it as above."""
+        array = np.asarray(value)
+        first = self._last is None
+        if not first and not self._copying and np.may_share_memory(array, self._last):
+            self._copying = True
+        self._last = array
+        return array.copy() if first or self._copying else array
+
+
 class EpisodeRecorder:
     """Per-step buffers of one episode; cheap appends on the hot path."""
 
     def __init__(self, job: EpisodeJob) -> None:
         self.job = job
+        self._kept_state = _Kept()
+        self._kept_frames = {camera.name: _Kept() for camera in job.task.cameras}
+        self._observed: tuple[np.ndarray, dict[str, np.ndarray]] | None = None  # taken by observe(), for add()
         self.states: list[np.ndarray] = []
         self.frames: dict[str, list[np.ndarray]] = {camera.name: [] for camera in job.task.cameras}
         self.actions: list[np.ndarray] = []
@@ -99,14 +124,15 @@ class EpisodeRecorder:
 
     def add(self, observation: Observation, action: np.ndarray, transition: Transition, latency_ms: float,
             chunk_id: int = 0, chunk_index: int = 0, trace: Mapping[str, float | str] | None = None) -> None:
-        """Record the observation the policy acted on, its action and what the step returned."""
-        self.states.append(observation["state"])
+        """Record the observation the policy acted on (its arrays as ``observe`` took them, when it was told of
+        it), its action and what the step returned."""
+        observed, self._observed = self._observed, None
+        state, frames = observed if observed is not None else self._take(observation)
+        self.states.append(state)
         if self.frames:
-            recorded = self.records_frame(len(self.actions))
-            for camera, frames in self.frames.items():
-                if recorded:
-                    frames.append(observation[f"image.{camera}"])
-            self.frame_indices.append(len(next(iter(self.frames.values()))) - 1 if recorded else NO_FRAME)
+            for camera, frame in frames.items():
+                self.frames[camera].append(frame)
+            self.frame_indices.append(len(next(iter(self.frames.values()))) - 1 if frames else NO_FRAME)
         self.actions.append(action)
         self.rewards.append(transition.reward)
         self.successes.append(transition.success)
@@ -119,6 +145,21 @@ class EpisodeRecorder:
         self.traces.append(trace or {})
         if transition.success and self.success_step is None:
             self.success_step = len(self.actions) - 1
+
+    def observe(self, observation: Observation) -> None:
+        """Take what the episode keeps of an observation as it arrives, before the environment steps again (a
+        backend that reuses its buffers would overwrite it); the next ``add`` records it."""
+        no_frame = not self.frames or not self.records_frame(len(self.actions))
+        rendered = no_frame or all(f"image.{camera}" in observation for camera in self.frames)
+        # The last observation of an episode is not rendered, and never recorded: ``add`` takes it if it comes.
+        self._observed = self._take(observation) if rendered else None
+
+    def _take(self, observation: Observation) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The state and (at a video's frame) the frames to keep."""
+        if not self.frames or not self.records_frame(len(self.actions)):
+            return self._kept_state.keep(observation["state"]), {}
+        frames = {camera: kept.keep(observation[f"image.{camera}"]) for camera, kept in self._kept_frames.items()}
+        return self._kept_state.keep(observation["state"]), frames
 
     def started(self, initial_conditions: Mapping[str, Any]) -> None:
         """The environment was reset; ``initial_conditions`` is what it chose."""

@@ -52,11 +52,11 @@ from assay.store import Outcome
 def _check_chunk(chunk: np.ndarray, task: TaskSpec, filtered: bool = False) -> Fault | None:
     """Why the policy's answer cannot be executed, or None. With the safety filter on (``filtered``),
     non-finite values pass: the filter replaces and counts them."""
-    dim = task.action.dim
-    if chunk.dtype.kind != "f":
+    spec = task.action_spec()
+    (dim,) = spec.shape
+    if not spec.dtype_conforms(chunk.dtype):
         return Fault(FaultKind.INVALID_ACTION, f"invalid action: dtype {chunk.dtype}, expected floating point")
-    if not (chunk.ndim == 1 and chunk.shape == (dim,)) and not (chunk.ndim == 2 and chunk.shape[1] == dim
-                                                                  and chunk.shape[0] > 0):
+    if chunk.shape != spec.shape and not (chunk.ndim == 2 and chunk.shape[1:] == spec.shape and chunk.shape[0] > 0):
         return Fault(FaultKind.INVALID_ACTION, f"invalid action: shape {chunk.shape}, expected ({dim},) or a chunk "
                                                f"(H, {dim})")
     if not filtered and not np.all(np.isfinite(chunk)):
@@ -140,7 +140,8 @@ class _Episodes:
         for slot, (env, job) in enumerate(zip(self.envs, self.jobs, strict=True)):
             t0 = time.perf_counter()
             try:
-                self.observations[slot] = env.reset(job.seed)
+                observation = self.observations[slot] = env.reset(job.seed)
+                self.recorders[slot].observe(observation)
                 self.recorders[slot].started(env.initial_conditions())
                 active.append(slot)
             except Exception as exc:  # noqa: BLE001 - a backend's reset fault becomes that episode's outcome
@@ -224,6 +225,7 @@ class _Episodes:
                 recorder.timed("sim", time.perf_counter() - t1)
             recorder.add(observation, action, transition, latency_ms, chunk_id, index, trace)  # type: ignore[arg-type]
             self.observations[slot] = transition.observation
+            recorder.observe(transition.observation)
             outcome = outcome_after(self.task, transition, recorder.steps)
             if outcome is not None:
                 recorder.finish(outcome, duration_s=time.perf_counter() - self.started)

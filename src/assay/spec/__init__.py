@@ -5,6 +5,7 @@ loading with line-numbered errors, canonical JSON and content hashes.
 Imports nothing of assay but ``assay.errors``.
 """
 
+from assay.spec.arrays import DEPTH_PREFIX, IMAGE_PREFIX, STATE, Array, BoundedArray
 from assay.spec.campaign import (
     CampaignSpec,
     EpisodeJob,
@@ -24,16 +25,21 @@ from assay.spec.variant import NOMINAL, Axis, Perturbation, Variant
 
 __all__ = [
     "ActionSpec",
+    "Array",
+    "BoundedArray",
     "Axis",
     "CameraSpec",
     "CampaignSpec",
+    "DEPTH_PREFIX",
     "EpisodeJob",
+    "IMAGE_PREFIX",
     "Level",
     "NOMINAL",
     "Perturbation",
     "Pipeline",
     "PolicySpec",
     "ResolvedPolicy",
+    "STATE",
     "SuccessMode",
     "TaskSpec",
     "Variant",

@@ -12,9 +12,11 @@ import re
 from enum import Enum
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from assay.errors import SpecError
+from assay.spec.arrays import DEPTH_PREFIX, IMAGE_PREFIX, STATE, Array, BoundedArray
 from assay.spec.hashing import content_hash
 
 # backend/name[/more], where a Gymnasium name may carry a plugin module (gymnasium/pkg:ns/Env-v0).
@@ -124,6 +126,25 @@ class TaskSpec(_Frozen):
     def instruction(self) -> str:
         """The nominal instruction (the first template)."""
         return self.instructions[0]
+
+    def observation_spec(self) -> dict[str, Array]:
+        """The arrays every observation holds (dm_env's ``observation_spec``): ``state`` (``state_dim`` floats)
+        and, per camera, ``image.<name>`` ((H, W, 3) uint8) and, with depth, ``depth.<name>`` ((H, W) float32).
+
+        A camera task's observations carry ``calib.<name>`` besides; a step whose frames were skipped
+        (``SupportsFramesOnDemand``) carries no ``image.*``/``depth.*``."""
+        specs = {STATE: Array((self.state_dim,), np.dtype(np.float64), STATE)}
+        for camera in self.cameras:
+            image = IMAGE_PREFIX + camera.name
+            specs[image] = Array((camera.height, camera.width, 3), np.dtype(np.uint8), image)
+            if camera.depth:
+                depth = DEPTH_PREFIX + camera.name
+                specs[depth] = Array((camera.height, camera.width), np.dtype(np.float32), depth)
+        return specs
+
+    def action_spec(self) -> BoundedArray:
+        """One action (dm_env's ``action_spec``): ``action.dim`` floats in ``[action.low, action.high]``."""
+        return BoundedArray((self.action.dim,), np.dtype(np.float64), "action", self.action.low, self.action.high)
 
     def content_hash(self) -> str:
         """The content hash every episode records; fields older hashes lacked are left out at their defaults."""

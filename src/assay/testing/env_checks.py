@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import ConformanceError
-from assay.policies.protocol import DEPTH_PREFIX, IMAGE_PREFIX, OBSERVATION_PREFIXES, STATE
+from assay.policies.protocol import OBSERVATION_PREFIXES, STATE
 from assay.sim.protocol import SimEnv, Transition
 from assay.spec import TaskSpec, canonical_json
 
@@ -34,6 +34,8 @@ NOT_JSON = "initial_conditions() is not JSON-able: {error}"
 NONDETERMINISTIC_RESET = "reset({seed}) is not deterministic: {what} differs from the first reset with this seed"
 SEED_IGNORED = "reset({a}) and reset({b}) gave the same observation and initial conditions: the seed is ignored"
 NONDETERMINISTIC_STEP = "seed {seed}: step {step} differs between two runs with the same actions ({what})"
+REUSED_ARRAY = ("{where}: {key!r} {how}: the environment reuses an array it returned (the recorder keeps every "
+                "step's arrays); return a fresh one each time (Gymnasium's check_returned_data_not_reused)")
 RESET_AFTER_DONE = ("reset({seed}) after an episode ran to its end differs from a fresh reset ({what}): "
                     "the environment keeps state across episodes")
 
@@ -42,28 +44,19 @@ def _where_keys(observation: Mapping[str, Any]) -> str:
     return ", ".join(sorted(observation)) or "none"
 
 
-def _expected_arrays(task: TaskSpec) -> dict[str, tuple[tuple[int, ...], str]]:
-    """The observation keys a task promises: key -> (shape, dtype kind: f float, u uint8)."""
-    expected: dict[str, tuple[tuple[int, ...], str]] = {STATE: ((task.state_dim,), "f")}
-    for camera in task.cameras:
-        expected[IMAGE_PREFIX + camera.name] = ((camera.height, camera.width, 3), "u")
-        if camera.depth:
-            expected[DEPTH_PREFIX + camera.name] = ((camera.height, camera.width), "f")
-    return expected
-
-
 def check_observation(observation: Any, task: TaskSpec, where: str) -> None:
     """The observation has the task's keys, shapes and dtypes, finite values, and documented keys only."""
     if not isinstance(observation, Mapping):
         raise ConformanceError(OBSERVATION_NOT_MAPPING.format(where=where, kind=type(observation).__name__))
-    for key, (shape, kind) in _expected_arrays(task).items():
+    for key, spec in task.observation_spec().items():
         if key not in observation:
             raise ConformanceError(MISSING_KEY.format(where=where, key=key, keys=_where_keys(observation)))
         value = np.asarray(observation[key])
-        if value.shape != shape or value.dtype.kind != kind or (kind == "u" and value.dtype != np.uint8):
+        if not spec.conforms(value):
+            expected = "float" if spec.floating else str(spec.dtype)
             raise ConformanceError(BAD_ARRAY.format(where=where, key=key, shape=value.shape, dtype=value.dtype,
-                                                    expected=shape, dtype_expected="uint8" if kind == "u" else "float"))
-        if kind == "f" and not np.all(np.isfinite(value)):
+                                                    expected=spec.shape, dtype_expected=expected))
+        if spec.floating and not np.all(np.isfinite(value)):
             raise ConformanceError(NON_FINITE.format(where=where, key=key))
     for key in observation:
         if key != STATE and not any(key.startswith(p) for p in OBSERVATION_PREFIXES):
@@ -109,8 +102,7 @@ def _initial(env: SimEnv, seed: int) -> tuple[dict[str, Any], str]:
 
 def _action(task: TaskSpec, seed: int, step: int) -> np.ndarray:
     """A deterministic in-bounds action for ``step`` of seed ``seed``'s check episode."""
-    rng = np.random.default_rng([seed, step])
-    return rng.uniform(task.action.low, task.action.high, task.action.dim)
+    return task.action_spec().sample(np.random.default_rng([seed, step]))
 
 
 def _episode(env: SimEnv, seed: int, steps: int) -> list[Transition]:
@@ -124,6 +116,33 @@ def _episode(env: SimEnv, seed: int, steps: int) -> list[Transition]:
         if transition.terminated or transition.truncated:
             break
     return transitions
+
+
+def _check_arrays_not_reused(env: SimEnv, seed: int, steps: int) -> None:
+    """Every array of the task's observation spec that ``reset`` and ``step`` return is its own: no later call
+    writes into it or hands out memory it shares (a render buffer returned twice would corrupt the recording)."""
+    keys = tuple(env.task.observation_spec())
+    kept: list[tuple[str, str, np.ndarray, np.ndarray]] = []  # where, key, the array returned, its values then
+
+    def keep(where: str, observation: Mapping[str, Any]) -> None:
+        for key in keys:
+            if key in observation:
+                array = observation[key]
+                for earlier_where, earlier_key, earlier, _ in kept:
+                    if isinstance(array, np.ndarray) and np.may_share_memory(array, earlier):
+                        how = f"shares memory with {earlier_key!r} of {earlier_where}"
+                        raise ConformanceError(REUSED_ARRAY.format(where=where, key=key, how=how))
+                kept.append((where, key, np.asarray(array), np.array(array, copy=True)))
+
+    keep(f"reset({seed})", env.reset(seed))
+    for step in range(steps):
+        transition = env.step(_action(env.task, seed, step))
+        keep(f"step {step + 1}", transition.observation)
+        if transition.terminated or transition.truncated:
+            break
+    for where, key, array, values in kept:
+        if not np.array_equal(array, values, equal_nan=array.dtype.kind == "f"):
+            raise ConformanceError(REUSED_ARRAY.format(where=where, key=key, how="changed after later calls"))
 
 
 def _check_protocol(env: Any) -> None:
@@ -143,7 +162,8 @@ def check_sim_env(env: SimEnv, seeds: Sequence[int] = (0, 1), steps: int = 5, ep
     deterministic reset (same observation and initial conditions on a repeat, also after other
     seeds); different seeds giving different episodes; steps that return well-formed Transitions
     and repeat exactly for the same actions; and a reset after an episode ran to its end (the
-    horizon, or ``episode_steps`` when set, or until it terminated) that equals a fresh one.
+    horizon, or ``episode_steps`` when set, or until it terminated) that equals a fresh one; and
+    observation arrays that stay as they were returned (no buffer reused: the recorder keeps them).
     Raises ConformanceError.
     """
     _check_protocol(env)
@@ -162,6 +182,7 @@ def check_sim_env(env: SimEnv, seeds: Sequence[int] = (0, 1), steps: int = 5, ep
         if _difference(firsts[a][0], firsts[b][0]) is None and firsts[a][1] == firsts[b][1]:
             raise ConformanceError(SEED_IGNORED.format(a=a, b=b))
     seed = seeds[0]
+    _check_arrays_not_reused(env, seed, steps)
     first, second = _episode(env, seed, steps), _episode(env, seed, steps)
     for step, (x, y) in enumerate(zip(first, second, strict=False)):
         what = _difference(x.observation, y.observation)

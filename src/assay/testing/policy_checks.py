@@ -52,12 +52,14 @@ def _check_protocol(policy: Any) -> None:
 def synthetic_observation(task: TaskSpec, seed: int) -> Observation:
     """One environment's observation with the task's keys and shapes, drawn from ``seed``."""
     rng = np.random.default_rng(seed)
-    observation: Observation = {STATE: rng.uniform(-0.5, 0.5, task.state_dim)}
+    specs = task.observation_spec()
+    observation: Observation = {STATE: rng.uniform(-0.5, 0.5, specs[STATE].shape)}
     for camera in task.cameras:
-        observation[IMAGE_PREFIX + camera.name] = rng.integers(0, 256, (camera.height, camera.width, 3), dtype=np.uint8)
+        image = specs[IMAGE_PREFIX + camera.name]
+        observation[image.name] = rng.integers(0, 256, image.shape, dtype=image.dtype)
         if camera.depth:
-            depth = rng.uniform(0.5, 2.0, (camera.height, camera.width))
-            observation[DEPTH_PREFIX + camera.name] = depth.astype(np.float32)
+            depth = specs[DEPTH_PREFIX + camera.name]
+            observation[depth.name] = rng.uniform(0.5, 2.0, depth.shape).astype(depth.dtype)  # metres, in view
         observation[CALIB_PREFIX + camera.name] = np.zeros(10)
     return observation
 
@@ -74,15 +76,16 @@ def check_actions(actions: Any, task: TaskSpec, rows: int, bounded: bool = False
     """``actions`` is a finite float ``(rows, A)`` or ``(rows, H, A)`` array (within bounds if ``bounded``)."""
     if not isinstance(actions, np.ndarray):
         raise ConformanceError(NOT_AN_ARRAY.format(kind=type(actions).__name__))
-    dim = task.action.dim
+    spec = task.action_spec()
+    (dim,) = spec.shape
     if actions.ndim not in (2, 3) or actions.shape[0] != rows or actions.shape[-1] != dim or 0 in actions.shape:
         raise ConformanceError(WRONG_ACTION_SHAPE.format(shape=actions.shape, rows=rows, dim=dim))
-    if actions.dtype.kind != "f":
+    if not spec.dtype_conforms(actions.dtype):
         raise ConformanceError(WRONG_DTYPE.format(dtype=actions.dtype))
     if not np.all(np.isfinite(actions)):
         raise ConformanceError(NON_FINITE_ACTION)
-    if bounded and (actions.min() < task.action.low - 1e-9 or actions.max() > task.action.high + 1e-9):
-        raise ConformanceError(OUT_OF_BOUNDS.format(low=task.action.low, high=task.action.high,
+    if bounded and (actions.min() < spec.minimum - 1e-9 or actions.max() > spec.maximum + 1e-9):
+        raise ConformanceError(OUT_OF_BOUNDS.format(low=spec.minimum, high=spec.maximum,
                                                     peak=float(np.abs(actions).max())))
     return actions
 
