@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve lint semantic-profile flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
+.PHONY: demo report serve lint semantic-profile flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa);
 # Mesa's EGL (libegl1, libegl-mesa0) lets the tests check EGL's pixels against OSMesa's on the CPU (on a GPU
@@ -130,13 +130,19 @@ flywheel: install-test
 flywheel-confirm: install-test
 	$(ASSAY) flywheel --design examples/flywheel/push-goal-slice-confirm.yaml --store $(FLYWHEEL_STORE) --workers 2
 
-# Issue 43 (docs/RESULTS.md): the rare-gap pilot (3 replicates; goal x >= 0.07 unseen by the base) and the
-# pixel-policy pilot (button-press-topdown, light 0.3 unseen by the base; pixel BC on a 64 px camera).
+# Issue 43 (docs/RESULTS.md): rare-gap pilot 1 (3 replicates; goal x >= 0.07 unseen by the base) and the
+# pixel-policy pilots (button-press-topdown, light 0.3, then 0.1, unseen by the base; pixel BC on a 64 px camera).
 flywheel-rare-pilot: install-test
 	$(ASSAY) flywheel --design examples/flywheel/push-goal-rare-gap-pilot.yaml --store $(FLYWHEEL_STORE) --workers 2
 
 flywheel-pixel-pilot: install-test
 	$(ASSAY) flywheel --design examples/flywheel/button-light-pixel-pilot.yaml --store $(FLYWHEEL_STORE) --workers 2
+	$(ASSAY) flywheel --design examples/flywheel/button-dark-pixel-pilot.yaml --store $(FLYWHEEL_STORE) --workers 2
+
+# The declared rare-gap run (30 replicates; nominal + object.init_range 1.3, base on nominal) and its pilot 2.
+flywheel-rare: install-test
+	$(ASSAY) flywheel --design examples/flywheel/push-range-rare-gap-pilot.yaml --store $(FLYWHEEL_STORE) --workers 2
+	$(ASSAY) flywheel --design examples/flywheel/push-range-rare-gap.yaml --store $(FLYWHEEL_STORE) --workers 2
 
 # The policy zoo (docs/RESULTS.md): camera demos, six pixel BC checkpoints on three tasks, their nominal
 # evaluation with open- vs closed-loop, and their visual robustness profile beside the state expert.

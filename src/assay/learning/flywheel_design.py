@@ -171,6 +171,8 @@ class FlywheelDesign(BaseModel):
     delta: float = Field(default=0.10, gt=0, lt=1)  # the difference the plan is sized to detect
     power_sd: float | None = Field(default=None, gt=0)  # the spread (sd) of the replicate differences a pilot
     # showed: the replicate-level plan (t test over replicates, noncentral t) is sized with it
+    power_discordance: float | None = Field(default=None, gt=0, lt=1)  # P(pair discordant) a pilot showed (None:
+    # the pessimistic independent-outcomes value), as `assay budget --discordance`
 
     @model_validator(mode="before")
     @classmethod

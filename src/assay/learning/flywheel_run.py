@@ -273,10 +273,12 @@ def composition(demos: Sequence[Demo], sources: dict[str, EpisodeRecord], traini
 
 
 def power_plan(design: FlywheelDesign) -> dict[str, Any]:
-    """What ``assay budget --delta D --power 0.8 --paired --baseline B`` answers, against the design's pairs; with
+    """What ``assay budget --delta D --power 0.8 --paired --baseline B [--discordance Q]`` answers, against the
+    design's pairs; with
     ``power_sd``, also the replicate-level plan: the t test's power over the design's replicates at ``delta``
     and the replicates it would need for 0.8 (noncentral t)."""
-    budget = episode_budget(design.delta, 0.8, baseline=design.power_baseline, paired=True)
+    budget = episode_budget(design.delta, 0.8, baseline=design.power_baseline, paired=True,
+                            discordance=design.power_discordance)
     pairs = design.eval_episodes * len(design.variants) * design.replicates
     plan: dict[str, Any] = {**budget.to_dict(), "planned_pairs": pairs, "enough": pairs >= budget.episodes_per_cell}
     if design.power_sd is not None:
