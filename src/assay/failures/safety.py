@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.store import EpisodeRecord
-from assay.store.episodes import REQUIRED_COLUMNS
+from assay.store import REQUIRED_COLUMNS, EpisodeRecord
 
 SAFETY_KINDS = ("nan", "limit", "workspace")
 

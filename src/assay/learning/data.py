@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from assay.errors import DataQueryError
 from assay.metrics.openloop import column_matrix
-from assay.store import EpisodeRecord, Store
+from assay.store import EpisodeRecord, Store, check_step_format
 
 QUERY_KEYS = ("campaign", "task", "policy", "outcome", "demos")
 
@@ -98,6 +98,7 @@ def episode_demo(store: Store, record: EpisodeRecord) -> Demo:
 def recovery_demo(store: Store, path: Path) -> Demo:
     """A recovery demo file; its task hash and variant key come from its source episode's record."""
     table = pq.read_table(path)
+    check_step_format(table.schema.metadata, str(path))
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     source = meta.get("source_episode")
     if not source:

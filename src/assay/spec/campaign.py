@@ -238,6 +238,10 @@ class EpisodeJob:
 
 
 SAFETY_FILTER_VERSION = 2  # 2: the workspace is the task's own hand box, tested on the next hand position
+# How an episode key is derived from its inputs. It is one of the inputs from format 2 on; format 1, every key
+# written before formats were numbered, leaves it out, so the keys of existing stores stay as they are.
+KEY_FORMAT = 1
+UNNUMBERED_KEY_FORMAT = 1
 
 
 def episode_seed(campaign_seed: int, task: TaskSpec, episode_index: int) -> int:
@@ -259,7 +263,7 @@ def episode_key(
 ) -> str:
     """The job's identity. ``instruction`` counts when it differs from the task's own, and
     ``replan_every`` when set (both change behaviour), and ``video_fps`` when set (it changes what is
-    recorded), so nominal keys stay as they were."""
+    recorded), so nominal keys stay as they were; ``KEY_FORMAT`` counts from format 2 on."""
     identity: dict[str, Any] = {
         "task": task.id,
         "task_hash": task.content_hash(),
@@ -275,6 +279,8 @@ def episode_key(
         identity["safety"] = SAFETY_FILTER_VERSION
     if video_fps is not None:
         identity["video_fps"] = video_fps
+    if KEY_FORMAT != UNNUMBERED_KEY_FORMAT:
+        identity["key_format"] = KEY_FORMAT
     return content_hash(identity, length=24)
 
 
@@ -293,6 +299,8 @@ class _CellKeys:
             fixed["safety"] = SAFETY_FILTER_VERSION
         if video_fps is not None:
             fixed["video_fps"] = video_fps
+        if KEY_FORMAT != UNNUMBERED_KEY_FORMAT:
+            fixed["key_format"] = KEY_FORMAT
         # Sorted keys: "instruction" (when it differs) < every fixed key < ... with "seed" in its sorted place.
         parts = [f"{canonical_json(name)}:{canonical_json(value)}" for name, value in sorted(fixed.items())]
         before = [p for name, p in zip(sorted(fixed), parts, strict=True) if name < "seed"]

@@ -5,7 +5,6 @@ May import ``assay.spec`` only.
 
 from assay.store.catalog import CampaignRow, Catalog, IntegrityRow, redact_url
 from assay.store.episodes import (
-    REQUIRED_COLUMNS,
     build_table,
     encode_episode,
     episode_relpath,
@@ -13,6 +12,7 @@ from assay.store.episodes import (
     write_blob,
     write_episode,
 )
+from assay.store.features import REQUIRED_COLUMNS, STEP_FEATURES, STEP_FORMAT, Feature, check_step_format
 from assay.store.locking import run_lock
 from assay.store.provenance import provenance, renderer_counts, renderer_label, renderer_notes, renderer_of
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
@@ -23,13 +23,17 @@ __all__ = [
     "CampaignRow",
     "Catalog",
     "EpisodeRecord",
+    "Feature",
     "IntegrityRow",
     "Outcome",
     "REQUIRED_COLUMNS",
     "ResumePlan",
     "SCHEMA_VERSION",
+    "STEP_FEATURES",
+    "STEP_FORMAT",
     "Store",
     "build_table",
+    "check_step_format",
     "encode_episode",
     "episode_relpath",
     "provenance",

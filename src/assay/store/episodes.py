@@ -3,9 +3,10 @@
 One file per episode, ``episodes/<key[:2]>/<key>.parquet``. Row ``t`` holds the
 observation the policy saw at step ``t``, the action it chose, and what the
 simulator returned for it (reward, success, termination, info scalars), with the
-policy latency and the time ``t / control_hz``. Vectors are fixed-size lists of
-float64 so a replay uses exactly the recorded numbers. The schema metadata
-carries ``schema_version``, the episode key and the task id.
+policy latency and the time ``t / control_hz``: the columns declared in
+``assay.store.features`` and no others. Vectors are fixed-size lists of float64 so a
+replay uses exactly the recorded numbers. The schema metadata carries the step format
+(``schema_version``, checked on read), the episode key and the task id.
 
 Files are written atomically through the store's data root (``assay.store.roots``:
 a local directory or any fsspec URL, behind one interface), so a reader never
@@ -22,14 +23,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from assay.errors import StoreError
-from assay.store.records import SCHEMA_VERSION
+from assay.store.features import FORMAT_KEY, REQUIRED_COLUMNS, STEP_FORMAT, check_step_columns, check_step_format
 from assay.store.roots import Root, is_url, open_root, remove_stale_temporaries
 
-__all__ = ["REQUIRED_COLUMNS", "Root", "build_table", "encode_episode", "episode_relpath", "is_url",
-           "read_episode", "remove_stale_temporaries", "write_blob", "write_episode"]
-
-REQUIRED_COLUMNS = ("step", "t", "observation.state", "action", "reward", "success", "terminated", "truncated")
-
+__all__ = ["Root", "build_table", "encode_episode", "episode_relpath", "is_url", "read_episode",
+           "remove_stale_temporaries", "write_blob", "write_episode"]
 
 def episode_relpath(key: str) -> str:
     """Where an episode's step file lives under the data root."""
@@ -44,7 +42,9 @@ def _column(values: np.ndarray) -> pa.Array:
 
 
 def build_table(columns: dict[str, np.ndarray], metadata: dict[str, Any]) -> pa.Table:
-    """The Arrow table of an episode's step columns with its metadata; a missing column or misaligned lengths refuse."""
+    """The Arrow table of an episode's step columns with its metadata; a missing or undeclared column, or
+    misaligned lengths, refuse."""
+    check_step_columns(columns)
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise StoreError(f"episode data is missing required column(s): {', '.join(missing)}")
@@ -52,7 +52,7 @@ def build_table(columns: dict[str, np.ndarray], metadata: dict[str, Any]) -> pa.
     if len(set(lengths.values())) > 1:
         raise StoreError(f"episode columns are not time-aligned: {lengths}")
     table = pa.table({name: _column(values) for name, values in columns.items()})
-    meta = {b"schema_version": str(SCHEMA_VERSION).encode()}
+    meta = {FORMAT_KEY: str(STEP_FORMAT).encode()}
     meta.update({k.encode(): str(v).encode() for k, v in metadata.items()})
     return table.replace_schema_metadata(meta)
 
@@ -80,8 +80,9 @@ def write_episode(root: Root, key: str, table: pa.Table) -> tuple[str, str]:
     return relpath, write_blob(root, relpath, encode_episode(table))
 
 
-def read_episode(root: Root, relpath: str, expected_sha256: str | None = None) -> pa.Table:
-    """The episode's step table; StoreError when the file is missing or does not match its checksum."""
+def read_episode(root: Root, relpath: str, expected_sha256: str | None = None, check_format: bool = True) -> pa.Table:
+    """The episode's step table; a one-line StoreError when the file is missing, does not match its checksum or
+    (unless ``check_format`` is False: the caller checks it against the catalog row) is of another step format."""
     data_root = open_root(root)
     where = data_root.where(relpath)
     try:
@@ -90,4 +91,7 @@ def read_episode(root: Root, relpath: str, expected_sha256: str | None = None) -
         raise StoreError(f"episode file {where} does not exist") from None
     if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
         raise StoreError(f"episode file {where} does not match its recorded checksum (corrupted or truncated)")
-    return pq.read_table(pa.BufferReader(data))
+    table = pq.read_table(pa.BufferReader(data))
+    if check_format:
+        check_step_format(table.schema.metadata, where)
+    return table

@@ -21,8 +21,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from assay.store.episodes import REQUIRED_COLUMNS
-from assay.store.records import SCHEMA_VERSION
+from assay.store.features import FORMAT_KEY, REQUIRED_COLUMNS, STEP_FORMAT
 from assay.store.roots import Root, open_root
 
 
@@ -78,9 +77,9 @@ def is_sealed(schema: pa.Schema) -> bool:
 def table_problem(schema: pa.Schema, rows: int, key: str, steps: int, summary: Summary | None = None) -> str | None:
     """Why a step table does not belong to the catalog row (``key``, ``steps``, its ``summary``), or None."""
     meta = schema.metadata or {}
-    version = meta.get(b"schema_version", b"").decode("utf-8", "replace")
-    if version != str(SCHEMA_VERSION):
-        return f"schema_version {version or 'missing'}, expected {SCHEMA_VERSION}"
+    version = meta.get(FORMAT_KEY, b"").decode("utf-8", "replace")
+    if version != str(STEP_FORMAT):
+        return f"{FORMAT_KEY.decode()} {version or 'missing'}, expected {STEP_FORMAT}"
     stored = meta.get(b"episode_key", b"").decode("utf-8", "replace")
     if stored != key:
         return f"episode_key {stored or 'missing'} is not the catalog's {key}"
