@@ -87,8 +87,11 @@ serve: install
 test: install-test
 	$(PY) -m pytest -q
 
+# The fast core tier: no simulator is built (tests/conftest.py refuses one under ASSAY_TEST_TIER=fast, in the
+# test process and in every process it spawns), no Ray, no PostgreSQL, nothing slow.
+FAST_TIER := not slow and not sim and not libero and not ray and not postgres and not chaos and not interop
 test-fast: install-test
-	$(PY) -m pytest -q -m "not slow"
+	ASSAY_TEST_TIER=fast $(PY) -m pytest -q -m "$(FAST_TIER)"
 
 test-libero: install-test
 	$(PY) -m pytest -q -m libero

@@ -80,6 +80,7 @@ def test_progress_decisions_on_golden_scores():
         "design"]["endpoint"] == "progress"  # type: ignore[index]
 
 
+@pytest.mark.sim
 def test_the_success_endpoint_writes_and_hashes_exactly_as_before():
     """Hashes computed on main before the progress endpoint existed (same outcomes, same designs)."""
     from tests.test_adaptive import ADAPTIVE

@@ -39,6 +39,7 @@ def _damage(store: Path) -> list[str]:
     return keys
 
 
+@pytest.mark.sim
 def test_results_leave_out_a_damaged_row_and_say_so(store):
     keys = _damage(store)
     result = runner.invoke(app, ["results", "--store", str(store), "--campaign", "rows", "--json"])
@@ -52,6 +53,7 @@ def test_results_leave_out_a_damaged_row_and_say_so(store):
             opened.catalog.episode(keys[0][:12])
 
 
+@pytest.mark.sim
 def test_a_rerun_forgets_and_reruns_the_damaged_rows(store, tmp_path):
     keys = _damage(store)
     with Store(store, create=False) as opened:
@@ -65,6 +67,7 @@ def test_a_rerun_forgets_and_reruns_the_damaged_rows(store, tmp_path):
         assert {r.key: r.trajectory_hash for r in records}[keys[2]] == before[keys[2]]
 
 
+@pytest.mark.sim
 def test_a_full_disk_during_a_catalog_write_is_one_store_error(store):
     with Store(store, create=False) as opened:
         record = opened.catalog.episodes(campaign="rows")[0]

@@ -44,6 +44,7 @@ def client(report_store: Path) -> Iterator[TestClient]:  # noqa: F811
 SEGMENT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 
 
+@pytest.mark.sim
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(["campaign", "leaderboard", "episodes", "episode", "file", "failures"]),
        segment=SEGMENT, limit=st.one_of(st.none(), st.integers(-10**6, 10**6), st.text(max_size=8)))
@@ -57,6 +58,7 @@ def test_fuzzed_paths_and_parameters_never_crash_the_api(client: TestClient, kin
     assert response.status_code < 500, (path, params, response.text[:200])
 
 
+@pytest.mark.sim
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.one_of(st.none(), st.dictionaries(st.text(max_size=10), st.one_of(st.text(max_size=30), st.integers(),
                                                                                     st.none()), max_size=4)))

@@ -33,6 +33,7 @@ def split_store(request, report_store: Path, tmp_path: Path) -> tuple[Path, Path
     return root, data
 
 
+@pytest.mark.sim
 def test_the_dashboard_serves_videos_and_steps_from_the_data_root(split_store, tmp_path: Path) -> None:
     root, data = split_store
     campaigns = tmp_path / "campaigns"
@@ -53,6 +54,7 @@ def test_the_dashboard_serves_videos_and_steps_from_the_data_root(split_store, t
         assert failures and all(len(f["videos"]) == 1 for f in failures)
 
 
+@pytest.mark.sim
 def test_the_report_and_store_verify_read_the_data_root(split_store, tmp_path: Path) -> None:
     root, data = split_store
     with Store(root, create=False) as store:

@@ -110,6 +110,7 @@ def test_leakage_across_horizons_is_caught(demo_store, checkpoint):
     assert missing.exit_code == 2 and "no campaign 'nope'" in missing.output
 
 
+@pytest.mark.sim  # the checkpoint fixture trains on Meta-World demos
 def test_bc_shorthand_and_content_version(checkpoint, tmp_path):
     spec = policy_from_shorthand(f"bc:{checkpoint.path}")
     assert spec.builtin == "bc" and spec.params == {"path": checkpoint.path} and spec.name == "bc-bc"
@@ -126,6 +127,7 @@ def test_bc_shorthand_and_content_version(checkpoint, tmp_path):
         make_policy(policy_from_shorthand(f"bc:{tmp_path / 'junk.pt'}"))
 
 
+@pytest.mark.sim  # the checkpoint fixture trains on Meta-World demos
 def test_bc_rows_are_independent_of_batch(checkpoint):
     policy = BCPolicy(path=checkpoint.path)
     states = np.random.default_rng(0).normal(size=(11, policy.state_dim)).astype(np.float32)
@@ -151,6 +153,7 @@ def test_data_query_selects_nothing_is_an_error(demo_store):
         load_demos(demo_store, "campaign=demos,demos=nowhere")
 
 
+@pytest.mark.sim  # the checkpoint fixture trains on Meta-World demos
 def test_bc_passes_the_conformance_kit(checkpoint):
     from assay.sim import default_registry
     from assay.testing import check_policy

@@ -55,6 +55,7 @@ def test_the_tasks_found_are_the_ones_that_grasp():
     assert {"pick-place", "push", "sweep", "soccer", "coffee-pull", "stick-push"} <= set(TASKS)
 
 
+@pytest.mark.sim
 @pytest.mark.parametrize("name", TASKS)
 def test_same_answer_at_every_step_and_the_same_episodes(name):
     task = REGISTRY.get(f"metaworld/{name}@1")
@@ -80,6 +81,7 @@ def test_same_answer_at_every_step_and_the_same_episodes(name):
     reference.close()
 
 
+@pytest.mark.sim
 def test_some_steps_are_touching_so_the_comparison_can_fail():
     """Pick-place's expert grasps the puck: the answers compared above include True, not only False."""
     task = REGISTRY.get("metaworld/pick-place@1")

@@ -65,6 +65,7 @@ def test_sweep_curves_need_two_values_of_one_factor() -> None:
     assert svg is not None and svg.startswith("<svg") and "action.noise" in svg
 
 
+@pytest.mark.sim
 def test_gather_uses_the_real_leaderboard_and_counts(report_store: Path) -> None:  # noqa: F811
     with Store(report_store, create=False) as store:
         data = gather(store, "tiny", n_resamples=500)
@@ -98,6 +99,7 @@ class _Collector(HTMLParser):
             self.sections.append(values["id"])
 
 
+@pytest.mark.sim
 def test_report_is_one_self_contained_file(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     out = tmp_path / "out" / "report.html"
     result = runner.invoke(app, ["report", "tiny", "--store", str(report_store), "-o", str(out)])
@@ -124,6 +126,7 @@ def test_report_is_one_self_contained_file(report_store: Path, tmp_path: Path) -
     assert list(out.parent.iterdir()) == [out]  # no temporary left behind
 
 
+@pytest.mark.sim
 def test_report_can_link_video_instead(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     with Store(report_store, create=False) as store:
         path = write_report(store, "tiny", tmp_path / "linked.html", embed_video=False)
@@ -133,6 +136,7 @@ def test_report_can_link_video_instead(report_store: Path, tmp_path: Path) -> No
     assert linked and all((path.parent / src).resolve().is_file() for src in linked)
 
 
+@pytest.mark.sim
 def test_report_errors_are_one_line(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     result = runner.invoke(app, ["report", "nope", "--store", str(report_store), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 2

@@ -62,6 +62,7 @@ def _real_csv(path: Path) -> Path:
     return path
 
 
+@pytest.mark.sim
 def test_real_to_sim_section_matches_correlate(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     real = _real_csv(tmp_path / "real.csv")
     html = _report(report_store, tmp_path / "r.html", "--real", str(real))
@@ -83,6 +84,7 @@ def test_real_to_sim_section_matches_correlate(report_store: Path, tmp_path: Pat
     assert f"<td class=\"num\">{mmrv:.3f}</td>" in section
 
 
+@pytest.mark.sim
 def test_recorded_real_results_reach_the_report(own_store: Path, tmp_path: Path) -> None:
     before = _section(_report(own_store, tmp_path / "a.html"), "real-to-sim")
     assert "no real-world results" in before and "<svg" not in before
@@ -101,6 +103,7 @@ def test_recorded_real_results_reach_the_report(own_store: Path, tmp_path: Path)
     assert "share no (task, policy) cell" in unmatched and "<svg" not in unmatched
 
 
+@pytest.mark.sim
 def test_a_campaign_as_a_results_csv_round_trips_through_correlate(own_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "proxy.csv"
     result = runner.invoke(app, ["results", "--store", str(own_store), "--campaign", "tiny", "--variant", "all",
@@ -136,6 +139,7 @@ def test_saved_real_results_merge_by_cell(tmp_path: Path) -> None:
         load_real_results(tmp_path)
 
 
+@pytest.mark.sim
 def test_openloop_section_shows_what_assay_openloop_saved(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     saved = json.loads((report_store / "openloop" / "tiny.json").read_text())
     section = _section(_report(report_store, tmp_path / "r.html"), "openloop")
@@ -150,6 +154,7 @@ def test_openloop_section_shows_what_assay_openloop_saved(report_store: Path, tm
     assert {r.policy: r.mse for r in loaded["rows"]} == {r["policy"]: r["mse"] for r in saved["openloop"]}
 
 
+@pytest.mark.sim
 def test_a_damaged_openloop_file_is_one_clear_error(own_store: Path, tmp_path: Path) -> None:
     (own_store / "openloop" / "tiny.json").write_text("{not json")
     result = runner.invoke(app, ["report", "tiny", "--store", str(own_store), "-o", str(tmp_path / "r.html")])
@@ -157,6 +162,7 @@ def test_a_damaged_openloop_file_is_one_clear_error(own_store: Path, tmp_path: P
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.sim
 def test_checkpoint_comparison_is_the_paired_compare(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     with Store(report_store, create=False) as store:
         records = store.catalog.episodes(campaign="tiny")
@@ -182,6 +188,7 @@ def test_checkpoint_comparison_is_the_paired_compare(report_store: Path, tmp_pat
     assert "valid: expert, random" in result.output
 
 
+@pytest.mark.sim
 def test_regression_status_is_what_the_reruns_recorded(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     [run] = [json.loads(p.read_text()) for p in (report_store / "regression" / REGRESSION_SET / "runs").glob("*.json")]
     [status] = statuses(report_store, source="tiny")
@@ -194,6 +201,7 @@ def test_regression_status_is_what_the_reruns_recorded(report_store: Path, tmp_p
     assert f"fixed {run['diff']['fixed']}, still failing {run['diff']['still_failing']}" in section
 
 
+@pytest.mark.sim
 def test_gallery_leads_with_the_point_of_no_return(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     [ponr] = load_ponrs(report_store).values()
     html = _report(report_store, tmp_path / "r.html")

@@ -38,6 +38,7 @@ def client(report_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield c
 
 
+@pytest.mark.sim
 def test_campaigns_progress_and_openapi(client: TestClient) -> None:
     [row] = client.get("/api/campaigns").json()
     assert (row["name"], row["episodes"], row["jobs"], row["progress"], row["running"]) == ("tiny", 8, 8, 1.0, False)
@@ -50,6 +51,7 @@ def test_campaigns_progress_and_openapi(client: TestClient) -> None:
     assert client.get("/api/campaigns/nope").status_code == 404
 
 
+@pytest.mark.sim
 def test_leaderboard_matches_the_metrics(client: TestClient, report_store: Path) -> None:  # noqa: F811
     board = client.get("/api/campaigns/tiny/leaderboard", params={"resamples": 500, "seed": 3}).json()
     with Store(report_store, create=False) as store:
@@ -61,6 +63,7 @@ def test_leaderboard_matches_the_metrics(client: TestClient, report_store: Path)
     assert client.get("/api/campaigns/tiny/leaderboard", params={"confidence": 2}).status_code == 422
 
 
+@pytest.mark.sim
 def test_episodes_failures_and_the_episode_view(client: TestClient, report_store: Path) -> None:  # noqa: F811
     episodes = client.get("/api/campaigns/tiny/episodes").json()
     assert len(episodes) == 8
@@ -84,6 +87,7 @@ def test_episodes_failures_and_the_episode_view(client: TestClient, report_store
     assert client.get("/api/episodes/ffffffffffff").status_code == 404
 
 
+@pytest.mark.sim
 def test_failures_carry_what_mining_stored(client: TestClient, report_store: Path) -> None:  # noqa: F811
     [ponr] = load_ponrs(report_store).values()
     with Store(report_store, create=False) as store:
@@ -106,6 +110,7 @@ def test_failures_carry_what_mining_stored(client: TestClient, report_store: Pat
     assert client.get(f"/api/episodes/{success['key']}").json()["failure"] is None
 
 
+@pytest.mark.sim
 def test_file_serving_is_confined_to_the_store(client: TestClient, report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     secret = tmp_path / "secret.txt"
     secret.write_text("outside")
@@ -122,6 +127,7 @@ def test_file_serving_is_confined_to_the_store(client: TestClient, report_store:
         link.unlink()
 
 
+@pytest.mark.sim
 def test_writes_need_the_token(client: TestClient) -> None:
     assert client.post("/api/runs", json={"path": "x.yaml"}).status_code == 401
     wrong = client.post("/api/runs", json={"path": "x.yaml"}, headers={"Authorization": "Bearer nope"})
@@ -135,6 +141,7 @@ def test_writes_need_the_token(client: TestClient) -> None:
     assert client.get("/api/runs").json() == []
 
 
+@pytest.mark.sim
 def test_progress_stream_ends_when_the_campaign_is_complete(client: TestClient) -> None:
     text = client.get("/api/campaigns/tiny/events").text
     events = [block for block in text.strip().split("\n\n")]
@@ -142,6 +149,7 @@ def test_progress_stream_ends_when_the_campaign_is_complete(client: TestClient) 
     assert json.loads(events[-1].split("data: ", 1)[1])["episodes"] == 8
 
 
+@pytest.mark.sim
 def test_regression_sets_match_their_files(client: TestClient, report_store: Path) -> None:  # noqa: F811
     directory = report_store / "regression" / REGRESSION_SET
     frozen = json.loads(max(directory.glob("v*.json"), key=lambda p: int(p.stem[1:])).read_text())
@@ -181,6 +189,7 @@ def test_regression_sets_match_their_files(client: TestClient, report_store: Pat
         assert paths[path]["get"]["tags"] == ["regression"]
 
 
+@pytest.mark.sim
 def test_regression_names_are_checked(client: TestClient) -> None:
     for name, detail in [("nope", f"no regression set 'nope'; known: {REGRESSION_SET}"),
                          (f"{REGRESSION_SET}.heldout", f"no regression set '{REGRESSION_SET}.heldout'; known: "),
@@ -195,6 +204,7 @@ def test_regression_names_are_checked(client: TestClient) -> None:
         assert response.status_code == 404 and "cases" not in response.text and "root:" not in response.text, path
 
 
+@pytest.mark.sim
 def test_a_heldout_set_is_served_by_its_suffixed_name(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     cases = list(load_set(report_store, REGRESSION_SET).cases)
     root = tmp_path / "store"

@@ -190,6 +190,7 @@ def test_each_edited_summary_field_is_caught_by_store_verify_and_by_replay(tmp_p
         {r.key: (r.outcome.value, r.total_return, r.success_step) for r in records}
 
 
+@pytest.mark.sim
 def test_a_file_written_before_seals_is_counted_not_failed(tmp_path):
     root = tmp_path / "store"
     _, records = _run(root)

@@ -55,6 +55,7 @@ def test_a_worker_closes_the_least_recently_used_task_beyond_its_limit_with_the_
     assert hashes == free  # rebuilding never changes an episode
 
 
+@pytest.mark.sim
 def test_the_asset_cache_is_turned_off_only_before_the_first_compile_and_a_freed_spec_leaves_the_model_working():
     import subprocess
     import sys

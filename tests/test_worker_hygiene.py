@@ -12,6 +12,7 @@ from assay.store import Outcome
 from tests.test_faults import run_and_collect
 
 
+@pytest.mark.sim
 def test_exhausted_names_resource_errors_only(tmp_path):
     from dataclasses import replace
 
@@ -45,6 +46,7 @@ def test_a_worker_is_replaced_after_a_memory_error(tmp_path):
     assert executor.restarts == len(poisoned)
 
 
+@pytest.mark.sim
 def test_a_worker_above_its_memory_ceiling_is_replaced(tmp_path):
     data = {"name": "big", "seed": 2, "episodes": 2, "envs_per_worker": 1, "horizon": 5,
             "tasks": ["metaworld/reach@1"], "policies": ["random"]}
