@@ -12,6 +12,7 @@ them import them from here::
     │   ├── UnsupportedError       a valid spec that this task/backend/policy cannot run
     │   └── ContractError          a policy's declared interface does not fit the task
     ├── StoreError             the store or catalog cannot be read or written
+    │   ├── WriteError             a file could not be written (where, and the OS's reason)
     │   └── UndecodableRow         a catalog row that does not decode into an EpisodeRecord
     ├── ResultsCsvError        a results CSV that cannot be used (file and row named)
     ├── DataQueryError         a training-data query that does not parse or selects nothing
@@ -88,6 +89,14 @@ class ContractError(SpecError):
 
 class StoreError(AssayError):
     """The store directory or the catalog cannot be used."""
+
+
+class WriteError(StoreError):
+    """A file could not be written (``where``) for ``reason`` (the OS's words: a full disk, a permission)."""
+
+    def __init__(self, where: str, reason: str, what: str = "") -> None:
+        super().__init__(f"cannot write {what + ' ' if what else ''}{where}: {reason}")
+        self.where, self.reason = where, reason
 
 
 class UndecodableRow(StoreError):

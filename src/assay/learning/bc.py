@@ -14,7 +14,6 @@ The checkpoint is written atomically and holds the provenance of every demo.
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -28,6 +27,7 @@ from assay.learning.data import Demo
 from assay.learning.language import checkpoint_entry, condition_rows, conditioning
 from assay.policies.bc import CHECKPOINT_FORMAT, build_network, checkpoint_version
 from assay.policies.mlp import import_torch
+from assay.store import write_blob
 
 
 @dataclass(frozen=True)
@@ -98,15 +98,9 @@ def arrays(demos: Sequence[Demo], tasks: Sequence[str]) -> tuple[np.ndarray, np.
     return states, hot, actions
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise AssayError(f"cannot write checkpoint {path}: {exc.strerror or exc}") from None
+def write_checkpoint(path: Path, data: bytes) -> None:
+    """Write a checkpoint atomically (``store.write_blob``: never a partial file)."""
+    write_blob(path.parent, path.name, data, what="checkpoint")
 
 
 def train_bc(demos: Sequence[Demo], config: TrainConfig, out: str | Path) -> TrainResult:
@@ -151,5 +145,5 @@ def train_bc(demos: Sequence[Demo], config: TrainConfig, out: str | Path) -> Tra
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
     path = Path(out)
-    _atomic_write(path, buffer.getvalue())
+    write_checkpoint(path, buffer.getvalue())
     return TrainResult(str(path), checkpoint_version(path), len(demos), len(states), tuple(tasks), loss_value)

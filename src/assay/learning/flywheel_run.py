@@ -27,7 +27,6 @@ flywheel section reads it).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -62,7 +61,7 @@ from assay.policies import ExpertPolicy, PolicyContext
 from assay.run import CampaignPlan, phase
 from assay.sim.factors import resolve_variant
 from assay.spec import CameraSpec, PolicySpec, content_hash
-from assay.store import EpisodeRecord, Outcome, Store
+from assay.store import EpisodeRecord, Outcome, Store, write_blob
 
 RESULT_DIR = "learning/flywheel"  # assay.report.flywheel reads it there (the report may not import learning)
 SCHEMA_VERSION = 3  # 2: variants (outcomes keyed by 'variant|seed', by_variant), the ponr arm; 3: blind draws for
@@ -313,9 +312,7 @@ def run_design(store: Store, design: FlywheelDesign, workers: int = 1,
                             "scene_overlap": sum(rep["scene_overlap"] for rep in replicates)},
                 "replicates": replicates}
     path = result_path(store, design.name)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_blob(path.parent, path.name, json.dumps(document, indent=1, sort_keys=True).encode())
     return document
 
 

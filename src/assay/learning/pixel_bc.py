@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import AssayError, DataQueryError
-from assay.learning.bc import _atomic_write, deterministic_torch
+from assay.learning.bc import deterministic_torch, write_checkpoint
 from assay.learning.data import Demo
 from assay.learning.language import Conditioning, checkpoint_entry, condition_rows, condition_width, conditioning
 from assay.policies.bc import checkpoint_version
@@ -202,5 +202,5 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
     path = Path(out)
-    _atomic_write(path, buffer.getvalue())
+    write_checkpoint(path, buffer.getvalue())
     return PixelTrainResult(str(path), checkpoint_version(path), len(demos), len(actions), tuple(tasks), loss_value)

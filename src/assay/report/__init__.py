@@ -5,12 +5,10 @@ May import ``assay.spec``, ``assay.store``, ``assay.metrics`` and ``assay.failur
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from assay.errors import StoreError
 from assay.metrics import RateEntry
 from assay.report.data import (
     GalleryItem,
@@ -20,7 +18,7 @@ from assay.report.data import (
     robustness_rows,
 )
 from assay.report.html import render_html
-from assay.store import Store
+from assay.store import Store, write_blob
 
 
 def write_report(store: Store, campaign: str, output: str | Path, embed_video: bool = True,
@@ -32,14 +30,7 @@ def write_report(store: Store, campaign: str, output: str | Path, embed_video: b
     data = gather(store, campaign, real=real, baseline=baseline, leakage=leakage, pass_k=pass_k,
                   out_dir=output.parent, allow_partial=allow_partial)
     html = render_html(data, store, embed_video=embed_video, out_dir=output.parent)
-    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(html, encoding="utf-8")
-        os.replace(tmp, output)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise StoreError(f"cannot write report {output}: {exc.strerror or exc}") from None
+    write_blob(output.parent, output.name, html.encode("utf-8"), what="report")
     return output
 
 

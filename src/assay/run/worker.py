@@ -16,9 +16,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from tenacity import Retrying, retry_if_not_exception_type, stop_after_attempt, wait_incrementing
 
 from assay.errors import AssayError
 from assay.policies import Policy, make_policy
@@ -26,7 +27,7 @@ from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import rollout
 from assay.sim import SafetyFilter, SimEnv, make_env, perturbed, tasks_kept
-from assay.spec import EpisodeJob, PolicySpec, canonical_json
+from assay.spec import EpisodeJob, PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord, build_table, encode_episode, episode_relpath, provenance, write_blob, write_video
 from assay.store.roots import as_root
 from assay.store.validation import Summary, seal
@@ -44,6 +45,18 @@ def load_before_rendering() -> list[str]:
             __import__(name)
             loaded.append(name)
     return loaded
+
+
+# A backend that fails to build for a passing reason (a GL context, a file lock) is tried again, a bounded number
+# of times with a growing pause; a spec that cannot run (AssayError) is not.
+_BUILD_RETRIES = Retrying(stop=stop_after_attempt(ENV_CREATION_ATTEMPTS), wait=wait_incrementing(0.1, 0.1),
+                          retry=retry_if_not_exception_type(AssayError), reraise=True)
+
+
+def _build(task: TaskSpec) -> SimEnv:
+    """One environment for ``task``, retried as :data:`_BUILD_RETRIES` says."""
+    env: SimEnv = _BUILD_RETRIES(make_env, task)
+    return env
 
 
 class Worker:
@@ -71,16 +84,7 @@ class Worker:
         if len(pool) < count:
             load_before_rendering()
         while len(pool) < count:
-            for attempt in range(1, ENV_CREATION_ATTEMPTS + 1):
-                try:
-                    pool.append(make_env(job.task))
-                    break
-                except AssayError:
-                    raise
-                except Exception:
-                    if attempt == ENV_CREATION_ATTEMPTS:
-                        raise
-                    time.sleep(0.1 * attempt)
+            pool.append(_build(job.task))
         return pool[:count]
 
     def _make_room(self, backend: str, kept: int | None) -> None:

@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import json
 import re
-import time
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from assay.errors import StoreError, UndecodableRow
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
@@ -208,6 +208,9 @@ def _guarded(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+# What two processes creating one catalog at the same moment can raise (the loser retries: create_all checks first)
+_CREATE_RACES = (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError)
+
 class Catalog:
     """Episode rows and campaign links behind one SQLAlchemy engine.
 
@@ -238,15 +241,11 @@ class Catalog:
     def _create_tables(self) -> None:
         """``create_all``, tolerant of another process creating the same catalog at the same moment, then the
         nullable columns added since a catalog was made (:data:`ADDED_COLUMNS`)."""
-        for attempt in range(5):
-            try:
+        for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_incrementing(0.2, 0.2), reraise=True,
+                                retry=retry_if_exception_type(_CREATE_RACES)):
+            with attempt:
                 metadata.create_all(self.engine)
                 _add_columns(self.engine)
-                return
-            except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
-                if attempt == 4:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -328,15 +327,12 @@ class Catalog:
                              f"(letters, digits, _; at most {64 - len(_FORGET)} characters), "
                              f"not one of {', '.join(sorted(metadata.tables))}")
         name = _FORGET + table
-        for attempt in range(2):
-            try:
-                with self.engine.begin() as conn:
-                    if conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name == name)).first() is None:
-                        conn.execute(store_meta.insert().values(name=name, value="key"))
-                return
-            except sa.exc.IntegrityError:  # another process registered it at the same moment
-                if attempt == 1:
-                    raise
+        # another process may register it at the same moment: the second try then finds its row
+        for attempt in Retrying(stop=stop_after_attempt(2), retry=retry_if_exception_type(sa.exc.IntegrityError),
+                                reraise=True):
+            with attempt, self.engine.begin() as conn:
+                if conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name == name)).first() is None:
+                    conn.execute(store_meta.insert().values(name=name, value="key"))
 
     @_guarded
     def forgotten_tables(self) -> list[str]:

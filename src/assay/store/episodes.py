@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from assay.errors import StoreError
+from assay.errors import StoreError, WriteError
 from assay.store.features import FORMAT_KEY, REQUIRED_COLUMNS, STEP_FORMAT, check_step_columns, check_step_format
 from assay.store.roots import Root, is_url, open_root, remove_stale_temporaries
 
@@ -57,12 +57,19 @@ def build_table(columns: dict[str, np.ndarray], metadata: dict[str, Any]) -> pa.
     return table.replace_schema_metadata(meta)
 
 
-def write_blob(root: Root, relpath: str, data: bytes) -> str:
-    """Write ``data`` at ``root/relpath`` atomically (temporary name, then rename); return its sha256.
+def write_blob(root: Root, relpath: str, data: bytes, what: str = "") -> str:
+    """Write ``data`` at ``root/relpath`` atomically (temporary name, then rename); return its sha256. The one
+    writer of every file Assay keeps: a reader never sees a partial file.
 
-    On an object store (no rename) the single PUT is the atomic step.
+    On an object store (no rename) the single PUT is the atomic step. A failure is one line, ``cannot write
+    <what> <where>: <reason>`` (:class:`~assay.errors.WriteError`).
     """
-    return open_root(root).write(relpath, data)
+    try:
+        return open_root(root).write(relpath, data)
+    except WriteError as exc:
+        if not what:
+            raise
+        raise WriteError(exc.where, exc.reason, what) from None
 
 
 def encode_episode(table: pa.Table) -> bytes:

@@ -2,8 +2,9 @@
 
 Two ``assay run`` of one campaign on one store used to run every job twice and
 overwrite each other's step files (their checksums then disagreed with the rows).
-The lock is an ``flock`` on a file in the store directory: the kernel releases it
-when its holder dies (kill -9 included), so a crashed run never blocks the next.
+The lock is ``filelock``'s ``FileLock`` on a file in the store directory (an ``flock``
+underneath): the kernel releases it when its holder dies (kill -9 included), so a crashed
+run never blocks the next; the holder writes its pid into the file for the run that waits.
 A second run waits for the first and then finds its episodes done. The lock is
 re-entrant within a process (a command that runs several campaigns in turn, or a
 caller that already holds it). It covers runs on one host, or on a shared file
@@ -17,27 +18,48 @@ store) never write its step files at once; the data root's marker
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from assay.errors import StoreError
 
 LOCK_NAME = ".run.lock"
 
-_held: dict[Path, tuple[int, int]] = {}  # lock path -> (fd, depth) for this process
+_locks: dict[Path, FileLock] = {}  # one lock per lock file in this process: filelock counts re-entries
 _guard = threading.Lock()
+_unwritten: set[Path] = set()  # lock files whose holder pid could not be written (a full disk)
 
 
-def _holder(fd: int) -> str:
+def _write_holder(path: Path) -> Callable[[int], None]:
+    """``on_acquired`` for the lock at ``path``: the holder's pid in the file, for the next run's "waiting for"."""
+
+    def write(fd: int) -> None:
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError:
+            _unwritten.add(path)
+
+    return write
+
+
+def _holder(path: Path) -> str:
     try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        text = os.read(fd, 64).decode("ascii", "replace").strip()
+        text = path.read_text(encoding="ascii", errors="replace").strip()[:64]
     except OSError:
         return "another process"
     return f"pid {text}" if text.isdigit() else "another process"
+
+
+def _lock(path: Path) -> FileLock:
+    with _guard:
+        if path not in _locks:
+            _locks[path] = FileLock(path, thread_local=False, on_acquired=_write_holder(path))
+        return _locks[path]
 
 
 def refuse_a_file(path: Path) -> None:
@@ -59,40 +81,21 @@ def run_lock(root: Path, on_wait: Callable[[str], None] | None = None) -> Iterat
     except OSError as exc:
         raise StoreError(f"directory {directory} is not writable: {exc.strerror or exc}") from None
     path = directory / LOCK_NAME
-    with _guard:
-        if path in _held:
-            fd, depth = _held[path]
-            _held[path] = (fd, depth + 1)
-            acquired = False
-        else:
-            acquired = True
-    if acquired:
+    lock = _lock(path)
+    try:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StoreError(f"cannot open the run lock {path}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            lock.acquire(timeout=0)
+        except Timeout:
             if on_wait is not None:
-                on_wait(_holder(fd))
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        try:  # the holder's pid, for the next run's "waiting for pid N"; a full disk fails here first
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
-        except OSError as exc:
-            os.close(fd)  # closing releases the flock
-            raise StoreError(f"cannot write the run lock {path}: {exc.strerror or exc}") from None
-        with _guard:
-            _held[path] = (fd, 1)
+                on_wait(_holder(path))
+            lock.acquire()
+    except OSError as exc:
+        raise StoreError(f"cannot open the run lock {path}: {exc.strerror or exc}") from None
+    if path in _unwritten:  # a full disk fails here first
+        _unwritten.discard(path)
+        lock.release()
+        raise StoreError(f"cannot write the run lock {path}: the disk is full or read-only")
     try:
         yield
     finally:
-        with _guard:
-            fd, depth = _held[path]
-            if depth > 1:
-                _held[path] = (fd, depth - 1)
-            else:
-                del _held[path]
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+        lock.release()

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
-from assay.errors import StoreError
+from assay.errors import StoreError, WriteError
 
 Root = str | Path
 TMP_MARK = ".tmp-"
@@ -99,7 +99,7 @@ class LocalRoot:
             os.replace(tmp, final)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise StoreError(f"cannot write {final}: {exc.strerror or exc}") from None
+            raise WriteError(str(final), str(exc.strerror or exc)) from None
         return hashlib.sha256(data).hexdigest()
 
     def read(self, relpath: str) -> bytes:
@@ -177,7 +177,7 @@ class FsspecRoot:
             else:
                 self.fs.pipe_file(final, data)
         except OSError as exc:
-            raise StoreError(f"cannot write {self.url}/{relpath}: {exc}") from None
+            raise WriteError(f"{self.url}/{relpath}", str(exc)) from None
         return hashlib.sha256(data).hexdigest()
 
     def read(self, relpath: str) -> bytes:
