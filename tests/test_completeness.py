@@ -178,6 +178,12 @@ def test_the_report_and_the_dashboard_mark_the_killed_campaign_and_withhold_its_
     html = out.read_text()
     assert "id='incomplete'>This campaign is incomplete: 6 of 16 planned episodes recorded" in html
     assert "id='leaderboard-withheld'" in html and "Leaderboard (nominal only)" in html
+    # the checkpoint comparison is withheld for the same reason, not "one policy only"; sections name their scope
+    assert "id='checkpoints-withheld'>the leaderboard and the checkpoint comparison: refused" in html
+    assert "One policy only" not in html
+    for title in ("Checkpoint comparison (nominal only)", "Real-to-sim agreement (nominal only)",
+                  "Robustness profile (each variant vs nominal)", "Failure breakdown (every variant)"):
+        assert f"<h2>{title}</h2>" in html, title
     campaigns = tmp_path / "campaigns"
     campaigns.mkdir()
     with TestClient(create_app(ServerConfig(killed, "t", campaigns)), base_url="http://127.0.0.1") as client:

@@ -83,6 +83,8 @@ def openloop(data: ReportData) -> str:
 
 
 def checkpoints(data: ReportData) -> str:
+    if data.scoring is not None and data.scoring.withheld:  # refused over cells with no episode, not "one policy"
+        return f"<p class='warn' id='checkpoints-withheld'>{escape(data.scoring.withheld)}</p>"
     if data.baseline is None or not data.comparisons:
         return "<p class='muted'>One policy only: nothing to compare.</p>"
     rows = []
