@@ -161,6 +161,8 @@ def test_a_killed_campaign_reports_exactly_what_it_recorded_and_refuses_an_unfla
     assert noisy.exit_code == 2 and f"expert × metaworld/button-press-topdown@1 × {NOISE}" in noisy.stderr
     text = _cli("results", "--store", str(killed)).stdout.replace("\n", " ")
     assert "campaign killed (nominal only)" in text and "incomplete: 4 of 8 planned episodes recorded" in text
+    gate = _cli("results", "--store", str(killed), "--fail-under", "0")  # a CI gate fails on a planned empty cell
+    assert gate.exit_code == 1 and "policy random, task metaworld/reach@1: no episode recorded yet" in gate.stderr
 
 
 @pytest.mark.sim

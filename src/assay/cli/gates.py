@@ -43,7 +43,9 @@ def check_rates(rows: Sequence[RateRow], fail_under: float | None) -> None:
     failing = []
     for row in rows:
         group = ", ".join(f"{k} {v}" for k, v in row.group.items())
-        if row.rate is None:
+        if row.rate is None and row.episodes == 0:  # a planned group with nothing recorded yet
+            failing.append(f"{group}: no episode recorded yet (the campaign is incomplete) < {fail_under:g}")
+        elif row.rate is None:
             failing.append(f"{group}: no scored episode (all {row.episodes} are errors) < {fail_under:g}")
         elif row.rate < fail_under:
             failing.append(f"{group}: success rate {row.rate:.3f} ({row.successes}/{row.scored}) < {fail_under:g}")
