@@ -40,9 +40,6 @@ GRANDFATHERED_RUFF: frozenset[str] = frozenset({
     "src/assay/report/markup.py",
     "src/assay/report/sections.py",
     "src/assay/run/campaign.py",
-    "src/assay/server/app.py",
-    "src/assay/server/runs.py",
-    "src/assay/server/views.py",
     "src/assay/sim/factors.py",
     "src/assay/store/catalog.py",
     "src/assay/twin/__init__.py",
@@ -60,7 +57,6 @@ GRANDFATHERED_CYCLES: frozenset[frozenset[str]] = frozenset({
     frozenset({"assay.twin.identifiability", "assay.twin.sysid"}),
 })
 GRANDFATHERED_LONG: frozenset[str] = frozenset({
-    "src/assay/server/app.py:create_app",
     "src/assay/cli/campaign_commands.py:run",
 })
 

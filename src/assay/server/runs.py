@@ -10,6 +10,7 @@ Episodes finished before a cancel stay in the store; rerunning resumes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,6 +31,8 @@ CANCEL_GRACE_S = 10.0
 
 
 class RunState(str, Enum):
+    """Where a run started by the server stands."""
+
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -38,6 +41,8 @@ class RunState(str, Enum):
 
 @dataclass
 class Run:
+    """One ``assay run`` the server started: its campaign, command, log file and process."""
+
     id: str
     campaign: str
     path: str
@@ -49,6 +54,7 @@ class Run:
 
     @property
     def state(self) -> RunState:
+        """Running while the process lives; then cancelled, succeeded (exit 0) or failed."""
         code = self.process.poll()
         if code is None:
             return RunState.RUNNING
@@ -57,6 +63,7 @@ class Run:
         return RunState.SUCCEEDED if code == 0 else RunState.FAILED
 
     def to_dict(self) -> dict[str, Any]:
+        """The run as the API shows it (the command without a catalog password)."""
         state = self.state
         return {"id": self.id, "campaign": self.campaign, "path": self.path, "state": state.value,
                 "returncode": self.process.poll(), "started_at": self.started_at, "command": _redacted(self.command),
@@ -78,6 +85,8 @@ def last_error(log: Path, tail_bytes: int = 65536) -> str | None:
 
 
 class RunManager:
+    """The ``assay run`` processes this server started, one process group each, on campaign files of its directory."""
+
     def __init__(self, store_root: Path, campaigns_dir: Path, catalog_url: str | None = None,
                  executor: str = "local", workers: int = 2) -> None:
         self.store_root = store_root
@@ -100,6 +109,8 @@ class RunManager:
         return candidate
 
     def start(self, path: str) -> Run:
+        """Start ``assay run`` on ``path`` (inside the campaign directory, else an AssayError) in its own process group.
+        """
         campaign_file = self.confine(path)
         spec = load_campaign(campaign_file)  # SpecError (an AssayError) with file:line on a bad campaign
         with self._lock:
@@ -122,12 +133,14 @@ class RunManager:
             return run
 
     def get(self, run_id: str) -> Run:
+        """The run ``run_id``; an AssayError names an unknown one."""
         try:
             return self.runs[run_id]
         except KeyError:
             raise AssayError(f"no run {run_id!r}; runs: {', '.join(self.runs) or 'none'}") from None
 
     def cancel(self, run_id: str) -> Run:
+        """Cancel a run: SIGTERM to its process group, SIGKILL after the grace period (finished episodes stay)."""
         run = self.get(run_id)
         if run.state is not RunState.RUNNING:
             return run
@@ -141,9 +154,11 @@ class RunManager:
         return run
 
     def running(self, campaign: str) -> bool:
+        """Whether one of this server's runs of ``campaign`` is still going."""
         return any(r.campaign == campaign and r.state is RunState.RUNNING for r in self.runs.values())
 
     def shutdown(self) -> None:
+        """Cancel every run still going (the server is stopping)."""
         for run_id, run in list(self.runs.items()):
             if run.state is RunState.RUNNING:
                 self.cancel(run_id)
@@ -155,7 +170,5 @@ def _redacted(command: list[str]) -> list[str]:
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass

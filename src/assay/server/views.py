@@ -35,6 +35,7 @@ def campaign_rows(store: Store) -> list[dict[str, Any]]:
 
 
 def campaign_row(store: Store, name: str) -> dict[str, Any]:
+    """One campaign's progress row (episodes recorded of jobs planned); an AssayError for an unknown campaign."""
     for row in campaign_rows(store):
         if row["name"] == name:
             return row
@@ -43,6 +44,7 @@ def campaign_row(store: Store, name: str) -> dict[str, Any]:
 
 
 def episode_summary(record: EpisodeRecord) -> dict[str, Any]:
+    """An episode as the API lists it."""
     return {"key": record.key, "policy": record.policy_name, "task": record.task_id, "variant": record.variant_name,
             "seed": record.seed, "index": record.episode_index, "outcome": record.outcome.value,
             "reason": record.reason, "steps": record.steps, "return": record.total_return,
