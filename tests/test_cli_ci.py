@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import sys
 
 import pytest
 import typer
@@ -148,3 +149,26 @@ def test_an_adaptive_campaigns_progress_adds_each_round_and_never_passes_100_per
     assert all(done <= total for done, total in shown), lines
     assert [total for _, total in shown] == sorted(total for _, total in shown)  # the total only grows
     assert shown[-1][0] == shown[-1][1] == 8 and "done" in lines[-1], lines  # two rounds of 4
+
+
+def test_assays_warnings_reach_the_terminal_as_one_line(monkeypatch):
+    """A CapacityWarning printed as Python's two lines: the file and line of run/campaign.py, then the source line
+    `warn_capacity(policy.spec.remote, ...)`. The `assay` command shows Assay's warnings as one line."""
+    import warnings
+
+    from assay.cli import app as cli_app
+    from assay.cli.gates import show_warning
+    from assay.errors import CapacityWarning
+
+    out = io.StringIO()
+    show_warning(CapacityWarning("server ws://h:1 accepts 2 connections"), CapacityWarning, "/x/campaign.py", 176,
+                 out, "warn_capacity(...)")
+    assert out.getvalue() == "warning: server ws://h:1 accepts 2 connections\n"
+    other = io.StringIO()
+    show_warning(DeprecationWarning("old"), DeprecationWarning, "/x/lib.py", 3, other, "call()")
+    assert other.getvalue() == "/x/lib.py:3: DeprecationWarning: old\n  call()\n"  # others as Python shows them
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # restored after the test
+    monkeypatch.setattr(sys, "argv", ["assay", "--version"])
+    with pytest.raises(SystemExit):
+        cli_app.main()
+    assert warnings.showwarning is show_warning

@@ -18,11 +18,12 @@ others find on the app: ``cli.lazy.subgroup(app, name, help)``.
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated
 
 import typer
 
-from assay.cli.gates import plain_help, version_callback
+from assay.cli.gates import plain_help, show_warning, version_callback
 from assay.cli.lazy import LazyCommand, LazyGroup
 
 
@@ -118,6 +119,7 @@ def _main(
 
 def main() -> None:
     """The console script ``assay`` (also ``python -m assay``)."""
+    warnings.showwarning = show_warning  # Assay's warnings as one line
     app(prog_name="assay")
 
 

@@ -1,13 +1,16 @@
-"""What makes a command fit a CI pipeline: gates that exit 1, ``-`` for stdout, plain help, ``--version``.
+"""What makes a command fit a CI pipeline: gates that exit 1, ``-`` for stdout, plain help, ``--version``,
+and Assay's own warnings as one line on stderr.
 
 Exit statuses: 0 passed, 1 a gate failed (``--fail-under``, ``--require-signoff``), 2 a user error.
 """
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import click
 import typer
@@ -27,6 +30,18 @@ FailUnderOpt = Annotated[float | None, typer.Option(
 def is_stdout(path: Path | None) -> bool:
     """Whether an output path is ``-`` (standard output)."""
     return path is not None and str(path) == "-"
+
+
+def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+    """``warnings.showwarning`` for the ``assay`` command: a warning class of ``assay.errors`` (a campaign wider
+    than its policy server, a contract range mismatch) is one line, ``warning: MESSAGE``, without the file, line
+    number and source line Python prints; any other warning as Python shows it."""
+    if category.__module__ == "assay.errors":
+        print(f"warning: {message}", file=file if file is not None else sys.stderr, flush=True)
+        return
+    file = file if file is not None else sys.stderr
+    file.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def gate_failed(lines: Sequence[str]) -> None:
