@@ -20,6 +20,8 @@ from assay.store import EpisodeRecord, Outcome
 
 
 class CampaignProgress:
+    """``assay run``'s campaign progress: a Rich bar on a terminal, plain lines every ``every`` seconds elsewhere."""
+
     def __init__(self, console: Console, enabled: bool = True, every: float = 30.0) -> None:
         self.enabled = enabled
         self.plain = enabled and not console.is_terminal
@@ -68,6 +70,7 @@ class CampaignProgress:
         )
 
     def record(self, record: EpisodeRecord) -> None:
+        """Count a finished episode and move the bar (or print a line when one is due)."""
         self._counts[record.outcome] += 1
         ran = sum(self._counts.values())
         elapsed = max(time.perf_counter() - self._started, 1e-9)

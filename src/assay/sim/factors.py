@@ -21,10 +21,14 @@ from assay.spec.metaworld_catalog import NO_OBJECT_BODY
 
 
 class Stage(str, Enum):
+    """When a factor is applied: at each reset (and undone before the next)."""
+
     RESET = "reset"  # applied at each reset, undone before the next; environments are never rebuilt
 
 
 class Kind(str, Enum):
+    """A factor's value type: a float or int in a range, an RGB triple, or one of named choices."""
+
     FLOAT = "float"
     INT = "int"
     RGB = "rgb"  # three floats in [low, high]
@@ -51,6 +55,8 @@ PRO = ("nominal", "pro")
 
 @dataclass(frozen=True)
 class Factor:
+    """One factor of the catalogue: its axis, value type, unit, range, default, stage, backends and description."""
+
     name: str
     axis: Axis
     kind: Kind
@@ -67,6 +73,7 @@ class Factor:
 
     @property
     def valid(self) -> str:
+        """What values the factor takes, in words (for one-line errors and ``assay factors``)."""
         if self.kind is Kind.CHOICE:
             return "one of " + ", ".join(self.choices)
         if self.kind is Kind.RGB:
@@ -117,7 +124,8 @@ PARAPHRASE_STYLES = ("nominal", "synonym", "reorder", "terse", "verbose", "distr
 # backend's semantic factors (e.g. LIBERO-PRO's) go in their own block below; the order here is display order.
 SEMANTIC_FACTORS = (
     _f("instruction.paraphrase", "semantic", "choice", "", 0, 0, "nominal", "reset",
-       "instruction rewritten in a fixed style, ordered by distance from the template", ALL_BACKENDS, PARAPHRASE_STYLES),
+       "instruction rewritten in a fixed style, ordered by distance from the "
+       "template", ALL_BACKENDS, PARAPHRASE_STYLES),
     _f("instruction.synonym", "semantic", "choice", "", 0, 0, "nominal", "reset",
        "verbs and/or object nouns swapped for synonyms drawn from the episode seed", ALL_BACKENDS, SYNONYM_PARTS),
     _f("instruction.distractor", "semantic", "int", "clauses", 0, MAX_DISTRACTORS, 0, "reset",
@@ -168,35 +176,51 @@ FACTORS: dict[str, Factor] = {
     f.name: f
     for f in (
         # visual
-        _f("light.intensity", "visual", "float", "x nominal", 0.0, 5.0, 1.0, "reset", "scale of every light's diffuse and specular"),
+        _f("light.intensity", "visual", "float", "x nominal", 0.0, 5.0, 1.0, "reset",
+           "scale of every light's diffuse and specular"),
         _f("light.azimuth", "visual", "float", "deg", -180.0, 180.0, 0.0, "reset",
            "rotation of every light's direction about the vertical; with shadows off (as Assay renders) it moves "
            "shading only, about 1-3/255 per pixel: use light.intensity or light.color for a visible change"),
-        _f("light.color", "visual", "rgb", "x nominal", 0.0, 3.0, (1.0, 1.0, 1.0), "reset", "per-channel scale of the lights' diffuse colour"),
-        _f("camera.yaw", "visual", "float", "deg", -60.0, 60.0, 0.0, "reset", "rendered camera's azimuth offset about the table centre"),
+        _f("light.color", "visual", "rgb", "x nominal", 0.0, 3.0, (1.0, 1.0, 1.0), "reset",
+           "per-channel scale of the lights' diffuse colour"),
+        _f("camera.yaw", "visual", "float", "deg", -60.0, 60.0, 0.0, "reset",
+           "rendered camera's azimuth offset about the table centre"),
         _f("camera.pitch", "visual", "float", "deg", -30.0, 30.0, 0.0, "reset", "rendered camera's elevation offset"),
-        _f("camera.distance", "visual", "float", "m", -0.6, 0.8, 0.0, "reset", "rendered camera's distance offset from the table centre"),
-        _f("camera.fovy", "visual", "float", "deg", 20.0, 90.0, 45.0, "reset", "rendered camera's vertical field of view"),
-        _f("table.color", "visual", "rgb", "rgb", 0.0, 1.0, (1.0, 1.0, 1.0), "reset", "table material colour (multiplies its texture)"),
-        _f("object.color", "visual", "rgb", "rgb", 0.0, 1.0, (1.0, 0.0, 0.0), "reset", "colour of the manipulated object's geoms"),
+        _f("camera.distance", "visual", "float", "m", -0.6, 0.8, 0.0, "reset",
+           "rendered camera's distance offset from the table centre"),
+        _f("camera.fovy", "visual", "float", "deg", 20.0, 90.0, 45.0, "reset",
+           "rendered camera's vertical field of view"),
+        _f("table.color", "visual", "rgb", "rgb", 0.0, 1.0, (1.0, 1.0, 1.0), "reset",
+           "table material colour (multiplies its texture)"),
+        _f("object.color", "visual", "rgb", "rgb", 0.0, 1.0, (1.0, 0.0, 0.0), "reset",
+           "colour of the manipulated object's geoms"),
         _f("background.color", "visual", "rgb", "rgb", 0.0, 1.0, (0.5, 0.5, 0.5), "reset", "colour of floor and walls"),
-        _f("distractor.count", "visual", "int", "objects", 0, 3, 0, "reset", "coloured blocks drawn on the table (seen, never touched)"),
+        _f("distractor.count", "visual", "int", "objects", 0, 3, 0, "reset",
+           "coloured blocks drawn on the table (seen, never touched)"),
         # behavioral
-        _f("object.init_range", "behavioral", "float", "x nominal", 0.25, 2.0, 1.0, "reset", "scale of the object/goal initial-position range about its centre"),
-        _f("object.mass", "behavioral", "float", "x nominal", 0.1, 10.0, 1.0, "reset", "mass (and inertia) of the manipulated object"),
+        _f("object.init_range", "behavioral", "float", "x nominal", 0.25, 2.0, 1.0, "reset",
+           "scale of the object/goal initial-position range about its centre"),
+        _f("object.mass", "behavioral", "float", "x nominal", 0.1, 10.0, 1.0, "reset",
+           "mass (and inertia) of the manipulated object"),
         _f("friction", "behavioral", "float", "x nominal", 0.1, 3.0, 1.0, "reset", "sliding friction of every geom"),
         _f("joint.damping", "behavioral", "float", "x nominal", 0.0, 10.0, 1.0, "reset", "damping of every joint"),
-        _f("control.gain", "behavioral", "float", "x nominal", 0.25, 4.0, 1.0, "reset", "end-effector displacement per unit action (the controller's gain)"),
-        _f("control.frame_skip", "behavioral", "int", "physics steps", 1, 20, 5, "reset", "physics steps per action (control rate = 1 / (frame_skip x 2.5 ms))"),
-        _f("action.noise", "behavioral", "float", "std", 0.0, 1.0, 0.0, "reset", "Gaussian noise added to each applied action", ALL_BACKENDS),
-        _f("observation.noise", "behavioral", "float", "std", 0.0, 0.2, 0.0, "reset", "Gaussian noise added to the state the policy sees", ALL_BACKENDS),
-        _f("control.latency", "behavioral", "int", "steps", 0, 10, 0, "reset", "actions are applied this many steps late", ALL_BACKENDS),
+        _f("control.gain", "behavioral", "float", "x nominal", 0.25, 4.0, 1.0, "reset",
+           "end-effector displacement per unit action (the controller's gain)"),
+        _f("control.frame_skip", "behavioral", "int", "physics steps", 1, 20, 5, "reset",
+           "physics steps per action (control rate = 1 / (frame_skip x 2.5 ms))"),
+        _f("action.noise", "behavioral", "float", "std", 0.0, 1.0, 0.0, "reset",
+           "Gaussian noise added to each applied action", ALL_BACKENDS),
+        _f("observation.noise", "behavioral", "float", "std", 0.0, 0.2, 0.0, "reset",
+           "Gaussian noise added to the state the policy sees", ALL_BACKENDS),
+        _f("control.latency", "behavioral", "int", "steps", 0, 10, 0, "reset",
+           "actions are applied this many steps late", ALL_BACKENDS),
         # semantic
         *SEMANTIC_FACTORS,
         # LIBERO-PRO (assay.sim.libero_pro): one factor is its shipped suite; several, or environment, the scene
         # upstream's generator writes (libero.task combines with none)
         _f("libero.object", "visual", "choice", "", 0, 0, "nominal", "reset",
-           "LIBERO-PRO object perturbation: objects replaced by look-alikes of other colour, size or texture", LIBERO, PRO),
+           "LIBERO-PRO object perturbation: objects replaced by look-alikes of other colour, size or "
+           "texture", LIBERO, PRO),
         _f("libero.environment", "visual", "choice", "", 0, 0, "nominal", "reset",
            "LIBERO-PRO environment perturbation: the scene's table replaced by another (upstream's choice: the "
            "living-room table); generated, so each episode's layout is sampled from its seed", LIBERO, PRO),
@@ -215,6 +239,7 @@ FACTORS: dict[str, Factor] = {
 
 
 def get_factor(name: str) -> Factor:
+    """The factor named ``name``; an unknown name is a SpecError with the closest names."""
     try:
         return FACTORS[name]
     except KeyError:

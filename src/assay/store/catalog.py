@@ -229,11 +229,13 @@ class Catalog:
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
             self._create_tables()
             with self.engine.begin() as conn:
-                found = conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == "schema_version")).scalar()
+                found = conn.execute(
+                    sa.select(store_meta.c.value).where(store_meta.c.name == "schema_version")).scalar()
                 if found is None:
                     conn.execute(store_meta.insert().values(name="schema_version", value=str(SCHEMA_VERSION)))
                 elif int(found) != SCHEMA_VERSION:
-                    raise StoreError(f"catalog {self.display_url} has schema_version {found}; this Assay reads {SCHEMA_VERSION}")
+                    raise StoreError(f"catalog {self.display_url} has schema_version {found}; this Assay reads "
+                                     f"{SCHEMA_VERSION}")
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open catalog {self.display_url}: {exc.__class__.__name__}: "
                              f"{redact_url(str(exc).splitlines()[0])}") from None
@@ -248,11 +250,13 @@ class Catalog:
                 _add_columns(self.engine)
 
     def close(self) -> None:
+        """Close the database connections."""
         self.engine.dispose()
 
     # -- writes (driver only) -------------------------------------------------
     @_guarded
     def save_campaign(self, name: str, spec_hash: str, spec: dict[str, Any]) -> None:
+        """Insert or update a campaign's spec and its hash."""
         now = _now()
         with self.engine.begin() as conn:
             exists = conn.execute(sa.select(campaigns.c.name).where(campaigns.c.name == name)).first()
@@ -294,6 +298,7 @@ class Catalog:
 
     @_guarded
     def link(self, campaign: str, keys_and_policies: Iterable[tuple[str, str]]) -> None:
+        """Link episodes to a campaign under the policy names it gave them."""
         with self.engine.begin() as conn:
             self._link(conn, campaign, list(keys_and_policies))
 
@@ -366,6 +371,7 @@ class Catalog:
 
     @_guarded
     def set_meta(self, name: str, value: str) -> None:
+        """Set a ``store_meta`` value."""
         with self.engine.begin() as conn:
             if conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name == name)).first():
                 conn.execute(store_meta.update().where(store_meta.c.name == name).values(value=value))
@@ -375,12 +381,14 @@ class Catalog:
     # -- reads ----------------------------------------------------------------
     @_guarded
     def meta(self, name: str) -> str | None:
+        """A ``store_meta`` value, or None."""
         with self.engine.connect() as conn:
             value = conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == name)).scalar()
         return None if value is None else str(value)
 
     @_guarded
     def existing_keys(self, keys: Iterable[str]) -> set[str]:
+        """The given keys that have a row."""
         found: set[str] = set()
         with self.engine.connect() as conn:
             for chunk in _chunks(list(keys), 500):
@@ -484,6 +492,7 @@ class Catalog:
 
     @_guarded
     def latest_campaign(self) -> str | None:
+        """The most recently updated campaign, or None in an empty store."""
         rows = self.campaigns()
         return rows[0].name if rows else None
 
@@ -496,6 +505,7 @@ class Catalog:
         outcome: str | None = None,
         limit: int | None = None,
     ) -> list[EpisodeRecord]:
+        """Episode records, filtered by campaign (its links), task, policy and outcome, at most ``limit``."""
         query = sa.select(episodes, campaign_episodes.c.campaign, campaign_episodes.c.policy_name).join(
             campaign_episodes, campaign_episodes.c.key == episodes.c.key
         )
@@ -534,7 +544,8 @@ class Catalog:
                     try:
                         _decode({**row._mapping, "campaign": "", "policy_name": ""})
                     except (ValueError, TypeError, KeyError) as exc:
-                        found[row._mapping["key"]] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'bad value'}"
+                        first = str(exc).splitlines()[0] if str(exc) else "bad value"
+                        found[row._mapping["key"]] = f"{type(exc).__name__}: {first}"
         return found
 
     @_guarded

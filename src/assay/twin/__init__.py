@@ -51,7 +51,10 @@ __all__ = [
     "Attribution", "ConfigScore", "DEFAULT_MAX_EVALUATIONS", "DEFAULT_PARAMETERS", "DEFAULT_RENDERING",
     "DEFAULT_TOLERANCE", "DEFAULT_TRACE_TOLERANCE", "RenderingFit", "TraceReplay",
     "calibrate_rendering", "rendering_twin", "Layer", "LayerShare", "OpenLoopReplay", "StabilityReport",
-    "SwapResult", "SysIdResult", "Trajectory", "TrajectoryAttribution", "TrajectoryLayer", "trajectory_attribution", "Twin", "TwinError", "TwinSettings", "asset_stability", "attribute",
-    "calibrated_twin", "configurations", "content_campaign", "identify", "layer_of", "load_twin", "nominal_twin", "run_twins",
-    "save_twin", "settings_from_campaign", "swap_twins", "trajectories_from_store", "twin_from_values", "twin_of_record", "unique_twins", "write_results_csv",
+    "SwapResult", "SysIdResult", "Trajectory", "TrajectoryAttribution", "TrajectoryLayer", "trajectory_attribution",
+    "Twin", "TwinError", "TwinSettings", "asset_stability", "attribute",
+    "calibrated_twin", "configurations", "content_campaign", "identify", "layer_of", "load_twin", "nominal_twin",
+    "run_twins",
+    "save_twin", "settings_from_campaign", "swap_twins", "trajectories_from_store", "twin_from_values",
+    "twin_of_record", "unique_twins", "write_results_csv",
 ]

@@ -50,6 +50,8 @@ LEVEL = 0.95
 
 @dataclass(frozen=True)
 class ConfigScore:
+    """One configuration's scores against reality: its rates, mean absolute gap, Pearson and MMRV."""
+
     label: str  # nominal, +control, -dynamics, calibrated, ...
     version: str
     rates: dict[str, float]  # policy -> sim success rate
@@ -62,6 +64,8 @@ class ConfigScore:
 
 @dataclass(frozen=True)
 class LayerShare:
+    """One layer's share of the sim-to-real gap: what swapping it in closes and leaving it out reopens."""
+
     layer: str
     changed: bool  # whether the calibrated twin differs from nominal in this layer
     closed_by_swap_in: float
@@ -75,6 +79,8 @@ class LayerShare:
 
 @dataclass(frozen=True)
 class Attribution:
+    """A gap attribution: every configuration's scores, each layer's share, and the gap the calibrated twin closes."""
+
     task: str
     campaign: str  # the sim campaign the configurations ran in (named by their content)
     policies: tuple[str, ...]
@@ -91,6 +97,7 @@ class Attribution:
     budget_command: str | None = None
 
     def to_dict(self) -> dict[str, object]:
+        """The attribution as a JSON-ready dict."""
         return asdict(self)
 
 

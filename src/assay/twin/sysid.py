@@ -63,6 +63,8 @@ CONDITIONAL = ("conditional on convergence: the values whose replay stays within
 
 @dataclass(frozen=True)
 class Trajectory:
+    """One recorded real episode for system identification: its seed, actions, states and the policy's trace."""
+
     seed: int
     actions: np.ndarray  # (T, action_dim)
     states: np.ndarray  # (T, state_dim): the state before each action
@@ -121,6 +123,7 @@ class OpenLoopReplay:
         self.evaluations = 0
 
     def close(self) -> None:
+        """Close the replay environment."""
         self._env.close()
 
     def replay(self, twin: Twin) -> list[np.ndarray]:
@@ -175,6 +178,7 @@ class Coordinate:
 
     @staticmethod
     def of(name: str) -> Coordinate:
+        """The coordinate of factor ``name``: integer steps, a log scale for a positive range, else linear."""
         factor = FACTORS[name]
         if factor.kind.value == "int":
             return Coordinate(name, "integer")
@@ -182,15 +186,18 @@ class Coordinate:
 
     @property
     def bounds(self) -> tuple[float, float]:
+        """The search range in this coordinate's space."""
         factor = FACTORS[self.name]
         if self.space == "log":
             return float(np.log(factor.low)), float(np.log(factor.high))
         return float(factor.low), float(factor.high)
 
     def to_search(self, value: float) -> float:
+        """A factor value in the search space."""
         return float(np.log(value)) if self.space == "log" else float(value)
 
     def to_value(self, x: float) -> float | int:
+        """A point of the search space as a factor value (clipped, rounded to 4 digits for stable variant keys)."""
         low, high = self.bounds
         x = float(np.clip(x, low, high))
         if self.space == "integer":
@@ -235,6 +242,8 @@ def check_parameters(parameters: Sequence[str], task: TaskSpec | None = None) ->
 
 @dataclass(frozen=True)
 class SysIdResult:
+    """A fit: the parameters, their start and fitted values, the residual and correlation before and after."""
+
     task: str
     parameters: tuple[str, ...]
     start: dict[str, float]
@@ -256,6 +265,7 @@ class SysIdResult:
     intervals_are: str = CONDITIONAL  # what the intervals mean
 
     def to_dict(self) -> dict[str, object]:
+        """The result as a JSON-ready dict."""
         return asdict(self)
 
 
