@@ -108,7 +108,7 @@ def test_a_task_that_asks_to_be_scored_against_the_instructed_task_is_refused(pi
         resolve_variant({"instruction.conflict": "other-family"}, instructed)
     resolve_variant({"instruction.conflict": "nominal"}, instructed)  # nominal words conflict with nothing
     record = pick_place.model_dump(mode="json")
-    for field in ("conflict_scoring", "initial_states", "settle_steps"):
+    for field in ("conflict_scoring", "initial_states", "settle_steps", "video_fps"):
         del record[field]
     assert pick_place.content_hash() == content_hash(record)  # the default leaves every task hash as it was
     assert instructed.content_hash() != pick_place.content_hash()
@@ -171,7 +171,7 @@ def test_a_campaign_over_every_semantic_factor_runs_and_the_expert_retains_exact
         run_campaign(prepare_campaign(campaign_from_data(data, "<test>")), store, InlineExecutor(store.root))
         records = store.catalog.episodes(campaign="semantic-all")
     assert len(records) == 2 * 11 * 2 and not [r for r in records if r.outcome is Outcome.ERROR]
-    rows = retention_table(records, n_resamples=200)
+    rows = retention_table(records)
     expert = [r for r in rows if r.policy == "expert"]
     assert len(expert) == 10 and all(r.retention == 1.0 and r.nominal_successes == 2 for r in expert)
     assert {r.axis for r in expert} == {"semantic", "semantic:conflict"}
