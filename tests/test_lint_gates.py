@@ -40,13 +40,8 @@ GRANDFATHERED_RUFF: frozenset[str] = frozenset({
     "src/assay/report/sections.py",
 })
 GRANDFATHERED_MYPY: frozenset[str] = frozenset({"assay.report.figures", "assay.report.markup"})
-GRANDFATHERED_NOQA: frozenset[str] = frozenset({
-    "src/assay/twin/sysid.py",  # E731
-    "src/assay/sim/libero_env.py",  # F401
-})
-GRANDFATHERED_CYCLES: frozenset[frozenset[str]] = frozenset({
-    frozenset({"assay.twin.identifiability", "assay.twin.sysid"}),
-})
+GRANDFATHERED_NOQA: frozenset[str] = frozenset()
+GRANDFATHERED_CYCLES: frozenset[frozenset[str]] = frozenset()
 GRANDFATHERED_LONG: frozenset[str] = frozenset({
     "src/assay/cli/campaign_commands.py:run",
 })

