@@ -42,9 +42,7 @@ GRANDFATHERED_RUFF: frozenset[str] = frozenset({
 GRANDFATHERED_MYPY: frozenset[str] = frozenset({"assay.report.figures", "assay.report.markup"})
 GRANDFATHERED_NOQA: frozenset[str] = frozenset()
 GRANDFATHERED_CYCLES: frozenset[frozenset[str]] = frozenset()
-GRANDFATHERED_LONG: frozenset[str] = frozenset({
-    "src/assay/cli/campaign_commands.py:run",
-})
+GRANDFATHERED_LONG: frozenset[str] = frozenset()
 
 NOQA = re.compile(r"#\s*noqa\b(?P<rest>.*)$")
 BLIND_EXCEPT_WITH_REASON = re.compile(r"^:\s*BLE001\s+-\s+\S")

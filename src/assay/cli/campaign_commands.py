@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -31,11 +31,11 @@ from assay.metrics import entries_from_records, missing_rows, rate_table, write_
 from assay.metrics.adaptive import judge_for
 from assay.metrics.adaptive_power import equal_power_view
 from assay.metrics.results_csv import format_results_csv
-from assay.run import FaultPolicy, make_executor, prepare_campaign, run_campaign
+from assay.run import CampaignPlan, CampaignSummary, FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.run.adaptive import load_state
 from assay.run.catalog_writer import DEFAULT_COMMIT_ROWS, DEFAULT_COMMIT_SECONDS, CommitPolicy
 from assay.spec import CampaignSpec, SuccessMode
-from assay.store import renderer_notes, renderer_of, run_lock
+from assay.store import Store, renderer_notes, renderer_of, run_lock
 
 EPISODES_HELP = "Inspect recorded episodes."
 
@@ -104,39 +104,46 @@ def run(
                                        commit=CommitPolicy(commit_rows, commit_seconds),
                                        judge=judge_for(spec) if spec.adaptive is not None else None)
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
-            episodes = opened.catalog.episodes(campaign=spec.name)
-            notes = renderer_notes(episodes)  # several renderers, or software rendering on a GPU host
-            for note in notes:
-                render.err_console.print(note, highlight=False, soft_wrap=True)
-            scored = scored_campaign(opened, spec.name, None, records=episodes)  # the scope `results` shows
-            covered = scored.within()
-            rows = rate_table(scored.scoped, by=("policy", "task"))
-            rows += missing_rows(covered, ("policy", "task"), rows)
-            if json_out:
-                render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
-                                   "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
-                                   "retried": summary.retried, "outcomes": summary.outcomes,
-                                   **scored.document(covered), "notes": notes,
-                                   "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
-                                   **({"adaptive": adaptive, "adaptive_equal_power": equal_power_view(adaptive)}
-                                      if adaptive is not None else {})})
-                check_rates(rows, fail_under)
-                return
-            no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)
-            title = scored.title(f"campaign {spec.name}: success by policy × task")
-            render.console.print(render.rate_table(rows, title, no_success, completeness=covered))
-            if not covered.complete:
-                scored.say(covered)
-            if adaptive is not None:
-                for part in adaptive_render(adaptive):
-                    render.console.print(part, highlight=False, soft_wrap=True)
-            render.console.print(
-                f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store"
-                + (f" ({summary.repaired} re-run: step file or catalog row damaged)" if summary.repaired else "")
-                + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
-                f"Results stored in {opened.root} (catalog {opened.catalog.display_url})",
-                highlight=False, soft_wrap=True)
-            check_rates(rows, fail_under)
+            _report_run(opened, spec, planned, summary, adaptive, json_out, fail_under)
+
+
+def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summary: CampaignSummary,
+                adaptive: dict[str, Any] | None, json_out: bool, fail_under: float | None) -> None:
+    """What ``assay run`` says after the episodes: renderer notes, the rate table in the campaign's scope (or the
+    JSON document), the adaptive rounds, the counts, and the ``--fail-under`` gate."""
+    episodes = opened.catalog.episodes(campaign=spec.name)
+    notes = renderer_notes(episodes)  # several renderers, or software rendering on a GPU host
+    for note in notes:
+        render.err_console.print(note, highlight=False, soft_wrap=True)
+    scored = scored_campaign(opened, spec.name, None, records=episodes)  # the scope `results` shows
+    covered = scored.within()
+    rows = rate_table(scored.scoped, by=("policy", "task"))
+    rows += missing_rows(covered, ("policy", "task"), rows)
+    if json_out:
+        render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
+                           "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
+                           "retried": summary.retried, "outcomes": summary.outcomes,
+                           **scored.document(covered), "notes": notes,
+                           "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
+                           **({"adaptive": adaptive, "adaptive_equal_power": equal_power_view(adaptive)}
+                              if adaptive is not None else {})})
+        check_rates(rows, fail_under)
+        return
+    no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)
+    title = scored.title(f"campaign {spec.name}: success by policy × task")
+    render.console.print(render.rate_table(rows, title, no_success, completeness=covered))
+    if not covered.complete:
+        scored.say(covered)
+    if adaptive is not None:
+        for part in adaptive_render(adaptive):
+            render.console.print(part, highlight=False, soft_wrap=True)
+    render.console.print(
+        f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store"
+        + (f" ({summary.repaired} re-run: step file or catalog row damaged)" if summary.repaired else "")
+        + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
+        f"Results stored in {opened.root} (catalog {opened.catalog.display_url})",
+        highlight=False, soft_wrap=True)
+    check_rates(rows, fail_under)
 
 
 def fault_policy(spec: CampaignSpec, episode_timeout: float | None) -> FaultPolicy:
