@@ -17,7 +17,7 @@ EXPECTED = {
     "run_campaign", "success_interval", "campaign_from_data", "results_table", "make_executor",
 }
 
-# package -> the assay packages it may import (errors is everyone's)
+# package -> the assay packages it may import (errors and the stability markers, annotations, are everyone's)
 ALLOWED = {
     "spec": set(),
     "sim": {"spec"},
@@ -48,7 +48,7 @@ def test_layers_import_one_way():
                 names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
                 for name in names:
                     parts = name.split(".")
-                    if parts[0] != "assay" or len(parts) < 2 or parts[1] in ("errors", package):
+                    if parts[0] != "assay" or len(parts) < 2 or parts[1] in ("errors", "annotations", package):
                         continue
                     assert parts[1] in allowed, f"{path.relative_to(SRC)} imports assay.{parts[1]}"
 
@@ -95,3 +95,33 @@ def test_no_package_imports_another_packages_private_names():
                 continue
             private = [p for p in parts[2:] if p.startswith("_")] + [a.name for a in node.names if a.name.startswith("_")]
             assert not private, f"{path.relative_to(SRC)} imports {node.module}: {', '.join(private)} is private"
+
+
+def test_what_plugin_authors_build_on_carries_a_stability_marker():
+    from assay import policies, sim, spec, store, testing
+    from assay.annotations import DEVELOPER, PUBLIC, STABILITY, public_api, stability
+    from assay.run import Executor, InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
+
+    public = [sim.SimEnv, sim.Transition, sim.SimEnvWrapper, sim.SupportsFramesOnDemand, sim.SupportsUnwrapped,
+              policies.Policy, policies.PolicyContext, policies.PolicyClass, policies.SupportsContract,
+              policies.SupportsEpisodeInfo, policies.SupportsFrameNeeds, policies.SupportsMetadata,
+              policies.SupportsParams, policies.SupportsResolveVersion, policies.SupportsStepTrace,
+              policies.SupportsTaskCheck, policies.SupportsVersion, policies.PolicyContract,
+              spec.TaskSpec, spec.CameraSpec, spec.ActionSpec, spec.Array, spec.BoundedArray, spec.PolicySpec,
+              spec.Variant, spec.Perturbation, store.EpisodeRecord, store.Outcome, testing.check_sim_env,
+              testing.check_policy, InlineExecutor, LocalExecutor, prepare_campaign, run_campaign]
+    developer = [testing.FunctionEnv, testing.ConstantPolicy, testing.ConstantChunkPolicy, testing.ImageChunkPolicy,
+                 testing.fake_task, testing.running, Executor, policies.reads_frames]
+    assert [o.__qualname__ for o in public if stability(o) != PUBLIC] == []
+    assert [o.__qualname__ for o in developer if stability(o) != DEVELOPER] == []
+    assert "Public API: stable across minor releases" in (sim.SimEnv.__doc__ or "")
+    assert all(level in (PUBLIC, DEVELOPER) for level in STABILITY.values())
+    assert stability(assay.make_env) is None  # unmarked: internal (the curated assay.__all__ is its own promise)
+    # a marker sets no attribute: a runtime-checkable protocol keeps exactly its members
+    assert isinstance(testing.FunctionEnv(testing.fake_task()), sim.SimEnv)
+    import pytest
+
+    with pytest.raises(ValueError, match="marked both"):
+        from assay.annotations import developer_api
+
+        developer_api(public_api(lambda: None))

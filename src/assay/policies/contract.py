@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from assay.annotations import public_api
 from assay.errors import ContractError, ContractWarning, SpecError
 from assay.spec import IMAGE_PREFIX, STATE, TaskSpec
 
@@ -73,6 +74,7 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+@public_api
 class ArraySpec(_Frozen):
     """The shape and dtype of one observation entry per environment."""
 
@@ -80,6 +82,7 @@ class ArraySpec(_Frozen):
     dtype: str = "float32"
 
 
+@public_api
 class ImageSpec(_Frozen):
     """The size, channels and layout of one camera image."""
 
@@ -89,6 +92,7 @@ class ImageSpec(_Frozen):
     layout: ImageLayout = ImageLayout.HWC
 
 
+@public_api
 class ActionContract(_Frozen):
     """The action a policy answers: its dimension, mode, gripper polarity and bounds (None: not declared)."""
 
@@ -99,6 +103,7 @@ class ActionContract(_Frozen):
     high: float | None = None
 
 
+@public_api
 class PolicyContract(_Frozen):
     """What a policy consumes and produces. ``observations`` maps wire keys to array specs."""
 

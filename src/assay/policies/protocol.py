@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel
 
+from assay.annotations import developer_api, public_api
 from assay.spec import DEPTH_PREFIX as DEPTH_PREFIX  # the keys of TaskSpec.observation_spec(), re-exported here
 from assay.spec import IMAGE_PREFIX as IMAGE_PREFIX
 from assay.spec import STATE as STATE
@@ -83,6 +84,7 @@ def is_observation_key(key: str) -> bool:
     return key in OBSERVATION_KEYS or any(key.startswith(p) and len(key) > len(p) for p in OBSERVATION_PREFIXES)
 
 
+@public_api
 @dataclass(frozen=True)
 class PolicyContext:
     """What a policy knows when a batch of episodes starts."""
@@ -97,6 +99,7 @@ class PolicyContext:
         return len(self.seeds)
 
 
+@public_api
 @runtime_checkable
 class Policy(Protocol):
     """The inference-only policy: ``reset`` once per batch of episodes, then ``act`` on each batch of observations."""
@@ -108,6 +111,7 @@ class Policy(Protocol):
         """Return actions ``(B, A)`` or chunks ``(B, H, A)`` for the ``B`` rows of ``observations``."""
 
 
+@public_api
 @runtime_checkable
 class SupportsParams(Protocol):
     """A class whose constructor keywords are validated by a pydantic model."""
@@ -115,6 +119,7 @@ class SupportsParams(Protocol):
     Params: ClassVar[type[BaseModel]]
 
 
+@public_api
 @runtime_checkable
 class SupportsVersion(Protocol):
     """A class with a fixed version string (a builtin's is ``builtin-<version>``)."""
@@ -122,6 +127,7 @@ class SupportsVersion(Protocol):
     version: ClassVar[str]
 
 
+@public_api
 @runtime_checkable
 class SupportsResolveVersion(Protocol):
     """A class whose version depends on its params (weights are part of the identity)."""
@@ -131,6 +137,7 @@ class SupportsResolveVersion(Protocol):
         """The version for these params."""
 
 
+@public_api
 @runtime_checkable
 class SupportsTaskCheck(Protocol):
     """A class that can refuse a task before anything is built: a reason string, or None."""
@@ -140,6 +147,7 @@ class SupportsTaskCheck(Protocol):
         """None to accept the task, else the reason it is refused."""
 
 
+@public_api
 @runtime_checkable
 class SupportsContract(Protocol):
     """A class that declares its interface for the contract handshake."""
@@ -149,6 +157,7 @@ class SupportsContract(Protocol):
         """The declared interface for these params."""
 
 
+@public_api
 @runtime_checkable
 class SupportsEpisodeInfo(Protocol):
     """A policy that reports what it decided for an environment slot (recorded as ``policy_info``)."""
@@ -157,6 +166,7 @@ class SupportsEpisodeInfo(Protocol):
         """What the policy decided for environment slot ``slot`` in its episode."""
 
 
+@public_api
 @runtime_checkable
 class SupportsStepTrace(Protocol):
     """A policy that explains each answer for a slot (recorded per step as ``trace.<name>``)."""
@@ -165,6 +175,7 @@ class SupportsStepTrace(Protocol):
         """The explanation of the slot's latest answer, one value per trace column."""
 
 
+@public_api
 @runtime_checkable
 class SupportsFrameNeeds(Protocol):
     """A policy that says whether its ``act`` reads camera frames (``image.*``, ``depth.*``); asked after
@@ -174,11 +185,13 @@ class SupportsFrameNeeds(Protocol):
         """Whether ``act`` reads camera frames in the episodes since the last ``reset``."""
 
 
+@developer_api
 def reads_frames(policy: Policy) -> bool:
     """Whether ``policy`` reads camera frames: its ``reads_frames()`` hook, True without one."""
     return bool(policy.reads_frames()) if isinstance(policy, SupportsFrameNeeds) else True
 
 
+@public_api
 @runtime_checkable
 class SupportsMetadata(Protocol):
     """A policy that describes itself to remote clients (the server sends this on connect)."""
@@ -187,6 +200,7 @@ class SupportsMetadata(Protocol):
         """The description sent to remote clients on connect."""
 
 
+@public_api
 @runtime_checkable
 class PolicyClass(SupportsParams, SupportsVersion, Protocol):
     """What a builtin policy class is: ``Params``, ``version``, and a constructor taking the params."""

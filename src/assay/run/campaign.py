@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from assay.annotations import public_api
 from assay.errors import SpecError, UnsupportedError, located
 from assay.policies import check_policy_contract, check_supports, resolve_policy
 from assay.policies.remote import warn_capacity
@@ -72,6 +73,7 @@ def _located_variant(spec: CampaignSpec, index: int, task: TaskSpec) -> Variant:
         return resolve_variant(spec.variants[index], task)
 
 
+@public_api
 def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -> CampaignPlan:
     """Resolve tasks, variants and policies and plan every job; all spec errors surface here, before any run.
 
@@ -98,6 +100,7 @@ def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -
     return CampaignPlan(spec, tasks, tuple(policies), tuple(variants), tuple(jobs))
 
 
+@public_api
 def run_campaign(
     campaign: CampaignPlan,
     store: Store,

@@ -27,6 +27,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
+from assay.annotations import developer_api, public_api
 from assay.errors import AssayError
 from assay.run.driver import Driver, Event, Happened
 from assay.run.faults import Batch, FaultPolicy, rss_mb
@@ -63,6 +64,7 @@ class Reply(Enum):
     RAISE = "raise"  # an infrastructure error that must stop the driver; payload: the AssayError
 
 
+@developer_api
 class Executor(Protocol):
     """What every executor is: ``run(batches)`` yields each episode's record as it is stored (httpx's transports)."""
 
@@ -75,6 +77,7 @@ def _root(store_root: str | Path) -> str | Path:
     return as_root(store_root)
 
 
+@public_api
 class InlineExecutor:
     """Batches in this process, one after another. With ``pipelined`` (the default) a batch's files
     are written on a writer thread while the next batch rolls out (Parquet encoding, zstd and hashing
@@ -279,6 +282,7 @@ class _ProcessPool:
             slot.stopped(timeout=max(0.0, deadline - time.monotonic()))
 
 
+@public_api
 class LocalExecutor:
     """Worker processes on this machine, one batch in flight each (the loop: :class:`~assay.run.driver.Driver`).
 

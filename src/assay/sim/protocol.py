@@ -18,11 +18,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from assay.annotations import public_api
 from assay.spec import TaskSpec, Variant
 
 Observation = dict[str, np.ndarray]
 
 
+@public_api
 @dataclass(frozen=True)
 class Transition:
     """What one step returns. ``info`` holds float scalars only (they are recorded)."""
@@ -35,6 +37,7 @@ class Transition:
     info: dict[str, float] = field(default_factory=dict)
 
 
+@public_api
 @runtime_checkable
 class SimEnv(Protocol):
     """A simulator backend as the runner sees it: ``reset(seed)``, ``step(action)``, and what ``reset`` chose."""
@@ -55,6 +58,7 @@ class SimEnv(Protocol):
         """Release the simulator (and its renderer); the environment is not used again."""
 
 
+@public_api
 @runtime_checkable
 class SupportsFramesOnDemand(Protocol):
     """A backend (or wrapper) that can leave the camera frames out of the next step's observation."""
@@ -64,6 +68,7 @@ class SupportsFramesOnDemand(Protocol):
         ``calib.*`` and the state stay. Applies to that one step only; ``reset`` always renders."""
 
 
+@public_api
 @runtime_checkable
 class SupportsUnwrapped(Protocol):
     """A backend that hands out its simulator object (Meta-World's Sawyer, LIBERO's robosuite environment),

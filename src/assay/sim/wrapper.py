@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from assay.annotations import public_api
 from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, SupportsUnwrapped, Transition
 from assay.spec import Variant
 
 
+@public_api
 class SimEnvWrapper:
     """A :class:`SimEnv` around another: subclasses override what they change and inherit the rest."""
 

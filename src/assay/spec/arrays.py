@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from assay.annotations import public_api
 from assay.errors import SpecError
 
 STATE = "state"  # the observation key of the state vector
@@ -29,6 +30,7 @@ NOT_FINITE = "{name}: contains NaN or infinity"
 OUT_OF_BOUNDS = "{name}: values outside [{minimum}, {maximum}]"
 
 
+@public_api
 @dataclass(frozen=True)
 class Array:
     """An array of a fixed ``shape`` and ``dtype``; ``name`` says which one in messages."""
@@ -68,6 +70,7 @@ class Array:
         return np.zeros(self.shape, self.dtype)
 
 
+@public_api
 @dataclass(frozen=True)
 class BoundedArray(Array):
     """An :class:`Array` whose values lie in ``[minimum, maximum]`` (scalars, for every element)."""

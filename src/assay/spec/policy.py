@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from assay.annotations import public_api
 from assay.spec.hashing import content_hash
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -22,6 +23,7 @@ _REMOTE = re.compile(r"^wss?://[A-Za-z0-9.\-\[\]:]+:\d{1,5}(/[\w\-./]*)?$")
 _NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
 
 
+@public_api
 class PolicySpec(BaseModel):
     """A policy to evaluate: a builtin, a ``module:attr`` entrypoint or a ``remote:`` server, with its params."""
 

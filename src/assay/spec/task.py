@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
+from assay.annotations import public_api
 from assay.errors import SpecError
 from assay.spec.arrays import DEPTH_PREFIX, IMAGE_PREFIX, STATE, Array, BoundedArray
 from assay.spec.hashing import content_hash
@@ -44,6 +45,7 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+@public_api
 class ActionSpec(_Frozen):
     """The action space: a box of ``dim`` values in [low, high], and what they mean."""
 
@@ -53,6 +55,7 @@ class ActionSpec(_Frozen):
     kind: str = "delta_ee_gripper"  # e.g. delta end-effector xyz + gripper effort
 
 
+@public_api
 class CameraSpec(_Frozen):
     """A rendered view: frames come back as ``image.<name>`` (and ``depth.<name>``) observations."""
 
@@ -79,6 +82,7 @@ class CameraSpec(_Frozen):
         return size
 
 
+@public_api
 class TaskSpec(_Frozen):
     """A versioned task: backend, environment, instructions, horizon, spaces and tags."""
 

@@ -10,6 +10,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from assay.annotations import public_api
 from assay.spec.hashing import canonical_json, content_hash
 
 
@@ -21,6 +22,7 @@ class Axis(str, Enum):
     SEMANTIC = "semantic"
 
 
+@public_api
 class Perturbation(BaseModel):
     """One factor set to one value on one axis."""
 
@@ -36,6 +38,7 @@ class Perturbation(BaseModel):
         return f"{self.factor}={canonical_json(value)}"
 
 
+@public_api
 class Variant(BaseModel):
     """A set of perturbations applied at reset, sorted by factor, each factor at most once; the empty set is nominal."""
 

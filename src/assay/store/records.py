@@ -6,9 +6,12 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from assay.annotations import public_api
+
 SCHEMA_VERSION = 1
 
 
+@public_api
 class Outcome(str, Enum):
     """How an episode ended. ``error`` is infrastructure or a broken policy, never a skill failure."""
 
@@ -18,6 +21,7 @@ class Outcome(str, Enum):
     ERROR = "error"  # simulator or policy raised, or an invalid action; see ``reason``
 
 
+@public_api
 @dataclass(frozen=True)
 class EpisodeRecord:
     """One episode's catalog row (the data contract): what ran, its outcome, its step file and its provenance."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from assay.annotations import public_api
 from assay.errors import ConformanceError
 from assay.policies.protocol import OBSERVATION_PREFIXES, STATE
 from assay.sim.protocol import SimEnv, Transition
@@ -155,6 +156,7 @@ def _check_protocol(env: Any) -> None:
         raise ConformanceError(NO_TASK.format(env=type(env).__name__, value=env.task))
 
 
+@public_api
 def check_sim_env(env: SimEnv, seeds: Sequence[int] = (0, 1), steps: int = 5, episode_steps: int | None = None) -> None:
     """Check ``env`` against the SimEnv contract on ``seeds`` (at least one; two to check the seed is used).
 

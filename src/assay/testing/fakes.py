@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from assay.annotations import developer_api
 from assay.policies.protocol import ENV_IDS, PolicyContext
 from assay.sim.protocol import Observation, Transition
 from assay.spec import ActionSpec, SuccessMode, TaskSpec, Variant
@@ -22,17 +23,20 @@ from assay.spec import ActionSpec, SuccessMode, TaskSpec, Variant
 StepFn = Callable[[int, int, np.ndarray], Transition]
 
 
+@developer_api
 def fake_task(horizon: int = 10, success: SuccessMode = SuccessMode.ANY_STEP, action_dim: int = 1) -> TaskSpec:
     """A one-dimensional task for :class:`FunctionEnv` (state: the seed)."""
     return TaskSpec(name="fake/counter", version=1, backend="gymnasium", env_name="Fake-v0", instructions=("count",),
                     horizon=horizon, control_hz=10.0, state_dim=1, action=ActionSpec(dim=action_dim), success=success)
 
 
+@developer_api
 def running(seed: int, t: int, action: np.ndarray) -> Transition:
     """A step function whose episodes never end on their own (the horizon ends them)."""
     return Transition({"state": np.array([float(seed + t)])}, 0.0, False, False, False)
 
 
+@developer_api
 class FunctionEnv:
     """A SimEnv made of functions: the runner without a simulator."""
 
@@ -61,6 +65,7 @@ class FunctionEnv:
         pass
 
 
+@developer_api
 class ConstantPolicy:
     """Answers ``value`` in every action dimension of every row: ``(B, dim)``."""
 
@@ -80,6 +85,7 @@ class ConstantPolicy:
         return np.full((len(observations[ENV_IDS]), self.dim), self.value)
 
 
+@developer_api
 class ConstantChunkPolicy(ConstantPolicy):
     """Answers a chunk of ``horizon`` constant actions per row: ``(B, horizon, dim)``."""
 
@@ -92,6 +98,7 @@ class ConstantChunkPolicy(ConstantPolicy):
         return np.full((len(observations[ENV_IDS]), self.horizon, self.dim), self.value)
 
 
+@developer_api
 class ImageChunkPolicy:
     """A camera policy answering chunks ``(B, horizon, dim)``: a fixed random linear map of the mean
     colour of each quadrant of ``image.<camera>`` (and of the state), squashed into [-scale, scale].

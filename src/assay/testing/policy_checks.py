@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from assay.annotations import public_api
 from assay.errors import ConformanceError
 from assay.policies.protocol import (
     CALIB_PREFIX,
@@ -98,6 +99,7 @@ def _act(policy: Policy, batch: Mapping[str, Any], task: TaskSpec, rows: int, bo
     return check_actions(actions, task, rows, bounded)
 
 
+@public_api
 def check_policy(policy: Policy, task: TaskSpec, env: SimEnv | None = None, seeds: Sequence[int] = (0, 1, 2),
                  batch_invariant: bool = True, bounded: bool = False) -> None:
     """Check ``policy`` against the Policy contract on ``task``; raise ConformanceError on a finding.
