@@ -46,13 +46,13 @@ from assay.store import Store
 data, root, marker = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 link, flushes = catalog_module.Catalog._link, []
 
-def stalling_link(self, conn, campaign, pairs):
+def stalling_link(self, conn, campaign, pairs, *more):
     if pairs:
         flushes.append(len(pairs))
         if len(flushes) == 2:
             marker.write_text(str(len(pairs)))
             time.sleep(120)  # killed here, mid-transaction
-    return link(self, conn, campaign, pairs)
+    return link(self, conn, campaign, pairs, *more)
 
 catalog_module.Catalog._link = stalling_link
 with Store(root) as store:

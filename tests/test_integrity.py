@@ -116,7 +116,10 @@ def test_resume_repairs_through_the_cli_and_reports_it(tmp_path, write_campaign)
     files[0].write_bytes(b"")
     second = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
     assert (second["ran"], second["repaired"], second["skipped"]) == (1, 1, 3)
-    assert second["results"] == first["results"]
+    # The same episodes give the same results; the return's sums were added in another order (the repaired
+    # cell was counted anew from its rows), so they agree to rounding.
+    assert [row.pop("group") for row in second["results"]] == [row.pop("group") for row in first["results"]]
+    assert second["results"] == [pytest.approx(row) for row in first["results"]]
 
 
 def test_retry_errors_reruns_error_episodes_only_when_asked(tmp_path):

@@ -36,7 +36,7 @@ def test_semantic_rows_carry_intervals_and_the_report_says_what_they_mean():
     assert rows[("expert", "instruction.conflict")].axis == "semantic:conflict"
     lbc = rows[("lbc", "instruction.synonym")]
     assert lbc.retention == 0.5 and lbc.discordant == 3 and lbc.ci_low is not None and lbc.ci_low <= 0.5 <= lbc.ci_high
-    data = ReportData(campaign="c", spec={}, store_root="/", records=tuple(records), rates=(), leaderboard=None,
+    data = ReportData(campaign="c", spec={}, store_root="/", episodes=len(records), rates=(), leaderboard=None,
                       signoffs=(), robustness=tuple(rows.values()), outcomes_by_policy={}, failure_categories={},
                       gallery=(), provenance={}, reproduce=())
     html = _robustness(data)

@@ -173,11 +173,6 @@ def _two_variant_store(tmp_path):
     return fake_store(tmp_path / "s", "c", rows, spec)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (issue 36 x 42, in the code issue 39 is rewriting): the report's "
-                   "and the dashboard's pass^k pool every variant (report.data.gather passes all records, the "
-                   "/pass-k endpoint all episodes), while `results --pass-k` scores the nominal variant; neither "
-                   "names its scope. Fix: both use the campaign's scope (campaign_scoring(...).scope), the endpoint "
-                   "returns scope, the section and the dashboard show its label; then drop this mark")
 def test_pass_k_has_one_scope_in_the_cli_the_report_and_the_dashboard(tmp_path):
     from fastapi.testclient import TestClient
 
@@ -197,10 +192,6 @@ def test_pass_k_has_one_scope_in_the_cli_the_report_and_the_dashboard(tmp_path):
     assert [c["fraction"] for c in dashboard["cells"]] == ["15/28"] and dashboard["scope"]["label"] == "nominal only"
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (in metrics.passk, which issue 39 is rewriting): with --by "
-                   "...,variant the cells are per variant but the per-policy pass^k pools the variants of each task "
-                   "(here (6 of 16) pooled: C(6,2)/C(16,2) = 0.125, under the label 'each variant separately'). Fix: "
-                   "per-policy rows per (policy, variant) when the grouping has a variant; then drop this mark")
 def test_pass_k_per_policy_does_not_pool_variants_shown_separately(tmp_path):
     store = _two_variant_store(tmp_path)
     doc = json.loads(CliRunner().invoke(app, ["results", "--store", str(store), "--by", "policy,task,variant",

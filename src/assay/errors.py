@@ -13,7 +13,8 @@ them import them from here::
     │   └── ContractError          a policy's declared interface does not fit the task
     ├── StoreError             the store or catalog cannot be read or written
     │   ├── WriteError             a file could not be written (where, and the OS's reason)
-    │   └── UndecodableRow         a catalog row that does not decode into an EpisodeRecord
+    │   ├── UndecodableRow         a catalog row that does not decode into an EpisodeRecord
+    │   └── DuplicateEpisodes      two episodes of one column on one paired row of a seed table
     ├── ResultsCsvError        a results CSV that cannot be used (file and row named)
     ├── DataQueryError         a training-data query that does not parse or selects nothing
     ├── RegressionError        a regression set that is missing, malformed or has no such version
@@ -105,6 +106,11 @@ class UndecodableRow(StoreError):
     def __init__(self, key: str, why: str) -> None:
         super().__init__(f"catalog row of episode {key[:12]} cannot be read: {why}")
         self.key, self.why = key, why
+
+
+class DuplicateEpisodes(StoreError):
+    """Two episodes of one column (a policy, or a variant) on one paired row (task, variant or policy, seed): a
+    paired table cannot hold them (``assay.store.aggregates.seed_patterns``)."""
 
 
 class ResultsCsvError(AssayError):

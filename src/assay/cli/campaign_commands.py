@@ -27,7 +27,7 @@ from assay.cli.lazy import subgroup
 from assay.cli.progress import CampaignProgress, interrupt_told
 from assay.cli.scoring import AllowPartialOpt, VariantScopeOpt, scored_campaign
 from assay.errors import AssayError
-from assay.metrics import entries_from_records, missing_rows, rate_table, write_results_csv
+from assay.metrics import entries_of, missing_rows, rate_rows, write_results_csv
 from assay.metrics.adaptive import judge_for
 from assay.metrics.adaptive_power import equal_power_view
 from assay.metrics.results_csv import format_results_csv
@@ -35,7 +35,9 @@ from assay.run import CampaignPlan, CampaignSummary, FaultPolicy, make_executor,
 from assay.run.adaptive import load_state
 from assay.run.catalog_writer import DEFAULT_COMMIT_ROWS, DEFAULT_COMMIT_SECONDS, CommitPolicy
 from assay.spec import CampaignSpec, SuccessMode
-from assay.store import Store, renderer_notes, renderer_of, run_lock
+from assay.store import Store, renderer_of, run_lock
+from assay.store.aggregates import renderer_totals
+from assay.store.provenance import renderer_notes_of
 
 EPISODES_HELP = "Inspect recorded episodes."
 
@@ -111,13 +113,12 @@ def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summar
                 adaptive: dict[str, Any] | None, json_out: bool, fail_under: float | None) -> None:
     """What ``assay run`` says after the episodes: renderer notes, the rate table in the campaign's scope (or the
     JSON document), the adaptive rounds, the counts, and the ``--fail-under`` gate."""
-    episodes = opened.catalog.episodes(campaign=spec.name)
-    notes = renderer_notes(episodes)  # several renderers, or software rendering on a GPU host
-    for note in notes:
+    notes = renderer_notes_of(renderer_totals(opened.catalog, spec.name))  # several renderers, or software
+    for note in notes:                                                    # rendering on a GPU host
         render.err_console.print(note, highlight=False, soft_wrap=True)
-    scored = scored_campaign(opened, spec.name, None, records=episodes)  # the scope `results` shows
+    scored = scored_campaign(opened, spec.name, None)  # the scope `results` shows, from counts
     covered = scored.within()
-    rows = rate_table(scored.scoped, by=("policy", "task"))
+    rows = rate_rows(scored.scoped, by=("policy", "task"))
     rows += missing_rows(covered, ("policy", "task"), rows)
     if json_out:
         render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
@@ -182,29 +183,29 @@ def results(
         groups = split_list(by)
         with open_store(store, catalog) as opened:
             scored = scored_campaign(opened, campaign, variant, separately="variant" in groups)
-            name, episodes = scored.name, scored.scoped
+            name, cells = scored.name, scored.scoped
             if csv_out is not None:
                 if len(scored.scope.variants) > 1:
                     raise AssayError(f"campaign {name!r} has variants {', '.join(scored.scope.variants)}; a results "
                                      "CSV holds one rate per (task, policy): pick one with --variant")
                 if is_stdout(csv_out):
-                    sys.stdout.write(format_results_csv(entries_from_records(episodes, name)))
+                    sys.stdout.write(format_results_csv(entries_of(cells, name)))
                 else:
-                    write_results_csv(csv_out, entries_from_records(episodes, name))
+                    write_results_csv(csv_out, entries_of(cells, name))
             covered = scored.within()
-            rows = rate_table(episodes, by=groups, errors_as_failures=errors_as_failures)
+            rows = rate_rows(cells, by=groups, errors_as_failures=errors_as_failures)
             rows += missing_rows(covered, groups, rows)
             extras = stats_commands.results_extras(opened, scored, allow_partial)
             if pass_k is not None:
-                stats_commands.add_pass_k(extras, episodes, pass_k, groups, scored.title(f"campaign {name}"))
-            robustness = robustness_commands.profile_document(list(scored.records)) if profile else None
+                stats_commands.add_pass_k(extras, cells, pass_k, groups, scored.title(f"campaign {name}"))
+            robustness = robustness_commands.stored_profile(opened, scored) if profile else None
         if json_out:
             render.print_json({"campaign": name, "by": groups, "errors_as_failures": errors_as_failures,
                                **scored.document(covered),
                                "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
                                **extras.document, **(robustness or {})})
         else:
-            no_success = frozenset(t for t in {r.task_id for r in episodes} if stats_commands.return_scored(t))
+            no_success = frozenset(t for t in {c.task for c in cells} if stats_commands.return_scored(t))
             # With the CSV on stdout, the tables go to stderr (the console writes to whatever sys.stdout is).
             with contextlib.redirect_stdout(sys.stderr) if is_stdout(csv_out) else contextlib.nullcontext():
                 render.console.print(render.rate_table(rows, scored.title(f"campaign {name}"), no_success,

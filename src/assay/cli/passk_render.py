@@ -29,9 +29,10 @@ def pass_k_tables(table: PassKTable, title: str) -> list[Table]:
                       cell.fraction, _interval(cell.ci_low, cell.ci_high), cell.reason or "")
     policies = Table(title=f"pass^{k} per policy: the mean over its tasks of the per-task pass^{k}",
                      title_justify="left")
-    for column in ("policy", "tasks", f"pass^{k}", "interval", "why undefined"):
+    separate = any(row.variant is not None for row in table.policies)  # each variant its own row
+    for column in ("policy", *(("variant",) if separate else ()), "tasks", f"pass^{k}", "interval", "why undefined"):
         policies.add_column(column, justify="right" if column in ("tasks", f"pass^{k}", "interval") else "left")
     for row in table.policies:
-        policies.add_row(row.policy, str(row.tasks), _value(row.estimate), _interval(row.ci_low, row.ci_high),
-                         row.reason or "")
+        policies.add_row(row.policy, *((row.variant or "",) if separate else ()), str(row.tasks),
+                         _value(row.estimate), _interval(row.ci_low, row.ci_high), row.reason or "")
     return [cells, policies]

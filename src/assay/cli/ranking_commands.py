@@ -11,7 +11,7 @@ from assay.cli import render
 from assay.cli.common import open_store
 from assay.cli.scoring import scored_campaign
 from assay.errors import AssayError
-from assay.metrics import campaign_signoff, outcome_grid, read_results_csv
+from assay.metrics import read_results_csv, totals_signoff
 from assay.metrics.irt import MODELS, ModelLeaderboard, counts_from_entries, counts_from_grid, model_leaderboard
 
 DEFAULT_MODEL_RESAMPLES = 200
@@ -34,10 +34,8 @@ def model_board(model: str, store: Path, catalog: str | None, campaign: str | No
         return f"results {csv_in.name}", model_leaderboard(model, counts, None, confidence, n_resamples, seed), [], {}
     with open_store(store, catalog) as opened:
         scored = scored_campaign(opened, campaign, variant)  # the variant scope every scoring command uses
-        records = scored.scoped
-        grid = outcome_grid(records, tasks)
-        ranked = [r for r in records if r.task_id in grid.task_ids]
-        gate = campaign_signoff(ranked, opened.root)
+        grid = scored.grid(scored.tasks(tasks))
+        gate = totals_signoff(scored.ranked(grid.task_ids), opened.root)
     board = model_leaderboard(model, counts_from_grid(grid), [t.values for t in grid.tasks], confidence, n_resamples,
                               seed)
     covered = scored.within(None, grid.task_ids)

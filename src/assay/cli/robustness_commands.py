@@ -10,13 +10,21 @@ from rich.table import Table
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.cli.scoring import Scored
 from assay.cli.stats_render import signoff_table
 from assay.errors import AssayError
-from assay.metrics import campaign_signoff, category_profile, rate_table, retention_table, robustness_profile
+from assay.metrics import (
+    campaign_signoff,
+    category_profile,
+    rate_table,
+    retention_table,
+    robustness_profile,
+    stored_retention,
+)
 from assay.run import make_executor, prepare_campaign, run_campaign
 from assay.sim import get_factor
 from assay.spec import campaign_from_data, content_hash
-from assay.store import EpisodeRecord
+from assay.store import EpisodeRecord, Store
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -26,6 +34,14 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 def profile_document(episodes: list[EpisodeRecord]) -> dict[str, Any]:
     """The retention rows and per-axis profile of ``episodes`` as JSON data."""
     rows = retention_table(episodes)
+    return {"retention": [r.to_dict() for r in rows], "profile": [p.to_dict() for p in robustness_profile(rows)],
+            "categories": [c.to_dict() for c in category_profile(rows)]}
+
+
+def stored_profile(opened: Store, scored: Scored) -> dict[str, Any]:
+    """``results --profile``: retention and the per-axis profile over every variant of the campaign, from the
+    database's seed patterns (no row decoded)."""
+    rows = stored_retention(opened.catalog, scored.name, scored.totals)
     return {"retention": [r.to_dict() for r in rows], "profile": [p.to_dict() for p in robustness_profile(rows)],
             "categories": [c.to_dict() for c in category_profile(rows)]}
 

@@ -1,9 +1,12 @@
 """What every scoring command says about its numbers: the variant scope and how complete the campaign is.
 
 ``results``, ``compare`` and ``leaderboard`` open a campaign through :func:`scored_campaign`: it
-holds the campaign's episodes, the variant scope of the command (``assay.metrics.scope``: nominal
-by default, ``--variant NAME`` or ``--variant all``) and the campaign's completeness against its
-plan (``assay.metrics.completeness``). Titles carry the scope's label, JSON documents carry
+holds the campaign's cell counts (computed by the database, ``assay.store.aggregates``: no row is
+decoded), the variant scope of the command (``assay.metrics.scope``: nominal by default,
+``--variant NAME`` or ``--variant all``) and the campaign's completeness against its plan
+(``assay.metrics.completeness``); paired tables come from the database's seed patterns
+(:meth:`Scored.grid`), and rows are decoded only where a command needs episodes
+(:meth:`Scored.episodes`). Titles carry the scope's label, JSON documents carry
 ``scope`` and ``completeness``, and a ranking or comparison over cells with no episode is refused
 unless ``--allow-partial``.
 """
@@ -19,8 +22,11 @@ import typer
 from assay.cli import render
 from assay.cli.common import say_latest
 from assay.errors import AssayError
-from assay.metrics import Completeness, VariantScope, campaign_completeness, planned_variants, variant_scope
+from assay.metrics import Completeness, OutcomeGrid, VariantScope, planned_variants, variant_scope
+from assay.metrics.completeness import totals_completeness
+from assay.metrics.outcomes import match_tasks, stored_grid
 from assay.store import EpisodeRecord, Store
+from assay.store.aggregates import CellTotals, cell_totals, unsound_rows
 
 AllowPartialOpt = Annotated[bool, typer.Option(
     "--allow-partial", help="Rank or compare even when some cells of the campaign have no episode yet (the output "
@@ -33,17 +39,46 @@ VariantScopeOpt = Annotated[str | None, typer.Option(
 
 @dataclass(frozen=True)
 class Scored:
-    """A campaign as a scoring command sees it."""
+    """A campaign as a scoring command sees it: counts, scope and completeness, over an open store."""
 
     name: str
-    records: tuple[EpisodeRecord, ...]  # every episode of the campaign
+    store: Store
+    totals: tuple[CellTotals, ...]  # every cell of the campaign
     scope: VariantScope
     completeness: Completeness  # of the whole campaign
 
     @property
-    def scoped(self) -> list[EpisodeRecord]:
-        """The episodes in scope."""
-        return self.scope.keep(self.records)
+    def scoped(self) -> list[CellTotals]:
+        """The cells in scope."""
+        chosen = set(self.scope.variants)
+        return [t for t in self.totals if t.variant in chosen]
+
+    def tasks(self, names: Sequence[str] | None = None) -> list[str]:
+        """The recorded task ids in scope, or those ``names`` name (an id without ``@version`` matches every
+        version; AssayError for a name that matches none)."""
+        known = {t.task for t in self.scoped}
+        return match_tasks(names, known) if names else sorted(known)
+
+    def ranked(self, tasks: Iterable[str], policies: Iterable[str] | None = None) -> list[CellTotals]:
+        """The cells in scope a ranking of these tasks (and policies, or all) scores."""
+        wanted, chosen = set(tasks), None if policies is None else set(policies)
+        return [t for t in self.scoped if t.task in wanted and (chosen is None or t.policy in chosen)]
+
+    def grid(self, tasks: Sequence[str] | None = None) -> OutcomeGrid:
+        """The paired seed × policy tables of the scope's episodes (these task ids, or all), from the database."""
+        return stored_grid(self.store.catalog, self.name, self.scoped, tasks)
+
+    def episodes(self, tasks: Iterable[str] | None = None, policies: Iterable[str] | None = None,
+                 all_variants: bool = False) -> list[EpisodeRecord]:
+        """The decoded rows of these tasks and policies (None: all) in scope (or of every variant), for the
+        commands that need episodes themselves."""
+        chosen = None if all_variants else set(self.scope.variants)
+        found: list[EpisodeRecord] = []
+        for task in sorted(set(tasks)) if tasks is not None else [None]:
+            for policy in sorted(set(policies)) if policies is not None else [None]:
+                found += [r for r in self.store.catalog.episodes(campaign=self.name, task=task, policy=policy)
+                          if chosen is None or r.variant_name in chosen]
+        return found
 
     def within(self, policies: Iterable[str] | None = None, tasks: Iterable[str] | None = None) -> Completeness:
         """The completeness of the cells a result covers: these policies and tasks, in scope."""
@@ -80,20 +115,26 @@ def campaign_name(store: Store, name: str | None) -> str:
 
 
 def scored_campaign(store: Store, name: str | None, variant: str | None, separately: bool = False,
-                    records: Sequence[EpisodeRecord] | None = None) -> Scored:
-    """The campaign (default: the latest) with its episodes, the scope ``--variant`` asks for and its completeness."""
+                    totals: Sequence[CellTotals] | None = None) -> Scored:
+    """The campaign (default: the latest) with its cell counts, the scope ``--variant`` asks for and its
+    completeness; ``store`` must stay open while the result is used."""
     from assay.run.adaptive import load_state
 
     chosen = campaign_name(store, name)
     row = store.catalog.campaign(chosen)
     resolved = row.spec if row is not None else {}
-    found = tuple(records if records is not None else store.catalog.episodes(campaign=chosen))
+    left_out = unsound_rows(store.catalog, chosen)  # reads the covering index only
+    store.catalog.skipped.update(left_out)  # named on exit, as a reader that decodes rows names them
+    # The kept counts were made from the rows as written; a row whose outcome was edited to none since then
+    # is left out by counting the campaign's rows themselves.
+    found = tuple(totals if totals is not None else cell_totals(store.catalog, chosen, from_rows=bool(left_out)))
     try:
-        scope = variant_scope(planned_variants(resolved, found), variant, separately)
+        available = planned_variants(resolved) or sorted({t.variant for t in found})
+        scope = variant_scope(available, variant, separately)
     except AssayError as exc:
         raise AssayError(f"campaign {chosen!r}: {exc}") from None
-    complete = campaign_completeness(resolved, found, load_state(store, chosen))
-    return Scored(chosen, found, scope, complete)
+    complete = totals_completeness(resolved, found, load_state(store, chosen))
+    return Scored(chosen, store, found, scope, complete)
 
 
 def planned_tasks(scored: Scored, tasks: str | None) -> list[str] | None:

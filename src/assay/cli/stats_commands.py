@@ -33,24 +33,26 @@ from assay.metrics import (
     compare,
     compare_returns,
     correlate,
-    entries_from_records,
+    entries_of,
     episode_budget,
-    gate_cells,
+    gate_cells_of,
     leaderboard,
     load_thresholds,
-    outcome_grid,
     posterior_comparison,
     rate_table,
     read_results_csv,
     records_from_report,
-    routing_table,
+    routing_rows,
     save_calibration,
     save_real_results,
     stability,
+    totals_signoff,
 )
 from assay.metrics.adaptive_power import equal_power_view
 from assay.run.adaptive import load_state
-from assay.store import EpisodeRecord, Store, renderer_counts, renderer_notes
+from assay.store import Store
+from assay.store.aggregates import CellTotals, renderer_totals, routing_totals
+from assay.store.provenance import renderer_counts_of, renderer_notes_of
 
 ConfidenceOpt = Annotated[float, typer.Option("--confidence", help="Interval level.")]
 ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")]
@@ -99,15 +101,14 @@ class Extras:
 def results_extras(store: Store, scored: Scored, allow_partial: bool = False) -> Extras:
     """Leaderboard (suite score, CI, rank interval; in the campaign's scope, refused over cells with no
     episode unless ``allow_partial``) and sign-off status of each task of a campaign; routing, safety and
-    leakage over all its episodes."""
-    from assay.failures.safety import intervention_rows
-    from assay.learning.leakage import campaign_leakage
+    leakage over all its episodes. Counts from the database; rows are decoded for bc policies' leakage only."""
+    from assay.failures.safety import campaign_interventions
+    from assay.learning.leakage import stored_leakage
 
-    records, scoped = list(scored.records), scored.scoped
-    gate = campaign_signoff(scoped, store.root)
-    leaks = campaign_leakage(records, store)
-    safety = intervention_rows(records)
-    routing = routing_table(records)
+    gate = totals_signoff(scored.scoped, store.root)
+    leaks = stored_leakage(store, scored.name)
+    safety = campaign_interventions(store, scored.name)
+    routing = routing_rows(routing_totals(store.catalog, scored.name))
     document: dict[str, Any] = {"leaderboard": None}
     tables: list[Any] = []
     try:
@@ -116,7 +117,7 @@ def results_extras(store: Store, scored: Scored, allow_partial: bool = False) ->
         document["leaderboard_withheld"] = str(exc)
         tables.append(f"[yellow]{escape(str(exc))}[/]")
     else:
-        board = leaderboard(outcome_grid(scoped))
+        board = leaderboard(scored.grid())
         document["leaderboard"] = {**board.to_dict(), "rows": [r.to_dict() | scored.within([r.policy]).summary()
                                                                for r in board.rows]}
         tables.append(show.leaderboard_table(board, scored.title(f"campaign {scored.name}: leaderboard "
@@ -128,22 +129,23 @@ def results_extras(store: Store, scored: Scored, allow_partial: bool = False) ->
         tables.append(show.safety_table(safety))
     if leaks:
         tables.append(show.leakage_table(leaks))
-    notes = renderer_notes(records)  # frames drawn by several renderers, or in software on a GPU host
+    renderers = renderer_totals(store.catalog, scored.name)
+    notes = renderer_notes_of(renderers)  # frames drawn by several renderers, or in software on a GPU host
     tables += [Text(note, style="yellow") for note in notes]
     extras = Extras({**document, "signoff": [s.to_dict() for s in gate],
                      "safety": safety, "leakage": [leak.to_dict() for leak in leaks],
-                     "routing": [r.to_dict() for r in routing], "renderers": renderer_counts(records),
+                     "routing": [r.to_dict() for r in routing], "renderers": renderer_counts_of(renderers),
                      "notes": notes}, tables)
     _add_adaptive(extras, store.root, scored.name)
     return extras
 
 
-def add_pass_k(extras: Extras, records: Sequence[EpisodeRecord], k: int, by: Sequence[str], title: str) -> None:
+def add_pass_k(extras: Extras, totals: Sequence[CellTotals], k: int, by: Sequence[str], title: str) -> None:
     """pass^k per cell of ``by`` and per policy (``pass_k`` in the JSON), for ``assay results --pass-k K``."""
     from assay.cli.passk_render import pass_k_tables
-    from assay.metrics.passk import pass_k_table
+    from assay.metrics.passk import pass_k_rows
 
-    table = pass_k_table(records, k, by)
+    table = pass_k_rows(totals, k, by)
     extras.document["pass_k"] = table.to_dict()
     extras.tables.extend(pass_k_tables(table, title))
 
@@ -193,23 +195,23 @@ def compare_command(
 ) -> None:
     """Per-task and suite differences A − B with intervals, p-values and verdicts. Tasks without a
     success signal (gymnasium ids) are compared on paired mean return instead (``returns`` in --json)."""
-    with user_errors():
-        with Store(store, catalog, create=False) as opened:
-            scored = scored_campaign(opened, campaign, variant)
-            root = opened.root
-        name, records = scored.name, scored.scoped
+    with user_errors(), Store(store, catalog, create=False) as opened:
+        scored = scored_campaign(opened, campaign, variant)
+        root = opened.root
+        name = scored.name
         covered = scored.within([a, *others], planned_tasks(scored, tasks))
         covered.refuse_missing(f"comparing {a} with {', '.join(others)} on campaign {name}", allow_partial)
-        grid = outcome_grid(records, _split(tasks) if tasks else None)
+        grid = scored.grid(scored.tasks(_split(tasks) if tasks else None))
         grid.require([a, *others])
         by_return = [t for t in grid.task_ids if return_scored(t)]
         by_success = [t for t in grid.task_ids if t not in by_return]
-        success_grid = outcome_grid(records, by_success) if by_success else None
+        success_grid = scored.grid(by_success) if by_success else None
         rows = compare(success_grid, a, others, Pairing.UNPAIRED if unpaired else Pairing.PAIRED, alpha, confidence,
                        resamples, seed) if success_grid is not None else []
-        returns = compare_returns(records, a, others, by_return, alpha, confidence) if by_return else []
+        returns = compare_returns(scored.episodes(by_return, [a, *others]), a, others, by_return, alpha,
+                                  confidence) if by_return else []
         posteriors = _posterior(success_grid, a, others, seed) if success_grid is not None else []
-        gate = campaign_signoff(_ranked(records, grid.task_ids, [a, *others]), root)
+        gate = totals_signoff(scored.ranked(grid.task_ids, [a, *others]), root)
         extras = Extras({"signoff": [g.to_dict() for g in gate]})
         _add_adaptive(extras, root, name)
         if json_out:
@@ -234,12 +236,6 @@ def compare_command(
             render.console.print("[yellow]adaptive campaign: the fixed-n p-values above are not valid after optional "
                                  "stopping; use the sequential p-values below[/]")
             extras.print()
-
-
-def _ranked(records: Sequence[EpisodeRecord], tasks: Sequence[str],
-            policies: Sequence[str] | None = None) -> list[EpisodeRecord]:
-    """The episodes a ranking scores (already in its variant scope): its tasks and its policies (or all)."""
-    return [r for r in records if r.task_id in tasks and (policies is None or r.policy_name in policies)]
 
 
 def return_scored(task_id: str) -> bool:
@@ -284,17 +280,16 @@ def leaderboard_command(
         _model_leaderboard(model, store, catalog, campaign, tasks, variant, csv_in, confidence, resamples, seed,
                            require_signoff, json_out)
         return
-    with user_errors():
-        with Store(store, catalog, create=False) as opened:
-            scored = scored_campaign(opened, campaign, variant)
-            root = opened.root
-        name, records = scored.name, scored.scoped
+    with user_errors(), Store(store, catalog, create=False) as opened:
+        scored = scored_campaign(opened, campaign, variant)
+        root = opened.root
+        name = scored.name
         covered = scored.within(None, planned_tasks(scored, tasks))
         covered.refuse_missing(f"the leaderboard of campaign {name}", allow_partial)
-        grid = outcome_grid(records, _split(tasks) if tasks else None)
+        grid = scored.grid(scored.tasks(_split(tasks) if tasks else None))
         board = leaderboard(grid, confidence, 2000 if resamples is None else resamples, seed)
         thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies, min_pearson_low)
-        gate = campaign_signoff(_ranked(records, grid.task_ids), root, thresholds)
+        gate = totals_signoff(scored.ranked(grid.task_ids), root, thresholds)
         extras = Extras({})
         _add_adaptive(extras, root, name)
         if json_out:
@@ -367,22 +362,16 @@ def budget_command(
             highlight=False, soft_wrap=True)
 
 
-def _scoped(store: Path, catalog: str | None, campaign: str | None, variant: str | None) -> tuple[Scored, Path]:
-    """A campaign's episodes in the scope ``variant`` asks for (``metrics.scope``: nominal by default)."""
-    with Store(store, catalog, create=False) as opened:
-        return scored_campaign(opened, campaign, variant), opened.root
-
-
 def _campaign_entries(store: Path, catalog: str | None, campaign: str, variant: str | None = None,
                       variants: dict[str, tuple[str, ...]] | None = None) -> list[RateEntry]:
     """A campaign's (task, policy) rates in the variant scope (nominal by default); ``variants`` is filled with
     each task's variant keys."""
-    scored, _ = _scoped(store, catalog, campaign, variant)
-    records = scored.scoped
+    with Store(store, catalog, create=False) as opened:
+        scored = scored_campaign(opened, campaign, variant)
     if variants is not None:
-        for cell in gate_cells(records):
+        for cell in gate_cells_of(scored.scoped):
             variants[cell.task] = cell.variants
-    return entries_from_records(records, f"campaign {scored.name}" + (f":{variant}" if variant else ""))
+    return entries_of(scored.scoped, f"campaign {scored.name}" + (f":{variant}" if variant else ""))
 
 
 def correlate_command(
@@ -454,8 +443,9 @@ def _source_gate(value: str, store: Path, catalog: str | None) -> list[Any]:
     if value.endswith(".csv"):
         return []
     name, _, variant = value.partition(":")
-    scored, root = _scoped(store, catalog, name, variant or None)
-    return campaign_signoff(scored.scoped, root)
+    with Store(store, catalog, create=False) as opened:
+        scored = scored_campaign(opened, name, variant or None)
+        return totals_signoff(scored.scoped, opened.root)
 
 
 def stability_command(

@@ -99,9 +99,14 @@ def from_trace(record: EpisodeRecord, trace: Mapping[str, Any]) -> tuple[str, st
     return None
 
 
-def attribute(records: list[EpisodeRecord], categories: dict[str, Categorized]) -> list[Attribution]:
-    """One attribution per non-successful episode of ``records``."""
-    nominal = {(r.policy_name, r.task_id, r.seed): r for r in records if r.variant_key == "nominal"}
+def attribute(records: list[EpisodeRecord], categories: dict[str, Categorized],
+              nominal_successes: dict[tuple[str, str, int], str] | None = None) -> list[Attribution]:
+    """One attribution per non-successful episode of ``records``. ``nominal_successes``: the key of each
+    successful nominal episode by (policy, task, seed), when ``records`` does not hold them (the report reads
+    only unsuccessful rows); by default found among ``records``."""
+    if nominal_successes is None:
+        nominal_successes = {(r.policy_name, r.task_id, r.seed): r.key for r in records
+                             if r.variant_key == "nominal" and r.outcome is Outcome.SUCCESS}
     out = []
     for record in records:
         if record.outcome is Outcome.SUCCESS:
@@ -113,14 +118,14 @@ def attribute(records: list[EpisodeRecord], categories: dict[str, Categorized]) 
         if from_policy is not None:
             out.append(Attribution(record.key, from_policy[0], "trace", from_policy[1], record.policy_name))
             continue
-        twin = nominal.get((record.policy_name, record.task_id, record.seed))
+        twin = nominal_successes.get((record.policy_name, record.task_id, record.seed))
         axes = _axes(record)
-        if twin is not None and twin.key != record.key and twin.outcome is Outcome.SUCCESS and len(axes) == 1:
+        if twin is not None and twin != record.key and len(axes) == 1:
             axis = next(iter(axes))
             capability = AXIS_CAPABILITY.get(axis) or _phase(category)
             if capability is not None:
                 out.append(Attribution(record.key, capability, "paired",
-                                       f"nominal twin {twin.key[:12]} succeeded; fails under {record.variant_name}"
+                                       f"nominal twin {twin[:12]} succeeded; fails under {record.variant_name}"
                                        + (f" ({category.value})" if axis == Axis.BEHAVIORAL.value and category else ""),
                                        record.policy_name))
                 continue

@@ -215,6 +215,17 @@ def bc_checkpoints(records: Sequence[EpisodeRecord]) -> dict[str, list[EpisodeRe
     return by_path
 
 
+def stored_leakage(store: Store, campaign: str) -> list[Leakage]:
+    """:func:`campaign_leakage` of a campaign, decoding the rows of its bc and pixel-bc policies only (which the
+    campaign's resolved spec names): the other policies' episodes are never read."""
+    row = store.catalog.campaign(campaign)
+    policies = (row.spec.get("policies") or []) if row is not None else []
+    names = [str(p["name"]) for p in policies if isinstance(p, dict) and
+             (p.get("spec") or {}).get("builtin") in ("bc", "pixel-bc")]
+    records = [r for name in names for r in store.catalog.episodes(campaign=campaign, policy=name)]
+    return campaign_leakage(records, store) if records else []
+
+
 def leakage_report(records: Sequence[EpisodeRecord], store: Store | None = None) -> dict[str, list[str]]:
     """For every bc policy among the records: the keys of its contaminated episodes (empty list if clean)."""
     return {path: list(leakage(group, path, store).keys) for path, group in sorted(bc_checkpoints(records).items())}

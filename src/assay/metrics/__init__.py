@@ -17,6 +17,7 @@ from assay.metrics.calibration import (
     Thresholds,
     campaign_signoff,
     gate_cells,
+    gate_cells_of,
     load_calibration,
     load_real_results,
     load_thresholds,
@@ -24,6 +25,7 @@ from assay.metrics.calibration import (
     save_calibration,
     save_real_results,
     signoff,
+    totals_signoff,
 )
 from assay.metrics.comparisons import Comparison, Pairing, Verdict, compare, holm, mcnemar_exact, newcombe_interval
 from assay.metrics.completeness import (
@@ -34,6 +36,8 @@ from assay.metrics.completeness import (
     missing_rows,
     planned_cells,
     recorded_cells,
+    recorded_of,
+    totals_completeness,
 )
 from assay.metrics.correlation import CorrelationReport, MmrvConvention, correlate, correlation, mmrv
 from assay.metrics.openloop import (
@@ -47,7 +51,7 @@ from assay.metrics.openloop import (
     rank_agreement,
     save_openloop,
 )
-from assay.metrics.outcomes import OutcomeGrid, outcome_grid
+from assay.metrics.outcomes import OutcomeGrid, grid_of, match_tasks, outcome_grid, patterns_of, stored_grid
 from assay.metrics.posterior import Posterior, PosteriorComparison, posterior, posterior_comparison, prob_greater
 from assay.metrics.ranking import Leaderboard, leaderboard
 from assay.metrics.rates import (
@@ -56,20 +60,26 @@ from assay.metrics.rates import (
     Interval,
     RateRow,
     interval_label,
+    rate_rows,
     rate_table,
+    return_interval_of,
     success_interval,
+    totals_of,
 )
-from assay.metrics.results_csv import RateEntry, entries_from_records, read_results_csv, write_results_csv
+from assay.metrics.results_csv import RateEntry, entries_from_records, entries_of, read_results_csv, write_results_csv
 from assay.metrics.returns import ReturnComparison, compare_returns, return_interval
 from assay.metrics.robustness import (
     AxisProfile,
     CategoryProfile,
     RetentionRow,
+    VariantExample,
     category_profile,
+    retention_rows,
     retention_table,
     robustness_profile,
+    stored_retention,
 )
-from assay.metrics.routing import RoutingRow, routing_table
+from assay.metrics.routing import RoutingRow, routing_rows, routing_table
 from assay.metrics.scope import VariantScope, planned_variants, variant_scope
 from assay.metrics.sequential import (
     LatticeBoundary,
@@ -102,4 +112,7 @@ __all__ = [
     "rate_cs", "GateCell", "campaign_signoff", "gate_cells", "RoutingRow", "routing_table",
     "CellCount", "Completeness", "campaign_completeness", "completeness", "missing_rows", "planned_cells",
     "recorded_cells", "VariantScope", "planned_variants", "variant_scope",
+    "entries_of", "gate_cells_of", "grid_of", "match_tasks", "patterns_of", "rate_rows", "recorded_of",
+    "retention_rows", "return_interval_of", "routing_rows", "stored_grid", "totals_completeness", "totals_of",
+    "totals_signoff", "VariantExample", "stored_retention",
 ]

@@ -81,3 +81,26 @@ def observed_rates(values: np.ndarray) -> np.ndarray:
     sums = np.where(valid, values, 0.0).sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def pattern_rates(patterns: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """:func:`observed_rates` of the table whose distinct rows are ``patterns``, each ``weights`` times."""
+    valid = ~np.isnan(patterns)
+    counts = weights @ valid
+    sums = weights @ np.where(valid, patterns, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def resampled_pattern_rates(rng: np.random.Generator, patterns: np.ndarray, weights: np.ndarray,
+                            size: int) -> np.ndarray:
+    """:func:`resampled_rates` of the same table held as counted patterns: drawing the table's rows with
+    replacement is drawing how many times each pattern is drawn, one multinomial draw per resample (the same
+    distribution, in memory of the patterns rather than the rows). Returns ``(size, columns)``."""
+    rows = int(weights.sum())
+    observed = pattern_rates(patterns, weights)
+    drawn = rng.multinomial(rows, weights / rows, size=size).astype(np.float64)  # (size, patterns)
+    valid = ~np.isnan(patterns)
+    sums = drawn @ np.where(valid, patterns, 0.0)
+    counts = drawn @ valid.astype(np.float64)
+    return np.where(counts > 0, sums / np.maximum(counts, 1), observed[None, :])

@@ -33,8 +33,10 @@ from pathlib import Path
 
 from assay.errors import StoreError
 from assay.metrics.correlation import CorrelationReport
+from assay.metrics.rates import totals_of
 from assay.metrics.results_csv import RateEntry
 from assay.store import EpisodeRecord, write_blob
+from assay.store.aggregates import CellTotals
 
 CALIBRATION_FILE = "calibration.json"
 NOT_VALIDATED = "not validated for sign-off"
@@ -89,12 +91,17 @@ class GateCell:
 def gate_cells(records: Iterable[EpisodeRecord], per_variant: bool = False) -> list[GateCell]:
     """One cell per task of ``records`` (the episodes a ranking scores), sorted; ``per_variant``: one
     per (task, variant), for commands that rank each variant on its own (asset swaps)."""
+    return gate_cells_of(totals_of(records), per_variant)
+
+
+def gate_cells_of(totals: Iterable[CellTotals], per_variant: bool = False) -> list[GateCell]:
+    """:func:`gate_cells` from cell counts (``assay.store.aggregates.cell_totals``)."""
     variants: dict[tuple[str, str], dict[str, str]] = {}
     policies: dict[tuple[str, str], set[str]] = {}
-    for record in records:
-        cell = (record.task_id, record.variant_key if per_variant else "")
-        variants.setdefault(cell, {})[record.variant_key] = record.variant_name
-        policies.setdefault(cell, set()).add(record.policy_name)
+    for total in totals:
+        cell = (total.task, total.variant_key if per_variant else "")
+        variants.setdefault(cell, {})[total.variant_key] = total.variant
+        policies.setdefault(cell, set()).add(total.policy)
     return [GateCell(cell[0], tuple(sorted(variants[cell])), tuple(sorted(policies[cell])),
                      tuple(variants[cell][k] for k in sorted(variants[cell]))) for cell in sorted(variants)]
 
@@ -271,5 +278,11 @@ def signoff(cells: Sequence[GateCell], calibration: Calibration, thresholds: Thr
 def campaign_signoff(records: Iterable[EpisodeRecord], store_root: str | Path, thresholds: Thresholds | None = None,
                      per_variant: bool = False) -> list[Signoff]:
     """The gate for the episodes a ranking scores, with the store's calibration and thresholds."""
-    return signoff(gate_cells(records, per_variant), load_calibration(store_root),
+    return totals_signoff(totals_of(records), store_root, thresholds, per_variant)
+
+
+def totals_signoff(totals: Iterable[CellTotals], store_root: str | Path, thresholds: Thresholds | None = None,
+                   per_variant: bool = False) -> list[Signoff]:
+    """:func:`campaign_signoff` from the cell counts of the episodes a ranking scores."""
+    return signoff(gate_cells_of(totals, per_variant), load_calibration(store_root),
                    thresholds or load_thresholds(store_root))

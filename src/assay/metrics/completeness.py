@@ -26,6 +26,7 @@ from typing import Any
 from assay.errors import AssayError
 from assay.metrics.rates import RateRow
 from assay.store import EpisodeRecord
+from assay.store.aggregates import CellTotals
 
 Cell = tuple[str, str, str]  # (policy name, task id, variant name)
 SHOWN_MISSING = 4  # cells a message names before "and N more"
@@ -166,6 +167,15 @@ def recorded_cells(records: Iterable[EpisodeRecord]) -> dict[Cell, int]:
     return dict(Counter((p, t, v) for p, t, v, _ in seen))
 
 
+def recorded_of(totals: Iterable[CellTotals]) -> dict[Cell, int]:
+    """Episodes recorded per cell, from cell counts (``assay.store.aggregates.cell_totals``)."""
+    recorded: dict[Cell, int] = {}
+    for total in totals:
+        cell = (total.policy, total.task, total.variant)
+        recorded[cell] = recorded.get(cell, 0) + total.episodes
+    return recorded
+
+
 def completeness(planned: Mapping[Cell, int], recorded: Mapping[Cell, int], provisional: bool = False) -> Completeness:
     """Per-cell planned and recorded counts (cells recorded but never planned are listed with planned 0)."""
     cells = sorted(set(planned) | set(recorded))
@@ -178,6 +188,13 @@ def campaign_completeness(resolved: Mapping[str, Any], records: Iterable[Episode
     """A campaign's completeness from its resolved document, its linked episodes and its adaptive state."""
     planned, provisional = planned_cells(resolved, adaptive)
     return completeness(planned, recorded_cells(records), provisional)
+
+
+def totals_completeness(resolved: Mapping[str, Any], totals: Iterable[CellTotals],
+                        adaptive: Mapping[str, Any] | None = None) -> Completeness:
+    """:func:`campaign_completeness` from the campaign's cell counts."""
+    planned, provisional = planned_cells(resolved, adaptive)
+    return completeness(planned, recorded_of(totals), provisional)
 
 
 def missing_rows(covered: Completeness, groups: Sequence[str], rows: Sequence[RateRow]) -> list[RateRow]:

@@ -1,34 +1,61 @@
-"""Episode outcomes laid out for paired statistics: per task, a seed × policy table.
+"""Episode outcomes laid out for paired statistics: per task, a seed × policy table, held as counted patterns.
 
 The core gives every policy the same seeds for a task (and every variant the same
 seeds), so the episodes of two policies pair up by ``(task, variant, seed)``. For
-each task this module builds a table whose rows are those ``(variant, seed)``
-keys and whose columns are policies; a cell is 1.0 (success), 0.0 (failure or
-timeout) or NaN (an ``error`` outcome, or no episode for that key). ``error``
-episodes never count as failures: they leave the denominator and are counted apart.
+each task the table's rows are those ``(variant, seed)`` keys and its columns are
+policies; a cell is 1.0 (success), 0.0 (failure or timeout) or NaN (an ``error``
+outcome, or no episode for that key). ``error`` episodes never count as failures:
+they leave the denominator and are counted apart.
+
+Every paired statistic depends on the rows only through how many rows show each pattern
+of values (row order never matters), so a task's table is held as its distinct rows
+(``patterns``) and how many rows show each (``weights``), which the database counts
+(``assay.store.aggregates.seed_patterns``) and :func:`patterns_of` counts from records the
+same way: a million episodes are a few hundred patterns. ``values`` expands them, in a fixed
+order (the patterns sorted), for the statistics that want the table itself.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from assay.errors import AssayError
-from assay.store import EpisodeRecord, Outcome
+from assay.errors import AssayError, DuplicateEpisodes
+from assay.store import Catalog, EpisodeRecord, Outcome
+from assay.store.aggregates import (
+    ERRORED,
+    FAILED,
+    MISSING,
+    SUCCESS,
+    CellTotals,
+    Pattern,
+    seed_patterns,
+)
+
+_CELL = {SUCCESS: 1, FAILED: 0, MISSING: -1, ERRORED: -1}  # a table's cell: 1, 0, or -1 for NaN (not scored)
 
 
 @dataclass(frozen=True)
 class TaskOutcomes:
-    """One task's seed × policy table of outcomes (1 success, 0 failure or timeout, NaN not run or error)."""
+    """One task's seed × policy table of outcomes (1 success, 0 failure or timeout, NaN not run or error), as
+    its distinct rows and how many seed rows show each."""
 
     task: str
-    keys: tuple[tuple[str, int], ...]  # (variant key, seed) per row
     policies: tuple[str, ...]
-    values: np.ndarray  # (rows, policies): 1.0 / 0.0 / NaN
+    patterns: np.ndarray  # (distinct rows, policies): 1.0 / 0.0 / NaN, sorted
+    weights: np.ndarray  # (distinct rows,): seed rows showing each pattern
     errors: tuple[int, ...]  # error episodes per policy
+
+    @functools.cached_property
+    def values(self) -> np.ndarray:
+        """The table itself, (rows, policies): each pattern repeated by its weight."""
+        table = np.repeat(self.patterns, self.weights, axis=0)
+        table.setflags(write=False)
+        return table
 
     def column(self, policy: str) -> np.ndarray:
         """The outcomes of one policy, one value per row."""
@@ -36,9 +63,9 @@ class TaskOutcomes:
 
     def counts(self, policy: str) -> tuple[int, int]:
         """(successes, scored episodes) of one policy on this task."""
-        column = self.column(policy)
-        scored = column[~np.isnan(column)]
-        return int(scored.sum()), int(scored.size)
+        column = self.patterns[:, self.policies.index(policy)]
+        scored = ~np.isnan(column)
+        return int(self.weights[scored & (column == 1.0)].sum()), int(self.weights[scored].sum())
 
 
 @dataclass(frozen=True)
@@ -75,40 +102,94 @@ def outcome_grid(
             raise AssayError(f"unknown variant {variant!r}; valid: {', '.join(names)}")
         records = [r for r in records if r.variant_name == variant]
     if tasks:
-        known = sorted({r.task_id for r in records})
-        wanted = set()
-        for ref in tasks:
-            hits = [t for t in known if t == ref or t.split("@")[0] == ref]
-            if not hits:
-                raise AssayError(f"unknown task {ref!r}; valid: {', '.join(known)}")
-            wanted.update(hits)
+        wanted = set(match_tasks(tasks, {r.task_id for r in records}))
         records = [r for r in records if r.task_id in wanted]
     if not records:
         raise AssayError("no episodes to analyse")
     policies = tuple(sorted({r.policy_name for r in records}))
-    by_task: dict[str, dict[tuple[str, int], dict[str, EpisodeRecord]]] = defaultdict(lambda: defaultdict(dict))
+    try:
+        return grid_of(patterns_of(records, policies), policies)
+    except DuplicateEpisodes:
+        raise AssayError("two episodes of one policy on one task, variant and seed; analyse one campaign at a "
+                         "time") from None
+
+
+def match_tasks(tasks: Sequence[str], known: Iterable[str]) -> list[str]:
+    """The known task ids that ``tasks`` name (an id without ``@version`` matches every version), sorted;
+    AssayError naming the valid ones for a name that matches none."""
+    known = sorted(set(known))
+    wanted: set[str] = set()
+    for ref in tasks:
+        hits = [t for t in known if t == ref or t.split("@")[0] == ref]
+        if not hits:
+            raise AssayError(f"unknown task {ref!r}; valid: {', '.join(known)}")
+        wanted.update(hits)
+    return sorted(wanted)
+
+
+def _code(outcome: Outcome) -> int:
+    return SUCCESS if outcome is Outcome.SUCCESS else ERRORED if outcome is Outcome.ERROR else FAILED
+
+
+def patterns_of(records: Iterable[EpisodeRecord], policies: Sequence[str], across: str = "policy") -> list[Pattern]:
+    """What ``assay.store.aggregates.seed_patterns`` counts in the database, counted from records (same order).
+
+    ``across="policy"``: rows (task, variant key, seed), one column per policy; ``across="variant"``: rows
+    (policy, task, seed), one column per variant key (``policies`` then names those keys).
+    """
+    index = {name: i for i, name in enumerate(policies)}
+    rows: dict[tuple[str, str, int], list[int]] = {}
     for record in records:
-        row = by_task[record.task_id][(record.variant_key, record.seed)]
-        if record.policy_name in row:
-            raise AssayError(
-                f"two episodes of policy {record.policy_name!r} on {record.task_id} seed {record.seed}; "
-                "analyse one campaign at a time")
-        row[record.policy_name] = record
-    return OutcomeGrid(tuple(_task(task, by_task[task], policies) for task in sorted(by_task)), policies)
+        column = record.policy_name if across == "policy" else record.variant_key
+        if column not in index:
+            continue
+        group = (record.task_id, record.variant_key) if across == "policy" else (record.policy_name, record.task_id)
+        codes = rows.setdefault((*group, record.seed), [MISSING] * len(policies))
+        if codes[index[column]] != MISSING:
+            raise DuplicateEpisodes(f"two episodes of one {across} on one paired row of {group[0]} / {group[1]}")
+        codes[index[column]] = _code(record.outcome)
+    counted: dict[tuple[tuple[str, str], tuple[int, ...]], int] = defaultdict(int)
+    for (first, second, _), codes in rows.items():
+        counted[((first, second), tuple(codes))] += 1
+    return [Pattern(group, codes, n) for (group, codes), n in sorted(counted.items())]
 
 
-def _task(task: str, rows: dict[tuple[str, int], dict[str, EpisodeRecord]], policies: tuple[str, ...]) -> TaskOutcomes:
-    keys = tuple(sorted(rows))
-    values = np.full((len(keys), len(policies)), np.nan)
-    errors = [0] * len(policies)
-    for i, key in enumerate(keys):
-        for j, policy in enumerate(policies):
-            record = rows[key].get(policy)
-            if record is None:
-                continue
-            if record.outcome is Outcome.ERROR:
-                errors[j] += 1
-            else:
-                values[i, j] = 1.0 if record.outcome is Outcome.SUCCESS else 0.0
-    values.setflags(write=False)
-    return TaskOutcomes(task, keys, policies, values, tuple(errors))
+def grid_of(patterns: Iterable[Pattern], policies: Sequence[str]) -> OutcomeGrid:
+    """The grid of counted patterns across ``policies`` (from the database or :func:`patterns_of`); a task's
+    rows of every variant key form its table."""
+    by_task: dict[str, dict[tuple[int, ...], int]] = defaultdict(lambda: defaultdict(int))
+    errors: dict[str, list[int]] = defaultdict(lambda: [0] * len(policies))
+    for pattern in patterns:
+        task = pattern.group[0]
+        by_task[task][tuple(_CELL[c] for c in pattern.codes)] += pattern.count
+        for j, code in enumerate(pattern.codes):
+            if code == ERRORED:
+                errors[task][j] += pattern.count
+    tasks = []
+    for task in sorted(by_task):
+        order = sorted(by_task[task])
+        table = np.array(order, dtype=float).reshape(len(order), len(policies))
+        table[table < 0] = np.nan
+        weights = np.array([by_task[task][row] for row in order], dtype=np.int64)
+        table.setflags(write=False)
+        weights.setflags(write=False)
+        tasks.append(TaskOutcomes(task, tuple(policies), table, weights, tuple(errors[task])))
+    return OutcomeGrid(tuple(tasks), tuple(policies))
+
+
+def stored_grid(catalog: Catalog, campaign: str, totals: Iterable[CellTotals],
+                tasks: Sequence[str] | None = None) -> OutcomeGrid:
+    """The grid of a campaign's episodes in ``totals``' cells (their variants; these task ids, or all), from
+    the database's seed patterns (``assay.store.aggregates.seed_patterns``): what :func:`outcome_grid` gives
+    for the same episodes' records."""
+    cells = [t for t in totals if tasks is None or t.task in set(tasks)]
+    if not cells:
+        raise AssayError("no episodes to analyse")
+    policies = tuple(sorted({c.policy for c in cells}))
+    try:
+        patterns = seed_patterns(catalog, campaign, "policy", policies, sorted({c.variant for c in cells}),
+                                 sorted({c.task for c in cells}))
+    except DuplicateEpisodes:
+        raise AssayError("two episodes of one policy on one task, variant and seed; analyse one campaign at a "
+                         "time") from None
+    return grid_of(patterns, policies)

@@ -27,6 +27,7 @@ independent trials of the cell).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import defaultdict
@@ -38,8 +39,9 @@ from scipy import stats
 
 from assay.errors import AssayError
 from assay.metrics.intervals import DRAWS, central, mean_rate_interval, rate_draws
-from assay.metrics.rates import DEFAULT_INTERVAL, GROUP_FIELDS, success_interval
-from assay.store import EpisodeRecord, Outcome
+from assay.metrics.rates import DEFAULT_INTERVAL, GROUP_FIELDS, success_interval, totals_of
+from assay.store import EpisodeRecord
+from assay.store.aggregates import CellTotals
 
 MAX_K = 1000
 
@@ -80,6 +82,7 @@ class PolicyPassK:
     ci_low: float | None
     ci_high: float | None
     reason: str | None = None
+    variant: str | None = None  # set when the table shows each variant separately: the policy under this variant
 
     def to_dict(self) -> dict[str, object]:
 
@@ -188,24 +191,30 @@ class PassKTable:
 def pass_k_table(records: Iterable[EpisodeRecord], k: int, by: Sequence[str] = ("policy", "task"),
                  confidence: float = 0.95, seed: int = 0) -> PassKTable:
     """pass^k per group of ``by`` (as ``rate_table`` groups) and per policy over its tasks."""
+    return pass_k_rows(totals_of(records), k, by, confidence, seed)
+
+
+def pass_k_rows(totals: Iterable[CellTotals], k: int, by: Sequence[str] = ("policy", "task"),
+                confidence: float = 0.95, seed: int = 0) -> PassKTable:
+    """:func:`pass_k_table` from cell counts (successes and scored episodes per cell are all it needs)."""
     check_k(k)
     unknown = [name for name in by if name not in GROUP_FIELDS]
     if unknown:
         raise AssayError(f"cannot group by {', '.join(unknown)}; valid: {', '.join(GROUP_FIELDS)}")
     groups: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0, 0])
-    per_task: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for record in records:
-        if record.outcome is Outcome.ERROR:
-            groups[tuple(getattr(record, GROUP_FIELDS[name]) for name in by)]  # the group exists, with n = 0
-            per_task[record.policy_name][record.task_id]
-            continue
-        hit = record.outcome is Outcome.SUCCESS
-        for cell in (groups[tuple(getattr(record, GROUP_FIELDS[name]) for name in by)],
-                     per_task[record.policy_name][record.task_id]):
-            cell[0] += hit
-            cell[1] += 1
+    separate = "variant" in by  # each variant its own row: so is each policy's pass^k under each variant
+    per_task: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for cell in totals:
+        named = {"policy": cell.policy, "task": cell.task, "variant": cell.variant, "campaign": cell.campaign}
+        row = (cell.policy, cell.variant if separate else "")
+        for counted in (groups[tuple(named[name] for name in by)], per_task[row][cell.task]):
+            counted[0] += cell.successes
+            counted[1] += cell.scored
     cells = tuple((dict(zip(by, key, strict=True)), pass_k(c, n, k, confidence))
                   for key, (c, n) in sorted(groups.items()))
-    policies = tuple(policy_pass_k(policy, [(c, n) for c, n in (per_task[policy][t] for t in sorted(per_task[policy]))],
-                                   k, confidence, seed) for policy in sorted(per_task))
+    policies = tuple(
+        dataclasses.replace(policy_pass_k(policy, [(c, n) for c, n in (per_task[(policy, variant)][t]
+                                                                       for t in sorted(per_task[(policy, variant)]))],
+                                          k, confidence, seed), variant=variant if separate else None)
+        for policy, variant in sorted(per_task))
     return PassKTable(k, tuple(by), cells, policies, confidence)

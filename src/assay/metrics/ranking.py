@@ -9,7 +9,9 @@ The rank intervals and the pairwise probabilities come from one seeded bootstrap
 in each resample, for every
 task, the rows of the task's seed × policy table are drawn with replacement
 (whole rows, so the pairing of policies on a seed is kept), rates are recomputed,
-and scores averaged over tasks.
+and scores averaged over tasks. The rows are drawn as one multinomial draw over the
+table's counted patterns (``bootstrap.resampled_pattern_rates``): the same resampling,
+in memory of the few hundred patterns a campaign has rather than of its episodes.
 
 * Rank: competition ranking (1 + the number of policies with a strictly higher
   score), so tied policies share the better rank.
@@ -34,8 +36,8 @@ from assay.metrics.bootstrap import (
     check_settings,
     chunks,
     generator,
-    observed_rates,
-    resampled_rates,
+    pattern_rates,
+    resampled_pattern_rates,
 )
 from assay.metrics.intervals import mean_rate_interval
 from assay.metrics.outcomes import OutcomeGrid
@@ -96,12 +98,13 @@ def leaderboard(
     """Rank the grid's policies by mean success over tasks, with seed-resampled score and rank intervals."""
     check_settings(confidence, n_resamples)
     rng = generator(seed)
-    observed = np.stack([observed_rates(t.values) for t in grid.tasks])  # (tasks, policies)
+    observed = np.stack([pattern_rates(t.patterns, t.weights) for t in grid.tasks])  # (tasks, policies)
     complete = ~np.isnan(observed).any(axis=0)
     scores = np.where(complete, np.where(np.isnan(observed), 0.0, observed).mean(axis=0), np.nan)
     boot_parts = []
     for size in chunks(n_resamples):
-        per_task = np.stack([resampled_rates(rng, t.values, size) for t in grid.tasks])  # (tasks, size, policies)
+        per_task = np.stack([resampled_pattern_rates(rng, t.patterns, t.weights, size)
+                             for t in grid.tasks])  # (tasks, size, policies)
         boot_parts.append(per_task.mean(axis=0))
     boot = np.concatenate(boot_parts)[:, complete]  # (n_resamples, ranked policies)
     ranked = [p for p, ok in zip(grid.policies, complete, strict=True) if ok]

@@ -11,6 +11,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -18,6 +19,7 @@ from scipy.stats import binomtest
 
 from assay.errors import AssayError
 from assay.store import EpisodeRecord, Outcome
+from assay.store.aggregates import CellTotals
 
 # midp first: the default (see success_interval); exact = Clopper–Pearson.
 INTERVAL_METHODS = ("midp", "wilson", "jeffreys", "exact")
@@ -115,28 +117,61 @@ class RateRow:
         return asdict(self)
 
 
-def _row(group: dict[str, str], records: Sequence[EpisodeRecord], confidence: float, method: str,
+def totals_of(records: Iterable[EpisodeRecord]) -> list[CellTotals]:
+    """What ``assay.store.aggregates.cell_totals`` counts in the database, counted from records (same order)."""
+    cells: dict[tuple[str, str, str, str, str], list[Any]] = {}
+    for r in records:
+        cell = cells.setdefault((r.campaign, r.policy_name, r.task_id, r.variant_key, r.variant_name),
+                                [0, 0, 0, 0, 0, 0, 0.0, 0.0])
+        cell[0] += 1
+        cell[1 + _OUTCOME_INDEX[r.outcome]] += 1
+        if r.outcome is not Outcome.ERROR:
+            cell[5] += r.steps
+            cell[6] += r.total_return
+            cell[7] += r.total_return * r.total_return
+    return [CellTotals(*key, *counts) for key, counts in sorted(cells.items())]
+
+
+_OUTCOME_INDEX = {Outcome.SUCCESS: 0, Outcome.FAILURE: 1, Outcome.TIMEOUT: 2, Outcome.ERROR: 3}
+
+
+def _group_value(cell: CellTotals, name: str) -> str:
+    return {"policy": cell.policy, "task": cell.task, "variant": cell.variant, "campaign": cell.campaign}[name]
+
+
+def return_interval_of(n: int, total: float, squares: float, confidence: float = 0.95) -> Interval | None:
+    """:func:`return_interval` of ``n`` values given their sum and sum of squares; None below two values."""
+    if n < 2:
+        return None
+    mean = total / n
+    variance = max(0.0, (squares - total * mean) / (n - 1))  # rounding can take a zero spread below zero
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * math.sqrt(variance / n)
+    return Interval(mean - half, mean + half)
+
+
+def _row(group: dict[str, str], cells: Sequence[CellTotals], confidence: float, method: str,
          errors_as_failures: bool = False) -> RateRow:
-    counts = {o: 0 for o in Outcome}
-    for record in records:
-        counts[record.outcome] += 1
-    scored = len(records) - (0 if errors_as_failures else counts[Outcome.ERROR])
-    interval = success_interval(counts[Outcome.SUCCESS], scored, confidence, method)
-    valid = [r for r in records if r.outcome is not Outcome.ERROR]
-    returns = return_interval([r.total_return for r in valid], confidence)
+    episodes = sum(c.episodes for c in cells)
+    successes, failures = sum(c.successes for c in cells), sum(c.failures for c in cells)
+    timeouts, errors = sum(c.timeouts for c in cells), sum(c.errors for c in cells)
+    valid = episodes - errors
+    total, squares = sum(c.return_sum for c in cells), sum(c.return_squares for c in cells)
+    scored = episodes - (0 if errors_as_failures else errors)
+    interval = success_interval(successes, scored, confidence, method)
+    returns = return_interval_of(valid, total, squares, confidence)
     return RateRow(
         group=group,
-        episodes=len(records),
+        episodes=episodes,
         scored=scored,
-        successes=counts[Outcome.SUCCESS],
-        failures=counts[Outcome.FAILURE] + (counts[Outcome.ERROR] if errors_as_failures else 0),
-        timeouts=counts[Outcome.TIMEOUT],
-        errors=counts[Outcome.ERROR],
-        rate=counts[Outcome.SUCCESS] / scored if scored else None,
+        successes=successes,
+        failures=failures + (errors if errors_as_failures else 0),
+        timeouts=timeouts,
+        errors=errors,
+        rate=successes / scored if scored else None,
         ci_low=interval.low if interval else None,
         ci_high=interval.high if interval else None,
-        mean_return=sum(r.total_return for r in valid) / len(valid) if valid else None,
-        mean_steps=sum(r.steps for r in valid) / len(valid) if valid else None,
+        mean_return=total / valid if valid else None,
+        mean_steps=sum(c.steps for c in cells) / valid if valid else None,
         return_ci_low=returns.low if returns else None,
         return_ci_high=returns.high if returns else None,
     )
@@ -148,15 +183,22 @@ def rate_table(records: Iterable[EpisodeRecord], by: Sequence[str] = ("policy", 
 
     ``method`` is one of ``INTERVAL_METHODS`` (default mid-p; see ``success_interval``). By default ``error``
     episodes are left out of the denominator; ``errors_as_failures`` is the pessimistic view that
-    scores them as failures (``errors`` still counts them, ``failures`` includes them).
+    scores them as failures (``errors`` still counts them, ``failures`` includes them). The same rows as
+    :func:`rate_rows` of the records' :func:`totals_of`.
     """
+    return rate_rows(totals_of(records), by, confidence, method, errors_as_failures)
+
+
+def rate_rows(cells: Iterable[CellTotals], by: Sequence[str] = ("policy", "task"), confidence: float = 0.95,
+              method: str = DEFAULT_INTERVAL, errors_as_failures: bool = False) -> list[RateRow]:
+    """:func:`rate_table` from cell counts (``assay.store.aggregates.cell_totals``: the database's ``GROUP BY``)."""
     if method not in INTERVAL_METHODS:
         raise AssayError(f"interval method {method!r} is not valid; valid: {', '.join(INTERVAL_METHODS)}")
     unknown = [name for name in by if name not in GROUP_FIELDS]
     if unknown:
         raise AssayError(f"cannot group by {', '.join(unknown)}; valid: {', '.join(GROUP_FIELDS)}")
-    groups: dict[tuple[str, ...], list[EpisodeRecord]] = defaultdict(list)
-    for record in records:
-        groups[tuple(getattr(record, GROUP_FIELDS[name]) for name in by)].append(record)
+    groups: dict[tuple[str, ...], list[CellTotals]] = defaultdict(list)
+    for cell in cells:
+        groups[tuple(_group_value(cell, name) for name in by)].append(cell)
     return [_row(dict(zip(by, key, strict=True)), groups[key], confidence, method, errors_as_failures)
             for key in sorted(groups)]

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assay.errors import ResultsCsvError
-from assay.store import EpisodeRecord, Outcome, write_blob
+from assay.metrics.rates import totals_of
+from assay.store import EpisodeRecord, write_blob
+from assay.store.aggregates import CellTotals
 
 REQUIRED = ("task", "policy")
 
@@ -121,12 +123,16 @@ def read_results_csv(path: str | Path) -> list[RateEntry]:
 
 def entries_from_records(records: Iterable[EpisodeRecord], source: str) -> list[RateEntry]:
     """Per (task, policy) successes and scored trials; ``error`` episodes are left out."""
+    return entries_of(totals_of(records), source)
+
+
+def entries_of(totals: Iterable[CellTotals], source: str) -> list[RateEntry]:
+    """:func:`entries_from_records` from cell counts (``assay.store.aggregates.cell_totals``)."""
     counts: dict[tuple[str, str], list[int]] = {}
-    for record in records:
-        cell = counts.setdefault((record.task_id, record.policy_name), [0, 0])
-        if record.outcome is not Outcome.ERROR:
-            cell[0] += record.outcome is Outcome.SUCCESS
-            cell[1] += 1
+    for total in totals:
+        cell = counts.setdefault((total.task, total.policy), [0, 0])
+        cell[0] += total.successes
+        cell[1] += total.scored
     return [RateEntry(task, policy, k / n, k, n, None, source)
             for (task, policy), (k, n) in sorted(counts.items()) if n]
 

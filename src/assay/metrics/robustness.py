@@ -23,16 +23,25 @@ interval of the pooled counts and the variant that hurts most.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-
-import numpy as np
+from typing import Any
 
 from assay.errors import AssayError
 from assay.metrics.comparisons import mcnemar_exact
 from assay.metrics.intervals import retention_interval
+from assay.metrics.outcomes import patterns_of
 from assay.spec.libero_catalog import plus_category
-from assay.store import EpisodeRecord, Outcome
+from assay.store import Catalog, EpisodeRecord, Outcome
+from assay.store.aggregates import (
+    FAILED,
+    MISSING,
+    SUCCESS,
+    CellTotals,
+    Pattern,
+    seed_patterns,
+    variant_examples,
+)
 
 
 @dataclass(frozen=True)
@@ -58,58 +67,93 @@ class RetentionRow:
         return asdict(self)
 
 
-def _axis(record: EpisodeRecord) -> str:
-    axes = sorted({p["axis"] for p in record.variant.get("perturbations", [])})
+def _axis(variant: dict[str, Any], conflict: bool) -> str:
+    axes = sorted({p["axis"] for p in variant.get("perturbations", [])})
     label = "+".join(axes) if axes else "nominal"
-    if (record.provenance.get("instruction") or {}).get("conflict_with"):
+    if conflict:
         label += ":conflict"  # marked: the words name another task; scored by the scene's task, pooled apart
     return label
 
 
-def _factors(record: EpisodeRecord) -> str:
-    return ",".join(sorted(p["factor"] for p in record.variant.get("perturbations", [])))
+def _factors(variant: dict[str, Any]) -> str:
+    return ",".join(sorted(p["factor"] for p in variant.get("perturbations", [])))
 
 
-def _retention(nominal: np.ndarray, variant: np.ndarray, confidence: float,
-               ) -> tuple[float | None, float | None, float | None]:
-    if nominal.sum() == 0:
+def _retention(pairs: tuple[int, int, int, int], confidence: float) -> tuple[float | None, float | None, float | None]:
+    both, nominal_only, variant_only, neither = pairs
+    if both + nominal_only == 0:
         return None, None, None
-    both = int(np.sum((nominal == 1) & (variant == 1)))
-    nominal_only, variant_only = int(nominal.sum()) - both, int(variant.sum()) - both
-    neither = len(nominal) - both - nominal_only - variant_only
     interval = retention_interval(both, nominal_only, variant_only, neither, confidence)
-    point = float(variant.sum() / nominal.sum())
+    point = float((both + variant_only) / (both + nominal_only))
     return point, (interval.low if interval else None), (interval.high if interval else None)
+
+
+@dataclass(frozen=True)
+class VariantExample:
+    """What a retention row says of its variant: its name and stored dump, and whether its first scored
+    episode (in listing order) ran under a conflicting instruction."""
+
+    name: str
+    variant: dict[str, Any]
+    conflict: bool = False
 
 
 def retention_table(records: Iterable[EpisodeRecord], confidence: float = 0.95) -> list[RetentionRow]:
     """One row per (policy, non-nominal variant), sorted by policy, axis and variant name."""
-    outcomes: dict[tuple[str, str], dict[tuple[str, int], bool]] = defaultdict(dict)
-    described: dict[str, EpisodeRecord] = {}
+    records = list(records)
+    keys = sorted({r.variant_key for r in records})
+    examples: dict[str, VariantExample] = {}
     for record in records:
-        if record.outcome is Outcome.ERROR:
-            continue
-        cell = outcomes[(record.policy_name, record.variant_key)]
-        cell[(record.task_id, record.seed)] = record.outcome is Outcome.SUCCESS
-        described.setdefault(record.variant_key, record)
-    if "nominal" not in described and described:
+        if record.outcome is not Outcome.ERROR and record.variant_key not in examples:
+            marks = record.provenance.get("instruction") or {}
+            examples[record.variant_key] = VariantExample(record.variant_name, record.variant,
+                                                          bool(marks.get("conflict_with")))
+    return retention_rows(patterns_of(records, keys, across="variant"), keys, examples, confidence)
+
+
+def retention_rows(patterns: Iterable[Pattern], variant_keys: Sequence[str], examples: Mapping[str, VariantExample],
+                   confidence: float = 0.95) -> list[RetentionRow]:
+    """:func:`retention_table` from seed patterns across ``variant_keys`` (``aggregates.seed_patterns(...,
+    across="variant")``) and an example of each variant with a scored episode (``aggregates.variant_examples``)."""
+    if "nominal" not in examples and examples:
         raise AssayError("robustness retention needs nominal episodes on the same seeds: add 'nominal' to the variants")
+    index = {key: i for i, key in enumerate(variant_keys)}
+    scored = {SUCCESS, FAILED}
+    tables: dict[tuple[str, str], list[int]] = {}
+    for pattern in patterns:
+        policy, codes = pattern.group[0], pattern.codes
+        base = codes[index["nominal"]] if "nominal" in index else MISSING
+        for key, i in index.items():
+            if key == "nominal" or codes[i] not in scored:
+                continue
+            table = tables.setdefault((policy, key), [0, 0, 0, 0])
+            if base in scored:
+                table[(0 if base == SUCCESS else 2) + (0 if codes[i] == SUCCESS else 1)] += pattern.count
     rows = []
-    for (policy, variant_key), results in outcomes.items():
-        if variant_key == "nominal":
-            continue
-        nominal = outcomes.get((policy, "nominal"), {})
-        paired = sorted(set(results) & set(nominal))
-        base = np.array([nominal[k] for k in paired], dtype=float)
-        perturbed = np.array([results[k] for k in paired], dtype=float)
-        retention, low, high = _retention(base, perturbed, confidence) if paired else (None, None, None)
-        only_nominal = int(np.sum((base == 1) & (perturbed == 0)))
-        only_variant = int(np.sum((base == 0) & (perturbed == 1)))
-        example = described[variant_key]
-        rows.append(RetentionRow(policy, example.variant_name, _axis(example), _factors(example), len(paired),
-                                 int(base.sum()), int(perturbed.sum()), retention, low, high, only_nominal,
-                                 only_variant, mcnemar_exact(only_nominal, only_variant)))
+    for (policy, key), (both, nominal_only, variant_only, neither) in tables.items():
+        example = examples[key]
+        pairs = (both, nominal_only, variant_only, neither)
+        retention, low, high = _retention(pairs, confidence)
+        rows.append(RetentionRow(policy, example.name, _axis(example.variant, example.conflict),
+                                 _factors(example.variant), sum(pairs), both + nominal_only, both + variant_only,
+                                 retention, low, high, nominal_only, variant_only,
+                                 mcnemar_exact(nominal_only, variant_only)))
     return sorted(rows, key=lambda r: (r.policy, r.axis, r.variant))
+
+
+def stored_retention(catalog: Catalog, campaign: str, totals: Iterable[CellTotals],
+                     confidence: float = 0.95) -> list[RetentionRow]:
+    """:func:`retention_table` of a campaign's episodes in ``totals``' cells, from the database's seed patterns
+    across variants (AssayError, as there, when scored variants have no nominal episodes to pair with)."""
+    cells = list(totals)
+    keys = sorted({c.variant_key for c in cells})
+    names = {c.variant for c in cells}
+    if not cells:
+        return []
+    examples = {key: VariantExample(*found) for key, found in variant_examples(catalog, campaign).items()
+                if key in keys}
+    patterns = seed_patterns(catalog, campaign, "variant", keys, sorted(names), sorted({c.task for c in cells}))
+    return retention_rows(patterns, keys, examples, confidence)
 
 
 @dataclass(frozen=True)

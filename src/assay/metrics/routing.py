@@ -48,22 +48,36 @@ def task_skill(task_id: str) -> str:
 
 def routing_table(records: Iterable[EpisodeRecord]) -> list[RoutingRow]:
     """One row per (policy, task, variant) whose episodes record a chosen skill; sorted."""
-    cells: dict[tuple[str, str, str], list[tuple[str, bool]]] = defaultdict(list)
+    counted: Counter[tuple[tuple[str, str, str], str, bool]] = Counter()
     for record in records:
         chosen = record.policy_info.get("chosen_skill")
         if chosen is None or record.outcome is Outcome.ERROR:
             continue
-        cells[(record.policy_name, record.task_id, record.variant_name)].append(
-            (str(chosen), record.outcome is Outcome.SUCCESS))
+        counted[((record.policy_name, record.task_id, record.variant_name), str(chosen),
+                 record.outcome is Outcome.SUCCESS)] += 1
+    return routing_rows([(cell, skill, success, n) for (cell, skill, success), n in counted.items()])
+
+
+def routing_rows(totals: Iterable[tuple[tuple[str, str, str], str, bool, int]]) -> list[RoutingRow]:
+    """:func:`routing_table` from counts of (cell, chosen skill, success) (``aggregates.routing_totals``)."""
+    cells: dict[tuple[str, str, str], list[tuple[str, bool, int]]] = defaultdict(list)
+    for cell, skill, success, n in totals:
+        cells[cell].append((skill, success, n))
     rows = []
-    for (policy, task, variant), episodes in sorted(cells.items()):
+    for (policy, task, variant), counts in sorted(cells.items()):
         own = task_skill(task)
-        right = [ok for skill, ok in episodes if skill == own]
-        wrong = [ok for skill, ok in episodes if skill != own]
-        interval = success_interval(len(right), len(episodes))
+        episodes = sum(n for _, _, n in counts)
+        right = sum(n for skill, _, n in counts if skill == own)
+        right_won = sum(n for skill, ok, n in counts if skill == own and ok)
+        wrong = episodes - right
+        wrong_won = sum(n for skill, ok, n in counts if skill != own and ok)
+        misrouted: Counter[str] = Counter()
+        for skill, _, n in counts:
+            if skill != own:
+                misrouted[skill] += n
+        interval = success_interval(right, episodes)
         assert interval is not None
-        rows.append(RoutingRow(policy, task, variant, len(episodes), len(right), len(right) / len(episodes),
-                               interval.low, interval.high, sum(right) / len(right) if right else None,
-                               sum(wrong) / len(wrong) if wrong else None,
-                               dict(sorted(Counter(skill for skill, _ in episodes if skill != own).items()))))
+        rows.append(RoutingRow(policy, task, variant, episodes, right, right / episodes, interval.low, interval.high,
+                               right_won / right if right else None, wrong_won / wrong if wrong else None,
+                               dict(sorted(misrouted.items()))))
     return rows

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import Any
 
 from assay.errors import AssayError
 from assay.failures import SetStatus, coverage
-from assay.failures.safety import intervention_rows
+from assay.failures.safety import campaign_interventions
 from assay.metrics import (
     AxisProfile,
     CategoryProfile,
@@ -34,22 +34,34 @@ from assay.metrics import (
     RetentionRow,
     Signoff,
     VariantScope,
-    campaign_completeness,
-    campaign_signoff,
     category_profile,
     leaderboard,
-    outcome_grid,
     planned_variants,
-    rate_table,
+    rate_rows,
     retention_table,
     robustness_profile,
+    stored_grid,
+    stored_retention,
+    totals_completeness,
+    totals_signoff,
     variant_scope,
 )
-from assay.metrics.passk import PassKTable, pass_k_table
+from assay.metrics.passk import PassKTable, pass_k_rows
 from assay.report import evidence
 from assay.report.evidence import FailureFacts
 from assay.report.flywheel import load_flywheel
-from assay.store import EpisodeRecord, Outcome, Store, renderer_notes, video_relpath
+from assay.store import EpisodeRecord, Outcome, Store, video_relpath
+from assay.store.aggregates import (
+    CellTotals,
+    campaign_seeds,
+    cell_totals,
+    error_reasons,
+    provenance_totals,
+    renderer_totals,
+    unsound_rows,
+    variant_examples,
+)
+from assay.store.provenance import renderer_notes_of
 
 GALLERY_LIMIT = 8  # failure episodes shown with keyframes/video; the rest are listed
 
@@ -87,7 +99,7 @@ class ReportData:
     campaign: str
     spec: dict[str, Any]  # the resolved campaign saved in the catalog
     store_root: str  # the store as the report names it (shown_store: relative to the report, or its name)
-    records: tuple[EpisodeRecord, ...]
+    episodes: int  # recorded episodes linked to the campaign (counted, not read)
     rates: tuple[RateRow, ...]  # by policy × task
     leaderboard: Leaderboard | None
     signoffs: tuple[Signoff, ...]
@@ -114,10 +126,13 @@ class ReportData:
     flywheel: tuple[dict[str, Any], ...] = ()  # STORE/learning/flywheel/*.json that ran this campaign
     pass_k: PassKTable | None = None  # pass^k per policy × task and per policy (metrics.passk)
     scoring: Scoring | None = None  # the variant scope of the headline numbers and the campaign's completeness
+    unsuccessful: int = 0  # episodes that did not succeed (the gallery shows a few of them)
+    error_reasons: dict[str, int] = field(default_factory=dict)  # error episodes per reason
 
     @property
     def progress(self) -> tuple[int, int]:
-        return len(self.records), int(self.spec.get("jobs", len(self.records)))
+        """(episodes recorded, jobs planned)."""
+        return self.episodes, int(self.spec.get("jobs", self.episodes))
 
 
 def _cameras(spec: dict[str, Any]) -> list[str]:
@@ -128,8 +143,8 @@ def _cameras(spec: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _variant_labels(record: EpisodeRecord) -> tuple[str, str, str]:
-    perturbations = record.variant.get("perturbations", []) if isinstance(record.variant, dict) else []
+def _variant_labels(variant: Any) -> tuple[str, str, str]:
+    perturbations = variant.get("perturbations", []) if isinstance(variant, dict) else []
     axes = sorted({str(p.get("axis", "")) for p in perturbations})
     factors = ",".join(str(p.get("factor", "")) for p in perturbations)
     values = ",".join(str(p.get("value", "")) for p in perturbations)
@@ -145,9 +160,14 @@ def _retention(records: Sequence[EpisodeRecord]) -> list[RetentionRow]:
 
 def robustness_rows(records: Sequence[EpisodeRecord], retention: Sequence[RetentionRow] | None = None) -> list[RobustnessRow]:
     """Per policy and non-nominal variant: paired rates and retention (``retention``: the table, if computed)."""
-    labels = {r.variant_name: _variant_labels(r) for r in records if r.variant_name != "nominal"}
+    labels = {r.variant_name: _variant_labels(r.variant) for r in records if r.variant_name != "nominal"}
+    return labelled_rows(_retention(records) if retention is None else retention, labels)
+
+
+def labelled_rows(retention: Sequence[RetentionRow], labels: dict[str, tuple[str, str, str]]) -> list[RobustnessRow]:
+    """:func:`robustness_rows` of a retention table, each variant's (axis, factors, values) given."""
     rows = []
-    for row in _retention(records) if retention is None else retention:
+    for row in retention:
         axis, factor, value = labels[row.variant]
         axis = axis if axis == "mixed" else row.axis  # semantic:conflict marks words that name another task
         n = row.pairs
@@ -167,21 +187,41 @@ def _category_counts(records: Sequence[EpisodeRecord], facts: dict[str, FailureF
     return dict(counts)
 
 
-def _provenance(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
-    revisions = Counter(str(r.provenance.get("code_revision", "unknown")) for r in records)
-    packages: dict[str, Counter] = defaultdict(Counter)
-    for r in records:
-        for name, version in (r.provenance.get("packages") or {}).items():
-            packages[name][str(version)] += 1
-    pythons = Counter(str(r.provenance.get("python", "unknown")) for r in records)
-    hosts = Counter(str(r.provenance.get("host", "unknown")) for r in records)
-    return {
-        "code_revisions": dict(revisions),
-        "packages": {name: dict(c) for name, c in sorted(packages.items())},
-        "python": dict(pythons),
-        "hosts": dict(hosts),
-        "seeds": sorted({r.seed for r in records}),
-    }
+def _provenance(store: Store, campaign: str) -> dict[str, Any]:
+    """Episodes per code revision, package version, Python and host, and the seeds (counted by the database)."""
+    found = provenance_totals(store.catalog, campaign)
+    return {"code_revisions": found["code_revisions"],
+            "packages": {name: found["packages"][name] for name in sorted(found["packages"])},
+            "python": found["python"], "hosts": found["hosts"], "seeds": campaign_seeds(store.catalog, campaign)}
+
+
+def _failure_gallery(store: Store, campaign: str, cameras: Sequence[str]
+                     ) -> tuple[list[EpisodeRecord], dict[str, FailureFacts], list[GalleryItem]]:
+    """The unsuccessful episodes (decoded: the gallery is failure mining), what mining found about each, and the
+    gallery's cards with the videos each has in the data root."""
+    failures = evidence.unsuccessful(store, campaign)
+    facts = evidence.failure_facts(store, campaign, failures)
+    gallery = []
+    for r in evidence.pick_gallery(failures, facts, GALLERY_LIMIT):
+        videos = tuple((c, video_relpath(r.key, c)) for c in cameras if store.files.exists(video_relpath(r.key, c)))
+        gallery.append(GalleryItem(r, videos, facts[r.key]))
+    return failures, facts, gallery
+
+
+def stored_totals(store: Store, campaign: str) -> list[CellTotals]:
+    """The campaign's cell counts as the catalog keeps them, counted from the rows when a row's outcome is not one
+    (it is left out, and named when the command ends, as a reader that decodes rows names it)."""
+    left_out = unsound_rows(store.catalog, campaign)
+    store.catalog.skipped.update(left_out)
+    return cell_totals(store.catalog, campaign, from_rows=bool(left_out))
+
+
+def _stored_retention(store: Store, campaign: str, totals: Sequence[CellTotals]) -> list[RetentionRow]:
+    """``metrics.stored_retention`` (empty without variants, or without nominal episodes to pair with)."""
+    names = {t.variant for t in totals}
+    if "nominal" not in names or len(names) < 2:
+        return []
+    return stored_retention(store.catalog, campaign, totals)
 
 
 def shown_store(root: Path, out_dir: Path | None) -> str:
@@ -212,14 +252,14 @@ class Scoring:
                 "withheld": self.withheld or None}
 
 
-def score_scope(spec: dict[str, Any], records: Sequence[EpisodeRecord], adaptive: dict[str, Any] | None,
+def score_scope(spec: dict[str, Any], totals: Sequence[CellTotals], adaptive: dict[str, Any] | None,
                 allow_partial: bool = False, hint: str = "pass --allow-partial to `assay report`") -> Scoring:
     """The default variant scope of a campaign (``metrics.scope``), its completeness and the refusal to rank
     over cells with no episode (unless ``allow_partial``; ``hint`` says how to ask): the rule ``assay results``
-    applies."""
-    variants = planned_variants(spec, records)
+    applies. ``totals``: the campaign's cell counts."""
+    variants = planned_variants(spec) or sorted({t.variant for t in totals})
     scope = variant_scope(variants)
-    whole = campaign_completeness(spec, records, adaptive)
+    whole = totals_completeness(spec, totals, adaptive)
     covered = whole.select(variants=scope.variants)
     withheld = ""
     try:
@@ -229,14 +269,14 @@ def score_scope(spec: dict[str, Any], records: Sequence[EpisodeRecord], adaptive
     return Scoring(scope, covered, whole, withheld, tuple(variants))
 
 
-def campaign_scoring(store: Store, campaign: str, records: Sequence[EpisodeRecord], allow_partial: bool = False,
+def campaign_scoring(store: Store, campaign: str, totals: Sequence[CellTotals], allow_partial: bool = False,
                      hint: str = "pass --allow-partial to `assay report`") -> Scoring:
     """:func:`score_scope` of a stored campaign (its resolved document and adaptive state): what the report and
     the dashboard show their headline numbers under."""
     row = store.catalog.campaign(campaign)
     adaptive_path = store.campaign_dir(campaign) / "adaptive.json"
     adaptive = json.loads(adaptive_path.read_text()) if adaptive_path.exists() else None
-    return score_scope(row.spec if row is not None else {}, records, adaptive, allow_partial, hint)
+    return score_scope(row.spec if row is not None else {}, totals, adaptive, allow_partial, hint)
 
 
 def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: int = 2000,
@@ -259,41 +299,41 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         valid = ", ".join(known) or "none yet"
         raise AssayError(f"no campaign {campaign!r} in {store.root}; known: {valid}")
     spec = known[campaign].spec
-    records = tuple(store.catalog.episodes(campaign=campaign))
+    totals = stored_totals(store, campaign)
     adaptive_path = store.campaign_dir(campaign) / "adaptive.json"
     adaptive = json.loads(adaptive_path.read_text()) if adaptive_path.exists() else None
-    scoring = campaign_scoring(store, campaign, records, allow_partial)
+    scoring = campaign_scoring(store, campaign, totals, allow_partial)
     notes: list[str] = [f"leakage: {leak['contaminated']} of {leak['episodes']} episodes of {leak['checkpoint']} are "
                         "scenes it was trained on; their successes say nothing about generalisation"
                         for leak in leakage if leak.get("contaminated")]
-    notes += renderer_notes(records)  # frames drawn by several renderers, or in software on a GPU host
-    board = None
+    notes += renderer_notes_of(renderer_totals(store.catalog, campaign))  # several renderers, or software on a GPU
+    board, grid = None, None
     signoffs: list[Signoff] = []
-    scoped = scoring.scope.keep(records)
+    chosen = set(scoring.scope.variants)
+    scoped = [t for t in totals if t.variant in chosen]
     if scoped:
-        signoffs = campaign_signoff(scoped, store.root)
-    if scoped and not scoring.withheld:
-        board = leaderboard(outcome_grid(scoped), confidence=confidence, n_resamples=n_resamples)
-    if not records:
+        signoffs = totals_signoff(scoped, store.root)
+        grid = stored_grid(store.catalog, campaign, scoped)
+    if grid is not None and not scoring.withheld:
+        board = leaderboard(grid, confidence=confidence, n_resamples=n_resamples)
+    if not totals:
         notes.append("no episodes recorded yet")
     outcomes: dict[str, dict[str, int]] = defaultdict(lambda: {o.value: 0 for o in Outcome})
-    for r in records:
-        outcomes[r.policy_name][r.outcome.value] += 1
-    retention = _retention(records)
-    cameras = _cameras(spec)
-    failures = [r for r in records if r.outcome is not Outcome.SUCCESS]
-    facts = evidence.failure_facts(store, records)
-    gallery = []
-    for r in evidence.pick_gallery(failures, facts, GALLERY_LIMIT):
-        videos = tuple((c, video_relpath(r.key, c)) for c in cameras if store.files.exists(video_relpath(r.key, c)))
-        gallery.append(GalleryItem(r, videos, facts[r.key]))
+    for t in totals:
+        for outcome, n in (("success", t.successes), ("failure", t.failures), ("timeout", t.timeouts),
+                           ("error", t.errors)):
+            outcomes[t.policy][outcome] += n
+    retention = _stored_retention(store, campaign, totals)
+    labels = {name: _variant_labels(variant) for name, variant, _ in variant_examples(store.catalog, campaign).values()
+              if name != "nominal"}
+    failures, facts, gallery = _failure_gallery(store, campaign, _cameras(spec))
     attributions = [f.attribution for f in facts.values() if f.attribution is not None]
     real_report, real_note = evidence.real_to_sim(scoped, evidence.stored_real(store) if real is None else real,
                                                   n_resamples)
-    order = [p.get("name") for p in spec.get("policies", [])] or sorted({r.policy_name for r in records})
-    base, comparisons = evidence.checkpoints(scoped, order, baseline, n_resamples) if not scoring.withheld \
+    order = [p.get("name") for p in spec.get("policies", [])] or sorted({t.policy for t in totals})
+    base, comparisons = evidence.checkpoints(grid, order, baseline, n_resamples) if not scoring.withheld \
         else (None, [])
-    posteriors = evidence.checkpoint_posteriors(scoped, base, sorted({c.b for c in comparisons}))
+    posteriors = evidence.checkpoint_posteriors(grid, base, sorted({c.b for c in comparisons}))
     name_file = f"{campaign}.yaml"
     shown = shown_store(store.root, out_dir)
     reproduce = (
@@ -302,16 +342,17 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     )
     return ReportData(
         adaptive=adaptive, scoring=scoring,
-        campaign=campaign, spec=spec, store_root=shown, records=records,
-        rates=tuple(rate_table(scoped, by=("policy", "task"), confidence=confidence)) if scoped else (),
-        leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(robustness_rows(records, retention)),
+        campaign=campaign, spec=spec, store_root=shown, episodes=sum(t.episodes for t in totals),
+        unsuccessful=sum(t.episodes - t.successes for t in totals), error_reasons=error_reasons(store.catalog, campaign),
+        rates=tuple(rate_rows(scoped, by=("policy", "task"), confidence=confidence)) if scoped else (),
+        leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(labelled_rows(retention, labels)),
         axes=tuple(robustness_profile(retention)), categories=tuple(category_profile(retention)),
         outcomes_by_policy=dict(outcomes), failure_categories=_category_counts(failures, facts), gallery=tuple(gallery),
-        provenance=_provenance(records), reproduce=reproduce, notes=tuple(notes),
+        provenance=_provenance(store, campaign), reproduce=reproduce, notes=tuple(notes),
         attribution=tuple(coverage(attributions)) if attributions else (),
         real_to_sim=real_report, real_to_sim_note=real_note, openloop=evidence.openloop(store, campaign),
         regression=tuple(evidence.regression_status(store, campaign)), baseline=base, comparisons=tuple(comparisons),
-        posteriors=posteriors, safety=tuple(intervention_rows(records)), leakage=tuple(leakage),
+        posteriors=posteriors, safety=tuple(campaign_interventions(store, campaign)), leakage=tuple(leakage),
         flywheel=tuple(load_flywheel(store, campaign)),
-        pass_k=pass_k_table(records, pass_k, confidence=confidence) if records else None,
+        pass_k=pass_k_rows(scoped, pass_k, confidence=confidence) if scoped else None,  # the scope's, as results
     )

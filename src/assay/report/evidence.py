@@ -24,17 +24,18 @@ from assay.failures.table import FailureTable
 from assay.metrics import (
     Comparison,
     CorrelationReport,
+    OutcomeGrid,
     RateEntry,
     compare,
     correlate,
-    entries_from_records,
+    entries_of,
     load_openloop,
     load_real_results,
-    outcome_grid,
     posterior_comparison,
 )
 from assay.metrics.correlation import match_task
 from assay.store import EpisodeRecord, Outcome, Store
+from assay.store.aggregates import CellTotals, nominal_successes
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,13 @@ class FailureFacts:
     trace: dict[str, Any] | None = None  # the policy's own account over the episode (trace.* summaries)
 
 
-def real_to_sim(records: Sequence[EpisodeRecord], real: Sequence[RateEntry], n_resamples: int) -> tuple[CorrelationReport | None, str]:
+def real_to_sim(totals: Sequence[CellTotals], real: Sequence[RateEntry], n_resamples: int) -> tuple[CorrelationReport | None, str]:
     """(correlation of the real cells that this campaign also ran, a note); None when no cell matches.
-    ``records``: the campaign's episodes in the report's variant scope (``metrics.scope``)."""
-    if not real or not records:
+    ``totals``: the campaign's cell counts in the report's variant scope (``metrics.scope``)."""
+    if not real or not totals:
         return None, ("no real-world results: `assay correlate --real REAL.csv --campaign NAME --record` (or "
                       "`assay report --real REAL.csv`) adds this section")
-    sim = entries_from_records(records, "campaign")
+    sim = entries_of(totals, "campaign")
     tasks = {e.task for e in sim}
     cells = {(e.task, e.policy) for e in sim}
     matched = [e for e in real if (match_task(e.task, tasks), e.policy) in cells]
@@ -70,28 +71,26 @@ def stored_real(store: Store) -> list[RateEntry]:
     return load_real_results(store.root)
 
 
-def checkpoints(records: Sequence[EpisodeRecord], order: Sequence[str], baseline: str | None,
+def checkpoints(grid: OutcomeGrid | None, order: Sequence[str], baseline: str | None,
                 n_resamples: int) -> tuple[str | None, list[Comparison]]:
     """Every other policy against ``baseline`` (default: the campaign's first policy) on paired seeds, over
-    ``records`` (the episodes in the report's variant scope)."""
-    scored = list(records)
-    present = [p for p in order if any(r.policy_name == p for r in scored)]
+    ``grid`` (the episodes in the report's variant scope; None: there are none)."""
+    present = [p for p in order if grid is not None and p in grid.policies]
     if baseline is not None and baseline not in present:
         raise AssayError(f"baseline {baseline!r} is not a policy of this campaign; valid: {', '.join(present)}")
-    if len(present) < 2:
+    if grid is None or len(present) < 2:
         return None, []
     base = baseline or present[0]
-    grid = outcome_grid(scored)
     return base, compare(grid, base, [p for p in present if p != base], n_resamples=n_resamples)
 
 
-def checkpoint_posteriors(records: Sequence[EpisodeRecord], baseline: str | None,
+def checkpoint_posteriors(grid: OutcomeGrid | None, baseline: str | None,
                           others: Sequence[str]) -> dict[str, dict[str, float]]:
     """``{other: {task: P(other > baseline), "suite": P(suite mean of other > baseline's)}}`` from Beta(1 + s,
-    1 + f) posteriors of ``records`` (in the report's variant scope) (``metrics.posterior``; the suite by seeded joint draws)."""
-    if baseline is None or not others:
+    1 + f) posteriors of ``grid`` (in the report's variant scope) (``metrics.posterior``; the suite by seeded
+    joint draws)."""
+    if grid is None or baseline is None or not others:
         return {}
-    grid = outcome_grid(records)
     out = {}
     for other in others:
         counts = {t.task: (*t.counts(other), *t.counts(baseline)) for t in grid.tasks}
@@ -100,11 +99,19 @@ def checkpoint_posteriors(records: Sequence[EpisodeRecord], baseline: str | None
     return out
 
 
-def failure_facts(store: Store, records: Sequence[EpisodeRecord]) -> dict[str, FailureFacts]:
-    """Category, attribution and point of no return of every unsuccessful episode (None where unknown)."""
-    failed = [r for r in records if r.outcome is not Outcome.SUCCESS]
+def unsuccessful(store: Store, campaign: str) -> list[EpisodeRecord]:
+    """The campaign's unsuccessful episodes, decoded, in listing order (policy, task, variant, index): what
+    failure mining and the gallery read."""
+    found = [r for outcome in (Outcome.FAILURE, Outcome.TIMEOUT, Outcome.ERROR)
+             for r in store.catalog.episodes(campaign=campaign, outcome=outcome.value)]
+    return sorted(found, key=lambda r: (r.policy_name, r.task_id, r.variant_key, r.episode_index))
+
+
+def failure_facts(store: Store, campaign: str, failed: Sequence[EpisodeRecord]) -> dict[str, FailureFacts]:
+    """Category, attribution and point of no return of every unsuccessful episode in ``failed`` (None where
+    unknown); the nominal twins attribution pairs them with are looked up by key, not decoded."""
     categories = FailureTable(store).get([r.key for r in failed])
-    attributions = {a.key: a for a in attribute(list(records), categories)}
+    attributions = {a.key: a for a in attribute(list(failed), categories, nominal_successes(store.catalog, campaign))}
     ponrs = load_ponrs(store.root)
     out = {}
     for r in failed:

@@ -154,10 +154,7 @@ def _failures(data: ReportData) -> str:
         out += (f"<p class='muted'>Failures not categorized yet: <code>assay failures mine --campaign "
                 f"{escape(data.campaign)}</code>.</p>")
     out += parts.attribution_table(data)
-    reasons: dict[str, int] = {}
-    for r in data.records:
-        if r.outcome.value == "error":
-            reasons[r.reason] = reasons.get(r.reason, 0) + 1
+    reasons = data.error_reasons
     if reasons:
         out += "<h3>Errors (infrastructure or policy contract)</h3>" + table(
             ["reason", "episodes"], [[escape(k), str(v)] for k, v in sorted(reasons.items())], {1})
@@ -222,7 +219,8 @@ def render_html(data: ReportData, store: Store, embed_video: bool = True, out_di
     sections: list[tuple[str, str, str]] = [
         ("leaderboard", f"Leaderboard{scope}", _leaderboard(data)),
         ("rates", f"Success by policy × task{scope}", _rates(data)),
-        ("reliability", f"Reliability: pass^{data.pass_k.k if data.pass_k else 'k'}", reliability_section(data.pass_k)),
+        ("reliability", f"Reliability: pass^{data.pass_k.k if data.pass_k else 'k'}{scope}",
+         reliability_section(data.pass_k, data.scoring.scope.label if data.scoring else "")),
         *([("adaptive", "Adaptive stopping", _adaptive(data))] if data.adaptive is not None else []),
         ("checkpoints", f"Checkpoint comparison{scope}", parts.checkpoints(data)),
         ("robustness", "Robustness profile (each variant vs nominal)", _robustness(data)),

@@ -12,8 +12,9 @@ def _interval(low: float | None, high: float | None) -> str:
     return "–" if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
 
 
-def section(passk: PassKTable | None) -> str:
-    """pass^k tables (cells by policy × task, then policies), or what the section needs."""
+def section(passk: PassKTable | None, scope: str = "") -> str:
+    """pass^k tables (cells by policy × task, then policies) in the report's variant scope (``scope``: its label),
+    or what the section needs."""
     if passk is None:
         return "<p class='muted'>No scored episodes yet.</p>"
     k = passk.k
@@ -25,7 +26,7 @@ def section(passk: PassKTable | None) -> str:
             f"estimated without bias by C(c,{k})/C(n,{k}) from c successes in n scored episodes; interval: the mid-p "
             f"{passk.confidence:.0%} interval of the rate raised to the power {k} (its coverage is the rate "
             f"interval's). Per policy: the mean over its tasks. Choose k with <code>assay report --pass-k K</code>."
-            "</p>"
+            + (f" Variants: {escape(scope)}." if scope else "") + "</p>"
             + table(["policy", "task", "succ/n", f"pass^{k}", "C(c,k)/C(n,k)", "interval", "why undefined"], cells,
                     {2, 3, 4, 5})
             + "<h3>Per policy (mean over its tasks)</h3>"

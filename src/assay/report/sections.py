@@ -213,7 +213,7 @@ def gallery(data: ReportData, store: Store, embed_video: bool, out_dir: Path) ->
             f"<p><b>{escape(r.outcome.value)}</b> after {r.steps} steps, seed {r.seed}, return {r.total_return:.1f}"
             f"{(' — ' + escape(r.reason)) if r.reason else ''}<br><span class='muted'>episode {escape(r.key)}</span></p>"
             + _facts(item) + "".join(_media(item, store, embed_video, out_dir)) + "</div>")
-    total = sum(1 for r in data.records if r.outcome.value != "success")
+    total = data.unsuccessful
     more = (f"<p class='muted'>Showing {len(data.gallery)} of {total} unsuccessful episodes: those with a point of "
             "no return first, then one per (policy, category) in turn. The red line marks the point of no return: "
             "the last step from which the expert, taking over, still succeeds.</p>")

@@ -23,12 +23,12 @@ from starlette.concurrency import run_in_threadpool
 
 from assay.errors import AssayError, StoreError
 from assay.metrics import (
-    campaign_signoff,
     interval_label,
     leaderboard,
     missing_rows,
-    outcome_grid,
-    rate_table,
+    rate_rows,
+    stored_grid,
+    totals_signoff,
     variant_scope,
 )
 from assay.report.data import campaign_scoring
@@ -36,6 +36,7 @@ from assay.server import regression, views
 from assay.server.config import ServerConfig
 from assay.server.runs import RunManager
 from assay.store import Store
+from assay.store.aggregates import cell_totals
 
 STATIC = files("assay.server") / "static"
 
@@ -118,19 +119,19 @@ async def get_campaign(name: str, store: StoreDep, runs: RunsDep) -> dict[str, A
     row = await call(views.campaign_row, store, name)
 
     def rates() -> dict[str, Any]:
-        from assay.failures.safety import intervention_rows
-        from assay.learning.leakage import campaign_leakage
+        from assay.failures.safety import campaign_interventions
+        from assay.learning.leakage import stored_leakage
 
-        records = store.catalog.episodes(campaign=name)
-        scoring = campaign_scoring(store, name, records)
+        totals = cell_totals(store.catalog, name)  # the counts the catalog keeps: one row per cell
+        scoring = campaign_scoring(store, name, totals)
         groups = ("policy", "task", "variant")
         whole = scoring.campaign  # every variant: this table shows each one separately
-        found = rate_table(records, by=groups) if records else []
+        found = rate_rows(totals, by=groups) if totals else []
         table = [r.to_dict() | whole.of(r.group).summary() for r in found + missing_rows(whole, groups, found)]
         return {"rates": table, "interval": interval_label(),
                 "rates_scope": variant_scope(scoring.variants or ["nominal"], separately=True).to_dict(),
-                "completeness": whole.to_dict(), "safety": intervention_rows(records),
-                "leakage": [leak.to_dict() for leak in campaign_leakage(records, store)]}
+                "completeness": whole.to_dict(), "safety": campaign_interventions(store, name),
+                "leakage": [leak.to_dict() for leak in stored_leakage(store, name)]}
 
     return row | {"running": runs.running(name), **await call(rates)}
 
@@ -170,15 +171,16 @@ async def get_leaderboard(name: str, store: StoreDep, confidence: float = Query(
     await call(views.campaign_row, store, name)
 
     def compute() -> dict[str, Any]:
-        records = store.catalog.episodes(campaign=name)
-        scoring = campaign_scoring(store, name, records, allow_partial,
+        totals = cell_totals(store.catalog, name)
+        scoring = campaign_scoring(store, name, totals, allow_partial,
                                    hint="ask for it: /leaderboard?allow_partial=true")
-        scored = scoring.scope.keep(records)
+        chosen = set(scoring.scope.variants)
+        scored = [t for t in totals if t.variant in chosen]
         empty = {"rows": [], "signoff": [], "rank_text": {}, **scoring.to_dict()}
         if not scored or scoring.withheld:
             return empty
-        board = leaderboard(outcome_grid(scored), confidence, resamples, seed)
-        gates = campaign_signoff(scored, store.root)
+        board = leaderboard(stored_grid(store.catalog, name, scored), confidence, resamples, seed)
+        gates = totals_signoff(scored, store.root)
         document = board.to_dict()
         document["rows"] = [r.to_dict() | scoring.completeness.select([r.policy]).summary() for r in board.rows]
         return document | scoring.to_dict() | {"signoff": [g.to_dict() for g in gates],
@@ -191,12 +193,20 @@ async def get_leaderboard(name: str, store: StoreDep, confidence: float = Query(
                  "task and per policy")
 async def get_pass_k(name: str, store: StoreDep, k: int = Query(3, ge=1, le=1000),
                      confidence: float = Query(0.95, gt=0.5, lt=1.0)) -> dict[str, Any]:
-    """Per policy and task, and per policy: P(k episodes all succeed) and its interval; 400 for a bad k."""
-    from assay.metrics.passk import pass_k_table
+    """Per policy and task, and per policy: P(k episodes all succeed) and its interval, in the campaign's variant
+    scope (as `results --pass-k`: nominal when planned, named in ``scope``); 400 for a bad k."""
+    from assay.metrics.passk import pass_k_rows
 
     await call(views.campaign_row, store, name)
-    return await call(lambda: pass_k_table(store.catalog.episodes(campaign=name), k,
-                                           confidence=confidence).to_dict(), status=400)
+
+    def compute() -> dict[str, Any]:
+        totals = cell_totals(store.catalog, name)
+        scoring = campaign_scoring(store, name, totals)
+        chosen = set(scoring.scope.variants)
+        table = pass_k_rows([t for t in totals if t.variant in chosen], k, confidence=confidence)
+        return table.to_dict() | {"scope": scoring.scope.to_dict()}
+
+    return await call(compute, status=400)
 
 @episodes.get("/api/campaigns/{name}/episodes", tags=["episodes"], summary="Episodes of a campaign")
 async def list_episodes(name: str, store: StoreDep, policy: str | None = None, outcome: str | None = None,

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from assay.errors import AssayError, StoreError
-from assay.report.evidence import FailureFacts, failure_facts
+from assay.report.evidence import FailureFacts, failure_facts, unsuccessful
 from assay.store import EpisodeRecord, Outcome, Store
 from assay.store.roots import local_path
 
@@ -74,7 +74,7 @@ def episode_detail(store: Store, key: str) -> dict[str, Any]:
     record = store.catalog.episode(key)
     facts = None
     if record.outcome is not Outcome.SUCCESS:
-        facts = failure_facts(store, store.catalog.episodes(campaign=record.campaign)).get(record.key)
+        facts = failure_facts(store, record.campaign, [record]).get(record.key)  # this episode's, not its campaign's
     detail: dict[str, Any] = {"episode": record.to_dict(), "videos": videos(store, record), "series": None,
                               "events": [], "failure": facts_dict(facts)}
     if record.data_path is None:
@@ -147,9 +147,8 @@ def facts_dict(facts: FailureFacts | None) -> dict[str, Any] | None:
 
 def failures(store: Store, campaign: str) -> dict[str, Any]:
     """Unsuccessful episodes with their videos and what mining found (``assay failures mine`` / ``ponr``)."""
-    everything = store.catalog.episodes(campaign=campaign)
-    records = [r for r in everything if r.outcome is not Outcome.SUCCESS]
-    facts = failure_facts(store, everything)
+    records = unsuccessful(store, campaign)  # decoded: the page lists them
+    facts = failure_facts(store, campaign, records)
     counts: dict[str, dict[str, int]] = {}
     for r in records:
         counts.setdefault(r.policy_name, {}).setdefault(r.outcome.value, 0)

@@ -29,8 +29,9 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from assay.errors import StoreError
-from assay.store.catalog import Catalog, store_meta
+from assay.store.catalog import Catalog
 from assay.store.roots import Root, open_root
+from assay.store.schema import store_meta
 
 MARKER = ".assay-store.json"  # at the top of the data root
 

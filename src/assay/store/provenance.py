@@ -75,27 +75,46 @@ def renderer_label(info: Mapping[str, Any]) -> str:
 
 def renderer_counts(records: Iterable[EpisodeRecord]) -> dict[str, int]:
     """Episodes per renderer label, most first (episodes without a renderer are not counted)."""
-    counts = Counter(renderer_label(info) for r in records if (info := renderer_of(r.provenance)) is not None)
-    return dict(counts.most_common())
+    return renderer_counts_of(_renderers(records))
+
+
+def _renderers(records: Iterable[EpisodeRecord]) -> list[tuple[dict[str, Any], int]]:
+    return [(info, 1) for r in records if (info := renderer_of(r.provenance)) is not None]
+
+
+def renderer_counts_of(renderers: Iterable[tuple[Mapping[str, Any], int]]) -> dict[str, int]:
+    """:func:`renderer_counts` from (renderer, episodes) pairs (``assay.store.aggregates.renderer_totals``); most
+    first, ties by label."""
+    counts: Counter[str] = Counter()
+    for info, n in renderers:
+        counts[renderer_label(info)] += n
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def software_on_gpu(records: Iterable[EpisodeRecord]) -> dict[str, int]:
     """Episodes drawn by a CPU rasteriser on a host with an NVIDIA GPU, per renderer label."""
-    counts = Counter(renderer_label(info) for r in records if (info := renderer_of(r.provenance)) is not None
-                     and info.get("software") and info.get("gpu_host"))
-    return dict(counts.most_common())
+    return _software_on_gpu(_renderers(records))
+
+
+def _software_on_gpu(renderers: Iterable[tuple[Mapping[str, Any], int]]) -> dict[str, int]:
+    return renderer_counts_of((info, n) for info, n in renderers if info.get("software") and info.get("gpu_host"))
 
 
 def renderer_notes(records: Iterable[EpisodeRecord]) -> list[str]:
     """One line each: frames drawn by more than one renderer (pixel policies may score differently
     under each), and frames drawn in software on a GPU host."""
-    records = list(records)
+    return renderer_notes_of(_renderers(records))
+
+
+def renderer_notes_of(renderers: Iterable[tuple[Mapping[str, Any], int]]) -> list[str]:
+    """:func:`renderer_notes` from (renderer, episodes) pairs (``assay.store.aggregates.renderer_totals``)."""
+    renderers = list(renderers)
     notes = []
-    counts = renderer_counts(records)
+    counts = renderer_counts_of(renderers)
     if len(counts) > 1:
         parts = "; ".join(f"{label} ({n} episodes)" for label, n in counts.items())
         notes.append(f"mixed renderers: this campaign's frames were drawn by {len(counts)} renderers: {parts}")
-    slow = software_on_gpu(records)
+    slow = _software_on_gpu(renderers)
     if slow:
         n = sum(slow.values())
         notes.append(f"warning: {n} episodes were rendered in software ({', '.join(slow)}) on a host with an NVIDIA "

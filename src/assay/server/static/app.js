@@ -170,7 +170,7 @@ async function campaignTables(name) {
 function passKTables(passk) {
   const num = x => x === null || x === undefined ? "–" : x.toFixed(3);
   const ci = (lo, hi) => lo === null || lo === undefined ? "–" : `[${lo.toFixed(3)}, ${hi.toFixed(3)}]`;
-  return `<section><h2>Reliability: pass^<input id="pass-k" type="number" min="1" max="1000" value="${passk.k}" style="width:4em"></h2>
+  return `<section><h2>Reliability: pass^<input id="pass-k" type="number" min="1" max="1000" value="${passk.k}" style="width:4em">${passk.scope ? ` <span class="muted">(${esc(passk.scope.label)})</span>` : ""}</h2>
     <p class="muted">P(${passk.k} independent episodes all succeed): C(c,${passk.k})/C(n,${passk.k}), unbiased; interval: the mid-p ${pct(passk.confidence)} interval of the rate to the power ${passk.k}. Per policy: the mean over its tasks.</p>
     <table id="pass-k-cells"><thead><tr><th>policy</th><th>task</th><th class="num">succ/n</th><th class="num">pass^${passk.k}</th>
       <th class="num">C(c,k)/C(n,k)</th><th class="num">interval</th><th>why undefined</th></tr></thead><tbody>
