@@ -63,16 +63,16 @@ REALITIES = {**REALITIES, **FRESH, **NULL}
 HORIZON = {"metaworld/reach@1": 70, "metaworld/push-back@1": 100, "metaworld/push-wall@1": 100}
 
 
-def settings(task: str, episodes: int) -> TwinSettings:
+def settings(task: str, episodes: int, horizon: int | None = None) -> TwinSettings:
     policies = (PolicySpec(name="expert", builtin="expert"), PolicySpec(name="perception", builtin="perception-expert"))
-    return TwinSettings(policies=policies, episodes=episodes, horizon=HORIZON[task],
+    return TwinSettings(policies=policies, episodes=episodes, horizon=horizon or HORIZON[task],
                         cameras=(CameraSpec(name="front", width=64, height=64, depth=True),))
 
 
-def run_one(name: str, out: str, episodes: int, budget: BlindBudget) -> dict:
+def run_one(name: str, out: str, episodes: int, budget: BlindBudget, horizon: int | None = None) -> dict:
     reality = REALITIES[name]
     started = time.perf_counter()
-    result = blind_attribution(reality, settings(reality.task, episodes), Path(out) / name, budget).to_dict()
+    result = blind_attribution(reality, settings(reality.task, episodes, horizon), Path(out) / name, budget).to_dict()
     result["name"], result["seconds"] = name, round(time.perf_counter() - started, 1)
     (Path(out) / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
     return result
@@ -109,13 +109,17 @@ def main() -> int:
     parser.add_argument("--evaluations", type=int, default=BlindBudget.sysid_evaluations,
                         help="system identification's search budget (twin replays)")
     parser.add_argument("--resamples", type=int, default=BlindBudget.resamples, help="bootstrap resamples")
+    parser.add_argument("--horizon", type=int, help="cap on steps per episode (default: each task's in HORIZON)")
+    parser.add_argument("--rendering-steps", type=int, default=BlindBudget.rendering_steps,
+                        help="the first steps of one camera episode the rendering calibration replays")
     args = parser.parse_args()
-    budget = BlindBudget(sysid_evaluations=args.evaluations, resamples=args.resamples)
+    budget = BlindBudget(sysid_evaluations=args.evaluations, resamples=args.resamples,
+                         rendering_steps=args.rendering_steps)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     names = args.only or SETS[args.set]
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(run_one, names, [args.out] * len(names), [args.episodes] * len(names),
-                                [budget] * len(names)))
+                                [budget] * len(names), [args.horizon] * len(names)))
     print("| reality | calibrated twin | success gap nominal → calibrated | changed layers' shares [95% CI] | "
           "unexplained | trajectory gaps nominal → calibrated | named by success | by states | by trace | "
           "named | episodes needed | s |")

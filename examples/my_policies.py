@@ -1,4 +1,4 @@
-"""A policy of your own, beside its campaign (``examples/my_campaign.yaml``; docs/POLICY.md).
+"""A policy of your own, beside its campaign (``examples/my_policy.yaml``; docs/POLICY.md).
 
 A proportional controller for Meta-World reach: it moves the hand toward the goal, both read from the
 39-d state, with an optional noise stream per environment seeded from that environment's episode seed.

@@ -151,3 +151,19 @@ def test_sweep_prints_the_curve_and_results_profile_the_retention(tmp_path):
     assert "robustness profile" in invoke("results", "--store", store, "--profile").stdout
     bad = invoke("sweep", "--factor", "light.intensity", "--values", "9", "--store", store)
     assert bad.exit_code == 2 and "valid: [0, 5] x nominal" in bad.stderr
+
+
+@pytest.mark.sim
+def test_a_sweeps_horizon_caps_every_episode_and_is_part_of_its_campaign(tmp_path):
+    store = str(tmp_path / "store")
+    args = ["sweep", "--factor", "action.noise", "--values", "0.5", "--task", "gymnasium/Pendulum-v1", "--policy",
+            "random", "--episodes", "2", "-x", "inline", "--store", store, "--json"]
+    capped = json.loads(invoke(*args, "--horizon", "7").stdout)
+    assert [p["scored"] for p in capped["curve"]] == [2, 2]
+    steps = [e["steps"] for e in json.loads(invoke("episodes", "ls", "--store", store, "--campaign", capped["campaign"],
+                                                   "--json").stdout)["episodes"]]
+    assert steps == [7, 7, 7, 7]  # Pendulum never ends by itself: every episode runs to the cap
+    full = json.loads(invoke(*args).stdout)
+    assert full["campaign"] != capped["campaign"]  # another horizon, another campaign (and other episode keys)
+    bad = invoke(*args, "--horizon", "0")
+    assert bad.exit_code == 2 and "--horizon" in bad.stderr

@@ -2,7 +2,9 @@
 
 The lines run in order in one scratch directory holding a copy of ``examples/`` (and the files a line names)
 with the example campaigns cut to a few short episodes; a line that would run for minutes gets size options
-appended (``SIZES``: episodes, epochs, search budgets; never anything else); the two servers are started, asked
+appended (``SIZES``: episodes, horizons, epochs, search budgets, and the in-process executor or one worker where
+the line leaves the executor to its default: the same results on any executor, tested elsewhere, and the
+sentence model loaded once for every language line; never anything else); the two servers are started, asked
 once and stopped; ``<KEY>`` and ``<KEY-PREFIX>`` become a failed episode's key. A line the table does not know
 (a command someone adds to the tour) still runs, as written. The counts the tour's comments and the README's
 prose give are checked against the code.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import socket
@@ -38,8 +41,12 @@ SHELL_SETUP = {"source .venv/bin/activate"}
 
 # Options appended to a line whose defaults run for minutes (sizes only: the line's own arguments are kept).
 SIZES: dict[str, list[str]] = {
-    "sweep --factor light.intensity": ["--episodes", "1", "-x", "inline"],
+    "sweep --factor light.intensity": ["--episodes", "1", "--horizon", "40", "-x", "inline"],
     "sweep --factor instruction.typo_rate": ["--episodes", "1", "-x", "inline"],
+    "run examples/language.yaml": ["-x", "inline"],
+    "run examples/semantic.yaml": ["-x", "inline"],
+    "run examples/vision.yaml": ["-x", "inline"],
+    "run examples/adaptive_compare.yaml": ["-x", "inline"],
     "failures resample": ["--samples", "1", "--seeds", "1"],
     "boundary -t": ["-n", "1", "--iterations", "1"],
     "semantic-profile": ["--tasks", "metaworld/reach@1", "--demos", "2", "--episodes", "1", "--epochs", "2",
@@ -53,8 +60,9 @@ SIZES: dict[str, list[str]] = {
     "flywheel --task": ["--probe", "2", "--eval", "2", "--epochs", "2", "--horizon", "40"],
     "twin sysid": ["--parameters", "control.gain", "--max-trajectories", "2", "--max-evaluations", "6",
                    "--restarts", "0"],
+    "make flywheel-confirm": ["--workers", "1"],
     "benchmarks/twin_blind.py": ["--episodes", "1", "--only", "b-mass-4", "--jobs", "1", "--evaluations", "4",
-                                 "--resamples", "100"],
+                                 "--resamples", "100", "--horizon", "40", "--rendering-steps", "5"],
 }
 
 # Lines that cannot run as written yet, and why (strict: the test fails once one runs, so the entry goes).
@@ -63,7 +71,7 @@ KNOWN_GAPS: dict[str, str] = {}
 # The example files as the tour runs them: a few short episodes (keys capped wherever they appear).
 CAPS = {"episodes": 2, "horizon": 60, "max_episodes": 8, "batch": 4, "base_demos": 3, "extra_demos": 1,
         "pool": 12, "probe": 4, "eval": 4, "replicates": 1, "epochs": 2, "bootstrap": 200}
-FLYWHEEL_CAPS = {"horizon": 200, "pool": 40, "probe": 12, "eval": 4}  # the slice needs successful expert demos
+FLYWHEEL_CAPS = {"horizon": 200, "pool": 20, "probe": 6, "eval": 2}  # the slice needs successful expert demos
 CAMPAIGN_CAPS = {"vision.yaml": {"episodes": 1, "horizon": 150}, "semantic.yaml": {"episodes": 1, "horizon": 30},
                  "language.yaml": {"episodes": 1, "horizon": 40}, "push-goal-slice.yaml": FLYWHEEL_CAPS,
                  "push-goal-slice-confirm.yaml": FLYWHEEL_CAPS, "push-gain-variant-slice.yaml": FLYWHEEL_CAPS}
@@ -86,6 +94,12 @@ def _scratch(root: Path) -> None:
     (root / "benchmarks").mkdir()
     shutil.copy(REPO / "benchmarks" / "twin_blind.py", root / "benchmarks")
     shutil.copy(REPO / "Makefile", root / "Makefile")
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its waited-for children (the tour's cost, less noisy than wall time)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _free_port() -> int:
@@ -175,6 +189,7 @@ def tour(tmp_path_factory) -> dict[int, str]:
     os.chdir(root)  # the tour runs from the repository root; here the scratch copy of what it reads
     outcomes: dict[int, str] = {}
     keys: dict[str, str] = {}
+    begun, spent = time.monotonic(), _cpu_seconds()
     try:
         for index, line in enumerate(TOUR):
             if line.strip() in SHELL_SETUP:
@@ -182,12 +197,14 @@ def tour(tmp_path_factory) -> dict[int, str]:
                 continue
             if "<KEY" in line and not keys:
                 keys = _keys(root / "runs" / "demo")
-            started = time.monotonic()
+            started, cpu = time.monotonic(), _cpu_seconds()
             outcomes[index] = _run_line(line, root, keys)
-            print(f"tour line {index} ({time.monotonic() - started:.0f}s): {line[:90]}"
+            print(f"tour line {index} ({time.monotonic() - started:.0f}s, CPU {_cpu_seconds() - cpu:.0f}s): {line[:90]}"
                   + (f"\n  FAILED: {outcomes[index]}" if outcomes[index] else ""), file=sys.stderr)
     finally:
         os.chdir(previous)
+        print(f"tour: {len(outcomes)} lines in {time.monotonic() - begun:.0f}s, CPU {_cpu_seconds() - spent:.0f}s",
+              file=sys.stderr)
     return outcomes
 
 

@@ -94,6 +94,8 @@ def sweep(
     camera: Annotated[str | None, typer.Option(
         "--camera", help="Render this view (front, top, side) with depth.")] = None,
     seed: Annotated[int, typer.Option("--seed", min=0)] = 0,
+    horizon: Annotated[int | None, typer.Option("--horizon", min=1, help="Cap on steps per episode (default: the "
+                                                "task's).")] = None,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1)] = 2,
     executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local")] = "local",
     store: StoreOpt = Path(DEFAULT_STORE),
@@ -112,6 +114,8 @@ def sweep(
         }
         if camera:
             data["cameras"] = [{"name": camera, "width": 128, "height": 128, "depth": True}]
+        if horizon is not None:
+            data["horizon"] = horizon
         data["name"] = f"sweep-{factor}-{content_hash(data, length=8)}"
         spec = campaign_from_data(data, "<sweep>")
         planned = prepare_campaign(spec)
