@@ -68,6 +68,17 @@ def test_uninformative_sim_costs_width_and_says_so():
     assert e.ci_high - e.ci_low > e.classical_high - e.classical_low
 
 
+def test_real_trials_on_every_sim_seed_say_sim_adds_nothing():
+    # the README tour's case: the reality proxy ran all 8 seeds of each cell, so each sim episode has a real trial
+    every = estimate_real(PairedCounts(8, 5, (3, 5), (1, 3)))
+    assert every.estimate == pytest.approx(4 / 8) == every.classical_estimate  # the strata add up to the real rate
+    assert every.ci_high - every.ci_low > every.classical_high - every.classical_low and every.trials_saved < 0
+    assert any("8 real trials for 8 sim episodes: no sim episode is left without a real trial" in n
+               for n in every.notes)
+    few = estimate_real(PairedCounts(500, 300, (14, 15), (1, 15)))
+    assert not any("no sim episode is left" in n for n in few.notes)
+
+
 def test_bad_counts_and_levels_are_one_line_errors():
     with pytest.raises(AssayError, match="no real trial"):
         estimate_real(PairedCounts(10, 5, (0, 0), (0, 0)))

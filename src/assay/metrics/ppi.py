@@ -184,6 +184,10 @@ def estimate_real(counts: PairedCounts, task: str = "", policy: str = "", confid
                          "real rate is unknown, the interval allows anything in [0, 1] there and the estimate "
                          "uses the overall real rate")
         rates.append(rs / ns if ns else r / n)
+    if n >= counts.sim_episodes:
+        notes.append(f"{n} real trials for {counts.sim_episodes} sim episodes: no sim episode is left without a real "
+                     "trial, so sim only splits the real trials into two strata (a wider interval); read the "
+                     "classical one, or run real trials on a few of the sim seeds")
     estimate = share * rates[0] + (1 - share) * rates[1]
     low, high = two_phase_interval(counts, confidence, seed, draws)
     low, high = min(low, estimate), max(high, estimate)
