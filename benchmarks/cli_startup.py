@@ -5,32 +5,42 @@
 
 Each tree is put first on ``PYTHONPATH`` and each listing runs ``--repeat`` times as
 ``python -m assay.cli.app ARGS`` (the entry point every version has), interleaved across trees so that a
-change in the machine's load falls on all of them alike; the median wall time is printed, and the
-cumulative ``-X importtime`` of ``import assay.cli.app`` (what every command pays before it starts).
+change in the machine's load falls on all of them alike; the median wall time is printed, the median CPU
+time (user + system of the child process: what the command costs, much less sensitive than wall time to
+other processes sharing the cores), and the cumulative ``-X importtime`` of ``import assay.cli.app`` (what
+every command pays before it starts).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-LISTINGS = (("--version",), ("--help",), ("tasks",), ("policies",), ("factors",))
+LISTINGS = (("--version",), ("--help",), ("tasks",), ("tasks", "--family", "pick-place"), ("policies",), ("factors",))
 
 
 def _env(src: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(src.resolve()), "COLUMNS": "120"}
 
 
-def _wall(src: Path, args: tuple[str, ...]) -> float:
+def _cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _wall(src: Path, args: tuple[str, ...]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one fresh ``python -m assay.cli.app ARGS``."""
+    cpu = _cpu_of_children()
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "assay.cli.app", *args], env=_env(src), check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _cpu_of_children() - cpu
 
 
 def _import_ms(src: Path) -> float:
@@ -46,18 +56,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     trees: list[Path] = args.src or [Path("src")]
-    times: dict[tuple[Path, tuple[str, ...]], list[float]] = {(t, a): [] for t in trees for a in LISTINGS}
+    times: dict[tuple[Path, tuple[str, ...]], list[tuple[float, float]]] = {(t, a): [] for t in trees
+                                                                             for a in LISTINGS}
     imports: dict[Path, list[float]] = {t: [] for t in trees}
     for _ in range(args.repeat):
         for tree in trees:
             imports[tree].append(_import_ms(tree))
             for listing in LISTINGS:
                 times[tree, listing].append(_wall(tree, listing))
-    print(f"median of {args.repeat} fresh processes each, seconds (python -m assay.cli.app ARGS)")
-    print(f"{'command':<12}" + "".join(f"{str(t):>28}" for t in trees))
+    print(f"median of {args.repeat} fresh processes each, seconds wall / CPU (python -m assay.cli.app ARGS; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end)")
+    print(f"{'command':<26}" + "".join(f"{str(t):>28}" for t in trees))
     for listing in LISTINGS:
-        cells = "".join(f"{statistics.median(times[t, listing]):>28.2f}" for t in trees)
-        print(f"{' '.join(listing):<12}{cells}")
+        cells = "".join(f"{statistics.median(w for w, _ in times[t, listing]):>19.2f} / "
+                        f"{statistics.median(c for _, c in times[t, listing]):.2f}" for t in trees)
+        print(f"{' '.join(listing):<26}{cells}")
     print(f"{'import ms':<12}" + "".join(f"{statistics.median(imports[t]):>28.0f}" for t in trees)
           + "   (cumulative -X importtime of assay.cli.app, median)")
 
