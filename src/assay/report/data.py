@@ -84,11 +84,14 @@ class RobustnessRow:
     discordant: int = 0  # pairs whose outcome changed under the variant
 
     def to_dict(self) -> dict[str, Any]:
+        """The row as a JSON-ready dict."""
         return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
 class GalleryItem:
+    """One failed episode of the gallery: its record, the videos that exist, and what mining found about it."""
+
     record: EpisodeRecord
     videos: tuple[tuple[str, str], ...]  # (camera, path relative to the data root) that exist there
     facts: FailureFacts | None = None
@@ -96,6 +99,8 @@ class GalleryItem:
 
 @dataclass(frozen=True)
 class ReportData:
+    """Everything the report shows, gathered once from the store (the report never runs a policy or a simulator)."""
+
     campaign: str
     spec: dict[str, Any]  # the resolved campaign saved in the catalog
     store_root: str  # the store as the report names it (shown_store: relative to the report, or its name)
@@ -158,7 +163,9 @@ def _retention(records: Sequence[EpisodeRecord]) -> list[RetentionRow]:
     return retention_table(records)
 
 
-def robustness_rows(records: Sequence[EpisodeRecord], retention: Sequence[RetentionRow] | None = None) -> list[RobustnessRow]:
+def robustness_rows(
+    records: Sequence[EpisodeRecord], retention: Sequence[RetentionRow] | None = None
+) -> list[RobustnessRow]:
     """Per policy and non-nominal variant: paired rates and retention (``retention``: the table, if computed)."""
     labels = {r.variant_name: _variant_labels(r.variant) for r in records if r.variant_name != "nominal"}
     return labelled_rows(_retention(records) if retention is None else retention, labels)
@@ -343,7 +350,8 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     return ReportData(
         adaptive=adaptive, scoring=scoring,
         campaign=campaign, spec=spec, store_root=shown, episodes=sum(t.episodes for t in totals),
-        unsuccessful=sum(t.episodes - t.successes for t in totals), error_reasons=error_reasons(store.catalog, campaign),
+        unsuccessful=sum(t.episodes - t.successes for t in totals),
+        error_reasons=error_reasons(store.catalog, campaign),
         rates=tuple(rate_rows(scoped, by=("policy", "task"), confidence=confidence)) if scoped else (),
         leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(labelled_rows(retention, labels)),
         axes=tuple(robustness_profile(retention)), categories=tuple(category_profile(retention)),

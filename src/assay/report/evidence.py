@@ -48,7 +48,9 @@ class FailureFacts:
     trace: dict[str, Any] | None = None  # the policy's own account over the episode (trace.* summaries)
 
 
-def real_to_sim(totals: Sequence[CellTotals], real: Sequence[RateEntry], n_resamples: int) -> tuple[CorrelationReport | None, str]:
+def real_to_sim(
+    totals: Sequence[CellTotals], real: Sequence[RateEntry], n_resamples: int
+) -> tuple[CorrelationReport | None, str]:
     """(correlation of the real cells that this campaign also ran, a note); None when no cell matches.
     ``totals``: the campaign's cell counts in the report's variant scope (``metrics.scope``)."""
     if not real or not totals:
@@ -68,6 +70,7 @@ def real_to_sim(totals: Sequence[CellTotals], real: Sequence[RateEntry], n_resam
 
 
 def stored_real(store: Store) -> list[RateEntry]:
+    """The real results ``assay correlate --record`` stored."""
     return load_real_results(store.root)
 
 
@@ -118,7 +121,8 @@ def failure_facts(store: Store, campaign: str, failed: Sequence[EpisodeRecord]) 
         known = categories.get(r.key)
         category = known.category.value if known is not None and known.category is not None else None
         trace = known.evidence.get("trace") if known is not None else None
-        out[r.key] = FailureFacts(category, attributions.get(r.key), ponrs.get(r.key), trace if isinstance(trace, dict) else None)
+        out[r.key] = FailureFacts(
+            category, attributions.get(r.key), ponrs.get(r.key), trace if isinstance(trace, dict) else None)
     return out
 
 
@@ -140,8 +144,10 @@ def pick_gallery(failed: Sequence[EpisodeRecord], facts: dict[str, FailureFacts]
 
 
 def regression_status(store: Store, campaign: str) -> list[SetStatus]:
+    """The regression sets mined from ``campaign``, with their reruns."""
     return statuses(store.root, source=campaign)
 
 
 def openloop(store: Store, campaign: str) -> dict[str, Any] | None:
+    """The open-loop scores ``assay openloop`` saved for ``campaign``, or None."""
     return load_openloop(store, campaign)

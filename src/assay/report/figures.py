@@ -52,12 +52,13 @@ def _svg(fig: Any) -> str:
 def leaderboard_svg(board: Leaderboard) -> str:
     """Suite score per policy with its interval (mid-p confidence draws), best on top."""
     plt = _pyplot()
-    rows = [r for r in board.rows if r.score is not None]
+    scored = [(r, r.score) for r in board.rows if r.score is not None]
+    rows = [r for r, _ in scored]
     fig, ax = plt.subplots(figsize=(6.4, 0.45 * max(2, len(rows)) + 0.8))
     y = np.arange(len(rows))[::-1]
-    scores = [r.score for r in rows]
-    low = [r.score - (r.ci_low if r.ci_low is not None else r.score) for r in rows]
-    high = [(r.ci_high if r.ci_high is not None else r.score) - r.score for r in rows]
+    scores = [score for _, score in scored]
+    low = [score - (r.ci_low if r.ci_low is not None else score) for r, score in scored]
+    high = [(r.ci_high if r.ci_high is not None else score) - score for r, score in scored]
     ax.barh(y, scores, color="#1565c0", alpha=0.8)
     ax.errorbar(scores, y, xerr=[low, high], fmt="none", ecolor="black", capsize=4)
     ax.set_yticks(y, [f"{r.policy}  (rank {r.rank_text})" for r in rows])
@@ -231,13 +232,14 @@ def openloop_svg(rows: Sequence[OpenLoopRow], closed: dict[tuple[str, str], floa
 def comparison_svg(comparisons: Sequence[Comparison], baseline: str) -> str:
     """Suite difference (policy − baseline) with its interval, one row per policy: a forest plot."""
     plt = _pyplot()
-    rows = [c for c in comparisons if c.task == "suite" and c.difference is not None]
+    suite = [(c, c.difference) for c in comparisons if c.task == "suite" and c.difference is not None]
+    rows = [c for c, _ in suite]
     fig, ax = plt.subplots(figsize=(6.4, 0.45 * max(2, len(rows)) + 0.9))
     y = np.arange(len(rows))[::-1]
     # compare() reports baseline − other; the plot shows other − baseline so "better" is to the right
-    diffs = [-c.difference for c in rows]
-    low = [d - (-c.ci_high if c.ci_high is not None else -c.difference) for d, c in zip(diffs, rows, strict=True)]
-    high = [(-c.ci_low if c.ci_low is not None else -c.difference) - d for d, c in zip(diffs, rows, strict=True)]
+    diffs = [-difference for _, difference in suite]
+    low = [d - (-c.ci_high if c.ci_high is not None else d) for d, c in zip(diffs, rows, strict=True)]
+    high = [(-c.ci_low if c.ci_low is not None else d) - d for d, c in zip(diffs, rows, strict=True)]
     # the verdict is the baseline's: "worse" means this policy is detectably better
     colours = [{Verdict.WORSE: "#2e7d32", Verdict.BETTER: "#c62828"}.get(c.verdict, "#616161") for c in rows]
     ax.errorbar(diffs, y, xerr=[low, high], fmt="none", ecolor="black", capsize=4)

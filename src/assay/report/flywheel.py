@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from html import escape
 from typing import Any
 
-from assay.report.markup import table
+from markupsafe import Markup
+
+from assay.report.markup import html, join, table
 from assay.store import Store
 
 RESULT_DIR = "learning/flywheel"
@@ -208,7 +209,7 @@ def _rate(rate: dict[str, Any]) -> str:
     return f"{rate['successes']}/{rate['trials']} = {rate['rate']:.2f} [{rate['low']:.2f}, {rate['high']:.2f}]"
 
 
-def section(documents: Sequence[dict[str, Any]]) -> str:
+def section(documents: Sequence[dict[str, Any]]) -> Markup:
     """The HTML of every flywheel experiment that ran this campaign."""
     parts = []
     for document in documents:
@@ -216,31 +217,31 @@ def section(documents: Sequence[dict[str, Any]]) -> str:
         rows = []
         for arm, rate in analysis["rates"].items():
             versus = analysis["against_random"].get(arm)
-            rows.append([escape(arm), _rate(rate), _rate(document["by_region"]["slice"][arm]),
+            rows.append([arm, _rate(rate), _rate(document["by_region"]["slice"][arm]),
                          _rate(document["by_region"]["uncovered"][arm]),
                          "" if versus is None else f"{versus['difference']:+.3f} (p = {versus['mcnemar_p']:.3g})"])
         variants = _variants(document)
         composition = composition_rows(document)
         arms = list(analysis["rates"])
-        per_variant = [[escape(name)] + [_rate(group["rates"][arm]) for arm in arms]
+        per_variant = [[name] + [_rate(group["rates"][arm]) for arm in arms]
                        + ["" if group["against_random"].get("targeted") is None
                           or group["against_random"]["targeted"]["difference"] is None else
                           f"{group['against_random']['targeted']['difference']:+.3f} "
                           f"(p = {group['against_random']['targeted']['mcnemar_p']:.3g})"]
                        for name, group in variants.items()]
-        parts.append(
-            f"<h3>{escape(design['name'])} on {escape(design['task'])}</h3>"
-            f"<p class='muted'>Base trained on {escape(_slice_text(design['slice']))} only; the primary pair "
-            f"(targeted, random) adds the same episodes and frames, the secondary arms their own equal budget (at "
-            f"most the pair's); pooled over "
-            f"{design['replicates']} replicates with their own demo, probe and evaluation seeds (mid-p 95%).</p>"
-            + table(["arm", "all", "slice", "uncovered", "vs random (McNemar exact)"], rows, {1, 2, 3, 4})
-            + ("" if not composition else
-               "<p class='muted'>Each arm's extra data, pooled over the replicates (demos resolvable to a pool or "
-               "probe episode; PoNR recoveries are not):</p>"
-               + table(COMPOSITION_HEADER, [[escape(c) for c in row] for row in composition], {2, 3, 4}))
-            + ("" if not variants else
-               "<p class='muted'>Per variant (secondary endpoints):</p>"
-               + table(["variant", *arms, "targeted − random"], per_variant, set(range(1, len(arms) + 2))))
-            + "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in summary_lines(document)) + "</ul>")
-    return "".join(parts)
+        parts.append(join([
+            html("<h3>{} on {}</h3><p class='muted'>Base trained on {} only; the primary pair (targeted, random) adds "
+                 "the same episodes and frames, the secondary arms their own equal budget (at most the pair's); "
+                 "pooled over {} replicates with their own demo, probe and evaluation seeds (mid-p 95%).</p>",
+                 design["name"], design["task"], _slice_text(design["slice"]), design["replicates"]),
+            table(["arm", "all", "slice", "uncovered", "vs random (McNemar exact)"], rows, {1, 2, 3, 4}),
+            Markup("") if not composition else join([
+                Markup("<p class='muted'>Each arm's extra data, pooled over the replicates (demos resolvable to a pool "
+                       "or probe episode; PoNR recoveries are not):</p>"),
+                table(COMPOSITION_HEADER, composition, {2, 3, 4})]),
+            Markup("") if not variants else join([
+                Markup("<p class='muted'>Per variant (secondary endpoints):</p>"),
+                table(["variant", *arms, "targeted − random"], per_variant, set(range(1, len(arms) + 2)))]),
+            html("<ul>{}</ul>", join(html("<li>{}</li>", line) for line in summary_lines(document))),
+        ]))
+    return join(parts)
