@@ -154,7 +154,7 @@ def test_budgets_are_equal_in_episodes_and_frames():
     trimmed, account = equal_budget(arms)
     # the primary pair: random's 50 + 70 + 40 (targeted's first 3: 179); the secondary arms: the oracle's 138
     assert account["episodes"] == 3 and account["frames"] == 160
-    assert account["secondary"] == {"arms": ["oracle", "ponr", "recovery"], "episodes": 3, "frames": 138}
+    assert account["secondary"] == {"arms": ["oracle", "ponr", "recovery"], "episodes": 3, "frames": 138, "empty": []}
     assert account["available"]["targeted"] == {"episodes": 4, "frames": 259}
     assert account["available"]["ponr"] == {"episodes": 4, "frames": 175}
     assert list(trimmed) == list(arms)
@@ -169,8 +169,8 @@ def test_budgets_are_equal_in_episodes_and_frames():
     cut = trimmed["recovery"][0]
     assert len(cut.actions) == 46 and cut.observations[0, 0] == 0 and cut.observations[-1, 0] == 199
     assert np.array_equal(cut.actions[:, 0], cut.observations[:, 0] / 100)
-    with pytest.raises(AssayError, match="oracle found no data"):
-        equal_budget({**arms, "oracle": []})
+    with pytest.raises(AssayError, match="random found no data"):
+        equal_budget({**arms, "random": []})
 
 
 def test_trim_frames_hits_the_budget_exactly():
@@ -462,7 +462,7 @@ def test_the_primary_pair_budget_does_not_depend_on_a_short_secondary_arm():
             "recovery": [demo("c1", 200)], "oracle": [demo(f"o{i}", 40) for i in range(4)]}
     trimmed, account = equal_budget(arms)
     assert (account["episodes"], account["frames"]) == (4, 206)  # random's 50 + 51 + 52 + 53 (targeted's 240)
-    assert account["secondary"] == {"arms": ["oracle", "recovery"], "episodes": 1, "frames": 40}
+    assert account["secondary"] == {"arms": ["oracle", "recovery"], "episodes": 1, "frames": 40, "empty": []}
     assert [len(trimmed[a]) for a in arms] == [4, 4, 1, 1]
     assert [sum(len(d.actions) for d in trimmed[a]) for a in arms] == [206, 206, 40, 40]
     alone, pair = equal_budget({"random": arms["random"], "targeted": arms["targeted"]})
@@ -474,8 +474,16 @@ def test_the_primary_pair_budget_does_not_depend_on_a_short_secondary_arm():
                                  "oracle": [demo("o1", 80), demo("o2", 80)]})
     assert (capped["episodes"], capped["frames"]) == (1, 30) and capped["secondary"]["frames"] == 30
     assert [len(d.actions) for d in rich["oracle"]] == [30]
-    with pytest.raises(AssayError, match="recovery found no data"):
-        equal_budget({**arms, "recovery": []})
+    # a secondary arm that found nothing (a probe with no failure to relabel) keeps no extra data and cuts
+    # nobody: the primary pair and the other secondary arms keep their budgets
+    none, left = equal_budget({**arms, "recovery": []})
+    assert (left["episodes"], left["frames"]) == (4, 206)
+    assert left["secondary"] == {"arms": ["oracle", "recovery"], "episodes": 4, "frames": 160, "empty": ["recovery"]}
+    assert [len(none[a]) for a in arms] == [4, 4, 0, 4]
+    assert "left recovery with no extra data" in (budget_shortfall(left, 4) or "")
+    # an empty arm of the primary pair is an error: the declared comparison cannot be made
+    with pytest.raises(AssayError, match="targeted found no data"):
+        equal_budget({**arms, "targeted": []})
 
 
 def gain_replicates(n: int, random_gains: int) -> list[dict[str, dict[int, bool]]]:

@@ -386,8 +386,12 @@ def budget_shortfall(account: Mapping[str, Any], wanted: int) -> str | None:
     found = ", ".join(f"{name} {count}" for name, count in short.items())
     secondary = account.get("secondary") or {}
     cuts = [f"the primary pair ({' and '.join(PRIMARY_PAIR)}) to {account['episodes']}"]
-    if secondary.get("arms"):
-        cuts.append(f"the secondary arms ({', '.join(secondary['arms'])}) to {secondary['episodes']}")
+    empty = secondary.get("empty") or []
+    cut = [name for name in secondary.get("arms") or [] if name not in empty]
+    if cut:
+        cuts.append(f"the secondary arms ({', '.join(cut)}) to {secondary['episodes']}")
+    if empty:
+        cuts.append(f"left {', '.join(empty)} with no extra data")
     return (f"warning: arm(s) found fewer than the {wanted} extra demos asked ({found}); {' and '.join(cuts)} "
             "episodes (enlarge 'pool' or 'probe')")
 
@@ -410,20 +414,25 @@ def equal_budget(arms: Mapping[str, Sequence[Demo]]) -> tuple[dict[str, list[Dem
 
     The primary pair (targeted and random) is cut to its own fewest episodes and then fewest frames, whatever
     the other arms found; the secondary arms (every other arm) likewise among themselves, capped at the
-    primary pair's budget. The account: ``episodes`` and ``frames`` of the primary pair, ``secondary`` (its
-    arms, episodes and frames) and what each arm had before (``available``)."""
-    if not arms or min(len(d) for d in arms.values()) == 0:
-        empty = sorted(name for name, d in arms.items() if not d)
-        raise AssayError(f"arm(s) {', '.join(empty) or '(none)'} found no data; enlarge the pool or the probe"
-                         + (" (or set ponr: false in the design)" if "ponr" in empty else ""))
+    primary pair's budget. A secondary arm that found no data (a probe with no failure to relabel) keeps no
+    extra data, is named in ``secondary.empty`` and does not cut the others; an empty primary arm is an error,
+    since the declared comparison cannot be made. The account: ``episodes`` and ``frames`` of the primary pair,
+    ``secondary`` (its arms, episodes, frames and empty arms) and what each arm had before (``available``)."""
     primary = {name: d for name, d in arms.items() if name in PRIMARY_PAIR}
     secondary = {name: d for name, d in arms.items() if name not in PRIMARY_PAIR}
+    empty = sorted(name for name, d in (primary or secondary).items() if not d)
+    if not arms or empty:
+        raise AssayError(f"arm(s) {', '.join(empty) or '(none)'} found no data; enlarge the pool or the probe"
+                         + (" (or set ponr: false in the design)" if "ponr" in empty else ""))
     trimmed, episodes, frames = _equalise(primary or secondary, None)
     account: dict[str, Any] = {"episodes": episodes, "frames": frames, "secondary": None}
     if primary and secondary:
-        rest, s_episodes, s_frames = _equalise(secondary, (episodes, frames))
+        found = {name: d for name, d in secondary.items() if d}
+        rest, s_episodes, s_frames = _equalise(found, (episodes, frames)) if found else ({}, 0, 0)
         trimmed.update(rest)
-        account["secondary"] = {"arms": sorted(secondary), "episodes": s_episodes, "frames": s_frames}
+        trimmed.update({name: [] for name in secondary if name not in found})
+        account["secondary"] = {"arms": sorted(secondary), "episodes": s_episodes, "frames": s_frames,
+                                "empty": sorted(set(secondary) - set(found))}
     account["available"] = {name: {"episodes": len(d), "frames": sum(len(x.actions) for x in d)}
                             for name, d in arms.items()}
     return {name: trimmed[name] for name in arms}, account

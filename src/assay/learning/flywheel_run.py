@@ -208,7 +208,7 @@ def run_replicate(store: Store, design: FlywheelDesign, replicate: int, folder: 
     progress(f"replicate {replicate}: mined {target.label} ({account['why']}); budget {budget['episodes']} episodes, "
              f"{budget['frames']} frames for targeted and random"
              + ("" if secondary is None else f", {secondary['episodes']} episodes, {secondary['frames']} frames for "
-                f"the secondary arms"))
+                f"the secondary arms" + "".join(f" ({a} found none)" for a in secondary["empty"])))
     shortfall = budget_shortfall(budget, design.extra_demos)
     if shortfall is not None:
         progress(f"replicate {replicate}: {shortfall}")

@@ -134,6 +134,8 @@ def _budget_text(budget: dict[str, Any]) -> str:
     secondary = budget["secondary"]
     if secondary:
         text += f"; secondary arms {secondary['episodes']} episodes, {secondary['frames']} frames"
+        if secondary.get("empty"):
+            text += f" ({', '.join(secondary['empty'])} found no data and kept none)"
     return text
 
 
@@ -164,8 +166,9 @@ def composition_rows(document: dict[str, Any]) -> list[list[str]]:
                                           "target_known": "in_target" in c, "variants": {}})
             primary = arm in ("targeted", "random") or not secondary
             row["group"] = "primary pair" if primary else "secondary"
-            row["episodes"] += budget["episodes"] if primary else secondary["episodes"]
-            row["frames"] += budget["frames"] if primary else secondary["frames"]
+            empty = arm in (secondary.get("empty") or [])
+            row["episodes"] += 0 if empty else budget["episodes"] if primary else secondary["episodes"]
+            row["frames"] += 0 if empty else budget["frames"] if primary else secondary["frames"]
             row["resolved"] += sum(c["variants"].values()) - c["unresolved"]
             row["outside"] += c["outside_slice"]
             row["target"] += c.get("in_target", 0)
