@@ -3,8 +3,9 @@
 ``make lint`` runs ruff and mypy over ``src/`` with the rules in ``pyproject.toml``. A gate that exempts old
 code is a debt, not a gate, so these tests read the configuration and the sources themselves:
 
-* ruff's ``per-file-ignores`` name no ``src/`` file (tests, benchmarks and examples may keep the docstring
-  rules off, nothing else);
+* ruff's ``per-file-ignores`` (and ``extend-per-file-ignores``) match no ``src/`` file, by any glob (tests,
+  benchmarks and examples may keep the docstring rules off, nothing else); neither ruff nor mypy excludes one;
+  no ``src/`` file switches a checker off for itself (``# ruff: noqa``, ``# mypy: ...``, a leading type ignore);
 * no mypy override for an ``assay`` module switches an error code off or ignores its errors, and the
   packages plugin authors build on (spec, store, run, policies, testing) are checked strictly;
 * a ``# noqa`` in ``src/`` is only the blind-except of fault isolation with its reason
@@ -21,6 +22,7 @@ code is a debt, not a gate, so these tests read the configuration and the source
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 import tomllib
 from pathlib import Path
@@ -40,6 +42,7 @@ GRANDFATHERED_LONG: frozenset[str] = frozenset()
 NOQA = re.compile(r"#\s*noqa\b(?P<rest>.*)$")
 BLIND_EXCEPT_WITH_REASON = re.compile(r"^:\s*BLE001\s+-\s+\S")
 TYPE_IGNORE = re.compile(r"#\s*type:\s*ignore(?P<codes>\[[a-z\-, ]+\])?")
+FILE_SWITCH = re.compile(r"#\s*(ruff|flake8)\s*:\s*noqa|#\s*mypy\s*:")
 
 
 def _config() -> dict:
@@ -54,9 +57,19 @@ def _relative(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
 
+def _matches_src(pattern: str) -> bool:
+    """Whether a ruff path pattern (a glob, relative to the root) names any file of ``src/``: ``**/cli/*.py``
+    exempts library code as surely as ``src/assay/cli/app.py`` does."""
+    pattern = pattern.removeprefix("./")
+    files = [_relative(path) for path in _sources()]
+    return pattern.startswith("src") or any(
+        fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(name, f"{pattern.rstrip('/')}/*") for name in files)
+
+
 def test_ruff_exempts_no_library_file():
-    ignores = _config()["tool"]["ruff"]["lint"].get("per-file-ignores", {})
-    exempt = {pattern for pattern in ignores if pattern.startswith("src")}
+    lint = _config()["tool"]["ruff"]["lint"]
+    ignores = {**lint.get("per-file-ignores", {}), **lint.get("extend-per-file-ignores", {})}
+    exempt = {pattern for pattern in ignores if _matches_src(pattern)}
     added = exempt - GRANDFATHERED_RUFF
     assert not added, f"new per-file ignores for src/: {sorted(added)}; fix the code instead"
     fixed = GRANDFATHERED_RUFF - exempt
@@ -64,6 +77,34 @@ def test_ruff_exempts_no_library_file():
     for pattern, rules in ignores.items():
         if pattern.split("/", 1)[0] in ("tests", "benchmarks", "examples"):
             assert all(rule.startswith(("D", "E501", "SIM105", "B904")) for rule in rules), (pattern, rules)
+
+
+def test_ruff_and_mypy_leave_out_no_library_file():
+    """An excluded file is exempt from every rule at once: ruff's ``exclude``/``extend-exclude`` and mypy's
+    ``exclude`` name no ``src/`` file, and mypy checks all of ``src/assay``."""
+    config = _config()["tool"]
+    patterns = [*config["ruff"].get("exclude", []), *config["ruff"].get("extend-exclude", [])]
+    assert not [p for p in patterns if _matches_src(p)], f"ruff excludes library files: {patterns}"
+    excluded = config["mypy"].get("exclude", [])
+    excluded = [excluded] if isinstance(excluded, str) else excluded
+    assert not [p for p in excluded if any(re.search(p, _relative(path)) for path in _sources())], excluded
+    assert config["mypy"]["files"] == ["src/assay"]
+
+
+def test_no_library_file_switches_a_checker_off_for_itself():
+    """File-level switches (``# ruff: noqa``, ``# mypy: ignore-errors`` or any inline mypy configuration, a
+    ``# type: ignore`` before the first statement) are exemptions written where the table cannot see them."""
+    found = []
+    for path in _sources():
+        text = path.read_text()
+        for number, line in enumerate(text.splitlines(), 1):
+            if FILE_SWITCH.search(line):
+                found.append(f"{_relative(path)}:{number}: {line.strip()}")
+        body = ast.parse(text).body
+        first = body[0].lineno if body else len(text.splitlines()) + 1
+        found += [f"{_relative(path)}:{n}: whole-file type ignore" for n, line in enumerate(text.splitlines(), 1)
+                  if n < first and TYPE_IGNORE.search(line)]
+    assert not found, found
 
 
 def test_mypy_switches_off_no_error_for_assay_modules_and_is_strict_where_plugins_build():
@@ -124,6 +165,10 @@ def test_the_gates_catch_what_they_promise():
     assert BLIND_EXCEPT_WITH_REASON.match(NOQA.search("except Exception:  # noqa: BLE001 - isolated").group("rest"))
     assert TYPE_IGNORE.search("x  # type: ignore").group("codes") is None
     assert TYPE_IGNORE.search("x  # type: ignore[arg-type]").group("codes") == "[arg-type]"
+    assert FILE_SWITCH.search("# ruff: noqa") and FILE_SWITCH.search("# mypy: ignore-errors")
+    assert FILE_SWITCH.search("#ruff:noqa: E501") and not FILE_SWITCH.search("x = 1  # noqa: BLE001 - why")
+    assert _matches_src("**/cli/*.py") and _matches_src("src/assay/cli/app.py") and _matches_src("src/assay/cli")
+    assert not _matches_src("tests/**") and not _matches_src("benchmarks/throughput.py")
 
 
 def _bases(node: ast.ClassDef) -> list[str]:
