@@ -60,7 +60,9 @@ def test_a_sigkilled_actor_is_replaced_and_its_batch_retried(tmp_path):
 def test_a_hung_episode_on_ray_becomes_wall_timeout(tmp_path):
     data = {"name": "ray-hangs", "seed": 5, "episodes": 2, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
             "policies": [{"name": "hanger", "entrypoint": "tests.faulty_policies:HangingExpert", "params": {"modulo": 3}}]}
-    executor = RayExecutor(tmp_path, actors=2, faults=FaultPolicy(episode_timeout_s=10.0))  # room to build the env
+    # the limit must let the other episode build its environment and finish on a machine at load 10-20 (it took
+    # 6-10 s there); the hang is an hour, so any limit far below that tests the same thing
+    executor = RayExecutor(tmp_path, actors=2, faults=FaultPolicy(episode_timeout_s=45.0))
     _, _, records = run_and_collect(tmp_path, executor, data)
     outcomes = sorted((r.seed % 3 == 0, r.outcome.value, r.reason.split(":")[0]) for r in records)
     assert outcomes == [(False, "success", ""), (True, "error", "wall_timeout")]
