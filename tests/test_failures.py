@@ -287,3 +287,17 @@ def test_priorities_are_per_policy_over_initial_condition_regions():
     [r] = by_policy["random"]  # fails everywhere: no region inside the cell
     assert r.region == "nominal (all initial conditions)" and r.failures == 8 and r.score == 1.0
     assert [row.policy for row in rows] == ["a", "random"]  # grouped per policy, never one mixed ranking
+
+
+def test_a_priority_says_why_a_failure_has_no_category():
+    """Only a failure whose events were read and matched no rule is 'uncategorized': one whose backend records no
+    events says so, and one nobody mined says that."""
+    from assay.failures.priorities import category_label, priorities
+
+    records = [_init_record(f"a{i}", "a", x, Outcome.TIMEOUT) for i, x in enumerate([-0.2, -0.1, 0.1, 0.2])]
+    categories = {"a0": Categorized(Category.SHORT_OF_GOAL, (Category.SHORT_OF_GOAL,), "push"),
+                  "a1": Categorized(None, (), "unknown", {"missing_events": ["contact"]}),
+                  "a2": Categorized(None, (), "push")}
+    [row] = priorities(records, categories, {})
+    assert row.categories == {"short_of_goal": 1, "no events": 1, "uncategorized": 1, "not mined": 1}
+    assert category_label(None) == "not mined"

@@ -188,6 +188,17 @@ def split_initial_conditions(records: Sequence[EpisodeRecord]) -> tuple[str, lis
     return label, [r for r, inside in zip(records, side, strict=True) if inside]
 
 
+def category_label(found: Categorized | None) -> str:
+    """A failure's category as the tables print it: its category; ``no events`` when its backend records none
+    (categories are read from events, so none can be said); ``not mined`` when ``assay failures mine`` has not
+    looked at it; ``uncategorized`` only when events were read and no rule matched."""
+    if found is None:
+        return "not mined"
+    if found.category is not None:
+        return found.category.value
+    return "no events" if "missing_events" in found.evidence else "uncategorized"
+
+
 def priorities(records: list[EpisodeRecord], categories: dict[str, Categorized],
                ponrs: dict[str, PointOfNoReturn]) -> list[Priority]:
     """Rank the (policy, task, region) cells by how much fixing their failures would gain, heaviest first."""
@@ -208,8 +219,7 @@ def priorities(records: list[EpisodeRecord], categories: dict[str, Categorized],
             continue
         counts: dict[str, int] = defaultdict(int)
         for r in failed:
-            found = categories.get(r.key)
-            counts[found.category.value if found is not None and found.category is not None else "uncategorized"] += 1
+            counts[category_label(categories.get(r.key))] += 1
         searched = [ponrs[r.key] for r in failed if r.key in ponrs and ponrs[r.key].verified is not False]
         recoverable = sum(p.t is not None for p in searched)
         recoverability = recoverable / len(searched) if searched else None
