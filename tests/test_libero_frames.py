@@ -23,13 +23,13 @@ THRESHOLD = 10  # of 255
 MAX_SHARE = 0.001  # of the frame's pixels
 ROBOSUITE_KEYS = {"agentview": "agentview_image", "wrist": "robot0_eye_in_hand_image",
                   "image": "agentview_image", "image2": "robot0_eye_in_hand_image"}
-# (task, reference sizes): one scene per suite; the stove scene is checked at both sizes
+# One scene per suite, every one checked at both sizes (224: openpi's frame; 256: LeRobot's and LIBERO's own)
 SCENES = [
     ("libero/spatial/pick_up_the_black_bowl_on_the_stove_and_place_it_on_the_plate@2", (224, 256)),
-    ("libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket@2", (256,)),
-    ("libero/goal/put_the_bowl_on_the_plate@2", (224,)),
-    ("libero/10/LIVING_ROOM_SCENE2_put_both_the_alphabet_soup_and_the_tomato_sauce_in_the_basket@2", (256,)),
-    ("libero/90/KITCHEN_SCENE1_put_the_black_bowl_on_the_plate@2", (224,)),
+    ("libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket@2", (224, 256)),
+    ("libero/goal/put_the_bowl_on_the_plate@2", (224, 256)),
+    ("libero/10/LIVING_ROOM_SCENE2_put_both_the_alphabet_soup_and_the_tomato_sauce_in_the_basket@2", (224, 256)),
+    ("libero/90/KITCHEN_SCENE1_put_the_black_bowl_on_the_plate@2", (224, 256)),
 ]
 CAMERAS = (CameraSpec(name="agentview", width=224, height=224), CameraSpec(name="wrist", width=224, height=224),
            CameraSpec(name="image", width=256, height=256), CameraSpec(name="image2", width=256, height=256))
