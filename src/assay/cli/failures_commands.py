@@ -1,12 +1,16 @@
-"""CLI: ``assay failures mine|ponr``, ``assay regress add|run``, ``assay priorities``, ``assay boundary``.
+"""CLI: ``assay failures mine|ponr|resample``, ``assay regress add|run``, ``assay priorities``, ``assay boundary``.
 
-The glue that runs episodes (regression reruns, boundary probes) lives here, as
-``assay.failures`` may not import ``assay.run``.
+The glue that runs episodes (regression reruns, boundary probes, resampling) lives here, as
+``assay.failures`` may not import ``assay.run``. A command that runs episodes writes step files
+and catalog rows as ``assay run`` does, so it holds the store's run lock (:func:`locked_store`):
+beside a running campaign it waits, as a second ``assay run`` does, instead of writing at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,12 +38,27 @@ from assay.failures.regression import HELDOUT_SUFFIX, Case, add_sets, load_set, 
 from assay.run import InlineExecutor, phase
 from assay.sim import default_registry, resolve_variant
 from assay.spec import EpisodeJob, Pipeline, ResolvedPolicy, TaskSpec, Variant, batch_jobs, episode_key
-from assay.store import EpisodeRecord, Outcome, Store
+from assay.store import EpisodeRecord, Outcome, Store, run_lock
 
 NO_EVENTS = ("backend {backend} records no per-step events, and categories are read from them "
              "(Meta-World and LIBERO record them)")
 failures_app = typer.Typer(no_args_is_help=True, help="Mine failures: categories, attribution, point of no return.")
 regress_app = typer.Typer(no_args_is_help=True, help="Regression sets of failing cases.")
+
+
+def _say_waiting(holder: str) -> None:
+    render.err_console.print(f"another run ({holder}) holds this store; waiting for it to finish", highlight=False,
+                             soft_wrap=True)
+
+
+@contextlib.contextmanager
+def locked_store(store: Path, catalog: str | None, create: bool = False) -> Iterator[Store]:
+    """The store opened under its run lock (its directory's, then its data root's), as ``assay run`` holds it;
+    ``create``: the lock is taken before the store is created (two first writers would race to create its
+    catalog). Waits, saying so once, while another run holds it."""
+    with run_lock(store, on_wait=_say_waiting) if create else contextlib.nullcontext(), \
+            open_store(store, catalog, create=create) as opened, opened.run_lock(on_wait=_say_waiting):
+        yield opened
 
 
 def _mine(opened: Store, records: list[EpisodeRecord]) -> dict:
@@ -332,7 +351,7 @@ def regress_run(name: Annotated[str, typer.Argument(help="Set name.")],
                 json_out: JsonOpt = False) -> None:
     """Rerun a set (and its held-out twin) with a policy: fixed / still failing / newly failing vs the last run."""
     with user_errors():
-        with open_store(store, catalog) as opened:
+        with locked_store(store, catalog) as opened:
             rows = [_rerun(opened, name, policy)]
             if versions(opened.root, name + HELDOUT_SUFFIX):
                 rows.append(_rerun(opened, name + HELDOUT_SUFFIX, policy))
@@ -397,7 +416,7 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
         spec = default_registry().get(task)
         resolved = policy_option(policy)
         seeds = [derive_seed("boundary", seed, spec.id, i) for i in range(episodes)]
-        with open_store(store, catalog, create=True) as opened:
+        with locked_store(store, catalog, create=True) as opened:
             def evaluate(level: float) -> tuple[int, int]:
                 variant = resolve_variant({factor: level}, spec)
                 jobs = [EpisodeJob(f"boundary-{factor}", spec, variant, resolved, i, s,
@@ -446,7 +465,7 @@ def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or
     from assay.spec import derive_seed
 
     with user_errors():
-        with open_store(store, catalog) as opened:
+        with locked_store(store, catalog) as opened:
             record = opened.catalog.episode(key)
             if record.outcome is Outcome.SUCCESS:
                 raise AssayError(f"episode {record.key} succeeded; resample around a failure")

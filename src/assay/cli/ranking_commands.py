@@ -9,9 +9,9 @@ from rich.table import Table
 
 from assay.cli import render
 from assay.cli.common import open_store
-from assay.cli.scoring import scored_campaign
+from assay.cli.scoring import planned_tasks, scored_campaign
 from assay.errors import AssayError
-from assay.metrics import read_results_csv, totals_signoff
+from assay.metrics import Completeness, read_results_csv, totals_signoff
 from assay.metrics.irt import MODELS, ModelLeaderboard, counts_from_entries, counts_from_grid, model_leaderboard
 
 DEFAULT_MODEL_RESAMPLES = 200
@@ -19,11 +19,15 @@ MODEL_NAMES = {"irt": "2PL item response (ability θ)", "bt": "Bradley–Terry (
 
 
 def model_board(model: str, store: Path, catalog: str | None, campaign: str | None, tasks: list[str] | None,
-                variant: str | None, csv_in: Path | None, confidence: float, resamples: int | None, seed: int
-                ) -> tuple[str, ModelLeaderboard, list[Any], dict[str, Any]]:
+                variant: str | None, csv_in: Path | None, confidence: float, resamples: int | None, seed: int,
+                allow_partial: bool = False) -> tuple[str, ModelLeaderboard, list[Any], dict[str, Any]]:
     """(source, the model leaderboard, the sign-off gate rows of a campaign or [] for a CSV, and a campaign's
     ``campaign``, ``scope`` and ``completeness`` for the JSON, with ``policies``: each policy's planned/recorded;
-    {} for a CSV)."""
+    {} for a CSV).
+
+    The model tolerates a missing cell of a task it observes, but not a planned task no policy has reached yet:
+    the ranking would be over another suite, and the tasks planned last are not missing at random. Such a
+    campaign is refused unless ``allow_partial``; either way its completeness counts every planned task."""
     if model not in MODELS:
         raise AssayError(f"--model {model!r} is not valid; valid: {', '.join(MODELS)}")
     n_resamples = DEFAULT_MODEL_RESAMPLES if resamples is None else resamples
@@ -34,14 +38,28 @@ def model_board(model: str, store: Path, catalog: str | None, campaign: str | No
         return f"results {csv_in.name}", model_leaderboard(model, counts, None, confidence, n_resamples, seed), [], {}
     with open_store(store, catalog) as opened:
         scored = scored_campaign(opened, campaign, variant)  # the variant scope every scoring command uses
-        grid = scored.grid(scored.tasks(tasks))
+        wanted = planned_tasks(scored, ",".join(tasks)) if tasks else None  # planned ids; None: every task
+        covered = scored.within(None, wanted)  # planned tasks no policy reached yet count too
+        _refuse_unreached(scored.name, covered, allow_partial)
+        grid = scored.grid([t for t in scored.tasks() if wanted is None or t in wanted])
         gate = totals_signoff(scored.ranked(grid.task_ids), opened.root)
     board = model_leaderboard(model, counts_from_grid(grid), [t.values for t in grid.tasks], confidence, n_resamples,
                               seed)
-    covered = scored.within(None, grid.task_ids)
     document = {"campaign": scored.name, **scored.document(covered),
                 "policies": {r.policy: covered.select([r.policy]).summary() for r in board.rows}}
     return f"campaign {scored.name} ({scored.scope.label}; {covered.describe()})", board, gate, document
+
+
+def _refuse_unreached(name: str, covered: Completeness, allow_partial: bool) -> None:
+    """AssayError when a planned task of ``covered`` has no episode of any policy, unless ``allow_partial``."""
+    reached = {c.task for c in covered.cells if c.recorded > 0}
+    unreached = sorted({c.task for c in covered.cells if c.planned > 0} - reached)
+    if unreached and not allow_partial:
+        raise AssayError(
+            f"the model leaderboard of campaign {name}: refused, {len(unreached)} planned task(s) have no episode yet "
+            f"({', '.join(unreached)}; {covered.recorded} of {covered.planned} planned episodes recorded); a model "
+            "tolerates missing cells within a task, not a task nobody ran (tasks run in plan order): finish the "
+            "campaign (rerun `assay run`), or pass --allow-partial")
 
 
 def print_model_board(source: str, board: ModelLeaderboard) -> None:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
+from assay.cli.scoring import AllowPartialOpt, Scored, scored_campaign, source_document
 from assay.errors import AssayError
 from assay.metrics.ppi import CLASSICAL, METHOD, RealEstimate, estimate_real, paired_counts
 from assay.metrics.rates import success_interval
@@ -24,8 +25,10 @@ def register(app: typer.Typer) -> None:
     app.command("estimate-real")(estimate_real_command)
 
 
-def _campaign_trials(store: Path, catalog: str | None, value: str) -> tuple[str, list[Trial]]:
-    """A campaign's scored episodes as trials (one variant: seeds repeat across variants)."""
+def _campaign_trials(store: Path, catalog: str | None, value: str, allow_partial: bool
+                     ) -> tuple[str, list[Trial], Scored]:
+    """A campaign's scored episodes as trials (one variant: seeds repeat across variants), with its scope and
+    completeness; a campaign with a cell of that variant that has no episode is refused unless ``allow_partial``."""
     from assay.cli.common import open_store
 
     name, _, variant = value.partition(":")
@@ -34,15 +37,16 @@ def _campaign_trials(store: Path, catalog: str | None, value: str) -> tuple[str,
         if name not in known:
             raise AssayError(f"no campaign {name!r} in {opened.root}; known: {', '.join(known) or 'none'}")
         records = opened.catalog.episodes(campaign=name)
-    variants = sorted({r.variant_name for r in records})
-    if variant:
-        if variant not in variants:
+        variants = sorted({r.variant_name for r in records})
+        if variant and variant not in variants:
             raise AssayError(f"campaign {name!r} has no variant {variant!r}; valid: {', '.join(variants)}")
-        records = [r for r in records if r.variant_name == variant]
-    elif len(variants) > 1:
-        raise AssayError(f"campaign {name!r} has variants {', '.join(variants)}; a real trial pairs with one sim "
-                         f"episode per seed: give --campaign {name}:VARIANT")
-    return f"campaign {value}", trials_from_records(records)
+        if not variant and len(variants) > 1:
+            raise AssayError(f"campaign {name!r} has variants {', '.join(variants)}; a real trial pairs with one sim "
+                             f"episode per seed: give --campaign {name}:VARIANT")
+        scored = scored_campaign(opened, name, variant or (variants[0] if variants else None))
+    scored.require("estimating real success", allow_partial)
+    chosen = set(scored.scope.variants)
+    return f"campaign {value}", trials_from_records([r for r in records if r.variant_name in chosen]), scored
 
 
 def write_trials(path: Path, records: Sequence[EpisodeRecord], outcome: str | None) -> None:
@@ -94,10 +98,14 @@ def estimate_real_command(
     joint: Annotated[bool, typer.Option("--joint", help="Bonferroni over the cells: all intervals hold together "
                                         "(each at 1 − α/cells).")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the interval's draws (same seed, same interval).")] = 0,
+    allow_partial: AllowPartialOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Prediction-powered estimate and interval of real success from sim episodes and paired real trials, with
-    the classical real-only interval beside it and the real trials the sim episodes were worth."""
+    the classical real-only interval beside it and the real trials the sim episodes were worth.
+
+    A campaign's side says how complete it is; one with a cell that has no episode is refused unless
+    --allow-partial."""
     with user_errors():
         if not 0.0 < confidence < 1.0:
             raise AssayError(f"--confidence {confidence} is not valid; give a level strictly between 0 and 1")
@@ -107,19 +115,20 @@ def estimate_real_command(
             return
         if (sim is None) == (campaign is None):
             raise AssayError("give exactly one sim side: --campaign NAME[:VARIANT] (with --store) or --sim SIM.csv")
-        source, sim_trials = (f"sim {sim.name}", read_trials_csv(sim)) if sim is not None else \
-            _campaign_trials(store, catalog, campaign or "")
+        source, sim_trials, scored = (f"sim {sim.name}", read_trials_csv(sim), None) if sim is not None else \
+            _campaign_trials(store, catalog, campaign or "", allow_partial)
         counts = paired_counts(sim_trials, read_trials_csv(real))
         level = 1.0 - (1.0 - confidence) / len(counts) if joint else confidence
         estimates = [estimate_real(c, task, policy, level, seed) for (task, policy), c in counts.items()]
-        _print([e.to_dict() for e in estimates], estimates, confidence, level, joint, source, json_out)
+        _print([e.to_dict() for e in estimates], estimates, confidence, level, joint, source, json_out, scored)
 
 
 def _print(rows: list[dict[str, Any]], estimates: list[RealEstimate], confidence: float, level: float, joint: bool,
-           source: str, json_out: bool) -> None:
+           source: str, json_out: bool, scored: Scored | None = None) -> None:
     if json_out:
         render.print_json({"sim": source, "confidence": confidence, "joint": joint, "level_per_cell": level,
-                           "method": METHOD, "classical_method": CLASSICAL, "cells": rows})
+                           "method": METHOD, "classical_method": CLASSICAL, **source_document(scored),
+                           "cells": rows})
         return
     if not estimates:
         table = Table(title=f"real success, classical only ({CLASSICAL}, {confidence:.0%})", title_justify="left")
@@ -153,3 +162,5 @@ def _print(rows: list[dict[str, Any]], estimates: list[RealEstimate], confidence
     for e in estimates:
         for note in e.notes:
             render.console.print(f"[yellow]{e.task} {e.policy}: {note}[/]", highlight=False, soft_wrap=True)
+    if scored is not None:
+        scored.say(prefix=f"{source} ({scored.scope.label}): ")

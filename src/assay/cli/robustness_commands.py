@@ -26,6 +26,8 @@ from assay.sim import get_factor
 from assay.spec import campaign_from_data, content_hash
 from assay.store import EpisodeRecord, Store
 
+RETENTION_CI = "95% CI (MOVER-R)"  # metrics.intervals.retention_interval: the method is named where it is shown
+
 
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
@@ -50,7 +52,7 @@ def print_profile(document: dict[str, Any]) -> None:
     """Print the retention table and the per-axis profile."""
     table = Table(
         title="robustness retention on paired seeds (variant successes / nominal successes)", title_justify="left")
-    for column in ("policy", "axis", "variant", "pairs", "nominal", "variant", "retention", "95% CI", "McNemar p"):
+    for column in ("policy", "axis", "variant", "pairs", "nominal", "variant", "retention", RETENTION_CI, "McNemar p"):
         table.add_column(column)
     for r in document["retention"]:
         ci = f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]" if r["ci_low"] is not None else "-"
@@ -67,7 +69,7 @@ def print_profile(document: dict[str, Any]) -> None:
     if document.get("categories"):
         categories = Table(title="LIBERO-Plus robustness profile (pooled over each category's levels)",
                            title_justify="left")
-        for column in ("policy", "category", "variants", "pairs", "nominal", "variant", "retention", "95% CI",
+        for column in ("policy", "category", "variants", "pairs", "nominal", "variant", "retention", RETENTION_CI,
                        "worst variant", "worst retention"):
             categories.add_column(column)
         for c in document["categories"]:

@@ -8,7 +8,8 @@ decoded), the variant scope of the command (``assay.metrics.scope``: nominal by 
 (:meth:`Scored.grid`), and rows are decoded only where a command needs episodes
 (:meth:`Scored.episodes`). Titles carry the scope's label, JSON documents carry
 ``scope`` and ``completeness``, and a ranking or comparison over cells with no episode is refused
-unless ``--allow-partial``.
+unless ``--allow-partial``. ``correlate --campaign``, ``stability`` and ``estimate-real`` read a
+campaign as a table of rates the same way (:meth:`Scored.require`, :func:`source_document`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from assay.cli import render
 from assay.cli.common import say_latest
@@ -95,11 +97,26 @@ class Scored:
         """A table title naming the scope."""
         return f"{text} ({self.scope.label})"
 
-    def say(self, covered: Completeness | None = None) -> None:
-        """Print the completeness line (yellow when incomplete)."""
+    def say(self, covered: Completeness | None = None, prefix: str = "") -> None:
+        """Print the completeness line (yellow when incomplete), after ``prefix``."""
         part = covered if covered is not None else self.within()
-        line = part.describe()
+        line = escape(prefix + part.describe())
         render.console.print(line if part.complete else f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
+
+    def require(self, what: str, allow_partial: bool) -> Completeness:
+        """The completeness of every cell in scope; AssayError naming ``what`` (the result refused) when a cell has
+        no episode at all, unless ``allow_partial``: for the commands that read a campaign as a table of rates
+        (``correlate --campaign``, ``stability``, ``estimate-real``)."""
+        covered = self.within()
+        covered.refuse_missing(f"{what} (campaign {self.name}, {self.scope.label})", allow_partial)
+        return covered
+
+
+def source_document(scored: Scored | None) -> dict[str, Any]:
+    """``campaign``, ``scope`` and ``completeness`` of a result whose side is a campaign, or all None for a CSV."""
+    if scored is None:
+        return {"campaign": None, "scope": None, "completeness": None}
+    return {"campaign": scored.name, **scored.document()}
 
 
 def campaign_name(store: Store, name: str | None) -> str:

@@ -19,9 +19,17 @@ from rich.text import Text
 from assay.cli import render
 from assay.cli import stats_render as show
 from assay.cli.adaptive_render import adaptive_render
-from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, say_latest, user_errors
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
 from assay.cli.gates import gate_failed
-from assay.cli.scoring import AllowPartialOpt, Scored, VariantScopeOpt, planned_tasks, scored_campaign
+from assay.cli.scoring import (
+    AllowPartialOpt,
+    Scored,
+    VariantScopeOpt,
+    campaign_name,
+    planned_tasks,
+    scored_campaign,
+    source_document,
+)
 from assay.errors import AssayError
 from assay.metrics import (
     MmrvConvention,
@@ -64,17 +72,6 @@ VariantOpt = VariantScopeOpt
 
 def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
-
-
-def _campaign(store: Store, name: str | None) -> str:
-    known = [c.name for c in store.catalog.campaigns()]
-    if not known:
-        raise AssayError(f"the store {store.root} holds no campaign yet")
-    if name is None:
-        return say_latest(store, known)
-    if name not in known:
-        raise AssayError(f"no campaign {name!r} in {store.root}; known: {', '.join(known)}")
-    return name
 
 
 def _thresholds(root: Path | None, min_pearson: float | None, max_mmrv: float | None,
@@ -278,7 +275,7 @@ def leaderboard_command(
     (``--model irt|bt``: a ranking model over policies × tasks that tolerates missing cells)."""
     if model is not None or csv_in is not None:
         _model_leaderboard(model, store, catalog, campaign, tasks, variant, csv_in, confidence, resamples, seed,
-                           require_signoff, json_out)
+                           require_signoff, json_out, allow_partial)
         return
     with user_errors(), Store(store, catalog, create=False) as opened:
         scored = scored_campaign(opened, campaign, variant)
@@ -310,14 +307,14 @@ def leaderboard_command(
 
 def _model_leaderboard(model: str | None, store: Path, catalog: str | None, campaign: str | None, tasks: str | None,
                        variant: str | None, csv_in: Path | None, confidence: float, resamples: int | None, seed: int,
-                       require_signoff: bool, json_out: bool) -> None:
+                       require_signoff: bool, json_out: bool, allow_partial: bool) -> None:
     from assay.cli.ranking_commands import model_board, print_model_board
 
     with user_errors():
         if model is None:
             raise AssayError("--csv ranks a results table with a model: give --model irt or --model bt")
         source, board, gate, scoring = model_board(model, store, catalog, campaign, _split(tasks) if tasks else None,
-                                                   variant, csv_in, confidence, resamples, seed)
+                                                   variant, csv_in, confidence, resamples, seed, allow_partial)
         if json_out:
             per_policy = scoring.pop("policies", {})
             rows = [r.to_dict() | per_policy.get(r.policy, {}) for r in board.rows]
@@ -363,15 +360,16 @@ def budget_command(
 
 
 def _campaign_entries(store: Path, catalog: str | None, campaign: str, variant: str | None = None,
-                      variants: dict[str, tuple[str, ...]] | None = None) -> list[RateEntry]:
-    """A campaign's (task, policy) rates in the variant scope (nominal by default); ``variants`` is filled with
-    each task's variant keys."""
+                      variants: dict[str, tuple[str, ...]] | None = None) -> tuple[list[RateEntry], Scored, list[Any]]:
+    """A campaign's (task, policy) rates in the variant scope (nominal by default), its scope and completeness,
+    and the sign-off gate of its tasks; ``variants`` is filled with each task's variant keys."""
     with Store(store, catalog, create=False) as opened:
         scored = scored_campaign(opened, campaign, variant)
+        gate = totals_signoff(scored.scoped, opened.root)
     if variants is not None:
         for cell in gate_cells_of(scored.scoped):
             variants[cell.task] = cell.variants
-    return entries_of(scored.scoped, f"campaign {scored.name}" + (f":{variant}" if variant else ""))
+    return entries_of(scored.scoped, f"campaign {scored.name}" + (f":{variant}" if variant else "")), scored, gate
 
 
 def correlate_command(
@@ -390,32 +388,44 @@ def correlate_command(
     confidence: ConfidenceOpt = 0.95,
     resamples: ResamplesOpt = 2000,
     seed: SeedOpt = 0,
+    allow_partial: AllowPartialOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Pearson, Spearman, Kendall and MMRV between real and sim success rates, per task and averaged, with
-    what limits them: k, a Fisher-z interval, drop-one leverage and the exact permutation p-value (floor 1/k!)."""
+    what limits them: k, a Fisher-z interval, drop-one leverage and the exact permutation p-value (floor 1/k!).
+
+    A campaign's side says how complete it is; one with a cell that has no episode is refused unless
+    --allow-partial (its missing cells are not missing at random)."""
     with user_errors():
         if (sim is None) == (campaign is None):
             raise AssayError("give exactly one of --sim SIM.csv or --campaign NAME (with --store)")
         reference = read_results_csv(real)
         variants: dict[str, tuple[str, ...]] = {}
+        scored: Scored | None = None
         if sim is not None:
             other = read_results_csv(sim)
         else:
             assert campaign is not None  # exactly one of the two was given
-            other = _campaign_entries(store, catalog, *_name_and_variant(campaign), variants=variants)
+            other, scored, _ = _campaign_entries(store, catalog, *_name_and_variant(campaign), variants=variants)
+            scored.require("correlating real with sim", allow_partial)  # before anything is recorded
         convention = MmrvConvention(mmrv_weight, mmrv_ties)
         report = correlate(reference, other, ("real", "sim"), confidence, resamples, seed, convention)
         saved = None
         if record:
             source = f"real {real.name} vs " + (f"sim {sim.name}" if sim is not None else f"campaign {campaign}")
+            if scored is not None and not scored.within().complete:
+                source += f" ({scored.within().describe()})"
             root = Store(store, catalog, create=True).root
             saved = save_calibration(root, records_from_report(report, source, variants=variants))
             save_real_results(root, reference)
         if json_out:
-            render.print_json({**report.to_dict(), "calibration_file": str(saved) if saved else None})
+            render.print_json({**report.to_dict(), **source_document(scored),
+                               "calibration_file": str(saved) if saved else None})
             return
-        render.console.print(show.correlation_table(report, "real-to-sim agreement (95% bootstrap intervals)"))
+        render.console.print(show.correlation_table(report, "real-to-sim agreement (95% bootstrap intervals)"
+                                                    + (f", sim: {scored.scope.label}" if scored else "")))
+        if scored is not None:
+            scored.say(prefix=f"campaign {scored.name}: ")
         for line in show.left_out_lines(report):
             render.console.print(line, highlight=False, soft_wrap=True)
         render.console.print(show.correlation_checks_table(report))
@@ -431,21 +441,16 @@ def _name_and_variant(value: str) -> tuple[str, str | None]:
     return name, variant or None
 
 
-def _source(value: str, store: Path, catalog: str | None) -> list[RateEntry]:
+def _source(value: str, store: Path, catalog: str | None, allow_partial: bool
+            ) -> tuple[list[RateEntry], list[Any], Scored | None]:
+    """A leaderboard source (a results CSV, CAMPAIGN or CAMPAIGN:VARIANT): its rates, a campaign's sign-off gate
+    and scoring (none for a CSV); a campaign with a cell that has no episode is refused unless ``allow_partial``."""
     if value.endswith(".csv"):
-        return read_results_csv(value)
+        return read_results_csv(value), [], None
     name, _, variant = value.partition(":")
-    return _campaign_entries(store, catalog, name, variant or None)
-
-
-def _source_gate(value: str, store: Path, catalog: str | None) -> list[Any]:
-    """The sign-off gate of a campaign source (CAMPAIGN or CAMPAIGN:VARIANT); none for a CSV."""
-    if value.endswith(".csv"):
-        return []
-    name, _, variant = value.partition(":")
-    with Store(store, catalog, create=False) as opened:
-        scored = scored_campaign(opened, name, variant or None)
-        return totals_signoff(scored.scoped, opened.root)
+    entries, scored, gate = _campaign_entries(store, catalog, name, variant or None)
+    scored.require(f"ranking stability of {value}", allow_partial)
+    return entries, gate, scored
 
 
 def stability_command(
@@ -456,17 +461,25 @@ def stability_command(
     confidence: ConfidenceOpt = 0.95,
     resamples: ResamplesOpt = 2000,
     seed: SeedOpt = 0,
+    allow_partial: AllowPartialOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Kendall τ and MMRV between two leaderboards (two seed sets, variants or twin versions)."""
+    """Kendall τ and MMRV between two leaderboards (two seed sets, variants or twin versions).
+
+    A campaign says how complete it is; one with a cell that has no episode is refused unless --allow-partial."""
     with user_errors():
-        result = stability(_source(first, store, catalog), _source(second, store, catalog), (first, second),
-                           confidence, resamples, seed)
-        gate = [g for value in (first, second) for g in _source_gate(value, store, catalog)]
+        sources = [_source(value, store, catalog, allow_partial) for value in (first, second)]
+        result = stability(sources[0][0], sources[1][0], (first, second), confidence, resamples, seed)
+        gate = [g for _, gates, _ in sources for g in gates]
         if json_out:
-            render.print_json({**result.to_dict(), "signoff": [g.to_dict() for g in gate]})
+            render.print_json({**result.to_dict(), "signoff": [g.to_dict() for g in gate],
+                               "sources": [{"source": value, **source_document(scored)}
+                                           for value, (_, _, scored) in zip((first, second), sources, strict=True)]})
             return
         render.console.print(show.correlation_table(result.report, f"ranking stability: {first} vs {second}"))
+        for value, (_, _, scored) in zip((first, second), sources, strict=True):
+            if scored is not None:
+                scored.say(prefix=f"{value} ({scored.scope.label}): ")
         for line in show.left_out_lines(result.report):
             render.console.print(line, highlight=False, soft_wrap=True)
         suite = ", ".join(f"{k} {v['value']:.3f}" if v["value"] is not None else f"{k} {v['reason']}"
@@ -500,7 +513,7 @@ def openloop_command(
 
     with user_errors():
         with Store(store, catalog, create=False) as opened:
-            name = _campaign(opened, campaign)
+            name = campaign_name(opened, campaign)
             resolved = next(c.spec for c in opened.catalog.campaigns() if c.name == name)
             specs = {p["name"]: PolicySpec(**p["spec"]) for p in resolved["policies"]}
             tasks = {t["id"]: TaskSpec(**t["spec"]) for t in resolved["tasks"]}

@@ -37,6 +37,9 @@ def comparison_table(rows: Sequence[Comparison], title: str) -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("B", "task", "test", "A", "B rate", "A − B", "95% CI", "n", "p", "p (Holm)", "verdict"):
         table.add_column(column, justify="left" if column in ("B", "task", "test", "verdict") else "right")
+    table.caption = ("95% CI of A − B: Newcombe's square-and-add (paired) or hybrid score (unpaired) interval; the "
+                     "suite row over several tasks: seeded draws (paired: each task's Jeffreys Dirichlet posterior; "
+                     "unpaired: each side's mid-p distribution)")
     for r in rows:
         test = f"McNemar {r.a_only}:{r.b_only}" if r.pairing.value == "paired" else "Fisher/Newcombe"
         n = str(r.pairs) if r.pairing.value == "paired" else f"{r.a_n}/{r.b_n}"
@@ -63,7 +66,7 @@ def return_comparison_table(rows: Sequence[ReturnComparison], title: str, confid
 def leaderboard_table(board: Leaderboard, title: str) -> Table:
     """The leaderboard table: rank (with its interval), policy, suite score and its interval."""
     table = Table(title=title, title_justify="left")
-    for column in ("rank", "policy", "suite score", f"{board.confidence:.0%} CI", "scored", "errors"):
+    for column in ("rank", "policy", "suite score", f"{board.confidence:.0%} CI (mid-p)", "scored", "errors"):
         table.add_column(column, justify="left" if column == "policy" else "right")
     for row in board.rows:
         table.add_row(row.rank_text, row.policy, _num(row.score), _ci(row.ci_low, row.ci_high), str(row.scored),

@@ -56,7 +56,7 @@ class RetentionRow:
     nominal_successes: int
     variant_successes: int
     retention: float | None
-    ci_low: float | None
+    ci_low: float | None  # MOVER-R interval of the paired ratio (metrics.intervals.retention_interval)
     ci_high: float | None
     only_nominal: int  # discordant: succeeded at nominal, failed under the variant
     only_variant: int

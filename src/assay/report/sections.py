@@ -27,6 +27,11 @@ def _span(interval: tuple[float, float] | None, digits: int = 2) -> str:
     return "–" if interval is None else _interval(interval[0], interval[1], digits)
 
 
+def _scope(data: ReportData) -> str:
+    """The label of the variant scope the headline sections score (``metrics.scope``)."""
+    return data.scoring.scope.label if data.scoring is not None else "the campaign's default variant scope"
+
+
 def real_to_sim(data: ReportData) -> Markup:
     """Correlation of real and sim success per task and on average, with intervals and the figure."""
     report = data.real_to_sim
@@ -45,9 +50,9 @@ def real_to_sim(data: ReportData) -> Markup:
     left_out = join(html("<p class='muted'>Left out of the average {}: {}.</p>", kind,
                          "; ".join(f"{task} ({why})" for task, why in tasks.items()))
                     for kind, tasks in report.left_out.items() if kind in ("pearson", "mmrv"))
-    return join([html("<p class='muted'>{}; sim = this campaign's nominal episodes. {:.0%} bootstrap intervals over {} "
+    return join([html("<p class='muted'>{}; sim = this campaign's episodes, {}. {:.0%} bootstrap intervals over {} "
                       "resamples. MMRV is the mean maximum rank violation (0 = sim orders policies as real does).</p>",
-                      data.real_to_sim_note, report.confidence, report.n_resamples),
+                      data.real_to_sim_note, _scope(data), report.confidence, report.n_resamples),
                  table(["real task", "sim task", "policies", "Pearson r", "interval", "MMRV", "interval"], rows,
                        {2, 3, 4, 5, 6}), left_out, figure(figures.real_to_sim_svg(report))])
 
@@ -106,12 +111,17 @@ def checkpoints(data: ReportData) -> Markup:
         rows.append([c.b, label, pct(c.b_rate), pct(c.a_rate), number(diff), _interval(low, high),
                      str(c.pairs), f"{c.p_adjusted:.3g}", html("<span class='{}'>{}</span>", css, verdict),
                      "-" if better is None else f"{better:.3f}"])
+    pooled = data.scoring is not None and data.scoring.scope.pooled
+    seeds = f"on the same seeds, paired within each variant ({_scope(data)})" if pooled \
+        else f"on the same seeds ({_scope(data)})"
     return join([html("<p class='muted'>Every policy against <b>{}</b> (choose with <code>assay report --baseline "
-                      "NAME</code>) on the same nominal seeds: McNemar's exact test on discordant pairs, Holm-adjusted "
-                      "over all rows, Newcombe paired interval of the difference; P(better) is the posterior "
+                      "NAME</code>) {}: McNemar's exact test on discordant pairs, Holm-adjusted "
+                      "over all rows, Newcombe's paired interval of the difference (the suite row over several "
+                      "tasks: the central range of seeded draws from each task's Jeffreys Dirichlet posterior of its "
+                      "pairs); P(better) is the posterior "
                       "probability that the policy's success rate exceeds the baseline's (Beta(1 + s, 1 + f) per "
                       "cell, uniform prior; the suite row compares task-averaged rates by joint draws), as TRI's LBM "
-                      "evaluation reports it.</p>", data.baseline),
+                      "evaluation reports it.</p>", data.baseline, seeds),
                  table(["policy", "task", "success", f"{data.baseline}", "difference", "95% interval", "pairs",
                         "p (Holm)", "verdict", "P(better)"], rows, {2, 3, 4, 5, 6, 7, 9}),
                  figure(figures.comparison_svg(data.comparisons, data.baseline))])

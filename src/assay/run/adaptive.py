@@ -11,7 +11,10 @@ from the catalog in seed order. Nothing depends on which worker finished first, 
 rerun, finds its finished episodes in the catalog, completes the interrupted round
 and reaches the same decisions. The final state (why each cell stopped, the
 sequential p-values and intervals, episodes used and the fixed-n yardstick) is
-written to ``campaigns/NAME/adaptive.json``.
+written to ``campaigns/NAME/adaptive.json``. While it runs (or after a kill), the campaign's resolved
+document is the full plan's, saved once before round 1 (``run_campaign``): a round's sub-plan never
+replaces it, so planned counts and progress are against the horizon until the final state records the
+episodes used.
 
 With ``adaptive.endpoint: progress`` an outcome is the episode's progress score
 (:func:`progress_score`) instead of its 0/1 success; only Meta-World tasks report
@@ -109,7 +112,8 @@ def run_rounds(
     run_jobs: Callable[[CampaignPlan], CampaignSummary],
     judge: Judge,
 ) -> tuple[CampaignSummary, Judgement]:
-    """Run the adaptive campaign round by round with ``run_jobs`` (the fixed-n runner for a sub-plan)."""
+    """Run the adaptive campaign round by round with ``run_jobs`` (the fixed-n runner for a sub-plan, which
+    must not save the sub-plan as the campaign's document: the caller saved the full plan's)."""
     assert campaign.spec.adaptive is not None
     batch = campaign.spec.adaptive.batch
     progress = _check_endpoint(campaign)

@@ -125,8 +125,24 @@ def run_campaign(
         if judge is None:
             raise SpecError(f"campaign {campaign.spec.name!r} is adaptive: pass judge=assay.metrics.adaptive."
                             "judge_for(spec) (assay run does)")
+        # the full plan is the campaign's document while it runs: each round runs a sub-plan of it and must not
+        # replace it (planned counts, the dashboard's progress); the final state then records episodes used
+        _save_plan(campaign, store)
         return run_rounds(campaign, store, lambda sub: _run_pending(sub, store, executor, on_start, on_record,
-                                                                    retry_errors, verify_files, commit), judge)[0]
+                                                                    retry_errors, verify_files, commit,
+                                                                    save_plan=False), judge)[0]
+
+
+def _save_plan(campaign: CampaignPlan, store: Store) -> None:
+    """Save the campaign's resolved document (its plan); SpecError if the store holds another spec by its name."""
+    spec = campaign.spec
+    existing = store.campaign(spec.name)
+    if existing is not None and existing.spec_hash != spec.content_hash():
+        raise SpecError(
+            f"campaign {spec.name!r} already exists in {store.root} with a different spec; give the changed "
+            "campaign a new name (episodes it shares with the old one are reused, not rerun)"
+        )
+    store.save_resolved_campaign(spec.name, spec.content_hash(), campaign.resolved())
 
 
 def _run_pending(
@@ -138,15 +154,13 @@ def _run_pending(
     retry_errors: bool,
     verify_files: bool = False,
     commit: CommitPolicy | None = None,
+    save_plan: bool = True,
 ) -> CampaignSummary:
+    """Run the plan's pending jobs; ``save_plan``: save the plan as the campaign's document first (False for an
+    adaptive round, a sub-plan of the document already saved)."""
     spec = campaign.spec
-    existing = store.campaign(spec.name)
-    if existing is not None and existing.spec_hash != spec.content_hash():
-        raise SpecError(
-            f"campaign {spec.name!r} already exists in {store.root} with a different spec; give the changed "
-            "campaign a new name (episodes it shares with the old one are reused, not rerun)"
-        )
-    store.save_resolved_campaign(spec.name, spec.content_hash(), campaign.resolved())
+    if save_plan:
+        _save_plan(campaign, store)
     store.clean_temporaries()
     resume = store.resume_plan((job.key for job in campaign.jobs), retry_errors, verify=verify_files)
     store.forget(resume.forget)

@@ -26,6 +26,7 @@ from assay.metrics import (
     interval_label,
     leaderboard,
     missing_rows,
+    planned_variants,
     rate_rows,
     stored_grid,
     totals_signoff,
@@ -128,9 +129,10 @@ async def get_campaign(name: str, store: StoreDep, runs: RunsDep) -> dict[str, A
         whole = scoring.campaign  # every variant: this table shows each one separately
         found = rate_rows(totals, by=groups) if totals else []
         table = [r.to_dict() | whole.of(r.group).summary() for r in found + missing_rows(whole, groups, found)]
-        return {"rates": table, "interval": interval_label(),
-                "rates_scope": variant_scope(scoring.variants or ["nominal"], separately=True).to_dict(),
+        each = variant_scope(scoring.variants or ["nominal"], separately=True).to_dict()
+        return {"rates": table, "interval": interval_label(), "rates_scope": each,
                 "completeness": whole.to_dict(), "safety": campaign_interventions(store, name),
+                "safety_scope": each,  # a row per policy × task × variant, as the rates
                 "leakage": [leak.to_dict() for leak in stored_leakage(store, name)]}
 
     return row | {"running": runs.running(name), **await call(rates)}
@@ -219,9 +221,17 @@ async def list_episodes(name: str, store: StoreDep, policy: str | None = None, o
 @results.get("/api/campaigns/{name}/failures", tags=["results"],
          summary="Unsuccessful episodes by policy and outcome, with their videos")
 async def get_failures(name: str, store: StoreDep) -> dict[str, Any]:
-    """The campaign's failures, timeouts and errors by policy, with their videos and categories."""
+    """The campaign's failures, timeouts and errors by policy, with their videos and categories, over every
+    variant (``scope``: ``by_policy`` pools them; each episode names its own)."""
     await call(views.campaign_row, store, name)
-    return await call(views.failures, store, name)
+
+    def compute() -> dict[str, Any]:
+        row = store.catalog.campaign(name)
+        variants = planned_variants(row.spec if row is not None else {}) or sorted(
+            {t.variant for t in cell_totals(store.catalog, name)}) or ["nominal"]
+        return views.failures(store, name) | {"scope": variant_scope(variants, "all").to_dict()}
+
+    return await call(compute)
 
 @regression_sets.get("/api/regression", tags=["regression"],
          summary="Regression sets at their latest version, with every rerun's passed count and diff")

@@ -140,7 +140,7 @@ async function campaignTables(name) {
   const failures = mined.episodes;
   const leaks = (campaign.leakage || []).map(l => `<p class="${l.contaminated ? "warn" : "muted"}" data-leakage="${l.contaminated}">leakage:
       ${esc(l.checkpoint)}: ${l.error ? "not checked (" + esc(l.error) + ")" : l.contaminated ? `${l.contaminated} of ${l.episodes} episodes are scenes it was trained on` : "clean"}</p>`).join("");
-  const safety = (campaign.safety || []).length ? `<section id="safety-section"><h2>Safety filter interventions (steps)</h2><table id="safety"><thead><tr>
+  const safety = (campaign.safety || []).length ? `<section id="safety-section"><h2>Safety filter interventions (steps)${campaign.safety_scope ? ` <span class="muted">(${esc(campaign.safety_scope.label)})</span>` : ""}</h2><table id="safety"><thead><tr>
       <th>policy</th><th>task</th><th>variant</th><th class="num">episodes</th><th class="num">nan</th><th class="num">limit</th><th class="num">workspace</th></tr></thead><tbody>
       ${campaign.safety.map(r => `<tr><td>${esc(r.policy)}</td><td>${esc(r.task)}</td><td>${esc(r.variant)}</td><td class="num">${r.episodes}</td>
         <td class="num">${r.nan}</td><td class="num">${r.limit}</td><td class="num">${r.workspace}</td></tr>`).join("")}</tbody></table></section>` : "";
@@ -162,7 +162,7 @@ async function campaignTables(name) {
         <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`).join("")}</tbody></table></section>
     ${passKTables(passk)}
     ${safety}
-    <section><h2>Failures (${failures.length})</h2>${failureTable(failures)}</section>
+    <section><h2>Failures (${failures.length})${mined.scope ? ` <span class="muted" id="failures-scope">(${esc(mined.scope.label)})</span>` : ""}</h2>${failureTable(failures)}</section>
     <section><h2>Regression sets mined from ${esc(name)} (${sets.length})</h2>${setTable(sets, "campaign-sets")}</section>
     <section><h2 id="episodes-title">Episodes (${episodes.length})</h2>${episodeTable(episodes, "episodes")}</section>`};
 }
