@@ -62,7 +62,7 @@ def _crowded_report() -> object:
 
 
 def test_real_to_sim_labels_neither_collide_nor_leave_the_figure(page: object, tmp_path: Path) -> None:
-    _show(page, figures.real_to_sim_svg(_crowded_report()), "real-to-sim-crowded", tmp_path)
+    _show(page, figures.real_to_sim_svg(_crowded_report(), "nominal only"), "real-to-sim-crowded", tmp_path)
     assert overlapping_labels(page, "#figure svg text") == []
     assert clipped_labels(page, "#figure svg") == []
     shown = " ".join(text for text, *_ in text_boxes(page, "#figure svg text"))

@@ -79,7 +79,7 @@ class RobustnessRow:
     nominal_rate: float | None
     variant_rate: float | None
     retention: float | None  # variant_rate / nominal_rate; None when nominal never succeeded
-    ci_low: float | None = None  # Jeffreys posterior of the paired ratio (metrics.retention_table)
+    ci_low: float | None = None  # MOVER-R interval of the paired ratio (metrics.retention_table)
     ci_high: float | None = None
     discordant: int = 0  # pairs whose outcome changed under the variant
 

@@ -1,7 +1,8 @@
 """The report's evidence beyond the campaign's own rates, each read from what another command stored.
 
 * real-to-sim: ``metrics.correlate`` of real results (``--real CSV``, or those ``assay correlate
-  --record`` kept in ``STORE/calibration.json``) against this campaign's nominal rates;
+  --record`` kept in ``STORE/calibration.json``) against this campaign's rates in its variant scope
+  (nominal by default, ``metrics.scope``);
 * open-loop vs closed-loop: what ``assay openloop --campaign NAME`` saved;
 * regression sets mined from this campaign (``assay regress add/run``), with every rerun;
 * checkpoint comparison: every policy against a baseline on paired seeds (``metrics.compare``);

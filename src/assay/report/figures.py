@@ -185,7 +185,7 @@ def sweep_svg(rows: Sequence[RobustnessRow]) -> str | None:
     return _svg(fig)
 
 
-def real_to_sim_svg(report: CorrelationReport) -> str:
+def real_to_sim_svg(report: CorrelationReport, scope: str) -> str:
     """Real vs sim success per policy, one panel per task, with the y = x line and the task's r and MMRV."""
     plt = _pyplot()
     tasks = report.tasks
@@ -200,7 +200,7 @@ def real_to_sim_svg(report: CorrelationReport) -> str:
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("real success rate")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("sim success rate (nominal)")
+    axes[0][0].set_ylabel(f"sim success rate ({scope})")
     fig.tight_layout()  # the panels' final places, before labels are fitted inside them
     for ax, task in zip(axes[0], tasks, strict=True):
         labels.place(ax, labels.point_groups(task.policies, task.reference_rates, task.other_rates))

@@ -54,7 +54,7 @@ def real_to_sim(data: ReportData) -> Markup:
                       "resamples. MMRV is the mean maximum rank violation (0 = sim orders policies as real does).</p>",
                       data.real_to_sim_note, _scope(data), report.confidence, report.n_resamples),
                  table(["real task", "sim task", "policies", "Pearson r", "interval", "MMRV", "interval"], rows,
-                       {2, 3, 4, 5, 6}), left_out, figure(figures.real_to_sim_svg(report))])
+                       {2, 3, 4, 5, 6}), left_out, figure(figures.real_to_sim_svg(report, _scope(data)))])
 
 
 def openloop(data: ReportData) -> Markup:
