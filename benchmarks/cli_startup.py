@@ -59,13 +59,15 @@ def main() -> None:
     times: dict[tuple[Path, tuple[str, ...]], list[tuple[float, float]]] = {(t, a): [] for t in trees
                                                                              for a in LISTINGS}
     imports: dict[Path, list[float]] = {t: [] for t in trees}
+    load_before = os.getloadavg()[0]
     for _ in range(args.repeat):
         for tree in trees:
             imports[tree].append(_import_ms(tree))
             for listing in LISTINGS:
                 times[tree, listing].append(_wall(tree, listing))
     print(f"median of {args.repeat} fresh processes each, seconds wall / CPU (python -m assay.cli.app ARGS; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end)")
+          f"1-minute load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, on "
+          f"{os.cpu_count()} cores)")
     print(f"{'command':<26}" + "".join(f"{str(t):>28}" for t in trees))
     for listing in LISTINGS:
         cells = "".join(f"{statistics.median(w for w, _ in times[t, listing]):>19.2f} / "

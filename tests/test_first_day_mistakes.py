@@ -54,7 +54,7 @@ def test_an_unknown_key_inside_a_policy_names_the_policy_fields(tmp_path):
 
 def test_a_key_like_nothing_valid_gets_only_the_list(tmp_path):
     path = _file(tmp_path, BASE + "zzz: 1\n")
-    with pytest.raises(SpecError, match=r":5: zzz: unknown field valid: adaptive, "):
+    with pytest.raises(SpecError, match=r":5: zzz: unknown field; valid: adaptive, "):
         load_campaign(path)
 
 

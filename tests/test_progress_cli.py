@@ -134,7 +134,7 @@ def test_on_a_terminal_the_progress_is_a_bar_that_counts_what_finished():
     progress.phase("level 0.5")
     progress.queued(4)
     for outcome in (Outcome.SUCCESS, Outcome.FAILURE, Outcome.ERROR):
-        progress.finished(SimpleNamespace(outcome=outcome))
+        progress.finished(SimpleNamespace(outcome=outcome, key=f"k{outcome.value}"))
     progress.close()
     drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
     assert "boundary: level 0.5" in drawn and "3/4" in drawn and "success 1/2" in drawn and "errors 1" in drawn

@@ -5,8 +5,8 @@ register it); a listing (``assay --help``) shows the table and imports nothing, 
 imports only its own modules. A name the table lacks still runs (every module is loaded to find it), and
 ``tests/test_cli_lazy.py`` fails until the table names it.
 
-Every loaded command runs watched (:func:`watched`): the episodes its executors run and the phases it
-announces show as progress, with no code in the command itself.
+Every loaded command runs watched (:func:`watched`): the episodes its executors run, the phases it announces
+and the counted work it does (a checkpoint's epochs) show as progress, with no code in the command itself.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import functools
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import typer
@@ -59,15 +60,18 @@ def _watch_all(group: TyperGroup, prefix: tuple[str, ...] = ()) -> TyperGroup:
 
 
 def watched(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
-    """``callback`` with the progress of the episodes and phases it runs shown on stderr (``cli.progress.watch``:
-    a bar on a terminal, plain lines elsewhere; Ctrl-C says how many episodes are stored)."""
+    """``callback`` with the progress of the episodes, phases and counted work it runs shown on stderr
+    (``cli.progress.watch``: a bar on a terminal, plain lines elsewhere; Ctrl-C says how many of the queued
+    episodes are stored, counted in the catalog of the command's ``--store``/``--catalog`` when it has them)."""
 
     @functools.wraps(callback)
     def watching(*args: Any, **kwargs: Any) -> Any:
         from assay.cli import render
-        from assay.cli.progress import watch
+        from assay.cli.progress import stored_episodes, watch
 
-        with watch(name, render.err_console):
+        store = kwargs.get("store")
+        count = None if store is None else functools.partial(stored_episodes, Path(store), kwargs.get("catalog"))
+        with watch(name, render.err_console, count):
             return callback(*args, **kwargs)
 
     return watching

@@ -1,4 +1,5 @@
-"""Campaign progress: episodes done/total, episodes/s, ETA, successes, errors.
+"""Campaign progress: episodes done/total, episodes/s, ETA, successes, errors; and the progress of any other
+long command (its episodes, phases and counted work such as a checkpoint's epochs).
 
 On a terminal, a Rich progress bar. Elsewhere (a SLURM log, CI, a pipe) a bar draws nothing
 until the end, so plain lines go to stderr instead: at the start, every ``every`` seconds, and at the end.
@@ -8,13 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
+from assay.errors import AssayError
 from assay.run import CampaignSummary, observing
 from assay.store import EpisodeRecord, Outcome
 
@@ -135,23 +138,24 @@ def interrupt_told(progress: CampaignProgress, console: Console) -> Iterator[Non
 
 class WorkProgress:
     """The progress of any command that runs episodes or long work (an :class:`assay.run.Observer`): the
-    episodes its executors were handed so far, how many finished, their rate, successes and errors, and the
-    phase of other work (training a checkpoint). On a terminal a bar that appears with the first event;
-    elsewhere plain lines on stderr: a phase when it starts, the episodes when a batch of them is handed
-    out and every ``every`` seconds, and a last line at the end."""
+    episodes its executors were handed so far, how many finished, their rate, successes and errors; the phase
+    of other work; and how far counted work is (a checkpoint's epochs). On a terminal a bar that appears with
+    the first event (a row for the episodes, a row for the counted work); elsewhere plain lines on stderr: a
+    phase when it starts, the episodes when a batch of them is handed out and every ``every`` seconds, counted
+    work when it starts, every ``every`` seconds and when it ends, and a last episodes line at the end."""
 
     def __init__(self, name: str, console: Console, every: float = 30.0) -> None:
         self.name, self.console, self.every = name, console, every
         self.plain = not console.is_terminal
         self.queued_total, self.phase_text = 0, ""
+        self.finished_keys: list[str] = []
         self._counts = {o: 0 for o in Outcome}
         self._started = self._last_line = 0.0
-        self._bar = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("episodes (queued so far)"), TextColumn("{task.fields[rate]:.2f} ep/s"),
-            TextColumn("success {task.fields[successes]}/{task.fields[scored]}"),
-            TextColumn("[red]errors {task.fields[errors]}"), console=console, disable=self.plain)
-        self._task: TaskID | None = None
+        self._work, self._work_started, self._work_line = "", 0.0, 0.0  # the counted work, when it began, last line
+        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[detail]}"), console=console, disable=self.plain)
+        self._task: TaskID | None = None  # the episodes' row
+        self._work_task: TaskID | None = None  # the counted work's row
 
     @property
     def finished_total(self) -> int:
@@ -164,41 +168,73 @@ class WorkProgress:
         self._started = self._last_line = time.perf_counter()
         if not self.plain:
             self._bar.start()
-            self._task = self._bar.add_task(self.name, total=0, rate=0.0, successes=0, scored=0, errors=0)
+
+    def _episodes_row(self) -> TaskID:
+        if self._task is None:
+            self._task = self._bar.add_task(self.name, total=0, detail="")
+            self._draw_episodes()
+        return self._task
+
+    def _draw_episodes(self) -> None:
+        ran, errors = self.finished_total, self._counts[Outcome.ERROR]
+        rate = ran / max(time.perf_counter() - self._started, 1e-9)
+        self._bar.update(self._episodes_row(), completed=ran, total=self.queued_total,
+                         detail=f"episodes (queued so far) {rate:.2f} ep/s success {self._counts[Outcome.SUCCESS]}/"
+                                f"{ran - errors} [red]errors {errors}[/]")
 
     def queued(self, episodes: int) -> None:
         """An executor was handed ``episodes`` more."""
         self._begin()
         self.queued_total += episodes
-        if self._task is not None:
-            self._bar.update(self._task, total=self.queued_total)
-        if self.plain and episodes:
+        if not self.plain:
+            self._draw_episodes()
+        elif episodes:
             self._line()
 
     def finished(self, record: EpisodeRecord) -> None:
         """One episode finished."""
         self._counts[record.outcome] += 1
-        ran = self.finished_total
-        if self._task is not None:
-            self._bar.update(self._task, advance=1, rate=ran / max(time.perf_counter() - self._started, 1e-9),
-                             successes=self._counts[Outcome.SUCCESS], scored=ran - self._counts[Outcome.ERROR],
-                             errors=self._counts[Outcome.ERROR])
-        if self.plain and time.perf_counter() - self._last_line >= self.every:
+        self.finished_keys.append(record.key)
+        if not self.plain:
+            self._draw_episodes()
+        elif time.perf_counter() - self._last_line >= self.every:
             self._line()
 
     def phase(self, text: str) -> None:
         """Other long work started."""
         self._begin()
         self.phase_text = text
-        if self._task is not None:
-            self._bar.update(self._task, description=f"{self.name}: {text}")
+        if not self.plain:
+            self._bar.update(self._episodes_row(), description=f"{self.name}: {text}")
         else:
             self.console.print(f"{self.name}: {text}", highlight=False, markup=False, soft_wrap=True)
+
+    def advanced(self, text: str, done: int, total: int, unit: str) -> None:
+        """Counted work advanced: ``done`` of ``total`` ``unit`` of ``text`` (a new ``text`` is new work)."""
+        self._begin()
+        now = time.perf_counter()
+        new = text != self._work
+        if new:
+            self._work, self._work_started = text, now
+        if not self.plain:
+            if self._work_task is None:
+                self._work_task = self._bar.add_task(f"{self.name}: {text}", total=total, completed=done, detail=unit)
+            self._bar.update(self._work_task, description=f"{self.name}: {text}", completed=done, total=total,
+                             detail=unit)
+        elif new or done >= total or now - self._work_line >= self.every:
+            self._work_line = now
+            elapsed = now - self._work_started
+            if done >= total:
+                tail = f", done in {elapsed:.0f}s"
+            else:
+                tail = f", ETA {elapsed / done * (total - done):.0f}s" if done else ""
+            self.console.print(f"{self.name}: {text}: {done}/{total} {unit}{tail}", highlight=False, markup=False,
+                               soft_wrap=True)
 
     def close(self, final: bool = True) -> None:
         """The command ended: the bar stops; without a terminal a last line (when any episode was queued and
         the work was not interrupted)."""
-        if self._task is not None:
+        if not self.plain and self._started:
             self._bar.stop()
         elif self.plain and self.queued_total and final:
             self._line(final=True)
@@ -214,10 +250,21 @@ class WorkProgress:
                            f"{ran - errors}, errors {errors}", highlight=False, markup=False, soft_wrap=True)
 
 
+def stored_episodes(store: Path, catalog: str | None, keys: Sequence[str]) -> int:
+    """How many of ``keys`` the catalog of the store at ``store`` (or ``catalog``) holds now."""
+    from assay.store import Store
+
+    with Store(store, catalog, create=False) as opened:
+        return len(opened.integrity(keys))
+
+
 @contextlib.contextmanager
-def watch(name: str, console: Console) -> Iterator[WorkProgress]:
-    """Show the progress of the work done in the block; Ctrl-C after an episode finished prints how many are
-    stored and exits with status 130 (a Ctrl-C before any is left as it was)."""
+def watch(name: str, console: Console,
+          count_stored: Callable[[Sequence[str]], int] | None = None) -> Iterator[WorkProgress]:
+    """Show the progress of the work done in the block; Ctrl-C after an episode was queued prints how many of
+    the queued episodes are stored (``count_stored`` counts the finished ones in the catalog after the block
+    has unwound: the rows it committed on the way out; without it, or when the catalog cannot be read, the
+    finished episodes count) and exits with status 130 (a Ctrl-C before any is left as it was)."""
     progress = WorkProgress(name, console)
     interrupted, ended = False, False
     try:
@@ -231,6 +278,10 @@ def watch(name: str, console: Console) -> Iterator[WorkProgress]:
     finally:
         progress.close(final=ended)  # a command that failed or was interrupted has said why: no "done" line
     if interrupted:
-        console.print(interrupted_line(progress.finished_total, progress.queued_total), highlight=False,
-                      markup=False, soft_wrap=True)
+        stored = progress.finished_total
+        if count_stored is not None and progress.finished_keys:
+            with contextlib.suppress(AssayError, OSError):
+                stored = count_stored(progress.finished_keys)
+        console.print(interrupted_line(stored, progress.queued_total), highlight=False, markup=False,
+                      soft_wrap=True)
         raise typer.Exit(130)

@@ -8,7 +8,9 @@ runs on one thread (all three restored afterwards), so the same demos and config
 give identical weight bytes on every run. Targets are clipped to the action box
 [-1, 1] (the environment clips the scripted expert's high-gain actions there).
 
-The checkpoint is written atomically and holds the provenance of every demo.
+The checkpoint is written atomically and holds the provenance of every demo. Training says how far it is
+(:func:`told_epochs`: epochs done of the total, per checkpoint) to whoever observes this process
+(``assay.run.observers``; the CLI shows it as progress).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from assay.learning.data import Demo
 from assay.learning.language import checkpoint_entry, condition_rows, conditioning
 from assay.policies.bc import CHECKPOINT_FORMAT, build_network, checkpoint_version
 from assay.policies.mlp import import_torch
+from assay.run.observers import advanced
 from assay.store import write_blob
 
 
@@ -98,6 +101,21 @@ def arrays(demos: Sequence[Demo], tasks: Sequence[str]) -> tuple[np.ndarray, np.
     return states, hot, actions
 
 
+def told_epochs(what: str, epochs: int) -> Iterator[int]:
+    """``range(epochs)``, telling the observers (``assay.run.observers.advanced``) 0 of ``epochs`` epochs of
+    ``what`` before the first and each epoch once its loop body has finished."""
+    advanced(what, 0, epochs, "epochs")
+    for epoch in range(epochs):
+        yield epoch
+        advanced(what, epoch + 1, epochs, "epochs")
+
+
+def training_text(kind: str, out: str | Path, demos: int, frames: int) -> str:
+    """What a checkpoint's training is called in progress: ``training bc checkpoint bc.pt on 3 demos (150
+    frames)``."""
+    return f"training {kind} checkpoint {Path(out).name} on {demos} demos ({frames} frames)"
+
+
 def write_checkpoint(path: Path, data: bytes) -> None:
     """Write a checkpoint atomically (``store.write_blob``: never a partial file)."""
     write_blob(path.parent, path.name, data, what="checkpoint")
@@ -118,7 +136,7 @@ def train_bc(demos: Sequence[Demo], config: TrainConfig, out: str | Path) -> Tra
         x, y = torch.from_numpy(inputs), torch.from_numpy(actions)
         generator = torch.Generator().manual_seed(config.seed)
         loss_value = float("nan")
-        for _ in range(config.epochs):
+        for _ in told_epochs(training_text("bc", out, len(demos), len(states)), config.epochs):
             order = torch.randperm(len(x), generator=generator)
             total, count = 0.0, 0
             for start in range(0, len(x), config.batch_size):

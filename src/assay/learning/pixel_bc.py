@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import AssayError, DataQueryError
-from assay.learning.bc import deterministic_torch, write_checkpoint
+from assay.learning.bc import deterministic_torch, told_epochs, training_text, write_checkpoint
 from assay.learning.data import Demo
 from assay.learning.language import Conditioning, checkpoint_entry, condition_rows, condition_width, conditioning
 from assay.policies.bc import checkpoint_version
@@ -163,7 +163,7 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
         k, y = torch.from_numpy(hot), torch.from_numpy(actions)
         generator = torch.Generator().manual_seed(config.seed)
         loss_value = float("nan")
-        for _ in range(config.epochs):
+        for _ in told_epochs(training_text("pixel-bc", out, len(demos), len(actions)), config.epochs):
             order = torch.randperm(len(y), generator=generator)
             total, count = 0.0, 0
             for start in range(0, len(y), config.batch_size):

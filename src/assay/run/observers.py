@@ -1,5 +1,6 @@
 """Who is told what runs in this process: the episodes every executor queues and finishes, and the phases of
-long work (training a checkpoint, one replicate of an experiment).
+long work (training a checkpoint, one replicate of an experiment) and how far counted work is (a checkpoint's
+epochs).
 
 The CLI registers an observer for the duration of a command and shows it as progress; nothing else reads it,
 and with no observer registered the cost is one empty-list check per executor run. Every executor's ``run`` is
@@ -30,6 +31,10 @@ class Observer(Protocol):
     def phase(self, text: str) -> None:
         """Long work other than episodes started: ``text`` says what (``training arm random on 120 demos``)."""
 
+    def advanced(self, text: str, done: int, total: int, unit: str) -> None:
+        """Counted long work advanced: ``done`` of ``total`` ``unit`` of ``text`` (3 of 50 epochs of ``training
+        bc checkpoint bc.pt on 120 demos (6000 frames)``); ``done`` is 0 when it starts and ``total`` when it ends."""
+
 
 _OBSERVERS: list[Observer] = []
 
@@ -48,6 +53,13 @@ def phase(text: str) -> None:
     """Say that long work other than episodes starts (observers show it; without any it is a no-op)."""
     for observer in list(_OBSERVERS):
         observer.phase(text)
+
+
+def advanced(text: str, done: int, total: int, unit: str) -> None:
+    """Say how far counted long work is (``done`` of ``total`` ``unit``: epochs of one checkpoint's training);
+    observers show it, without any it is a no-op."""
+    for observer in list(_OBSERVERS):
+        observer.advanced(text, done, total, unit)
 
 
 E = TypeVar("E")

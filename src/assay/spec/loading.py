@@ -145,15 +145,15 @@ def validation_error(exc: ValidationError, source: str, lines: dict[Path_, int],
 
 
 def _unknown_field(loc: Path_, model: type[BaseModel] | None) -> str:
-    """``unknown field; did you mean 'horizon'? valid: adaptive, cameras, ...`` (the valid names of the mapping
-    ``loc`` is in, when the root model is known)."""
+    """``unknown field; did you mean 'horizon'? valid: adaptive, cameras, ...`` (``unknown field; valid: ...``
+    when no name is close; the valid names are those of the mapping ``loc`` is in, when the root model is known)."""
     owner = _model_at(model, loc[:-1]) if model is not None and loc else None
     if owner is None or not isinstance(loc[-1], str):
         return "unknown field"
     valid = sorted(owner.model_fields)
     close = difflib.get_close_matches(loc[-1], valid, n=3, cutoff=0.6)
-    guess = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    return f"unknown field{guess} valid: {', '.join(valid)}"
+    guess = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return f"unknown field; {guess}valid: {', '.join(valid)}"
 
 
 def _model_at(model: type[BaseModel], loc: Path_) -> type[BaseModel] | None:
