@@ -1,7 +1,10 @@
 """`assay serve-policy` under many clients (issue 40): memory per session, throughput and tail latency with
-80 environments over the openpi protocol, and the attack figures re-measured.
+80 environments over the openpi protocol, clients x sessions through Assay's own client, and the attack
+figures re-measured (one rogue's 5,000 sessions; rogues from several tokenless connections holding every
+session against a victim's new episodes).
 
     PYTHONPATH=src .venv/bin/python benchmarks/serve_load.py [--seconds 10] [--json out.json]
+        [--only memory,load,crowd,rogue,frames,grid,owners]
 
 Every server is an `assay serve-policy` subprocess on 127.0.0.1 (a random free port); resident memory is
 read from its /proc/PID/status (VmRSS). Clients are threads of this process: the real openpi-client
@@ -31,8 +34,9 @@ import numpy as np
 from websockets.exceptions import InvalidStatus, WebSocketException
 from websockets.sync.client import connect
 
+from assay.errors import RemotePolicyError
 from assay.policies import PolicyContext
-from assay.policies.remote import packb, unpackb
+from assay.policies.remote import RemotePolicy, packb, unpackb
 from assay.policies.remote.wire import CLIENT_HEADER, SEED_KEY, SESSION_KEY, STEP_KEY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,6 +240,130 @@ def rogue_sessions(count: int) -> dict[str, Any]:
             "rss_before_mib": round(before, 1), "rss_after_mib": round(peak, 1)}
 
 
+def _client_rounds(url: str, seeds: tuple[int, ...], rounds: int, latencies: list[float],
+                   policy: RemotePolicy | None = None) -> RemotePolicy:
+    """An Assay client (``RemotePolicy``; ``policy`` if given) starts an episode of ``len(seeds)`` environments
+    and asks ``rounds`` times; each round's latency (all its rows answered) is appended to ``latencies``.
+    Returned open: its sessions stay live."""
+    from assay.sim import default_registry
+
+    policy = policy or RemotePolicy(url, timeout_s=120)
+    policy.reset(PolicyContext(default_registry().get(TASK), seeds, ("reach",) * len(seeds)))
+    batch = {"state": np.zeros((len(seeds), 39)), "instruction": ["reach"] * len(seeds),
+             "env_ids": np.arange(len(seeds))}
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        policy.act(batch)
+        latencies.append(time.perf_counter() - t0)
+    return policy
+
+
+def _clients_at_once(port: int, clients: int, envs: int, rounds: int) -> tuple[list[float], list[RemotePolicy], float]:
+    """``clients`` Assay clients at once (a thread and a token each, a connection per environment), each opening
+    its sessions (a first round, which builds their instances) and then asking ``rounds`` rounds: the later
+    rounds' latencies, the clients (still open), and the seconds all clients took for their later rounds."""
+    latencies: list[float] = []
+    opened: list[RemotePolicy] = []
+    lock = threading.Lock()
+    first_rounds = threading.Barrier(clients + 1)
+    later_rounds = threading.Barrier(clients + 1)
+
+    def one(k: int) -> None:
+        seeds, mine = tuple(range(k * envs, (k + 1) * envs)), []
+        policy = _client_rounds(f"ws://127.0.0.1:{port}", seeds, 1, [])
+        first_rounds.wait(timeout=600)
+        later_rounds.wait(timeout=600)
+        batch = {"state": np.zeros((envs, 39)), "instruction": ["reach"] * envs, "env_ids": np.arange(envs)}
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            policy.act(batch)
+            mine.append(time.perf_counter() - t0)
+        with lock:
+            latencies.extend(mine)
+            opened.append(policy)
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(clients)]
+    for thread in threads:
+        thread.start()
+    first_rounds.wait(timeout=600)  # every session open: the later rounds start together
+    later_rounds.wait(timeout=600)
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return sorted(latencies), opened, time.perf_counter() - began
+
+
+def clients_by_sessions(shapes: list[tuple[int, int]], rounds: int = 20) -> list[dict[str, Any]]:
+    """For each (clients, environments each) and each heavy policy, a fresh server and :func:`_clients_at_once`:
+    RSS with every session live and per session; requests/s and round latency once the sessions are open."""
+    out = []
+    for name in ("HeavyStateful", "HeavyStateless"):
+        for clients, envs in shapes:
+            sessions = clients * envs
+            options = ("--max-sessions", str(sessions + 8), "--max-connections", str(sessions + 8))
+            with served(f"benchmarks.serve_load:{name}", *options) as (port, pid):
+                before = rss_mib(pid)
+                latencies, opened, elapsed = _clients_at_once(port, clients, envs, rounds)
+                held = rss_mib(pid)
+                for policy in opened:
+                    policy.close()
+            out.append({"policy": name, "clients": clients, "envs_per_client": envs, "sessions": sessions,
+                        "rss_before_mib": round(before, 1), "rss_with_sessions_mib": round(held, 1),
+                        "mib_per_session": round((held - before) / sessions, 2),
+                        "requests_per_s": round(sessions * rounds / elapsed, 1),
+                        "round_p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
+                        "round_p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 1)})
+            print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def _fill(port: int, sessions: int, holders: list[Any]) -> int:
+    """One tokenless connection (its own owner) opens ``sessions`` fresh sessions and stays open; returns how
+    many were refused."""
+    ws = connect(f"ws://127.0.0.1:{port}")
+    ws.recv()
+    holders.append(ws)
+    refused = 0
+    for k in range(sessions):
+        ws.send(request(f"anon{len(holders)}/1/{k}"))
+        refused += isinstance(ws.recv(timeout=60), str)
+    return refused
+
+
+def rogue_owners(connections: int, idle_s: float, victim_envs: int = 8) -> dict[str, Any]:
+    """``connections`` tokenless connections each open their quota of sessions (256) and go quiet, holding
+    every session of a default server (1024) but with a session idle window of ``idle_s`` (``--session-idle-s``).
+    A new victim client's episode is tried at once (refused, after its retries), then again every 2 s as its
+    next episode until answered: when the rogues' sessions have idled past the window."""
+    with served("degraded-expert", "--params", '{"action_noise": 0.1}', "--session-idle-s", f"{idle_s:g}") \
+            as (port, pid), contextlib.ExitStack() as stack:
+        url = f"ws://127.0.0.1:{port}"
+        before = rss_mib(pid)
+        holders: list[Any] = []
+        stack.callback(lambda: [ws.close() for ws in holders])
+        filled_at = time.monotonic()
+        refused = sum(_fill(port, 256, holders) for _ in range(connections))
+        filled_s = time.monotonic() - filled_at
+        held = rss_mib(pid)
+        victim = RemotePolicy(url, timeout_s=120)
+        stack.callback(victim.close)
+        tries: list[str] = []
+        while time.monotonic() < filled_at + filled_s + 3 * idle_s:
+            t0 = time.monotonic()
+            try:
+                _client_rounds(url, tuple(range(victim_envs)), 3, [], victim)
+                tries.append(f"answered {time.monotonic() - filled_at:.0f} s after the fill began")
+                break
+            except RemotePolicyError as exc:
+                tries.append(f"{exc.code} after {time.monotonic() - t0:.1f} s of retries")
+                time.sleep(2.0)
+        after = rss_mib(pid)
+    return {"rogue_connections": connections, "rogue_sessions_refused": refused, "fill_s": round(filled_s, 1),
+            "session_idle_s": idle_s, "victim_envs": victim_envs, "victim_episodes": tries,
+            "rss_before_mib": round(before, 1), "rss_rogues_mib": round(held, 1),
+            "rss_after_expiry_mib": round(after, 1)}
+
+
 def large_frames(clients: int, mib: int) -> dict[str, Any]:
     """``clients`` concurrent frames of ``mib`` MiB against the default 256 MiB budget."""
     frame = request(extra=bytes(mib << 20))
@@ -284,7 +412,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--only", default="memory,load,crowd,rogue,frames")
+    parser.add_argument("--only", default="memory,load,crowd,rogue,frames,grid,owners")
     arguments = parser.parse_args()
     parts = set(arguments.only.split(","))
     figures: dict[str, Any] = {}
@@ -306,6 +434,11 @@ def main() -> None:
     if "frames" in parts:
         figures["large_frames"] = large_frames(60, 15)
         print(json.dumps(figures["large_frames"]), flush=True)
+    if "grid" in parts:
+        figures["clients_by_sessions"] = clients_by_sessions([(1, 40), (4, 20), (8, 10)])
+    if "owners" in parts:
+        figures["rogue_owners"] = rogue_owners(5, idle_s=30.0)
+        print(json.dumps(figures["rogue_owners"]), flush=True)
     if arguments.json:
         arguments.json.write_text(json.dumps(figures, indent=2))
 

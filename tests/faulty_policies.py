@@ -54,15 +54,23 @@ class KillingExpert(_Wrapped):
 
 
 class HangingExpert(_Wrapped):
-    """Hangs (sleeps an hour) at the first step of any episode whose ``seed % modulo == 0``."""
+    """Hangs (sleeps an hour) at inference number ``at_step`` (0: the first) of any episode whose
+    ``seed % modulo == 0``. The default 1 hangs after the batch has started stepping (its first inference
+    answered), so the hang is one episode's and its batch-mates are rerun; ``at_step: 0`` hangs a batch that
+    never started, which is timed out whole."""
 
-    def __init__(self, modulo: int = 3) -> None:
+    def __init__(self, modulo: int = 3, at_step: int = 1) -> None:
         super().__init__()
-        self.modulo = modulo
+        self.modulo, self.at_step, self.calls = modulo, at_step, 0
+
+    def reset(self, context: PolicyContext) -> None:
+        super().reset(context)
+        self.calls = 0
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
-        if any(self.seeds[i] % self.modulo == 0 for i in observations["env_ids"]):
+        if self.calls == self.at_step and any(self.seeds[i] % self.modulo == 0 for i in observations["env_ids"]):
             time.sleep(3600)
+        self.calls += 1
         return super().act(observations)
 
 

@@ -180,3 +180,27 @@ def test_client_sends_the_api_key_from_the_environment(monkeypatch):
         refused.close()
     assert recorders[0].outcome is Outcome.ERROR
     assert "refused the API key (HTTP 401); set the key in $ASSAY_API_KEY" in recorders[0].reason
+
+
+def test_a_503s_retry_after_is_honoured_and_plain_backoff_keeps_its_jitter():
+    from websockets.datastructures import Headers
+    from websockets.exceptions import InvalidStatus
+    from websockets.http11 import Response
+
+    from assay.policies.remote.client import MAX_RETRY_AFTER_S, RemoteParams, _retry_after, backoff_s
+
+    def refused(status: int, retry_after: str | None) -> InvalidStatus:
+        headers = Headers({"Retry-After": retry_after} if retry_after is not None else {})
+        return InvalidStatus(Response(status, "", headers, b""))
+
+    params = RemoteParams()
+    assert [_retry_after(refused(503, value)) for value in ("10", "2.5", "soon", None)] == [10.0, 2.5, None, None]
+    assert _retry_after(refused(500, "10")) is None and _retry_after(OSError("refused")) is None
+    plain = [backoff_s(params, attempt) for attempt in range(1, 8) for _ in range(50)]
+    assert min(plain) >= 0.075 and max(plain) <= 2.5 and sum(plain) / len(plain) == pytest.approx(1.0, rel=0.1)
+    told = [backoff_s(params, 1, 10.0) for _ in range(200)]
+    assert min(told) >= 10.0 and max(told) <= 12.5, "never before the server's Retry-After, spread up to 25 % later"
+    assert max(backoff_s(params, 1, 3600.0) for _ in range(50)) <= MAX_RETRY_AFTER_S * 1.25
+    # the default budget: 7 waits of plain backoff (5-9 s) would end before a 10 s eviction threshold; honouring
+    # a Retry-After of 10 s, the first wait alone outlasts it
+    assert sum(min(0.1 * 2 ** k, 2.0) for k in range(7)) * 1.25 < 10.0 <= min(told)

@@ -138,3 +138,62 @@ def test_the_client_waits_out_a_server_restart_of_a_few_seconds():
     with serving(Zeros(), state_task(), port=port):
         thread.join(timeout=30)
     assert found.get("assay", {}).get("policy") == "test"
+
+
+def _abort_upgrade(port: int, reset: bool) -> None:
+    """Send a websocket upgrade and leave at once: a FIN, or a RST (SO_LINGER 0) when ``reset``."""
+    import base64
+    import os
+    import socket
+    import struct
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall((f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        if reset:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "rst"])
+def test_aborted_handshakes_do_not_hold_the_server_at_503(reset):
+    """Each upgrade is admitted before its handshake completes; one whose client leaves straight away used to
+    keep its place for 10 s (``open_timeout_s``), so 4 aborted handshakes locked a 4-connection server."""
+    with serving(Zeros(), state_task(), max_connections=4) as server:
+        for _ in range(3):
+            for _ in range(12):
+                _abort_upgrade(server.port, reset)
+            deadline = time.monotonic() + 5  # less than the 10 s after which an unseated upgrade used to be dropped
+            while True:  # no client retry here: the server sees the losses on its own loop, then seats us
+                try:
+                    with connect(f"ws://127.0.0.1:{server.port}") as ws:
+                        ws.recv()
+                        ws.send(_request())
+                        assert unpackb(ws.recv(timeout=10))["actions"].shape == (1, 4)
+                    break
+                except InvalidStatus as busy:
+                    assert busy.response.status_code == 503 and time.monotonic() < deadline, "locked out"
+                    time.sleep(0.05)
+        while (server.book._admitting or server.book.seats) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.book._admitting == {} and server.book.seats == {}, "every lost connection gave its place back"
+
+
+def test_the_book_says_when_a_seat_frees_and_forgets_a_lost_upgrade():
+    from assay.policies.remote.limits import ConnectionBook
+
+    now = [100.0]
+    book = ConnectionBook(max_connections=2, evict_idle_after_s=10.0, clock=lambda: now[0])
+    first, second, newcomer, late = object(), object(), object(), object()
+    assert book.admit(first) == (True, None) and book.admit(second) == (True, None)
+    assert book.admit(newcomer) == (False, None) and book.retry_after() == 10, "two handshakes: 10 s after seating"
+    book.forget(second)  # its client left before the handshake ended
+    assert book.admit(newcomer) == (True, None)
+    seat = book.seat(first, "a")
+    book.seat(newcomer, "b").busy = True
+    now[0] = 103.4
+    assert book.admit(late) == (False, None) and book.retry_after() == 7, "the idle seat gives way at 110"
+    now[0] = 110.0
+    admitted, victim = book.admit(late)
+    assert admitted and victim is seat and book.evictions == 1
+    assert ConnectionBook(1, evict_idle_after_s=None).retry_after() == 1, "no eviction: only a close frees a seat"

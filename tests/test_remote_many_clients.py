@@ -58,8 +58,10 @@ def _victim_steps(policy: RemotePolicy, steps: int) -> list[list[int]]:
     return [policy.act(batch)[:, 0, :2].astype(int).tolist() for _ in range(steps)]
 
 
-def _rogue(port: int, token: str | None, names: list[str], replies: list[str]) -> None:
-    """Opens a fresh session per name (step 0), as fast as the server answers; keeps the error lines."""
+def _rogue(port: int, token: str | None, names: list[str], replies: list[str], done: list[str],
+           leave: threading.Event) -> None:
+    """Opens a fresh session per name (step 0), as fast as the server answers; keeps the error lines; then says
+    it is ``done`` and holds its connection (and so its sessions) until ``leave`` is set."""
     headers = {CLIENT_HEADER: token} if token else None
     with connect(f"ws://127.0.0.1:{port}", additional_headers=headers) as ws:
         ws.recv()
@@ -69,40 +71,84 @@ def _rogue(port: int, token: str | None, names: list[str], replies: list[str]) -
             reply = ws.recv(timeout=30)
             if isinstance(reply, str):
                 replies.append(reply)
+        done.append(token or "anon")
+        leave.wait(timeout=120)
+
+
+def _episode(policy: RemotePolicy, seeds: tuple[int, ...]) -> dict[str, np.ndarray]:
+    policy.reset(PolicyContext(state_task(), seeds, ("go",) * len(seeds)))
+    return {"state": np.zeros((len(seeds), 39)), "instruction": ["go"] * len(seeds), "env_ids": np.arange(len(seeds))}
 
 
 @pytest.mark.slow
 def test_a_rogue_clients_5000_fresh_sessions_leave_another_clients_episodes_intact():
-    server = _counter_server(max_sessions=300, max_sessions_per_client=100, session_grace_s=0.2)
+    """Rogues from 10 owners (6 tokens, several named like the victim's sessions, and 4 tokenless connections)
+    open 5,000 fresh sessions and hold the table full. The victim's episode goes on intact; its next episode,
+    wider than what it frees, is refused (E_SESSIONS_FULL) while the rogues' sessions are fresh, retried, and
+    served once they have idled past --session-idle-s (an injected clock: no sleeping)."""
+    now = [0.0]
+    server = _counter_server(max_sessions=300, max_sessions_per_client=64, session_grace_s=0.2,
+                             session_idle_s=120.0)
+    server.sessions.clock = lambda: now[0]
+    leave = threading.Event()
     with ServerThread(server):
         victim = RemotePolicy(server.url, timeout_s=30)
-        victim.reset(PolicyContext(state_task(), (7, 9), ("go", "go")))
-        before = _victim_steps(victim, 3)
-        # 5,000 fresh sessions from 10 tokens (and none), several named like the victim's own sessions
+        batch = _episode(victim, (7, 9))
+        before = [victim.act(batch)[:, 0, :2].astype(int).tolist() for _ in range(3)]
         spoofed = [f"{victim._client}/{victim._epoch + k}/{slot}" for k in range(1, 50) for slot in (0, 1)]
-        plans = [(uuid.uuid4().hex, spoofed + [f"r{i}/1/{k}" for k in range(500 - len(spoofed))]) for i in range(9)]
-        plans.append((None, [f"anon/1/{k}" for k in range(500)]))  # one epoch: they all stay live
+        # first 4 tokenless connections (4 owners, one epoch each: all their sessions stay live) take their quotas,
+        # then 6 tokens try; every rogue holds its connection open
+        plans = [(None, [f"anon{i}/1/{k}" for k in range(500)]) for i in range(4)]
+        plans += [(uuid.uuid4().hex, spoofed + [f"r{i}/1/{k}" for k in range(500 - len(spoofed))]) for i in range(6)]
         replies: list[str] = []
-        threads = [threading.Thread(target=_rogue, args=(server.port, token, names, replies)) for token, names in plans]
+        done: list[str] = []
+        threads = [threading.Thread(target=_rogue, args=(server.port, token, names, replies, done, leave))
+                   for token, names in plans]
+        during = []
+        for first, last in ((0, 4), (4, len(plans))):
+            for thread in threads[first:last]:
+                thread.start()
+            during += [victim.act(batch)[:, 0, :2].astype(int).tolist() for _ in range(1 if first == 0 else 2)]
+            deadline = time.monotonic() + 120
+            while len(done) < last and time.monotonic() < deadline:
+                time.sleep(0.05)
+        after = [victim.act(batch)[:, 0, :2].astype(int).tolist() for _ in range(2)]
+        full = len(server.sessions)
+        now[0] = 100.0  # the victim's next episode: 4 environments, 2 more than its last one frees
+        wider = _episode(victim, (11, 13, 15, 17))
+        answered: list[Any] = []
+        next_episode = threading.Thread(target=lambda: answered.append(victim.act(wider)))
+        next_episode.start()
+        deadline, rogues_refused = time.monotonic() + 30, server.sessions.refused_full
+        while server.sessions.refused_full == rogues_refused and next_episode.is_alive() \
+                and time.monotonic() < deadline:
+            time.sleep(0.005)
+        refused = server.sessions.refused_full - rogues_refused
+        now[0] = 125.0  # the rogues' sessions (last stepped at 0) have idled past 120 s, the victim's (100) not
+        next_episode.join(timeout=60)
+        later = victim.act(wider)[:, 0, :2].astype(int).tolist()
+        expired = server.sessions.expired
+        leave.set()
         for thread in threads:
-            thread.start()
-        during = _victim_steps(victim, 3)
-        for thread in threads:
-            thread.join(timeout=120)
-        after = _victim_steps(victim, 2)
-        assert len(server.sessions) <= 300
+            thread.join(timeout=60)
         victim.close()
         deadline = time.monotonic() + 10
-        while len(server.sessions) and time.monotonic() < deadline:  # the rogues left: their sessions end
+        while len(server.sessions) and time.monotonic() < deadline:  # everyone left: their sessions end
             time.sleep(0.05)
         left = len(server.sessions)
     assert before + during + after == [[[n, 7], [n, 9]] for n in range(1, 9)], "the victim's state went on intact"
+    assert full == 300, "the rogues held every session the victim did not"
     codes = {reply.split(":", 1)[0] for reply in replies}
     assert codes <= {"E_SESSION_QUOTA", "E_SESSIONS_FULL"} and "E_SESSION_QUOTA" in codes, codes
     assert all("\n" not in reply and "Traceback" not in reply for reply in replies)
-    # past the limits (300 sessions, 100 a client) every fresh session is refused, none evicted; a spoofed name
-    # of a newer epoch ends only the rogue's own earlier ones
-    assert len(replies) >= 5000 - 300 - 9 * len(spoofed)
+    # past the limits every fresh session is refused, none evicted; a spoofed name of a newer epoch ends only the
+    # rogue's own earlier ones
+    assert len(replies) >= 5000 - 298 - 6 * len(spoofed)
+    assert refused >= 1, "the next episode was refused while the rogues' sessions were fresh"
+    assert [a[:, 0, :2].astype(int).tolist() for a in answered] == [[[1, 11], [1, 13], [1, 15], [1, 17]]], \
+        "retried, the next episode got its four sessions"
+    assert later == [[2, 11], [2, 13], [2, 15], [2, 17]]
+    assert expired == 298, "the idle rogue sessions ended, and none of the victim's"
     assert left == 0
 
 
@@ -131,30 +177,43 @@ def _idle_crowd(url: str, count: int, stack: contextlib.ExitStack, **headers: st
     return crowd
 
 
+@pytest.mark.slow
 def test_64_idle_sockets_do_not_stop_a_new_or_an_active_client():
-    server = _counter_server(max_connections=64, evict_idle_after_s=0.5)
+    """The server's default eviction threshold (10 s). A newcomer arriving right after an idle crowd filled the
+    server is answered 503 with a Retry-After (when the crowd will have idled 10 s), waits it out (beyond the
+    5-9 s of plain backoff) and is seated; the active client stepping meanwhile keeps its place and its state."""
+    server = _counter_server(max_connections=64)
+    assert server.config.evict_idle_after_s == 10.0
     with ServerThread(server), contextlib.ExitStack() as stack:
         url = f"ws://127.0.0.1:{server.port}"
         active = RemotePolicy(server.url, timeout_s=10)
         active.reset(PolicyContext(state_task(), (7, 9), ("go", "go")))
-        _victim_steps(active, 1)  # 2 connections, busy
+        steps = _victim_steps(active, 1)  # 2 connections
         crowd = _idle_crowd(url, 62, stack)  # the server is now full
-        time.sleep(0.6)  # the crowd has been idle long enough to give way
+        with pytest.raises(InvalidStatus) as refused, connect(url):
+            pass
         newcomer = RemotePolicy(server.url, timeout_s=10)
         newcomer.reset(PolicyContext(state_task(), (3,), ("go",)))
         one = {"state": np.zeros((1, 39)), "instruction": ["go"], "env_ids": np.arange(1)}
-        assert newcomer.act(one)[0, 0, :2].tolist() == [1, 3], "a new client is seated"
+        seated: list[Any] = []
+        arriving = threading.Thread(target=lambda: seated.append(newcomer.act(one)))
+        arriving.start()
+        while arriving.is_alive():  # the active client goes on stepping while the newcomer waits
+            steps += _victim_steps(active, 1)
+            arriving.join(timeout=0.3)
         # while another idle crowd keeps arriving, the active client keeps its place and its state
         more: list[Any] = []
         for _ in range(3):
             more += _idle_crowd(url, 20, stack)
-            assert _victim_steps(active, 1)[0][0][0] >= 2
-        steps = _victim_steps(active, 1)
+            steps += _victim_steps(active, 1)
         evictions = server.book.evictions
         newcomer.close()
         active.close()
-    assert steps == [[[5, 7], [5, 9]]], "no request of the active client was lost or repeated"
-    assert evictions >= 60 + 1 and len(crowd) == 62
+    retry_after = int(refused.value.response.headers["Retry-After"])
+    assert refused.value.response.status_code == 503 and 9 <= retry_after <= 10, "come back when the crowd gives way"
+    assert [row[0, 0, :2].tolist() for row in seated] == [[1, 3]], "the newcomer was seated"
+    assert steps == [[[n, 7], [n, 9]] for n in range(1, len(steps) + 1)], "no request of the active client was lost"
+    assert len(steps) >= 1 + 1 + 3 and evictions >= 60 + 1 and len(crowd) == 62
 
 
 def test_without_the_api_key_a_crowd_holds_no_connection():
@@ -213,7 +272,9 @@ def test_serve_policy_help_states_the_memory_cost_and_the_session_limits():
     text = " ".join(result.output.split())
     assert result.exit_code == 0
     for phrase in ("--max-sessions", "--max-sessions-per-client", "--max-buffer-mb", "one shared instance",
-                   "20 MiB per session stateful and nothing per session stateless"):
+                   "20 MiB per session stateful and nothing per session stateless", "--session-idle-s",
+                   "End a session not stepped for this many seconds, freeing its instance (0: never)",
+                   "[default: 120.0]"):
         assert phrase in text, phrase
 
 
@@ -227,3 +288,16 @@ def test_a_byte_budget_below_one_frame_is_refused_not_raised_silently():
     result = CliRunner().invoke(app, ["serve-policy", "expert", "--port", "0", "--max-buffer-mb", "1"])
     assert result.exit_code == 2 and result.stderr.strip() == (
         "error: --max-buffer-mb 1 cannot hold one frame of --max-message-mb 16; give --max-buffer-mb 16 or more")
+
+
+def test_serve_policy_announces_its_session_limits_and_idle_window():
+    from assay.cli.serve_commands import announcement
+
+    stateful = _counter_server(max_sessions=40, api_key="k")
+    assert announcement(stateful) == (
+        "serving counter (1) for fake/state@1 on ws://127.0.0.1:0 — max batch 32, max wait 0 ms, sessions (at most "
+        "40, an instance each, ended after 120 s idle), API key required; GET /healthz for health")
+    never = _counter_server(session_idle_s=None)
+    assert "sessions (at most 1024, an instance each);" in announcement(never)
+    shared = policy_server("mlp", "metaworld/reach@1", {"hidden": [8]}, ServerConfig(port=0))
+    assert "stateless (one instance);" in announcement(shared)

@@ -102,3 +102,23 @@ def test_rss_returns_within_20_percent_of_its_start_after_a_burst_of_large_frame
     # 24 frames of 15 MiB (360 MiB) arrived at once; the budget (64 MiB: 2 tickets of a frame and its decoded
     # copy) holds the frames in flight, plus one socket read of each connection waiting for a ticket
     assert peak - before < 64 + 2 * FRAME_MIB + 48, (before, peak, after)
+
+
+def test_the_memory_server_parses_stateful_and_then_keeps_an_instance_per_session():
+    """``--stateful`` was documented and never parsed (argparse refused it)."""
+    from assay.policies.remote import ServerThread
+    from assay.policies.remote.wire import SESSION_KEY, STEP_KEY
+    from tests.serve_for_memory import build, parse
+
+    assert build(parse([])).sessions is None, "by default one shared stateless instance"
+    server = build(parse(["--stateful", "--budget-mb", "32", "--max-connections", "8"]))
+    assert server.sessions is not None and server.config.max_connections == 8
+    assert server.config.max_buffer_bytes == 32 << 20 and server.metadata["server"]["sessions"] is True
+    with ServerThread(server), connect(f"ws://127.0.0.1:{server.port}") as ws:
+        ws.recv()
+        counts = []
+        for name, step in (("a", 0), ("a", 1), ("b", 0), ("a", 2)):
+            ws.send(packb({"observation/state": np.zeros(39), SESSION_KEY: name, STEP_KEY: step}))
+            counts.append(int(unpackb(ws.recv(timeout=10))["actions"][0, 0]))
+        held = len(server.sessions)
+    assert counts == [1, 2, 1, 3] and held == 2

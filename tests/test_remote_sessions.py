@@ -4,6 +4,8 @@ lost state is refused instead of passing silently, and a stateless class stays b
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,9 +13,10 @@ import numpy as np
 import pytest
 
 from assay.cli.serve_commands import policy_server
-from assay.errors import RemotePolicyError
+from assay.errors import RemotePolicyError, SessionRefused
 from assay.policies import PolicyContext
 from assay.policies.remote import PolicyServer, RemotePolicy, ServerConfig, ServerThread
+from assay.policies.remote.sessions import SessionTable
 from assay.run import InlineExecutor, LocalExecutor
 from assay.store import Outcome
 from tests.remote_support import SMALL_MLP, state_task
@@ -97,13 +100,15 @@ def test_a_session_unknown_past_its_first_step_is_refused_not_silently_restarted
 def test_sessions_beyond_the_limit_are_refused_and_live_ones_never_evicted():
     server = _counter_server(max_sessions=2)
     with ServerThread(server):
-        policy = RemotePolicy(server.url, timeout_s=5)
+        policy = RemotePolicy(server.url, timeout_s=5, connect_attempts=3, backoff_s=0.01)
         policy.reset(PolicyContext(state_task(), (1, 2, 3), ("a", "b", "c")))
         one = {"state": np.zeros((1, 39)), "instruction": ["x"]}
         for slot in (0, 1):
             policy.act({**one, "env_ids": np.array([slot])})
-        with pytest.raises(RemotePolicyError, match="E_SESSIONS_FULL: the server holds its limit of 2 sessions"):
+        with pytest.raises(RemotePolicyError, match="E_SESSIONS_FULL: the server holds its limit of 2 sessions "
+                                                    r"\(--max-sessions\), each stepped within the last 120 s"):
             policy.act({**one, "env_ids": np.array([2])})
+        assert server.sessions.refused_full == 3, "asked connect_attempts times, with backoff, before failing"
         owner = ("client", policy._client)
         assert sorted(name.rsplit("/", 1)[1] for name in server.sessions.names(owner)) == ["0", "1"]
         assert policy.act({**one, "env_ids": np.array([1])})[0, 0, 0] == 2, "a live session goes on"
@@ -171,3 +176,112 @@ def test_server_errors_are_assay_errors_naming_the_cause():
         cause = rf"127.0.0.1:{port} did not start \(OSError: .*address already in use"
         with pytest.raises(ServerStartError, match=cause), ServerThread(server):
             pass
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _table(clock: _Clock, **limits: Any) -> SessionTable:
+    return SessionTable(Counter, **{"max_sessions": 3, "per_client": 3, "idle_s": 120.0, "clock": clock, **limits})
+
+
+def _open(table: SessionTable, owner: str, name: str, step: int = 0) -> Any:
+    context = PolicyContext(state_task(), (1,), ("go",))
+    return table.get(owner, name, step, lambda made: made.reset(context))
+
+
+def test_a_session_not_stepped_for_the_idle_window_ends_and_one_stepped_goes_on():
+    clock = _Clock()
+    table = _table(clock)
+    kept, dropped = _open(table, "a", "kept"), _open(table, "a", "dropped")
+    clock.now = 100.0
+    assert _open(table, "a", "kept", step=1) is kept
+    clock.now = 119.9
+    assert table.expire() == 0 and len(table) == 2
+    clock.now = 120.0  # "dropped" was last stepped at 0
+    assert table.expire() == 1 and table.names("a") == ["kept"] and table.expired == 1
+    with pytest.raises(SessionRefused, match=r"unknown at step 1: .*or it was not stepped for 120 s") as lost:
+        _open(table, "a", "dropped", step=1)
+    assert lost.value.code == "E_SESSION_UNKNOWN", "lost state is refused, never silently restarted"
+    assert _open(table, "a", "kept", step=2) is kept and dropped is not None
+    clock.now = 10_000.0  # a request finds everything idle: it ends those sessions, then opens its own
+    assert _open(table, "b", "fresh") is not None and len(table) == 1 and table.expired == 2
+
+
+def test_a_full_table_takes_a_new_session_only_in_place_of_an_expired_one():
+    clock = _Clock()
+    table = _table(clock)
+    for name, at in (("x", 0.0), ("y", 50.0), ("z", 90.0)):
+        clock.now = at
+        _open(table, f"rogue-{name}", name)
+    clock.now = 119.0
+    with pytest.raises(SessionRefused) as full:
+        _open(table, "victim", "v")
+    assert full.value.code == "E_SESSIONS_FULL" and table.refused_full == 1, "every session was stepped recently"
+    clock.now = 121.0  # x (0) has idled past 120 s; y (50) and z (90) not
+    _open(table, "victim", "v")
+    assert [table.names(f"rogue-{n}") for n in "xyz"] == [[], ["y"], ["z"]] and table.names("victim") == ["v"]
+
+
+def test_a_session_being_built_is_not_expired_and_its_idle_time_starts_when_ready():
+    clock = _Clock()
+
+    class SlowToBuild(Counter):
+        def __init__(self) -> None:
+            clock.now += 500.0  # a model that takes longer than the idle window to load
+
+    table = SessionTable(SlowToBuild, idle_s=120.0, clock=clock)
+    made = _open(table, "a", "slow")
+    assert table.names("a") == ["slow"] and table.expire() == 0
+    clock.now += 100.0
+    assert _open(table, "a", "slow", step=1) is made
+
+
+def test_the_server_ends_idle_sessions_without_any_request():
+    server = _counter_server(session_idle_s=0.3)
+    with ServerThread(server):
+        policy = RemotePolicy(server.url, timeout_s=5)
+        policy.reset(PolicyContext(state_task(), (7, 9), ("go", "go")))
+        policy.act({"state": np.zeros((2, 39)), "instruction": ["go"] * 2, "env_ids": np.arange(2)})
+        held = len(server.sessions)
+        deadline = time.monotonic() + 20
+        while len(server.sessions) and time.monotonic() < deadline:  # the client keeps its connections open
+            time.sleep(0.05)
+        left, expired = len(server.sessions), server.sessions.expired
+        policy.close()
+    assert (held, left, expired) == (2, 0, 2)
+    assert server.metadata["server"]["session_idle_s"] == 0.3
+
+
+def test_session_idle_must_be_positive_or_none():
+    with pytest.raises(ValueError, match="session_idle_s must be positive"):
+        ServerConfig(session_idle_s=0)
+    with pytest.raises(ValueError, match="idle_s must be positive"):
+        SessionTable(Counter, idle_s=-1.0)
+    assert SessionTable(Counter, idle_s=None).expire() == 0
+
+
+def test_a_new_session_refused_for_a_full_server_is_retried_and_served_when_room_frees():
+    server = _counter_server(max_sessions=2, session_grace_s=0)
+    with ServerThread(server):
+        holder, newcomer = RemotePolicy(server.url, timeout_s=5), RemotePolicy(server.url, timeout_s=5)
+        holder.reset(PolicyContext(state_task(), (1, 2), ("a", "a")))
+        holder.act({"state": np.zeros((2, 39)), "instruction": ["a"] * 2, "env_ids": np.arange(2)})
+        newcomer.reset(PolicyContext(state_task(), (5,), ("b",)))
+        answered: list[np.ndarray] = []
+        waiting = threading.Thread(target=lambda: answered.append(newcomer.act(
+            {"state": np.zeros((1, 39)), "instruction": ["b"], "env_ids": np.arange(1)})))
+        waiting.start()
+        deadline = time.monotonic() + 20
+        while not server.sessions.refused_full and time.monotonic() < deadline:
+            time.sleep(0.005)
+        holder.close()  # its last connection closes: its sessions end (no grace here)
+        waiting.join(timeout=30)
+        newcomer.close()
+    assert server.sessions.refused_full >= 1
+    assert [a[0, 0, :2].tolist() for a in answered] == [[1, 5]], "served once the holder's sessions ended"

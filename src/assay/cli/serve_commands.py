@@ -52,6 +52,17 @@ def policy_server(policy: str, task: str, params: dict, config: ServerConfig, st
                         factory=(lambda: make_policy(spec)) if sessions else None)
 
 
+def announcement(server: PolicyServer) -> str:
+    """The line ``serve-policy`` prints once its server is built: what it serves, where, and how."""
+    spec, config = server.metadata["assay"], server.config
+    idle = f", ended after {config.session_idle_s:g} s idle" if config.session_idle_s else ""
+    sessions = (f"sessions (at most {config.max_sessions}, an instance each{idle})" if server.factory
+                else "stateless (one instance)")
+    return (f"serving {spec['policy']} ({spec['version']}) for {server.task.id} on ws://{config.host}:{config.port} "
+            f"— max batch {config.max_batch}, max wait {config.max_wait_ms:g} ms, {sessions}"
+            f"{', API key required' if config.api_key else ''}; GET /healthz for health")
+
+
 def with_policy_cameras(task: TaskSpec, contract: PolicyContract | None) -> TaskSpec:
     """The served task with a camera for each ``image.<camera>`` its policy reads (at the declared size),
     so a camera policy's reset sees the cameras its requests will bring."""
@@ -91,6 +102,11 @@ def serve_policy(
         "environment served, up to this many); past it new sessions are refused, live ones never evicted."))] = 1024,
     max_sessions_per_client: Annotated[int, typer.Option("--max-sessions-per-client", min=1, max=1_000_000,
                                                          help="Live sessions one client may hold.")] = 256,
+    session_idle_s: Annotated[float, typer.Option("--session-idle-s", min=0.0, help=(
+        "End a session not stepped for this many seconds, freeing its instance (0: never). An episode asks "
+        "every few steps; sessions a client left behind without closing its connection would otherwise hold "
+        "--max-sessions until it disconnects. A session in use is never ended to make room for another "
+        "client's."))] = 120.0,
     max_buffer_mb: Annotated[float | None, typer.Option("--max-buffer-mb", min=1.0, help=(
         "Byte budget for frames being received and decoded, across all connections; a large frame waits for "
         "room (TCP pushes back on its sender). At least --max-message-mb. [default: 256, or --max-message-mb "
@@ -101,9 +117,9 @@ def serve_policy(
     Memory: a stateless policy (declared by its class, or --stateless) is one shared instance whatever the number
     of clients.
 
-    A stateful one gets an instance per environment session, so the server holds up to --max-sessions instances:
-    measured, a policy holding 20 MiB of weights costs 20 MiB per session stateful and nothing per session
-    stateless (docs/RELIABILITY.md).
+    A stateful one gets an instance per environment session, so the server holds up to --max-sessions instances
+    (sessions idle past --session-idle-s end and free theirs): measured, a policy holding 20 MiB of weights costs
+    20 MiB per session stateful and nothing per session stateless (docs/RELIABILITY.md).
 
     Frames in flight add at most --max-buffer-mb.
     """
@@ -125,17 +141,10 @@ def serve_policy(
                               max_message_bytes=int(max_message_mb * 1024 * 1024), max_connections=max_connections,
                               idle_timeout_s=idle_timeout or None, max_sessions=max_sessions,
                               max_sessions_per_client=max_sessions_per_client,
+                              session_idle_s=session_idle_s or None,
                               max_buffer_bytes=int(budget_mb * 1024 * 1024))
         server = policy_server(policy, task, parsed, config, stateless)
-        spec, served_task = server.metadata["assay"], server.task
-        sessions = (f"sessions (at most {max_sessions}, an instance each)" if server.factory
-                    else "stateless (one instance)")
-        render.err_console.print(
-            f"serving {spec['policy']} ({spec['version']}) for {served_task.id} on ws://{host}:{port} — max batch "
-            f"{max_batch}, max wait {max_wait_ms:g} ms, "
-            f"{sessions}"
-            f"{', API key required' if config.api_key else ''}; "
-            "GET /healthz for health", highlight=False, soft_wrap=True)
+        render.err_console.print(announcement(server), highlight=False, soft_wrap=True)
         try:
             asyncio.run(server.serve())
         except OSError as exc:

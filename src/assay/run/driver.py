@@ -7,8 +7,9 @@ way for every pool:
 
 * a worker holds at most one batch, so a death or a timeout is attributable to it;
 * a batch's wall-clock limit starts once its worker is ready (start-up is not the batch's fault); a
-  worker says when its batch has started stepping (STARTED), so a timeout knows whether the batch
-  hung in its set-up (recorded whole) or in its episodes (split and retried);
+  worker says when its batch has started (STARTED: built, reset, and its policy's first ``act``
+  returned), so a timeout knows whether the batch hung in its set-up or first inference (recorded
+  whole: every job alone would hang the same way) or in its episodes (split and retried);
 * a worker that dies, or runs past the limit, is killed and replaced, and :class:`Dispatcher`
   decides whether its batch is retried or recorded as ``error``; half-written files are removed;
 * a worker whose batch ended in a resource error, or that the pool finds worn out (resident memory
@@ -35,7 +36,7 @@ class Happened(Enum):
     """What a worker did, as its pool reports it."""
 
     READY = "ready"  # the worker started and built itself
-    STARTED = "started"  # its batch's policy and environments are built and reset: it is stepping
+    STARTED = "started"  # its batch is built and reset and its policy answered once: it is stepping
     DONE = "done"  # its batch is done: ``records``
     DIED = "died"  # it died (killed, its node lost): ``detail`` says how; its batch may be retried
 

@@ -59,7 +59,7 @@ class Reply(Enum):
     """The tag of what a worker process sends the driver: ``(tag, payload)``."""
 
     READY = "ready"  # the worker imported and built itself; payload None
-    STARTED = "started"  # the batch's policy and environments are built and reset; payload None
+    STARTED = "started"  # the batch's policy answered its first inference (built, reset, acted); payload None
     OK = "ok"        # a batch is done; payload: its records
     RAISE = "raise"  # an infrastructure error that must stop the driver; payload: the AssayError
 

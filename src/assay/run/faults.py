@@ -12,10 +12,12 @@ ran past its deadline". The :class:`Dispatcher` decides what happens next:
   naming the cause.
 * **deadline passed**: the executor kills the worker (the only way to stop a hung
   simulator or policy) and reports it. A batch that never *started* (its policy
-  or environments hung while being built or reset: the worker never said it
-  began stepping) ends at once, every job ``error`` with reason
-  ``wall_timeout: ...``: the hang is the batch's set-up, which every job alone
-  would repeat, so one hang costs one timeout, not one per job. A batch that
+  or environments hung while being built or reset, or its policy's first
+  ``act`` never returned: the worker never said it began stepping) ends at once,
+  every job ``error`` with reason ``wall_timeout: ...``: the hang is the batch's
+  set-up or first inference, which every job alone would repeat, so one hang
+  costs one timeout, not one per job (a policy that hangs at step 0 on one seed
+  only takes its batch-mates down with it; ``--retry-errors`` reruns them). A batch that
   started runs in lockstep and lasts as long as its slowest episode: a batch of
   several jobs is split and each job rerun alone (their results do not depend on
   batching); a single job that runs past the limit becomes ``error`` with reason
@@ -184,7 +186,8 @@ class Dispatcher:
             limit = self.policy.episode_timeout_s
             if not started:
                 reason = (f"wall_timeout: its batch of {len(item.jobs)} took no step within the {limit:g} s "
-                          "wall-clock limit (the policy or the environments hung while being built or reset)")
+                          "wall-clock limit (the policy or the environments hung while being built or reset, "
+                          "or in the policy's first inference)")
                 return self._report(error_records(item.jobs, reason))
             if len(item.jobs) > 1:
                 self._requeue([WorkItem((job,), item.attempt) for job in item.jobs])

@@ -118,9 +118,11 @@ class _Episodes:
     """The state of one batch of episodes; ``request`` and ``step`` work on any subset of slots."""
 
     def __init__(
-        self, envs: Sequence[SimEnv], policy: Policy, batch: EpisodeBatch, render_on_demand: bool = True
+        self, envs: Sequence[SimEnv], policy: Policy, batch: EpisodeBatch, render_on_demand: bool = True,
+        on_started: Callable[[], None] | None = None,
     ) -> None:
         self.envs, self.policy, self.batch, self.jobs = envs, policy, batch, batch.jobs
+        self.on_started = on_started  # called once, when the first answer is accepted (then None)
         # the environments that can leave frames out of an observation nobody reads
         self.on_demand = [render_on_demand and bool(batch.task.cameras) and isinstance(env, SupportsFramesOnDemand)
                           for env in envs]
@@ -183,7 +185,11 @@ class _Episodes:
             return {"error": describe_error(exc)}
 
     def accept(self, slots: Sequence[int], answers: list[Answer], latency: float) -> None:
-        """Queue each slot's chunk (its first ``replan_every`` actions) or end the episode on a bad answer."""
+        """Queue each slot's chunk (its first ``replan_every`` actions) or end the episode on a bad answer.
+        The first call tells ``on_started`` (on the rollout's own thread: the first ``act`` has returned)."""
+        if self.on_started is not None:
+            started, self.on_started = self.on_started, None
+            started()
         for slot, answer in zip(slots, answers, strict=True):
             recorder, state = self.recorders[slot], self.slots[slot]
             recorder.timed("policy", latency / len(slots))
@@ -289,14 +295,14 @@ def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob] |
 
     ``pipeline`` defaults to the jobs' own (the campaign's ``pipeline`` field). ``render_on_demand=False``
     renders every observation (the same results, slower; for comparisons). ``on_started`` is called once
-    the environments and the policy are reset, before the first action is asked for (a worker tells its
-    driver, so a batch that hangs before this point is not split and retried job by job).
+    the environments and the policy are reset and the policy's first ``act`` has returned (answered or
+    raised), before the first step: a worker tells its driver, so a batch that hangs before this point (in
+    a constructor, a reset or the first inference, which every job alone would repeat) is recorded whole
+    instead of split and retried job by job. Not called when no episode gets that far (every reset failed).
     """
     batch = jobs if isinstance(jobs, EpisodeBatch) else EpisodeBatch.of(jobs)
-    episodes = _Episodes(envs, policy, batch, render_on_demand)
+    episodes = _Episodes(envs, policy, batch, render_on_demand, on_started)
     active = episodes.reset()
-    if on_started is not None:
-        on_started()
     mode = pipeline or batch.pipeline
     (_decoupled if mode is Pipeline.DECOUPLED else _lockstep)(episodes, active)
     return episodes.finish()

@@ -110,8 +110,9 @@ class Worker:
     def roll(self, jobs: Sequence[EpisodeJob],
              on_started: Callable[[], None] | None = None) -> list[EpisodeRecorder]:
         """Run the batch's episodes (an error becomes that episode's outcome); nothing is written yet.
-        ``on_started`` is called once the policy and the environments are built and reset (not at all when
-        that fails): past it, a hang is in an episode's steps, before it in the batch's set-up."""
+        ``on_started`` is called once the policy and the environments are built and reset and the policy's
+        first inference has returned (not at all when that fails or hangs): past it, a hang is in an episode's
+        steps, before it in the batch's set-up or first inference."""
         batch = EpisodeBatch.of(jobs)  # the cell's settings, held once (ValueError for a mixed batch)
         try:
             policy = self._policy(batch.policy.spec)  # first: its imports must precede the renderer's

@@ -23,9 +23,14 @@ Connections are opened with retries (tenacity): exponential backoff with jitter,
 server that restarts within about 5 s is
 reached again and clients turned away together do not come back together (``connect_attempts``,
 ``backoff_s`` and ``max_backoff_s`` are policy params). HTTP 503 (the server holds its limit of
-busy connections) is retried the same way; a client that already holds connections does not wait
-for more: it sends its rows over the ones it has, one request at a time on each, so a campaign
-wider than the server's connection limit runs slower instead of failing. A request whose idle
+busy connections) is retried the same way, each wait at least the ``Retry-After`` the server sends
+(up to 25 % more; at most ``MAX_RETRY_AFTER_S``): an Assay server says when an idle connection can
+next be evicted for a newcomer (at most its eviction threshold, 10 s), so a client arriving right
+after an idle crowd waits for its seat instead of giving up first. A client that already holds
+connections does not wait for more: it sends its rows over the ones it has, one request at a time
+on each, so a campaign wider than the server's connection limit runs slower instead of failing. A new session refused
+because the server holds its limit of sessions (``E_SESSIONS_FULL``) is asked again with the same
+backoff (sessions end as other episodes end or idle out) before its row fails. A request whose idle
 connection the server closed (1000 idle, 1013 evicted: the server drops such a request unanswered)
 is sent again once on a fresh connection. Every request has a timeout. A server that is gone
 (refused, closed, timed out, busy past the retry budget) raises :class:`PolicyUnavailableError`,
@@ -66,6 +71,7 @@ from assay.policies.contract import PROMPT_KEY, STATE_KEY, ImageLayout, PolicyCo
 from assay.policies.protocol import PolicyContext
 from assay.policies.remote.wire import (
     CLIENT_HEADER,
+    E_SESSIONS_FULL,
     KEEPS_CONNECTION,
     MAX_MESSAGE_BYTES,
     SEED_KEY,
@@ -94,6 +100,7 @@ class RemoteParams(BaseModel):
 
 RETRYABLE_CLOSE = (1000, 1013)  # the server closed an idle connection (idle timeout, evicted): resend on a new one
 BUSY = 503
+MAX_RETRY_AFTER_S = 30.0  # the longest Retry-After honoured (a larger one is a server's mistake or a stall)
 
 
 class _Resend(Exception):
@@ -140,12 +147,34 @@ async def _open(url: str, params: RemoteParams, client: str | None) -> tuple[Any
     return ws, metadata if isinstance(metadata, dict) else {}
 
 
+def _retry_after(exc: BaseException | None) -> float | None:
+    """The seconds a 503's ``Retry-After`` header asks for (a number; an HTTP date is ignored), else None."""
+    from websockets.exceptions import InvalidStatus
+
+    if not isinstance(exc, InvalidStatus) or exc.response.status_code != BUSY:
+        return None
+    try:
+        return max(0.0, float(exc.response.headers.get("Retry-After", "")))
+    except ValueError:
+        return None
+
+
+def backoff_s(params: RemoteParams, attempt: int, retry_after: float | None = None) -> float:
+    """The wait after failed attempt ``attempt`` (1, 2, ...): ``backoff_s`` doubling to at most ``max_backoff_s``,
+    drawn within 25 % of that (jitter: clients turned away together spread out); at least ``retry_after`` (up to
+    ``MAX_RETRY_AFTER_S``, plus up to 25 %) when the server said when to come back."""
+    base = min(params.backoff_s * 2 ** (attempt - 1), params.max_backoff_s)
+    wait = base * random.uniform(0.75, 1.25)
+    if retry_after is not None:
+        wait = max(wait, min(retry_after, MAX_RETRY_AFTER_S) * random.uniform(1.0, 1.25))
+    return float(wait)
+
+
 def _backoff(params: RemoteParams) -> Any:
-    """``backoff_s`` doubling to at most ``max_backoff_s``, each wait drawn within 25 % of that (jitter: clients
-    turned away together spread out)."""
+    """tenacity's wait: :func:`backoff_s`, honouring the ``Retry-After`` of a 503."""
     def wait(state: RetryCallState) -> float:
-        base = min(params.backoff_s * 2 ** (state.attempt_number - 1), params.max_backoff_s)
-        return float(base * random.uniform(0.75, 1.25))
+        failed = state.outcome.exception() if state.outcome is not None else None
+        return backoff_s(params, state.attempt_number, _retry_after(failed))
 
     return wait
 
@@ -168,7 +197,7 @@ async def _connect(url: str, params: RemoteParams, client: str | None = None,
         detail = f"{type(last).__name__}: {last}".strip() if last is not None else "no attempt"
         if busy:
             raise ServerBusyError(f"policy server {url} busy (HTTP 503: every connection it holds is in use) after "
-                                  f"{tries} attempts") from None
+                                  f"{tries} attempts, each waiting at least its Retry-After") from None
         raise PolicyUnavailableError(f"policy server {url} unreachable after {tries} attempts ({detail})") from None
     except InvalidStatus as exc:  # not retried: the server answered, and said no
         raise PolicyUnavailableError(f"policy server {url}: {_refused(exc, params)}") from None
@@ -393,8 +422,10 @@ class RemotePolicy:
 
     async def _answer(self, ws: Any | None, request: dict[str, Any]) -> tuple[Any | None, Any]:
         """(the connection to go on with, or None; the reply or the exception) for one request. A request
-        whose idle connection the server closed is sent once more on a fresh connection."""
-        resent = False
+        whose idle connection the server closed is sent once more on a fresh connection; a new session refused
+        for a full server (``E_SESSIONS_FULL``) is asked again after :func:`backoff_s`, up to ``connect_attempts``
+        times in all."""
+        resent, full = False, 0
         while True:
             try:
                 if ws is None:
@@ -408,7 +439,10 @@ class RemotePolicy:
                 if ws is not None and exc.code not in KEEPS_CONNECTION:
                     await ws.close()
                     ws = None
-                return ws, exc
+                full += exc.code == E_SESSIONS_FULL
+                if exc.code != E_SESSIONS_FULL or full >= self.params.connect_attempts:
+                    return ws, exc
+                await asyncio.sleep(backoff_s(self.params, full))
             except EpisodeError as exc:  # this row's failure, reported for it
                 if ws is not None:
                     await ws.close()  # a late reply would answer the next request: never reuse it

@@ -4,7 +4,10 @@
   a new client does not get HTTP 503 while some connection has sat idle for ``evict_idle_after_s``:
   the idlest one is closed (1013, "evicted") to seat the newcomer, connections that never sent a
   request first. A connection answering requests is never idle that long, so active clients keep
-  their place, and a crowd of idle sockets is cycled out instead of locking the server.
+  their place, and a crowd of idle sockets is cycled out instead of locking the server. A 503
+  says when to come back (``retry_after``: when the idlest connection will have idled that long),
+  and an upgrade whose connection is lost before it is seated gives its place back at once
+  (``forget``), so aborted handshakes cannot hold the server at 503.
 * :class:`ByteBudget`: bytes buffered and being decoded, across all connections. A connection
   may hold up to ``SMALL_FRAME_BYTES`` unasked; beyond that (a large frame arriving) it needs one
   of ``limit // (2 x ticket_bytes)`` tickets, a ticket covering one whole frame and its decoded
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -105,6 +109,21 @@ class ConnectionBook:
             self.evictions += 1
         self._admitting[id(connection)] = now
         return True, victim
+
+    def retry_after(self) -> int:
+        """Whole seconds (at least 1) until a newcomer refused now could be seated: when the idlest connection
+        will have idled ``evict_idle_after_s`` (a busy one, or a handshake being seated, that long from now);
+        1 when nothing is evicted (only a connection that closes frees a seat)."""
+        if self.evict_idle_after_s is None:
+            return 1
+        now = self.clock()
+        waits = [self.evict_idle_after_s - (now - s.last_active) for s in self.seats.values()
+                 if not s.evicted and not s.busy]
+        return max(1, math.ceil(min(waits, default=self.evict_idle_after_s)))
+
+    def forget(self, connection: Any) -> None:
+        """``connection`` was lost: an upgrade it had been admitted for gives its place back."""
+        self._admitting.pop(id(connection), None)
 
     def _idlest(self, now: float) -> Seat | None:
         if self.evict_idle_after_s is None:
@@ -214,13 +233,15 @@ def buffered_bytes(connection: Any) -> int:
     return pending + sum(len(getattr(frame, "data", b"")) for frame in frames)
 
 
-def budgeted_connection(budget: ByteBudget) -> type:
-    """websockets' server connection, charging every byte received to ``budget`` (``remote.limits``)."""
+def budgeted_connection(budget: ByteBudget, book: ConnectionBook) -> type:
+    """websockets' server connection, charging every byte received to ``budget``; when it is lost, whatever
+    it held of ``budget`` and of ``book`` (an admitted upgrade not seated yet) is given back."""
     from websockets.asyncio.server import ServerConnection
 
     class BudgetedConnection(ServerConnection):  # type: ignore[misc]  # websockets is not followed: Any to mypy
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            self.lost = False
             self._holds = {"queue": False, "budget": False}
             self.recv_messages.pause = lambda: self._reading("queue", True)
             self.recv_messages.resume = lambda: self._reading("queue", False)
@@ -240,6 +261,8 @@ def budgeted_connection(budget: ByteBudget) -> type:
             budget.charge(self, len(data))
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self.lost = True  # an upgrade read before the loss is not admitted after it (``PolicyServer``)
+            book.forget(self)
             budget.drop(self)
             super().connection_lost(exc)
 

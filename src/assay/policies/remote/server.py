@@ -17,13 +17,15 @@ Protocol (openpi's, so its clients work unchanged):
 
 Limits (each set in :class:`ServerConfig`; see ``remote.limits``): at most ``max_connections``
 websockets, and at that limit the connection idle longest (``evict_idle_after_s`` at least) is
-closed (1013) to seat a newcomer, so only busy connections make the server answer HTTP 503; a
-connection idle for ``idle_timeout_s`` is closed (1000, "idle"); keepalive pings drop dead peers;
-each connection buffers at most two frames; large frames need a ticket of the global byte budget
+closed (1013) to seat a newcomer, so only busy connections make the server answer HTTP 503, with a
+``Retry-After`` saying when a seat can next be freed (at most ``evict_idle_after_s``); an upgrade
+whose client vanishes before it is seated gives its place back at once; a connection idle for
+``idle_timeout_s`` is closed (1000, "idle"); keepalive pings drop dead peers; each connection
+buffers at most two frames; large frames need a ticket of the global byte budget
 ``max_buffer_bytes`` (a ticket covers one frame and its decoded copy) from their first byte until
-their request is answered; at most
-``max_large_frames`` of them are decoded at once; freed memory is returned to the system after a
-burst; a log line repeated more than ``LOG_REPEATS`` times a minute is counted, not printed.
+their request is answered; at most ``max_large_frames`` of them are decoded at once; freed memory
+is returned to the system after a burst; a log line repeated more than ``LOG_REPEATS`` times a
+minute is counted, not printed.
 
 Requests from all connections meet in a :class:`DynamicBatcher`. Two ways to serve:
 
@@ -34,9 +36,11 @@ Requests from all connections meet in a :class:`DynamicBatcher`. Two ways to ser
   ``X-Assay-Client`` header (a random token) and each session in its requests (``assay/session``,
   ``assay/seed``, ``assay/step``); a plain openpi client's connection is its client and its session.
   No client can reach, end or evict another's session; per-client and global session limits refuse
-  new sessions (``E_SESSION_QUOTA``, ``E_SESSIONS_FULL``) and never end live ones; a session unknown
-  past its first step is refused (``E_SESSION_UNKNOWN``), so lost state never passes silently. Each
-  live session holds one policy instance: memory grows by one instance per environment served.
+  new sessions (``E_SESSION_QUOTA``, ``E_SESSIONS_FULL``) and never end live ones; a session not
+  stepped for ``session_idle_s`` ends (checked at each request and every few seconds), so sessions a
+  quiet client left behind cannot fill the table for good; a session unknown past its first step is
+  refused (``E_SESSION_UNKNOWN``), so lost state never passes silently. Each live session holds one
+  policy instance: memory grows by one instance per environment served.
 * **stateless** (a policy class that declares ``stateless = True``, ``serve-policy --stateless``,
   or a server built without a factory): one shared instance, reset once with one slot per row of
   the largest batch, treated as a function of each row's observation, batched across sessions; its
@@ -81,7 +85,12 @@ from assay.policies.remote.limits import (
     cap_mmap_threshold,
     return_memory_to_os,
 )
-from assay.policies.remote.sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSIONS_PER_CLIENT, SessionTable
+from assay.policies.remote.sessions import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSION_IDLE_S,
+    DEFAULT_SESSIONS_PER_CLIENT,
+    SessionTable,
+)
 from assay.policies.remote.wire import (
     CLIENT_HEADER,
     E_POLICY,
@@ -104,6 +113,7 @@ TRY_AGAIN_LATER = 1013
 LARGE_FRAME_BYTES = 1 << 20
 MAX_SESSION_ID = 256
 DEFAULT_BUFFER_BYTES = 256 * 1024 * 1024
+EXPIRY_SWEEP_S = 5.0  # at most this long between two sweeps for idle sessions
 TIDY_AFTER_S = 0.5  # after the last large frame of a burst, collect and return memory (at most twice a second)
 CLIENT_TOKEN = re.compile(r"[A-Za-z0-9_-]{8,64}")
 log = logging.getLogger("assay.policy_server")
@@ -129,6 +139,7 @@ class ServerConfig:
     max_buffer_bytes: int = DEFAULT_BUFFER_BYTES
     evict_idle_after_s: float | None = 10.0
     session_grace_s: float = 10.0
+    session_idle_s: float | None = DEFAULT_SESSION_IDLE_S
 
     def __post_init__(self) -> None:
         if min(self.max_connections, self.max_large_frames, self.max_sessions, self.max_sessions_per_client) < 1:
@@ -136,6 +147,8 @@ class ServerConfig:
                              "must be at least 1")
         if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
             raise ValueError(f"idle_timeout_s must be positive, got {self.idle_timeout_s}")
+        if self.session_idle_s is not None and self.session_idle_s <= 0:
+            raise ValueError(f"session_idle_s must be positive seconds (or None: never), got {self.session_idle_s}")
         if self.max_buffer_bytes < self.max_message_bytes:
             raise ValueError(f"max_buffer_bytes ({self.max_buffer_bytes}) must hold at least one frame of "
                              f"max_message_bytes ({self.max_message_bytes})")
@@ -144,7 +157,8 @@ class ServerConfig:
         """What the metadata frame tells clients about the server's capacity."""
         return {"max_connections": self.max_connections, "max_sessions": self.max_sessions,
                 "max_sessions_per_client": self.max_sessions_per_client, "max_message_bytes": self.max_message_bytes,
-                "max_buffer_bytes": self.max_buffer_bytes, "idle_timeout_s": self.idle_timeout_s}
+                "max_buffer_bytes": self.max_buffer_bytes, "idle_timeout_s": self.idle_timeout_s,
+                "session_idle_s": self.session_idle_s}
 
 
 def default_contract(policy: Policy, task: TaskSpec) -> PolicyContract:
@@ -191,8 +205,8 @@ class PolicyServer:
         self.policy, self.task, self.config = policy, task, config
         self.contract = contract if contract is not None else default_contract(policy, task)
         self.factory = None if getattr(policy, "stateless", False) else factory
-        self.sessions = SessionTable(self.factory, config.max_sessions, config.max_sessions_per_client) \
-            if self.factory is not None else None
+        self.sessions = SessionTable(self.factory, config.max_sessions, config.max_sessions_per_client,
+                                     config.session_idle_s) if self.factory is not None else None
         self.metadata: dict[str, Any] = {
             "assay": dict(identity or {}, task=task.id),
             "contract": self.contract.model_dump(mode="json"),
@@ -301,11 +315,13 @@ class PolicyServer:
             given = request.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Api-Key {self.config.api_key}".encode()):
                 return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
+        if connection.lost:  # the client left before its upgrade was read: it takes no place
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "connection closed\n")
         admitted, victim = self.book.admit(connection)
         if not admitted:
             response = connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"policy server at its limit of "
                                           f"{self.config.max_connections} connections, all of them busy\n")
-            response.headers["Retry-After"] = "1"
+            response.headers["Retry-After"] = str(self.book.retry_after())
             return response
         if victim is not None:
             task = asyncio.get_running_loop().create_task(
@@ -410,6 +426,16 @@ class PolicyServer:
         async with self._large_frames:
             return await asyncio.to_thread(self.validate, message)
 
+    async def _expire_sessions(self) -> None:
+        """End idle sessions even when no request comes (their instances' memory is freed)."""
+        assert self.sessions is not None
+        idle = self.sessions.idle_s
+        if idle is None:
+            return
+        while True:
+            await asyncio.sleep(min(max(idle / 4, 0.05), EXPIRY_SWEEP_S))
+            self.sessions.expire()
+
     async def serve(self, ready: threading.Event | None = None, stop: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set (or forever); sets ``self.port`` (useful with port 0)."""
         from websockets.asyncio.server import serve
@@ -420,18 +446,21 @@ class PolicyServer:
         for name in SERVER_LOGGERS:
             logging.getLogger(name).addFilter(repeats)
         batching = asyncio.create_task(self.batcher.run())
+        expiring = asyncio.create_task(self._expire_sessions()) if self.sessions is not None else None
         ping = self.config.ping_interval_s
         try:
             async with serve(self._handle, self.config.host, self.config.port, process_request=self._process_request,
                              max_size=self.config.max_message_bytes, compression=None, max_queue=2,
                              ping_interval=ping, ping_timeout=ping,
-                             create_connection=budgeted_connection(self.budget)) as server:
+                             create_connection=budgeted_connection(self.budget, self.book)) as server:
                 self.port = server.sockets[0].getsockname()[1]
                 if ready is not None:
                     ready.set()
                 await (stop.wait() if stop is not None else asyncio.Future())
         finally:
             batching.cancel()
+            if expiring is not None:
+                expiring.cancel()
             for name in SERVER_LOGGERS:
                 logging.getLogger(name).removeFilter(repeats)
 
