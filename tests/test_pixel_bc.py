@@ -269,3 +269,14 @@ def test_a_pixel_checkpoint_served_by_serve_policy_gets_its_images_and_matches_i
                                        campaign({"remote": server.url}))
     assert sorted((v[0], v[2], v[3]) for v in remote.values()) == sorted((v[0], v[2], v[3]) for v in local.values())
     assert all(v[0] is not Outcome.ERROR for v in remote.values())
+
+
+def test_proprioception_is_each_backends_robot_state_and_one_backend_only():
+    from assay.errors import SpecError
+    from assay.policies.pixel_bc import proprio_of
+
+    assert proprio_of({"metaworld/reach@1", "metaworld/push@1"}) == PROPRIO
+    assert proprio_of(["libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket@2"]) == tuple(range(8))
+    for mixed in ({"metaworld/reach@1", "libero/goal/put_the_bowl_on_the_plate@2"}, {"gymnasium/Pendulum-v1@1"}):
+        with pytest.raises(SpecError, match="valid: libero, metaworld$"):
+            proprio_of(mixed)

@@ -37,7 +37,7 @@ from assay.learning.data import Demo
 from assay.learning.language import Conditioning, checkpoint_entry, condition_rows, condition_width, conditioning
 from assay.policies.bc import checkpoint_version
 from assay.policies.mlp import import_torch
-from assay.policies.pixel_bc import PIXEL_FORMAT, PROPRIO, build_pixel_network, to_tensor_images
+from assay.policies.pixel_bc import PIXEL_FORMAT, build_pixel_network, proprio_of, to_tensor_images
 from assay.store import Store, read_video, video_relpath
 
 AUGMENTATIONS = ("none", "shift")
@@ -130,7 +130,8 @@ def pixel_arrays(
         )
     torch = import_torch()
     images = torch.cat([to_tensor_images(demo_frames(store, d, camera), image_size) for d in demos])
-    proprio = np.concatenate([d.observations[:, list(PROPRIO)] for d in demos]).astype(np.float32)
+    rows = list(proprio_of({d.task_id for d in demos}))
+    proprio = np.concatenate([d.observations[:, rows] for d in demos]).astype(np.float32)
     actions = np.clip(np.concatenate([d.actions for d in demos]), -1.0, 1.0).astype(np.float32)
     return images, proprio, condition_rows(demos, tasks, kind), actions
 
@@ -188,7 +189,7 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
                 "image_size": config.image_size,
                 "channels": list(config.channels),
                 "hidden": list(config.hidden),
-                "proprio": list(PROPRIO),
+                "proprio": list(proprio_of({d.task_id for d in demos})),
                 "conditioning": "task-onehot",
                 **checkpoint_entry(kind),
             },

@@ -11,9 +11,9 @@ the file, as for ``bc``.
 
 What the network receives (:meth:`PixelBCPolicy.network_inputs`) is the camera's
 RGB image, resized to the checkpoint's size by area averaging, and
-``state[PROPRIO]``: the hand position and gripper opening of this and the previous
-control step. Object and goal positions, which the Meta-World state also carries,
-never reach it: they must be seen. Batches are zero-padded to a multiple of
+the state's proprioceptive rows (``proprio_of``): on Meta-World the hand position and gripper opening of
+this and the previous control step, on LIBERO its whole 8-d robot state. Object and goal positions, which
+the Meta-World state also carries, never reach it: they must be seen. Batches are zero-padded to a multiple of
 ``PAD_ROWS`` rows and inference runs on one torch thread, so every row's action is
 bitwise independent of its batch-mates.
 """
@@ -48,6 +48,19 @@ PIXEL_FORMAT = "assay-pixel-bc/1"
 # Meta-World's 39-d state: hand xyz (0:3), gripper (3), objects (4:18), the same 18 of the previous
 # step (18:36), goal (36:39). Proprioception is the robot's own part of both steps.
 PROPRIO = (0, 1, 2, 3, 18, 19, 20, 21)
+# Per backend, the state's proprioceptive rows. LIBERO's 8-d state (openpi's) is all the robot's own: the
+# end-effector position (0:3), its orientation as an axis-angle (3:6) and the two gripper finger joints (6:8).
+PROPRIO_BY_BACKEND: dict[str, tuple[int, ...]] = {"metaworld": PROPRIO, "libero": tuple(range(8))}
+
+
+def proprio_of(task_ids: set[str] | list[str] | tuple[str, ...]) -> tuple[int, ...]:
+    """The proprioceptive state rows for demos of these tasks: one backend's, or a one-line error naming
+    the backends pixel BC knows (a Gymnasium task's state says nothing of which rows are the robot's own)."""
+    backends = sorted({task.split("/", 1)[0] for task in task_ids})
+    if len(backends) != 1 or backends[0] not in PROPRIO_BY_BACKEND:
+        raise SpecError(f"pixel BC reads the proprioception of one backend's state; these demos are of "
+                        f"{', '.join(backends) or 'no task'}; valid: {', '.join(sorted(PROPRIO_BY_BACKEND))}")
+    return PROPRIO_BY_BACKEND[backends[0]]
 
 
 class PixelBCParams(BaseModel):
