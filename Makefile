@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve lint semantic-profile flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
+.PHONY: demo report serve lint semantic-profile libero-plus flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa);
 # Mesa's EGL (libegl1, libegl-mesa0) lets the tests check EGL's pixels against OSMesa's on the CPU (on a GPU
@@ -146,6 +146,19 @@ flywheel-pixel-pilot: install-test
 flywheel-rare: install-test
 	$(ASSAY) flywheel --design examples/flywheel/push-range-rare-gap-pilot.yaml --store $(FLYWHEEL_STORE) --workers 2
 	$(ASSAY) flywheel --design examples/flywheel/push-range-rare-gap.yaml --store $(FLYWHEEL_STORE) --workers 2
+
+# LIBERO-Plus's seven categories (docs/LIBERO.md): the scripted expert's demos on LIBERO-Object's soup task (the agent
+# view recorded at every step), a state BC and a pixel BC trained on them, and the three policies' per-category
+# retention on held-out initial states (about 2 hours on 2 cores: every frame is rasterised on the CPU).
+LIBERO_PLUS_STORE ?= runs/libero-plus
+libero-plus: install-test
+	$(ASSAY) run examples/libero_plus_demos.yaml --store $(LIBERO_PLUS_STORE) --workers 1
+	$(ASSAY) train-bc --data campaign=libero-plus-demos --store $(LIBERO_PLUS_STORE) --out $(LIBERO_PLUS_STORE)/bc.pt \
+		--epochs 200 --conditioning instruction
+	$(ASSAY) train-bc --obs image+proprio --camera agentview --data campaign=libero-plus-demos \
+		--store $(LIBERO_PLUS_STORE) --out $(LIBERO_PLUS_STORE)/pix.pt --epochs 30 --conditioning instruction
+	$(ASSAY) run examples/libero_plus.yaml --store $(LIBERO_PLUS_STORE) --workers 2
+	$(ASSAY) results --store $(LIBERO_PLUS_STORE) --campaign libero-plus-soup --profile
 
 # The policy zoo (docs/RESULTS.md): camera demos, six pixel BC checkpoints on three tasks, their nominal
 # evaluation with open- vs closed-loop, and their visual robustness profile beside the state expert.
