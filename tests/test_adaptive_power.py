@@ -114,3 +114,35 @@ def test_run_warns_before_spending_episodes_when_the_cap_cannot_reach_the_power(
     assert f"max_episodes {cap} reaches it" in warning
     enough = {**data, "adaptive": {**data["adaptive"], "max_episodes": cap}}
     assert power_warning(campaign_from_data(enough, "ok.yaml")) is None
+
+
+def test_one_exact_yardstick_in_the_text_and_the_report_with_the_expected_pairs():
+    """The requested power's line reads the exact McNemar design (408 pairs a cell at delta 0.1, power 0.8), as the
+    equal-power line does, not the approximate 391 that adaptive.json keeps as episodes_fixed; both outputs print
+    the expected pairs at delta and at no difference."""
+    from assay.cli.adaptive_render import saved_lines
+    from assay.report.html import _adaptive_saved
+
+    design = {"goal": "compare", "alpha": 0.05, "power": 0.8, "delta": 0.1, "max_episodes": 200, "batch": 8,
+              "method": "lattice"}
+    cells = [{"task": t, "variant": "nominal", "policy": p} for t in ("d", "p", "r") for p in ("expert", "shaky")]
+    state = {"design": design, "cells": cells, "episodes_used": 448, "episodes_fixed": 6 * 391,
+             "saved": 1 - 448 / (6 * 391)}
+    view = equal_power_view(state)
+    assert view is not None and (view["fixed_requested"], view["fixed_equal_power"]) == (6 * 408, 6 * 134)
+    assert view["saved_requested"] == pytest.approx(1 - 448 / 2448)
+    lines = saved_lines(state)
+    assert lines[:3] == [
+        "episodes used 448 against 804 for the exact fixed-n McNemar design of the power this cap of 200 pairs reaches "
+        "at delta 0.1 (0.330 (exact) at alpha 0.05): 44% saved at equal power and alpha",
+        "against the exact fixed-n McNemar design of the requested power 0.8 (paired McNemar at (α, power, δ), 2448 "
+        "episodes): 82%, a power this design does not reach",
+        "expected pairs per comparison at alpha 0.05: 180.7 at delta 0.1, 198.8 at no difference (upper bounds: the "
+        "futility stop is left out); fixed-n 134 at the power reached, 408 at the power requested"]
+    assert "2346" not in " ".join(lines) and lines[3].startswith("[yellow]warning:[/] the cap of 200 pairs")
+    report = str(_adaptive_saved(state))
+    assert ("Against the exact fixed-n McNemar design of the requested power 0.8 (paired McNemar at (α, power, δ), "
+            "2448 episodes): 82%, a power this design does not reach.") in report
+    assert ("<p>Expected pairs per comparison at α 0.05: 180.7 at δ 0.1, 198.8 at no difference (upper bounds: the "
+            "futility stop is left out); fixed-n 134 at the power reached, 408 at the power requested.</p>") in report
+    assert "<b>804</b>" in report and "2346" not in report

@@ -95,3 +95,42 @@ def test_attribute_on_real_episodes_names_the_layer_their_replays_need(tmp_path)
     table = invoke(*args)
     assert table.exit_code == 0, table.output
     assert "state gap in 3 real episodes (in-sample" in table.output and "named by the states: control" in table.output
+
+
+def test_attribute_prints_a_flagged_layer_and_never_attributes_it(tmp_path, monkeypatch):
+    """``twin attribute`` on a golden attribution (no simulator): dynamics, named by the held-out states only,
+    closes none of the success gap beyond noise: labelled flagged, with its reason, and not the attributed layer
+    (in the table and in --json)."""
+    from assay.twin.trajectory_gap import TrajectoryAttribution, TrajectoryLayer
+    from tests.test_twin_flags import golden_attribution
+
+    attribution = golden_attribution(0.5, 0.2, {"control": (0.3, (0.1, 0.5)), "dynamics": (0.02, (-0.1, 0.12)),
+                                                "rendering": (0.0, (0.0, 0.0))})
+    states = TrajectoryAttribution(
+        "state", 4, True, 0.0005, {"nominal": 0.02, "calibrated": 0.001}, {},
+        (TrajectoryLayer("control", True, 0.01, (0.008, 0.012), 0.5, True),
+         TrajectoryLayer("dynamics", True, 0.009, (0.007, 0.011), 0.5, True),
+         TrajectoryLayer("rendering", False, 0.0, (0.0, 0.0), None, False)), 0.05, ("control", "dynamics"), 300)
+    monkeypatch.setattr(twin_commands, "attribute", lambda *args, **kwargs: attribution)
+    monkeypatch.setattr(twin_commands, "_trajectory_measures", lambda *args: {"state": states})
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nepisodes: 2\ntasks: [metaworld/push@1]\npolicies: [{name: expert, builtin: expert}]\n")
+    calibrated = tmp_path / "calibrated.yaml"
+    calibrated.write_text("name: fit\ntask: metaworld/push@1\ncontrol: {control.gain: 0.6}\n"
+                          "dynamics: {joint.damping: 5}\n")
+    real = tmp_path / "real.csv"
+    real.write_text("task,policy,successes,trials\nmetaworld/push@1,expert,0,6\n")
+    args = ("attribute", str(study), "--calibrated", str(calibrated), "--real", str(real), "--real-campaign", "lab",
+            "--store", str(tmp_path / "sim"))
+    table = runner.invoke(app, ["twin", *args], env={"COLUMNS": "240"})
+    assert table.exit_code == 0, table.output
+    text = " ".join(table.output.split())
+    assert ("named layers: control (by success, states), dynamics (by states; flagged); attributed layer: "
+            "control") in text
+    assert ("flagged, not a clean hit: dynamics: named by the states but its calibration closes none of the success "
+            "gap beyond noise (nominal 0.500 -> calibrated 0.200; its closure +0.020 [-0.100, +0.120], lower bound "
+            "<= 0): the fit may be wrong") in text
+    assert text.count("(flagged)") == 1 and "no (flagged)" in text  # the layers table: not beyond noise, flagged
+    document = json.loads(invoke(*args, "--json").stdout)
+    assert list(document["flagged"]) == ["dynamics"] and document["attributed"] == "control"
+    assert document["named_by"] == {"success": ["control"], "state": ["control", "dynamics"]}

@@ -64,15 +64,59 @@ def test_twin_files_round_trip_and_errors_name_the_file(tmp_path):
     twin = Twin(name="cell", task=TASK, control={"control.gain": 0.7}, dynamics={"friction": 1.2})
     path = save_twin(twin, tmp_path / "cell.yaml")
     assert load_twin(path) == twin
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\ntask: metaworld/push@1\ndynamics:\n  control.gain: 0.5\n")
-    with pytest.raises(TwinError, match=r"bad.yaml: .*control.gain belongs to the control layer, not dynamics"):
-        load_twin(bad)
-    bad.write_text("name: x\ntask: metaworld/push@1\ngeometry: {}\n")
-    with pytest.raises(TwinError, match=r"bad.yaml: twin x: geometry: Extra inputs are not permitted"):
-        load_twin(bad)
     with pytest.raises(TwinError, match="cannot read twin file"):
         load_twin(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # an unknown key: the closest valid key and every valid one, at its line (as campaign files)
+    ("name: x\ntask: metaworld/push@1\ncontrl: {control.gain: 0.5}\n",
+     "bad.yaml:3: contrl: unknown field; did you mean 'control'? valid: control, dynamics, name, rendering, task"),
+    ("name: x\ntask: metaworld/push@1\ngeometry: {}\n",
+     "bad.yaml:3: geometry: unknown field; valid: control, dynamics, name, rendering, task"),
+    # a factor in the wrong layer, an unknown factor and a value out of range: the factor's own line
+    ("name: x\ntask: metaworld/push@1\ndynamics:\n  friction: 0.5\n  control.gain: 0.5\n",
+     "bad.yaml:5: dynamics: factor control.gain belongs to the control layer, not dynamics"),
+    ("name: x\ntask: metaworld/push@1\ncontrol:\n  control.gian: 0.5\n",
+     "bad.yaml:4: control: unknown factor 'control.gian'; did you mean control.gain"),
+    ("name: x\ntask: metaworld/push@1\n\ncontrol: {control.gain: 9}\n",
+     "bad.yaml:4: control: factor control.gain: value 9 is not valid; valid: [0.25, 4]"),
+    # a missing field and a bad name: the pydantic error at its line
+    ("name: x\ncontrol: {}\n", "bad.yaml:1: task: required field is missing"),
+    ("task: metaworld/push@1\nname: 'no spaces'\n", "bad.yaml:2: name: String should match pattern"),
+    ("name: [x\n", "bad.yaml:2: malformed YAML"),
+    ("- a\n- b\n", "bad.yaml:1: a twin file is a mapping with name, task, control, dynamics, rendering"),
+])
+def test_twin_file_errors_are_one_line_with_the_file_line_and_closest_names(tmp_path, text, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(TwinError) as caught:
+        load_twin(bad)
+    assert str(caught.value).startswith(str(tmp_path / message.split(":")[0])), str(caught.value)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_twin_and_results_files_are_written_by_the_stores_atomic_writer(tmp_path, monkeypatch):
+    """save_twin and write_results_csv go through assay.store.write_blob (no hand-written temporary files)."""
+    import assay.twin.config as config
+    import assay.twin.running as running
+    from assay.metrics.results_csv import RateEntry
+    from assay.store import write_blob
+
+    written = []
+
+    def spy(root, relpath, data, what=""):
+        written.append((str(root), relpath, what))
+        return write_blob(root, relpath, data, what)
+
+    monkeypatch.setattr(config, "write_blob", spy)
+    monkeypatch.setattr(running, "write_blob", spy)
+    twin = Twin(name="cell", task=TASK, dynamics={"friction": 1.2})
+    assert load_twin(config.save_twin(twin, tmp_path / "cell.yaml")) == twin
+    out = running.write_results_csv([RateEntry(TASK, "e", 0.5, 1, 2)], tmp_path / "real.csv")
+    assert out.read_text().splitlines() == ["task,policy,successes,trials", f"{TASK},e,1,2"]
+    assert written == [(str(tmp_path), "cell.yaml", "twin file"), (str(tmp_path), "real.csv", "results CSV")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cell.yaml", "real.csv"]  # no temporary left behind
 
 
 def test_asset_swaps_may_change_rendering_only():

@@ -40,7 +40,9 @@ def adaptive_render(state: dict[str, Any]) -> list[Table | str]:
 
 
 def saved_lines(state: dict[str, Any]) -> list[str]:
-    """Episodes used against the fixed-n design of the power the cap reaches (and of the power asked for)."""
+    """Episodes used against the exact fixed-n McNemar design of the power the cap reaches and of the power asked
+    for (one yardstick: :func:`~assay.metrics.adaptive_power.equal_power_view`), and the expected pairs per
+    comparison at δ and at no difference."""
     design = state["design"]
     view = equal_power_view(state)
     if view is None:
@@ -51,12 +53,21 @@ def saved_lines(state: dict[str, Any]) -> list[str]:
     lines = [f"episodes used {state['episodes_used']} against {view['fixed_equal_power']} for the exact fixed-n "
              f"McNemar design of the power this cap of {design['max_episodes']} pairs reaches at delta "
              f"{design['delta']} ({reached}): {view['saved_equal_power']:.0%} saved at equal power and alpha",
-             f"against the fixed-n design of the requested power {design['power']} "
-             f"({YARDSTICKS.get(design['goal'], '')}, {state['episodes_fixed']} episodes): {state['saved']:.0%}"
-             + ("" if view["reachable"] else ", a power this design does not reach")]
+             f"against the exact fixed-n McNemar design of the requested power {design['power']} "
+             f"({YARDSTICKS.get(design['goal'], '')}, {view['fixed_requested']} episodes): "
+             f"{view['saved_requested']:.0%}" + ("" if view["reachable"] else ", a power this design does not reach"),
+             *[expected_pairs(p) for p in view["powers"]]]
     if view["warning"]:
         lines.append(f"[yellow]warning:[/] {view['warning']}")
     return lines
+
+
+def expected_pairs(power: dict[str, Any]) -> str:
+    """One level's expected pairs per comparison at δ and at no difference, beside its fixed-n designs."""
+    bound = "" if power["endpoint"] == "progress" else " (upper bounds: the futility stop is left out)"
+    return (f"expected pairs per comparison at alpha {power['level']:.3g}: {power['mean_pairs_at_delta']:.1f} at delta "
+            f"{power['delta']}, {power['mean_pairs_at_null']:.1f} at no difference{bound}; fixed-n "
+            f"{power['fixed_n_equal_power']} at the power reached, {power['fixed_n_requested']} at the power requested")
 
 
 def power_warning(spec: CampaignSpec) -> str | None:

@@ -49,7 +49,7 @@ from assay.twin import (
     trajectories_from_store,
     write_results_csv,
 )
-from assay.twin.attribution import unclosed
+from assay.twin.attribution import Attribution, with_flags
 from assay.twin.trajectory_gap import TrajectoryAttribution, trajectory_attribution
 
 twin_app = typer.Typer(help="Layered digital twin: calibrate, attribute the sim-to-real gap, check asset swaps.",
@@ -253,45 +253,59 @@ def attribute_command(
         with open_store(store, catalog, create=True) as opened:
             result = attribute(base, fitted, real_entries, settings, opened, campaign=f"{spec.name}-attribution")
         named_by = {"success": result.named, **{m: a.named for m, a in measures.items()}}
-        flagged = unclosed(result, named_by)
+        result = with_flags(result, named_by)
         if json_out:
             render.print_json({**result.to_dict(), "trajectories": {m: a.to_dict() for m, a in measures.items()},
-                               "named_by": named_by, "flagged": flagged})
+                               "named_by": named_by})
             return
-        policies = list(result.policies)
-        table = Table(title=f"gap attribution on {result.task} (real vs each configuration; sim campaign "
-                            f"{result.campaign})", title_justify="left")
-        for column in ("configuration", *policies, "gap [95% CI]", "Pearson r", "MMRV"):
-            table.add_column(column)
-        table.add_row("real", *[_fmt(result.real[p]) for p in policies], "", "", "")
-        for score in result.configs:
-            table.add_row(score.label, *[_fmt(score.rates[p]) for p in policies],
-                          f"{score.gap:.3f} {_span(score.gap_interval, 3)}", _fmt(score.pearson), _fmt(score.mmrv, 3))
-        render.console.print(table)
-        layers = Table(title=f"layer shares of the gap closed by calibration ({result.resamples} bootstrap resamples)",
-                       title_justify="left")
-        for column in ("layer", "calibrated differs", "closed by swap-in", "reopened by leave-out",
-                       "closure [95% CI]", "share [95% CI]", "beyond noise"):
-            layers.add_column(column)
-        for share in result.layers:
-            layers.add_row(share.layer, "yes" if share.changed else "no", _fmt(share.closed_by_swap_in, 3),
-                           _fmt(share.reopened_by_leave_out, 3),
-                           f"{share.closure:.3f} {_span(share.closure_interval, 3)}",
-                           f"{_fmt(share.share)} {_span(share.share_interval)}", "yes" if share.named else "no")
-        render.console.print(layers)
-        render.console.print(f"total gap closed {result.total_gap_closed:.3f}; left unexplained "
-                             f"{_fmt(result.unexplained)} {_span(result.unexplained_interval)} of the nominal gap")
-        render.console.print(f"named layers: [bold]{', '.join(result.named) or 'none'}[/]; attributed layer: "
-                             f"[bold]{result.attributed or 'none (no layer closes the gap beyond noise)'}[/]")
+        _attribution_tables(result)
         for measure in measures.values():
             _trajectory_table(measure)
-        for layer, why in flagged.items():
-            render.console.print(f"[yellow]flagged, not a clean hit:[/] {layer}: {why}", highlight=False,
-                                 soft_wrap=True)
-        if result.episodes_needed is not None:
-            render.console.print(f"episodes per policy and configuration to detect the nominal gap at power 0.8: "
-                                 f"{result.episodes_needed} ({result.budget_command}); this run has "
-                                 f"{settings.episodes}")
+        for line in attribution_verdict(result, named_by, settings.episodes):
+            render.console.print(line, highlight=False, soft_wrap=True)
+
+
+def _attribution_tables(result: Attribution) -> None:
+    policies = list(result.policies)
+    table = Table(title=f"gap attribution on {result.task} (real vs each configuration; sim campaign "
+                        f"{result.campaign})", title_justify="left")
+    for column in ("configuration", *policies, "gap [95% CI]", "Pearson r", "MMRV"):
+        table.add_column(column)
+    table.add_row("real", *[_fmt(result.real[p]) for p in policies], "", "", "")
+    for score in result.configs:
+        table.add_row(score.label, *[_fmt(score.rates[p]) for p in policies],
+                      f"{score.gap:.3f} {_span(score.gap_interval, 3)}", _fmt(score.pearson), _fmt(score.mmrv, 3))
+    render.console.print(table)
+    layers = Table(title=f"layer shares of the gap closed by calibration ({result.resamples} bootstrap resamples)",
+                   title_justify="left")
+    for column in ("layer", "calibrated differs", "closed by swap-in", "reopened by leave-out",
+                   "closure [95% CI]", "share [95% CI]", "beyond noise"):
+        layers.add_column(column)
+    for share in result.layers:
+        layers.add_row(share.layer, "yes" if share.changed else "no", _fmt(share.closed_by_swap_in, 3),
+                       _fmt(share.reopened_by_leave_out, 3),
+                       f"{share.closure:.3f} {_span(share.closure_interval, 3)}",
+                       f"{_fmt(share.share)} {_span(share.share_interval)}",
+                       ("yes" if share.named else "no") + (" (flagged)" if share.layer in result.flagged else ""))
+    render.console.print(layers)
+
+
+def attribution_verdict(result: Attribution, named_by: dict[str, tuple[str, ...]], episodes: int) -> list[str]:
+    """The lines under ``twin attribute``'s tables: the gap closed, the named layers (by what; a flagged one
+    labelled so and never the attributed layer), each flag's reason and the episodes the gap needs."""
+    named = [layer.value for layer in Layer if any(layer.value in v for v in named_by.values())]
+    labels = [f"{layer} (by " + ", ".join(m if m == "success" else f"{m}s" for m, v in named_by.items() if layer in v)
+              + ("; flagged" if layer in result.flagged else "") + ")" for layer in named]
+    lines = [f"total gap closed {result.total_gap_closed:.3f}; left unexplained {_fmt(result.unexplained)} "
+             f"{_span(result.unexplained_interval)} of the nominal gap",
+             f"named layers: [bold]{', '.join(labels) or 'none'}[/]; attributed layer: [bold]"
+             + (result.attributed or ("none (every named layer is flagged)" if result.flagged else
+                                      "none (no layer closes the gap beyond noise)")) + "[/]"]
+    lines += [f"[yellow]flagged, not a clean hit:[/] {layer}: {why}" for layer, why in result.flagged.items()]
+    if result.episodes_needed is not None:
+        lines.append(f"episodes per policy and configuration to detect the nominal gap at power 0.8: "
+                     f"{result.episodes_needed} ({result.budget_command}); this run has {episodes}")
+    return lines
 
 
 def _trajectory_measures(base: Twin, fitted: Twin, store: Path, catalog: str | None, campaign: str,

@@ -181,14 +181,17 @@ def equal_power_view(state: dict[str, Any]) -> dict[str, Any] | None:
 
     ``fixed_equal_power`` is the episodes of the exact fixed-n designs of the power each group's
     comparisons reach under the cap (every cell of the group at that many pairs), and
-    ``saved_equal_power`` = 1 − used / that; ``powers`` one :class:`DesignPower` per level.
+    ``saved_equal_power`` = 1 − used / that; ``fixed_requested`` and ``saved_requested`` the same for the
+    exact fixed-n design of the *requested* power (the one yardstick both readings use: exact McNemar, not
+    the approximate ``episodes_fixed`` that ``adaptive.json`` keeps); ``powers`` one :class:`DesignPower`
+    per level (with the expected pairs at δ and at no difference).
     """
     design = state["design"]
     if design["goal"] not in TESTING_GOALS:
         return None
     endpoint = design.get("endpoint", "success")
     powers: dict[float, DesignPower] = {}
-    fixed = 0
+    fixed = requested = 0
     for (task, variant), level in sorted(_levels(state).items()):
         if level not in powers:
             powers[level] = design_power(level, float(design["delta"]), int(design["max_episodes"]),
@@ -196,6 +199,7 @@ def equal_power_view(state: dict[str, Any]) -> dict[str, Any] | None:
                                          endpoint)
         cells = sum(1 for c in state.get("cells", ()) if c["task"] == task and c["variant"] == variant)
         fixed += cells * powers[level].fixed_n_equal_power
+        requested += cells * powers[level].fixed_n_requested
     used = int(state["episodes_used"])
     reachable = all(p.reachable for p in powers.values())
     warning = None if reachable else (
@@ -203,6 +207,7 @@ def equal_power_view(state: dict[str, Any]) -> dict[str, Any] | None:
         f"{design['delta']}: it reaches " + ", ".join(f"{p.reached:.2f} (alpha {p.level:.3g})" for p in powers.values())
         + "; savings are read against the fixed-n design of the power reached")
     return {"fixed_equal_power": fixed, "saved_equal_power": 1.0 - used / fixed if fixed else 0.0,
+            "fixed_requested": requested, "saved_requested": 1.0 - used / requested if requested else 0.0,
             "reachable": reachable, "warning": warning, "powers": [p.to_dict() for p in powers.values()]}
 
 

@@ -180,7 +180,8 @@ def _adaptive(data: ReportData) -> Markup:
 
 
 def _adaptive_saved(state: dict[str, Any]) -> Markup:
-    """Episodes used against the fixed-n design of the power the cap reaches (and of the power asked for)."""
+    """Episodes used against the exact fixed-n McNemar design of the power the cap reaches and of the power asked
+    for (one yardstick), and the expected pairs per comparison at δ and at no difference."""
     d = state["design"]
     view = equal_power_view(state)
     if view is None:
@@ -189,14 +190,19 @@ def _adaptive_saved(state: dict[str, Any]) -> Markup:
     reached = ", ".join(f"{p['reached']:.3f} ({'simulated' if p['reached_se'] else 'exact'}) at α {p['level']:.3g}"
                         for p in view["powers"])
     warning = html("<p class='warn'>Warning: {}.</p>", view["warning"]) if view["warning"] else Markup("")
+    pairs = [html("<p>Expected pairs per comparison at α {}: {} at δ {}, {} at no difference{}; fixed-n {} at the "
+                  "power reached, {} at the power requested.</p>", f"{p['level']:.3g}",
+                  f"{p['mean_pairs_at_delta']:.1f}", p["delta"], f"{p['mean_pairs_at_null']:.1f}",
+                  "" if p["endpoint"] == "progress" else " (upper bounds: the futility stop is left out)",
+                  p["fixed_n_equal_power"], p["fixed_n_requested"]) for p in view["powers"]]
     return join([html("<p>Episodes used {} against <b>{}</b> for the exact fixed-n McNemar design of the power this "
-                      "cap of {} pairs reaches at δ {} ({}): <b>{} saved at equal power and α</b>. Against the fixed-n "
-                      "design of the requested power {} ({}, {} episodes): {}{}.</p>",
+                      "cap of {} pairs reaches at δ {} ({}): <b>{} saved at equal power and α</b>. Against the exact "
+                      "fixed-n McNemar design of the requested power {} ({}, {} episodes): {}{}.</p>",
                       state["episodes_used"], view["fixed_equal_power"], d["max_episodes"], d["delta"], reached,
                       pct(view["saved_equal_power"]), d["power"], YARDSTICKS.get(d["goal"], ""),
-                      state["episodes_fixed"], pct(state["saved"]),
+                      view["fixed_requested"], pct(view["saved_requested"]),
                       "" if view["reachable"] else ", a power this design does not reach"),
-                 warning])
+                 *pairs, warning])
 
 
 def render_html(data: ReportData, store: Store, embed_video: bool = True, out_dir: Path | None = None) -> str:

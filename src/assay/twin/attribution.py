@@ -19,10 +19,13 @@ Every figure has a bootstrap interval: the sim episodes are resampled by seed
 (jointly across configurations, keeping the pairing) and the real counts by their
 own trials (independent episodes), ``resamples`` times. A layer is **named** when
 the lower bound of its closure is above 0 — its calibration closes the gap beyond
-the noise of both samples; the attributed layer is the named one with the largest
-share, and "none" means no layer's closure clears the noise; :func:`unclosed` flags a layer
-named (by these counts or by the recorded trajectories) whose calibration closes none of
-the success gap, which is not a clean hit. ``episodes_needed``
+the noise of both samples. :func:`unclosed` **flags** a layer named (by these counts or by
+the recorded trajectories) whose calibration does not close the success gap beyond that
+noise (its closure, or the lower bound of its closure's interval, ≤ 0, while nominal's
+success differs from real): not a clean hit. The **attributed** layer is the named,
+unflagged one with the largest closure; "none" means no layer's closure clears the noise
+(or every named one is flagged); :func:`with_flags` recomputes it once the trajectories'
+evidence is in, so ``twin attribute`` and the blind protocol agree. ``episodes_needed``
 is ``assay budget`` for the nominal gap (sim vs real, unpaired): fewer episodes per
 cell leave a gap of that size undetectable at power 0.8.
 """
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -88,13 +91,14 @@ class Attribution:
     configs: tuple[ConfigScore, ...]
     layers: tuple[LayerShare, ...]
     total_gap_closed: float
-    attributed: str | None  # the named layer with the largest share; None when no layer clears the noise
+    attributed: str | None  # the named, unflagged layer with the largest closure; None when there is none
     named: tuple[str, ...] = ()  # every layer whose closure is beyond noise
     unexplained: float | None = None  # gap(calibrated) / gap(nominal)
     unexplained_interval: tuple[float, float] | None = None
     resamples: int = 0
     episodes_needed: int | None = None  # per policy and configuration, to detect the nominal gap (assay budget)
     budget_command: str | None = None
+    flagged: dict[str, str] = field(default_factory=dict)  # named layers that close no success gap beyond noise
 
     def to_dict(self) -> dict[str, object]:
         """The attribution as a JSON-ready dict."""
@@ -185,13 +189,15 @@ def _budget(gap: float, real: dict[str, float]) -> tuple[int | None, str | None]
 
 
 def unclosed(result: Attribution, named_by: Mapping[str, Sequence[str]]) -> dict[str, str]:
-    """The named layers (by any evidence) whose calibrated layer closes none of the success gap, and why.
+    """The named layers (by any evidence) whose calibrated layer closes none of the success gap beyond noise,
+    and why.
 
     Such a layer is not a clean hit: the trajectories (or counts) say the layer differs, yet swapping its
-    calibration in, and leaving it out, moves the success counts no closer to real (closure ≤ 0) while
-    nominal's success differs from real. A wrong fit of the right layer looks like that (pick-place, gain
-    0.6 + damping 5, fitted with a spurious friction at 9x the tolerance: both layers named, 0 % of the
-    success gap closed). Nothing is flagged when the nominal success gap is 0 (nothing to close).
+    calibration in, and leaving it out, moves the success counts no closer to real beyond the noise of both
+    samples (its closure, or the lower bound of its closure's interval, ≤ 0) while nominal's success differs
+    from real. A wrong fit of the right layer looks like that (pick-place, gain 0.6 + damping 5, fitted with
+    a spurious friction at 9x the tolerance: both layers named, 0 % of the success gap closed). Nothing is
+    flagged when the nominal success gap is 0 (nothing to close).
     """
     nominal = next(c.gap for c in result.configs if c.label == "nominal")
     calibrated = next(c.gap for c in result.configs if c.label == "calibrated")
@@ -199,13 +205,26 @@ def unclosed(result: Attribution, named_by: Mapping[str, Sequence[str]]) -> dict
     out = {}
     for layer in dict.fromkeys(name for names in named_by.values() for name in names):
         share = layers[layer]
-        if nominal > 0 and share.closure <= 0:
+        low, high = share.closure_interval
+        if nominal > 0 and min(share.closure, low) <= 0:
             who = ", ".join(sorted(k if k == "success" else f"{k}s" for k, v in named_by.items() if layer in v))
-            low, high = share.closure_interval
-            out[layer] = (f"named by the {who} but its calibration closes none of the success gap (nominal "
-                          f"{nominal:.3f} -> calibrated {calibrated:.3f}; its closure {share.closure:+.3f} "
-                          f"[{low:+.3f}, {high:+.3f}]): the fit may be wrong")
+            out[layer] = (f"named by the {who} but its calibration closes none of the success gap beyond noise "
+                          f"(nominal {nominal:.3f} -> calibrated {calibrated:.3f}; its closure {share.closure:+.3f} "
+                          f"[{low:+.3f}, {high:+.3f}], lower bound <= 0): the fit may be wrong")
     return out
+
+
+def _attributed(layers: Sequence[LayerShare], flags: Mapping[str, str]) -> str | None:
+    """The named, unflagged layer with the largest closure (None when there is none)."""
+    clean = [x for x in layers if x.named and x.layer not in flags]
+    return max(clean, key=lambda x: x.closure).layer if clean else None
+
+
+def with_flags(result: Attribution, named_by: Mapping[str, Sequence[str]]) -> Attribution:
+    """``result`` with the layers named by any evidence (``named_by``: success / state / trace -> layers) that
+    :func:`unclosed` flags in ``flagged``, and ``attributed`` among the unflagged named layers only."""
+    flags = unclosed(result, named_by)
+    return replace(result, flagged=flags, attributed=_attributed(result.layers, flags))
 
 
 def attribute(nominal: Twin, calibrated: Twin, real: Sequence[RateEntry], settings: TwinSettings,
@@ -260,10 +279,10 @@ def attribute(nominal: Twin, calibrated: Twin, real: Sequence[RateEntry], settin
             closure=(swap + leave) / 2, closure_interval=closure_interval,
             share_interval=_interval(boot[f"share:{layer.value}"]) if total > 0 else None,
             named=changed and closure_interval[0] > 0))
-    named = [x for x in layers if x.named]
-    attributed = max(named, key=lambda x: x.closure).layer if named else None
+    named = tuple(x.layer for x in layers if x.named)
     unexplained = float(point["unexplained"][0]) if by_label["nominal"].gap > 0 else None
     needed, command = _budget(by_label["nominal"].gap, real_rates)
-    return Attribution(nominal.task, campaign, policies, real_rates, tuple(scores), tuple(layers), total,
-                       attributed, tuple(x.layer for x in named), unexplained,
-                       _interval(boot["unexplained"]) if unexplained is not None else None, resamples, needed, command)
+    result = Attribution(nominal.task, campaign, policies, real_rates, tuple(scores), tuple(layers), total, None,
+                         named, unexplained, _interval(boot["unexplained"]) if unexplained is not None else None,
+                         resamples, needed, command)
+    return with_flags(result, {"success": named})

@@ -18,8 +18,9 @@ sysid did not fit, and the camera policy's trace, on the episodes the rendering
 calibration did not fit. A reality that moves success by less than the noise of a
 few episodes (low friction the expert shrugs off) still shows in every trajectory.
 A layer is named when either says so; the result keeps which said what. A named layer whose
-calibration closes none of the success gap is flagged (``flagged``, with the reason: a wrong fit
-of the right layer looks like that) and is not a clean hit (``clean``).
+calibration closes none of the success gap beyond noise (its closure or the closure interval's
+lower bound ≤ 0) is flagged (``flagged``, with the reason: a wrong fit of the right layer looks
+like that): it stays in ``named``, but it is not a clean hit (``clean``) and never ``attributed``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from assay.sim import default_registry
 from assay.store import Store
-from assay.twin.attribution import Attribution, attribute, unclosed
+from assay.twin.attribution import Attribution, attribute, with_flags
 from assay.twin.config import Layer, Twin, nominal_twin
 from assay.twin.rendering import calibrate_rendering, rendering_twin
 from assay.twin.running import TwinSettings, run_twins
@@ -65,7 +66,7 @@ class BlindResult:
     rendering: dict[str, Any] | None
     attribution: dict[str, Any]
     named: tuple[str, ...]  # named by the success counts or by the trajectories
-    attributed: str | None
+    attributed: str | None  # the named, unflagged layer that closes most of the success gap
     trajectories: dict[str, Any] = field(default_factory=dict)  # measure -> TrajectoryAttribution as a dict
     named_by: dict[str, tuple[str, ...]] = field(default_factory=dict)  # success / state / trace -> layers
     flagged: dict[str, str] = field(default_factory=dict)  # named layers whose calibration closes no success gap
@@ -122,7 +123,8 @@ def blind_attribution(reality: Twin, settings: TwinSettings, workdir: str | Path
     named_by = {"success": tuple(result.named), **{m: a.named for m, a in measures.items()}}
     named = tuple(layer.value for layer in Layer if any(layer.value in v for v in named_by.values()))
     changed = tuple(layer.value for layer in Layer if reality.layer(layer))
+    result = with_flags(result, named_by)  # the same flags and attributed layer as `twin attribute` prints
     return BlindResult(reality.describe(), changed, {e.policy: e.rate for e in entries}, calibrated.describe(),
                        fit.to_dict(), rendering, result.to_dict(), named, result.attributed,
-                       {m: a.to_dict() for m, a in measures.items()}, named_by, unclosed(result, named_by),
+                       {m: a.to_dict() for m, a in measures.items()}, named_by, dict(result.flagged),
                        fit.converged)

@@ -7,6 +7,10 @@ so every episode already records the twin: its ``variant`` column holds the
 values and its ``variant_key`` is the twin's version (a content hash of the
 values; ``nominal`` for the untouched simulator). Two twins with the same values
 are the same twin whatever they are called.
+
+Twin files load through the campaign loader's machinery (:mod:`assay.spec.loading`): every
+mistake is one ``file:line: field: message`` line, an unknown key with the closest valid
+names; they are written by the store's one atomic writer (:func:`assay.store.write_blob`).
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from assay.errors import SpecError, TwinError
+from assay.errors import AssayError, SpecError, TwinError
 from assay.sim import get_factor, resolve_variant
-from assay.spec import TaskSpec, Variant
+from assay.spec import TaskSpec, Variant, load_yaml
+from assay.spec.loading import validation_error
+from assay.store import write_blob
 
 
 class Layer(str, Enum):
@@ -52,6 +58,15 @@ def layer_of(factor: str) -> Layer:
     raise TwinError(f"factor {factor} belongs to no twin layer; valid: {owned}")
 
 
+def check_factor(layer: Layer, factor: str, value: Any) -> Any:
+    """``value`` validated for ``factor`` in ``layer``: an unknown factor is a SpecError with the closest names,
+    a factor of another layer a ValueError naming its layer, a value out of range the factor's SpecError."""
+    owner = layer_of(factor)
+    if owner is not layer:
+        raise ValueError(f"factor {factor} belongs to the {owner.value} layer, not {layer.value}")
+    return get_factor(factor).validate(value)
+
+
 def _canonical(values: Any) -> Any:
     return list(values) if isinstance(values, tuple) else values
 
@@ -71,12 +86,7 @@ class Twin(BaseModel):
     @classmethod
     def _owned(cls, values: dict[str, Any], info: Any) -> dict[str, Any]:
         layer = Layer(info.field_name)
-        for factor, value in values.items():
-            owner = layer_of(factor)
-            if owner is not layer:
-                raise ValueError(f"factor {factor} belongs to the {owner.value} layer, not {layer.value}")
-            get_factor(factor).validate(value)
-        return {k: _canonical(get_factor(k).validate(v)) for k, v in sorted(values.items())}
+        return {k: _canonical(check_factor(layer, k, v)) for k, v in sorted(values.items())}
 
     def layer(self, layer: Layer) -> dict[str, Any]:
         """One layer's factor values."""
@@ -146,29 +156,40 @@ def _build(**fields: Any) -> Twin:
 
 
 def load_twin(path: str | Path) -> Twin:
-    """A twin from YAML: ``name``, ``task``, and optional ``control``/``dynamics``/``rendering`` maps."""
+    """A twin from YAML: ``name``, ``task``, and optional ``control``/``dynamics``/``rendering`` maps.
+
+    Every mistake is one TwinError ``file:line: field: message`` (:mod:`assay.spec.loading`); an unknown key
+    names the closest valid keys and lists them."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise TwinError(f"cannot read twin file {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise TwinError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise TwinError(f"{path}: a twin file is a mapping with name, task, control, dynamics, rendering")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TwinError(f"cannot read twin file {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        return _build(**{k: (v if v is not None else {}) for k, v in data.items()})
-    except (TwinError, SpecError) as exc:
-        raise TwinError(f"{path}: {exc}") from None
-    except TypeError as exc:
-        raise TwinError(f"{path}: {exc}") from None
+        data, lines = load_yaml(text, str(path))
+    except SpecError as exc:
+        raise TwinError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise TwinError(f"{path}:1: a twin file is a mapping with name, task, control, dynamics, rendering")
+    layers = {layer.value for layer in Layer}
+    data = {k: ({} if v is None and k in layers else v) for k, v in data.items()}
+    for layer in Layer:  # each factor's own line (the model would only know its layer's)
+        values = data.get(layer.value)
+        for factor, value in (values.items() if isinstance(values, dict) else ()):
+            try:
+                check_factor(layer, str(factor), value)
+            except (AssayError, ValueError) as exc:
+                raise TwinError(f"{path}:{lines.get((layer.value, factor), 1)}: {layer.value}: "
+                                f"{exc}") from None
+    try:
+        return Twin.model_validate(data)
+    except ValidationError as exc:
+        raise TwinError(str(validation_error(exc, str(path), lines, model=Twin))) from None
 
 
 def save_twin(twin: Twin, path: str | Path) -> Path:
-    """Write the twin as YAML atomically (a temporary file renamed into place)."""
+    """Write the twin as YAML atomically (:func:`assay.store.write_blob`: a reader never sees a partial file)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
     data = {"name": twin.name, "task": twin.task, **{layer.value: twin.layer(layer) for layer in Layer}}
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-    tmp.replace(path)
+    write_blob(path.parent, path.name, yaml.safe_dump(data, sort_keys=False).encode("utf-8"), what="twin file")
     return path

@@ -8,6 +8,7 @@ its episodes instead of simulating them again.
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from assay.errors import TwinError
 from assay.metrics.results_csv import RateEntry, entries_from_records
 from assay.run import Executor, InlineExecutor, prepare_campaign, run_campaign
 from assay.spec import CameraSpec, CampaignSpec, PolicySpec, content_hash
-from assay.store import Store
+from assay.store import Store, write_blob
 from assay.twin.config import Twin
 
 
@@ -91,13 +92,12 @@ def settings_from_campaign(spec: CampaignSpec, twin_task: str) -> TwinSettings:
 
 
 def write_results_csv(entries: Sequence[RateEntry], path: str | Path) -> Path:
-    """Write ``task,policy,successes,trials`` (the statistics issue's format) atomically."""
+    """Write ``task,policy,successes,trials`` (the statistics issue's format) atomically
+    (:func:`assay.store.write_blob`, the one writer of every file Assay keeps)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["task", "policy", "successes", "trials"])
-        for entry in entries:
-            writer.writerow([entry.task, entry.policy, entry.successes, entry.trials])
-    tmp.replace(path)
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(["task", "policy", "successes", "trials"])
+    writer.writerows([entry.task, entry.policy, entry.successes, entry.trials] for entry in entries)
+    write_blob(path.parent, path.name, buffer.getvalue().encode("utf-8"), what="results CSV")
     return path

@@ -23,6 +23,10 @@ moved factor is put back and the others re-fitted. :mod:`assay.twin.identifiabil
 then gives each fitted value an interval and names the parameters the trajectories
 cannot tell apart.
 
+The search is long work (up to :data:`DEFAULT_MAX_EVALUATIONS` replays): it is announced to the
+run observers (:func:`assay.run.observers.advanced`: replays done of the stated maximum), so
+``assay twin sysid`` shows its progress as the CLI shows every command's.
+
 Rendering cannot be identified this way (an open-loop replay never looks at an
 image); :mod:`assay.twin.rendering` fits it from a camera policy's trace instead.
 """
@@ -38,6 +42,7 @@ from scipy.optimize import minimize
 from scipy.stats import pearsonr
 
 from assay.errors import TwinError
+from assay.run.observers import advanced
 from assay.sim import FACTORS, make_env, perturbed
 from assay.sim.factors import not_applicable
 from assay.spec import TaskSpec, derive_seed
@@ -55,7 +60,8 @@ PRUNE_EVALUATIONS = 25  # the re-fit after putting one factor back at its start 
 # The measurement accuracy (metres RMS) every command and doc defaults to: within it a replay matches the data.
 DEFAULT_TOLERANCE = 0.0005
 # The stated maximum of the search (replays): it stops earlier once the fit is within the tolerance and a round
-# improves nothing; 240 left a two-factor reality (pick-place gain 0.6 + damping 5) at 9x the tolerance, 600 fit it.
+# improves nothing; 240 left a two-factor reality (pick-place gain 0.6 + damping 5) at 9x the tolerance; 800 fits
+# it on 80-step episodes, not on 100-step ones (1.2x, warned: docs/TWIN.md, set c).
 DEFAULT_MAX_EVALUATIONS = 800
 MAX_ROUNDS = 60
 CONDITIONAL = ("conditional on convergence: the values whose replay stays within the tolerance of the fit, which "
@@ -122,6 +128,7 @@ class OpenLoopReplay:
         self.dims = list(dims)
         self._env = make_env(task)
         self.evaluations = 0
+        self.announce: tuple[str, int] | None = None  # (what, stated maximum): observers hear each replay
 
     def close(self) -> None:
         """Close the replay environment."""
@@ -139,6 +146,9 @@ class OpenLoopReplay:
                 states.append(state)
             out.append(np.asarray(states))
         self.evaluations += 1
+        if self.announce is not None:  # never "done" before identify says so (pruning may pass the maximum)
+            what, maximum = self.announce
+            advanced(what, self.evaluations, max(maximum, self.evaluations + 1), "replays")
         return out
 
     def residuals(self, twin: Twin) -> tuple[np.ndarray, np.ndarray]:
@@ -387,6 +397,10 @@ def identify(task: TaskSpec, trajectories: Sequence[Trajectory], start: Twin,
                                      for c in coordinates}
     replay = OpenLoopReplay(task, trajectories, dims)
     search = _Search(replay, start, coordinates)
+    what = (f"system identification of {len(coordinates)} factor{'s' * (len(coordinates) != 1)} on "
+            f"{len(trajectories)} trajectories (until {tolerance:g} m RMS)")
+    advanced(what, 0, max_evaluations, "replays")
+    replay.announce = (what, max_evaluations)
     try:
         before, corr_before = replay.discrepancy(start)
         best_point = _search(search, dict(point), max_evaluations, restarts, seed, tolerance)
@@ -400,6 +414,7 @@ def identify(task: TaskSpec, trajectories: Sequence[Trajectory], start: Twin,
         region = intervals(search, best_point, tolerance)
     finally:
         replay.close()
+    advanced(what, replay.evaluations, replay.evaluations, "replays")  # done
     warnings = list(region.warnings)
     converged = after <= tolerance
     if not converged:
