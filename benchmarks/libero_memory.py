@@ -12,6 +12,11 @@ suite, one episode each (both cameras at 224 px, the default 4 frames/s video, a
 chunked policy that reads both cameras, replans every 5 steps), as a campaign's worker runs them one
 task after another, and prints VmRSS after each task and the peak (VmHWM) at the end.
 Run it against another source tree with ``--src DIR`` (e.g. the previous commit's ``src``) to compare.
+
+``--pro`` (instead of part 2): one worker over a LIBERO-PRO campaign on LIBERO-Object task 0, the nominal
+scene then ``--pro-factors`` (each a scene of its own: swap, object, task by default), one episode each
+(``--horizon`` steps, both cameras at 224 px), printing VmRSS after each variant and the peak; with
+``--scenes-kept N`` (``sim.libero_env.SCENES_KEPT``; 99: every scene kept, as before the bound).
 """
 
 from __future__ import annotations
@@ -92,6 +97,39 @@ def worker_run(suite: str, tasks: int, horizon: int) -> None:
     print(json.dumps({"peak_mb": round(_status("VmHWM"))}), flush=True)
 
 
+def pro_run(factors: list[str], horizon: int, scenes_kept: int | None) -> None:
+    """``--pro``, in this (fresh) process: print one JSON line per variant, then the peak."""
+    sys.path.insert(0, str(ROOT))
+    import assay.sim.libero_env as libero_env
+    from assay.run import Worker, prepare_campaign
+    from assay.spec import campaign_from_data
+    from benchmarks.libero_throughput import InstantChunkPolicy
+
+    if scenes_kept is not None:
+        libero_env.SCENES_KEPT = scenes_kept
+    soup = "libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket"
+    spec = campaign_from_data({"name": "mem-pro", "episodes": 1, "horizon": horizon, "replan_every": 5,
+                               "tasks": [soup], "envs_per_worker": 1,
+                               "variants": ["nominal", {"sweep": {f"libero.{f}": ["pro"] for f in factors}}],
+                               "policies": [{"name": "instant", "entrypoint": "assay.testing.fakes:ImageChunkPolicy"}]})
+    plan = prepare_campaign(spec)
+    print(json.dumps({"scenes_kept": libero_env.SCENES_KEPT, "start_mb": _status("VmRSS")}), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        worker = Worker(tmp, policy_factory=lambda spec: InstantChunkPolicy())
+        for job in plan.jobs:
+            t0 = time.perf_counter()
+            (record,) = worker.run_batch([job])
+            (env,) = next(iter(worker._envs.values()))
+            while not hasattr(env, "_scenes") and hasattr(env, "env"):  # a wrapper's inner environment
+                env = env.env
+            print(json.dumps({"variant": job.variant.name, "outcome": record.outcome.value, "steps": record.steps,
+                              "seconds": round(time.perf_counter() - t0, 1), "rss_mb": round(_status("VmRSS")),
+                              "scenes_kept": len(getattr(env, "_scenes", ()))}),
+                  flush=True)
+        worker.close()
+    print(json.dumps({"peak_mb": round(_status("VmHWM"))}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--suite", default="object")
@@ -99,8 +137,14 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=20)
     parser.add_argument("--src", default=str(ROOT / "src"), help="the Assay source tree to measure")
     parser.add_argument("--breakdown", action="store_true", help="part 1 only")
-    parser.add_argument("--child", choices=("breakdown", "worker"), help=argparse.SUPPRESS)
+    parser.add_argument("--pro", action="store_true", help="a LIBERO-PRO campaign on one task instead of part 2")
+    parser.add_argument("--pro-factors", default="swap,object,task", help="LIBERO-PRO factors, one variant each")
+    parser.add_argument("--scenes-kept", type=int, help="override sim.libero_env.SCENES_KEPT (99: keep every scene)")
+    parser.add_argument("--child", choices=("breakdown", "worker", "pro"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "pro":
+        pro_run(args.pro_factors.split(","), args.horizon, args.scenes_kept)
+        return
     if args.child == "breakdown":
         breakdown()
         return
@@ -110,6 +154,12 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([args.src, str(ROOT)])}
     base = [sys.executable, __file__, "--suite", args.suite, "--tasks", str(args.tasks), "--horizon", str(args.horizon)]
     print(f"source: {args.src}")
+    if args.pro:
+        kept = [] if args.scenes_kept is None else ["--scenes-kept", str(args.scenes_kept)]
+        print(f"one worker over a LIBERO-PRO campaign on LIBERO-Object task 0: nominal, then {args.pro_factors} "
+              f"(one episode each, {args.horizon} steps + 10 settle, both cameras at 224 px):")
+        subprocess.run([*base, "--pro-factors", args.pro_factors, *kept, "--child", "pro"], env=env, check=True)
+        return
     subprocess.run([*base, "--child", "breakdown"], env=env, check=True)
     if args.breakdown:
         return

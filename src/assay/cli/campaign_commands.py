@@ -92,6 +92,9 @@ def run(
             planned = prepare_campaign(spec)
         if (weak := power_warning(spec)) is not None:
             render.err_console.print(f"[yellow]warning:[/] {weak}", highlight=False, soft_wrap=True)
+        slow_frames = software_rendering(planned, executor, address)
+        if slow_frames is not None:
+            render.err_console.print(f"[yellow]warning:[/] {slow_frames}", highlight=False, soft_wrap=True)
         faults = fault_policy(spec, episode_timeout)
         make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
         # the lock before the store: two first runs on a new store would otherwise race to create its catalog
@@ -106,15 +109,31 @@ def run(
                                        commit=CommitPolicy(commit_rows, commit_seconds),
                                        judge=judge_for(spec) if spec.adaptive is not None else None)
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
-            _report_run(opened, spec, planned, summary, adaptive, json_out, fail_under)
+            _report_run(opened, spec, planned, summary, adaptive, json_out, fail_under,
+                        warned_software=slow_frames is not None)
+
+
+def software_rendering(planned: CampaignPlan, executor: str, address: str | None) -> str | None:
+    """The warning ``assay run`` prints before the first episode when this host has an NVIDIA GPU but the
+    campaign's cameras would be drawn in software (``assay.sim.render.gpu_software_warning``); None when no task
+    renders a camera, or the episodes run on a Ray cluster's hosts (``--address``), whose GL this host cannot see."""
+    if not any(task.cameras for task in planned.tasks) or (executor == "ray" and address is not None):
+        return None
+    from assay.sim.render import gpu_software_warning
+
+    return gpu_software_warning()
 
 
 def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summary: CampaignSummary,
-                adaptive: dict[str, Any] | None, json_out: bool, fail_under: float | None) -> None:
+                adaptive: dict[str, Any] | None, json_out: bool, fail_under: float | None,
+                warned_software: bool = False) -> None:
     """What ``assay run`` says after the episodes: renderer notes, the rate table in the campaign's scope (or the
-    JSON document), the adaptive rounds, the counts, and the ``--fail-under`` gate."""
-    notes = renderer_notes_of(renderer_totals(opened.catalog, spec.name))  # several renderers, or software
-    for note in notes:                                                    # rendering on a GPU host
+    JSON document), the adaptive rounds, the counts, and the ``--fail-under`` gate. ``warned_software``: the
+    software-rendering warning was printed before the first episode, so stderr does not repeat it (the JSON
+    document's notes keep it)."""
+    totals = renderer_totals(opened.catalog, spec.name)
+    notes = renderer_notes_of(totals)  # several renderers, or software rendering on a GPU host
+    for note in renderer_notes_of(totals, software=False) if warned_software else notes:
         render.err_console.print(note, highlight=False, soft_wrap=True)
     scored = scored_campaign(opened, spec.name, None)  # the scope `results` shows, from counts
     covered = scored.within()

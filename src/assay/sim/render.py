@@ -10,7 +10,8 @@ azimuth, elevation) so that camera perturbations are offsets of it.
 
 :func:`renderer_info` says what drew this process's frames (the backend and the GL vendor,
 renderer and version strings, read from the first context made); every episode with a camera
-records it in its provenance (``renderer``).
+records it in its provenance (``renderer``). Before a campaign's first episode, :func:`gpu_software_warning`
+says (one line) when a host with an NVIDIA GPU would draw its cameras in software.
 """
 
 from __future__ import annotations
@@ -80,6 +81,34 @@ def configure_gl() -> None:
     elif ctypes.util.find_library("OSMesa"):
         os.environ["MUJOCO_GL"] = "osmesa"
         os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+
+
+def software_rendering_reason(backend: str | None, gpu: bool, nvidia_egl: bool) -> str | None:
+    """Why a campaign's cameras would be drawn in software on a host with an NVIDIA GPU (one line), or None
+    where they are not (no GPU; ``backend`` egl on an NVIDIA EGL device; glfw or unset: not a CPU rasteriser).
+
+    ``backend``: ``MUJOCO_GL`` as the process has it (after :func:`configure_gl`); ``gpu``: :func:`gpu_host`;
+    ``nvidia_egl``: :func:`nvidia_egl_device`. Pure, so each case is tested without a GPU."""
+    if not gpu:
+        return None
+    if backend == "osmesa":
+        fix = ("MUJOCO_GL=osmesa is set: unset it (Assay then picks egl) or set MUJOCO_GL=egl" if nvidia_egl else
+               "no NVIDIA EGL device was found (NVIDIA's libEGL_nvidia.so.0 and glvnd's libEGL.so.1 are needed), "
+               "so OSMesa was chosen")
+    elif backend == "egl" and not nvidia_egl:
+        fix = ("MUJOCO_GL=egl but no NVIDIA EGL device was found (NVIDIA's libEGL_nvidia.so.0 and glvnd's "
+               "libEGL.so.1 are needed), so EGL falls back to Mesa's software device, if any")
+    else:
+        return None
+    return (f"this host has an NVIDIA GPU, but this campaign's cameras will be drawn in software ({backend}, on the "
+            f"CPU: ~400x slower a frame than the GPU); {fix}")
+
+
+def gpu_software_warning() -> str | None:
+    """:func:`software_rendering_reason` for this process and host, read before a campaign's first episode
+    (``assay run`` prints it as one ``warning:`` line; episodes record what drew them afterwards)."""
+    gpu = gpu_host()
+    return software_rendering_reason(os.environ.get("MUJOCO_GL"), gpu, gpu and nvidia_egl_device())
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ An episode that rendered a camera also records its renderer under ``provenance["
 (written by the run layer from ``assay.sim.render.renderer_info``): ``backend`` (MuJoCo's
 ``MUJOCO_GL``: egl, osmesa), the GL ``vendor``, ``renderer`` and ``version`` strings, ``software``
 (drawn by a CPU rasteriser) and ``gpu_host`` (the host had an NVIDIA GPU). The helpers below read
-it back; an episode without a camera has none.
+it back; an episode without a camera has none. Those notes come from stored episodes, so after a run;
+``assay run`` also warns before the first episode (``assay.sim.render.gpu_software_warning``).
 """
 
 from __future__ import annotations
@@ -106,15 +107,17 @@ def renderer_notes(records: Iterable[EpisodeRecord]) -> list[str]:
     return renderer_notes_of(_renderers(records))
 
 
-def renderer_notes_of(renderers: Iterable[tuple[Mapping[str, Any], int]]) -> list[str]:
-    """:func:`renderer_notes` from (renderer, episodes) pairs (``assay.store.aggregates.renderer_totals``)."""
+def renderer_notes_of(renderers: Iterable[tuple[Mapping[str, Any], int]], software: bool = True) -> list[str]:
+    """:func:`renderer_notes` from (renderer, episodes) pairs (``assay.store.aggregates.renderer_totals``);
+    ``software=False`` leaves out the software-on-a-GPU warning (``assay run`` gave it before the first episode:
+    ``assay.sim.render.gpu_software_warning``)."""
     renderers = list(renderers)
     notes = []
     counts = renderer_counts_of(renderers)
     if len(counts) > 1:
         parts = "; ".join(f"{label} ({n} episodes)" for label, n in counts.items())
         notes.append(f"mixed renderers: this campaign's frames were drawn by {len(counts)} renderers: {parts}")
-    slow = _software_on_gpu(renderers)
+    slow = _software_on_gpu(renderers) if software else {}
     if slow:
         n = sum(slow.values())
         notes.append(f"warning: {n} episodes were rendered in software ({', '.join(slow)}) on a host with an NVIDIA "
