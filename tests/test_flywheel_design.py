@@ -169,8 +169,10 @@ def test_budgets_are_equal_in_episodes_and_frames():
     cut = trimmed["recovery"][0]
     assert len(cut.actions) == 46 and cut.observations[0, 0] == 0 and cut.observations[-1, 0] == 199
     assert np.array_equal(cut.actions[:, 0], cut.observations[:, 0] / 100)
-    with pytest.raises(AssayError, match="random found no data"):
-        equal_budget({**arms, "random": []})
+    # an empty primary arm cuts the pair (and so the capped secondary arms) to nothing: every arm is the base
+    nothing, none_left = equal_budget({**arms, "random": []})
+    assert (none_left["episodes"], none_left["frames"]) == (0, 0) and all(d == [] for d in nothing.values())
+    assert "the primary pair (targeted and random) to 0" in (budget_shortfall(none_left, 3) or "")
 
 
 def test_trim_frames_hits_the_budget_exactly():
@@ -481,9 +483,11 @@ def test_the_primary_pair_budget_does_not_depend_on_a_short_secondary_arm():
     assert left["secondary"] == {"arms": ["oracle", "recovery"], "episodes": 4, "frames": 160, "empty": ["recovery"]}
     assert [len(none[a]) for a in arms] == [4, 4, 0, 4]
     assert "left recovery with no extra data" in (budget_shortfall(left, 4) or "")
-    # an empty arm of the primary pair is an error: the declared comparison cannot be made
-    with pytest.raises(AssayError, match="targeted found no data"):
-        equal_budget({**arms, "targeted": []})
+    # an empty arm of the primary pair (a mined region with no candidate) cuts the pair to 0: both arms are the
+    # base, so the replicate's difference is 0 (towards no effect), and the secondary arms are capped at 0 too
+    zero, account0 = equal_budget({**arms, "targeted": []})
+    assert (account0["episodes"], account0["frames"]) == (0, 0)
+    assert [len(zero[a]) for a in arms] == [0, 0, 0, 0]
 
 
 def gain_replicates(n: int, random_gains: int) -> list[dict[str, dict[int, bool]]]:

@@ -415,15 +415,15 @@ def equal_budget(arms: Mapping[str, Sequence[Demo]]) -> tuple[dict[str, list[Dem
     The primary pair (targeted and random) is cut to its own fewest episodes and then fewest frames, whatever
     the other arms found; the secondary arms (every other arm) likewise among themselves, capped at the
     primary pair's budget. A secondary arm that found no data (a probe with no failure to relabel) keeps no
-    extra data, is named in ``secondary.empty`` and does not cut the others; an empty primary arm is an error,
-    since the declared comparison cannot be made. The account: ``episodes`` and ``frames`` of the primary pair,
-    ``secondary`` (its arms, episodes, frames and empty arms) and what each arm had before (``available``)."""
+    extra data, is named in ``secondary.empty`` and does not cut the others. A primary arm that found none (a
+    mined region holding no candidate) cuts the pair to 0 by the same rule: both arms are the base, that
+    replicate's difference is 0 (towards no effect, never for targeting), and the shortfall warning says so.
+    The account: ``episodes`` and ``frames`` of the primary pair, ``secondary`` (its arms, episodes, frames and
+    empty arms) and what each arm had before (``available``)."""
+    if not arms:
+        raise AssayError("no arm to budget; a design has at least targeted and random")
     primary = {name: d for name, d in arms.items() if name in PRIMARY_PAIR}
     secondary = {name: d for name, d in arms.items() if name not in PRIMARY_PAIR}
-    empty = sorted(name for name, d in (primary or secondary).items() if not d)
-    if not arms or empty:
-        raise AssayError(f"arm(s) {', '.join(empty) or '(none)'} found no data; enlarge the pool or the probe"
-                         + (" (or set ponr: false in the design)" if "ponr" in empty else ""))
     trimmed, episodes, frames = _equalise(primary or secondary, None)
     account: dict[str, Any] = {"episodes": episodes, "frames": frames, "secondary": None}
     if primary and secondary:
