@@ -124,7 +124,7 @@ test-interop: install-test $(INTEROP_VENV)/.installed
 # The flywheel experiment (issue 21, docs/RESULTS.md): base BC on a slice of the workspace; random, targeted
 # (from failure mining), DAgger-relabel and oracle arms at an equal budget; 5 replicates, about 4 minutes on 2
 # cores; a rerun resumes every episode and checkpoint. The report of any of its campaigns shows the section.
-# flywheel-confirm: the confirmatory design (28 new replicates, about 23 minutes).
+# flywheel-confirm: the confirmatory design (28 new replicates; 10-23 minutes on 2 cores, by load).
 FLYWHEEL_STORE ?= runs/flywheel
 flywheel: install-test
 	$(ASSAY) budget --delta 0.10 --power 0.8 --paired --baseline 0.7
@@ -142,7 +142,8 @@ flywheel-pixel-pilot: install-test
 	$(ASSAY) flywheel --design examples/flywheel/button-light-pixel-pilot.yaml --store $(FLYWHEEL_STORE) --workers 2
 	$(ASSAY) flywheel --design examples/flywheel/button-dark-pixel-pilot.yaml --store $(FLYWHEEL_STORE) --workers 2
 
-# The declared rare-gap run (30 replicates; nominal + object.init_range 1.3, base on nominal) and its pilot 2.
+# The declared rare-gap run (30 replicates; nominal + object.init_range 1.3, base on nominal; 38 minutes on 2 cores
+# beside other jobs) and its pilot 2 (23 minutes).
 flywheel-rare: install-test
 	$(ASSAY) flywheel --design examples/flywheel/push-range-rare-gap-pilot.yaml --store $(FLYWHEEL_STORE) --workers 2
 	$(ASSAY) flywheel --design examples/flywheel/push-range-rare-gap.yaml --store $(FLYWHEEL_STORE) --workers 2
