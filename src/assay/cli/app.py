@@ -94,7 +94,7 @@ COMMANDS: dict[str, LazyCommand] = {
                    "twin_commands"),
     "export": _entry("Export episodes to other formats.", "learning_commands"),
     "zoo": _entry("The policy zoo: pixel BC checkpoints of graded quality.", "zoo_commands"),
-    "store": _entry("Check the store itself.", "store_commands"),
+    "store": _entry("Check the store itself, and prune old step files and videos.", "store_commands"),
 }
 
 

@@ -20,6 +20,10 @@ StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (env AS
 CatalogOpt = Annotated[str | None, typer.Option("--catalog",
                                                 help="Catalog database URL (default: SQLite in the store).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+AddressOpt = Annotated[str | None, typer.Option(
+    "--address", help="Ray cluster to join (ray executor): HOST:PORT as `ray start --head` prints it (on a node of "
+    "that cluster), ray://HOST:PORT (Ray Client, from anywhere) or auto (the cluster of this node); default: env "
+    "RAY_ADDRESS, else a local Ray.")]
 
 
 @contextlib.contextmanager

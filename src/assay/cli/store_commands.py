@@ -1,4 +1,5 @@
-"""``assay store verify`` (every step file against its catalog row) and ``assay episodes replay``
+"""``assay store verify`` (every step file against its catalog row, the kept counts against the rows),
+``assay store prune`` (delete old step files and videos, keep the rows) and ``assay episodes replay``
 (re-simulate one episode from its record and compare it step by step)."""
 
 from __future__ import annotations
@@ -17,46 +18,124 @@ from assay.store import EpisodeRecord, Outcome
 from assay.store.store import summary_of
 from assay.store.validation import seal_problem
 
+STORE_HELP = "Check the store itself, and prune old step files and videos."
+
 if TYPE_CHECKING:
     from assay.sim import Transition
     from assay.spec import TaskSpec
 
-store_app = typer.Typer(no_args_is_help=True, help="Check the store itself.")
+store_app = typer.Typer(no_args_is_help=True, help=STORE_HELP)
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``store verify`` and ``episodes replay`` to the ``assay`` command."""
+    """Add ``store verify``, ``store prune`` and ``episodes replay`` to the ``assay`` command."""
     app.add_typer(store_app, name="store")
     store_app.command("verify")(store_verify)
+    store_app.command("prune")(store_prune)
     subgroup(app, "episodes", "Inspect recorded episodes.").command("replay")(episodes_replay)
 
 
-def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
+def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
+                 recount: Annotated[bool, typer.Option(
+                     "--recount", help="Count every cell's kept counts anew from the rows (after showing the cells "
+                     "that differ).")] = False) -> None:
     """Check every episode's step file (in the store's data root) against its catalog row: checksum, schema
     version, key, columns, rows, and the summary sealed in the file (outcome, steps, total return, success
-    step); exit 1 when any fails. `assay run` re-runs the failing ones."""
+    step); a row without a file unless it is an error before the first step or was pruned; and the per-cell
+    counts results read against a fresh count of the rows. Exit 1 when any fails. `assay run` re-runs the
+    failing episodes; --recount counts the cells anew."""
+    from assay.store.aggregates import count_differences
+
     with user_errors():
         with open_store(store, catalog) as opened:
-            records = opened.catalog.episodes()
-            with_data = sorted({r.key for r in records if r.data_path is not None})
-            episodes = len({r.key for r in records})
-            unsealed: set[str] = set()
-            problems = opened.damaged(with_data, unsealed)
-        document = {"store": str(opened.root), "data_root": str(opened.data_root), "episodes": episodes,
-                    "files": len(with_data), "ok": len(with_data) - len(problems), "failed": len(problems),
-                    "unsealed": len(unsealed),
-                    "problems": [{"key": k, "problem": problems[k]} for k in sorted(problems)]}
+            keys = opened.recorded_keys()
+            check = opened.check_files(keys)
+            cells, differences = count_differences(opened.catalog)
+            if recount and differences:
+                opened.catalog.rebuild_counts()
+        problems = check.problems
+        document = {"store": str(opened.root), "data_root": str(opened.data_root), "episodes": len(keys),
+                    "files": check.files, "ok": check.files - check.file_problems, "failed": len(problems),
+                    "unsealed": len(check.unsealed), "pruned": check.pruned, "without_steps": check.without_steps,
+                    "problems": [{"key": k, "problem": problems[k]} for k in sorted(problems)],
+                    "counts": {"cells": cells, "recounted": bool(recount and differences),
+                               "differ": [{"campaign": d.campaign, "policy": d.policy, "task": d.task,
+                                           "variant": d.variant,
+                                           "fields": {k: {"kept": v[0], "counted": v[1]} for k, v in d.fields.items()}}
+                                          for d in differences]}}
     if json_out:
         render.print_json(document)
     else:
-        for key in sorted(problems):
-            render.console.print(f"  {key[:12]}  {problems[key]}", highlight=False)
-        render.console.print(f"{document['files']} step files checked in {document['data_root']} "
-                             f"({document['episodes']} episodes): {document['ok']} ok, {document['failed']} failed"
-                             + (f"; {len(unsealed)} written before summaries were sealed (their outcome, return and "
-                                "success step are not checked)" if unsealed else ""), highlight=False, soft_wrap=True)
-    if problems:
+        _print_verify(document, problems, [d.describe() for d in differences])
+    if problems or (differences and not recount):
         raise typer.Exit(1)
+
+
+def _print_verify(document: dict[str, Any], problems: dict[str, str], differences: list[str]) -> None:
+    for key in sorted(problems):
+        render.console.print(f"  {key[:12]}  {problems[key]}", highlight=False, soft_wrap=True)
+    extras = [f"{document['pruned']} pruned" if document["pruned"] else "",
+              f"{document['without_steps']} errors before the first step (no file)"
+              if document["without_steps"] else "",
+              f"{document['unsealed']} written before summaries were sealed (their outcome, return and success step "
+              "are not checked)" if document["unsealed"] else ""]
+    render.console.print(f"{document['files']} step files checked in {document['data_root']} "
+                         f"({document['episodes']} episodes): {document['ok']} ok, {document['failed']} failed"
+                         + "".join(f"; {extra}" for extra in extras if extra), highlight=False, soft_wrap=True)
+    for line in differences:
+        render.console.print(f"  counts  {line}", highlight=False, soft_wrap=True)
+    counts = document["counts"]
+    told = ("counted anew from the rows (--recount)" if counts["recounted"] else
+            "run `assay store verify --recount` to count them anew from the rows") if differences else \
+        "equal to a fresh count of the rows"
+    render.console.print(f"cell counts: {counts['cells']} cells, {len(differences)} differ; {told}",
+                         highlight=False, soft_wrap=True)
+
+
+def store_prune(
+    store: StoreOpt = Path(DEFAULT_STORE),
+    catalog: CatalogOpt = None,
+    campaign: Annotated[list[str] | None, typer.Option(
+        "--campaign", "-c", help="Prune this campaign's episodes (repeatable); an episode another campaign also "
+        "links is kept.")] = None,
+    older_than: Annotated[str | None, typer.Option(
+        "--older-than", metavar="AGE", help="Prune episodes recorded longer ago than AGE: 90s, 45m, 12h, 30d, 2w "
+        "(with --campaign: of those campaigns).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the files and bytes it would free; "
+                                          "delete nothing.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Delete the step files and videos of chosen campaigns' episodes and/or old ones, keeping their catalog
+    rows and summaries: results, comparisons and the report are unchanged, a rerun of the campaign runs
+    nothing, and `episodes replay` says the step file was pruned."""
+    from assay.store.retention import parse_age
+
+    with user_errors():
+        age = parse_age(older_than) if older_than is not None else None
+        with open_store(store, catalog) as opened:
+            plan = opened.prune(campaign or (), age, dry_run=dry_run, on_wait=_say_waiting)
+    document = {"dry_run": dry_run, "episodes": len(plan.episodes), "newly_pruned": len(plan.fresh),
+                "step_files": plan.count("episodes"), "videos": plan.count("videos"), "bytes": plan.bytes,
+                "kept_shared": plan.shared, "files": [{"path": p, "bytes": b} for p, b in plan.files]}
+    if json_out:
+        render.print_json(document)
+        return
+    if dry_run:
+        for path, size in plan.files:
+            render.console.print(f"  {size:>12,}  {path}", highlight=False, soft_wrap=True)
+    verb = "would delete" if dry_run else "deleted"
+    render.console.print(f"{len(plan.episodes)} episodes ({len(plan.fresh)} not pruned before): {verb} "
+                         f"{plan.count('episodes')} step files and {plan.count('videos')} videos, "
+                         f"{plan.bytes:,} bytes; their catalog rows and summaries are kept", highlight=False,
+                         soft_wrap=True)
+    for name, count in sorted(plan.shared.items()):
+        render.console.print(f"kept {count} episodes campaign {name} also links (add --campaign {name} to prune "
+                             "them)", highlight=False, soft_wrap=True)
+
+
+def _say_waiting(holder: str) -> None:
+    render.err_console.print(f"a campaign run ({holder}) holds this store; pruning waits for it to finish",
+                             highlight=False, soft_wrap=True)
 
 
 def episodes_replay(

@@ -19,13 +19,14 @@
   batched call (dynamic batching: up to ``max_batch`` rows or ``max_wait_ms``),
   so one GPU model can serve a whole cluster of CPU simulators.
 
-Ray is optional: ``pip install 'assay[ray]'``.
+Ray is optional: ``pip install 'assay[ray]'`` (with Ray Client, for ``ray://`` addresses).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -223,12 +224,38 @@ class EnvActor:
         return node_probe(str(self.worker.store_root), token)
 
 
+ADDRESS_FORMS = ("HOST:PORT (the address `ray start --head` prints; run on a node of that cluster), "
+                 "ray://HOST:PORT (Ray Client, from outside the cluster: pip install 'assay[ray]'), "
+                 "auto (the cluster this node has joined)")
+_HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):([0-9]{1,5})")
+
+
+def cluster_address(address: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The Ray cluster to join: ``address`` (``--address``), else ``RAY_ADDRESS`` from ``environ`` (default: this
+    process's environment), else None (a local Ray). A value that is none of :data:`ADDRESS_FORMS` is one
+    line naming where it came from and the valid forms."""
+    where = "--address"
+    if address is None:
+        address, where = (os.environ if environ is None else environ).get("RAY_ADDRESS") or None, "RAY_ADDRESS"
+    if address is None:
+        return None
+    value = address.strip()
+    if value == "auto":
+        return value
+    found = _HOST_PORT.fullmatch(value.removeprefix("ray://"))
+    if found is None or not 0 < int(found.group(1)) < 65536:
+        raise AssayError(f"{where} {address!r} is not a Ray cluster address; valid: {ADDRESS_FORMS}")
+    return value
+
+
 class RayExecutor:
     """Environment actors on a Ray cluster, one batch in flight each.
 
-    ``address``: ``None`` joins the Ray instance this process already started or
-    starts a local one; ``auto`` joins the cluster of this node; ``ray://HOST:PORT``
-    a remote one. ``store_root`` must be reachable from every node (a shared
+    ``address`` (see :func:`cluster_address`): ``HOST:PORT`` joins the cluster whose head
+    ``ray start --head`` started there (this process must run on a node of it); ``ray://HOST:PORT``
+    connects through Ray Client from anywhere (``ray[client]``); ``auto`` joins the cluster of this
+    node; ``None`` takes ``RAY_ADDRESS`` when set, else joins the Ray instance this process already
+    started or starts a local one. ``store_root`` must be reachable from every node (a shared
     directory or an fsspec URL).
     """
 
@@ -245,8 +272,7 @@ class RayExecutor:
     ) -> None:
         if actors < 1:
             raise AssayError(f"the ray executor needs at least 1 actor, got {actors}")
-        if address is not None and not (address == "auto" or address.startswith("ray://")):
-            raise AssayError(f"--address {address!r} is not valid; valid: auto, ray://HOST:PORT")
+        address = cluster_address(address)
         self.store_root = str(store_root) if is_url(str(store_root)) else str(Path(store_root).resolve())
         self.actors, self.address, self.serving, self.actor_cpus = actors, address, serving, actor_cpus
         self.faults = faults or FaultPolicy()
@@ -256,11 +282,19 @@ class RayExecutor:
 
     def _connect(self) -> Any:
         ray = _ray()
-        if not ray.is_initialized():
-            if self.address is None:
-                ray.init(include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(address=self.address, log_to_driver=False)
+        if ray.is_initialized():
+            return ray
+        if self.address is None:
+            ray.init(include_dashboard=False, log_to_driver=False)
+            return ray
+        try:
+            ray.init(address=self.address, log_to_driver=False)
+        except (ImportError, ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if isinstance(exc, ImportError) or "ray[client]" in first:  # a plain `pip install ray` lacks grpcio
+                raise AssayError(f"the Ray address {self.address} needs Ray Client: pip install 'assay[ray]' "
+                                 "(it installs ray[client])") from None
+            raise AssayError(f"cannot join the Ray cluster at {self.address}: {first}") from None
         return ray
 
     def _servers(self, ray: Any, batches: Sequence[Batch]) -> dict[str, Any]:
@@ -285,6 +319,9 @@ class RayExecutor:
         token = run_token()
         self.probed_nodes = preflight(ray, self.store_root, token, self.actor_cpus)  # before any episode
         servers = self._servers(ray, batches)
+        # started() runs beside a batch, in its own group: named on the method, as Ray Client (ray://) refuses a
+        # concurrency group given per call
+        ray.method(concurrency_group=PROGRESS_GROUP)(EnvActor.started)
         actor_cls = ray.remote(concurrency_groups={PROGRESS_GROUP: 1})(EnvActor).options(
             num_cpus=self.actor_cpus, max_restarts=0)
         # A shared server batches requests per task, so actors on the same task merge theirs: no preference
@@ -328,7 +365,7 @@ class _ActorPool:
         self._batches += 1
         actor = self.actors[worker]
         self.running[actor.run_batch.remote(jobs, self._batches)] = worker
-        self.progress[actor.started.options(concurrency_group=PROGRESS_GROUP).remote(self._batches)] = worker
+        self.progress[actor.started.remote(self._batches)] = worker
 
     def wait(self, busy: Sequence[Hashable], timeout: float | None) -> list[Event]:
         ray = self.ray

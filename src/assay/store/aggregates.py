@@ -15,6 +15,8 @@ function of a few counts, so the database computes those and Python reads one ro
   database groups the episodes by that row and then counts the rows showing each pattern of
   outcome codes (:data:`MISSING`, :data:`SUCCESS`, :data:`FAILED`, :data:`ERRORED`); a campaign of a
   million episodes has a few hundred distinct patterns;
+* :func:`count_differences`: the kept counts against a fresh count of the rows, cell by cell (what
+  ``assay store verify`` checks);
 * the small facts the tables beside them need: renderers (:func:`renderer_totals`), the safety
   filter's interventions (:func:`safety_totals`), a router's chosen skills (:func:`routing_totals`),
   provenance (:func:`provenance_totals`), error reasons and seeds.
@@ -29,6 +31,7 @@ not bit for bit. SQLite and PostgreSQL are supported (JSON fields read by ``json
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -309,3 +312,49 @@ def nominal_successes(catalog: Catalog, campaign: str) -> dict[tuple[str, str, i
         .where(episodes.c.variant_key == "nominal", episodes.c.outcome == Outcome.SUCCESS.value)
     with catalog.engine.connect() as conn:
         return {(str(r.policy_name), str(r.task_id), int(r.seed)): str(r.key) for r in conn.execute(query)}
+
+
+@dataclass(frozen=True)
+class CountDifference:
+    """A cell whose kept counts (``cell_counts``) differ from a fresh count of its rows: field -> (kept, counted)."""
+
+    campaign: str
+    policy: str
+    task: str
+    variant: str  # the variant's name
+    fields: dict[str, tuple[float, float]]
+
+    def describe(self) -> str:
+        """One line: the cell and each differing field."""
+        told = "; ".join(f"{name} kept {_shown(kept)}, counted {_shown(counted)}"
+                         for name, (kept, counted) in self.fields.items())
+        return f"{self.campaign} / {self.policy} / {self.task} / {self.variant}: {told}"
+
+
+def _shown(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+COUNT_FIELDS = ("episodes", "successes", "failures", "timeouts", "errors", "steps", "return_sum", "return_squares")
+
+
+def count_differences(catalog: Catalog, campaign: str | None = None) -> tuple[int, list[CountDifference]]:
+    """The kept counts against a fresh ``GROUP BY`` of the rows (:func:`cell_totals` both ways): how many cells
+    either holds, and the cells that differ. Integers must be equal; sums of returns (added in another order)
+    to a relative 1e-9."""
+    kept = {(t.campaign, t.policy, t.task, t.variant_key): t for t in cell_totals(catalog, campaign)}
+    counted = {(t.campaign, t.policy, t.task, t.variant_key): t for t in cell_totals(catalog, campaign, from_rows=True)}
+    found: list[CountDifference] = []
+    for cell in sorted(set(kept) | set(counted)):
+        a, b = kept.get(cell), counted.get(cell)
+        fields = {}
+        for name in COUNT_FIELDS:
+            x = float(getattr(a, name)) if a is not None else 0.0
+            y = float(getattr(b, name)) if b is not None else 0.0
+            same = math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9) if name.startswith("return") else x == y
+            if not same:
+                fields[name] = (x, y)
+        holder = a if a is not None else b
+        if fields and holder is not None:  # one of the two holds the cell
+            found.append(CountDifference(cell[0], cell[1], cell[2], holder.variant, fields))
+    return len(set(kept) | set(counted)), found

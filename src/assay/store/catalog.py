@@ -37,6 +37,7 @@ from assay.store.schema import (
     episodes,
     link_policies,
     metadata,
+    pruned_episodes,
     store_meta,
     unsound_outcomes,
 )
@@ -333,8 +334,8 @@ class Catalog:
 
     @_guarded
     def forget(self, keys: Iterable[str]) -> int:
-        """Delete episodes (rows, every campaign's link, the rows of every registered table) so
-        they can be re-run, in one transaction: all of it goes, or none.
+        """Delete episodes (rows, every campaign's link, their prune marks, the rows of every registered table)
+        so they can be re-run, in one transaction: all of it goes, or none.
 
         Used when an episode's step file is missing or corrupted: such an episode must
         never be scored. Returns how many episode rows were deleted. Higher layers'
@@ -353,6 +354,7 @@ class Catalog:
                 for table in extra:
                     conn.execute(table.delete().where(table.c.key.in_(chunk)))
                 conn.execute(campaign_episodes.delete().where(campaign_episodes.c.key.in_(chunk)))
+                conn.execute(pruned_episodes.delete().where(pruned_episodes.c.key.in_(chunk)))
                 deleted += conn.execute(episodes.delete().where(episodes.c.key.in_(chunk))).rowcount
             counts.recount(conn, cells)  # from the rows that remain, not from what the deleted rows say now
         return deleted

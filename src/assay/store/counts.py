@@ -12,7 +12,8 @@ table of its own, changed in the same transaction as the rows they count:
   so a row edited by hand since it was counted cannot leave a wrong count behind;
 * a catalog from before the table, or one whose counts are doubted, is counted anew from its rows
   (:func:`rebuild`; ``Catalog`` does it on open when ``store_meta.cell_counts`` is not
-  :data:`VERSION`, and ``assay store verify`` compares the table with a fresh count).
+  :data:`VERSION`; ``assay store verify`` compares the table with a fresh count,
+  ``aggregates.count_differences``, and names the cells that differ; ``--recount`` rebuilds it).
 
 Only rows whose outcome is one of Assay's are counted (a reader that decodes rows leaves the
 others out too).

@@ -2,7 +2,8 @@
 
 A store's data root is a local directory (a ``Path``) or, for a cluster, any fsspec
 URL (``s3://bucket/prefix``, ``gs://...``, ``file:///shared/...``) that every node
-reaches. :func:`open_root` gives either as a :class:`DataRoot`; the episode and
+reaches; an object store needs its fsspec package (``pip install 'assay[s3]'`` or ``'assay[gcs]'``).
+:func:`open_root` gives either as a :class:`DataRoot`; the episode and
 video modules write and read through it and never ask which kind they hold.
 
 Writes are atomic: to a temporary name beside the target (``.tmp-<host>-<pid>``),
@@ -83,6 +84,25 @@ class DataRoot(Protocol):
         """Delete the file at ``relpath`` (nothing when it is not there)."""
 
 
+# The Assay extra that installs each object store's fsspec implementation (pyproject.toml).
+PROTOCOL_EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs")}
+
+
+def _package(url: str) -> str | None:
+    return PROTOCOL_EXTRAS.get(url.partition("://")[0].lower(), (None, None))[0]
+
+
+def install_hint(url: str, error: ImportError | None = None) -> str:
+    """The install command a data root at ``url`` needs: the extra for its protocol (``s3://``: ``assay[s3]``,
+    ``gs://``: ``assay[gcs]``), else fsspec's own advice (``error``), else ``assay[ray]`` (fsspec itself)."""
+    extra = PROTOCOL_EXTRAS.get(url.partition("://")[0].lower())
+    if extra is not None:
+        return f"pip install 'assay[{extra[1]}]' (it installs {extra[0]})"
+    if error is not None and str(error):
+        return f"{str(error).splitlines()[0]} (no Assay extra provides it)"
+    return "pip install 'assay[ray]' (it installs fsspec)"
+
+
 class LocalRoot:
     """A local directory."""
 
@@ -156,10 +176,13 @@ class FsspecRoot:
         try:
             import fsspec
         except ImportError:
-            raise StoreError(f"step data at {url} needs fsspec: pip install 'assay[ray]'") from None
+            raise StoreError(f"step data at {url} needs fsspec: {install_hint(url)}") from None
         try:
             self.fs, base = fsspec.core.url_to_fs(url)
-        except (ImportError, ValueError) as exc:
+        except ImportError as exc:  # the protocol's package (s3fs, gcsfs) is not installed
+            raise StoreError(f"step data at {url} needs {_package(url) or 'its fsspec implementation'}: "
+                             f"{install_hint(url, exc)}") from None
+        except ValueError as exc:
             raise StoreError(f"cannot open step-data location {url}: {exc}") from None
         self.url, self.base = url, base.rstrip("/")
         protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
@@ -273,5 +296,5 @@ def _alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["DataRoot", "FsspecRoot", "LocalRoot", "Root", "as_root", "is_url", "local_path", "open_root",
-           "remove_stale_temporaries", "tmp_suffix"]
+__all__ = ["DataRoot", "FsspecRoot", "LocalRoot", "Root", "as_root", "install_hint", "is_url", "local_path",
+           "open_root", "remove_stale_temporaries", "tmp_suffix"]

@@ -1,5 +1,6 @@
 """The catalog's tables (SQLAlchemy Core), in one place: the episodes, campaigns and their links, the store's
-own facts, and the per-cell counts kept beside them (``cell_counts``, :mod:`assay.store.counts`).
+own facts, the per-cell counts kept beside them (``cell_counts``, :mod:`assay.store.counts`) and the episodes
+whose files were pruned (``pruned_episodes``, :mod:`assay.store.retention`).
 
 Columns of ``episodes`` are derived from ``EpisodeRecord``'s fields (``assay.store.catalog``); a test keeps
 them equal. Two covering indexes serve the aggregate queries (:mod:`assay.store.aggregates`): each link's
@@ -98,6 +99,18 @@ cell_counts = sa.Table(
     sa.Column("steps", sa.BigInteger, nullable=False),  # over the non-error episodes, as the two sums below
     sa.Column("return_sum", sa.Float, nullable=False),
     sa.Column("return_squares", sa.Float, nullable=False),
+)
+
+# Episodes whose step file and videos were deleted by ``assay store prune`` (:mod:`assay.store.retention`): their
+# rows stay (summaries, counts, keys a resume skips) with ``data_path`` NULL, and here is what the file was.
+pruned_episodes = sa.Table(
+    "pruned_episodes",
+    metadata,
+    sa.Column("key", sa.String(64), sa.ForeignKey("episodes.key"), primary_key=True),
+    sa.Column("data_path", sa.Text, nullable=False),
+    sa.Column("data_sha256", sa.String(64), nullable=True),
+    sa.Column("data_bytes", sa.BigInteger, nullable=True),
+    sa.Column("pruned_at", sa.String(40), nullable=False),
 )
 
 # Nullable columns added to existing tables after catalogs were first made: an older catalog gets them on

@@ -17,6 +17,10 @@ shared directory or an fsspec URL (``s3://bucket/prefix``). The catalog remember
 it (``store_meta.data_url``), so readers find the files without being told, and
 it stays with the driver: workers write files, only the driver writes rows.
 
+A row without a step file is an ``error`` before the first step, or an episode whose step file and videos
+``assay store prune`` deleted (:mod:`assay.store.retention`, which keeps the row and marks it); anything else
+is damaged, and ``Store.damaged`` (``assay store verify``) says so.
+
 The store remembers its catalog in ``store.json``: opening it with another catalog
 (a PostgreSQL campaign rerun without ``--catalog``) is refused, since it would rerun
 everything into a new catalog and overwrite the files, unless ``new_catalog`` is asked.
@@ -29,11 +33,14 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
 
 from assay.errors import StoreError
 from assay.store.catalog import CampaignRow, Catalog, IntegrityRow, ResumeRow
@@ -47,7 +54,9 @@ from assay.store.episodes import (
 from assay.store.identity import check_catalog, check_data_root
 from assay.store.locking import refuse_a_file, run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
+from assay.store.retention import PrunePlan, plan_prune, prune, pruned
 from assay.store.roots import DataRoot, local_path, open_root
+from assay.store.schema import episodes
 from assay.store.validation import Summary, file_check, table_problem
 
 DEFAULT_CATALOG = "sqlite (catalog.sqlite in the store)"
@@ -85,6 +94,26 @@ class ResumePlan:
     def forget(self) -> list[str]:
         """The recorded keys to forget before they are re-run (sorted)."""
         return sorted(self.damaged | self.errored)
+
+
+VERIFY_CHUNK = 5000  # keys whose rows a file check reads at a time
+
+
+@dataclass
+class FileCheck:
+    """What :meth:`Store.check_files` found: the untrusted episodes (key -> why) and a tally of the rest.
+
+    ``files`` rows name a step file, ``file_problems`` of those failed; ``pruned`` rows had theirs deleted by
+    ``assay store prune``; ``without_steps`` are errors before the first step (no file to have);
+    ``unsealed`` files were written before seals existed (their summary is not checked).
+    """
+
+    problems: dict[str, str] = field(default_factory=dict)
+    files: int = 0
+    file_problems: int = 0
+    pruned: int = 0
+    without_steps: int = 0
+    unsealed: set[str] = field(default_factory=set)
 
 
 def summary_of(record: EpisodeRecord) -> Summary:
@@ -224,22 +253,59 @@ class Store:
         rows vs the catalog's steps, the file's seal vs the row's summary): every file is read and hashed.
         ``assay store verify`` reports them; ``assay run --verify-files`` forgets and re-runs them.
 
-        Episodes recorded without step data (errors before the first step) have nothing to check.
+        A row without a step file is damaged unless it may have none: an ``error`` before the first step
+        (0 steps) or an episode whose files ``assay store prune`` deleted (:mod:`assay.store.retention`).
         ``unsealed``, when given, receives the keys of readable files written before seals existed.
         """
+        check = self.check_files(keys)
+        if unsealed is not None:
+            unsealed |= check.unsealed
+        return check.problems
+
+    def check_files(self, keys: Iterable[str]) -> FileCheck:
+        """What :meth:`damaged` finds, with the tally ``assay store verify`` prints; reads the catalog a chunk
+        of keys at a time, so a million episodes are never held as rows."""
+        check = FileCheck()
         keys = list(keys)
+        for start in range(0, len(keys), VERIFY_CHUNK):
+            self._check_chunk(keys[start:start + VERIFY_CHUNK], check)
+        return check
+
+    def _check_chunk(self, keys: list[str], check: FileCheck) -> None:
         found = {key: f"catalog row cannot be read ({why})" for key, why in self.catalog.undecodable(keys).items()}
         summaries = self.catalog.summaries(keys)
-        for key, row in self.catalog.integrity(keys).items():
-            if row.data_path is None or key in found:
+        rows = self.catalog.integrity(keys)
+        marks = pruned(self.catalog, [key for key, row in rows.items() if row.data_path is None])
+        for key, row in rows.items():
+            if key in found:
                 continue
-            problem, sealed = file_check(self.data_root, row.data_path, row.data_sha256, key, summaries[key].steps,
-                                         summaries[key])
-            if not sealed and problem is None and unsealed is not None:
-                unsealed.add(key)
+            summary = summaries[key]
+            if row.data_path is None:
+                if key in marks:
+                    check.pruned += 1
+                elif summary.outcome == Outcome.ERROR.value and summary.steps == 0:
+                    check.without_steps += 1
+                else:
+                    found[key] = (f"no step file, yet the row records {summary.outcome} after {summary.steps} steps "
+                                  "(only an error before the first step, or a pruned episode, has none)")
+                continue
+            check.files += 1
+            problem, sealed = file_check(self.data_root, row.data_path, row.data_sha256, key, summary.steps, summary)
+            if not sealed and problem is None:
+                check.unsealed.add(key)
             if problem is not None:
                 found[key] = problem
-        return found
+                check.file_problems += 1
+        check.problems.update(found)
+
+    def recorded_keys(self) -> list[str]:
+        """Every episode key the catalog holds, sorted (what ``assay store verify`` checks)."""
+        try:
+            with self.catalog.engine.connect() as conn:
+                return [str(k) for k in conn.execute(sa.select(episodes.c.key).order_by(episodes.c.key)).scalars()]
+        except SQLAlchemyError as exc:
+            raise StoreError(f"catalog {self.catalog.display_url}: listing episodes failed: "
+                             f"{type(exc).__name__}") from None
 
     def resume_plan(self, keys: Iterable[str], retry_errors: bool = False, verify: bool = False) -> ResumePlan:
         """Decide which of ``keys`` a resume keeps and which it re-runs; reads only, changes nothing.
@@ -271,6 +337,16 @@ class Store:
                 found[key] = f"{size} bytes, the catalog records {row.data_bytes} (truncated or replaced)"
         return found
 
+    def prune(self, campaigns: Sequence[str] = (), older_than: timedelta | None = None, dry_run: bool = False,
+              on_wait: Callable[[str], None] | None = None) -> PrunePlan:
+        """Delete the step files and videos of the episodes of ``campaigns`` and/or older than ``older_than``,
+        keeping their catalog rows and summaries (:mod:`assay.store.retention`); ``dry_run`` only plans. The
+        deletion holds the run lock, so it never overlaps a campaign run on this store."""
+        if dry_run:
+            return plan_prune(self.catalog, self.files, campaigns, older_than)
+        with self.run_lock(on_wait):
+            return prune(self.catalog, self.files, plan_prune(self.catalog, self.files, campaigns, older_than))
+
     def forget(self, keys: Iterable[str]) -> int:
         """Forget episodes so they can be re-run (see :meth:`Catalog.forget`); how many rows went."""
         return self.catalog.forget(keys)
@@ -297,6 +373,10 @@ class Store:
         """The per-step table of an episode, checked against its catalog row (checksum, key, columns, rows and,
         unless ``check_seal`` is False, the summary sealed in the file); ``verify=False`` checks nothing."""
         if record.data_path is None:
+            mark = pruned(self.catalog, [record.key]).get(record.key)
+            if mark is not None:
+                raise StoreError(f"episode {record.key[:12]}: step file pruned ({mark.pruned_at}, `assay store "
+                                 "prune`); its catalog row and summary are kept")
             raise StoreError(f"episode {record.key} has no step data ({record.outcome.value}: {record.reason})")
         table = read_episode(self.data_root, record.data_path, record.data_sha256 if verify else None,
                              check_format=False)  # table_problem names a wrong format with the rest (when verified)
