@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
     # Actors import test policies (tests.faulty_policies), so they need the repository on their path.
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    # address="local": a new instance even when another Ray cluster runs on this machine (ray.init() would join it)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}})
     yield
     ray.shutdown()

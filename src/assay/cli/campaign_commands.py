@@ -24,6 +24,7 @@ from assay.cli.common import (
 )
 from assay.cli.gates import FailUnderOpt, check_rates, is_stdout
 from assay.cli.lazy import subgroup
+from assay.cli.options import AddressOpt
 from assay.cli.progress import CampaignProgress, interrupt_told
 from assay.cli.scoring import AllowPartialOpt, VariantScopeOpt, scored_campaign
 from assay.errors import AssayError
@@ -58,8 +59,7 @@ def run(
     workers: Annotated[int, typer.Option("--workers", "-w", min=1,
                                          help="Worker processes (local) or actors (ray).")] = 2,
     executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local | ray")] = "local",
-    address: Annotated[str | None, typer.Option(
-        "--address", help="Ray cluster: auto | ray://HOST:PORT (default: a local Ray).")] = None,
+    address: AddressOpt = None,
     data: Annotated[str | None, typer.Option(
         "--data", help="Where step files go: a shared directory or fsspec URL (default: the store).")] = None,
     retry_errors: Annotated[bool, typer.Option(

@@ -65,6 +65,9 @@ def print_episode(record: EpisodeRecord, summary: dict[str, Any]) -> None:
                               + (", software" if renderer.get("software") else "") + ")")
     for name, value in fields.items():
         console.print(f"  [cyan]{name:>18}[/] {value}", highlight=False, soft_wrap=True)
-    console.print(f"  [cyan]{'step data':>18}[/] {summary['rows']} rows in {summary.get('path')}")
+    where = summary.get("path")
+    console.print(f"  [cyan]{'step data':>18}[/] " + (f"{summary['rows']} rows in {where}" if where is not None
+                  else "none (an error before the first step)" if record.steps == 0
+                  else "none: the step file was pruned (`assay store prune`); the summary above is the catalog's"))
     for name, stats in summary["columns"].items():
         console.print(f"    {name:<28} {json.dumps(stats)}", highlight=False)

@@ -210,7 +210,9 @@ def _media(item: GalleryItem, store: Store, embed_video: bool, out_dir: Path) ->
             os.path.relpath(local / relpath, out_dir)
         # the last keyframe as poster: a paused video shows where the episode ended, not a black box
         media.append(render("media.html", camera=camera, frames=frames, ponr=ponr_t, poster=frames[-1][1], src=src))
-    if not item.videos:
+    if not item.videos and item.record.data_path is None and item.record.steps > 0:
+        media.append(Markup("<p class='muted'>Step file and videos pruned (<code>assay store prune</code>).</p>"))
+    elif not item.videos:
         media.append(Markup("<p class='muted'>No camera video recorded (campaign without cameras).</p>"))
     return media
 

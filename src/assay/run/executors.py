@@ -319,7 +319,8 @@ def make_executor(
     address: str | None = None,
     faults: FaultPolicy | None = None,
 ) -> Executor:
-    """The executor called ``name``; ``address`` is the Ray cluster (``auto``, ``ray://HOST:PORT``)."""
+    """The executor called ``name``; ``address`` is the Ray cluster (``HOST:PORT``, ``ray://HOST:PORT``, ``auto``;
+    None: ``RAY_ADDRESS``, else a local Ray)."""
     if address is not None and name != "ray":
         raise AssayError(f"--address is for the ray executor only (got --executor {name})")
     if name == "inline":

@@ -284,8 +284,8 @@ class RayExecutor:
         ray = _ray()
         if ray.is_initialized():
             return ray
-        if self.address is None:
-            ray.init(include_dashboard=False, log_to_driver=False)
+        if self.address is None:  # a new local Ray, never a `ray start` cluster found on this node by chance
+            ray.init(address="local", include_dashboard=False, log_to_driver=False)
             return ray
         try:
             ray.init(address=self.address, log_to_driver=False)

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
+import importlib.util
 import io
 import logging
 import warnings
@@ -224,10 +224,8 @@ class LiberoEnv:
             raise UnsupportedError(f"{task.id}: unknown camera {', '.join(unknown)}; valid: {', '.join(CAMERAS)} "
                                    f"(openpi's names) or {', '.join(ALIASES)} (LeRobot's names for them)")
         disable_asset_cache()  # before MuJoCo's first compile in this process (sim.mujoco_memory), else a no-op
-        try:
-            importlib.import_module("libero.libero")  # here for the one-line refusal when LIBERO is absent
-        except ImportError:
-            raise UnsupportedError(f"{task.id}: LIBERO is not installed; pip install 'assay[libero]'") from None
+        if importlib.util.find_spec("libero") is None:  # the one-line refusal when LIBERO is absent
+            raise UnsupportedError(f"{task.id}: LIBERO is not installed; pip install 'assay[libero]'")
         self.task = task
         self._benchmark = task.env_name.partition("/")[0]
         self._scenes: OrderedDict[tuple[str, ...], _Scene] = OrderedDict()  # least recently used first

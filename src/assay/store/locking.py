@@ -31,7 +31,7 @@ LOCK_NAME = ".run.lock"
 
 _locks: dict[Path, FileLock] = {}  # one lock per lock file in this process: filelock counts re-entries
 _guard = threading.Lock()
-_unwritten: set[Path] = set()  # lock files whose holder pid could not be written (a full disk)
+_unwritten: dict[Path, str] = {}  # lock files whose holder pid could not be written, and why (a full disk)
 
 
 def _write_holder(path: Path) -> Callable[[int], None]:
@@ -41,8 +41,8 @@ def _write_holder(path: Path) -> Callable[[int], None]:
         try:
             os.ftruncate(fd, 0)
             os.write(fd, str(os.getpid()).encode())
-        except OSError:
-            _unwritten.add(path)
+        except OSError as exc:
+            _unwritten[path] = str(exc.strerror or exc)
 
     return write
 
@@ -92,9 +92,9 @@ def run_lock(root: Path, on_wait: Callable[[str], None] | None = None) -> Iterat
     except OSError as exc:
         raise StoreError(f"cannot open the run lock {path}: {exc.strerror or exc}") from None
     if path in _unwritten:  # a full disk fails here first
-        _unwritten.discard(path)
+        why = _unwritten.pop(path)
         lock.release()
-        raise StoreError(f"cannot write the run lock {path}: the disk is full or read-only")
+        raise StoreError(f"cannot write the run lock {path}: {why}")
     try:
         yield
     finally:
