@@ -84,8 +84,11 @@ report: install
 serve: install
 	$(ASSAY) serve --store $(STORE) --campaigns examples
 
+# Two pytest processes: the multi-node Ray cluster tests run in one of their own (a local Ray session earlier in
+# the same process leaves state behind that kills a later cluster's actors).
 test: install-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not ray_cluster"
+	$(PY) -m pytest -q -m ray_cluster
 
 # The fast core tier: no simulator is built (tests/conftest.py refuses one under ASSAY_TEST_TIER=fast, in the
 # test process and in every process it spawns), no Ray, no PostgreSQL, nothing slow.
@@ -97,7 +100,8 @@ test-libero: install-test
 	$(PY) -m pytest -q -m libero
 
 test-ray: install-test
-	$(PY) -m pytest -q -m "ray" tests/test_ray.py
+	$(PY) -m pytest -q -m "ray and not ray_cluster"
+	$(PY) -m pytest -q -m ray_cluster
 
 test-postgres: install-test
 	$(PY) -m pytest -q -m "postgres" tests/test_postgres.py

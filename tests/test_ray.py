@@ -26,12 +26,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
+    environ = dict(os.environ)
     # Actors import test policies (tests.faulty_policies), so they need the repository on their path.
     # address="local": a new instance even when another Ray cluster runs on this machine (ray.init() would join it)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}})
     yield
     ray.shutdown()
+    # ray.init() leaves RAY_AUTH_MODE=token (its token under this HOME), PYTHONBREAKPOINT and more in os.environ:
+    # a later test's cluster must start from the environment this module found
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 def test_ray_gives_exactly_the_local_results(tmp_path):

@@ -58,6 +58,7 @@ def _campaign(name: str):
 
 
 @pytest.mark.ray
+@pytest.mark.ray_cluster
 @pytest.mark.slow
 def test_a_root_that_is_not_shared_fails_at_the_preflight_naming_the_node(two_nodes, tmp_path: Path) -> None:
     from assay.run.ray_executor import RayExecutor
@@ -76,6 +77,7 @@ def test_a_root_that_is_not_shared_fails_at_the_preflight_naming_the_node(two_no
 
 
 @pytest.mark.ray
+@pytest.mark.ray_cluster
 @pytest.mark.slow
 def test_a_shared_root_passes_the_preflight_on_every_node(two_nodes, tmp_path: Path) -> None:
     from assay.run.ray_executor import RayExecutor

@@ -125,6 +125,7 @@ def client_server(cluster):
 
 
 @pytest.mark.ray
+@pytest.mark.ray_cluster
 @pytest.mark.slow
 def test_ray_client_joins_by_ray_url_and_equals_a_local_run(client_server: str, tmp_path: Path) -> None:
     pytest.importorskip("grpc", reason="Ray Client needs ray[client] (pip install 'assay[ray]')")
@@ -154,6 +155,7 @@ def test_ray_client_joins_by_ray_url_and_equals_a_local_run(client_server: str, 
 
 
 @pytest.mark.ray
+@pytest.mark.ray_cluster
 @pytest.mark.slow
 def test_a_two_node_cluster_joined_by_host_and_port_equals_a_local_run(cluster, tmp_path: Path) -> None:
     import ray
