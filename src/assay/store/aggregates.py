@@ -272,7 +272,8 @@ def campaign_seeds(catalog: Catalog, campaign: str) -> list[int]:
     """The distinct episode seeds of the campaign, sorted."""
     query = _linked(campaign).add_columns(episodes.c.seed).where(_sound()).distinct().order_by(episodes.c.seed)
     with catalog.engine.connect() as conn:
-        return [int(seed) for seed in conn.execute(query).scalars()]
+        seeds: Sequence[Any] = conn.execute(query).scalars().all()
+        return [int(seed) for seed in seeds]
 
 
 def unsound_rows(catalog: Catalog, campaign: str | None = None) -> dict[str, str]:

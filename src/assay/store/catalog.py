@@ -15,7 +15,7 @@ import functools
 import json
 import re
 import typing
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -600,7 +600,8 @@ _TABLE_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{63 - len(_FORGET)}}}")
 
 
 def _registered(conn: sa.Connection) -> list[str]:
-    names = conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name.startswith(_FORGET))).scalars()
+    names: Sequence[str] = conn.execute(
+        sa.select(store_meta.c.name).where(store_meta.c.name.startswith(_FORGET))).scalars().all()
     return sorted(name[len(_FORGET):] for name in names)
 
 

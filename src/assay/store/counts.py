@@ -84,10 +84,9 @@ def add_links(conn: sa.Connection, campaign: str, links: Iterable[tuple[str, Fac
 def _upsert(conn: sa.Connection, row: dict[str, Any]) -> None:
     dialect = conn.dialect.name
     if dialect in ("sqlite", "postgresql"):
-        if dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert
-        else:
-            from sqlalchemy.dialects.postgresql import insert
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
         statement = insert(cell_counts).values(**row)
         conn.execute(statement.on_conflict_do_update(
             index_elements=list(CELL), set_={c: cell_counts.c[c] + statement.excluded[c] for c in SUMS}))

@@ -302,7 +302,8 @@ class Store:
         """Every episode key the catalog holds, sorted (what ``assay store verify`` checks)."""
         try:
             with self.catalog.engine.connect() as conn:
-                return [str(k) for k in conn.execute(sa.select(episodes.c.key).order_by(episodes.c.key)).scalars()]
+                keys: Sequence[Any] = conn.execute(sa.select(episodes.c.key).order_by(episodes.c.key)).scalars().all()
+                return [str(k) for k in keys]
         except SQLAlchemyError as exc:
             raise StoreError(f"catalog {self.catalog.display_url}: listing episodes failed: "
                              f"{type(exc).__name__}") from None

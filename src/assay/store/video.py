@@ -60,7 +60,7 @@ def read_video(root: Root, relpath: str) -> np.ndarray:
         data = data_root.read(relpath)
     except FileNotFoundError:
         raise StoreError(f"video {data_root.where(relpath)} does not exist") from None
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), mode="r") as container:
         return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])
 
 

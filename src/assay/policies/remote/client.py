@@ -137,9 +137,9 @@ def _refused(exc: BaseException, params: RemoteParams) -> str | None:
 
 async def _open(url: str, params: RemoteParams, client: str | None) -> tuple[Any, dict[str, Any]]:
     """One attempt: a connection and its metadata frame."""
-    from websockets.asyncio.client import connect
+    from websockets.asyncio.client import ClientConnection, connect
 
-    ws = await asyncio.wait_for(
+    ws: ClientConnection = await asyncio.wait_for(
         connect(url, additional_headers=_headers(params, client), max_size=params.max_message_bytes,
                 compression=None, open_timeout=None, ping_interval=None),
         params.timeout_s)

@@ -238,7 +238,7 @@ def budgeted_connection(budget: ByteBudget, book: ConnectionBook) -> type:
     it held of ``budget`` and of ``book`` (an admitted upgrade not seated yet) is given back."""
     from websockets.asyncio.server import ServerConnection
 
-    class BudgetedConnection(ServerConnection):  # type: ignore[misc]  # websockets is not followed: Any to mypy
+    class BudgetedConnection(ServerConnection):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self.lost = False

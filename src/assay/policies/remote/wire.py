@@ -118,8 +118,8 @@ def packb(obj: Any) -> bytes:
     return packed
 
 
-def unpackb(data: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Any:
-    """Decode a message; anything malformed raises :class:`WireError` (never unpickles)."""
+def unpackb(data: bytes | bytearray | memoryview | str, max_bytes: int = MAX_MESSAGE_BYTES) -> Any:
+    """Decode a message (a text frame is refused); anything malformed raises :class:`WireError` (never unpickles)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise WireError("expected a binary frame, got text")
     if len(data) > max_bytes:
