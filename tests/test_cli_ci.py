@@ -97,8 +97,12 @@ def test_report_to_stdout(store):
     assert "written to stdout" in result.stderr
 
 
-def test_version_short_help_and_completion():
+def test_version_short_help_and_completion(monkeypatch):
     from assay import __version__
+
+    # Typer detects the calling shell (shellingham) unless told not to; under make the parent is /bin/sh,
+    # which has no completion script, so the shell is named explicitly as `--show-completion bash`.
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
 
     assert invoke("--version").stdout == f"assay {__version__}\n"
     assert invoke("-h").exit_code == 0 and "Usage: assay" in invoke("-h").stdout
