@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,6 +177,35 @@ def test_a_write_without_the_token_is_refused_in_the_browser(server: str, page: 
     assert status == 401
     runs = json.loads(urllib.request.urlopen(server + "/api/runs").read())
     assert runs == []  # nothing was started
+
+
+HOSTILE = '<img src=x onerror="window.__pwned = 1">'
+
+
+def test_the_dashboard_escapes_every_value_it_shows(server: str, page: object) -> None:
+    """html`...` escapes what it interpolates (golden cases), refuses a bare string, and a hostile name in the
+    address reaches the page as text: the error line shows it literally and no element is made from it."""
+    page.goto(server + "/")
+    page.locator("#campaigns").wait_for()
+    cases = page.evaluate("""() => ({
+        text: html`<b>${`<i>&"'`}</b>`.text,
+        nested: html`<p>${html`<i>x</i>`}</p>`.text,
+        array: html`${["<a>", html`<b></b>`, 3]}`.text,
+        empty: html`[${null}${undefined}]`.text,
+        attribute: html`<td title="${'" onmouseover="x'}">`.text,
+        refused: (() => { try { show(document.createElement("div"), "<b>raw</b>"); return "shown"; }
+                          catch (e) { return e.constructor.name; } })(),
+    })""")
+    assert cases == {"text": "<b>&lt;i&gt;&amp;&quot;&#39;</b>", "nested": "<p><i>x</i></p>",
+                     "array": "&lt;a&gt;<b></b>3", "empty": "[]",
+                     "attribute": '<td title="&quot; onmouseover=&quot;x">', "refused": "TypeError"}
+    page.goto(server + "/#/c/" + urllib.parse.quote(HOSTILE, safe=""))
+    page.locator("#view .warn").wait_for()
+    assert HOSTILE in page.locator("#view .warn").inner_text()  # the 404's line names the campaign asked for
+    assert HOSTILE in page.locator("#crumbs").inner_text()
+    assert page.locator("#view img, #crumbs img").count() == 0
+    assert page.evaluate("window.__pwned === undefined")
+    assert page.errors == []
 
 
 def test_report_renders_offline_in_the_browser(report_store: Path, page: object, tmp_path: Path) -> None:  # noqa: F811

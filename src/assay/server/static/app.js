@@ -8,9 +8,29 @@ const COLOURS = ["#1565c0", "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f
 let cleanup = [];
 let passK = 3;  // the k of the campaign page's pass^k table (its input changes it)
 
-function esc(value) {
+// HTML is written only through html`...` (Jinja2's autoescape, in the browser): every ${value} is escaped unless it
+// is itself the product of html`...`; an array is each of its items, the same way. show() and append() take only
+// such fragments, so no string reaches innerHTML unescaped.
+class Safe {
+  constructor(text) { this.text = text; }
+}
+function escapeText(value) {
   return String(value ?? "").replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 }
+function interpolate(value) {
+  if (value instanceof Safe) return value.text;
+  if (Array.isArray(value)) return value.map(interpolate).join("");
+  return escapeText(value);
+}
+function html(strings, ...values) {
+  return new Safe(strings.reduce((out, text, i) => out + interpolate(values[i - 1]) + text));
+}
+function fragment(value) {
+  if (!(value instanceof Safe)) throw new TypeError("HTML must come from html`...`");
+  return value.text;
+}
+function show(node, value) { node.innerHTML = fragment(value); }
+function append(node, value) { node.insertAdjacentHTML("beforeend", fragment(value)); }
 function pct(x) { return x === null || x === undefined ? "–" : Math.round(100 * x) + "%"; }
 async function api(path, options) {
   const response = await fetch(path, options);
@@ -29,8 +49,8 @@ function el(tag, attrs, parent) {
 function linePlot(container, title, t, matrix, labels, onSeek) {
   const box = document.createElement("div");
   box.className = "plot";
-  const legend = labels.map((l, d) => `<span style="color:${COLOURS[d % COLOURS.length]}">■ ${esc(l)}</span>`).join(" ");
-  box.innerHTML = `<h3>${esc(title)} <small class="legend">${legend}</small></h3>`;
+  const legend = labels.map((l, d) => html`<span style="color:${COLOURS[d % COLOURS.length]}">■ ${l}</span> `);
+  show(box, html`<h3>${title} <small class="legend">${legend}</small></h3>`);
   container.appendChild(box);
   const W = 800, H = 150, L = 40, R = 8, T = 8, B = 18;
   const svg = el("svg", {class: "chart", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", "data-plot": title}, box);
@@ -92,21 +112,21 @@ function timeline(container, events, tEnd, onSeek) {
 
 // -- views -----------------------------------------------------------------------------------------
 async function campaignsView() {
-  crumbs.innerHTML = "";
+  crumbs.textContent = "";
   const [campaigns, runs] = await Promise.all([api("/api/campaigns"), api("/api/runs")]);
-  view.innerHTML = `<section><h2>Campaigns</h2><table id="campaigns"><thead><tr><th>campaign</th><th>progress</th>
+  show(view, html`<section><h2>Campaigns</h2><table id="campaigns"><thead><tr><th>campaign</th><th>progress</th>
     <th class="num">episodes</th><th>policies</th><th>tasks</th><th>variants</th><th>updated</th></tr></thead><tbody>
-    ${campaigns.map(c => `<tr data-campaign="${esc(c.name)}"><td><a href="#/c/${encodeURIComponent(c.name)}">${esc(c.name)}</a>
-      ${c.running ? "<span class='timeout'> running</span>" : ""}</td>
+    ${campaigns.map(c => html`<tr data-campaign="${c.name}"><td><a href="#/c/${encodeURIComponent(c.name)}">${c.name}</a>
+      ${c.running ? html`<span class='timeout'> running</span>` : ""}</td>
       <td><span class="bar"><span style="width:${Math.round(100 * Math.min(1, c.progress))}%"></span></span> ${pct(c.progress)}</td>
-      <td class="num">${c.episodes} / ${c.jobs}</td><td>${esc(c.policies.join(", "))}</td><td>${esc(c.tasks.join(", "))}</td>
-      <td>${esc(c.variants.join(", "))}</td><td>${esc(c.updated_at)}</td></tr>`).join("")}</tbody></table></section>
+      <td class="num">${c.episodes} / ${c.jobs}</td><td>${c.policies.join(", ")}</td><td>${c.tasks.join(", ")}</td>
+      <td>${c.variants.join(", ")}</td><td>${c.updated_at}</td></tr>`)}</tbody></table></section>
     <section><h2>Start a campaign</h2><p class="muted">A YAML file inside the server's campaign directory; needs the token printed by <code>assay serve</code>.</p>
     <input id="path" type="text" placeholder="campaign.yaml"> <input id="token" type="password" placeholder="token">
     <button id="start">Start</button> <span id="start-result"></span>
     <h2 style="margin-top:14px">Runs</h2><table><thead><tr><th>run</th><th>campaign</th><th>state</th><th>started</th><th></th></tr></thead><tbody>
-    ${runs.map(r => `<tr><td>${esc(r.id)}</td><td>${esc(r.campaign)}</td><td>${esc(r.state)}${r.error ? `: <span class="run-error">${esc(r.error)}</span>` : ""}</td><td>${esc(r.started_at)}</td>
-      <td>${r.state === "running" ? `<button data-cancel="${esc(r.id)}">Cancel</button>` : ""}</td></tr>`).join("")}</tbody></table></section>`;
+    ${runs.map(r => html`<tr><td>${r.id}</td><td>${r.campaign}</td><td>${r.state}${r.error ? html`: <span class="run-error">${r.error}</span>` : ""}</td><td>${r.started_at}</td>
+      <td>${r.state === "running" ? html`<button data-cancel="${r.id}">Cancel</button>` : ""}</td></tr>`)}</tbody></table></section>`);
   const token = document.getElementById("token");
   token.value = sessionStorage.getItem("assay-token") || "";
   const write = async (path, body) => {
@@ -118,7 +138,7 @@ async function campaignsView() {
   document.getElementById("start").onclick = async () => {
     const out = document.getElementById("start-result");
     try { const run = await write("/api/runs", {path: document.getElementById("path").value}); out.textContent = `started ${run.id}`; setTimeout(route, 800); }
-    catch (e) { out.innerHTML = `<span class="warn">${esc(e.status)}: ${esc(e.message)}</span>`; }
+    catch (e) { show(out, html`<span class="warn">${e.status}: ${e.message}</span>`); }
   };
   view.querySelectorAll("[data-cancel]").forEach(b => b.onclick = async () => { await write(`/api/runs/${b.dataset.cancel}/cancel`); route(); });
   if (campaigns.some(c => c.running) || runs.some(r => r.state === "running")) {  // refresh while something runs
@@ -138,58 +158,58 @@ async function campaignTables(name) {
     api(`/api/campaigns/${encodeURIComponent(name)}/episodes`), api(`/api/regression?campaign=${encodeURIComponent(name)}`),
     api(`/api/campaigns/${encodeURIComponent(name)}/failures`), api(`/api/campaigns/${encodeURIComponent(name)}/pass-k?k=${passK}`)]);
   const failures = mined.episodes;
-  const leaks = (campaign.leakage || []).map(l => `<p class="${l.contaminated ? "warn" : "muted"}" data-leakage="${l.contaminated}">leakage:
-      ${esc(l.checkpoint)}: ${l.error ? "not checked (" + esc(l.error) + ")" : l.contaminated ? `${l.contaminated} of ${l.episodes} episodes are scenes it was trained on` : "clean"}</p>`).join("");
-  const safety = (campaign.safety || []).length ? `<section id="safety-section"><h2>Safety filter interventions (steps)${campaign.safety_scope ? ` <span class="muted">(${esc(campaign.safety_scope.label)})</span>` : ""}</h2><table id="safety"><thead><tr>
+  const leaks = (campaign.leakage || []).map(l => html`<p class="${l.contaminated ? "warn" : "muted"}" data-leakage="${l.contaminated}">leakage:
+      ${l.checkpoint}: ${l.error ? `not checked (${l.error})` : l.contaminated ? `${l.contaminated} of ${l.episodes} episodes are scenes it was trained on` : "clean"}</p>`);
+  const safety = (campaign.safety || []).length ? html`<section id="safety-section"><h2>Safety filter interventions (steps)${campaign.safety_scope ? html` <span class="muted">(${campaign.safety_scope.label})</span>` : ""}</h2><table id="safety"><thead><tr>
       <th>policy</th><th>task</th><th>variant</th><th class="num">episodes</th><th class="num">nan</th><th class="num">limit</th><th class="num">workspace</th></tr></thead><tbody>
-      ${campaign.safety.map(r => `<tr><td>${esc(r.policy)}</td><td>${esc(r.task)}</td><td>${esc(r.variant)}</td><td class="num">${r.episodes}</td>
-        <td class="num">${r.nan}</td><td class="num">${r.limit}</td><td class="num">${r.workspace}</td></tr>`).join("")}</tbody></table></section>` : "";
-  return {campaign, episodes: episodes.length, html: `${leaks}
-    <section><h2>Leaderboard <span class="muted" id="leaderboard-scope">(${esc(board.scope ? board.scope.label : "")})</span></h2>
-      ${board.withheld ? `<p class="warn" id="leaderboard-withheld">${esc(board.withheld)}</p>` : ""}
+      ${campaign.safety.map(r => html`<tr><td>${r.policy}</td><td>${r.task}</td><td>${r.variant}</td><td class="num">${r.episodes}</td>
+        <td class="num">${r.nan}</td><td class="num">${r.limit}</td><td class="num">${r.workspace}</td></tr>`)}</tbody></table></section>` : "";
+  return {campaign, episodes: episodes.length, html: html`${leaks}
+    <section><h2>Leaderboard <span class="muted" id="leaderboard-scope">(${board.scope ? board.scope.label : ""})</span></h2>
+      ${board.withheld ? html`<p class="warn" id="leaderboard-withheld">${board.withheld}</p>` : ""}
       <table id="leaderboard"><thead><tr><th>policy</th><th>rank [interval]</th><th class="num">score</th>
       <th class="num">${pct(board.confidence)} interval</th><th class="num">scored</th><th class="num">errors</th><th class="num">recorded</th></tr></thead><tbody>
-      ${(board.rows || []).map(r => `<tr><td>${esc(r.policy)}</td><td>${esc(board.rank_text[r.policy])}</td><td class="num">${pct(r.score)}</td>
+      ${(board.rows || []).map(r => html`<tr><td>${r.policy}</td><td>${board.rank_text[r.policy]}</td><td class="num">${pct(r.score)}</td>
         <td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.scored}</td><td class="num">${r.errors}</td>
-        <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`).join("")}</tbody></table>
-      <p>${(board.signoff || []).map(s => `${esc(s.task)}: <span class="${s.validated ? "success" : "warn"}">${esc(s.status)}</span> <span class="muted">(${esc(s.reason)})</span>`).join("<br>")}</p></section>
-    <section><h2>Success by policy × task × variant <span class="muted">(${esc(campaign.rates_scope.label)})</span></h2>
-      <p id="completeness" class="${campaign.completeness.complete ? "muted" : "warn"}">${esc(completenessText(campaign.completeness))}</p>
+        <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`)}</tbody></table>
+      <p>${(board.signoff || []).map((s, i) => html`${i ? html`<br>` : ""}${s.task}: <span class="${s.validated ? "success" : "warn"}">${s.status}</span> <span class="muted">(${s.reason})</span>`)}</p></section>
+    <section><h2>Success by policy × task × variant <span class="muted">(${campaign.rates_scope.label})</span></h2>
+      <p id="completeness" class="${campaign.completeness.complete ? "muted" : "warn"}">${completenessText(campaign.completeness)}</p>
       <table id="rates"><thead><tr><th>policy</th><th>task</th><th>variant</th><th class="num">success</th>
-      <th class="num">${esc(campaign.interval)}</th><th class="num">n</th><th class="num">recorded</th></tr></thead><tbody>
-      ${campaign.rates.map(r => `<tr><td>${esc(r.group.policy)}</td><td>${esc(r.group.task)}</td><td>${esc(r.group.variant)}</td>
+      <th class="num">${campaign.interval}</th><th class="num">n</th><th class="num">recorded</th></tr></thead><tbody>
+      ${campaign.rates.map(r => html`<tr><td>${r.group.policy}</td><td>${r.group.task}</td><td>${r.group.variant}</td>
         <td class="num">${pct(r.rate)}</td><td class="num">${r.ci_low === null ? "–" : `[${pct(r.ci_low)}, ${pct(r.ci_high)}]`}</td><td class="num">${r.successes}/${r.scored}</td>
-        <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`).join("")}</tbody></table></section>
+        <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`)}</tbody></table></section>
     ${passKTables(passk)}
     ${safety}
-    <section><h2>Failures (${failures.length})${mined.scope ? ` <span class="muted" id="failures-scope">(${esc(mined.scope.label)})</span>` : ""}</h2>${failureTable(failures)}</section>
-    <section><h2>Regression sets mined from ${esc(name)} (${sets.length})</h2>${setTable(sets, "campaign-sets")}</section>
+    <section><h2>Failures (${failures.length})${mined.scope ? html` <span class="muted" id="failures-scope">(${mined.scope.label})</span>` : ""}</h2>${failureTable(failures)}</section>
+    <section><h2>Regression sets mined from ${name} (${sets.length})</h2>${setTable(sets, "campaign-sets")}</section>
     <section><h2 id="episodes-title">Episodes (${episodes.length})</h2>${episodeTable(episodes, "episodes")}</section>`};
 }
 
 function passKTables(passk) {
   const num = x => x === null || x === undefined ? "–" : x.toFixed(3);
   const ci = (lo, hi) => lo === null || lo === undefined ? "–" : `[${lo.toFixed(3)}, ${hi.toFixed(3)}]`;
-  return `<section><h2>Reliability: pass^<input id="pass-k" type="number" min="1" max="1000" value="${passk.k}" style="width:4em">${passk.scope ? ` <span class="muted">(${esc(passk.scope.label)})</span>` : ""}</h2>
+  return html`<section><h2>Reliability: pass^<input id="pass-k" type="number" min="1" max="1000" value="${passk.k}" style="width:4em">${passk.scope ? html` <span class="muted">(${passk.scope.label})</span>` : ""}</h2>
     <p class="muted">P(${passk.k} independent episodes all succeed): C(c,${passk.k})/C(n,${passk.k}), unbiased; interval: the mid-p ${pct(passk.confidence)} interval of the rate to the power ${passk.k}. Per policy: the mean over its tasks.</p>
     <table id="pass-k-cells"><thead><tr><th>policy</th><th>task</th><th class="num">succ/n</th><th class="num">pass^${passk.k}</th>
       <th class="num">C(c,k)/C(n,k)</th><th class="num">interval</th><th>why undefined</th></tr></thead><tbody>
-      ${passk.cells.map(c => `<tr><td>${esc(c.group.policy)}</td><td>${esc(c.group.task)}</td><td class="num">${c.successes}/${c.trials}</td>
-        <td class="num">${num(c.estimate)}</td><td class="num">${esc(c.fraction)}</td><td class="num">${ci(c.ci_low, c.ci_high)}</td>
-        <td class="muted">${esc(c.reason || "")}</td></tr>`).join("")}</tbody></table>
+      ${passk.cells.map(c => html`<tr><td>${c.group.policy}</td><td>${c.group.task}</td><td class="num">${c.successes}/${c.trials}</td>
+        <td class="num">${num(c.estimate)}</td><td class="num">${c.fraction}</td><td class="num">${ci(c.ci_low, c.ci_high)}</td>
+        <td class="muted">${c.reason || ""}</td></tr>`)}</tbody></table>
     <table id="pass-k-policies"><thead><tr><th>policy</th><th class="num">tasks</th><th class="num">pass^${passk.k}</th><th class="num">interval</th>
       <th>why undefined</th></tr></thead><tbody>
-      ${passk.policies.map(p => `<tr><td>${esc(p.policy)}</td><td class="num">${p.tasks}</td><td class="num">${num(p.estimate)}</td>
-        <td class="num">${ci(p.ci_low, p.ci_high)}</td><td class="muted">${esc(p.reason || "")}</td></tr>`).join("")}</tbody></table></section>`;
+      ${passk.policies.map(p => html`<tr><td>${p.policy}</td><td class="num">${p.tasks}</td><td class="num">${num(p.estimate)}</td>
+        <td class="num">${ci(p.ci_low, p.ci_high)}</td><td class="muted">${p.reason || ""}</td></tr>`)}</tbody></table></section>`;
 }
 
 async function campaignView(name) {
-  crumbs.innerHTML = `/ <a href="#/c/${encodeURIComponent(name)}">${esc(name)}</a>`;
+  show(crumbs, html`/ <a href="#/c/${encodeURIComponent(name)}">${name}</a>`);
   const first = await campaignTables(name);
   const campaign = first.campaign;
-  view.innerHTML = `<section><h2>${esc(name)}</h2><p id="progress"><span class="bar"><span style="width:${pct(campaign.progress)}"></span></span>
+  show(view, html`<section><h2>${name}</h2><p id="progress"><span class="bar"><span style="width:${pct(campaign.progress)}"></span></span>
       <span id="progress-text">${campaign.episodes} / ${campaign.jobs} episodes</span></p></section>
-    <div id="campaign-tables">${first.html}</div>`;
+    <div id="campaign-tables">${first.html}</div>`);
   const box = document.getElementById("campaign-tables");
   const onK = event => {
     if (event.target.id !== "pass-k") return;
@@ -204,7 +224,7 @@ async function campaignView(name) {
     const next = await campaignTables(name);
     const box = document.getElementById("campaign-tables");
     if (!live || !box) return;
-    box.innerHTML = next.html;
+    show(box, next.html);
     shown = next.episodes;
   };
   const source = new EventSource(`/api/campaigns/${encodeURIComponent(name)}/events`);
@@ -221,11 +241,11 @@ async function campaignView(name) {
 }
 
 function episodeTable(episodes, id) {
-  return `<table id="${id}"><thead><tr><th>episode</th><th>policy</th><th>task</th><th>variant</th><th class="num">seed</th>
+  return html`<table id="${id}"><thead><tr><th>episode</th><th>policy</th><th>task</th><th>variant</th><th class="num">seed</th>
     <th>outcome</th><th class="num">steps</th><th class="num">return</th></tr></thead><tbody>
-    ${episodes.map(e => `<tr><td><a href="#/e/${e.key}">${esc(e.key.slice(0, 12))}</a></td><td>${esc(e.policy)}</td><td>${esc(e.task)}</td>
-      <td>${esc(e.variant)}</td><td class="num">${e.seed}</td><td class="${esc(e.outcome)}">${esc(e.outcome)}</td>
-      <td class="num">${e.steps}</td><td class="num">${e.return.toFixed(1)}</td></tr>`).join("")}</tbody></table>`;
+    ${episodes.map(e => html`<tr><td><a href="#/e/${e.key}">${e.key.slice(0, 12)}</a></td><td>${e.policy}</td><td>${e.task}</td>
+      <td>${e.variant}</td><td class="num">${e.seed}</td><td class="${e.outcome}">${e.outcome}</td>
+      <td class="num">${e.steps}</td><td class="num">${e.return.toFixed(1)}</td></tr>`)}</tbody></table>`;
 }
 
 const REFRESH_MS = 1500;
@@ -240,36 +260,36 @@ function ponrText(p) {
 
 function failureTable(failures) {
   // what `assay failures mine` and `assay failures ponr` found, beside each unsuccessful episode
-  return `<table id="failures"><thead><tr><th>episode</th><th>policy</th><th>task</th><th>variant</th><th>outcome</th>
+  return html`<table id="failures"><thead><tr><th>episode</th><th>policy</th><th>task</th><th>variant</th><th>outcome</th>
     <th>category</th><th>attributed to</th><th>point of no return</th></tr></thead><tbody>
     ${failures.map(e => { const f = e.failure || {}, a = f.attribution;
-      return `<tr data-key="${esc(e.key)}"><td><a href="#/e/${e.key}">${esc(e.key.slice(0, 12))}</a></td><td>${esc(e.policy)}</td>
-      <td>${esc(e.task)}</td><td>${esc(e.variant)}</td><td class="${esc(e.outcome)}">${esc(e.outcome)}</td>
-      <td>${esc(f.category ?? "–")}</td><td title="${esc(a ? a.evidence : "")}">${a ? `${esc(a.capability)} <span class="muted">(${esc(a.confidence)})</span>` : "–"}</td>
-      <td class="ponr">${esc(ponrText(f.ponr))}</td></tr>`; }).join("")}</tbody></table>`;
+      return html`<tr data-key="${e.key}"><td><a href="#/e/${e.key}">${e.key.slice(0, 12)}</a></td><td>${e.policy}</td>
+      <td>${e.task}</td><td>${e.variant}</td><td class="${e.outcome}">${e.outcome}</td>
+      <td>${f.category ?? "–"}</td><td title="${a ? a.evidence : ""}">${a ? html`${a.capability} <span class="muted">(${a.confidence})</span>` : "–"}</td>
+      <td class="ponr">${ponrText(f.ponr)}</td></tr>`; })}</tbody></table>`;
 }
 
 // -- regression sets -------------------------------------------------------------------------------
 function setTable(sets, id) {
-  if (!sets.length) return `<p class="muted">No regression sets yet (<code>assay regress add NAME --from CAMPAIGN</code>).</p>`;
-  return `<table id="${id}"><thead><tr><th>set</th><th>split</th><th class="num">version</th><th>source campaign</th>
+  if (!sets.length) return html`<p class="muted">No regression sets yet (<code>assay regress add NAME --from CAMPAIGN</code>).</p>`;
+  return html`<table id="${id}"><thead><tr><th>set</th><th>split</th><th class="num">version</th><th>source campaign</th>
     <th class="num">cases</th><th>latest run</th><th class="num">passed</th><th class="num">fixed</th>
     <th class="num">still failing</th><th class="num">newly failing</th></tr></thead><tbody>
     ${sets.map(s => { const r = s.latest, d = (r && r.diff) || {};
-      return `<tr data-set="${esc(s.name)}"><td><a href="#/r/${encodeURIComponent(s.name)}">${esc(s.name)}</a></td>
-      <td>${esc(s.split)}</td><td class="num">v${esc(s.version)}</td>
-      <td><a href="#/c/${encodeURIComponent(s.source)}">${esc(s.source)}</a></td><td class="num">${esc(s.cases)}</td>
-      <td>${r ? `#${esc(r.run)} ${esc(r.policy)}${r.version !== s.version ? ` <span class="muted">(v${esc(r.version)})</span>` : ""}` : "<span class='muted'>never run</span>"}</td>
-      <td class="num">${r ? `${esc(r.passed)} / ${esc(r.cases)}` : "–"}</td><td class="num success">${esc(d.fixed ?? "–")}</td>
-      <td class="num failure">${esc(d.still_failing ?? "–")}</td><td class="num failure">${esc(d.newly_failing ?? "–")}</td></tr>`; }).join("")}</tbody></table>`;
+      return html`<tr data-set="${s.name}"><td><a href="#/r/${encodeURIComponent(s.name)}">${s.name}</a></td>
+      <td>${s.split}</td><td class="num">v${s.version}</td>
+      <td><a href="#/c/${encodeURIComponent(s.source)}">${s.source}</a></td><td class="num">${s.cases}</td>
+      <td>${r ? html`#${r.run} ${r.policy}${r.version !== s.version ? html` <span class="muted">(v${r.version})</span>` : ""}` : html`<span class='muted'>never run</span>`}</td>
+      <td class="num">${r ? `${r.passed} / ${r.cases}` : "–"}</td><td class="num success">${d.fixed ?? "–"}</td>
+      <td class="num failure">${d.still_failing ?? "–"}</td><td class="num failure">${d.newly_failing ?? "–"}</td></tr>`; })}</tbody></table>`;
 }
 
 async function regressionView() {
-  crumbs.innerHTML = `/ <a href="#/r">regression sets</a>`;
+  show(crumbs, html`/ <a href="#/r">regression sets</a>`);
   const sets = await api("/api/regression");
-  view.innerHTML = `<section><h2>Regression sets (${sets.length})</h2><p class="muted">Failing (task, variant, seed) cases
+  show(view, html`<section><h2>Regression sets (${sets.length})</h2><p class="muted">Failing (task, variant, seed) cases
     frozen from a campaign and rerun with <code>assay regress run</code>; the diff is against the previous run
-    (the first run: against the mined failures).</p>${setTable(sets, "regression")}</section>`;
+    (the first run: against the mined failures).</p>${setTable(sets, "regression")}</section>`);
 }
 
 function historyPlot(container, runs) {
@@ -298,55 +318,55 @@ function historyPlot(container, runs) {
 async function regressionSetView(name) {
   const detail = await api(`/api/regression/${encodeURIComponent(name)}`);
   const s = detail.set;
-  crumbs.innerHTML = `/ <a href="#/r">regression sets</a> / ${esc(s.name)}`;
-  const outcome = r => r === null ? `<td class="muted">–</td>`
-    : `<td class="${r.passed ? "cell-pass" : "cell-fail"}"><a href="#/e/${encodeURIComponent(r.key)}" class="${r.passed ? "success" : "failure"}">${r.passed ? "pass" : "fail"}</a></td>`;
-  view.innerHTML = `<section><h2>Regression set ${esc(s.name)} <small class="muted">v${esc(s.version)} · ${esc(s.split)}</small></h2>
-      <p>${esc(s.cases)} cases mined from <a href="#/c/${encodeURIComponent(s.source)}">${esc(s.source)}</a>;
+  show(crumbs, html`/ <a href="#/r">regression sets</a> / ${s.name}`);
+  const outcome = r => r === null ? html`<td class="muted">–</td>`
+    : html`<td class="${r.passed ? "cell-pass" : "cell-fail"}"><a href="#/e/${encodeURIComponent(r.key)}" class="${r.passed ? "success" : "failure"}">${r.passed ? "pass" : "fail"}</a></td>`;
+  show(view, html`<section><h2>Regression set ${s.name} <small class="muted">v${s.version} · ${s.split}</small></h2>
+      <p>${s.cases} cases mined from <a href="#/c/${encodeURIComponent(s.source)}">${s.source}</a>;
       ${s.runs.length} run${s.runs.length === 1 ? "" : "s"}.</p>${setTable([s], "set-summary")}</section>
     <section id="history-section"><h2>Pass / fail per run</h2></section>
     <section><h2>Cases</h2><table id="cases"><thead><tr><th>case</th><th>task</th><th>variant</th><th class="num">seed</th>
-      <th>mined from</th>${s.runs.map(r => `<th>#${esc(r.run)} ${esc(r.policy)}</th>`).join("")}</tr></thead><tbody>
-      ${detail.cases.map(c => `<tr data-case="${esc(c.id)}"><td title="${esc(c.instruction)}">${esc(c.id)}</td><td>${esc(c.task)}</td>
-        <td>${esc(c.variant)}</td><td class="num">${esc(c.seed)}</td>
-        <td><a href="#/e/${encodeURIComponent(c.source_key)}">${esc(c.source_key.slice(0, 12))}</a></td>
-        ${c.runs.map(outcome).join("")}</tr>`).join("")}</tbody></table></section>`;
+      <th>mined from</th>${s.runs.map(r => html`<th>#${r.run} ${r.policy}</th>`)}</tr></thead><tbody>
+      ${detail.cases.map(c => html`<tr data-case="${c.id}"><td title="${c.instruction}">${c.id}</td><td>${c.task}</td>
+        <td>${c.variant}</td><td class="num">${c.seed}</td>
+        <td><a href="#/e/${encodeURIComponent(c.source_key)}">${c.source_key.slice(0, 12)}</a></td>
+        ${c.runs.map(outcome)}</tr>`)}</tbody></table></section>`);
   const history = document.getElementById("history-section");
   if (s.runs.length) historyPlot(history, s.runs);
-  else history.insertAdjacentHTML("beforeend", `<p class="muted">Never run: <code>assay regress run ${esc(s.name)} --policy POLICY</code>.</p>`);
+  else append(history, html`<p class="muted">Never run: <code>assay regress run ${s.name} --policy POLICY</code>.</p>`);
 }
 
 function failureFacts(f) {
-  if (!f) return "";
+  if (!f) return html``;
   const a = f.attribution;
-  return `<p id="failure-facts">category <b>${esc(f.category ?? "not mined")}</b> · attributed to
-    <b>${a ? esc(a.capability) : "–"}</b>${a ? ` <span class="muted">(${esc(a.evidence)})</span>` : ""} ·
-    point of no return <b>${esc(ponrText(f.ponr))}</b></p>`;
+  return html`<p id="failure-facts">category <b>${f.category ?? "not mined"}</b> · attributed to
+    <b>${a ? a.capability : "–"}</b>${a ? html` <span class="muted">(${a.evidence})</span>` : ""} ·
+    point of no return <b>${ponrText(f.ponr)}</b></p>`;
 }
 
 async function episodeView(key) {
   const detail = await api(`/api/episodes/${encodeURIComponent(key)}`);
   const e = detail.episode;
-  crumbs.innerHTML = `/ <a href="#/c/${encodeURIComponent(e.campaign)}">${esc(e.campaign)}</a> / ${esc(key.slice(0, 12))}`;
-  view.innerHTML = `<section><h2>Episode ${esc(e.key)}</h2>
-    <p>${esc(e.policy_name)} · ${esc(e.task_id)} · ${esc(e.variant_name)} · seed ${e.seed} ·
-      <b class="${esc(e.outcome)}">${esc(e.outcome)}</b> after ${e.steps} steps ${e.reason ? "— " + esc(e.reason) : ""}</p>
-    <p class="muted">“${esc(e.instruction)}”</p>${failureFacts(detail.failure)}</section>
-    <section class="viewer"><div id="media"></div><div id="plots"></div></section>`;
+  show(crumbs, html`/ <a href="#/c/${encodeURIComponent(e.campaign)}">${e.campaign}</a> / ${key.slice(0, 12)}`);
+  show(view, html`<section><h2>Episode ${e.key}</h2>
+    <p>${e.policy_name} · ${e.task_id} · ${e.variant_name} · seed ${e.seed} ·
+      <b class="${e.outcome}">${e.outcome}</b> after ${e.steps} steps ${e.reason ? "— " + e.reason : ""}</p>
+    <p class="muted">“${e.instruction}”</p>${failureFacts(detail.failure)}</section>
+    <section class="viewer"><div id="media"></div><div id="plots"></div></section>`);
   const media = document.getElementById("media");
   const plots = document.getElementById("plots");
   let video = null;
   if (detail.videos.length) {
-    media.innerHTML = `<select id="camera">${detail.videos.map(v => `<option value="${esc(v.path)}">${esc(v.camera)}</option>`).join("")}</select><br>
-      <video id="video" controls muted loop playsinline preload="auto"></video><p class="muted" id="clock"></p>`;
+    show(media, html`<select id="camera">${detail.videos.map(v => html`<option value="${v.path}">${v.camera}</option>`)}</select><br>
+      <video id="video" controls muted loop playsinline preload="auto"></video><p class="muted" id="clock"></p>`);
     video = document.getElementById("video");
     video.src = "/api/files/" + detail.videos[0].path;
     document.getElementById("camera").onchange = ev => { const at = video.currentTime; video.src = "/api/files/" + ev.target.value; video.currentTime = at; };
   } else {
-    media.innerHTML = "<p class='muted'>No camera video for this episode (its campaign had no cameras).</p>";
+    show(media, html`<p class='muted'>No camera video for this episode (its campaign had no cameras).</p>`);
   }
   const s = detail.series;
-  if (!s) { plots.innerHTML = "<p class='muted'>No step data (the episode errored before stepping).</p>"; return; }
+  if (!s) { show(plots, html`<p class='muted'>No step data (the episode errored before stepping).</p>`); return; }
   const tEnd = s.t[s.t.length - 1] || 0;
   // the video's frame i is the image seen at step i, so video time and step time share one clock
   const seek = time => { if (video) video.currentTime = time; cursors.forEach(c => c(time)); };
@@ -367,13 +387,13 @@ async function episodeView(key) {
     const box = document.createElement("div");
     box.className = "plot";
     box.id = "trace-text";
-    box.innerHTML = "<h3>trace (text)</h3>" + texts.map(([name, runs]) => `<p><b>${esc(name)}</b>: ${
-      runs.map(([v, a, b]) => `${esc(v)} <span class="muted">(steps ${a}–${b})</span>`).join(", ")}</p>`).join("");
+    show(box, html`<h3>trace (text)</h3>${texts.map(([name, runs]) => html`<p><b>${name}</b>: ${
+      runs.map(([v, a, b], i) => html`${i ? ", " : ""}${v} <span class="muted">(steps ${a}–${b})</span>`)}</p>`)}`);
     plots.appendChild(box);
   }
   const events = document.createElement("div");
   events.className = "plot";
-  events.innerHTML = "<h3>events</h3>";
+  show(events, html`<h3>events</h3>`);
   plots.appendChild(events);
   timeline(events, detail.events, tEnd, seek);
   if (video) {
@@ -400,7 +420,7 @@ async function route() {
     else if (kind === "r") await regressionView();
     else await campaignsView();
   } catch (error) {
-    view.innerHTML = `<section><p class="warn">${esc(error.message)}</p></section>`;
+    show(view, html`<section><p class="warn">${error.message}</p></section>`);
   }
 }
 window.addEventListener("hashchange", route);
