@@ -79,6 +79,31 @@ def test_images_are_resized_with_padding_to_the_size_the_contract_declares():
     assert seen[0]["observation/wrist_image"].shape == (32, 32, 3)  # not declared: sent as rendered
 
 
+def test_image_size_resizes_as_openpis_libero_client_for_a_server_without_a_contract():
+    """openpi's examples/libero/main.py renders 256 px and sends resize_with_pad(img, 224, 224): with
+    ``image_size`` a plain openpi server gets exactly those pixels (a square frame and a wide one, padded)."""
+    image_tools = pytest.importorskip("openpi_client.image_tools")
+    batch = {**_camera_batch(1), "image.top": _frames(1, 256, 256, 3)}
+    with openpi_server(keys=("observation/image", "observation/wrist_image")) as (url, seen):
+        _act_once(url, batch, image_size=(224, 224))
+    np.testing.assert_array_equal(seen[0]["observation/image"],
+                                  image_tools.resize_with_pad(batch["image.front"][0], 224, 224))
+    np.testing.assert_array_equal(seen[0]["observation/wrist_image"],
+                                  image_tools.resize_with_pad(batch["image.top"][0], 224, 224))
+    with openpi_server(metadata=IMAGE_CONTRACT) as (url, seen):  # a contract's declared size comes first
+        _act_once(url, batch, image_size=(96, 96))
+    assert seen[0]["observation/image"].shape == (224, 224, 3)
+    assert seen[0]["observation/wrist_image"].shape == (96, 96, 3)
+
+
+@pytest.mark.parametrize("size", [(0, 224), (224, -1)])
+def test_a_bad_image_size_is_refused(size):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"must be two positive integers \[height, width\]"):
+        RemotePolicy("ws://127.0.0.1:1", image_size=size)
+
+
 def test_the_handshake_sees_the_cameras():
     contract = PolicyContract.model_validate(IMAGE_CONTRACT["contract"])
     with_cameras = state_task().model_copy(update={"cameras": CAMERAS})

@@ -26,7 +26,7 @@ runner = CliRunner()
 def _libero_resolved(tmp_path: Path, **changes: object) -> dict:
     """examples/libero.yaml resolved (the served policy swapped for a builtin: no server needed), with ``changes``."""
     data = yaml.safe_load((ROOT / "examples" / "libero.yaml").read_text())
-    data.update(policies=["random"], **changes)
+    data.update({"policies": ["random"], **changes})
     path = tmp_path / "libero.yaml"
     path.write_text(yaml.safe_dump(data))
     return prepare_campaign(load_campaign(path)).resolved()
@@ -52,6 +52,24 @@ def test_the_libero_example_follows_openpis_protocol_field_by_field(tmp_path):
                                                           "replan_steps"}
     oft, _ = check_protocol(registry.protocols["openvla-oft/libero_spatial"], resolved)
     assert [(c.name, c.published, c.campaign) for c in oft if not c.matches] == [("replan_steps", 8, 5)]
+
+
+def test_camera_size_is_what_the_policy_receives(tmp_path):
+    """openpi renders 256 px and its client sends resize_with_pad(..., 224, 224): a campaign with 256 px cameras
+    and a remote policy's ``image_size: [224, 224]`` matches; the same cameras sent as rendered do not."""
+    from assay.spec import PolicySpec
+
+    registry = load_registry()
+    cameras = [{"name": "agentview", "width": 256, "height": 256}, {"name": "wrist", "width": 256, "height": 256}]
+    resolved = _libero_resolved(tmp_path, cameras=cameras)  # resolving a remote policy would connect to it
+    served = {"name": "pi05-libero", "remote": "ws://127.0.0.1:8000", "version": "pi05_libero"}
+    resolved["policies"] = [{"name": spec["name"], "spec": PolicySpec.model_validate(spec).model_dump(mode="json")}
+                            for spec in ({**served, "params": {"image_size": [224, 224]}},
+                                         {**served, "name": "as-rendered"})]
+    protocol = registry.protocols["openpi/libero_spatial"]
+    sizes = {policy: {c.name: (c.campaign, c.matches) for c in check_protocol(protocol, resolved, policy)[0]}
+             ["camera_size"] for policy in ("pi05-libero", "as-rendered")}
+    assert sizes == {"pi05-libero": ("224x224", True), "as-rendered": ("256x256", False)}
 
 
 def test_a_faithful_campaign_reproduces_and_an_out_of_interval_rate_does_not(tmp_path):

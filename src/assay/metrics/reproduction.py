@@ -10,7 +10,8 @@ n comes from, ``verified`` primary or secondary, and ``unverified``: what could 
 * **Protocol check**, field by field, from the campaign's resolved spec in the catalog: ``horizon``
   (policy steps after settling), ``settle_steps``, ``init_states`` (``fixed from state S``: episode i
   starts from the benchmark's state S + i, S the campaign seed; or ``sampled from the seed``),
-  ``episodes_per_task``, ``camera_size`` (``WxH`` of every camera), ``replan_steps`` (the campaign's
+  ``episodes_per_task``, ``camera_size`` (``WxH`` of every image the policy receives: the cameras' size, or
+  a remote policy's ``image_size`` when it resizes them, as openpi's client does), ``replan_steps`` (the campaign's
   ``replan_every``; ``whole chunk`` when unset), ``control_hz`` and ``tasks`` (how many of the suite's
   tasks ran). A field that differs is named with both values.
 * **Variant**: published numbers are unperturbed, so the campaign's episodes are scored in the nominal variant
@@ -194,8 +195,19 @@ def _uniform(values: list[object]) -> object:
     return json.loads(distinct[0]) if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
 
 
-def campaign_protocol(resolved: dict[str, Any], task_prefix: str) -> tuple[dict[str, object], list[str]]:
-    """The protocol fields of a campaign's resolved spec over its tasks under ``task_prefix``, and those task ids."""
+def _sent_size(resolved: dict[str, Any], policy: str | None) -> str | None:
+    """``WxH`` a remote policy resizes every image to before sending (its ``image_size``), or None."""
+    for entry in resolved.get("policies", []):
+        if entry.get("name") == policy:
+            size = (entry.get("spec", {}).get("params") or {}).get("image_size")
+            return f"{size[1]}x{size[0]}" if size else None
+    return None
+
+
+def campaign_protocol(resolved: dict[str, Any], task_prefix: str,
+                      policy: str | None = None) -> tuple[dict[str, object], list[str]]:
+    """The protocol fields of a campaign's resolved spec over its tasks under ``task_prefix`` (as ``policy``
+    receives them), and those task ids."""
     tasks = [t for t in resolved.get("tasks", []) if str(t["spec"].get("name", "")).startswith(task_prefix)]
     if not tasks:
         ids = [t["id"] for t in resolved.get("tasks", [])]
@@ -204,7 +216,8 @@ def campaign_protocol(resolved: dict[str, Any], task_prefix: str) -> tuple[dict[
     campaign = resolved.get("campaign", {})
     specs = [t["spec"] for t in tasks]
     seed = int(campaign.get("seed", 0))
-    cameras = [sorted(f"{c['width']}x{c['height']}" for c in s.get("cameras", [])) for s in specs]
+    sent = _sent_size(resolved, policy)
+    cameras = [sorted(sent or f"{c['width']}x{c['height']}" for c in s.get("cameras", [])) for s in specs]
     replan = campaign.get("replan_every")
     fields: dict[str, object] = {
         "horizon": _uniform([s["horizon"] for s in specs]),
@@ -226,9 +239,11 @@ def _same(published: object, campaign: object) -> bool:
     return published == campaign
 
 
-def check_protocol(protocol: dict[str, Any], resolved: dict[str, Any]) -> tuple[list[FieldCheck], list[str]]:
-    """Field-by-field comparison of a published protocol with a campaign (and the campaign's suite task ids)."""
-    fields, task_ids = campaign_protocol(resolved, protocol["task_prefix"])
+def check_protocol(protocol: dict[str, Any], resolved: dict[str, Any],
+                   policy: str | None = None) -> tuple[list[FieldCheck], list[str]]:
+    """Field-by-field comparison of a published protocol with a campaign as ``policy`` ran in it (and the
+    campaign's suite task ids)."""
+    fields, task_ids = campaign_protocol(resolved, protocol["task_prefix"], policy)
     published = {**protocol["fields"], "tasks": protocol["tasks"]}
     sources = protocol.get("sources", {})
     checks = [FieldCheck(name, published[name], fields[name], _same(published[name], fields[name]),
@@ -317,7 +332,7 @@ def reproduce(registry: Registry, name: str, resolved: dict[str, Any], records: 
         task_ids = [t["id"] for t in resolved.get("tasks", []) if str(t["spec"].get("name", "")).startswith(prefix)]
         notes.append("the entry has no published protocol: only the rate is tested")
     else:
-        fields, task_ids = check_protocol(registry.protocols[protocol_name], resolved)
+        fields, task_ids = check_protocol(registry.protocols[protocol_name], resolved, policy)
     mine = [r for r in records if r.policy_name == policy and r.task_id in task_ids]
     scope = variant_scope(planned_variants(resolved, mine))
     if scope.variants == (NOMINAL,):

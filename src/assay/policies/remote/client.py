@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception, stop_after_attempt
 
 from assay.errors import (
@@ -96,6 +96,17 @@ class RemoteParams(BaseModel):
     max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, gt=0)
     images: dict[str, str] | None = Field(
         default=None, description="wire key -> camera, e.g. {observation/image: front}; default: cameras in order")
+    image_size: tuple[int, int] | None = Field(
+        default=None, description="(height, width) every image is resized to with zero padding, as openpi's "
+        "LIBERO client does (render 256, send 224), where the server's contract declares no size; default: "
+        "as rendered")
+
+    @field_validator("image_size")
+    @classmethod
+    def _positive(cls, size: tuple[int, int] | None) -> tuple[int, int] | None:
+        if size is not None and min(size) < 1:
+            raise ValueError(f"image_size {list(size)} must be two positive integers [height, width], e.g. [224, 224]")
+        return size
 
 
 RETRYABLE_CLOSE = (1000, 1013)  # the server closed an idle connection (idle timeout, evicted): resend on a new one
@@ -360,16 +371,18 @@ class RemotePolicy:
         return named or self._images
 
     def _image_target(self, key: str) -> tuple[tuple[int, int] | None, ImageLayout]:
-        """The (height, width) and layout the server's contract declares for an image key (None: as rendered)."""
+        """The (height, width) and layout the server's contract declares for an image key, else the campaign's
+        ``image_size`` (None: as rendered)."""
+        fallback = self.params.image_size, ImageLayout.HWC
         if self.contract is None:
-            return None, ImageLayout.HWC
+            return fallback
         if key in self.contract.images:
             spec = self.contract.images[key]
             return (spec.height, spec.width), spec.layout
         declared = self.contract.observations.get(key)
         if declared is not None and len(declared.shape) == 3:
             return (declared.shape[0], declared.shape[1]), ImageLayout.HWC
-        return None, ImageLayout.HWC
+        return fallback
 
     async def _round(self, observations: Mapping[str, Any], slots: list[int]) -> list[tuple[np.ndarray, int | None]]:
         from websockets.protocol import State
