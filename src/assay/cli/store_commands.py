@@ -23,6 +23,7 @@ STORE_HELP = "Check the store itself, and prune old step files and videos."
 if TYPE_CHECKING:
     from assay.sim import Transition
     from assay.spec import TaskSpec
+    from assay.store.retention import PrunePlan
 
 store_app = typer.Typer(no_args_is_help=True, help=STORE_HELP)
 
@@ -115,8 +116,9 @@ def store_prune(
         with open_store(store, catalog) as opened:
             plan = opened.prune(campaign or (), age, dry_run=dry_run, on_wait=_say_waiting)
     document = {"dry_run": dry_run, "episodes": len(plan.episodes), "newly_pruned": len(plan.fresh),
-                "step_files": plan.count("episodes"), "videos": plan.count("videos"), "bytes": plan.bytes,
-                "kept_shared": plan.shared, "files": [{"path": p, "bytes": b} for p, b in plan.files]}
+                "step_files": plan.count("episodes"), "packs": plan.count("packs"), "videos": plan.count("videos"),
+                "bytes": plan.bytes, "kept_shared": plan.shared, "kept_packs": plan.kept_packs,
+                "files": [{"path": p, "bytes": b} for p, b in plan.files]}
     if json_out:
         render.print_json(document)
         return
@@ -125,12 +127,20 @@ def store_prune(
             render.console.print(f"  {size:>12,}  {path}", highlight=False, soft_wrap=True)
     verb = "would delete" if dry_run else "deleted"
     render.console.print(f"{len(plan.episodes)} episodes ({len(plan.fresh)} not pruned before): {verb} "
-                         f"{plan.count('episodes')} step files and {plan.count('videos')} videos, "
+                         f"{plan.count('episodes')} step files{_packs(plan)} and {plan.count('videos')} videos, "
                          f"{plan.bytes:,} bytes; their catalog rows and summaries are kept", highlight=False,
                          soft_wrap=True)
     for name, count in sorted(plan.shared.items()):
         render.console.print(f"kept {count} episodes campaign {name} also links (add --campaign {name} to prune "
                              "them)", highlight=False, soft_wrap=True)
+    if plan.kept_packs:
+        render.console.print(f"kept {plan.kept_packs} pack files that episodes not pruned still read from (each "
+                             "goes with the last of its episodes)", highlight=False, soft_wrap=True)
+
+
+def _packs(plan: PrunePlan) -> str:
+    """``, N pack files`` where the plan has or keeps packs."""
+    return f", {plan.count('packs')} pack files" if plan.count("packs") or plan.kept_packs else ""
 
 
 def _say_waiting(holder: str) -> None:

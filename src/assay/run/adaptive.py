@@ -83,7 +83,7 @@ def progress_score(store: Store, job: EpisodeJob, found: tuple[str, str | None, 
         return 1.0
     if data_path is None:
         raise SpecError(f"episode {job.key[:12]} of {job.task.id} has no step data to read its progress from")
-    table = read_episode(store.data_root, data_path, sha)
+    table = read_episode(store.data_root, data_path, sha, key=job.key)
     values = (np.asarray(table.column(PROGRESS_COLUMN).to_numpy(zero_copy_only=False), dtype=np.float64)
               if PROGRESS_COLUMN in table.column_names else np.array([]))
     finite = values[np.isfinite(values)]

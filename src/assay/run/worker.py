@@ -3,7 +3,10 @@
 The worker writes each episode's step file (atomically, its metadata naming the key, task,
 variant, seed, instruction and policy, and sealing the episode's summary: outcome, steps,
 total return, success step; see :mod:`assay.store.validation`) and returns its record;
-it never touches the catalog, which only the driver writes.
+it never touches the catalog, which only the driver writes. A job with ``pack`` set (a campaign's
+``storage: {pack: batch}``) has its step table written with the rest of its batch's into one pack
+file instead (:mod:`assay.store.packs`), atomically as well, before any record is returned: a batch
+killed mid-write leaves no pack and no record.
 
 Policies are built before environments, and triton (shipped with every CUDA build
 of torch) is imported before the first environment of a process: importing triton
@@ -19,6 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pyarrow as pa
 from tenacity import Retrying, retry_if_not_exception_type, stop_after_attempt, wait_incrementing
 
 from assay.errors import AssayError
@@ -29,6 +33,7 @@ from assay.run.rollout import rollout
 from assay.sim import SafetyFilter, SimEnv, make_env, perturbed, tasks_kept
 from assay.spec import EpisodeJob, PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord, build_table, encode_episode, episode_relpath, provenance, write_blob, write_video
+from assay.store.packs import encode_pack, pack_relpath, same_schema_groups
 from assay.store.roots import as_root
 from assay.store.validation import Summary, seal
 
@@ -130,22 +135,32 @@ class Worker:
         return recorders
 
     def save(self, recorders: Sequence[EpisodeRecorder]) -> list[EpisodeRecord]:
-        """Write each episode's files (videos, then the step file) and return the records. Touches no
-        environment or policy, so it may run on another thread while the next batch rolls out."""
-        return [self._save(recorder) for recorder in recorders]
+        """Write each episode's files (videos, then the step file or the batch's packs) and return the records.
+        Touches no environment or policy, so it may run on another thread while the next batch rolls out."""
+        tables = {i: self._table(recorder) for i, recorder in enumerate(recorders) if recorder.steps}
+        files: dict[int, tuple[str, str, int]] = {}  # recorder -> (step file, its sha256, its size)
+        packed = [i for i in tables if recorders[i].job.pack]
+        for group in same_schema_groups([tables[i] for i in packed]):
+            members = [packed[g] for g in group]
+            encoded = encode_pack([tables[i] for i in members])
+            path = pack_relpath([recorders[i].job.key for i in members])
+            sha = write_blob(self.store_root, path, encoded)
+            files.update({i: (path, sha, len(encoded)) for i in members})
+        for i in tables.keys() - set(packed):
+            encoded = encode_episode(tables[i])
+            path = episode_relpath(recorders[i].job.key)
+            files[i] = (path, write_blob(self.store_root, path, encoded), len(encoded))
+        return [recorder.record(provenance(), *files.get(i, (None, None, None)))
+                for i, recorder in enumerate(recorders)]
 
-    def _save(self, recorder: EpisodeRecorder) -> EpisodeRecord:
-        data_path = data_sha = data_bytes = None
-        if recorder.steps:
-            summary = Summary(recorder.outcome.value if recorder.outcome else "", recorder.steps,
-                              recorder.total_return, recorder.success_step)
-            table = build_table(recorder.columns(), {**file_metadata(recorder.job), **seal(summary)})
-            for camera, frames in recorder.frames.items():  # videos first: the step file marks completion
-                write_video(self.store_root, recorder.job.key, camera, frames, recorder.video_rate)
-            encoded = encode_episode(table)
-            data_path, data_bytes = episode_relpath(recorder.job.key), len(encoded)
-            data_sha = write_blob(self.store_root, data_path, encoded)
-        return recorder.record(provenance(), data_path, data_sha, data_bytes)
+    def _table(self, recorder: EpisodeRecorder) -> pa.Table:
+        """The episode's step table, its videos written first (the step file marks completion)."""
+        summary = Summary(recorder.outcome.value if recorder.outcome else "", recorder.steps,
+                          recorder.total_return, recorder.success_step)
+        table = build_table(recorder.columns(), {**file_metadata(recorder.job), **seal(summary)})
+        for camera, frames in recorder.frames.items():
+            write_video(self.store_root, recorder.job.key, camera, frames, recorder.video_rate)
+        return table
 
     def close(self) -> None:
         """Close every environment the worker built."""

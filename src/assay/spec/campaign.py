@@ -31,9 +31,9 @@ from assay.spec.variant import Axis, Variant
 VariantRequest = dict[str, Any]
 # Fields that change how a campaign is executed, never what its episodes are: left out of its hash,
 # so changing them keeps the campaign (and the stores that hold it) the same campaign.
-EXECUTION_SETTINGS = {"episode_timeout_s"}
+EXECUTION_SETTINGS = {"episode_timeout_s", "storage"}
 # Fields added later, left out of the hash and the dump when unset, so older campaigns hash as before.
-OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset")
+OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage")
 
 
 class Pipeline(str, Enum):
@@ -62,6 +62,25 @@ class Endpoint(str, Enum):
 
     SUCCESS = "success"  # 0/1 success: discordant-pair tests (lattice or mixture)
     PROGRESS = "progress"  # the task's continuous progress score in [0, 1]: the betting confidence sequence
+
+
+class Pack(str, Enum):
+    """How a campaign's step files are laid out (never changes keys or results; ``assay.store.packs``)."""
+
+    EPISODE = "episode"  # one Parquet file per episode (the default)
+    BATCH = "batch"  # one Parquet file per batch of a worker, a row group per episode
+
+
+class StorageSpec(BaseModel):
+    """How a campaign's episodes are stored: an execution setting (not part of the campaign's hash or of any
+    episode key), so a campaign resumed with another ``pack`` keeps its episodes and writes new ones the new way."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pack: Pack = Field(
+        default=Pack.EPISODE,
+        description="episode: one step file per episode; batch: one per batch of a worker (up to envs_per_worker "
+                    "episodes, a row group each), read back as the same tables")
 
 
 class AdaptiveSpec(BaseModel):
@@ -125,8 +144,16 @@ class CampaignSpec(BaseModel):
         default=None, gt=0, le=7 * 86_400,
         description="wall-clock limit of one batch of episodes in seconds (default 900): past it the worker is "
                     "killed and its episodes are errors (an execution setting: not part of the campaign's hash)")
+    storage: StorageSpec | None = Field(
+        default=None, description="how step files are laid out: {pack: episode} (default) or {pack: batch}, one "
+                                  "file per batch (an execution setting: not part of the campaign's hash)")
     description: str = ""
     adaptive: AdaptiveSpec | None = None
+
+    @property
+    def packed(self) -> bool:
+        """Whether workers pack each batch's step tables into one file (``storage: {pack: batch}``)."""
+        return self.storage is not None and self.storage.pack is Pack.BATCH
 
     @model_validator(mode="before")
     @classmethod
@@ -230,6 +257,7 @@ class EpisodeJob:
     pipeline: Pipeline = Pipeline.LOCKSTEP
     safety: bool = False
     video_fps: float | None = None
+    pack: bool = False  # write the step table into its batch's pack file (how it is stored: not in the key)
 
     @property
     def cell(self) -> tuple[str, str, str]:
@@ -348,7 +376,8 @@ def plan(
                     instruction = instruction_for(task, variant, seed) if instruction_for and per_seed else fixed
                     key = keys.key(seed, instruction)
                     jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
-                                           campaign.replan_every, campaign.pipeline, campaign.safety, video_fps))
+                                           campaign.replan_every, campaign.pipeline, campaign.safety, video_fps,
+                                           campaign.packed))
     return jobs
 
 

@@ -1,6 +1,8 @@
 """Per-step episode data in Parquet: the time-aligned half of the data contract.
 
-One file per episode, ``episodes/<key[:2]>/<key>.parquet``. Row ``t`` holds the
+One file per episode, ``episodes/<key[:2]>/<key>.parquet``, or, for a campaign with ``storage: {pack: batch}``,
+one file per batch with a row group per episode (:mod:`assay.store.packs`); :func:`read_episode` reads
+either, giving the same table. Row ``t`` holds the
 observation the policy saw at step ``t``, the action it chose, and what the
 simulator returned for it (reward, success, termination, info scalars), with the
 policy latency and the time ``t / control_hz``: the columns declared in
@@ -24,6 +26,7 @@ import pyarrow.parquet as pq
 
 from assay.errors import StoreError, WriteError
 from assay.store.features import FORMAT_KEY, REQUIRED_COLUMNS, STEP_FORMAT, check_step_columns, check_step_format
+from assay.store.packs import episode_table
 from assay.store.roots import Root, is_url, open_root, remove_stale_temporaries
 
 __all__ = ["Root", "build_table", "encode_episode", "episode_relpath", "is_url", "read_episode",
@@ -87,9 +90,13 @@ def write_episode(root: Root, key: str, table: pa.Table) -> tuple[str, str]:
     return relpath, write_blob(root, relpath, encode_episode(table))
 
 
-def read_episode(root: Root, relpath: str, expected_sha256: str | None = None, check_format: bool = True) -> pa.Table:
-    """The episode's step table; a one-line StoreError when the file is missing, does not match its checksum or
-    (unless ``check_format`` is False: the caller checks it against the catalog row) is of another step format."""
+def read_episode(root: Root, relpath: str, expected_sha256: str | None = None, check_format: bool = True,
+                 key: str | None = None) -> pa.Table:
+    """The episode's step table, from its own file or from a pack (``key`` finds it there; a pack without
+    ``key`` is refused): the one reader of step data, giving a packed episode the very table its own file
+    would. A one-line StoreError when the file is missing, does not match its checksum, is a pack that does not
+    hold ``key`` or (unless ``check_format`` is False: the caller checks it against the catalog row) is of
+    another step format."""
     data_root = open_root(root)
     where = data_root.where(relpath)
     try:
@@ -98,7 +105,10 @@ def read_episode(root: Root, relpath: str, expected_sha256: str | None = None, c
         raise StoreError(f"episode file {where} does not exist") from None
     if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
         raise StoreError(f"episode file {where} does not match its recorded checksum (corrupted or truncated)")
-    table = pq.read_table(pa.BufferReader(data))
+    try:
+        table = episode_table(data, key)
+    except StoreError as exc:
+        raise StoreError(f"step file {where}: {exc}") from None
     if check_format:
         check_step_format(table.schema.metadata, where)
     return table

@@ -10,6 +10,12 @@ and the report read (``cell_counts``, :mod:`assay.store.counts`). Pruning an epi
 * then deletes the step file and the videos. A prune interrupted between the two leaves files that the
   next prune of the same selection deletes (the mark names them).
 
+A pack file (``storage: {pack: batch}``, :mod:`assay.store.packs`) holds several episodes: it is deleted
+only when none of the episodes whose rows point at it is left unpruned, i.e. with the last of them (the
+packs of a campaign pruned whole go with it). A pack that a row outside the selection still points at is
+kept, and counted (``kept_packs``); its selected episodes are marked pruned all the same, and their rows
+and summaries stay as for any pruned episode. A pack is never rewritten.
+
 Every reader already treats a row without ``data_path`` as an episode without step data (the report's
 gallery shows no trace, listings and results are unchanged, mining and exports skip it); ``Store.steps``
 says "step file pruned"; a resume keeps a pruned episode (it reads the row, not the file, and a row
@@ -35,6 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from assay.errors import StoreError
 from assay.store.catalog import Catalog
+from assay.store.packs import PACK_DIR
 from assay.store.roots import DataRoot
 from assay.store.schema import campaign_episodes, campaigns, episodes, pruned_episodes
 from assay.store.video import video_relpath
@@ -68,14 +75,16 @@ class PrunePlan:
 
     ``episodes`` are the keys selected (in the order their rows were written); ``fresh`` those not pruned
     before (the rest are pruned already: only files an interrupted prune left behind are deleted for them);
-    ``files`` (relative path, bytes) of step files and videos that exist now; ``shared`` the episodes kept
-    because a campaign not chosen links them (campaign name -> how many).
+    ``files`` (relative path, bytes) of step files, packs and videos that exist now; ``shared`` the episodes
+    kept because a campaign not chosen links them (campaign name -> how many); ``kept_packs`` the packs of
+    selected episodes left in place because an episode not selected still reads from them.
     """
 
     episodes: tuple[str, ...]
     fresh: tuple[str, ...]
     files: tuple[tuple[str, int], ...]
     shared: dict[str, int] = field(default_factory=dict)
+    kept_packs: int = 0
 
     @property
     def bytes(self) -> int:
@@ -83,7 +92,7 @@ class PrunePlan:
         return sum(size for _, size in self.files)
 
     def count(self, kind: str) -> int:
-        """How many of :attr:`files` are step files (``episodes``) or videos (``videos``)."""
+        """How many of :attr:`files` are step files (``episodes``), packs (``packs``) or videos (``videos``)."""
         return sum(1 for path, _ in self.files if path.startswith(kind + "/"))
 
 
@@ -156,11 +165,27 @@ def plan_prune(catalog: Catalog, files: DataRoot, chosen: Sequence[str] = (), ol
     keys, shared = _guard("selecting episodes", catalog, lambda: _selected(catalog, chosen, cutoff))
     marks = pruned(catalog, keys)
     paths = _guard("reading step files", catalog, lambda: _data_paths(catalog, [k for k in keys if k not in marks]))
-    wanted = [*paths.values(), *(mark.data_path for mark in marks.values())]
-    sizes = files.sizes(wanted)
+    wanted = {*paths.values(), *(mark.data_path for mark in marks.values())}
+    kept = _guard("reading packs", catalog, lambda: _packs_in_use(catalog, wanted, set(keys)))
+    sizes = files.sizes(sorted(wanted - kept))
     found = [(path, int(size)) for path, size in sizes.items() if size is not None]
     found += _videos(files, keys)
-    return PrunePlan(tuple(keys), tuple(k for k in keys if k not in marks), tuple(sorted(found)), shared)
+    return PrunePlan(tuple(keys), tuple(k for k in keys if k not in marks), tuple(sorted(found)), shared, len(kept))
+
+
+def _packs_in_use(catalog: Catalog, paths: set[str], selected: set[str]) -> set[str]:
+    """The packs among ``paths`` that a row not ``selected`` still points at (one pass over the rows of packed
+    episodes; none at all when no pack is among ``paths``)."""
+    packs = {path for path in paths if path.startswith(PACK_DIR + "/")}
+    if not packs:
+        return set()
+    used: set[str] = set()
+    query = sa.select(episodes.c.key, episodes.c.data_path).where(episodes.c.data_path.startswith(PACK_DIR + "/"))
+    with catalog.engine.connect() as conn:
+        for row in conn.execution_options(yield_per=CHUNK).execute(query):
+            if row.data_path in packs and row.key not in selected:
+                used.add(str(row.data_path))
+    return used
 
 
 def _data_paths(catalog: Catalog, keys: list[str]) -> dict[str, str]:
@@ -199,7 +224,8 @@ def prune(catalog: Catalog, files: DataRoot, plan: PrunePlan, now: datetime | No
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
     by_key: dict[str, list[str]] = {}
     for path, _ in plan.files:
-        by_key.setdefault(path.rsplit("/", 1)[-1].split(".", 1)[0], []).append(path)
+        if not path.startswith(PACK_DIR + "/"):
+            by_key.setdefault(path.rsplit("/", 1)[-1].split(".", 1)[0], []).append(path)
     fresh = set(plan.fresh)
     for chunk in _chunks(list(plan.episodes)):
         marked = [k for k in chunk if k in fresh]
@@ -208,6 +234,9 @@ def prune(catalog: Catalog, files: DataRoot, plan: PrunePlan, now: datetime | No
         for key in chunk:
             for path in by_key.get(key, []):
                 files.delete(path)
+    for path, _ in plan.files:  # a pack once every episode reading from it is marked
+        if path.startswith(PACK_DIR + "/"):
+            files.delete(path)
     return plan
 
 

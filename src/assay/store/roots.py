@@ -272,7 +272,7 @@ def open_root(root: Root) -> DataRoot:
     return FsspecRoot(str(root)) if is_url(root) else LocalRoot(Path(root))
 
 
-def remove_stale_temporaries(root: Root, folders: tuple[str, ...] = ("episodes", "campaigns")) -> int:
+def remove_stale_temporaries(root: Root, folders: tuple[str, ...] = ("episodes", "packs", "campaigns")) -> int:
     """Delete temporaries left by dead writers on this host; return how many were removed."""
     data = open_root(root)
     host = socket.gethostname()

@@ -5,6 +5,8 @@ Layout (``schema_version`` 1)::
     STORE/
       catalog.sqlite                  the catalog (unless a database URL is given)
       episodes/<key[:2]>/<key>.parquet  per-step data, one file per episode
+      packs/<id[:2]>/<id>.parquet     or, with ``storage: {pack: batch}``, one file per batch, a row group
+                                      per episode (``assay.store.packs``)
       campaigns/<name>/campaign.json  the resolved campaign, saved beside its results
       store.json                      which catalog indexes this store (its URL, password removed) and its ID
       .run.lock                       held by the campaign run in progress (``assay.store.locking``)
@@ -57,7 +59,7 @@ from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.retention import PrunePlan, plan_prune, prune, pruned
 from assay.store.roots import DataRoot, local_path, open_root
 from assay.store.schema import episodes
-from assay.store.validation import Summary, file_check, table_problem
+from assay.store.validation import Opened, Summary, file_check, table_problem
 
 DEFAULT_CATALOG = "sqlite (catalog.sqlite in the store)"
 
@@ -272,6 +274,7 @@ class Store:
         return check
 
     def _check_chunk(self, keys: list[str], check: FileCheck) -> None:
+        opened: dict[tuple[str, str | None], Opened] = {}  # each pack read and hashed once for its episodes
         found = {key: f"catalog row cannot be read ({why})" for key, why in self.catalog.undecodable(keys).items()}
         summaries = self.catalog.summaries(keys)
         rows = self.catalog.integrity(keys)
@@ -290,7 +293,8 @@ class Store:
                                   "(only an error before the first step, or a pruned episode, has none)")
                 continue
             check.files += 1
-            problem, sealed = file_check(self.data_root, row.data_path, row.data_sha256, key, summary.steps, summary)
+            problem, sealed = file_check(self.data_root, row.data_path, row.data_sha256, key, summary.steps, summary,
+                                         opened)
             if not sealed and problem is None:
                 check.unsealed.add(key)
             if problem is not None:
@@ -379,8 +383,9 @@ class Store:
                 raise StoreError(f"episode {record.key[:12]}: step file pruned ({mark.pruned_at}, `assay store "
                                  "prune`); its catalog row and summary are kept")
             raise StoreError(f"episode {record.key} has no step data ({record.outcome.value}: {record.reason})")
+        # check_format=False: table_problem names a wrong format with the rest (when verified)
         table = read_episode(self.data_root, record.data_path, record.data_sha256 if verify else None,
-                             check_format=False)  # table_problem names a wrong format with the rest (when verified)
+                             check_format=False, key=record.key)
         problem = table_problem(table.schema, table.num_rows, record.key, record.steps,
                                 summary_of(record) if check_seal else None) if verify else None
         if problem is not None:

@@ -10,6 +10,11 @@ success, a return set to 1e9) no longer matches its own file. A file that fails 
 of these is treated like a damaged one: readers raise :class:`StoreError`, a resume
 forgets the episode and re-runs it, ``assay store verify`` names the field. Files
 written before seals existed carry none; they are checked on everything else.
+
+A packed episode (:mod:`assay.store.packs`) is checked the same way on its row group: the checksum is
+the pack's (shared by its episodes, so damage to a pack fails each of them), the key, columns, rows and
+seal its own, from the pack's index. A pack is read and hashed once however many of its episodes are
+checked together (``cache``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from assay.errors import StoreError
 from assay.store.features import FORMAT_KEY, REQUIRED_COLUMNS, STEP_FORMAT
+from assay.store.packs import PACK_DIR, locate
 from assay.store.roots import Root, open_root
 
 
@@ -97,20 +104,42 @@ def file_problem(root: Root, relpath: str, sha256: str | None, key: str, steps: 
     return file_check(root, relpath, sha256, key, steps, summary)[0]
 
 
-def file_check(root: Root, relpath: str, sha256: str | None, key: str, steps: int,
-               summary: Summary | None = None) -> tuple[str | None, bool]:
-    """:func:`file_problem`, and whether the file carries a seal (False also when it cannot be read)."""
+# A step file as read and hashed once: the problem of the file as a whole, else its schema and footer (not its
+# bytes: a cache holds this).
+Opened = tuple[str, None] | tuple[None, tuple[pa.Schema, pq.FileMetaData]]
+
+
+def _open(root: Root, relpath: str, sha256: str | None) -> Opened:
     try:
         data = open_root(root).read(relpath)
     except FileNotFoundError:
-        return "missing", False
+        return "missing", None
     except OSError as exc:
-        return f"unreadable ({exc.strerror or exc})", False
+        return f"unreadable ({exc.strerror or exc})", None
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-        return "checksum mismatch (corrupted or truncated)", False
+        return "checksum mismatch (corrupted or truncated)", None
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data))
+        return None, (parquet.schema_arrow, parquet.metadata)
     except (pa.ArrowException, OSError) as exc:
-        return f"not a readable Parquet file ({exc})", False
-    schema = parquet.schema_arrow
-    return table_problem(schema, parquet.metadata.num_rows, key, steps, summary), is_sealed(schema)
+        return f"not a readable Parquet file ({exc})", None
+
+
+def file_check(root: Root, relpath: str, sha256: str | None, key: str, steps: int,
+               summary: Summary | None = None, cache: dict[tuple[str, str | None], Opened] | None = None,
+               ) -> tuple[str | None, bool]:
+    """:func:`file_problem`, and whether the file carries a seal (False also when it cannot be read). ``cache``
+    keeps each file opened (by path and checksum), so a pack checked for each of its episodes is read once."""
+    opened = cache.get((relpath, sha256)) if cache is not None else None
+    if opened is None:
+        opened = _open(root, relpath, sha256)
+        if cache is not None and relpath.startswith(PACK_DIR + "/"):  # only a pack is asked for again
+            cache[(relpath, sha256)] = opened
+    problem, footer = opened
+    if footer is None:
+        return problem, False
+    try:
+        found = locate(*footer, key)
+    except StoreError as exc:
+        return str(exc), False
+    return table_problem(found.schema, found.rows, key, steps, summary), is_sealed(found.schema)
