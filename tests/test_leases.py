@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -41,7 +42,7 @@ HANG_GUARD_S = 240  # only a hang reaches it; nothing here is timed
 
 
 class PacedExpert:
-    """Meta-World's expert, 4 ms slower per step, so a kill lands while the driver holds claims."""
+    """Meta-World's expert, 25 ms slower per step, so a kill lands while both drivers hold claims."""
 
     def __init__(self) -> None:
         self._expert = ExpertPolicy()
@@ -50,7 +51,7 @@ class PacedExpert:
         self._expert.reset(context)
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
-        time.sleep(0.004)
+        time.sleep(0.025)
         return self._expert.act(observations)
 
 
@@ -184,10 +185,8 @@ def _finish(run: subprocess.Popen) -> dict[str, Any]:
 
 
 def _kill_group(run: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(run.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     run.communicate()
 
 
@@ -227,15 +226,16 @@ CAMPAIGN = {"name": "pair", "seed": 7, "episodes": 5, "envs_per_worker": 2, "hor
 @pytest.mark.slow
 @pytest.mark.sim
 def test_two_drivers_of_one_campaign_run_every_job_once_and_equal_one_driver(tmp_path):
-    reference = _one_driver(tmp_path / "alone", CAMPAIGN)
-    campaign, root = _write(tmp_path, CAMPAIGN), tmp_path / "store"
+    data = {**CAMPAIGN, "policies": [{"name": "paced", "entrypoint": "tests.test_leases:PacedExpert"}, "random"]}
+    reference = _one_driver(tmp_path / "alone", data)
+    campaign, root = _write(tmp_path, data), tmp_path / "store"
     runs = [_assay("run", str(campaign), "--store", str(root), "-x", "inline", "--json") for _ in range(2)]
     try:
         a, b = (_finish(run) for run in runs)
     finally:
         for run in runs:
             _kill_group(run)
-    assert a["ran"] + b["ran"] == 10  # between them, each job once
+    assert a["ran"] + b["ran"] == 10 and a["ran"] and b["ran"]  # side by side, and between them each job once
     for one in (a, b):
         assert one["ran"] + one["skipped"] + one["elsewhere"] == 10
     assert _exactly_once(root, ["pair"]) == {"pair": reference}

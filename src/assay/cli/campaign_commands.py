@@ -103,10 +103,7 @@ def run(
             render.err_console.print(f"[yellow]warning:[/] {slow_frames}", highlight=False, soft_wrap=True)
         faults = fault_policy(spec, episode_timeout)
         make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
-        if new_catalog or not _has_identity(store):  # created under the exclusive lock: two first runs would race
-            with run_lock(store, on_wait=_say_waiting), \
-                    open_store(store, catalog, create=True, data_url=data, new_catalog=new_catalog):
-                pass
+        _create_store(store, catalog, data, new_catalog)
         # the run holds the lock shared: other runs go on beside it, job leases keep each job to one of them
         with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting, shared=True), \
                 open_store(store, catalog, create=True, data_url=data) as opened:
@@ -176,6 +173,16 @@ def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summar
         f"Results stored in {opened.root} (catalog {opened.catalog.display_url})",
         highlight=False, soft_wrap=True)
     check_rates(rows, fail_under)
+
+
+def _create_store(store: Path, catalog: str | None, data: str | None, new_catalog: bool) -> None:
+    """Create the store (or index it anew) under the exclusive run lock, as two first runs would race to create its
+    catalog; a store that another run creates meanwhile (it then holds the lock shared) is left to it."""
+    if not new_catalog and _has_identity(store):
+        return
+    with run_lock(store, on_wait=_say_waiting, unless=None if new_catalog else lambda: _has_identity(store)) as held:
+        if held:
+            open_store(store, catalog, create=True, data_url=data, new_catalog=new_catalog).close()
 
 
 def _has_identity(store: Path) -> bool:

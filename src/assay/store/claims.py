@@ -103,4 +103,5 @@ def held_by_others(conn: sa.Connection, keys: Sequence[str], owner: str) -> dict
 
 def owners(conn: sa.Connection) -> list[str]:
     """Every driver that holds a claim, sorted."""
-    return sorted(str(o) for o in conn.execute(sa.select(job_claims.c.owner).distinct()).scalars())
+    rows: Sequence[str] = conn.execute(sa.select(job_claims.c.owner).distinct()).scalars().all()
+    return sorted(rows)

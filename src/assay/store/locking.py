@@ -93,9 +93,12 @@ def refuse_a_file(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def run_lock(root: Path | str, on_wait: Callable[[str], None] | None = None, shared: bool = False) -> Iterator[None]:
+def run_lock(root: Path | str, on_wait: Callable[[str], None] | None = None, shared: bool = False,
+             unless: Callable[[], bool] | None = None) -> Iterator[bool]:
     """Hold the store's run lock for the block, exclusive or ``shared``; ``on_wait(holder)`` is called once if it
-    must wait."""
+    must wait. ``unless`` (exclusive only): while waiting, stop waiting as soon as it returns True and run the
+    block without the lock; the block is given whether the lock is held (``assay run`` creating a store that
+    another run creates meanwhile and then holds shared)."""
     directory = Path(root).expanduser().resolve()
     refuse_a_file(directory)
     try:
@@ -106,7 +109,7 @@ def run_lock(root: Path | str, on_wait: Callable[[str], None] | None = None, sha
     lock = _lock(path)
     if shared and not lock.is_locked:  # held exclusive by this process: that covers a shared hold
         with _shared_lock(path, on_wait):
-            yield
+            yield True
         return
     if path in _shared:
         raise StoreError(f"this process holds the run lock {path} shared (a campaign run); it cannot take it "
@@ -117,7 +120,9 @@ def run_lock(root: Path | str, on_wait: Callable[[str], None] | None = None, sha
         except Timeout:
             if on_wait is not None:
                 on_wait(_holder(path))
-            lock.acquire()
+            if not _wait_for(lock, unless):
+                yield False
+                return
     except OSError as exc:
         raise StoreError(f"cannot open the run lock {path}: {exc.strerror or exc}") from None
     if path in _unwritten:  # a full disk fails here first
@@ -125,9 +130,23 @@ def run_lock(root: Path | str, on_wait: Callable[[str], None] | None = None, sha
         lock.release()
         raise StoreError(f"cannot write the run lock {path}: {why}")
     try:
-        yield
+        yield True
     finally:
         lock.release()
+
+
+def _wait_for(lock: FileLock, unless: Callable[[], bool] | None) -> bool:
+    """Take ``lock``, waiting as long as it takes, or until ``unless()``; whether it was taken."""
+    if unless is None:
+        lock.acquire()
+        return True
+    while not unless():
+        try:
+            lock.acquire(timeout=0.1)
+            return True
+        except Timeout:
+            continue
+    return False
 
 
 @contextlib.contextmanager
