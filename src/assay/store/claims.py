@@ -33,21 +33,25 @@ def _chunks(items: Sequence[str]) -> list[list[str]]:
     return [list(items[i:i + CHUNK]) for i in range(0, len(items), CHUNK)]
 
 
-def _insert_new(conn: sa.Connection, rows: list[dict[str, object]]) -> None:
-    """Insert the claims that are not there yet; an existing claim is left as it is."""
+def _insert_new(conn: sa.Connection, rows: list[dict[str, object]]) -> int | None:
+    """Insert the claims that are not there yet (an existing claim is left as it is); how many were inserted, or
+    None where the driver cannot tell."""
     dialect = conn.dialect.name
     if dialect in ("sqlite", "postgresql"):
         from sqlalchemy.dialects import postgresql, sqlite
 
         insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
-        conn.execute(insert(job_claims).on_conflict_do_nothing(index_elements=["key"]), rows)
-        return
+        done = conn.execute(insert(job_claims).on_conflict_do_nothing(index_elements=["key"]), rows)  # cached
+        return int(done.rowcount) if conn.dialect.supports_sane_multi_rowcount else None
+    inserted = 0
     for row in rows:  # another database: one savepoint per claim
         try:
             with conn.begin_nested():
                 conn.execute(job_claims.insert().values(**row))
+            inserted += 1
         except sa.exc.IntegrityError:
             continue
+    return inserted
 
 
 def claim(conn: sa.Connection, keys: Sequence[str], campaign: str, owner: str, now: float,
@@ -56,14 +60,18 @@ def claim(conn: sa.Connection, keys: Sequence[str], campaign: str, owner: str, n
     in the order given (see the module docstring)."""
     expires = now + ttl_s
     held: set[str] = set()
+    mine: set[str]
     for chunk in _chunks(keys):
         in_chunk = job_claims.c.key.in_(chunk)
-        _insert_new(conn, [{"key": k, "campaign": campaign, "owner": owner, "expires_at": expires} for k in chunk])
-        conn.execute(job_claims.update().where(in_chunk, sa.or_(job_claims.c.owner == owner,
-                                                                job_claims.c.expires_at <= now))
-                     .values(owner=owner, campaign=campaign, expires_at=expires))
-        mine: set[str] = set(
-            conn.execute(sa.select(job_claims.c.key).where(in_chunk, job_claims.c.owner == owner)).scalars())
+        rows = [{"key": k, "campaign": campaign, "owner": owner, "expires_at": expires} for k in dict.fromkeys(chunk)]
+        if _insert_new(conn, rows) == len(rows):  # every one was free: all are this driver's (the common case)
+            mine = set(chunk)
+        else:
+            conn.execute(job_claims.update().where(in_chunk, sa.or_(job_claims.c.owner == owner,
+                                                                    job_claims.c.expires_at <= now))
+                         .values(owner=owner, campaign=campaign, expires_at=expires))
+            mine = set(
+                conn.execute(sa.select(job_claims.c.key).where(in_chunk, job_claims.c.owner == owner)).scalars())
         if mine:
             done: set[str] = set(
                 conn.execute(sa.select(episodes.c.key).where(episodes.c.key.in_(sorted(mine)))).scalars())
