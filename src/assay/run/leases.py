@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from assay.errors import AssayError
 from assay.run.faults import Batch
+from assay.run.observers import phase
 from assay.spec import EpisodeJob
 from assay.store import Store
 
@@ -92,8 +93,12 @@ class Leases:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *exc: object) -> None:
+        try:
+            self.close()
+        except AssayError:
+            if kind is None:  # the error that ended the block (a lost database) is the one to tell
+                raise
 
     def close(self) -> None:
         """Stop the heartbeat and release every claim this driver still holds."""
@@ -136,6 +141,8 @@ class Leases:
         by this driver, for the caller to run before it looks again. Jobs another driver finishes are counted in
         :attr:`finished_elsewhere`."""
         waiting = {job.key: job for job in jobs}
+        if waiting:
+            phase(f"waiting for {len(waiting)} episodes of {self.campaign} that another run on this store holds")
         while waiting:
             done = self.store.existing_keys(list(waiting))
             self.finished_elsewhere += [key for key in waiting if key in done]
