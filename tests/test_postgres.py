@@ -66,7 +66,7 @@ def catalog(postgres_url):
     opened = Catalog(postgres_url)
     yield opened
     with opened.engine.begin() as conn:  # each test starts from an empty catalog
-        for table in ("campaign_episodes", "episodes", "campaigns", "cell_counts"):
+        for table in ("campaign_episodes", "episodes", "campaigns", "cell_counts", "job_claims"):
             conn.exec_driver_sql(f"DELETE FROM {table}")
         conn.exec_driver_sql("DELETE FROM store_meta WHERE name <> 'schema_version'")
     opened.close()
@@ -155,3 +155,37 @@ def test_counts_equal_rows_on_postgres(tmp_path, postgres_url, catalog):
         check_store(store)
         store.catalog.rebuild_counts()
         check_store(store, "other")
+
+
+CLAIMER = """
+import sys, time
+from assay.store import Catalog
+catalog = Catalog(sys.argv[1])
+keys = [f"k{i:04d}" for i in range(400)]
+mine = []
+for start in range(0, 400, 4):  # a driver's claims, a batch at a time
+    mine += catalog.claim(keys[start:start + 4], "c", sys.argv[2], time.time(), 60)
+print(" ".join(mine))
+"""
+
+
+def test_job_leases_on_postgresql(catalog, postgres_url):
+    """The claims of tests/test_leases.py on PostgreSQL: free, live, expired, renewed, and two processes at once."""
+    import subprocess
+    import sys
+
+    assert catalog.claim(["a", "b"], "c", "one", 100.0, 10) == ["a", "b"]
+    assert catalog.claim(["b", "c"], "c", "two", 105.0, 10) == ["c"]
+    assert catalog.claim(["a", "b"], "c", "two", 111.0, 10) == ["a", "b"]  # one's leases ended at 110
+    assert catalog.renew_claims("one", 112.0, 10) == 0 and catalog.claims_elsewhere(["a"], "one") == {
+        "a": ("two", 121.0)}
+    catalog.add_many([_record("c")])
+    assert catalog.claim(["c"], "c", "one", 200.0, 10) == []  # a row: done, and two's claim released
+    assert catalog.release_claims("two") == 2 and catalog.claim_owners() == []
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    runs = [subprocess.Popen([sys.executable, "-c", CLAIMER, postgres_url, owner], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for owner in ("p1", "p2")]
+    outputs = [run.communicate(timeout=240) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
+    one, two = (set(out.split()) for out, _ in outputs)
+    assert not one & two and len(one | two) == 400

@@ -1,7 +1,8 @@
 """Every wait has a limit and two runs never share a store's jobs (issue 25).
 
-* Two ``assay run`` of one campaign on one store: the second waits for the first's run
-  lock, then finds every episode done; each job runs once and every checksum verifies.
+* Two ``assay run`` of one campaign on one store run side by side (the run lock is shared,
+  job leases in the catalog split the jobs, ``tests/test_leases.py``); each job runs once and
+  every checksum verifies.
 * A policy that never answers: the default (or the campaign's) wall-clock limit turns
   it into ``error: wall_timeout`` and the campaign goes on with the other policy.
 """
@@ -67,8 +68,9 @@ def test_two_concurrent_runs_of_one_campaign_run_each_job_once(tmp_path):
     assert [run.returncode for run in runs] == [0, 0], outputs
     import json
 
-    ran = sorted(json.loads(out[out.index("{"):])["ran"] for out in outputs)
-    assert ran == [0, 8], outputs  # one ran everything, the other found it done
+    results = [json.loads(out[out.index("{"):]) for out in outputs]
+    assert sum(r["ran"] for r in results) == 8, outputs  # between them, each job once
+    assert all(r["ran"] + r["skipped"] + r["elsewhere"] == 8 for r in results), outputs
     with Store(store, create=False) as opened:
         records = opened.catalog.episodes(campaign="twice")
         assert len(records) == 8 and len({r.key for r in records}) == 8

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,6 +36,7 @@ from assay.metrics.results_csv import format_results_csv
 from assay.run import CampaignPlan, CampaignSummary, FaultPolicy, make_executor, prepare_campaign, run_campaign
 from assay.run.adaptive import load_state
 from assay.run.catalog_writer import DEFAULT_COMMIT_ROWS, DEFAULT_COMMIT_SECONDS, CommitPolicy
+from assay.run.leases import DEFAULT_LEASE_S
 from assay.spec import CampaignSpec, SuccessMode
 from assay.store import Store, renderer_of, run_lock
 from assay.store.aggregates import renderer_totals
@@ -79,6 +81,10 @@ def run(
     commit_seconds: Annotated[float, typer.Option(
         "--commit-seconds", min=0.001, help="... or once the oldest finished row has waited this long (a kill "
         "loses at most this much finished work, which a rerun runs again).")] = DEFAULT_COMMIT_SECONDS,
+    lease: Annotated[float, typer.Option(
+        "--lease-seconds", min=0.001, help="Job leases: how long the jobs this run has claimed stay its own without a "
+        "heartbeat; another run on the same store takes over a job this long after its driver died (renewed every "
+        "third of it).")] = DEFAULT_LEASE_S,
     fail_under: FailUnderOpt = None,
     progress_every: Annotated[float, typer.Option(
         "--progress-every", min=0.0, metavar="SECONDS",
@@ -97,17 +103,19 @@ def run(
             render.err_console.print(f"[yellow]warning:[/] {slow_frames}", highlight=False, soft_wrap=True)
         faults = fault_policy(spec, episode_timeout)
         make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
-        # the lock before the store: two first runs on a new store would otherwise race to create its catalog
-        with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting), \
-                open_store(store, catalog, create=True, data_url=data, new_catalog=new_catalog) as opened:
+        _create_store(store, catalog, data, new_catalog)
+        # the run holds the lock shared: other runs go on beside it, job leases keep each job to one of them
+        with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting, shared=True), \
+                open_store(store, catalog, create=True, data_url=data) as opened:
             runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
             progress = CampaignProgress(render.err_console, enabled=not json_out or not render.err_console.is_terminal,
                                         every=progress_every)
             with interrupt_told(progress, render.err_console), progress:
                 summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
                                        retry_errors=retry_errors, verify_files=verify_files,
-                                       commit=CommitPolicy(commit_rows, commit_seconds),
+                                       commit=CommitPolicy(commit_rows, commit_seconds), lease_s=lease,
                                        judge=judge_for(spec) if spec.adaptive is not None else None)
+                progress.ran_elsewhere(summary.elsewhere)
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
             _report_run(opened, spec, planned, summary, adaptive, json_out, fail_under,
                         warned_software=slow_frames is not None)
@@ -142,7 +150,7 @@ def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summar
     if json_out:
         render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
                            "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
-                           "retried": summary.retried, "outcomes": summary.outcomes,
+                           "retried": summary.retried, "elsewhere": summary.elsewhere, "outcomes": summary.outcomes,
                            **scored.document(covered), "notes": notes,
                            "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
                            **({"adaptive": adaptive, "adaptive_equal_power": equal_power_view(adaptive)}
@@ -159,11 +167,30 @@ def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summar
             render.console.print(part, highlight=False, soft_wrap=True)
     render.console.print(
         f"{summary.total} episodes: {summary.ran} run now, {summary.skipped} already in the store"
+        + (f", {summary.elsewhere} run meanwhile by another run on this store" if summary.elsewhere else "")
         + (f" ({summary.repaired} re-run: step file or catalog row damaged)" if summary.repaired else "")
         + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
         f"Results stored in {opened.root} (catalog {opened.catalog.display_url})",
         highlight=False, soft_wrap=True)
     check_rates(rows, fail_under)
+
+
+def _create_store(store: Path, catalog: str | None, data: str | None, new_catalog: bool) -> None:
+    """Create the store (or index it anew) under the exclusive run lock, as two first runs would race to create its
+    catalog; a store that another run creates meanwhile (it then holds the lock shared) is left to it."""
+    if not new_catalog and _has_identity(store):
+        return
+    with run_lock(store, on_wait=_say_waiting, unless=None if new_catalog else lambda: _has_identity(store)) as held:
+        if held:
+            open_store(store, catalog, create=True, data_url=data, new_catalog=new_catalog).close()
+
+
+def _has_identity(store: Path) -> bool:
+    """Whether ``store`` exists with its store ID: opening it then writes nothing that two runs could race on."""
+    try:
+        return bool(json.loads((Path(store) / "store.json").read_text()).get("store_id"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def fault_policy(spec: CampaignSpec, episode_timeout: float | None) -> FaultPolicy:

@@ -45,6 +45,7 @@ class CampaignProgress:
         self._task: TaskID | None = None
         self._started = 0.0
         self._counts = {o: 0 for o in Outcome}
+        self._elsewhere = 0  # episodes another run on the store ran meanwhile (job leases)
 
     def __enter__(self) -> CampaignProgress:
         self._progress.__enter__()
@@ -89,10 +90,17 @@ class CampaignProgress:
         if self.plain and time.perf_counter() - self._last_line >= self.every:
             self._line()
 
+    def ran_elsewhere(self, count: int) -> None:
+        """Count the campaign's episodes that another run on the same store ran meanwhile (the summary's
+        ``elsewhere``): they are done, though not run here."""
+        self._elsewhere += count
+        if count and self._task is not None:
+            self._progress.update(self._task, advance=count)
+
     @property
     def stored(self) -> int:
         """Episodes of the campaign in the store now: those found there at the start and those run since."""
-        return self._skipped + sum(self._counts.values())
+        return self._skipped + sum(self._counts.values()) + self._elsewhere
 
     @property
     def total(self) -> int:
@@ -104,13 +112,14 @@ class CampaignProgress:
         ``(N were already stored)`` and its success and error counts are of the episodes run now, so says."""
         self._last_line = now = time.perf_counter()
         ran = sum(self._counts.values())
-        done = self._skipped + ran
+        done = self._skipped + ran + self._elsewhere
         rate = ran / max(now - self._started, 1e-9)
         eta = f"{(self._total - done) / rate:.0f}s" if ran and done < self._total else "-"
         percent = 100 * done / self._total if self._total else 100
         errors = self._counts[Outcome.ERROR]
         resumed = f" ({self._skipped} were already stored)" if self._skipped else ""
-        scope = f" of the {ran} run now" if self._skipped else ""
+        resumed += f" ({self._elsewhere} run by another run on this store)" if self._elsewhere else ""
+        scope = f" of the {ran} run now" if self._skipped or self._elsewhere else ""
         self.console.print(
             f"campaign {self._name}: {done}/{self._total} episodes ({percent:.0f}%){resumed}, {rate:.2f} ep/s, "
             f"{'done' if final else 'ETA ' + eta}, success {self._counts[Outcome.SUCCESS]}/{ran - errors}{scope}, "

@@ -154,6 +154,7 @@ def _add(a: CampaignSummary, b: CampaignSummary) -> CampaignSummary:
     a.ran += b.ran
     a.repaired += b.repaired
     a.retried += b.retried
+    a.elsewhere += b.elsewhere
     for k, v in b.outcomes.items():
         a.outcomes[k] = a.outcomes.get(k, 0) + v
     return a

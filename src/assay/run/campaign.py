@@ -15,11 +15,20 @@ The driver commits catalog rows in transactions sized by count or age
 (:class:`~assay.run.catalog_writer.CatalogWriter`, :class:`~assay.run.catalog_writer.CommitPolicy`),
 not one per episode or per batch; a worker has written a batch's files (each by rename) before
 it hands the batch's records back, so a row never names a file that is not complete.
+
+Many drivers may run on one store at once, of one campaign or of several (the run lock is shared):
+each claims a batch's jobs in the catalog just before it runs them and renews its leases while they run
+(:mod:`assay.run.leases`, ``lease_s``); a job another live driver holds is left to it, and at the end
+the driver waits until every planned job has a row, taking over the jobs whose lease ran out (their
+driver died). A job whose row exists is done, whoever ran it; seeds come from job keys, so results do
+not depend on how many drivers ran them (``CampaignSummary.elsewhere`` counts the ones another ran).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from assay.annotations import public_api
 from assay.errors import SpecError, UnsupportedError, located
@@ -28,6 +37,7 @@ from assay.policies.remote import warn_capacity
 from assay.run.adaptive import Judge, run_rounds
 from assay.run.catalog_writer import CatalogWriter, CommitPolicy
 from assay.run.executors import Executor
+from assay.run.leases import DEFAULT_LEASE_S, Leases
 from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.sim import TaskRegistry, default_registry, instruct, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
@@ -111,26 +121,27 @@ def run_campaign(
     judge: Judge | None = None,
     verify_files: bool = False,
     commit: CommitPolicy | None = None,
+    lease_s: float = DEFAULT_LEASE_S,
 ) -> CampaignSummary:
-    """Run the campaign's pending jobs, holding the store's run lock: a second run on the same
-    store waits for this one and then finds its episodes done (none runs twice).
+    """Run the campaign's pending jobs, holding the store's run lock shared: other runs on the same store, of
+    this campaign or another, go on beside it, and job leases in the catalog keep each job to one driver
+    (the module docstring; ``lease_s``: how long a dead driver's jobs wait before another takes them over).
 
     An adaptive campaign (``adaptive:`` in its spec) runs in rounds judged by ``judge``
     (``assay.metrics.adaptive.judge_for(spec)``), see :mod:`assay.run.adaptive`. ``verify_files`` reads and
     checks every recorded step file before the resume (see the module docstring); ``commit`` sizes the
     catalog's transactions (default :class:`~assay.run.catalog_writer.CommitPolicy`)."""
-    with store.run_lock():
+    run = _Run(executor, on_start, on_record, retry_errors, verify_files, commit, lease_s)
+    with store.run_lock(shared=True):
         if campaign.spec.adaptive is None:
-            return _run_pending(campaign, store, executor, on_start, on_record, retry_errors, verify_files, commit)
+            return _run_pending(campaign, store, run)
         if judge is None:
             raise SpecError(f"campaign {campaign.spec.name!r} is adaptive: pass judge=assay.metrics.adaptive."
                             "judge_for(spec) (assay run does)")
         # the full plan is the campaign's document while it runs: each round runs a sub-plan of it and must not
         # replace it (planned counts, the dashboard's progress); the final state then records episodes used
         _save_plan(campaign, store)
-        return run_rounds(campaign, store, lambda sub: _run_pending(sub, store, executor, on_start, on_record,
-                                                                    retry_errors, verify_files, commit,
-                                                                    save_plan=False), judge)[0]
+        return run_rounds(campaign, store, lambda sub: _run_pending(sub, store, run, save_plan=False), judge)[0]
 
 
 def _save_plan(campaign: CampaignPlan, store: Store) -> None:
@@ -145,41 +156,81 @@ def _save_plan(campaign: CampaignPlan, store: Store) -> None:
     store.save_resolved_campaign(spec.name, spec.content_hash(), campaign.resolved())
 
 
-def _run_pending(
-    campaign: CampaignPlan,
-    store: Store,
-    executor: Executor,
-    on_start: Callable[[CampaignSummary], None] | None,
-    on_record: Callable[[EpisodeRecord], None] | None,
-    retry_errors: bool,
-    verify_files: bool = False,
-    commit: CommitPolicy | None = None,
-    save_plan: bool = True,
-) -> CampaignSummary:
-    """Run the plan's pending jobs; ``save_plan``: save the plan as the campaign's document first (False for an
-    adaptive round, a sub-plan of the document already saved)."""
+@dataclass(frozen=True)
+class _Run:
+    """How ``run_campaign`` was asked to run (the same for every adaptive round)."""
+
+    executor: Executor
+    on_start: Callable[[CampaignSummary], None] | None
+    on_record: Callable[[EpisodeRecord], None] | None
+    retry_errors: bool
+    verify_files: bool
+    commit: CommitPolicy | None
+    lease_s: float
+
+
+def _run_pending(campaign: CampaignPlan, store: Store, run: _Run, save_plan: bool = True) -> CampaignSummary:
+    """Run the plan's pending jobs under job leases; ``save_plan``: save the plan as the campaign's document first
+    (False for an adaptive round, a sub-plan of the document already saved)."""
     spec = campaign.spec
     if save_plan:
         _save_plan(campaign, store)
     store.clean_temporaries()
-    resume = store.resume_plan((job.key for job in campaign.jobs), retry_errors, verify=verify_files)
+    resume = store.resume_plan((job.key for job in campaign.jobs), run.retry_errors, verify=run.verify_files)
     store.forget(resume.forget)
     store.link(spec.name, [(job.key, job.policy.name) for job in campaign.jobs if job.key in resume.done])
     pending = [job for job in campaign.jobs if job.key not in resume.done]
     summary = CampaignSummary(spec.name, total=len(campaign.jobs), skipped=len(campaign.jobs) - len(pending),
                               repaired=len(resume.damaged), retried=len(resume.errored))
-    if on_start is not None:
-        on_start(summary)
+    if run.on_start is not None:
+        run.on_start(summary)
     batches = batch_jobs(pending, spec.envs_per_worker)
-    _warn_capacity(campaign, executor, batches)
-    with CatalogWriter(store.record, commit) as writer:  # closing commits what finished, even after an error
-        for record in executor.run(batches):
-            writer.add(record)
-            summary.ran += 1
-            summary.outcomes[record.outcome.value] += 1
-            if on_record is not None:
-                on_record(record)
+    _warn_capacity(campaign, run.executor, batches)
+    with Leases(store, spec.name, run.lease_s) as leases, \
+            CatalogWriter(_released(store, leases), run.commit) as writer:  # closing commits what finished
+        for record in _claimed_run(run.executor, batches, leases):
+            _count(summary, record, writer, run.on_record)
+        writer.flush()  # this driver's rows are in before it waits for the others'
+        left = [job for job in pending if job.key in leases.elsewhere]
+        for taken in leases.wait_for_others(left):  # jobs whose driver died
+            for record in _claimed_run(run.executor, batch_jobs(taken, spec.envs_per_worker), leases):
+                _count(summary, record, writer, run.on_record)
+            writer.flush()
+        if leases.finished_elsewhere:  # another campaign's driver ran them: link them to this campaign too
+            done = set(leases.finished_elsewhere)
+            store.link(spec.name, [(job.key, job.policy.name) for job in pending if job.key in done])
+    summary.elsewhere = len(leases.finished_elsewhere)
     return summary
+
+
+def _released(store: Store, leases: Leases) -> Callable[[Sequence[EpisodeRecord]], None]:
+    """The writer's commit: the rows, then the claims on their jobs let go (a row is what says done)."""
+
+    def commit(records: Sequence[EpisodeRecord]) -> None:
+        store.record(records)
+        leases.release([record.key for record in records])
+
+    return commit
+
+
+def _claimed_run(executor: Executor, batches: Sequence[Sequence[EpisodeJob]], leases: Leases,
+                 ) -> Iterator[EpisodeRecord]:
+    """The executor's run with each batch claimed as it goes out; an executor whose ``run`` takes no ``claim``
+    gets the jobs the leases grant up front."""
+    if "claim" in inspect.signature(executor.run).parameters:
+        return executor.run([tuple(b) for b in batches], claim=leases.claim)
+    held = {job.key for job in leases.claim(tuple(job for b in batches for job in b))}  # one transaction
+    granted = [g for g in (tuple(job for job in b if job.key in held) for b in batches) if g]
+    return executor.run(granted)
+
+
+def _count(summary: CampaignSummary, record: EpisodeRecord, writer: CatalogWriter,
+           on_record: Callable[[EpisodeRecord], None] | None) -> None:
+    writer.add(record)
+    summary.ran += 1
+    summary.outcomes[record.outcome.value] += 1
+    if on_record is not None:
+        on_record(record)
 
 
 def _warn_capacity(campaign: CampaignPlan, executor: Executor, batches: Sequence[Sequence[EpisodeJob]]) -> None:

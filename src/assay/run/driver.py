@@ -27,7 +27,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
-from assay.run.faults import Batch, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key, exhausted
+from assay.run.faults import Batch, Claim, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key, exhausted
 from assay.store import EpisodeRecord
 from assay.store.roots import remove_stale_temporaries
 
@@ -96,9 +96,10 @@ class Driver:
         self.restarts = 0
         self._states: dict[Hashable, _State] = {}
 
-    def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
-        """Every batch's records, in the order they finish (each once: done, or error after its retries)."""
-        dispatcher = Dispatcher(batches, self.faults)
+    def run(self, batches: Sequence[Batch], claim: Claim | None = None) -> Iterator[EpisodeRecord]:
+        """Every batch's records, in the order they finish (each once: done, or error after its retries); with
+        ``claim``, each batch runs the jobs it grants just before the batch is handed out (job leases)."""
+        dispatcher = Dispatcher(batches, self.faults, claim)
         if not dispatcher.has_work():
             return
         try:
@@ -177,6 +178,10 @@ class Driver:
                 item = dispatcher.take(state.environments, elsewhere)
             else:
                 item = dispatcher.take()
+            if item is None:  # the claim granted nothing of what was left: other drivers run it
+                del self._states[worker]
+                self.pool.retire(worker)
+                continue
             state.item, state.started = item, False
             state.environments.add(environment_key(item))
             state.deadline = self.faults.deadline(time.monotonic()) if state.ready else None

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from assay.annotations import developer_api, public_api
 from assay.errors import AssayError
 from assay.run.driver import Driver, Event, Happened
-from assay.run.faults import Batch, FaultPolicy, rss_mb
+from assay.run.faults import Batch, Claim, FaultPolicy, rss_mb
 from assay.run.observers import observed
 from assay.run.worker import Worker
 from assay.store import EpisodeRecord
@@ -68,8 +68,11 @@ class Reply(Enum):
 class Executor(Protocol):
     """What every executor is: ``run(batches)`` yields each episode's record as it is stored (httpx's transports)."""
 
-    def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
-        """Run every batch and yield its episodes' records, in completion order."""
+    def run(self, batches: Sequence[Batch], claim: Claim | None = None) -> Iterator[EpisodeRecord]:
+        """Run every batch and yield its episodes' records, in completion order. ``claim`` (job leases, when the
+        campaign runner gives one) is called with each batch just before it first runs: run only the jobs it
+        returns, and skip the batch when it returns none. An executor whose ``run`` takes no ``claim`` still
+        works: the runner then claims every pending job before it calls ``run``."""
 
 
 def _root(store_root: str | Path) -> str | Path:
@@ -92,17 +95,18 @@ class InlineExecutor:
         self.pipelined = pipelined
 
     @observed
-    def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+    def run(self, batches: Sequence[Batch], claim: Claim | None = None) -> Iterator[EpisodeRecord]:
         """Run the batches in this process; pipelined, a writer thread writes a batch's files as the next rolls out."""
         worker = Worker(self.store_root)
         try:
+            claimed = (granted for granted in (claim(b) if claim else b for b in batches) if granted)
             if not self.pipelined:
-                for batch in batches:
+                for batch in claimed:
                     yield from worker.run_batch(batch)
                 return
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="assay-writer") as writer:
                 written: Future[list[EpisodeRecord]] | None = None
-                for batch in batches:
+                for batch in claimed:
                     try:
                         recorders = worker.roll(batch)
                     except Exception:
@@ -140,6 +144,7 @@ def _worker_main(conn: Connection, store_root: str | Path) -> None:
 
 
 def _serve(conn: Connection, worker: Worker) -> None:
+    driver = os.getppid()
     while True:
         try:
             jobs = conn.recv()
@@ -148,7 +153,10 @@ def _serve(conn: Connection, worker: Worker) -> None:
         if jobs is None:
             return
         try:
-            conn.send((Reply.OK, worker.run_batch(jobs, on_started=lambda: conn.send((Reply.STARTED, None)))))
+            recorders = worker.roll(jobs, on_started=lambda: conn.send((Reply.STARTED, None)))
+            if os.getppid() != driver:  # the driver died: its job leases pass to another driver, which writes
+                return  # these episodes' files; an orphan writing them later would replace that driver's files
+            conn.send((Reply.OK, worker.save(recorders)))
         except Exception as exc:  # noqa: BLE001 - an infrastructure error (store unwritable) stops the driver
             conn.send((Reply.RAISE, AssayError(f"worker failed: {type(exc).__name__}: {exc}")))
 
@@ -302,12 +310,12 @@ class LocalExecutor:
         self.restarts = 0  # worker processes replaced after a death, a timeout or a resource error
 
     @observed
-    def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+    def run(self, batches: Sequence[Batch], claim: Claim | None = None) -> Iterator[EpisodeRecord]:
         """Run the batches on worker processes under the driver loop (retries, wall-clock limits, restarts)."""
         _refuse_while_importing_main()
         driver = Driver(_ProcessPool(self.store_root, self.faults), self.workers, self.faults, self.store_root)
         try:
-            yield from driver.run(batches)
+            yield from driver.run(batches, claim)
         finally:
             self.restarts += driver.restarts
 

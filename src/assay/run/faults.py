@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -137,6 +137,12 @@ def environment_key(item: WorkItem) -> str:
     return f"{task.id}#{task.content_hash()}"
 
 
+# Called with a batch just before it is first handed to a worker: the jobs of it this run may run (the job
+# leases of :mod:`assay.run.leases`); the rest are dropped, and a batch left empty is skipped. Retries of a
+# batch already handed out are not asked again.
+Claim = Callable[[Batch], Batch]
+
+
 class Dispatcher:
     """The queue of work items and the bookkeeping of what has been reported.
 
@@ -147,8 +153,8 @@ class Dispatcher:
     changes its result, so this only changes speed.
     """
 
-    def __init__(self, batches: Sequence[Batch], policy: FaultPolicy) -> None:
-        self.policy = policy
+    def __init__(self, batches: Sequence[Batch], policy: FaultPolicy, claim: Claim | None = None) -> None:
+        self.policy, self._claim = policy, claim
         self._retries: deque[WorkItem] = deque()
         self._queues: dict[str, deque[WorkItem]] = {}
         for batch in batches:
@@ -162,18 +168,25 @@ class Dispatcher:
         """Whether any batch is still queued or waiting for a retry."""
         return bool(self._retries) or bool(self._queues)
 
-    def take(self, warm: Collection[str] = (), elsewhere: Collection[str] = ()) -> WorkItem:
+    def take(self, warm: Collection[str] = (), elsewhere: Collection[str] = ()) -> WorkItem | None:
         """The next item: a retry; else one for an environment in ``warm`` (built by the taker); else one
-        no other worker is on (not in ``elsewhere``); else the oldest queued environment's next item."""
+        no other worker is on (not in ``elsewhere``); else the oldest queued environment's next item. With a
+        ``claim``, a fresh item keeps the jobs it grants; None when it granted none of what was left."""
         if self._retries:
             return self._retries.popleft()
-        key = next((k for k in self._queues if k in warm), None) \
-            or next((k for k in self._queues if k not in elsewhere), None) or next(iter(self._queues))
-        queue = self._queues[key]
-        item = queue.popleft()
-        if not queue:
-            del self._queues[key]
-        return item
+        while self._queues:
+            key = next((k for k in self._queues if k in warm), None) \
+                or next((k for k in self._queues if k not in elsewhere), None) or next(iter(self._queues))
+            queue = self._queues[key]
+            item = queue.popleft()
+            if not queue:
+                del self._queues[key]
+            if self._claim is None:
+                return item
+            granted = tuple(self._claim(item.jobs))
+            if granted:
+                return WorkItem(granted, item.attempt)
+        return None
 
     def succeeded(self, records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
         """The records of a batch that came back, reported to the observers."""

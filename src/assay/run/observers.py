@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from assay.run.faults import Batch
 from assay.store import EpisodeRecord
@@ -63,15 +63,17 @@ def advanced(text: str, done: int, total: int, unit: str) -> None:
 
 
 E = TypeVar("E")
-Run = Callable[[E, Sequence[Batch]], Iterator[EpisodeRecord]]
+P = ParamSpec("P")
+Run = Callable[Concatenate[E, Sequence[Batch], P], Iterator[EpisodeRecord]]
 
 
-def observed(run: Run[E]) -> Run[E]:
+def observed(run: Run[E, P]) -> Run[E, P]:
     """Decorate an executor's ``run``: observers hear how many episodes it was given, then each record."""
 
     @functools.wraps(run)
-    def observed_run(self: E, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
-        records = run(self, batches)
+    def observed_run(self: E, batches: Sequence[Batch], /, *args: P.args,
+                     **kwargs: P.kwargs) -> Iterator[EpisodeRecord]:
+        records = run(self, batches, *args, **kwargs)
         return _told(batches, records) if _OBSERVERS else records
 
     return observed_run

@@ -47,7 +47,8 @@ class CampaignPlan:
 
 @dataclass
 class CampaignSummary:
-    """What a campaign run did: episodes planned, skipped as done, run, repaired and retried, and outcome counts."""
+    """What a campaign run did: episodes planned, skipped as done, run, run by another driver meanwhile, repaired and
+    retried, and outcome counts."""
 
     name: str
     total: int
@@ -55,4 +56,5 @@ class CampaignSummary:
     ran: int = 0
     repaired: int = 0  # finished episodes whose step file was missing or corrupted: forgotten and re-run
     retried: int = 0  # episodes recorded as error, re-run because retry_errors was asked
+    elsewhere: int = 0  # pending episodes another driver on the same store ran meanwhile (job leases)
     outcomes: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})

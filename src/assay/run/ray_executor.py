@@ -40,7 +40,7 @@ from assay.policies import Policy, PolicyContext, add_import_root, import_roots,
 from assay.policies.protocol import ENV_IDS, INSTRUCTION
 from assay.policies.remote.batcher import DynamicBatcher
 from assay.run.driver import Driver, Event, Happened
-from assay.run.faults import Batch, FaultPolicy
+from assay.run.faults import Batch, Claim, FaultPolicy
 from assay.run.observers import observed
 from assay.run.preflight import Probe, check_probe, node_probe, preflight, run_token
 from assay.run.worker import Worker
@@ -311,7 +311,7 @@ class RayExecutor:
         }
 
     @observed
-    def run(self, batches: Sequence[Batch]) -> Iterator[EpisodeRecord]:
+    def run(self, batches: Sequence[Batch], claim: Claim | None = None) -> Iterator[EpisodeRecord]:
         """Run the batches on Ray actors after the data-root preflight (a shared policy actor when ``serving``)."""
         if not any(batches):
             return
@@ -331,7 +331,7 @@ class RayExecutor:
                           probe=(self.store_root, token))
         driver = Driver(pool, self.actors, self.faults, self.store_root)
         try:
-            yield from driver.run(batches)
+            yield from driver.run(batches, claim)
         finally:
             self.restarts += driver.restarts
             for key, server in servers.items():

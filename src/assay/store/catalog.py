@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from assay.errors import StoreError, UndecodableRow
-from assay.store import counts
+from assay.store import claims, counts
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.schema import (
     ADDED_COLUMNS,
@@ -172,6 +172,23 @@ def _guarded(method: F) -> F:
 # What two processes creating one catalog at the same moment can raise (the loser retries: create_all checks first)
 _CREATE_RACES = (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError)
 
+
+def _raced(method: F) -> F:
+    """Run a write again when it lost a race with another driver on the same rows: two drivers of one store (job
+    leases, :mod:`assay.store.claims`) may both find a campaign or a link missing and insert it; the loser's
+    transaction is rolled back whole by its IntegrityError, and the retry reads what the winner committed."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for attempt in Retrying(stop=stop_after_attempt(4), wait=wait_incrementing(0.05, 0.1), reraise=True,
+                                retry=retry_if_exception_type(sa.exc.IntegrityError)):
+            with attempt:
+                return method(*args, **kwargs)
+        raise AssertionError("unreachable")  # Retrying re-raises the last error
+
+    return wrapper  # type: ignore[return-value]
+
+
 class Catalog:
     """Episode rows and campaign links behind one SQLAlchemy engine.
 
@@ -234,6 +251,7 @@ class Catalog:
 
     # -- writes (driver only) -------------------------------------------------
     @_guarded
+    @_raced
     def save_campaign(self, name: str, spec_hash: str, spec: dict[str, Any]) -> None:
         """Insert or update a campaign's spec and its hash."""
         now = _now()
@@ -246,6 +264,7 @@ class Catalog:
                 conn.execute(campaigns.insert().values(name=name, created_at=now, **values))
 
     @_guarded
+    @_raced
     def add(self, record: EpisodeRecord) -> bool:
         """Insert the episode (if new) and link it to its campaign; True if the episode was new."""
         with self.engine.begin() as conn:
@@ -256,6 +275,7 @@ class Catalog:
         return new
 
     @_guarded
+    @_raced
     def add_many(self, records: list[EpisodeRecord]) -> int:
         """``add`` for many records in one transaction (what a busy driver needs); returns how many were new."""
         if not records:
@@ -277,6 +297,7 @@ class Catalog:
         return len(fresh)
 
     @_guarded
+    @_raced
     def link(self, campaign: str, keys_and_policies: Iterable[tuple[str, str]]) -> None:
         """Link episodes to a campaign under the policy names it gave them."""
         with self.engine.begin() as conn:
@@ -305,6 +326,38 @@ class Catalog:
             missing = [r["key"] for r in rows if r["key"] not in known]
             known = {**known, **counts.facts_of(conn, missing)} if missing else known
             counts.add_links(conn, campaign, [(r["policy_name"], known[r["key"]]) for r in rows if r["key"] in known])
+
+    # -- job leases (claims): which driver runs a job that has no row yet (:mod:`assay.store.claims`) ------------
+    @_guarded
+    def claim(self, keys: Sequence[str], campaign: str, owner: str, now: float, ttl_s: float) -> list[str]:
+        """Claim ``keys`` for ``owner`` until ``now + ttl_s`` (free ones, expired ones, its own); those it now holds
+        and that have no row, in order."""
+        with self.engine.begin() as conn:
+            return claims.claim(conn, keys, campaign, owner, now, ttl_s)
+
+    @_guarded
+    def renew_claims(self, owner: str, now: float, ttl_s: float) -> int:
+        """Extend every lease ``owner`` holds to ``now + ttl_s``; how many it holds."""
+        with self.engine.begin() as conn:
+            return claims.renew(conn, owner, now, ttl_s)
+
+    @_guarded
+    def release_claims(self, owner: str, keys: Sequence[str] | None = None) -> int:
+        """Delete ``owner``'s claims on ``keys`` (all when None); how many went."""
+        with self.engine.begin() as conn:
+            return claims.release(conn, owner, keys)
+
+    @_guarded
+    def claim_owners(self) -> list[str]:
+        """Every driver that holds a claim now."""
+        with self.engine.connect() as conn:
+            return claims.owners(conn)
+
+    @_guarded
+    def claims_elsewhere(self, keys: Sequence[str], owner: str) -> dict[str, tuple[str, float]]:
+        """The claims on ``keys`` held by drivers other than ``owner``: key -> (owner, lease end)."""
+        with self.engine.connect() as conn:
+            return claims.held_by_others(conn, keys, owner)
 
     @_guarded
     def register_forgotten(self, table: str) -> None:
@@ -614,5 +667,5 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")  # readers (dashboards) never block the writer
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA busy_timeout=30000")  # two drivers (job leases) wait for each other's commits
     cursor.close()

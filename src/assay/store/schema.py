@@ -1,6 +1,7 @@
 """The catalog's tables (SQLAlchemy Core), in one place: the episodes, campaigns and their links, the store's
-own facts, the per-cell counts kept beside them (``cell_counts``, :mod:`assay.store.counts`) and the episodes
-whose files were pruned (``pruned_episodes``, :mod:`assay.store.retention`).
+own facts, the per-cell counts kept beside them (``cell_counts``, :mod:`assay.store.counts`), the episodes
+whose files were pruned (``pruned_episodes``, :mod:`assay.store.retention`) and the drivers' job leases
+(``job_claims``, :mod:`assay.store.claims`).
 
 Columns of ``episodes`` are derived from ``EpisodeRecord``'s fields (``assay.store.catalog``); a test keeps
 them equal. Two covering indexes serve the aggregate queries (:mod:`assay.store.aggregates`): each link's
@@ -116,3 +117,15 @@ pruned_episodes = sa.Table(
 # Nullable columns added to existing tables after catalogs were first made: an older catalog gets them on
 # open (ALTER TABLE ... ADD COLUMN), its old rows holding NULL there. Readers of an older Assay ignore them.
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"episodes": ("data_bytes",)}
+
+# Job leases (:mod:`assay.store.claims`): which driver runs a job that has no row yet, and until when its lease
+# holds. A driver claims a batch's jobs before it dispatches them and deletes its claims once their rows are
+# written; a claim whose lease ran out (its driver died) is taken over. Rows here are transient.
+job_claims = sa.Table(
+    "job_claims",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("campaign", sa.String(200), nullable=False),
+    sa.Column("owner", sa.String(200), nullable=False, index=True),  # host:pid:random of the driver
+    sa.Column("expires_at", sa.Float, nullable=False),  # seconds since the epoch, by the owner's clock
+)

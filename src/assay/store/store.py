@@ -240,13 +240,14 @@ class Store:
         return removed
 
     @contextlib.contextmanager
-    def run_lock(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-        """Exclusive for one campaign run at a time on this store and on its data root, where that is a local
-        directory or a ``file://`` URL (see :mod:`assay.store.locking`); an object store's root has no lock (its
-        marker still refuses a second store)."""
-        with run_lock(self.root, on_wait):
+    def run_lock(self, on_wait: Callable[[str], None] | None = None, shared: bool = False) -> Iterator[None]:
+        """The store's run lock on this store and on its data root, where that is a local directory or a ``file://``
+        URL (see :mod:`assay.store.locking`); an object store's root has no lock (its marker still refuses a second
+        store). Exclusive by default (``assay store prune``, the commands that mine or rewrite a store in bulk);
+        ``shared`` for a campaign run: many at once, job leases in the catalog keep each job to one of them."""
+        with run_lock(self.root, on_wait, shared=shared):
             local = local_path(self.data_root)
-            with run_lock(local, on_wait) if local is not None else contextlib.nullcontext():
+            with run_lock(local, on_wait, shared=shared) if local is not None else contextlib.nullcontext():
                 yield
 
     def damaged(self, keys: Iterable[str], unsealed: set[str] | None = None) -> dict[str, str]:
@@ -369,6 +370,30 @@ class Store:
     def record(self, records: Sequence[EpisodeRecord]) -> None:
         """Catalog rows for episodes whose files are already written, all in one transaction."""
         self.catalog.add_many(list(records))
+
+    def existing_keys(self, keys: Iterable[str]) -> set[str]:
+        """The given episode keys that have a row (done, whoever ran them)."""
+        return self.catalog.existing_keys(keys)
+
+    def claim(self, keys: Sequence[str], campaign: str, owner: str, now: float, ttl_s: float) -> list[str]:
+        """Job leases (:mod:`assay.store.claims`): claim ``keys`` for ``owner``; those it holds and that have no row."""
+        return self.catalog.claim(keys, campaign, owner, now, ttl_s)
+
+    def renew_claims(self, owner: str, now: float, ttl_s: float) -> int:
+        """Extend every lease ``owner`` holds to ``now + ttl_s``; how many it holds."""
+        return self.catalog.renew_claims(owner, now, ttl_s)
+
+    def release_claims(self, owner: str, keys: Sequence[str] | None = None) -> int:
+        """Delete ``owner``'s claims on ``keys`` (all when None)."""
+        return self.catalog.release_claims(owner, keys)
+
+    def claim_owners(self) -> list[str]:
+        """Every driver that holds a claim now."""
+        return self.catalog.claim_owners()
+
+    def claims_elsewhere(self, keys: Sequence[str], owner: str) -> dict[str, tuple[str, float]]:
+        """The claims on ``keys`` other drivers hold: key -> (owner, lease end)."""
+        return self.catalog.claims_elsewhere(keys, owner)
 
     def integrity(self, keys: Iterable[str]) -> dict[str, IntegrityRow]:
         """The catalog's integrity columns (outcome, checksum, steps, ...) of the recorded ``keys``."""

@@ -1,0 +1,161 @@
+"""A driver's job leases: claim each batch before it runs, renew on a heartbeat, let go once the rows are written.
+
+Many drivers, of one campaign or of several, may run on one store at once (``assay run`` holds the store's
+run lock shared). What keeps each job to one of them is its claim in the catalog (:mod:`assay.store.claims`):
+
+* the executor asks :meth:`Leases.claim` for a batch just before it dispatches it; the jobs another live
+  driver holds are left out (:attr:`Leases.elsewhere`) and the batch runs with the rest;
+* a heartbeat thread renews every lease this driver holds each third of ``ttl_s``, so a lease outlives
+  any episode however slow (a LIBERO episode takes a minute) while the driver lives, and runs out
+  ``ttl_s`` after it dies (kill -9 included);
+* the driver releases a job's claim once its row is committed (:meth:`Leases.release`), and every claim at
+  the end (:meth:`Leases.close`);
+* at the end the driver waits for the jobs it left out (:meth:`Leases.wait_for_others`): it is done when every
+  planned job has a row, and it takes over and runs a job whose lease ran out;
+* as it starts, a driver releases the claims of drivers on its own host (and pid namespace) whose process is
+  gone (:meth:`Leases.sweep`), so a rerun after a crash does not wait out their leases; a dead driver of
+  another host, or one that dies while this one runs, is waited out (``ttl_s``).
+
+A job with a row is done, whoever ran it: rows are never written twice (the episode key is the primary key),
+and a claimed job that already has a row is never returned by a claim.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from assay.errors import AssayError
+from assay.run.faults import Batch
+from assay.run.observers import phase
+from assay.spec import EpisodeJob
+from assay.store import Store
+
+DEFAULT_LEASE_S = 300.0  # a driver that dies holds its jobs this long; its heartbeat renews each third of it
+POLL_S = 1.0  # how often a driver waiting for other drivers' jobs looks again (at most)
+
+
+def _host() -> str:
+    """This host's name, with the pid namespace where Linux shows it (two containers may share a host name)."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
+    except OSError:
+        namespace = ""
+    return socket.gethostname() + (f"/{namespace}" if namespace else "")
+
+
+def owner_id() -> str:
+    """This driver's name in the claims: ``host:pid:random`` (the random part tells apart a reused pid)."""
+    return f"{_host()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def gone(owner: str) -> bool:
+    """Whether ``owner`` is a driver of this host (and pid namespace) whose process no longer exists. A pid reused
+    by another process reads as alive: its claims are then waited out, never taken early."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != _host() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        return False
+    return False
+
+
+class Leases:
+    """One driver's claims on the jobs of ``campaign`` in ``store``, leased for ``ttl_s`` seconds.
+
+    Use as a context manager: the heartbeat runs inside it and every claim is released at its end.
+    ``clock`` is the wall clock the leases are kept by (for tests)."""
+
+    def __init__(self, store: Store, campaign: str, ttl_s: float = DEFAULT_LEASE_S,
+                 clock: Callable[[], float] = time.time) -> None:
+        if not ttl_s > 0:
+            raise AssayError(f"the lease must be positive seconds, got {ttl_s}")
+        self.store, self.campaign, self.ttl_s, self.clock = store, campaign, ttl_s, clock
+        self.owner = owner_id()
+        self.elsewhere: set[str] = set()  # jobs left out because another driver holds them
+        self.finished_elsewhere: list[str] = []  # of the jobs waited for, those another driver finished
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.renew_error: str | None = None  # the last heartbeat's failure, if any
+
+    def __enter__(self) -> Leases:
+        self.sweep()
+        self._thread = threading.Thread(target=self._beat, name="assay-lease-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        try:
+            self.close()
+        except AssayError:
+            if kind is None:  # the error that ended the block (a lost database) is the one to tell
+                raise
+
+    def close(self) -> None:
+        """Stop the heartbeat and release every claim this driver still holds."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.store.release_claims(self.owner)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                self.store.renew_claims(self.owner, self.clock(), self.ttl_s)
+                self.renew_error = None
+            except AssayError as exc:  # the next beat tries again; a lease runs out only after ttl_s
+                self.renew_error = str(exc)
+
+    def sweep(self) -> list[str]:
+        """Release every claim of a driver of this host whose process is gone (:func:`gone`); those drivers."""
+        dead = [owner for owner in self.store.claim_owners() if owner != self.owner and gone(owner)]
+        for owner in dead:
+            self.store.release_claims(owner)
+        return dead
+
+    def claim(self, jobs: Batch) -> Batch:
+        """The jobs of ``jobs`` this driver now holds and that have no row; the ones another driver holds are
+        remembered in :attr:`elsewhere` (a job with a row is done, and dropped)."""
+        keys = [job.key for job in jobs]
+        taken = set(self.store.claim(keys, self.campaign, self.owner, self.clock(), self.ttl_s))
+        self.elsewhere.update(key for key in keys if key not in taken)
+        return tuple(job for job in jobs if job.key in taken)
+
+    def release(self, keys: Sequence[str]) -> None:
+        """Let go of ``keys`` (their rows are committed)."""
+        if keys:
+            self.store.release_claims(self.owner, keys)
+
+    def wait_for_others(self, jobs: Sequence[EpisodeJob], poll_s: float = POLL_S) -> Iterator[list[EpisodeJob]]:
+        """Wait until every one of ``jobs`` (those left out) has a row; yields the jobs whose lease ran out, claimed
+        by this driver, for the caller to run before it looks again. Jobs another driver finishes are counted in
+        :attr:`finished_elsewhere`."""
+        waiting = {job.key: job for job in jobs}
+        if waiting:
+            phase(f"waiting for {len(waiting)} episodes of {self.campaign} that another run on this store holds")
+        while waiting:
+            done = self.store.existing_keys(list(waiting))
+            self.finished_elsewhere += [key for key in waiting if key in done]
+            for key in done:
+                del waiting[key]
+            if not waiting:
+                return
+            now, held = self.clock(), self.store.claims_elsewhere(list(waiting), self.owner)
+            free = tuple(job for key, job in waiting.items() if key not in held or held[key][1] <= now)
+            taken = self.claim(free) if free else ()  # a write only when some lease ran out
+            if taken:
+                for job in taken:
+                    del waiting[job.key]
+                yield list(taken)
+                continue
+            self._stop.wait(min(poll_s, self.ttl_s / 4))
