@@ -46,18 +46,21 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
     counts results read against a fresh count of the rows. Exit 1 when any fails. `assay run` re-runs the
     failing episodes; --recount counts the cells anew."""
     from assay.store.aggregates import count_differences
+    from assay.store.retention import orphan_packs
 
     with user_errors():
         with open_store(store, catalog) as opened:
             keys = opened.recorded_keys()
             check = opened.check_files(keys)
             cells, differences = count_differences(opened.catalog)
+            orphaned = orphan_packs(opened.catalog, opened.files)
             if recount and differences:
                 opened.catalog.rebuild_counts()
         problems = check.problems
         document = {"store": str(opened.root), "data_root": str(opened.data_root), "episodes": len(keys),
                     "files": check.files, "ok": check.files - check.file_problems, "failed": len(problems),
                     "unsealed": len(check.unsealed), "pruned": check.pruned, "without_steps": check.without_steps,
+                    "orphan_packs": len(orphaned), "orphan_bytes": sum(b for _, b in orphaned),
                     "problems": [{"key": k, "problem": problems[k]} for k in sorted(problems)],
                     "counts": {"cells": cells, "recounted": bool(recount and differences),
                                "differ": [{"campaign": d.campaign, "policy": d.policy, "task": d.task,
@@ -79,7 +82,9 @@ def _print_verify(document: dict[str, Any], problems: dict[str, str], difference
               f"{document['without_steps']} errors before the first step (no file)"
               if document["without_steps"] else "",
               f"{document['unsealed']} written before summaries were sealed (their outcome, return and success step "
-              "are not checked)" if document["unsealed"] else ""]
+              "are not checked)" if document["unsealed"] else "",
+              f"{document['orphan_packs']} pack files no row names ({document['orphan_bytes']:,} bytes, never read; "
+              "`assay store prune --orphans` deletes them)" if document["orphan_packs"] else ""]
     render.console.print(f"{document['files']} step files checked in {document['data_root']} "
                          f"({document['episodes']} episodes): {document['ok']} ok, {document['failed']} failed"
                          + "".join(f"; {extra}" for extra in extras if extra), highlight=False, soft_wrap=True)
@@ -104,21 +109,34 @@ def store_prune(
         "(with --campaign: of those campaigns).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the files and bytes it would free; "
                                           "delete nothing.")] = False,
+    orphans: Annotated[bool, typer.Option("--orphans", help="Also delete the pack files (storage: {pack: batch}) "
+                                          "no catalog row names: left by a run killed between writing a pack "
+                                          "and recording its episodes, never read. Alone, prunes only them.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Delete the step files and videos of chosen campaigns' episodes and/or old ones, keeping their catalog
     rows and summaries: results, comparisons and the report are unchanged, a rerun of the campaign runs
-    nothing, and `episodes replay` says the step file was pruned."""
-    from assay.store.retention import parse_age
+    nothing, and `episodes replay` says the step file was pruned. --orphans deletes the packs no row names."""
+    from assay.store.retention import PrunePlan, parse_age
 
     with user_errors():
         age = parse_age(older_than) if older_than is not None else None
         with open_store(store, catalog) as opened:
-            plan = opened.prune(campaign or (), age, dry_run=dry_run, on_wait=_say_waiting)
+            plan = opened.prune(campaign or (), age, dry_run=dry_run, on_wait=_say_waiting) \
+                if campaign or age is not None or not orphans else PrunePlan((), (), ())
+            lost = opened.prune_orphans(dry_run=dry_run, on_wait=_say_waiting) if orphans else []
+    if orphans:
+        _print_orphans(lost, dry_run, json_out)
+        if not (campaign or age is not None):
+            if json_out:
+                render.print_json(_orphan_document(lost, dry_run))
+            return
     document = {"dry_run": dry_run, "episodes": len(plan.episodes), "newly_pruned": len(plan.fresh),
                 "step_files": plan.count("episodes"), "packs": plan.count("packs"), "videos": plan.count("videos"),
                 "bytes": plan.bytes, "kept_shared": plan.shared, "kept_packs": plan.kept_packs,
                 "files": [{"path": p, "bytes": b} for p, b in plan.files]}
+    if orphans:
+        document["orphans"] = _orphan_document(lost, dry_run)
     if json_out:
         render.print_json(document)
         return
@@ -136,6 +154,22 @@ def store_prune(
     if plan.kept_packs:
         render.console.print(f"kept {plan.kept_packs} pack files that episodes not pruned still read from (each "
                              "goes with the last of its episodes)", highlight=False, soft_wrap=True)
+
+
+def _orphan_document(lost: list[tuple[str, int]], dry_run: bool) -> dict[str, Any]:
+    return {"dry_run": dry_run, "orphan_packs": len(lost), "bytes": sum(b for _, b in lost),
+            "files": [{"path": p, "bytes": b} for p, b in lost]}
+
+
+def _print_orphans(lost: list[tuple[str, int]], dry_run: bool, json_out: bool) -> None:
+    if json_out:
+        return
+    if dry_run:
+        for path, size in lost:
+            render.console.print(f"  {size:>12,}  {path}", highlight=False, soft_wrap=True)
+    verb = "would delete" if dry_run else "deleted"
+    render.console.print(f"orphaned packs (named by no catalog row): {verb} {len(lost)} files, "
+                         f"{sum(b for _, b in lost):,} bytes", highlight=False, soft_wrap=True)
 
 
 def _packs(plan: PrunePlan) -> str:

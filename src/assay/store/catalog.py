@@ -354,6 +354,12 @@ class Catalog:
             return claims.owners(conn)
 
     @_guarded
+    def lease_ends(self) -> list[float]:
+        """When each job lease held now runs out (wall-clock seconds), expired ones included."""
+        with self.engine.connect() as conn:
+            return claims.lease_ends(conn)
+
+    @_guarded
     def claims_elsewhere(self, keys: Sequence[str], owner: str) -> dict[str, tuple[str, float]]:
         """The claims on ``keys`` held by drivers other than ``owner``: key -> (owner, lease end)."""
         with self.engine.connect() as conn:

@@ -113,3 +113,8 @@ def owners(conn: sa.Connection) -> list[str]:
     """Every driver that holds a claim, sorted."""
     rows: Sequence[str] = conn.execute(sa.select(job_claims.c.owner).distinct()).scalars().all()
     return sorted(rows)
+
+
+def lease_ends(conn: sa.Connection) -> list[float]:
+    """When each claim's lease runs out (expired ones included)."""
+    return [float(end) for end in conn.execute(sa.select(job_claims.c.expires_at)).scalars()]

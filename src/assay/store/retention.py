@@ -252,6 +252,29 @@ def _mark(catalog: Catalog, keys: list[str], stamp: str) -> None:
             conn.execute(episodes.update().where(named).values(data_path=None, data_sha256=None, data_bytes=None))
 
 
+def orphan_packs(catalog: Catalog, files: DataRoot) -> list[tuple[str, int]]:
+    """The pack files in the data root that no catalog row names, with their sizes (relative path, bytes).
+
+    A driver killed after a worker wrote a pack but before the batch's rows were committed leaves one
+    (:mod:`assay.store.packs`): its episodes run again, and when the resume batches them differently their
+    new pack has another name. So does an interrupted prune (its marks name the pack, no row does) and
+    forgetting every episode of a pack. Such a file is never read: deleting it loses nothing. Only safe
+    while no run writes to the store (``Store.prune_orphans`` holds the run lock exclusively); a pack being
+    written is named by no row until its batch commits."""
+    listed = files.glob(f"{PACK_DIR}/*/*.parquet")  # a writer's temporary ends in .tmp-<host>-<pid>: not matched
+    if not listed:
+        return []
+    query = sa.select(episodes.c.data_path).where(episodes.c.data_path.startswith(PACK_DIR + "/")).distinct()
+    named = _guard("reading packs", catalog, lambda: _scalars(catalog, query))
+    sizes = files.sizes([path for path in listed if path not in named])
+    return [(path, int(size)) for path, size in sorted(sizes.items()) if size is not None]
+
+
+def _scalars(catalog: Catalog, query: sa.Select[Any]) -> set[str]:
+    with catalog.engine.connect() as conn:
+        return {str(value) for value in conn.execution_options(yield_per=CHUNK).execute(query).scalars()}
+
+
 def _chunks(items: list[str]) -> Iterator[list[str]]:
     for start in range(0, len(items), CHUNK):
         yield items[start:start + CHUNK]

@@ -36,7 +36,8 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ from assay.store.episodes import (
 from assay.store.identity import check_catalog, check_data_root
 from assay.store.locking import refuse_a_file, run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
-from assay.store.retention import PrunePlan, plan_prune, prune, pruned
+from assay.store.retention import PrunePlan, orphan_packs, plan_prune, prune, pruned
 from assay.store.roots import DataRoot, local_path, open_root
 from assay.store.schema import episodes
 from assay.store.validation import Opened, Summary, file_check, table_problem
@@ -352,6 +353,28 @@ class Store:
             return plan_prune(self.catalog, self.files, campaigns, older_than)
         with self.run_lock(on_wait):
             return prune(self.catalog, self.files, plan_prune(self.catalog, self.files, campaigns, older_than))
+
+    def prune_orphans(self, dry_run: bool = False, on_wait: Callable[[str], None] | None = None,
+                      now: float | None = None) -> list[tuple[str, int]]:
+        """Delete the pack files no catalog row names (:func:`assay.store.retention.orphan_packs`); returns them
+        (relative path, bytes); ``dry_run`` only lists. Holds the run lock exclusively, so no run is writing a
+        pack meanwhile; a data root without a lock (an object store) is refused while any driver holds an
+        unexpired job lease (a run in flight)."""
+        if dry_run:
+            return orphan_packs(self.catalog, self.files)
+        with self.run_lock(on_wait):
+            if local_path(self.data_root) is None:
+                ends = self.catalog.lease_ends()
+                live = [end for end in ends if end > (time.time() if now is None else now)]
+                if live:
+                    raise StoreError(f"a run holds {len(live)} job leases on this store (the last ends at "
+                                     f"{datetime.fromtimestamp(max(live), UTC).isoformat(timespec='seconds')}); its "
+                                     "packs in flight are named by no row yet, so orphans are pruned once no run "
+                                     "is going on")
+            found = orphan_packs(self.catalog, self.files)
+            for path, _ in found:
+                self.files.delete(path)
+            return found
 
     def forget(self, keys: Iterable[str]) -> int:
         """Forget episodes so they can be re-run (see :meth:`Catalog.forget`); how many rows went."""
