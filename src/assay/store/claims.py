@@ -117,4 +117,5 @@ def owners(conn: sa.Connection) -> list[str]:
 
 def lease_ends(conn: sa.Connection) -> list[float]:
     """When each claim's lease runs out (expired ones included)."""
-    return [float(end) for end in conn.execute(sa.select(job_claims.c.expires_at)).scalars()]
+    ends: Sequence[float] = conn.execute(sa.select(job_claims.c.expires_at)).scalars().all()
+    return [float(end) for end in ends]

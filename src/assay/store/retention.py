@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -272,7 +272,8 @@ def orphan_packs(catalog: Catalog, files: DataRoot) -> list[tuple[str, int]]:
 
 def _scalars(catalog: Catalog, query: sa.Select[Any]) -> set[str]:
     with catalog.engine.connect() as conn:
-        return {str(value) for value in conn.execution_options(yield_per=CHUNK).execute(query).scalars()}
+        values: Iterable[object] = conn.execution_options(yield_per=CHUNK).execute(query).scalars()
+        return {str(value) for value in values}
 
 
 def _chunks(items: list[str]) -> Iterator[list[str]]:

@@ -34,9 +34,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
