@@ -136,3 +136,34 @@ def test_an_fsspec_data_root_is_marked_through_fsspec(tmp_path):
         assert json.loads((tmp_path / "remote" / MARKER).read_text())["store_id"] == store.store_id
     with pytest.raises(StoreError, match=f"the data root {url} belongs to the store at"):
         Store(tmp_path / "b", data_url=url)
+
+
+def test_two_copies_of_one_store_on_one_data_root_are_refused_a_move_and_an_own_data_root_are_not(tmp_path, campaign):
+    import shutil
+
+    data = tmp_path / "data"
+    assert _run(campaign, tmp_path / "a", "--data", str(data)).exit_code == 0
+    before = sorted(p.read_bytes() for p in (data / "episodes").rglob("*.parquet"))
+    shutil.copytree(tmp_path / "a", tmp_path / "copy")  # same ID, its own SQLite catalog, the same data root
+    line = _one_line_error(_run(campaign, tmp_path / "copy"))
+    assert f"the data root {data} is also the data root of a copy of this store at {(tmp_path / 'a').resolve()}" in line
+    assert f"remove one of {(tmp_path / 'a').resolve()} and {(tmp_path / 'copy').resolve()}" in line
+    assert json.loads((data / MARKER).read_text())["store"] == str((tmp_path / "a").resolve())
+    line = _one_line_error(CliRunner().invoke(app, ["store", "prune", "--store", str(tmp_path / "copy"),
+                                                    "--campaign", CAMPAIGN["name"]]))
+    assert "a copy of this store" in line
+    assert sorted(p.read_bytes() for p in (data / "episodes").rglob("*.parquet")) == before
+    with pytest.raises(StoreError, match="a copy of this store"):  # its rows may name files the other pruned
+        Store(tmp_path / "copy", create=False)
+    assert (_verify(tmp_path / "a")["ok"], _verify(tmp_path / "a")["failed"]) == (4, 0)
+    # the original still runs; once it is gone, the remaining directory is a moved store and the marker follows
+    assert _run(campaign, tmp_path / "a").exit_code == 0
+    shutil.rmtree(tmp_path / "a")
+    assert _run(campaign, tmp_path / "copy").exit_code == 0
+    assert json.loads((data / MARKER).read_text())["store"] == str((tmp_path / "copy").resolve())
+    # a copy of a store that keeps its data in its own directory has its own data root: no refusal
+    assert _run(campaign, tmp_path / "own").exit_code == 0
+    shutil.copytree(tmp_path / "own", tmp_path / "own-copy")
+    assert _run(campaign, tmp_path / "own-copy").exit_code == 0
+    assert json.loads((tmp_path / "own-copy" / MARKER).read_text())["store"] == str((tmp_path / "own-copy").resolve())
+    assert json.loads((tmp_path / "own" / MARKER).read_text())["store"] == str((tmp_path / "own").resolve())

@@ -15,7 +15,10 @@ store is first created), kept in three places:
 
 Opening a store compares them and refuses, in one line, a store directory whose ID
 is not its catalog's (a second store on one catalog) and a data root whose marker
-names another store (a second store on one data root). A store from before IDs
+names another store (a second store on one data root), or names a copy of this store that still
+exists elsewhere with the same ID (two copies on one data root would prune and
+overwrite each other's files; a moved store, whose old directory is gone, is accepted and the marker
+follows it). A store from before IDs
 gets one the first time it is opened to write (``create=True``); read-only opens
 check what exists and write nothing.
 """
@@ -99,17 +102,41 @@ def read_marker(data_root: Root) -> dict[str, str] | None:
 
 
 def check_data_root(data_root: Root, store_id: str | None, root: Path, create: bool) -> None:
-    """Refuse a data root whose marker names another store; with ``create``, mark an unmarked one as ours."""
+    """Refuse a data root whose marker names another store, or a copy of this one that still exists elsewhere;
+    with ``create``, mark an unmarked or moved-from data root as ours."""
     if store_id is None:
         return
     marker = read_marker(data_root)
     if marker is None:
         if create:
-            document = {"store_id": store_id, "store": str(root)}
-            open_root(data_root).write(MARKER, json.dumps(document, indent=2, sort_keys=True).encode())
+            _mark(data_root, store_id, root)
         return
+    where = open_root(data_root).where("").rstrip("/")
     if marker.get("store_id") != store_id:
-        where = open_root(data_root).where("").rstrip("/")
         raise StoreError(f"the data root {where} belongs to the store at {marker.get('store', '?')} (id "
                          f"{str(marker.get('store_id', '?'))[:8]}); a second store on one data root overwrites its "
                          f"step files: give {root} its own --data")
+    named = Path(str(marker.get("store", root)))
+    if named == root:
+        return
+    if data_root != root and _same_store_elsewhere(named, root, store_id):
+        raise StoreError(f"the data root {where} is also the data root of a copy of this store at {named} (same id "
+                         f"{store_id[:8]}); two copies on one data root prune and overwrite each other's step files "
+                         f"and read each other's changes: remove one of {named} and {root}")
+    if create:
+        _mark(data_root, store_id, root)  # the store moved, or is a copy whose data root is its own directory
+
+
+def _mark(data_root: Root, store_id: str, root: Path) -> None:
+    document = {"store_id": store_id, "store": str(root)}
+    open_root(data_root).write(MARKER, json.dumps(document, indent=2, sort_keys=True).encode())
+
+
+def _same_store_elsewhere(named: Path, root: Path, store_id: str) -> bool:
+    """Whether ``named`` is another directory than ``root`` holding a store with this ID (a copy, not a move)."""
+    try:
+        if not named.is_dir() or named.samefile(root):
+            return False
+        return bool(json.loads((named / "store.json").read_text()).get("store_id") == store_id)
+    except (OSError, ValueError, AttributeError):
+        return False
