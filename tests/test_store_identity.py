@@ -167,3 +167,18 @@ def test_two_copies_of_one_store_on_one_data_root_are_refused_a_move_and_an_own_
     assert _run(campaign, tmp_path / "own-copy").exit_code == 0
     assert json.loads((tmp_path / "own-copy" / MARKER).read_text())["store"] == str((tmp_path / "own-copy").resolve())
     assert json.loads((tmp_path / "own" / MARKER).read_text())["store"] == str((tmp_path / "own").resolve())
+
+
+def test_two_directories_on_one_shared_catalog_are_one_store_not_copies(tmp_path, campaign):
+    """Two directories with the same store.json on one shared catalog (a store reached by two paths, as on
+    hosts that mount it differently) share rows and leases: not refused; and the store_root the catalog
+    names follows the directory that last opened it to write."""
+    import shutil
+
+    catalog, data = f"sqlite:///{tmp_path / 'shared.sqlite'}", tmp_path / "data"
+    assert _run(campaign, tmp_path / "a", "--catalog", catalog, "--data", str(data)).exit_code == 0
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    assert _run(campaign, tmp_path / "b", "--catalog", catalog).exit_code == 0
+    with Store(tmp_path / "b", catalog_url=catalog, create=False) as store:
+        assert store.catalog.meta("store_root") == str((tmp_path / "b").resolve())
+    assert _verify(tmp_path / "a", "--catalog", catalog)["ok"] == 4

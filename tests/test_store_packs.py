@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -280,3 +284,44 @@ def test_prune_orphans_on_an_unlocked_data_root_waits_for_live_leases(tmp_path):
         # the lease ran out at 1300: the driver is gone, nothing is in flight
         assert store.prune_orphans(now=1400.0) == [("packs/ab/abcd.parquet", 24)]
         assert not store.files.exists("packs/ab/abcd.parquet")
+
+
+def test_a_run_that_starts_while_orphans_are_listed_stops_the_prune(tmp_path, monkeypatch):
+    """On an unlocked data root a driver may claim a batch and write its pack after the first lease check: the
+    check is made again between listing the packs and reading the rows, so that pack is never deleted."""
+    with Store(tmp_path / "store", data_url="memory://orphan-race/data") as store:
+        store.files.write("packs/ab/abcd.parquet", b"PAR1 a pack no row names")
+        root_type = type(store.files)  # a new view of the data root per access: patch its class
+        listing = root_type.glob
+
+        def glob_while_a_run_starts(self, pattern):
+            store.claim(["k" * 24], "c", "driver-b", now=time.time(), ttl_s=300.0)
+            self.write("packs/cd/cdef.parquet", b"PAR1 a pack in flight")
+            return listing(self, pattern)
+
+        monkeypatch.setattr(root_type, "glob", glob_while_a_run_starts)
+        with pytest.raises(StoreError, match="a run holds 1 job leases"):
+            store.prune_orphans()
+        assert store.files.exists("packs/cd/cdef.parquet") and store.files.exists("packs/ab/abcd.parquet")
+
+
+def test_prune_orphans_releases_the_leases_of_a_crashed_driver_of_this_host(tmp_path):
+    """A driver of this host that died holds leases until they expire; `store prune --orphans` releases them
+    first, as a rerun does, instead of refusing for --lease-seconds; a live driver's lease still refuses."""
+    from assay.run.leases import _host
+
+    url = "memory://orphan-dead/data"
+    with Store(tmp_path / "store", data_url=url) as store:
+        store.files.write("packs/ab/abcd.parquet", b"PAR1 a pack no row names")
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        store.claim(["k" * 24], "c", f"{_host()}:{dead.pid}:00000000", now=time.time(), ttl_s=300.0)
+    done = runner.invoke(app, ["store", "prune", "--store", str(tmp_path / "store"), "--orphans", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["files"] == [{"path": "packs/ab/abcd.parquet", "bytes": 24}]
+    with Store(tmp_path / "store") as store:
+        assert store.claim_owners() == []
+        store.files.write("packs/ab/abcd.parquet", b"PAR1 a pack no row names")
+        store.claim(["k" * 24], "c", f"{_host()}:{os.getpid()}:00000000", now=time.time(), ttl_s=300.0)
+    refused = runner.invoke(app, ["store", "prune", "--store", str(tmp_path / "store"), "--orphans"])
+    assert refused.exit_code == 2 and "a run holds 1 job leases" in refused.stderr

@@ -23,6 +23,7 @@ STORE_HELP = "Check the store itself, and prune old step files and videos."
 if TYPE_CHECKING:
     from assay.sim import Transition
     from assay.spec import TaskSpec
+    from assay.store import Store
     from assay.store.retention import PrunePlan
 
 store_app = typer.Typer(no_args_is_help=True, help=STORE_HELP)
@@ -54,6 +55,7 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
             check = opened.check_files(keys)
             cells, differences = count_differences(opened.catalog)
             orphaned = orphan_packs(opened.catalog, opened.files)
+            leases = len(opened.live_leases()) if orphaned else 0
             if recount and differences:
                 opened.catalog.rebuild_counts()
         problems = check.problems
@@ -61,6 +63,7 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
                     "files": check.files, "ok": check.files - check.file_problems, "failed": len(problems),
                     "unsealed": len(check.unsealed), "pruned": check.pruned, "without_steps": check.without_steps,
                     "orphan_packs": len(orphaned), "orphan_bytes": sum(b for _, b in orphaned),
+                    "live_leases": leases,
                     "problems": [{"key": k, "problem": problems[k]} for k in sorted(problems)],
                     "counts": {"cells": cells, "recounted": bool(recount and differences),
                                "differ": [{"campaign": d.campaign, "policy": d.policy, "task": d.task,
@@ -84,7 +87,10 @@ def _print_verify(document: dict[str, Any], problems: dict[str, str], difference
               f"{document['unsealed']} written before summaries were sealed (their outcome, return and success step "
               "are not checked)" if document["unsealed"] else "",
               f"{document['orphan_packs']} pack files no row names ({document['orphan_bytes']:,} bytes, never read; "
-              "`assay store prune --orphans` deletes them)" if document["orphan_packs"] else ""]
+              "`assay store prune --orphans` deletes them" + (
+                  f"; a run holds {document['live_leases']} job leases now, and its packs in flight are counted "
+                  "here until their rows are committed)" if document["live_leases"] else ")")
+              if document["orphan_packs"] else ""]
     render.console.print(f"{document['files']} step files checked in {document['data_root']} "
                          f"({document['episodes']} episodes): {document['ok']} ok, {document['failed']} failed"
                          + "".join(f"; {extra}" for extra in extras if extra), highlight=False, soft_wrap=True)
@@ -124,6 +130,8 @@ def store_prune(
         with open_store(store, catalog) as opened:
             plan = opened.prune(campaign or (), age, dry_run=dry_run, on_wait=_say_waiting) \
                 if campaign or age is not None or not orphans else PrunePlan((), (), ())
+            if orphans and not dry_run:
+                _release_dead_drivers(opened)
             lost = opened.prune_orphans(dry_run=dry_run, on_wait=_say_waiting) if orphans else []
     if orphans:
         _print_orphans(lost, dry_run, json_out)
@@ -159,6 +167,16 @@ def store_prune(
 def _orphan_document(lost: list[tuple[str, int]], dry_run: bool) -> dict[str, Any]:
     return {"dry_run": dry_run, "orphan_packs": len(lost), "bytes": sum(b for _, b in lost),
             "files": [{"path": p, "bytes": b} for p, b in lost]}
+
+
+def _release_dead_drivers(opened: Store) -> None:
+    """Release the job leases of drivers of this host whose process is gone (a crashed run), as a rerun does,
+    so that they do not hold off an orphan prune until they expire."""
+    from assay.run.leases import gone
+
+    for owner in opened.claim_owners():
+        if gone(owner):
+            opened.release_claims(owner)
 
 
 def _print_orphans(lost: list[tuple[str, int]], dry_run: bool, json_out: bool) -> None:

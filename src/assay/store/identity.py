@@ -16,7 +16,7 @@ store is first created), kept in three places:
 Opening a store compares them and refuses, in one line, a store directory whose ID
 is not its catalog's (a second store on one catalog) and a data root whose marker
 names another store (a second store on one data root), or names a copy of this store that still
-exists elsewhere with the same ID (two copies on one data root would prune and
+exists elsewhere with the same ID and its own catalog (two copies on one data root would prune and
 overwrite each other's files; a moved store, whose old directory is gone, is accepted and the marker
 follows it). A store from before IDs
 gets one the first time it is opened to write (``create=True``); read-only opens
@@ -37,6 +37,7 @@ from assay.store.roots import Root, open_root
 from assay.store.schema import store_meta
 
 MARKER = ".assay-store.json"  # at the top of the data root
+DEFAULT_CATALOG = "sqlite (catalog.sqlite in the store)"  # store.json's name for a store's own SQLite catalog
 
 
 def new_store_id() -> str:
@@ -80,9 +81,14 @@ def check_catalog(catalog: Catalog, root: Path, known_id: str | None, create: bo
         raise StoreError(f"the catalog {catalog.display_url} already indexes the store at {catalog_root} (id "
                          f"{catalog_id[:8]}); a second store directory on one catalog overwrites its rows and files: "
                          f"use --store {catalog_root}, or give {root} its own catalog")
-    if create and catalog_root is not None and Path(catalog_root) != root:
-        catalog.set_meta("store_root", str(root))  # the same store (same ID), moved: messages name where it is
     return catalog_id
+
+
+def follow_move(catalog: Catalog, root: Path) -> None:
+    """The same store (same ID) opened to write from another directory: the catalog's ``store_root`` names
+    where it is now (for messages). Called once every identity check has passed."""
+    if catalog.meta("store_root") not in (None, str(root)):
+        catalog.set_meta("store_root", str(root))
 
 
 def read_marker(data_root: Root) -> dict[str, str] | None:
@@ -101,7 +107,8 @@ def read_marker(data_root: Root) -> dict[str, str] | None:
     return found if isinstance(found, dict) else None
 
 
-def check_data_root(data_root: Root, store_id: str | None, root: Path, create: bool) -> None:
+def check_data_root(data_root: Root, store_id: str | None, root: Path, create: bool,
+                    catalog: str = DEFAULT_CATALOG) -> None:
     """Refuse a data root whose marker names another store, or a copy of this one that still exists elsewhere;
     with ``create``, mark an unmarked or moved-from data root as ours."""
     if store_id is None:
@@ -119,7 +126,7 @@ def check_data_root(data_root: Root, store_id: str | None, root: Path, create: b
     named = Path(str(marker.get("store", root)))
     if named == root:
         return
-    if data_root != root and _same_store_elsewhere(named, root, store_id):
+    if data_root != root and _copy_elsewhere(named, root, store_id, catalog):
         raise StoreError(f"the data root {where} is also the data root of a copy of this store at {named} (same id "
                          f"{store_id[:8]}); two copies on one data root prune and overwrite each other's step files "
                          f"and read each other's changes: remove one of {named} and {root}")
@@ -132,11 +139,16 @@ def _mark(data_root: Root, store_id: str, root: Path) -> None:
     open_root(data_root).write(MARKER, json.dumps(document, indent=2, sort_keys=True).encode())
 
 
-def _same_store_elsewhere(named: Path, root: Path, store_id: str) -> bool:
-    """Whether ``named`` is another directory than ``root`` holding a store with this ID (a copy, not a move)."""
+def _copy_elsewhere(named: Path, root: Path, store_id: str, catalog: str) -> bool:
+    """Whether ``named`` is another directory than ``root`` holding a store with this ID and a catalog of its own
+    (a copy, not a move; two directories on one shared catalog are one store, whose rows and leases they share).
+    ``catalog`` is this store's catalog as ``store.json`` names it."""
     try:
         if not named.is_dir() or named.samefile(root):
             return False
-        return bool(json.loads((named / "store.json").read_text()).get("store_id") == store_id)
-    except (OSError, ValueError, AttributeError):
+        other = json.loads((named / "store.json").read_text())
+    except (OSError, ValueError):
         return False
+    if not isinstance(other, dict) or other.get("store_id") != store_id:
+        return False
+    return bool(catalog == DEFAULT_CATALOG or other.get("catalog") != catalog)

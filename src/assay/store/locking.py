@@ -16,9 +16,9 @@ process is covered by it (a command that mines a store and runs a campaign in it
 inside a shared hold is refused (it would wait for itself). The lock covers runs on one host, or on a
 shared file system whose ``flock`` reaches every client (NFSv4, Lustre with ``flock``).
 ``Store.run_lock`` takes it on the store directory and then on a local data root (``--data``); the data
-root's marker (``assay.store.identity``) refuses two different stores there. Two copies of one store
-with separate catalogs on one data root are no longer kept apart by the lock (their leases are in
-different catalogs): give a copy its own data root.
+root's marker (``assay.store.identity``) refuses two different stores there, and two copies of one store
+with separate catalogs (which the shared lock would not keep apart: their leases are in different
+catalogs).
 """
 
 from __future__ import annotations

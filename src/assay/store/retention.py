@@ -252,7 +252,8 @@ def _mark(catalog: Catalog, keys: list[str], stamp: str) -> None:
             conn.execute(episodes.update().where(named).values(data_path=None, data_sha256=None, data_bytes=None))
 
 
-def orphan_packs(catalog: Catalog, files: DataRoot) -> list[tuple[str, int]]:
+def orphan_packs(catalog: Catalog, files: DataRoot,
+                 after_listing: Callable[[], None] | None = None) -> list[tuple[str, int]]:
     """The pack files in the data root that no catalog row names, with their sizes (relative path, bytes).
 
     A driver killed after a worker wrote a pack but before the batch's rows were committed leaves one
@@ -260,10 +261,14 @@ def orphan_packs(catalog: Catalog, files: DataRoot) -> list[tuple[str, int]]:
     new pack has another name. So does an interrupted prune (its marks name the pack, no row does) and
     forgetting every episode of a pack. Such a file is never read: deleting it loses nothing. Only safe
     while no run writes to the store (``Store.prune_orphans`` holds the run lock exclusively); a pack being
-    written is named by no row until its batch commits."""
+    written is named by no row until its batch commits. ``after_listing`` runs between listing the packs and
+    reading the rows (a data root without a lock checks there that no run holds a lease: a pack listed was
+    claimed before it was written, and a batch whose lease is released has its rows committed)."""
     listed = files.glob(f"{PACK_DIR}/*/*.parquet")  # a writer's temporary ends in .tmp-<host>-<pid>: not matched
     if not listed:
         return []
+    if after_listing is not None:
+        after_listing()
     query = sa.select(episodes.c.data_path).where(episodes.c.data_path.startswith(PACK_DIR + "/")).distinct()
     named = _guard("reading packs", catalog, lambda: _scalars(catalog, query))
     sizes = files.sizes([path for path in listed if path not in named])

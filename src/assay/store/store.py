@@ -32,6 +32,7 @@ A second store on one catalog or on one data root is refused (``assay.store.iden
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -54,15 +55,13 @@ from assay.store.episodes import (
     remove_stale_temporaries,
     write_blob,
 )
-from assay.store.identity import check_catalog, check_data_root
+from assay.store.identity import DEFAULT_CATALOG, check_catalog, check_data_root, follow_move
 from assay.store.locking import refuse_a_file, run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.retention import PrunePlan, orphan_packs, plan_prune, prune, pruned
 from assay.store.roots import DataRoot, local_path, open_root
 from assay.store.schema import episodes
 from assay.store.validation import Opened, Summary, file_check, table_problem
-
-DEFAULT_CATALOG = "sqlite (catalog.sqlite in the store)"
 
 
 def public_catalog_url(url: str | None) -> str:
@@ -153,8 +152,9 @@ class Store:
         self.catalog = Catalog(catalog_url or f"sqlite:///{self.root / 'catalog.sqlite'}")
         try:
             self.store_id = check_catalog(self.catalog, self.root, known_id, create)
-            self.data_root: Root = self._data_root(data_url, create)
+            self.data_root: Root = self._data_root(data_url, create, public_catalog_url(catalog_url))
             if create:
+                follow_move(self.catalog, self.root)
                 self._remember_catalog(catalog_url)
         except BaseException:
             self.catalog.close()
@@ -189,7 +189,7 @@ class Store:
             pass
         write_blob(self.root, "store.json", json.dumps(document, indent=2, sort_keys=True).encode())
 
-    def _data_root(self, data_url: str | None, create: bool) -> Root:
+    def _data_root(self, data_url: str | None, create: bool, catalog_name: str) -> Root:
         """Where step files go: ``data_url``, else the one the catalog remembers, else the store directory;
         refused when another store's marker is there (checked before the catalog records it)."""
         known = self.catalog.meta("data_url")
@@ -200,7 +200,7 @@ class Store:
                 f"the store {self.root} keeps its step data at {known}; got {data_url} (use that, or a new store)")
         chosen = data_url or known
         root: Root = self.root if chosen is None else chosen if is_url(chosen) else Path(chosen)
-        check_data_root(root, self.store_id, self.root, create)
+        check_data_root(root, self.store_id, self.root, create, catalog_name)
         if data_url is not None and known is None:
             self.catalog.set_meta("data_url", data_url)
         return root
@@ -363,18 +363,27 @@ class Store:
         if dry_run:
             return orphan_packs(self.catalog, self.files)
         with self.run_lock(on_wait):
-            if local_path(self.data_root) is None:
-                ends = self.catalog.lease_ends()
-                live = [end for end in ends if end > (time.time() if now is None else now)]
-                if live:
-                    raise StoreError(f"a run holds {len(live)} job leases on this store (the last ends at "
-                                     f"{datetime.fromtimestamp(max(live), UTC).isoformat(timespec='seconds')}); its "
-                                     "packs in flight are named by no row yet, so orphans are pruned once no run "
-                                     "is going on")
-            found = orphan_packs(self.catalog, self.files)
+            unlocked = local_path(self.data_root) is None
+            check = functools.partial(self._refuse_live_leases, now) if unlocked else None
+            if check is not None:
+                check()  # early, before a long listing
+            found = orphan_packs(self.catalog, self.files, after_listing=check)
             for path, _ in found:
                 self.files.delete(path)
             return found
+
+    def live_leases(self, now: float | None = None) -> list[float]:
+        """When each unexpired job lease on this store ends (a run is going on while there are any)."""
+        at = time.time() if now is None else now
+        return [end for end in self.catalog.lease_ends() if end > at]
+
+    def _refuse_live_leases(self, now: float | None) -> None:
+        live = self.live_leases(now)
+        if live:
+            raise StoreError(f"a run holds {len(live)} job leases on this store (the last ends at "
+                             f"{datetime.fromtimestamp(max(live), UTC).isoformat(timespec='seconds')}); its "
+                             "packs in flight are named by no row yet, so orphans are pruned once no run "
+                             "is going on")
 
     def forget(self, keys: Iterable[str]) -> int:
         """Forget episodes so they can be re-run (see :meth:`Catalog.forget`); how many rows went."""
