@@ -21,6 +21,7 @@ from assay.store.validation import seal_problem
 STORE_HELP = "Check the store itself, and prune old step files and videos."
 
 if TYPE_CHECKING:
+    from assay.failures.replay import Rollout
     from assay.sim import Transition
     from assay.spec import TaskSpec
     from assay.store import Store
@@ -278,9 +279,9 @@ def summary_differences(record: EpisodeRecord, task: TaskSpec, transitions: Sequ
             for name in fields if recorded[name] != replayed[name]]
 
 
-def _first_difference(states: np.ndarray, rewards: np.ndarray, replayed: object) -> dict | None:
-    seen = np.asarray(replayed.states[: len(replayed.transitions)])  # type: ignore[attr-defined]
-    got = np.asarray([t.reward for t in replayed.transitions])  # type: ignore[attr-defined]
+def _first_difference(states: np.ndarray, rewards: np.ndarray, replayed: Rollout) -> dict | None:
+    seen = np.asarray(replayed.states[: len(replayed.transitions)])
+    got = np.asarray([t.reward for t in replayed.transitions])
     for step in range(len(states)):
         if step >= len(seen):
             return {"step": step, "what": f"the replay ended after {len(seen)} steps (terminated)"}

@@ -129,7 +129,7 @@ def _outcome_matrix(records: Sequence[EpisodeRecord]) -> tuple[np.ndarray, np.nd
     failed = np.array([r.outcome is not Outcome.SUCCESS for r in records])
     if failed.all() or not failed.any():
         return None
-    return np.stack(vectors), failed  # type: ignore[arg-type]
+    return np.stack([v for v in vectors if v is not None]), failed
 
 
 def _candidate_splits(matrix: np.ndarray) -> Iterator[tuple[int, float, np.ndarray]]:

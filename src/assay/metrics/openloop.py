@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -60,12 +61,12 @@ class Trajectory:
 Predictor = Callable[[Sequence[Trajectory]], list[np.ndarray]]
 
 
-def column_matrix(table: object, column: str, key: str) -> np.ndarray:
+def column_matrix(table: Any, column: str, key: str) -> np.ndarray:
     """A fixed-size list column of an episode's step table as a float64 ``(steps, width)`` array."""
-    names = table.column_names  # type: ignore[attr-defined]
+    names = table.column_names  # a pyarrow Table (pyarrow is not followed by mypy)
     if column not in names:
         raise AssayError(f"episode {key[:12]} has no column {column!r}; open-loop needs observation.state and action")
-    chunked = table.column(column).combine_chunks()  # type: ignore[attr-defined]
+    chunked = table.column(column).combine_chunks()
     width = chunked.type.list_size
     return np.asarray(chunked.flatten(), dtype=np.float64).reshape(len(chunked), width)
 

@@ -182,7 +182,7 @@ def robustness_profile(rows: Iterable[RetentionRow]) -> list[AxisProfile]:
     for (policy, axis), members in sorted(groups.items()):
         nominal = sum(r.nominal_successes for r in members)
         defined = [r for r in members if r.retention is not None]
-        worst = min(defined, key=lambda r: r.retention) if defined else None  # type: ignore[arg-type, return-value]
+        worst = min(defined, key=_retention_of) if defined else None
         profile.append(AxisProfile(policy, axis, len(members), sum(r.pairs for r in members),
                                    sum(r.variant_successes for r in members) / nominal if nominal else None,
                                    worst.variant if worst else None, worst.retention if worst else None))
@@ -227,9 +227,15 @@ def category_profile(rows: Iterable[RetentionRow], confidence: float = 0.95) -> 
         interval = retention_interval(both, only_nominal, only_variant, pairs - both - only_nominal - only_variant,
                                       confidence) if nominal else None
         defined = [r for r in members if r.retention is not None]
-        worst = min(defined, key=lambda r: r.retention) if defined else None  # type: ignore[arg-type, return-value]
+        worst = min(defined, key=_retention_of) if defined else None
         profile.append(CategoryProfile(policy, category, len(members), pairs, nominal, variant,
                                        variant / nominal if nominal else None,
                                        interval.low if interval else None, interval.high if interval else None,
                                        worst.variant if worst else None, worst.retention if worst else None))
     return profile
+
+
+def _retention_of(row: RetentionRow) -> float:
+    """The retention of a row that has one (the key to pick a policy's worst variant)."""
+    assert row.retention is not None
+    return row.retention
