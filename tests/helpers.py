@@ -132,3 +132,22 @@ def record_as_error(root: Any, record: Any, reason: str = "policy server gone") 
         conn.execute(episodes.update().where(episodes.c.key == record.key).values(
             outcome="error", reason=reason, data_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
             data_bytes=path.stat().st_size))
+
+
+def popen_as_from_a_terminal(command: list[str], **options: Any) -> Any:
+    """``subprocess.Popen`` whose child takes SIGINT as a process started from a terminal does (Python's
+    KeyboardInterrupt). A shell without job control starts background commands with SIGINT ignored (a
+    `make test &`, `nohup`), and an ignored signal stays ignored across exec, so Ctrl-C tests would see a
+    child that never hears it. A handler installed here is reset to the default by exec; the parent's
+    own disposition comes back after the spawn."""
+    import signal
+    import subprocess
+
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(command, **options)
+    finally:
+        if before == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)

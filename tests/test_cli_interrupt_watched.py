@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from assay.cli.progress import stored_episodes, watch
+from tests.helpers import popen_as_from_a_terminal
 
 EPISODES = 100  # seeds per level: nominal and one level, 200 episodes, far more than run before the signal
 
@@ -32,7 +33,7 @@ def _catalog_count(store: Path) -> int:
 def test_ctrl_c_during_a_sweep_says_how_many_episodes_the_catalog_holds(tmp_path, executor):
     store, log = tmp_path / "s", tmp_path / "stderr.txt"
     with log.open("w") as errors:
-        process = subprocess.Popen(
+        process = popen_as_from_a_terminal(
             [sys.executable, "-m", "assay", "sweep", "--factor", "action.noise", "--values", "0.5", "--task",
              "metaworld/reach@1", "--policy", "random", "--episodes", str(EPISODES), "--horizon", "40",
              "-x", executor, "-w", "1", "--store", str(store)],

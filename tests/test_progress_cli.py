@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from assay.cli.app import app
 from assay.run import observing, phase
 from assay.store import Store
+from tests.helpers import popen_as_from_a_terminal
 
 runner = CliRunner()
 
@@ -73,9 +74,10 @@ def test_phases_and_episodes_reach_every_observer_while_it_watches():
 
 
 def _start(tmp_path: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "assay", "run", str(tmp_path / "long.yaml"), "--store",
-                             str(tmp_path / "s"), "--progress-every", "0", *extra],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+    return popen_as_from_a_terminal([sys.executable, "-m", "assay", "run", str(tmp_path / "long.yaml"), "--store",
+                                     str(tmp_path / "s"), "--progress-every", "0", *extra],
+                                    stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                    start_new_session=True)
 
 
 def _stored(store: Path) -> int:
