@@ -15,6 +15,8 @@ from assay.errors import AssayError
 from assay.metrics import GateCell, Signoff, load_calibration, load_thresholds, signoff
 
 if TYPE_CHECKING:
+    from assay.learning.bc import TrainResult
+    from assay.learning.pixel_bc import PixelTrainResult
     from assay.learning.runs import Score
 
 DataOpt = Annotated[str, typer.Option("--data", help="Data query, e.g. 'campaign=demos,task=metaworld/reach@1' "
@@ -56,6 +58,7 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
             raise AssayError(f"--obs {obs!r} is not one of state, image+proprio")
         with open_store(store, catalog) as opened:
             demos = load_demos(opened, data)
+            result: TrainResult | PixelTrainResult
             if obs == "state":
                 result = train_bc(demos,
                                   TrainConfig(seed=seed, epochs=epochs, hidden=widths, batch_size=batch_size or 256,
@@ -66,7 +69,7 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
                 config = PixelTrainConfig(seed=seed, epochs=epochs, camera=camera, image_size=image_size, hidden=widths,
                                           batch_size=batch_size or 64, lr=lr or 1e-3, augment=augment,
                                           conditioning=conditioning)
-                result = train_pixel_bc(opened, demos, config, out)  # type: ignore[assignment]
+                result = train_pixel_bc(opened, demos, config, out)
     prefix = "bc" if obs == "state" else "pixel-bc"
     if json_out:
         render.print_json(result.to_dict())

@@ -124,8 +124,9 @@ class _Episodes:
         self.envs, self.policy, self.batch, self.jobs = envs, policy, batch, batch.jobs
         self.on_started = on_started  # called once, when the first answer is accepted (then None)
         # the environments that can leave frames out of an observation nobody reads
-        self.on_demand = [render_on_demand and bool(batch.task.cameras) and isinstance(env, SupportsFramesOnDemand)
-                          for env in envs]
+        self.on_demand: list[SupportsFramesOnDemand | None] = [
+            env if render_on_demand and batch.task.cameras and isinstance(env, SupportsFramesOnDemand) else None
+            for env in envs]
         self.task = batch.task
         self.replan_every = batch.replan_every
         # decided once: a runtime Protocol check costs ~50 us, too much for every answer
@@ -164,11 +165,11 @@ class _Episodes:
 
     def ask(self, slots: Sequence[int]) -> tuple[list[Answer], float]:
         """Call the policy for ``slots`` (thread-safe: touches nothing shared)."""
-        first = self.observations[slots[0]]
-        assert first is not None
+        observations = [o for o in (self.observations[slot] for slot in slots) if o is not None]
+        assert len(observations) == len(slots)  # a slot is asked only once it has an observation
+        first = observations[0]
         names = first if self.frames_read else [name for name in first if not name.startswith(_FRAME_PREFIXES)]
-        batch: dict[str, Any] = {name: np.stack([self.observations[slot][name] for slot in slots])  # type: ignore[index]
-                                 for name in names}
+        batch: dict[str, Any] = {name: np.stack([o[name] for o in observations]) for name in names}
         batch["instruction"] = [self.jobs[slot].instruction for slot in slots]
         batch["env_ids"] = np.asarray(slots)
         t0 = time.perf_counter()
@@ -213,13 +214,14 @@ class _Episodes:
                 continue
             action, chunk_id, index, latency_ms, trace = queue.popleft()
             observation = self.observations[slot]
-            env = self.envs[slot]
+            assert observation is not None  # every slot is reset before its first step
+            env, skipper = self.envs[slot], self.on_demand[slot]
             # the next observation's frames are read if a replan follows (empty queue) and the policy reads
             # frames, or if the video keeps its frame; never after the horizon's last step
             following = recorder.steps + 1
-            if self.on_demand[slot] and (following >= self.task.horizon or (
+            if skipper is not None and (following >= self.task.horizon or (
                     (queue or not self.frames_read) and not recorder.records_frame(following))):
-                env.skip_next_frames()  # type: ignore[attr-defined]
+                skipper.skip_next_frames()
             t1 = time.perf_counter()
             try:
                 transition = env.step(action)
@@ -229,7 +231,7 @@ class _Episodes:
                 continue
             finally:
                 recorder.timed("sim", time.perf_counter() - t1)
-            recorder.add(observation, action, transition, latency_ms, chunk_id, index, trace)  # type: ignore[arg-type]
+            recorder.add(observation, action, transition, latency_ms, chunk_id, index, trace)
             self.observations[slot] = transition.observation
             recorder.observe(transition.observation)
             outcome = outcome_after(self.task, transition, recorder.steps)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
@@ -149,14 +149,15 @@ def redact_url(url: str) -> str:
         return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def _guarded(method: F) -> F:
+def _guarded(method: Callable[Concatenate[Catalog, P], R]) -> Callable[Concatenate[Catalog, P], R]:
     """Database and OS errors (a full disk, a lost server) become one-line StoreErrors."""
 
     @functools.wraps(method)
-    def wrapper(self: Catalog, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: Catalog, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(self, *args, **kwargs)
         except SQLAlchemyError as exc:
@@ -166,27 +167,27 @@ def _guarded(method: F) -> F:
         except OSError as exc:
             raise StoreError(f"catalog {self.display_url}: {method.__name__} failed: {exc.strerror or exc}") from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 # What two processes creating one catalog at the same moment can raise (the loser retries: create_all checks first)
 _CREATE_RACES = (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError)
 
 
-def _raced(method: F) -> F:
+def _raced(method: Callable[P, R]) -> Callable[P, R]:
     """Run a write again when it lost a race with another driver on the same rows: two drivers of one store (job
     leases, :mod:`assay.store.claims`) may both find a campaign or a link missing and insert it; the loser's
     transaction is rolled back whole by its IntegrityError, and the retry reads what the winner committed."""
 
     @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         for attempt in Retrying(stop=stop_after_attempt(4), wait=wait_incrementing(0.05, 0.1), reraise=True,
                                 retry=retry_if_exception_type(sa.exc.IntegrityError)):
             with attempt:
                 return method(*args, **kwargs)
         raise AssertionError("unreachable")  # Retrying re-raises the last error
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 class Catalog:
