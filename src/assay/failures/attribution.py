@@ -130,9 +130,8 @@ def attribute(records: list[EpisodeRecord], categories: dict[str, Categorized],
                                        record.policy_name))
                 continue
         phase = _phase(category)
-        if phase is not None:
-            out.append(Attribution(record.key, phase, "category", f"category {category.value}",  # type: ignore[union-attr]
-                                   record.policy_name))
+        if phase is not None and category is not None:
+            out.append(Attribution(record.key, phase, "category", f"category {category.value}", record.policy_name))
         else:
             why = "category unknown (no object evidence)" if category is Category.UNKNOWN else "no category"
             out.append(Attribution(record.key, "unknown", "none", f"no trace, no successful nominal twin, {why}",
