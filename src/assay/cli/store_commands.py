@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from assay.failures.replay import Rollout
     from assay.sim import Transition
     from assay.spec import TaskSpec
-    from assay.store import Store
     from assay.store.retention import PrunePlan
 
 store_app = typer.Typer(no_args_is_help=True, help=STORE_HELP)
@@ -131,8 +130,10 @@ def store_prune(
         with open_store(store, catalog) as opened:
             plan = opened.prune(campaign or (), age, dry_run=dry_run, on_wait=_say_waiting) \
                 if campaign or age is not None or not orphans else PrunePlan((), (), ())
-            if orphans and not dry_run:
-                _release_dead_drivers(opened)
+            if orphans and not dry_run:  # a crashed driver's leases would hold the prune off until they expire
+                from assay.run.leases import release_gone
+
+                release_gone(opened)
             lost = opened.prune_orphans(dry_run=dry_run, on_wait=_say_waiting) if orphans else []
     if orphans:
         _print_orphans(lost, dry_run, json_out)
@@ -168,16 +169,6 @@ def store_prune(
 def _orphan_document(lost: list[tuple[str, int]], dry_run: bool) -> dict[str, Any]:
     return {"dry_run": dry_run, "orphan_packs": len(lost), "bytes": sum(b for _, b in lost),
             "files": [{"path": p, "bytes": b} for p, b in lost]}
-
-
-def _release_dead_drivers(opened: Store) -> None:
-    """Release the job leases of drivers of this host whose process is gone (a crashed run), as a rerun does,
-    so that they do not hold off an orphan prune until they expire."""
-    from assay.run.leases import gone
-
-    for owner in opened.claim_owners():
-        if gone(owner):
-            opened.release_claims(owner)
 
 
 def _print_orphans(lost: list[tuple[str, int]], dry_run: bool, json_out: bool) -> None:

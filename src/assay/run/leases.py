@@ -69,6 +69,15 @@ def gone(owner: str) -> bool:
     return False
 
 
+def release_gone(store: Store, keep: str | None = None) -> list[str]:
+    """Release every claim on ``store`` of a driver of this host whose process is gone (a crash), but ``keep``'s;
+    the drivers released."""
+    dead = [owner for owner in store.claim_owners() if owner != keep and gone(owner)]
+    for owner in dead:
+        store.release_claims(owner)
+    return dead
+
+
 class Leases:
     """One driver's claims on the jobs of ``campaign`` in ``store``, leased for ``ttl_s`` seconds.
 
@@ -118,10 +127,7 @@ class Leases:
 
     def sweep(self) -> list[str]:
         """Release every claim of a driver of this host whose process is gone (:func:`gone`); those drivers."""
-        dead = [owner for owner in self.store.claim_owners() if owner != self.owner and gone(owner)]
-        for owner in dead:
-            self.store.release_claims(owner)
-        return dead
+        return release_gone(self.store, keep=self.owner)
 
     def claim(self, jobs: Batch) -> Batch:
         """The jobs of ``jobs`` this driver now holds and that have no row; the ones another driver holds are
