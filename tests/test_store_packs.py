@@ -325,3 +325,20 @@ def test_prune_orphans_releases_the_leases_of_a_crashed_driver_of_this_host(tmp_
         store.claim(["k" * 24], "c", f"{_host()}:{os.getpid()}:00000000", now=time.time(), ttl_s=300.0)
     refused = runner.invoke(app, ["store", "prune", "--store", str(tmp_path / "store"), "--orphans"])
     assert refused.exit_code == 2 and "a run holds 1 job leases" in refused.stderr
+
+
+def test_verify_says_when_its_orphan_count_includes_a_running_campaigns_packs(tmp_path):
+    """A pack in flight is named by no row until its batch commits: while a driver holds a live lease, verify
+    still counts the pack, and says that a run holds leases; without one it says nothing of the kind."""
+    root = tmp_path / "store"
+    with Store(root) as store:
+        store.files.write("packs/ab/abcd.parquet", b"PAR1 a pack no row names")
+    quiet = runner.invoke(app, ["store", "verify", "--store", str(root), "--json"])
+    assert (json.loads(quiet.stdout)["orphan_packs"], json.loads(quiet.stdout)["live_leases"]) == (1, 0)
+    assert "job leases" not in runner.invoke(app, ["store", "verify", "--store", str(root)]).output
+    with Store(root) as store:
+        store.claim(["k" * 24, "j" * 24], "c", "driver-a", now=time.time(), ttl_s=300.0)
+    busy = runner.invoke(app, ["store", "verify", "--store", str(root), "--json"])
+    assert (json.loads(busy.stdout)["orphan_packs"], json.loads(busy.stdout)["live_leases"]) == (1, 2)
+    told = runner.invoke(app, ["store", "verify", "--store", str(root)]).output
+    assert "1 pack files no row names" in told and "a run holds 2 job leases now" in told
