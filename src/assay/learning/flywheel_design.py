@@ -371,7 +371,8 @@ def trim_frames(demos: Sequence[Demo], frames: int) -> list[Demo]:
     for demo, n in zip(demos, keep, strict=True):
         rows = np.unique(np.round(np.linspace(0, len(demo.actions) - 1, int(n))).astype(int))
         out.append(Demo(demo.key, demo.task_id, demo.task_hash, demo.variant_key, demo.seed, demo.purpose,
-                        demo.observations[rows], demo.actions[rows], demo.instruction, demo.step_indices()[rows]))
+                        demo.observations[rows], demo.actions[rows], demo.instruction, demo.step_indices()[rows],
+                        None if demo.environment is None else demo.environment[rows]))
     return out
 
 

