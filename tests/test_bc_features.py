@@ -75,6 +75,7 @@ def test_floors_are_relative_to_each_quantitys_scale_not_absolute():
     np.testing.assert_allclose(position[:2], states[:, :2].std(0))  # above the floor: their own spread
     assert position[2] == pytest.approx(REL_FLOOR * states[:, 0].std())  # floored at 5% of x's spread (metres)
     assert np.all(rotation[fitted.used[3:9]] >= REL_FLOOR) and fitted.used[9] == np.False_ and fitted.used[10]
+    assert fingers[1] == pytest.approx(states[:, 7].std())
     turned = states[:1].copy()
     turned[0, 3:6] = quat_to_axis_angle(_pointing_down(np.array([10.0]))[0])
     z = fitted.apply(turned)[0]
