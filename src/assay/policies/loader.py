@@ -27,7 +27,8 @@ from assay.policies.protocol import (
     SupportsTaskCheck,
 )
 from assay.policies.registry import BUILTIN_POLICIES
-from assay.policies.remote.client import RemoteParams, RemotePolicy, fetch_metadata
+from assay.policies.remote.client import RemotePolicy
+from assay.policies.remote.connecting import RemoteParams, fetch_metadata
 from assay.spec import PolicySpec, ResolvedPolicy, TaskSpec, content_hash
 
 _IMPORT_ROOTS: list[str] = []
