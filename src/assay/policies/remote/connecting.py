@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import time
+import uuid
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -234,8 +235,8 @@ def fetch_metadata(url: str, **params: Any) -> dict[str, Any]:
     """Connect once, read the server's metadata frame, close (used before a campaign starts)."""
     settings = RemoteParams(**params)
 
-    async def fetch() -> dict[str, Any]:
-        ws, metadata = await _connect(url, settings)
+    async def fetch() -> dict[str, Any]:  # named (a fresh token): a client holding no seat is given one
+        ws, metadata = await _connect(url, settings, uuid.uuid4().hex)
         await ws.close()
         return metadata
 
