@@ -13,8 +13,7 @@ import importlib
 import inspect
 import os
 import sys
-import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -125,9 +124,8 @@ def _check_call(spec: PolicySpec, target: Any) -> None:
     if isinstance(declared, type) and issubclass(declared, BaseModel):
         _check_params(spec, declared)
         return
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):  # a callable whose signature cannot be read: nothing to check
+    signature = _signature(target)
+    if signature is None:  # a callable whose signature cannot be read: nothing to check
         return
     named = {name: p for name, p in signature.parameters.items() if p.kind in _NAMED}
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
@@ -140,30 +138,41 @@ def _check_call(spec: PolicySpec, target: Any) -> None:
         if parameter.default is inspect.Parameter.empty and name not in spec.params:
             raise SpecError(f"policy {spec.name!r}: params.{name}: missing, {spec.entrypoint} requires it ({valid})",
                             at=("params",))
-    _check_annotations(spec, _annotations(target), valid)
-
-
-def _annotations(target: Any) -> Mapping[str, Any]:
-    """The resolved annotations of a class's ``__init__`` or a factory's parameters ({} when they do not resolve)."""
-    function = getattr(target, "__init__") if isinstance(target, type) else target  # noqa: B009 - mypy: __init__ of a type
-    try:
-        return typing.get_type_hints(function)
-    except Exception:  # noqa: BLE001 - a forward reference that does not resolve: nothing to check by
-        return {}
-
-
-def _check_annotations(spec: PolicySpec, hints: Mapping[str, Any], valid: str) -> None:
     for name, value in spec.params.items():
-        if name not in hints:
+        annotation = named[name].annotation if name in named else inspect.Parameter.empty
+        adapter = _adapter(annotation)
+        if adapter is None:
             continue
         try:
-            TypeAdapter(hints[name]).validate_python(value)
+            adapter.validate_python(value)
         except ValidationError as exc:
-            wanted = getattr(hints[name], "__name__", str(hints[name]))
+            wanted = getattr(annotation, "__name__", str(annotation))
             raise SpecError(f"policy {spec.name!r}: params.{name}: {exc.errors()[0]['msg']}, got {value!r} "
                             f"({spec.entrypoint} takes {name}: {wanted})", at=("params", name)) from None
-        except Exception:  # noqa: BLE001,S112 - an annotation pydantic has no schema for: not checked
-            continue
+
+
+def _signature(target: Any) -> inspect.Signature | None:
+    """``target``'s signature with its annotations resolved (left as written when they do not resolve)."""
+    try:
+        return inspect.signature(target, eval_str=True)
+    except (TypeError, ValueError):
+        return None
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: the names are still worth checking
+        try:
+            return inspect.signature(target)
+        except (TypeError, ValueError):
+            return None
+
+
+def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    """A validator for a parameter's annotation, or None (none, a string that did not resolve, or a type pydantic
+    has no schema for)."""
+    if annotation is inspect.Parameter.empty or isinstance(annotation, str):
+        return None
+    try:
+        return TypeAdapter(annotation)
+    except Exception:  # noqa: BLE001 - a type pydantic has no schema for (an array, a model object): not checked
+        return None
 
 
 def _source_files(module: Any) -> list[Path]:
