@@ -61,3 +61,35 @@ def test_a_full_session_table_fails_only_the_refused_row_with_its_own_code() -> 
     for before, after in zip(undisturbed, full, strict=True):
         if after is not refused[0]:
             assert after.outcome is Outcome.TIMEOUT and after.trajectory_hash() == before.trajectory_hash()
+
+
+def test_a_request_the_server_closed_unread_goes_to_another_connection_once() -> None:
+    """The client's idle connections are evicted (1013) for newcomers: a request sent on one before the client saw
+    the close is dropped unread by the server and sent again on another connection (else the client finds the
+    connection closed first); either way each session is stepped exactly once per answer."""
+    import time
+
+    from websockets.sync.client import connect
+
+    from assay.policies import PolicyContext
+    from tests.test_remote_many_clients import Counter
+
+    server = PolicyServer(Counter(), TASK, ServerConfig(port=0, max_wait_ms=0.0, max_connections=2,
+                                                       evict_idle_after_s=0.2), {"policy": "c", "version": "1"},
+                          factory=Counter)
+    with ServerThread(server):
+        policy = RemotePolicy(server.url, timeout_s=10)
+        policy.reset(PolicyContext(TASK, (7, 9), ("go", "go")))
+        batch = {"state": np.zeros((2, 39)), "instruction": ["go", "go"], "env_ids": np.arange(2)}
+        first = policy.act(batch)[:, 0, :2].tolist()
+        time.sleep(0.3)  # both of its connections have idled past the eviction threshold
+        answers = [first]
+        with connect(f"ws://127.0.0.1:{server.port}") as newcomer:
+            newcomer.recv()  # seated in place of one of the client's connections
+            for _ in range(3):
+                answers.append(policy.act(batch)[:, 0, :2].tolist())
+                time.sleep(0.25)  # idle again: the next request may meet another eviction
+        evictions = server.book.evictions
+        policy.close()
+    assert evictions >= 1
+    assert answers == [[[n, 7], [n, 9]] for n in range(1, 5)], "each session stepped once per answer"

@@ -213,8 +213,9 @@ def capacity_warning(url: str, metadata: dict[str, Any], clients: int, rows: int
             found.append(f"holds {per_client} sessions per client and each worker runs {rows} environments: "
                          "lower envs_per_worker or restart it with a larger --max-sessions-per-client")
         if isinstance(total, int) and wanted > total:
-            found.append(f"holds {total} sessions and this run may open {wanted}: episodes past the limit will be "
-                         "errors; use fewer workers or restart it with a larger --max-sessions")
+            found.append(f"holds {total} sessions and this run may open {wanted}: episodes past the limit will wait "
+                         "for room (capacity_wait_s) and then be errors; use fewer workers or restart it with a "
+                         "larger --max-sessions")
     return f"policy server {url} " + "; it ".join(found) if found else None
 
 

@@ -19,7 +19,9 @@ Limits (each set in :class:`ServerConfig`; see ``remote.limits``): at most ``max
 websockets, and at that limit the connection idle longest (``evict_idle_after_s`` at least) is
 closed (1013) to seat a newcomer, so only busy connections make the server answer HTTP 503, with a
 ``Retry-After`` saying when a seat can next be freed (at most ``evict_idle_after_s``); an upgrade
-whose client vanishes before it is seated gives its place back at once; a connection idle for
+whose client vanishes before it is seated gives its place back at once; seats are shared among clients
+(a newcomer holding fewer takes the seat of a connection idle 1 s of a client holding more); each client
+is held to ``max_requests_per_s`` (a request over it waits its turn); a connection idle for
 ``idle_timeout_s`` is closed (1000, "idle"); keepalive pings drop dead peers; each connection
 buffers at most two frames; large frames need a ticket of the global byte budget
 ``max_buffer_bytes`` (a ticket covers one frame and its decoded copy) from their first byte until
@@ -36,7 +38,8 @@ Requests from all connections meet in a :class:`DynamicBatcher`. Two ways to ser
   ``X-Assay-Client`` header (a random token) and each session in its requests (``assay/session``,
   ``assay/seed``, ``assay/step``); a plain openpi client's connection is its client and its session.
   No client can reach, end or evict another's session; per-client and global session limits refuse
-  new sessions (``E_SESSION_QUOTA``, ``E_SESSIONS_FULL``) and never end live ones; a session not
+  new sessions (``E_SESSION_QUOTA``, ``E_SESSIONS_FULL``) and never end live ones, and the table is shared
+  fairly (a minimum per client, a fair share past it, a reserve for newcomers: ``E_SESSION_SHARE``); a session not
   stepped for ``session_idle_s`` ends (checked at each request and every few seconds), so sessions a
   quiet client left behind cannot fill the table for good; a session unknown past its first step is
   refused (``E_SESSION_UNKNOWN``), so lost state never passes silently. Each live session holds one
