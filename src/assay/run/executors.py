@@ -6,10 +6,11 @@
   finish. A worker that dies is replaced and its batch retried; a batch past its
   wall-clock limit has its worker killed (see :mod:`assay.run.faults`).
 
+* ``RayExecutor`` (:mod:`assay.run.ray_executor`): long-lived Ray actors, same contract.
+
 Before the first episode the data root is probed (:mod:`assay.run.preflight`): by each local worker
 process as it starts, by every Ray node and actor, and in process by the inline executor when the root is
 an fsspec URL; a ``memory://`` root with worker processes is refused in one line.
-* ``RayExecutor`` (:mod:`assay.run.ray_executor`): long-lived Ray actors, same contract.
 
 Results never depend on the executor or the worker count: each episode's
 initial conditions and each policy's randomness derive from the episode seed.
