@@ -5,7 +5,6 @@
   each keeping its environments across batches; records stream back as batches
   finish. A worker that dies is replaced and its batch retried; a batch past its
   wall-clock limit has its worker killed (see :mod:`assay.run.faults`).
-
 * ``RayExecutor`` (:mod:`assay.run.ray_executor`): long-lived Ray actors, same contract.
 
 Before the first episode the data root is probed (:mod:`assay.run.preflight`): by each local worker
