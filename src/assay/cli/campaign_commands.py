@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,7 +24,7 @@ from assay.cli.common import (
     split_list,
     user_errors,
 )
-from assay.cli.gates import FailUnderOpt, check_rates, is_stdout
+from assay.cli.gates import FailUnderOpt, check_rates, gate_failed, is_stdout
 from assay.cli.lazy import subgroup
 from assay.cli.options import AddressOpt
 from assay.cli.progress import CampaignProgress, interrupt_told
@@ -39,7 +40,7 @@ from assay.run.catalog_writer import DEFAULT_COMMIT_ROWS, DEFAULT_COMMIT_SECONDS
 from assay.run.leases import DEFAULT_LEASE_S
 from assay.spec import CampaignSpec, SuccessMode
 from assay.store import Store, renderer_of, run_lock
-from assay.store.aggregates import renderer_totals
+from assay.store.aggregates import CellTotals, renderer_totals
 from assay.store.provenance import renderer_notes_of
 
 EPISODES_HELP = "Inspect recorded episodes."
@@ -86,6 +87,9 @@ def run(
         "heartbeat; another run on the same store takes over a job this long after its driver died (renewed every "
         "third of it).")] = DEFAULT_LEASE_S,
     fail_under: FailUnderOpt = None,
+    allow_errors: Annotated[bool, typer.Option(
+        "--allow-errors", help="Exit 0 even when every episode of a policy ended as error (a broken policy, a server "
+        "that was down); the error episodes of the run are counted by reason either way.")] = False,
     progress_every: Annotated[float, typer.Option(
         "--progress-every", min=0.0, metavar="SECONDS",
         help="Without a terminal (a cluster log, CI), print a progress line to stderr this often.")] = 30.0,
@@ -102,7 +106,8 @@ def run(
         if slow_frames is not None:
             render.err_console.print(f"[yellow]warning:[/] {slow_frames}", highlight=False, soft_wrap=True)
         faults = fault_policy(spec, episode_timeout)
-        make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
+        # a bad option (or a memory:// --data with worker processes) fails before the store is created
+        make_executor(executor, data if data is not None else store, workers, address=address)
         _create_store(store, catalog, data, new_catalog)
         # the run holds the lock shared: other runs go on beside it, job leases keep each job to one of them
         with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting, shared=True), \
@@ -118,7 +123,7 @@ def run(
                 progress.ran_elsewhere(summary.elsewhere)
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
             _report_run(opened, spec, planned, summary, adaptive, json_out, fail_under,
-                        warned_software=slow_frames is not None)
+                        warned_software=slow_frames is not None, allow_errors=allow_errors)
 
 
 def software_rendering(planned: CampaignPlan, executor: str, address: str | None) -> str | None:
@@ -134,9 +139,10 @@ def software_rendering(planned: CampaignPlan, executor: str, address: str | None
 
 def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summary: CampaignSummary,
                 adaptive: dict[str, Any] | None, json_out: bool, fail_under: float | None,
-                warned_software: bool = False) -> None:
+                warned_software: bool = False, allow_errors: bool = False) -> None:
     """What ``assay run`` says after the episodes: renderer notes, the rate table in the campaign's scope (or the
-    JSON document), the adaptive rounds, the counts, and the ``--fail-under`` gate. ``warned_software``: the
+    JSON document), the adaptive rounds, the counts, the run's error episodes by reason, and the gates: a policy
+    whose every episode ended as error (unless ``allow_errors``), then ``--fail-under``. ``warned_software``: the
     software-rendering warning was printed before the first episode, so stderr does not repeat it (the JSON
     document's notes keep it)."""
     totals = renderer_totals(opened.catalog, spec.name)
@@ -153,8 +159,10 @@ def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summar
                            "retried": summary.retried, "elsewhere": summary.elsewhere, "outcomes": summary.outcomes,
                            **scored.document(covered), "notes": notes,
                            "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
+                           "errors": {kind: vars(found) for kind, found in summary.errors.items()},
                            **({"adaptive": adaptive, "adaptive_equal_power": equal_power_view(adaptive)}
                               if adaptive is not None else {})})
+        _check_errors(summary, scored.totals, allow_errors)
         check_rates(rows, fail_under)
         return
     no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)
@@ -172,7 +180,31 @@ def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summar
         + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
         f"Results stored in {opened.root} (catalog {opened.catalog.display_url})",
         highlight=False, soft_wrap=True)
+    _check_errors(summary, scored.totals, allow_errors)
     check_rates(rows, fail_under)
+
+
+def _check_errors(summary: CampaignSummary, cells: Sequence[CellTotals], allow_errors: bool) -> None:
+    """Count the run's ``error`` episodes by reason on stderr (each kind with its first reason), then fail the run
+    (exit 1) when every episode the campaign holds of some policy is an error, unless ``allow_errors``."""
+    if summary.errors:
+        told = sum(found.count for found in summary.errors.values())
+        render.err_console.print(f"warning: {told} episode{'s' if told != 1 else ''} of this run ended as error, by "
+                                 "reason (assay episodes ls --outcome error lists them):", highlight=False,
+                                 soft_wrap=True, markup=False)
+        for kind, found in sorted(summary.errors.items(), key=lambda item: -item[1].count):
+            render.err_console.print(f"  {found.count} {kind}; first, policy {found.policy!r}: {found.first}",
+                                     highlight=False, soft_wrap=True, markup=False)
+    totals: dict[str, list[int]] = {}
+    for cell in cells:
+        counted = totals.setdefault(cell.policy, [0, 0])
+        counted[0] += cell.episodes
+        counted[1] += cell.errors
+    broken = [f"every episode of policy {policy!r} ended as error ({errors} of {episodes}); fix it and re-run with "
+              "--retry-errors, or pass --allow-errors to exit 0 anyway"
+              for policy, (episodes, errors) in totals.items() if episodes and errors == episodes]
+    if broken and not allow_errors:
+        gate_failed(broken)
 
 
 def _create_store(store: Path, catalog: str | None, data: str | None, new_catalog: bool) -> None:

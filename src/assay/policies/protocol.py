@@ -43,6 +43,10 @@ hook                        meaning                                             
 ``episode_info(slot)``      instance; JSON-able facts the policy decided for a slot     runner
 ``step_trace(slot)``        instance; the policy's account of its latest answer for a  runner
                             slot (recorded per step as ``trace.<name>`` columns)
+``act_rows(observations)``  instance; ``act`` answered row by row: each row's action or  runner
+                            chunk, or the exception its row failed with; a row that
+                            failed is never asked again, nor are the others (a remote
+                            policy's sessions are stepped once per answer)
 ``metadata()``              instance; served metadata (``{"contract": ...}``)            server
 ``reads_frames()``          instance; ``False``: ``act`` never reads ``image.*`` or      runner
                             ``depth.*``, so frames are rendered for the video only (and
@@ -57,7 +61,7 @@ hook                        meaning                                             
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -178,6 +182,20 @@ class SupportsStepTrace(Protocol):
 
     def step_trace(self, slot: int) -> Mapping[str, Any]:
         """The explanation of the slot's latest answer, one value per trace column."""
+
+
+@public_api
+@runtime_checkable
+class SupportsRowAnswers(Protocol):
+    """A policy that answers each row of a batch on its own (a remote policy: a request per environment).
+
+    Without this hook, when a batched ``act`` raises, the runner asks each row again alone, which steps a
+    stateful row twice. With it, the runner calls ``act_rows`` instead of ``act``: a row's failure is that row's
+    (its episode ends as ``error`` with the exception's message), the answered rows go on, and nothing is asked
+    again."""
+
+    def act_rows(self, observations: Mapping[str, Any]) -> Sequence[np.ndarray | Exception]:
+        """Per row of ``observations``: its action ``(A,)`` or chunk ``(H, A)``, or the exception it failed with."""
 
 
 @public_api

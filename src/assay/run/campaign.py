@@ -42,7 +42,7 @@ from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.sim import TaskRegistry, default_registry, instruct, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
 from assay.spec import CampaignSpec, EpisodeJob, TaskSpec, Variant, batch_jobs, plan
-from assay.store import EpisodeRecord, Store
+from assay.store import EpisodeRecord, Outcome, Store
 
 
 def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
@@ -229,6 +229,8 @@ def _count(summary: CampaignSummary, record: EpisodeRecord, writer: CatalogWrite
     writer.add(record)
     summary.ran += 1
     summary.outcomes[record.outcome.value] += 1
+    if record.outcome is Outcome.ERROR:
+        summary.count_error(record.policy_name, record.reason)
     if on_record is not None:
         on_record(record)
 
