@@ -82,6 +82,9 @@ COMMANDS: dict[str, LazyCommand] = {
                    "tau, MMRV.", "learning_commands"),
     "train-bc": _entry("Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT' (or "
                        "'pixel-bc:OUT').", "learning_commands"),
+    "ladder": _entry("The learning sanity ladder: expert demos, a BC trained on them, then rung 1 (its own demos' "
+                     "initial states: at least --own-min must succeed, else exit 1) and rung 2 (held-out initial "
+                     "states, with intervals).", "ladder_commands"),
     "flywheel": _entry("The flywheel: --design runs a designed experiment (base on a slice; random, targeted, "
                        "recovery, ponr and oracle arms at an equal budget; replicates); --task runs base vs "
                        "recovery demos vs fresh demos on one task.", "learning_commands"),

@@ -43,6 +43,9 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
                          "--image-size", help="Network input size in px (image+proprio).")] = 64,
                      augment: Annotated[str, typer.Option(
                          "--augment", help="'none' or 'shift' (random shifts; image+proprio).")] = "none",
+                     chunk: Annotated[int, typer.Option(
+                         "--chunk", help="Actions predicted per frame (image+proprio): the runner executes the "
+                                         "chunk before asking again, so a camera is drawn once per chunk.")] = 1,
                      conditioning: Annotated[str, typer.Option(
                          "--conditioning", help="task (a one-hot) | instruction "
                                                 "(MiniLM embedding of each episode's instruction)")] = "task",
@@ -57,6 +60,8 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
             raise AssayError(f"--hidden {hidden!r} must be comma-separated integers, e.g. 256,256") from None
         if obs not in ("state", "state+environment", "image+proprio"):
             raise AssayError(f"--obs {obs!r} is not one of state, state+environment, image+proprio")
+        if chunk != 1 and obs != "image+proprio":
+            raise AssayError(f"--chunk {chunk} applies to --obs image+proprio only (a state policy draws no frame)")
         with open_store(store, catalog) as opened:
             demos = load_demos(opened, data)
             result: TrainResult | PixelTrainResult
@@ -69,7 +74,7 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
 
                 config = PixelTrainConfig(seed=seed, epochs=epochs, camera=camera, image_size=image_size, hidden=widths,
                                           batch_size=batch_size or 64, lr=lr or 1e-3, augment=augment,
-                                          conditioning=conditioning)
+                                          conditioning=conditioning, chunk=chunk)
                 result = train_pixel_bc(opened, demos, config, out)
     prefix = "pixel-bc" if obs == "image+proprio" else "bc"
     if json_out:

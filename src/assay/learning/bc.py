@@ -124,6 +124,19 @@ def check_demos(demos: Sequence[Demo]) -> None:
 INPUTS = ("state", "state+environment")
 
 
+def chunk_targets(targets: np.ndarray, lengths: Sequence[int], chunk: int) -> np.ndarray:
+    """(N, L) per-step targets of demos of these lengths, stacked -> (N, chunk * L): each row's own target and
+    the next ``chunk - 1`` of its demo, the demo's last one repeated past its end (ACT's action chunks)."""
+    if chunk == 1:
+        return targets
+    rows, start = [], 0
+    for length in lengths:
+        index = np.minimum(np.arange(length)[:, None] + np.arange(chunk)[None, :], length - 1) + start
+        rows.append(targets[index].reshape(length, -1))
+        start += length
+    return np.concatenate(rows).astype(targets.dtype)
+
+
 def input_rows(demos: Sequence[Demo], inputs: str) -> tuple[np.ndarray, StateLayout]:
     """The network's raw inputs stacked over the demos, and their layout: the recorded state, followed by the
     recorded ``environment_state`` for ``state+environment``."""

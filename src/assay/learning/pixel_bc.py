@@ -36,7 +36,14 @@ from typing import Any
 import numpy as np
 
 from assay.errors import AssayError, DataQueryError
-from assay.learning.bc import check_demos, deterministic_torch, told_epochs, training_text, write_checkpoint
+from assay.learning.bc import (
+    check_demos,
+    chunk_targets,
+    deterministic_torch,
+    told_epochs,
+    training_text,
+    write_checkpoint,
+)
 from assay.learning.data import Demo
 from assay.learning.language import Conditioning, checkpoint_entry, condition_rows, condition_width, conditioning
 from assay.policies.bc import checkpoint_version
@@ -62,6 +69,7 @@ class PixelTrainConfig:
     augment: str = "none"
     shift_pad: int = 4
     conditioning: str = "task"
+    chunk: int = 1  # actions predicted per frame (an action chunk: a camera is drawn once per chunk at run time)
 
     def __post_init__(self) -> None:
         conditioning(self.conditioning)  # a one-line error naming the valid kinds
@@ -77,6 +85,7 @@ class PixelTrainConfig:
             or min(self.channels) < 1
             or not 8 <= self.image_size <= 256
             or self.shift_pad < 0
+            or self.chunk < 1
         ):
             raise AssayError(
                 f"invalid pixel training config {self}: epochs, batch size, lr, widths and channels must be "
@@ -157,11 +166,12 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
         torch.manual_seed(config.seed)
         model = build_pixel_network(
             config.image_size, config.channels, features.width, condition_width(kind, tasks), config.hidden,
-            head.learned,
+            head.learned * config.chunk,
         )
         optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
         p = torch.from_numpy(features.apply(proprio))
-        k, y = torch.from_numpy(hot), torch.from_numpy(np.ascontiguousarray(head.targets(actions)))
+        targets = chunk_targets(head.targets(actions), [len(d.actions) for d in demos], config.chunk)
+        k, y = torch.from_numpy(hot), torch.from_numpy(np.ascontiguousarray(targets))
         generator = torch.Generator().manual_seed(config.seed)
         loss_value = float("nan")
         for _ in told_epochs(training_text("pixel-bc", out, len(demos), len(actions)), config.epochs):
@@ -190,6 +200,7 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
                 "channels": list(config.channels),
                 "hidden": list(config.hidden),
                 "proprio": list(rows),
+                "chunk": config.chunk,
                 "conditioning": "task-onehot",
                 **checkpoint_entry(kind),
             },

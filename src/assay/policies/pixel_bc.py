@@ -157,7 +157,9 @@ def load_pixel_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 class PixelBCPolicy:
-    """``action = clip(CNN(image) ⊕ proprio ⊕ (onehot(task) | embed(instruction)) -> MLP, -1, 1)``."""
+    """``action = clip(CNN(image) ⊕ proprio ⊕ (onehot(task) | embed(instruction)) -> MLP, -1, 1)``; a checkpoint
+    trained with ``chunk: H`` answers each row with H actions (the runner executes them before asking again, so
+    the camera is drawn once per chunk)."""
 
     Params = PixelBCParams
     version = "1"
@@ -177,13 +179,14 @@ class PixelBCPolicy:
         self.by_instruction = config.get("conditioning") == "instruction"
         self.condition_dim = EMBED_DIM if self.by_instruction else len(self.tasks)
         self.features, self.head = pixel_io(data)
+        self.chunk = int(config.get("chunk", 1))
         self.model = build_pixel_network(
             self.image_size,
             tuple(config["channels"]),
             self.features.width,
             self.condition_dim,
             tuple(config["hidden"]),
-            self.head.learned,
+            self.head.learned * self.chunk,
         )
         self.model.load_state_dict(data["state_dict"])
         self.model.eval()
@@ -228,7 +231,7 @@ class PixelBCPolicy:
                 low=-1.0,
                 high=1.0,
             ),
-            chunk_length=1,
+            chunk_length=int(config.get("chunk", 1)),
             tasks=None if by_instruction else tuple(config["tasks"]),
         )
 
@@ -288,8 +291,12 @@ class PixelBCPolicy:
             return network(to_tensor_images(images.numpy(), size), prop_rows, hot_rows)
 
         out = forward_rows(torch, model, np.ascontiguousarray(frames), prop, np.ascontiguousarray(hot))
-        clipped: np.ndarray = np.clip(self.head.assemble(out), -1.0, 1.0)
-        return clipped
+        if self.chunk == 1:
+            clipped: np.ndarray = np.clip(self.head.assemble(out), -1.0, 1.0)
+            return clipped
+        steps = self.head.assemble(out.reshape(rows * self.chunk, -1)).reshape(rows, self.chunk, -1)
+        chunks: np.ndarray = np.clip(steps, -1.0, 1.0)
+        return chunks
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         """Actions for the batch, from the camera image, proprioception and the task or instruction only."""
