@@ -14,6 +14,7 @@ campaign as a table of rates the same way (:meth:`Scored.require`, :func:`source
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -126,6 +127,7 @@ def campaign_name(store: Store, name: str | None) -> str:
         raise AssayError(f"the store {store.root} holds no campaign yet")
     if name is None:
         return say_latest(store, known)  # said on stderr: nobody reads another campaign's numbers by mistake
+    name = unicodedata.normalize("NFC", name)  # as campaign specs store names (assay.spec.names)
     if name not in known:
         raise AssayError(f"no campaign {name!r} in {store.root}; known: {', '.join(known)}")
     return name
