@@ -66,7 +66,7 @@ def catalog(postgres_url):
     opened = Catalog(postgres_url)
     yield opened
     with opened.engine.begin() as conn:  # each test starts from an empty catalog
-        for table in ("campaign_episodes", "episodes", "campaigns", "cell_counts", "job_claims"):
+        for table in ("campaign_episodes", "episodes", "campaigns", "cell_counts", "job_claims", "forgotten_links"):
             conn.exec_driver_sql(f"DELETE FROM {table}")
         conn.exec_driver_sql("DELETE FROM store_meta WHERE name <> 'schema_version'")
     opened.close()

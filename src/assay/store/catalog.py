@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from assay.errors import StoreError, UndecodableRow
-from assay.store import claims, counts
+from assay.store import claims, counts, relinks
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.schema import (
     ADDED_COLUMNS,
@@ -272,6 +272,7 @@ class Catalog:
             new = conn.execute(sa.select(episodes.c.key).where(episodes.c.key == record.key)).first() is None
             if new:
                 conn.execute(episodes.insert().values(**_row(record)))
+                self._relink(conn, [record.key], {record.key: _facts(record)})
             self._link(conn, record.campaign, [(record.key, record.policy_name)], {record.key: _facts(record)})
         return new
 
@@ -287,12 +288,13 @@ class Catalog:
             for chunk in _chunks(keys, 500):
                 present |= set(conn.execute(sa.select(episodes.c.key).where(episodes.c.key.in_(chunk))).scalars())
             fresh = {r.key: r for r in records if r.key not in present}
+            facts = {r.key: _facts(r) for r in fresh.values()}
             if fresh:
                 conn.execute(episodes.insert(), [_row(r) for r in fresh.values()])
+                self._relink(conn, list(fresh), facts)
             by_campaign: dict[str, list[tuple[str, str]]] = {}
             for r in records:
                 by_campaign.setdefault(r.campaign, []).append((r.key, r.policy_name))
-            facts = {r.key: _facts(r) for r in fresh.values()}
             for campaign, pairs in by_campaign.items():
                 self._link(conn, campaign, list(dict(pairs).items()), facts)
         return len(fresh)
@@ -303,6 +305,12 @@ class Catalog:
         """Link episodes to a campaign under the policy names it gave them."""
         with self.engine.begin() as conn:
             self._link(conn, campaign, list(keys_and_policies))
+
+    def _relink(self, conn: sa.Connection, keys: list[str], facts: dict[str, counts.Facts]) -> None:
+        """Link episodes recorded again (in this transaction) to every campaign that linked them before they were
+        forgotten (:mod:`assay.store.relinks`)."""
+        for campaign, pairs in relinks.restore(conn, keys).items():
+            self._link(conn, campaign, pairs, facts)
 
     def _link(self, conn: sa.Connection, campaign: str, pairs: list[tuple[str, str]],
               facts: dict[str, counts.Facts] | None = None) -> None:
@@ -395,7 +403,8 @@ class Catalog:
     @_guarded
     def forget(self, keys: Iterable[str]) -> int:
         """Delete episodes (rows, every campaign's link, their prune marks, the rows of every registered table)
-        so they can be re-run, in one transaction: all of it goes, or none.
+        so they can be re-run, in one transaction: all of it goes, or none. Each link is remembered
+        (:mod:`assay.store.relinks`): the episode's next row links it to every campaign again.
 
         Used when an episode's step file is missing or corrupted: such an episode must
         never be scored. Returns how many episode rows were deleted. Higher layers'
@@ -410,6 +419,7 @@ class Catalog:
             cells = counts.cells_of(conn, keys)
             extra = [sa.table(name, sa.column("key")) for name in _registered(conn)
                      if sa.inspect(conn).has_table(name)]
+            relinks.remember(conn, keys)  # every campaign's link comes back with the episode's next row
             for chunk in _chunks(keys, 500):
                 for table in extra:
                     conn.execute(table.delete().where(table.c.key.in_(chunk)))
