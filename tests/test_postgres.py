@@ -51,7 +51,7 @@ def postgres_url():
     port = _free_port()
     subprocess.run(as_user + [initdb, "-D", str(data / "db"), "-U", "assay", "--auth=trust", "-E", "UTF8"],
                    check=True, capture_output=True)
-    options = f"-h 127.0.0.1 -p {port} -k {data}"
+    options = f"-h 127.0.0.1 -p {port} -k {data} -F"  # -F: no fsync (a throwaway server; nothing here is durable)
     subprocess.run(as_user + [pg_ctl, "-D", str(data / "db"), "-o", options, "-l", str(data / "log"), "-w", "start"],
                    check=True, capture_output=True)
     try:
@@ -189,3 +189,37 @@ def test_job_leases_on_postgresql(catalog, postgres_url):
     assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
     one, two = (set(out.split()) for out, _ in outputs)
     assert not one & two and len(one | two) == 400
+
+
+RACE_TRIALS = 50
+
+
+def test_two_drivers_creating_one_postgresql_catalog_at_once_both_open_it(tmp_path, postgres_url):
+    """Issue 50: two drivers opening one store on a fresh PostgreSQL catalog at once both succeed, in every one of 50
+    trials (a fresh schema each, named by the URL's search_path; the second driver starts 0 to 0.25 s after the
+    first, so it lands on every step of the first's creating the catalog), and agree on the store's ID."""
+    import sqlalchemy as sa
+
+    from tests.race_support import drivers_on_one_catalog, race
+
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    names = [f"race_{os.getpid()}_{t}" for t in range(RACE_TRIALS)]
+    with admin.connect() as conn:
+        for name in names:
+            conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+    trials = [(str(tmp_path / name), f"{postgres_url}?options=-csearch_path%3D{name}") for name in names]
+    try:
+        for outcomes in race(drivers_on_one_catalog, [trials, trials], RACE_TRIALS):
+            assert [o[2] for o in outcomes] == ["ok", "ok"], outcomes
+            assert outcomes[0][3] == outcomes[1][3]  # one store ID
+        with admin.connect() as conn:
+            for name in names:
+                tables = set(sa.inspect(conn).get_table_names(schema=name))
+                assert {"episodes", "campaigns", "campaign_episodes", "cell_counts", "store_meta"} <= tables, name
+                meta = dict(conn.exec_driver_sql(f"SELECT name, value FROM {name}.store_meta").all())
+                assert meta["schema_version"] == "1" and meta["cell_counts"] == "1", (name, meta)
+    finally:
+        with admin.connect() as conn:
+            for name in names:
+                conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        admin.dispose()

@@ -46,7 +46,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from assay.errors import StoreError
+from assay.errors import SpecError, StoreError
 from assay.store.catalog import CampaignRow, Catalog, IntegrityRow, ResumeRow
 from assay.store.episodes import (
     Root,
@@ -225,12 +225,18 @@ class Store:
         return self.root / "campaigns" / name
 
     def save_resolved_campaign(self, name: str, spec_hash: str, resolved: dict[str, Any]) -> Path:
-        """Write the resolved campaign beside its results (atomically) and into the catalog."""
+        """Claim the campaign's name in the catalog for this spec, then write the resolved campaign beside its
+        results (atomically). SpecError, before anything is written, when the name holds another spec: of two
+        campaigns of one name started at once, the catalog's key on the name lets exactly one through."""
+        held = self.catalog.save_campaign(name, spec_hash, resolved)
+        if held is not None:
+            raise SpecError(f"campaign {name!r} already exists in {self.root} with a different spec (spec hash "
+                            f"{held[:12]}, this one {spec_hash[:12]}); give the changed campaign a new name "
+                            "(episodes it shares with the old one are reused, not rerun)")
         directory = self.campaign_dir(name)
         directory.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"schema_version": SCHEMA_VERSION, **resolved}, indent=2, sort_keys=True)
         write_blob(self.root, f"campaigns/{name}/campaign.json", text.encode())  # no temporary left on a full disk
-        self.catalog.save_campaign(name, spec_hash, resolved)
         return directory / "campaign.json"
 
     def clean_temporaries(self) -> int:
