@@ -8,7 +8,8 @@ decoded), the variant scope of the command (``assay.metrics.scope``: nominal by 
 (:meth:`Scored.grid`), and rows are decoded only where a command needs episodes
 (:meth:`Scored.episodes`). Titles carry the scope's label, JSON documents carry
 ``scope`` and ``completeness``, and a ranking or comparison over cells with no episode is refused
-unless ``--allow-partial``. ``correlate --campaign``, ``stability`` and ``estimate-real`` read a
+unless ``--allow-partial``. A campaign linking an episode the last ``assay store verify`` found wrong is refused
+until it is repaired (:func:`refuse_failed`). ``correlate --campaign``, ``stability`` and ``estimate-real`` read a
 campaign as a table of rates the same way (:meth:`Scored.require`, :func:`source_document`).
 """
 
@@ -140,6 +141,7 @@ def scored_campaign(store: Store, name: str | None, variant: str | None, separat
     from assay.run.adaptive import load_state
 
     chosen = campaign_name(store, name)
+    refuse_failed(store, chosen)
     row = store.catalog.campaign(chosen)
     resolved = row.spec if row is not None else {}
     left_out = unsound_rows(store.catalog, chosen)  # reads the covering index only
@@ -154,6 +156,20 @@ def scored_campaign(store: Store, name: str | None, variant: str | None, separat
         raise AssayError(f"campaign {chosen!r}: {exc}") from None
     complete = totals_completeness(resolved, found, load_state(store, chosen))
     return Scored(chosen, store, found, scope, complete)
+
+
+def refuse_failed(store: Store, campaign: str) -> None:
+    """AssayError when the last ``assay store verify`` found episodes of ``campaign`` wrong that no repair has re-run
+    since (``Store.failed_checks``): its numbers would count rows their step data contradicts."""
+    failed = store.failed_checks(campaign=campaign)
+    if not failed:
+        return
+    key, why = min(failed.items())
+    shown = why if len(why) <= 160 else why[:157] + "..."
+    more = f", and {len(failed) - 1} more" if len(failed) > 1 else ""
+    raise AssayError(f"campaign {campaign!r}: {len(failed)} of its episodes failed `assay store verify` ({key[:12]}: "
+                     f"{shown}{more}); its results are refused until they are repaired: rerun the campaign (`assay "
+                     "run` re-runs them), then `assay store verify`")
 
 
 def planned_tasks(scored: Scored, tasks: str | None) -> list[str] | None:

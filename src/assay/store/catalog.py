@@ -35,13 +35,14 @@ from assay.store.schema import (
     cell_counts,
     episode_facts,
     episodes,
+    failed_checks,
     link_policies,
     metadata,
     pruned_episodes,
     store_meta,
     unsound_outcomes,
 )
-from assay.store.validation import Summary
+from assay.store.validation import Summary, mark_seals
 
 
 class IntegrityRow(NamedTuple):
@@ -242,6 +243,7 @@ class Catalog:
         elif int(found) != SCHEMA_VERSION:
             raise StoreError(f"catalog {self.display_url} has schema_version {found}; this Assay reads "
                              f"{SCHEMA_VERSION}")
+        mark_seals(conn)
         self._count_cells(conn)
 
     def _count_cells(self, conn: sa.Connection) -> None:
@@ -426,8 +428,8 @@ class Catalog:
 
     @_guarded
     def forget(self, keys: Iterable[str]) -> int:
-        """Delete episodes (rows, every campaign's link, their prune marks, the rows of every registered table)
-        so they can be re-run, in one transaction: all of it goes, or none. Each link is remembered
+        """Delete episodes (rows, every campaign's link, their prune marks and verdicts, the rows of every registered
+        table) so they can be re-run, in one transaction: all of it goes, or none. Each link is remembered
         (:mod:`assay.store.relinks`): the episode's next row links it to every campaign again.
 
         Used when an episode's step file is missing or corrupted: such an episode must
@@ -449,6 +451,7 @@ class Catalog:
                     conn.execute(table.delete().where(table.c.key.in_(chunk)))
                 conn.execute(campaign_episodes.delete().where(campaign_episodes.c.key.in_(chunk)))
                 conn.execute(pruned_episodes.delete().where(pruned_episodes.c.key.in_(chunk)))
+                conn.execute(failed_checks.delete().where(failed_checks.c.key.in_(chunk)))
                 deleted += conn.execute(episodes.delete().where(episodes.c.key.in_(chunk))).rowcount
             counts.recount(conn, cells)  # from the rows that remain, not from what the deleted rows say now
         return deleted
