@@ -28,7 +28,7 @@ from assay.cli.common import say_latest
 from assay.errors import AssayError
 from assay.metrics import Completeness, OutcomeGrid, VariantScope, planned_variants, variant_scope
 from assay.metrics.completeness import totals_completeness
-from assay.metrics.outcomes import match_tasks, stored_grid
+from assay.metrics.outcomes import SharedRows, match_tasks, stored_grid, stored_shared_grid
 from assay.store import EpisodeRecord, Store
 from assay.store.aggregates import CellTotals, cell_totals, unsound_rows
 
@@ -71,6 +71,24 @@ class Scored:
     def grid(self, tasks: Sequence[str] | None = None) -> OutcomeGrid:
         """The paired seed × policy tables of the scope's episodes (these task ids, or all), from the database."""
         return stored_grid(self.store.catalog, self.name, self.scoped, tasks)
+
+    def shared_grid(self, what: str, allow_partial: bool, tasks: Sequence[str] | None = None,
+                    ) -> tuple[OutcomeGrid, SharedRows]:
+        """:meth:`grid` over the seed rows every ranked policy ran, for a ranking (``what`` names it). Cells of
+        unequal completeness (a policy ran seeds another did not) are refused unless ``allow_partial``: each
+        policy ranked on its own seeds compares different episodes, and the seeds run first are not a random
+        sample. A task on which the ranked policies share no seed is refused either way."""
+        grid, shared = stored_shared_grid(self.store.catalog, self.name, self.scoped, tasks)
+        if shared.unshared_tasks:
+            raise AssayError(f"{what}: refused, the ranked policies share no seed on task(s) "
+                             f"{', '.join(shared.unshared_tasks)}; finish the campaign (rerun `assay run`)")
+        if not shared.equal and not allow_partial:
+            raise AssayError(f"{what}: refused, its cells are of unequal completeness: the ranked policies share "
+                             f"{shared.ranked_on} of the {shared.recorded} seed rows recorded "
+                             f"({', '.join(f'{p} ran {n}' for p, n in shared.ran.items())}); ranking each on its own "
+                             "seeds compares different episodes: finish the campaign (rerun `assay run`), or pass "
+                             f"--allow-partial to rank on the {shared.ranked_on} shared seed rows")
+        return grid, shared
 
     def episodes(self, tasks: Iterable[str] | None = None, policies: Iterable[str] | None = None,
                  all_variants: bool = False) -> list[EpisodeRecord]:
