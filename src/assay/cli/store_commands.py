@@ -174,18 +174,24 @@ def store_prune(
 
                 release_gone(opened)
             lost = opened.prune_orphans(dry_run=dry_run, on_wait=_say_waiting) if orphans else []
+            busy = opened.run_in_progress() if orphans and dry_run else None
+    if busy is not None:  # the real prune waits for the run; its dry run lists the run's packs in flight
+        render.err_console.print(f"a campaign run ({busy}) holds this store: packs it is writing are named by no row "
+                                 "until it records them, so some listed here may be in flight; `store prune "
+                                 "--orphans` waits for the run to finish and deletes only the packs no row names "
+                                 "then", highlight=False, soft_wrap=True)
     if orphans:
         _print_orphans(lost, dry_run, json_out)
         if not (campaign or age is not None):
             if json_out:
-                render.print_json(_orphan_document(lost, dry_run))
+                render.print_json({**_orphan_document(lost, dry_run), "run_in_progress": busy})
             return
     document = {"dry_run": dry_run, "episodes": len(plan.episodes), "newly_pruned": len(plan.fresh),
                 "step_files": plan.count("episodes"), "packs": plan.count("packs"), "videos": plan.count("videos"),
                 "bytes": plan.bytes, "kept_shared": plan.shared, "kept_packs": plan.kept_packs,
                 "files": [{"path": p, "bytes": b} for p, b in plan.files]}
     if orphans:
-        document["orphans"] = _orphan_document(lost, dry_run)
+        document["orphans"] = {**_orphan_document(lost, dry_run), "run_in_progress": busy}
     if json_out:
         render.print_json(document)
         return

@@ -57,7 +57,7 @@ from assay.store.episodes import (
     write_blob,
 )
 from assay.store.identity import DEFAULT_CATALOG, check_catalog, check_data_root, follow_move
-from assay.store.locking import refuse_a_file, run_lock
+from assay.store.locking import held_elsewhere, refuse_a_file, run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.retention import PrunePlan, orphan_packs, plan_prune, prune, pruned
 from assay.store.roots import DataRoot, local_path, open_root
@@ -357,6 +357,17 @@ class Store:
             for path, _ in found:
                 self.files.delete(path)
             return found
+
+    def run_in_progress(self) -> str | None:
+        """Who is running on this store now (the holder of its run lock or of its data root's, or the drivers of its
+        live job leases), or None: what a dry run of ``store prune --orphans`` warns of, since a run's packs in
+        flight are named by no row until it records them."""
+        for directory in (self.root, local_path(self.data_root)):
+            holder = held_elsewhere(directory) if directory is not None else None
+            if holder is not None:
+                return holder
+        live = self.live_leases()
+        return f"drivers holding {len(live)} job leases" if live else None
 
     def live_leases(self, now: float | None = None) -> list[float]:
         """When each unexpired job lease on this store ends (a run is going on while there are any)."""
