@@ -99,3 +99,23 @@ def drivers_on_one_catalog(racer: int, trials: Sequence[tuple[str, str]], barrie
         if racer == 1:
             time.sleep(SPREAD_S * trial / max(1, len(trials) - 1))
         _report(results, trial, racer, lambda: open_store(directory, url))  # noqa: B023 - called at once
+
+
+def campaign_claims(racer: int, job: tuple[str, int], barrier: Any, results: Any) -> None:
+    """Racer ``racer`` claims campaign name ``race-<trial>`` for its own spec hash in the catalog at ``job[0]``, for
+    ``job[1]`` trials: "ok" with the hash it saved, or "refused" with the hash the name already held."""
+    from assay.store import Catalog
+
+    url, trials = job
+    catalog = Catalog(url)
+    try:
+        for trial in range(trials):
+            barrier.wait(BARRIER_S)
+            mine = f"spec-{racer}"
+            try:
+                held = catalog.save_campaign(f"race-{trial}", mine, {"racer": racer})
+                results.put((trial, racer, "ok", mine) if held is None else (trial, racer, "refused", held))
+            except Exception:  # noqa: BLE001 - a crash is an outcome the test names
+                results.put((trial, racer, "crashed", traceback.format_exc()[-1500:]))
+    finally:
+        catalog.close()

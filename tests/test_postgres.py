@@ -223,3 +223,16 @@ def test_two_drivers_creating_one_postgresql_catalog_at_once_both_open_it(tmp_pa
             for name in names:
                 conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
         admin.dispose()
+
+
+def test_same_name_campaigns_claimed_at_once_on_postgresql_give_one_winner(catalog, postgres_url):
+    """Issue 50, the name claim of tests/test_store_races.py on PostgreSQL: two processes claim one new campaign name
+    for different specs at once, 50 trials: exactly one saves it, the other is told the winner's spec hash."""
+    from tests.race_support import campaign_claims, race
+
+    for trial, outcomes in enumerate(race(campaign_claims, [(postgres_url, RACE_TRIALS)] * 2, RACE_TRIALS)):
+        assert sorted(o[2] for o in outcomes) == ["ok", "refused"], outcomes
+        winner = next(o for o in outcomes if o[2] == "ok")
+        assert next(o for o in outcomes if o[2] == "refused")[3] == winner[3]
+        row = catalog.campaign(f"race-{trial}")
+        assert row is not None and row.spec_hash == winner[3] and row.spec == {"racer": winner[1]}
