@@ -164,14 +164,16 @@ def _open(root: Root, relpath: str, sha256: str | None) -> Opened:
 def _facts(parquet: pq.ParquetFile) -> dict[int | None, StepFacts | None]:
     """The step facts of the file (its own episode's) or of each row group (a pack's episodes); {} when a column
     they need is missing or the index is unreadable (the other checks name why)."""
-    if any(name not in parquet.schema_arrow.names for name in FACT_COLUMNS):
+    schema = parquet.schema_arrow  # built anew on each access
+    if not set(FACT_COLUMNS) <= set(schema.names):
         return {}
+    columns = list(FACT_COLUMNS)  # one thread: a file of an episode is small, and threads cost more than they save
     try:
-        if pack_index(parquet.schema_arrow.metadata) is None:
-            return {None: step_facts(parquet.read(columns=list(FACT_COLUMNS)))}
+        if pack_index(schema.metadata) is None:
+            return {None: step_facts(parquet.read(columns=columns, use_threads=False))}
     except StoreError:
         return {}
-    return {group: step_facts(parquet.read_row_group(group, columns=list(FACT_COLUMNS)))
+    return {group: step_facts(parquet.read_row_group(group, columns=columns, use_threads=False))
             for group in range(parquet.metadata.num_row_groups)}
 
 
