@@ -104,6 +104,8 @@ def test_the_three_forgeries_fail_verify_and_results_refuse_the_campaign_until_r
     code, output = _results(root)
     assert code == 2 and "3 of its episodes failed `assay store verify`" in output and "refused" in output
     assert len([line for line in output.splitlines() if line.startswith("error: ")]) == 1
+    report = runner.invoke(app, ["report", "integrity", "--store", str(root), "-o", str(tmp_path / "r.html")])
+    assert report.exit_code == 2 and "failed `assay store verify`" in report.output, report.output
     # the repair: a plain rerun re-runs what verify found; then verify passes and results read again
     summary, again = _run(root)
     assert (summary.ran, summary.repaired) == (3, 3)
