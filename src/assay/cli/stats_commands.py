@@ -283,7 +283,8 @@ def leaderboard_command(
         name = scored.name
         covered = scored.within(None, planned_tasks(scored, tasks))
         covered.refuse_missing(f"the leaderboard of campaign {name}", allow_partial)
-        grid = scored.grid(scored.tasks(_split(tasks) if tasks else None))
+        grid, shared = scored.shared_grid(f"the leaderboard of campaign {name}", allow_partial,
+                                          scored.tasks(_split(tasks) if tasks else None))
         board = leaderboard(grid, confidence, 2000 if resamples is None else resamples, seed)
         thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies, min_pearson_low)
         gate = totals_signoff(scored.ranked(grid.task_ids), root, thresholds)
@@ -292,12 +293,15 @@ def leaderboard_command(
         if json_out:
             document = board.to_dict()
             document["rows"] = [r.to_dict() | covered.select([r.policy]).summary() for r in board.rows]
-            render.print_json({"campaign": name, **scored.document(covered), "leaderboard": document,
+            render.print_json({"campaign": name, **scored.document(covered), "shared_rows": shared.to_dict(),
+                               "leaderboard": document,
                                "thresholds": asdict(thresholds), "signoff": [s.to_dict() for s in gate],
                                **extras.document})
         else:
             render.console.print(show.leaderboard_table(board, scored.title(f"campaign {name}: leaderboard")))
             scored.say(covered)
+            if not shared.equal:
+                render.console.print(f"[yellow]{shared.describe()}[/]", highlight=False, soft_wrap=True)
             render.console.print(show.p_better_table(board))
             render.console.print(show.signoff_table(gate))
             extras.print()

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from assay.errors import SpecError
 from assay.spec.hashing import canonical_json, content_hash, derive_seed
+from assay.spec.names import clean_name
 from assay.spec.policy import PolicySpec
 from assay.spec.task import CameraSpec, TaskSpec
 from assay.spec.variant import Axis, Variant
@@ -200,6 +201,18 @@ class CampaignSpec(BaseModel):
         if data.get("cameras") is None:
             data.pop("cameras", None)
         return data
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _clean_name(cls, name: Any) -> Any:
+        return clean_name(name, "campaign name") if isinstance(name, str) else name
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _clean_tasks(cls, tasks: Any) -> Any:
+        if not isinstance(tasks, list | tuple):
+            return tasks
+        return type(tasks)(clean_name(t, "task") if isinstance(t, str) else t for t in tasks)
 
     @field_validator("policies")
     @classmethod
