@@ -196,10 +196,11 @@ def _adaptive_saved(state: dict[str, Any]) -> Markup:
                   "" if p["endpoint"] == "progress" else " (upper bounds: the futility stop is left out)",
                   p["fixed_n_equal_power"], p["fixed_n_requested"]) for p in view["powers"]]
     return join([html("<p>Episodes used {} against <b>{}</b> for the exact fixed-n McNemar design of the power this "
-                      "cap of {} pairs reaches at δ {} ({}): <b>{} saved at equal power and α</b>. Against the exact "
+                      "cap of {} pairs reaches at δ {} ({}): <b>{}</b>. Against the exact "
                       "fixed-n McNemar design of the requested power {} ({}, {} episodes): {}{}.</p>",
                       state["episodes_used"], view["fixed_equal_power"], d["max_episodes"], d["delta"], reached,
-                      pct(view["saved_equal_power"]), d["power"], YARDSTICKS.get(d["goal"], ""),
+                      f"{pct(view['saved_equal_power'])} saved at equal power and α" if view["comparable"]
+                      else "not comparable: the cap's power is ≤ α", d["power"], YARDSTICKS.get(d["goal"], ""),
                       view["fixed_requested"], pct(view["saved_requested"]),
                       "" if view["reachable"] else ", a power this design does not reach"),
                  *pairs, warning])
