@@ -33,6 +33,7 @@ from assay.cli.scoring import (
 from assay.errors import AssayError
 from assay.metrics import (
     INSUFFICIENT,
+    INTERVAL_METHODS,
     MmrvConvention,
     Pairing,
     PosteriorComparison,
@@ -46,6 +47,7 @@ from assay.metrics import (
     episode_budget,
     evidence_gap,
     gate_cells_of,
+    interval_label,
     leaderboard,
     load_thresholds,
     posterior_comparison,
@@ -140,14 +142,25 @@ def results_extras(store: Store, scored: Scored, allow_partial: bool = False) ->
     return extras
 
 
-def add_pass_k(extras: Extras, totals: Sequence[CellTotals], k: int, by: Sequence[str], title: str) -> None:
+def add_pass_k(extras: Extras, totals: Sequence[CellTotals], k: int, by: Sequence[str], title: str,
+               method: str = "midp") -> None:
     """pass^k per cell of ``by`` and per policy (``pass_k`` in the JSON), for ``assay results --pass-k K``."""
     from assay.cli.passk_render import pass_k_tables
     from assay.metrics.passk import pass_k_rows
 
-    table = pass_k_rows(totals, k, by)
+    table = pass_k_rows(totals, k, by, method=method)
     extras.document["pass_k"] = table.to_dict()
     extras.tables.extend(pass_k_tables(table, title))
+
+
+def interval_document(method: str, trials: Sequence[int]) -> dict[str, Any]:
+    """The rate interval a table prints (``method``, ``label``) and, when it dips below 0.93 at a trial count the
+    table shows, the line that says so (``coverage_note``; ``metrics.coverage_certificate``)."""
+    from assay.metrics.coverage_certificate import coverage_note
+
+    if method not in INTERVAL_METHODS:
+        raise AssayError(f"--interval {method!r} is not valid; valid: {', '.join(INTERVAL_METHODS)}")
+    return {"method": method, "label": interval_label(method), "coverage_note": coverage_note(method, list(trials))}
 
 
 def _add_adaptive(extras: Extras, root: Path, campaign: str) -> None:

@@ -17,6 +17,7 @@ from markupsafe import Markup
 
 from assay.metrics.adaptive import YARDSTICKS
 from assay.metrics.adaptive_power import equal_power_view
+from assay.metrics.coverage_certificate import coverage_note
 from assay.report import figures
 from assay.report import sections as parts
 from assay.report.data import ReportData
@@ -64,8 +65,10 @@ def _rates(data: ReportData) -> Markup:
             for r in data.rates]
     missing = Markup("") if covered is None or not covered.missing else html(
         "<p class='warn'>No episode yet: {}</p>", ", ".join(c.label for c in covered.missing))
+    note = coverage_note("midp", [r.scored for r in data.rates])
+    dips = Markup("") if note is None else html("<p class='warn' id='coverage-note'>{}.</p>", note)
     return join([table(["policy", "task", "success", "mid-p 95%", "succ/n", "timeout", "fail", "error", "recorded"],
-                       rows, {2, 3, 4, 5, 6, 7, 8}), missing])
+                       rows, {2, 3, 4, 5, 6, 7, 8}), dips, missing])
 
 
 def _robustness(data: ReportData) -> Markup:
