@@ -38,7 +38,7 @@ def rates() -> None:
     print(", ".join(f"{n}: {certify_rate('midp', n).minimum:.3f}" for n in range(1, MAX_N + 1)))
 
 
-def retention(step: float, nominal_from: float, method: str) -> None:
+def retention(step: float, nominal_from: float, method: str, n_from: int = 1, n_to: int = MAX_N) -> None:
     full = [certify_full_nominal_retention(n) for n in range(1, MAX_N + 1)]
     worst = min(full, key=lambda c: c.minimum)
     print(f"MOVER-R at p0 = 1, certified over every p_v: min {worst.minimum:.4f} (n {worst.n}, p_v {worst.at:.3f}); "
@@ -50,7 +50,7 @@ def retention(step: float, nominal_from: float, method: str) -> None:
     print("| n | min (p0, p_v, dependence) | mean | points < 0.93 |")
     print("|---|---|---|---|")
     started, overall = time.time(), []
-    for n in range(1, MAX_N + 1):
+    for n in range(n_from, n_to + 1):
         found = []
         for dependence in DEPENDENCE:
             grid = retention_coverage_grid(n, nominal, variant, dependence, method=method)
@@ -73,11 +73,13 @@ def main() -> None:
     parser.add_argument("--step", type=float, default=0.01)
     parser.add_argument("--nominal-from", type=float, default=0.05)
     parser.add_argument("--method", choices=("mover", "exact"), default="mover")
+    parser.add_argument("--n-from", type=int, default=1)
+    parser.add_argument("--n-to", type=int, default=MAX_N)
     args = parser.parse_args()
     if args.part == "rates":
         rates()
     else:
-        retention(args.step, args.nominal_from, args.method)
+        retention(args.step, args.nominal_from, args.method, args.n_from, args.n_to)
 
 
 if __name__ == "__main__":

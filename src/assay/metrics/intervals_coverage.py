@@ -76,9 +76,11 @@ def retention_intervals(n: int, confidence: float = 0.95, method: str = "mover"
 
 
 def retention_coverage_grid(n: int, p_nominal: Sequence[float], p_variant: Sequence[float], dependence: str,
-                            confidence: float = 0.95, method: str = "mover") -> np.ndarray:
+                            confidence: float = 0.95, method: str = "mover", conditional: bool = True) -> np.ndarray:
     """:func:`retention_coverage` on every (p_nominal, p_variant) of a grid at once, (len(p_nominal),
-    len(p_variant)): the tables and their intervals are enumerated once, the multinomial weights in log space."""
+    len(p_variant)): the tables and their intervals are enumerated once, the multinomial weights in log space.
+    ``conditional`` False: P(covered or undefined), a table where nominal never succeeded counting as no claim
+    (the exact construction's guarantee is of this kind)."""
     tables, low, high = retention_intervals(n, confidence, method)
     log_count = special.gammaln(n + 1) - special.gammaln(tables + 1).sum(axis=1)
     variants = np.asarray(p_variant, dtype=np.float64)
@@ -93,7 +95,8 @@ def retention_coverage_grid(n: int, p_nominal: Sequence[float], p_variant: Seque
         weight = np.where(impossible, 0.0, np.exp(log_weight))
         truth = (variants / float(p0))[:, None]
         covered = (low[None, :] - 1e-12 <= truth) & (truth <= high[None, :] + 1e-12)
-        out[i] = (weight * covered).sum(axis=1) / weight.sum(axis=1)
+        hit, defined = (weight * covered).sum(axis=1), weight.sum(axis=1)
+        out[i] = hit / defined if conditional else hit + (1.0 - defined)
     return out
 
 
