@@ -146,3 +146,74 @@ def test_results_report_and_dashboard_say_where_mid_p_dips_and_exact_does_not(tm
                     base_url="http://127.0.0.1") as client:
         assert "n = 6" in client.get("/api/campaigns/c").json()["coverage_note"]
         assert 'id="coverage-note"' in client.get("/static/app.js").text
+
+
+def test_mover_r_dips_where_the_search_found_it_and_the_exact_construction_holds_there():
+    """Known answers of the retention grid search (docs/STATISTICS.md): MOVER-R covers 0.831 at 4 pairs (nominal
+    0.05, variant 0.48, negative dependence) and 0.892 at 6 (0.7, 0.31), conditional on retention being defined;
+    the Bonferroni Clopper–Pearson construction covers ≥ 0.95 at each."""
+    from assay.metrics.coverage_certificate import MOVER_SEARCHED
+
+    for n, p0, pv in ((4, 0.05, 0.48), (6, 0.7, 0.31)):
+        mover = retention_coverage(n, p0, pv, "negative")
+        assert mover == pytest.approx(MOVER_SEARCHED[n - 1], abs=5e-5) and mover < 0.93
+        assert retention_coverage(n, p0, pv, "negative", method="exact") >= 0.95
+    assert len(MOVER_SEARCHED) == 38 and min(MOVER_SEARCHED[4:]) == pytest.approx(0.8809, abs=1e-4)
+
+
+def test_the_exact_retention_construction_covers_at_every_rate_on_a_grid_counting_undefined_as_no_claim():
+    """Its guarantee is the union bound (each Clopper–Pearson interval at 1 − α/2); checked on a 0.05 grid at
+    n ≤ 6 over every dependence: P(covered or undefined) ≥ 0.95 everywhere, and it holds the point."""
+    from assay.metrics.intervals import exact_retention_interval, retention_interval
+    from assay.metrics.intervals_coverage import DEPENDENCE, retention_coverage_grid
+
+    grid = np.round(np.arange(0.05, 1.0001, 0.05), 4)
+    for n in range(1, 7):
+        for dependence in DEPENDENCE:
+            covered = retention_coverage_grid(n, grid, np.concatenate([[0.0], grid]), dependence, method="exact",
+                                              conditional=False)
+            assert covered.min() >= 0.95, (n, dependence, covered.min())
+    interval = retention_interval(10, 2, 0, 8, method="exact")  # 12/20 nominal, 10/20 variant
+    assert interval is not None and interval.low < 10 / 12 < interval.high
+    assert interval == exact_retention_interval(12, 10, 20)
+    assert retention_interval(0, 0, 3, 3, method="exact") is None  # nominal never succeeded
+    with pytest.raises(AssayError, match="not valid"):
+        retention_interval(1, 1, 1, 1, method="wald")
+
+
+def test_a_retention_table_with_few_pairs_says_mover_r_dips_and_exact_does_not():
+    from assay.metrics.coverage_certificate import retention_note
+
+    note = retention_note("mover", [4, 30])
+    assert note is not None and "0.831 of the time at 4 pairs" in note and "--interval exact" in note
+    assert retention_note("exact", [4, 30]) is None
+    assert retention_note("mover", [45]) is None  # beyond the searched n: no claim either way
+
+
+def test_results_profile_names_mover_r_s_dip_and_interval_exact_switches_retention(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+    from tests.record_store import fake_store
+    from tests.stats_fixtures import records
+
+    rows = records({("a", "t@1"): "SSSSFF"}) + records({("a", "t@1"): "SSFFFF"}, variant="dim")
+    store = fake_store(tmp_path / "s", "c", rows)
+    runner = CliRunner()
+    shown = runner.invoke(app, ["results", "--store", str(store), "--variant", "all", "--profile"],
+                          env={"COLUMNS": "240"})
+    assert shown.exit_code == 0, shown.output
+    assert "MOVER-R's 95% interval covers as little as 0.892 of the time at 6 pairs" in " ".join(shown.stdout.split())
+    document = json.loads(runner.invoke(app, ["results", "--store", str(store), "--variant", "all", "--profile",
+                                              "--interval", "exact", "--json"]).stdout)
+    assert document["retention_interval"] == {"method": "exact", "coverage_note": None}
+    (row,) = document["retention"]
+    from assay.metrics.intervals import exact_retention_interval
+
+    exact = exact_retention_interval(4, 2, 6)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((exact.low, exact.high))
+    text = runner.invoke(app, ["results", "--store", str(store), "--variant", "all", "--profile", "--interval",
+                               "exact"], env={"COLUMNS": "240"}).stdout
+    assert "exact: Bonferroni Clopper–Pearson" in text and "covers as little as" not in text
