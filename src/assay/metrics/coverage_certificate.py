@@ -155,7 +155,8 @@ def retention_note(method: str, pairs: list[int] | tuple[int, ...]) -> str | Non
         return None
     return (f"coverage: MOVER-R's 95% interval covers as little as {MOVER_SEARCHED[worst - 1]:.3f} of the time at "
             f"{worst} pairs for some rates (a grid search over the two rates and their dependence); --interval exact "
-            "(Bonferroni Clopper–Pearson) covers ≥ 0.95 at every rate")
+            "(Bonferroni Clopper–Pearson) covers ≥ 0.95 at every rate, a table with no nominal success counting as "
+            "no claim")
 
 
 __all__ = ["BELOW", "Certificate", "DOCUMENTED", "EXACT_METHOD", "MAX_N", "binomial_ends", "certify_ends",

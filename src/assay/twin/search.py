@@ -4,8 +4,9 @@
 ``discrepancy``, ``residuals`` and ``evaluations``):
 
 1. **Screening**: each factor alone, from the start twin (:func:`line`: every value of an integer
-   factor; for a continuous one a coarse grid of 9 points, then a bounded Brent search between the best
-   point's neighbours, so an answer between two grid points is found, not the grid point next to it).
+   factor, 9 points across a continuous one's range), then, for the continuous factors whose coarse
+   profile explains at least :data:`FOUND_SHARE` of the best one's, a bounded Brent search between the
+   best point's neighbours (an answer between two grid points is found, not the grid point next to it).
    A factor is *found* when moving it alone lowers RMS² by more than tol² and by at least
    :data:`FOUND_SHARE` of what the best single factor lowers it by. When one factor alone fits within the
    tolerance, that is the answer.
@@ -94,7 +95,7 @@ class Optimum:
 
 
 def line(search: Search, point: dict[str, float | int], coordinate: Coordinate,
-          max_evaluations: int) -> tuple[dict[str, float | int], float]:
+          max_evaluations: int, polish: bool = True) -> tuple[dict[str, float | int], float]:
     """The best value of one factor with the others held: every value of an integer factor; for a continuous one
     the coarse grid (9 points) and the current value, then a bounded Brent search between the best point's
     neighbours (a coarse grid point is never the answer by itself: friction 0.12 sat between 0.153 and 0.10)."""
@@ -105,9 +106,19 @@ def line(search: Search, point: dict[str, float | int], coordinate: Coordinate,
         candidate = {**point, coordinate.name: value}
         if search.rms(candidate) < best:
             best_point, best = candidate, search.rms(candidate)
-    if coordinate.space == "integer" or best == 0.0:
+    if coordinate.space == "integer" or best == 0.0 or not polish:
         return best_point, best
-    xs = sorted({coordinate.to_search(v) for v in coordinate.grid()} | {coordinate.to_search(point[coordinate.name])})
+    return refine_line(search, best_point, best, coordinate, max_evaluations, point[coordinate.name])
+
+
+def refine_line(search: Search, best_point: dict[str, float | int], best: float, coordinate: Coordinate,
+                max_evaluations: int, origin: float | int | None = None) -> tuple[dict[str, float | int], float]:
+    """The bounded Brent search of one continuous factor between the neighbours (on its coarse grid, and
+    ``origin``) of its best value so far; never worse than ``(best_point, best)``."""
+    if coordinate.space == "integer" or best == 0.0 or search.replay.evaluations >= max_evaluations:
+        return best_point, best
+    extra = set() if origin is None else {coordinate.to_search(origin)}
+    xs = sorted({coordinate.to_search(v) for v in coordinate.grid()} | extra)
     here = coordinate.to_search(best_point[coordinate.name])
     index = min(range(len(xs)), key=lambda i: abs(xs[i] - here))
     low, high = xs[max(index - 1, 0)], xs[min(index + 1, len(xs) - 1)]
@@ -170,7 +181,17 @@ def find(search: Search, start: dict[str, float | int], max_evaluations: int, re
     start_rms = search.rms(start)
     if start_rms == 0.0:  # the start replays the data exactly: nothing to fit
         return Outcome(start, [], {}, [], False)
-    singles = {c.name: line(search, start, c, max_evaluations) for c in search.coordinates}
+    # every factor's coarse profile first (so a small budget still screens them all), then the 1-D refinement of
+    # the promising ones, best first: those whose coarse profile explains at least FOUND_SHARE of the best one's
+    singles = {c.name: line(search, start, c, max_evaluations, polish=False) for c in search.coordinates}
+    coarse = {name: start_rms ** 2 - rms ** 2 for name, (_, rms) in singles.items()}
+    top = max(coarse.values(), default=0.0)
+    for coordinate in sorted(search.coordinates, key=lambda c: singles[c.name][1]):
+        if min(rms for _, rms in singles.values()) <= tolerance:
+            break  # one factor alone already fits
+        if coarse[coordinate.name] >= FOUND_SHARE * top and top > 0:
+            singles[coordinate.name] = refine_line(search, *singles[coordinate.name], coordinate, max_evaluations,
+                                                   start[coordinate.name])
     screening = {name: {"value": float(p[name]), "rms": rms} for name, (p, rms) in singles.items()}
     # a factor is found when moving it alone explains more than the tolerance (RMS² drops by more than tol²) and at
     # least FOUND_SHARE of what the best single factor explains (a small pull of every factor is not a finding)
