@@ -251,6 +251,10 @@ def results(
     pass_k: Annotated[int | None, typer.Option("--pass-k", min=1, max=1000, metavar="K", help="Also pass^k: the "
                                                "probability that K independent episodes all succeed, per cell and "
                                                "per policy.")] = None,
+    interval: Annotated[str, typer.Option("--interval", help="The rate interval (and pass^k cells'): midp (default), "
+                                          "exact (Clopper–Pearson: ≥ 0.95 at every rate and n), wilson, jeffreys; "
+                                          "a table says when its interval dips below 0.93 at the n it shows.")
+                        ] = "midp",
     allow_partial: AllowPartialOpt = False,
     fail_under: FailUnderOpt = None,
     json_out: JsonOpt = False,
@@ -271,15 +275,16 @@ def results(
                 else:
                     write_results_csv(csv_out, entries_of(cells, name))
             covered = scored.within()
-            rows = rate_rows(cells, by=groups, errors_as_failures=errors_as_failures)
+            rows = rate_rows(cells, by=groups, method=interval, errors_as_failures=errors_as_failures)
             rows += missing_rows(covered, groups, rows)
             extras = stats_commands.results_extras(opened, scored, allow_partial)
             if pass_k is not None:
-                stats_commands.add_pass_k(extras, cells, pass_k, groups, scored.title(f"campaign {name}"))
-            robustness = robustness_commands.stored_profile(opened, scored) if profile else None
+                stats_commands.add_pass_k(extras, cells, pass_k, groups, scored.title(f"campaign {name}"), interval)
+            robustness = robustness_commands.stored_profile(opened, scored, interval) if profile else None
+        method = stats_commands.interval_document(interval, [r.scored for r in rows])
         if json_out:
             render.print_json({"campaign": name, "by": groups, "errors_as_failures": errors_as_failures,
-                               **scored.document(covered),
+                               **scored.document(covered), "interval": method,
                                "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
                                **extras.document, **(robustness or {})})
         else:
@@ -287,7 +292,9 @@ def results(
             # With the CSV on stdout, the tables go to stderr (the console writes to whatever sys.stdout is).
             with contextlib.redirect_stdout(sys.stderr) if is_stdout(csv_out) else contextlib.nullcontext():
                 render.console.print(render.rate_table(rows, scored.title(f"campaign {name}"), no_success,
-                                                       errors_as_failures, covered))
+                                                       errors_as_failures, covered, method["label"]))
+                if method["coverage_note"]:
+                    render.console.print(f"[yellow]{method['coverage_note']}[/]", highlight=False, soft_wrap=True)
                 scored.say(covered)
                 extras.print()
                 if robustness is not None:

@@ -17,6 +17,7 @@ from markupsafe import Markup
 
 from assay.metrics.adaptive import YARDSTICKS
 from assay.metrics.adaptive_power import equal_power_view
+from assay.metrics.coverage_certificate import coverage_note
 from assay.report import figures
 from assay.report import sections as parts
 from assay.report.data import ReportData
@@ -64,8 +65,10 @@ def _rates(data: ReportData) -> Markup:
             for r in data.rates]
     missing = Markup("") if covered is None or not covered.missing else html(
         "<p class='warn'>No episode yet: {}</p>", ", ".join(c.label for c in covered.missing))
+    note = coverage_note("midp", [r.scored for r in data.rates])
+    dips = Markup("") if note is None else html("<p class='warn' id='coverage-note'>{}.</p>", note)
     return join([table(["policy", "task", "success", "mid-p 95%", "succ/n", "timeout", "fail", "error", "recorded"],
-                       rows, {2, 3, 4, 5, 6, 7, 8}), missing])
+                       rows, {2, 3, 4, 5, 6, 7, 8}), dips, missing])
 
 
 def _robustness(data: ReportData) -> Markup:
@@ -196,10 +199,11 @@ def _adaptive_saved(state: dict[str, Any]) -> Markup:
                   "" if p["endpoint"] == "progress" else " (upper bounds: the futility stop is left out)",
                   p["fixed_n_equal_power"], p["fixed_n_requested"]) for p in view["powers"]]
     return join([html("<p>Episodes used {} against <b>{}</b> for the exact fixed-n McNemar design of the power this "
-                      "cap of {} pairs reaches at δ {} ({}): <b>{} saved at equal power and α</b>. Against the exact "
+                      "cap of {} pairs reaches at δ {} ({}): <b>{}</b>. Against the exact "
                       "fixed-n McNemar design of the requested power {} ({}, {} episodes): {}{}.</p>",
                       state["episodes_used"], view["fixed_equal_power"], d["max_episodes"], d["delta"], reached,
-                      pct(view["saved_equal_power"]), d["power"], YARDSTICKS.get(d["goal"], ""),
+                      f"{pct(view['saved_equal_power'])} saved at equal power and α" if view["comparable"]
+                      else "not comparable: the cap's power is ≤ α", d["power"], YARDSTICKS.get(d["goal"], ""),
                       view["fixed_requested"], pct(view["saved_requested"]),
                       "" if view["reachable"] else ", a power this design does not reach"),
                  *pairs, warning])

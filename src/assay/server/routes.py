@@ -32,6 +32,8 @@ from assay.metrics import (
     totals_signoff,
     variant_scope,
 )
+from assay.metrics.coverage_certificate import coverage_note
+from assay.metrics.rates import DEFAULT_INTERVAL
 from assay.report.data import campaign_scoring
 from assay.server import regression, views
 from assay.server.config import ServerConfig
@@ -130,7 +132,8 @@ async def get_campaign(name: str, store: StoreDep, runs: RunsDep) -> dict[str, A
         found = rate_rows(totals, by=groups) if totals else []
         table = [r.to_dict() | whole.of(r.group).summary() for r in found + missing_rows(whole, groups, found)]
         each = variant_scope(scoring.variants or ["nominal"], separately=True).to_dict()
-        return {"rates": table, "interval": interval_label(), "rates_scope": each,
+        note = coverage_note(DEFAULT_INTERVAL, [r.scored for r in found])
+        return {"rates": table, "interval": interval_label(), "coverage_note": note, "rates_scope": each,
                 "completeness": whole.to_dict(), "safety": campaign_interventions(store, name),
                 "safety_scope": each,  # a row per policy × task × variant, as the rates
                 "leakage": [leak.to_dict() for leak in stored_leakage(store, name)]}
