@@ -49,6 +49,8 @@ MAX_TYPO_RATE = 0.5
 
 ALL_BACKENDS = frozenset({"metaworld", "gymnasium", "libero"})
 METAWORLD = frozenset({"metaworld"})
+ROBOSUITE_TOO = frozenset({"metaworld", "robosuite"})  # robosuite 1.5 applies these itself (sim.robosuite_env)
+CONTROL = ALL_BACKENDS | {"robosuite"}  # applied on the campaign's side (sim.perturbed), whatever the backend
 LIBERO = frozenset({"libero"})
 PRO = ("nominal", "pro")
 
@@ -177,7 +179,7 @@ FACTORS: dict[str, Factor] = {
     for f in (
         # visual
         _f("light.intensity", "visual", "float", "x nominal", 0.0, 5.0, 1.0, "reset",
-           "scale of every light's diffuse and specular"),
+           "scale of every light's diffuse and specular", ROBOSUITE_TOO),
         _f("light.azimuth", "visual", "float", "deg", -180.0, 180.0, 0.0, "reset",
            "rotation of every light's direction about the vertical; with shadows off (as Assay renders) it moves "
            "shading only, about 1-3/255 per pixel: use light.intensity or light.color for a visible change"),
@@ -202,18 +204,19 @@ FACTORS: dict[str, Factor] = {
            "scale of the object/goal initial-position range about its centre"),
         _f("object.mass", "behavioral", "float", "x nominal", 0.1, 10.0, 1.0, "reset",
            "mass (and inertia) of the manipulated object"),
-        _f("friction", "behavioral", "float", "x nominal", 0.1, 3.0, 1.0, "reset", "sliding friction of every geom"),
+        _f("friction", "behavioral", "float", "x nominal", 0.1, 3.0, 1.0, "reset", "sliding friction of every geom",
+           ROBOSUITE_TOO),
         _f("joint.damping", "behavioral", "float", "x nominal", 0.0, 10.0, 1.0, "reset", "damping of every joint"),
         _f("control.gain", "behavioral", "float", "x nominal", 0.25, 4.0, 1.0, "reset",
            "end-effector displacement per unit action (the controller's gain)"),
         _f("control.frame_skip", "behavioral", "int", "physics steps", 1, 20, 5, "reset",
            "physics steps per action (control rate = 1 / (frame_skip x 2.5 ms))"),
         _f("action.noise", "behavioral", "float", "std", 0.0, 1.0, 0.0, "reset",
-           "Gaussian noise added to each applied action", ALL_BACKENDS),
+           "Gaussian noise added to each applied action", CONTROL),
         _f("observation.noise", "behavioral", "float", "std", 0.0, 0.2, 0.0, "reset",
-           "Gaussian noise added to the state the policy sees", ALL_BACKENDS),
+           "Gaussian noise added to the state the policy sees", CONTROL),
         _f("control.latency", "behavioral", "int", "steps", 0, 10, 0, "reset",
-           "actions are applied this many steps late", ALL_BACKENDS),
+           "actions are applied this many steps late", CONTROL),
         # semantic
         *SEMANTIC_FACTORS,
         # LIBERO-PRO (assay.sim.libero_pro): one factor is its shipped suite; several, or environment, the scene
