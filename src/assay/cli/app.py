@@ -63,6 +63,12 @@ COMMANDS: dict[str, LazyCommand] = {
                        "(one variant).", "stats_commands"),
     "serve-policy": _entry("Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all "
                            "connections.", "serve_commands"),
+    "serve-sim": _entry("Serve BACKEND's environments to campaigns (`simulators: {BACKEND: ws://HOST:PORT}`), a "
+                        "process per client.", "sim_commands"),
+    "sim-parity": _entry("Run N seeded episodes in process and on the served simulator with the same actions; "
+                         "report the first difference (exit 1), or that every observation, reward, flag and info "
+                         "value was identical.", "sim_commands"),
+    "env": _entry("A backend's own Python environment.", "sim_commands"),
     "factors": _entry("List perturbation factors: axis, unit, valid range, default, when and where each applies.",
                       "listing_commands"),
     "sweep": _entry("Run a single-factor sweep (nominal plus each level, on the same seeds) and print the curve.",

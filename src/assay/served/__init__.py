@@ -5,7 +5,15 @@ May import ``assay.spec``, ``assay.sim`` and ``assay.policies`` (for the wire co
 """
 
 from assay.errors import SimulatorLostError, SimulatorRefused
-from assay.served.backends import BACKENDS, ServedBackend, backend_of, environment_path, environment_python, lock_path
+from assay.served.backends import (
+    BACKENDS,
+    ServedBackend,
+    backend_of,
+    checkout,
+    environment_path,
+    environment_python,
+    lock_path,
+)
 from assay.served.client import ServedEnv, close_links
 from assay.served.preflight import check_served_backends, check_simulators, make_served_env
 from assay.served.protocol import PROTOCOL
@@ -22,6 +30,7 @@ __all__ = [
     "SimulatorRefused",
     "backend_of",
     "check_served_backends",
+    "checkout",
     "check_simulators",
     "close_links",
     "environment_path",

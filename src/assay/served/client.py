@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -53,8 +54,9 @@ class _Link:
         self._lock = threading.Lock()
         self._sessions = itertools.count(1)
         try:
+            # entered as a context manager (closed by close()): websockets 17 warns about a bare connect()
             self._ws = connect(url, open_timeout=CONNECT_TIMEOUT_S, max_size=MAX_FRAME_BYTES, ping_interval=None,
-                               compression=None)
+                               compression=None).__enter__()
         except (OSError, TimeoutError) as exc:
             raise SimulatorRefused(f"{self.where} cannot be reached ({_reason(exc)}): start it with `assay serve-sim "
                                    f"{backend} --port PORT`, or fix `simulators: {{{backend}: ...}}`") from None
@@ -149,12 +151,28 @@ _LINKS_LOCK = threading.Lock()
 
 
 def link(url: str, backend: str) -> _Link:
-    """This process's connection to ``url`` for ``backend``: the open one, else a new one (handshake included)."""
+    """This process's connection to ``url`` for ``backend``: the open one, else a new one (handshake included).
+    A server that is busy is asked again for up to :data:`BUSY_WAIT_S` (a client that just left frees its slot
+    a moment later)."""
     with _LINKS_LOCK:
         current = _LINKS.get((url, backend))
         if current is None or current.dead:
-            current = _LINKS[(url, backend)] = _Link(url, backend)
+            current = _LINKS[(url, backend)] = _busy_waited(url, backend)
         return current
+
+
+BUSY_WAIT_S = 2.0
+
+
+def _busy_waited(url: str, backend: str) -> _Link:
+    deadline = time.monotonic() + BUSY_WAIT_S
+    while True:
+        try:
+            return _Link(url, backend)
+        except SimulatorRefused as exc:
+            if not str(exc).startswith(E_BUSY) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
 
 
 class ServedEnv:
