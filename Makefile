@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve lint semantic-profile libero-plus libero-plus-shift flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
+.PHONY: env-robosuite demo report serve lint semantic-profile libero-plus libero-plus-shift flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa);
 # Mesa's EGL (libegl1, libegl-mesa0) lets the tests check EGL's pixels against OSMesa's on the CPU (on a GPU
@@ -49,11 +49,24 @@ $(VENV)/.installed-libero: $(VENV)/.installed-test requirements/libero.lock
 
 install: $(VENV)/.installed
 
+# robosuite 1.5's own environment (issue 52): it conflicts with LIBERO's robosuite 1.4, so its tasks run only on a
+# served simulator (`assay serve-sim robosuite` starts from this venv). Every package hash-pinned; Assay's own code is
+# linked in by a .pth file (no build step). ~330 MB of wheels, about a minute from pip's cache.
+ROBOSUITE_VENV ?= .venv-robosuite
+$(ROBOSUITE_VENV)/.installed: requirements/robosuite.lock
+	$(PYTHON) -m venv $(ROBOSUITE_VENV)
+	$(ROBOSUITE_VENV)/bin/python -m pip install -q --no-deps --require-hashes -r requirements/robosuite.lock
+	$(ROBOSUITE_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" | \
+		xargs -I{} sh -c 'echo "$(CURDIR)/src" > {}/assay-checkout.pth'
+	touch $@
+
+env-robosuite: $(ROBOSUITE_VENV)/.installed
+
 # Lint and type checks (configured in pyproject.toml); CI runs them before the tests.
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
-install-test: $(VENV)/.installed-test $(VENV)/.installed-libero
+install-test: $(VENV)/.installed-test $(VENV)/.installed-libero $(ROBOSUITE_VENV)/.installed
 
 demo: install
 	$(ASSAY) run examples/quickstart.yaml --store $(STORE) --workers 2

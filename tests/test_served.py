@@ -119,8 +119,9 @@ def test_a_policy_server_is_not_taken_for_a_simulator():
         check_simulators({"metaworld": f"ws://127.0.0.1:{policy_server.port}"}, [metaworld_task("reach-v3")])
 
 
-@pytest.mark.skipif(not ROBOSUITE_PYTHON.exists(), reason="make install-test builds .venv-robosuite")
 def test_a_simulator_of_other_package_versions_is_refused_naming_them():
+    if not ROBOSUITE_PYTHON.exists():
+        pytest.fail("robosuite 1.5's environment is missing: `make env-robosuite` (make install-test builds it)")
     # robosuite 1.5's own environment has no Meta-World: a metaworld server started there is of other versions
     with served("metaworld", python=str(ROBOSUITE_PYTHON)) as server, \
             pytest.raises(SimulatorRefused, match=r"E_VERSION: .* runs metaworld absent \(the campaign's: 3\.[^)]*\)"):
