@@ -17,6 +17,7 @@ from assay.sim import default_registry
 from assay.sim.metaworld_env import metaworld_task
 from assay.spec import campaign_from_data
 from assay.store import Store
+from assay.store.video import video_relpath
 from tests.served_support import ROBOSUITE_PYTHON, served
 
 PLANTED = "gymnasium/tests.served_plant:AssayTest/Planted-v0"
@@ -151,3 +152,23 @@ def test_sim_parity_finds_a_planted_difference_at_its_step_and_none_without_it()
     assert found.difference is not None and found.episodes == 1
     assert (found.difference.seed, found.difference.step, found.difference.what) == (3, 7, "observation state[1]")
     assert found.difference.line().startswith(f"first difference: {task.id} seed 3 step 7: observation state[1]:")
+
+
+@pytest.mark.libero
+def test_a_libero_campaign_with_a_camera_is_bit_identical_in_process_and_served(tmp_path):
+    data = {"name": "lib", "episodes": 2, "horizon": 12, "envs_per_worker": 2, "video_fps": 20,
+            "tasks": ["libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket"],
+            "cameras": [{"name": "agentview", "width": 64, "height": 64, "fast": True}],
+            "policies": [{"name": "expert", "builtin": "expert"}]}
+    reference, _, _ = _run(tmp_path / "in-process", campaign_from_data(data))
+    with served("libero", clients=1) as server:
+        spec = campaign_from_data({**data, "simulators": {"libero": server.url}})
+        hashes, summary, _ = _run(tmp_path / "served", spec)
+    assert summary.outcomes["error"] == 0 and hashes == reference
+    with Store(tmp_path / "in-process") as a, Store(tmp_path / "served") as b:
+        for row in a.catalog.episodes(campaign="lib"):  # beyond the hashes: the environment_state and the frames
+            ours, theirs = a.steps(row), b.steps(b.catalog.episode(row.key))
+            for column in ("observation.environment_state", "observation.state"):
+                assert ours.column(column).to_pylist() == theirs.column(column).to_pylist()
+            video = video_relpath(row.key, "agentview")
+            assert (tmp_path / "in-process" / video).read_bytes() == (tmp_path / "served" / video).read_bytes()
