@@ -34,6 +34,7 @@ from assay.served.protocol import (
     unpackb,
 )
 from assay.served.server import MAX_FRAME_BYTES
+from assay.served.transport import connect
 from assay.sim.protocol import Observation, Transition
 from assay.sim.render import RendererInfo, adopt_renderer
 from assay.spec import TaskSpec, Variant
@@ -48,15 +49,11 @@ class _Link:
     """One connection to a served simulator, after its handshake; requests are answered in order."""
 
     def __init__(self, url: str, backend: str) -> None:
-        from websockets.sync.client import connect
-
         self.url, self.backend, self.where = url, backend, f"the simulator server at {url}"
         self._lock = threading.Lock()
         self._sessions = itertools.count(1)
         try:
-            # entered as a context manager (closed by close()): websockets 17 warns about a bare connect()
-            self._ws = connect(url, open_timeout=CONNECT_TIMEOUT_S, max_size=MAX_FRAME_BYTES, ping_interval=None,
-                               compression=None).__enter__()
+            self._ws = connect(url, CONNECT_TIMEOUT_S, MAX_FRAME_BYTES)
         except (OSError, TimeoutError) as exc:
             raise SimulatorRefused(f"{self.where} cannot be reached ({_reason(exc)}): start it with `assay serve-sim "
                                    f"{backend} --port PORT`, or fix `simulators: {{{backend}: ...}}`") from None

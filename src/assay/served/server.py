@@ -29,6 +29,7 @@ from typing import Any
 from assay.errors import AssayError
 from assay.policies.remote.wire import MAX_MESSAGE_BYTES
 from assay.served.protocol import E_BUSY, error_line
+from assay.served.transport import accept
 
 log = logging.getLogger("assay.served")
 MAX_FRAME_BYTES = 4 * MAX_MESSAGE_BYTES  # two 512 px cameras with depth fit with room to spare
@@ -45,31 +46,18 @@ class SimServerConfig:
     clients: int = 4
 
 
-class _NotClosing:
-    """What websockets' handshake asks of its server (``socket_closed``): a process that serves one socket."""
-
-    socket_closed = threading.Event()
-
-
 def serve_socket(sock: socket.socket, handler: Any) -> None:
-    """The websocket handshake on an accepted ``sock``, then ``handler(connection)`` until it returns."""
-    from websockets.protocol import State
-    from websockets.server import ServerProtocol
-    from websockets.sync.server import ServerConnection
-
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-    connection = ServerConnection(sock, ServerProtocol(max_size=MAX_FRAME_BYTES), _NotClosing(),  # type: ignore[arg-type]
-                                  ping_interval=None)
+    """The websocket handshake on an accepted ``sock``, then ``handler(channel)`` until it returns."""
+    channel = accept(sock, _HANDSHAKE_TIMEOUT_S, MAX_FRAME_BYTES)
+    if channel is None:
+        sock.close()
+        return
     try:
-        connection.handshake(timeout=_HANDSHAKE_TIMEOUT_S)
-        if connection.protocol.state is not State.OPEN:
-            connection.close_socket()
-            return
-        with connection:
-            handler(connection)
+        handler(channel)
     except Exception:  # noqa: BLE001 - a client that leaves mid-request ends its own connection only
         log.debug("connection ended", exc_info=True)
-        connection.close_socket()
+    finally:
+        channel.close()
 
 
 def _die_with_parent() -> None:
