@@ -14,6 +14,7 @@ request the server refuses at once, so no environment is stepped) timed from thi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
@@ -60,10 +61,8 @@ def _wire_us(url: str, backend: str, task_id: str, n: int = 500) -> float:
     times = []
     for _ in range(n):
         started = time.perf_counter()
-        try:
+        with contextlib.suppress(SimulatorRefused):
             served.request({"op": "close", "session": -1})
-        except SimulatorRefused:
-            pass
         times.append(time.perf_counter() - started)
     close_links()
     return statistics.median(times) * 1e6
