@@ -89,10 +89,11 @@ def compare(label: str, data: dict, backend: str, executor: str, workers: int, c
     print(f"\n{label} (best of {rounds})\n")
     print("| side | steps | seconds | steps/s | in env.step, µs/step |\n|---|---:|---:|---:|---:|")
     for side, (rate, steps, seconds, sim_us) in best.items():
-        print(f"| {side} | {steps} | {seconds:.1f} | {rate:.0f} | {sim_us:.0f} |")
-    print(f"\nserved / in process: {served[0] / local[0]:.3f} ({100 * (1 - served[0] / local[0]):+.1f}% slower); "
-          f"env.step: +{served[3] - local[3]:.0f} µs/step; the wire alone (a round trip that steps nothing): "
-          f"{wire:.0f} µs\n", flush=True)
+        print(f"| {side} | {steps} | {seconds:.1f} | {rate:.1f} | {sim_us:.0f} |")
+    slower = 100 * (1 - served[0] / local[0])
+    print(f"\nserved / in process: {served[0] / local[0]:.3f} (served {slower:+.1f}% slower); "
+          f"time in env.step: {served[3] - local[3]:+.0f} µs/step served; the wire alone (a round trip that steps "
+          f"nothing): {wire:.0f} µs\n", flush=True)
 
 
 def main() -> None:
