@@ -68,6 +68,32 @@ def _wire_us(url: str, backend: str, task_id: str, n: int = 500) -> float:
     return statistics.median(times) * 1e6
 
 
+def tight_loop(url: str, task_id: str, steps: int = 400, rounds: int = 5) -> tuple[float, float]:
+    """Median µs per ``step`` of one environment in this process and on the server (the expert's actions of one
+    seeded episode, replayed; resets not timed), alternating rounds."""
+    import numpy as np
+
+    from assay.served import ServedEnv, close_links
+    from assay.sim import default_registry, make_env
+
+    task = default_registry().get(task_id)
+    local, served = make_env(task), ServedEnv(task, url)
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1.0, 1.0, (steps, task.action.dim))
+    times: dict[str, list[float]] = {"in process": [], "served": []}
+    for index in range(rounds):
+        for side, env in (("in process", local), ("served", served)):
+            env.reset(index)
+            started = time.perf_counter()
+            for action in actions:
+                env.step(action)
+            times[side].append((time.perf_counter() - started) / steps * 1e6)
+    local.close()
+    served.close()
+    close_links()
+    return statistics.median(times["in process"]), statistics.median(times["served"])
+
+
 def compare(label: str, data: dict, backend: str, executor: str, workers: int, clients: int, rounds: int) -> None:
     process, url = _server(backend, clients)
     best: dict[str, tuple[float, int, float, float]] = {}
@@ -82,6 +108,7 @@ def compare(label: str, data: dict, backend: str, executor: str, workers: int, c
                 if rate > best.get(side, (0.0,))[0]:
                     best[side] = (rate, steps, seconds, sim / steps * 1e6)
         wire = _wire_us(url, backend, data["tasks"][0])
+        alone = tight_loop(url, data["tasks"][0]) if backend == "metaworld" else None
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the server's own process group: it and its server processes
         process.wait()
@@ -93,7 +120,11 @@ def compare(label: str, data: dict, backend: str, executor: str, workers: int, c
     slower = 100 * (1 - served[0] / local[0])
     print(f"\nserved / in process: {served[0] / local[0]:.3f} (served {slower:+.1f}% slower); "
           f"time in env.step: {served[3] - local[3]:+.0f} µs/step served; the wire alone (a round trip that steps "
-          f"nothing): {wire:.0f} µs\n", flush=True)
+          f"nothing): {wire:.0f} µs", flush=True)
+    if alone is not None:
+        print(f"one environment stepped in a tight loop (no policy, no recorder): {alone[0]:.0f} µs/step in process, "
+              f"{alone[1]:.0f} µs/step served ({alone[1] - alone[0]:+.0f} µs)", flush=True)
+    print(flush=True)
 
 
 def main() -> None:

@@ -136,6 +136,8 @@ def test_a_campaign_names_served_simulators_only_as_websocket_urls_for_its_own_b
     with pytest.raises(SpecError, match=r"names libero, but no task of the campaign is a libero task"):
         prepare_campaign(spec)
     assert spec.content_hash() == _campaign("other").content_hash()  # an execution setting
+    with pytest.raises(SpecError, match=r"safety: true reads the simulator's own object"):
+        prepare_campaign(_campaign("safe", {"metaworld": "ws://127.0.0.1:1"}, safety=True))
     robosuite = campaign_from_data({"name": "rs", "episodes": 1, "tasks": ["robosuite/lift"],
                                     "policies": [{"name": "expert", "builtin": "expert"}]})
     with pytest.raises(SpecError, match=r"runs only on a served simulator.*assay env create robosuite"):
@@ -156,7 +158,8 @@ def test_sim_parity_finds_a_planted_difference_at_its_step_and_none_without_it()
 
 @pytest.mark.libero
 def test_a_libero_campaign_with_a_camera_is_bit_identical_in_process_and_served(tmp_path):
-    data = {"name": "lib", "episodes": 2, "horizon": 12, "envs_per_worker": 2, "video_fps": 20,
+    # video_fps 10: every other step's frames are skipped on the server (skip_frames), the rest drawn and recorded
+    data = {"name": "lib", "episodes": 2, "horizon": 12, "envs_per_worker": 2, "video_fps": 10,
             "tasks": ["libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket"],
             "cameras": [{"name": "agentview", "width": 64, "height": 64, "fast": True}],
             "policies": [{"name": "expert", "builtin": "expert"}]}

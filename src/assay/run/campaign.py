@@ -106,7 +106,7 @@ def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -
             for task in tasks:
                 check_supports(policies[-1], task)
                 check_policy_contract(policies[-1], task)  # the handshake: before episode 1, never during
-    check_served_backends(spec.simulators or {}, tasks)  # a backend that runs only served, with none named
+    check_served_backends(spec.simulators or {}, tasks, spec.safety)  # e.g. a backend that runs only served
     with located("episodes"):
         jobs = plan(spec, list(tasks), policies, variants, instruct)
     return CampaignPlan(spec, tasks, tuple(policies), tuple(variants), tuple(jobs))
@@ -183,7 +183,7 @@ def _run_pending(campaign: CampaignPlan, store: Store, run: _Run, save_plan: boo
         run.on_start(summary)
     batches = batch_jobs(pending, spec.envs_per_worker)
     if pending and spec.simulators:  # the served simulators' handshake: before episode 1, never during
-        check_simulators(spec.simulators, [t for t in campaign.tasks if t.backend in spec.simulators])
+        check_simulators(spec.simulators, [t for t in campaign.tasks if t.backend in spec.simulators], spec.safety)
     _warn_capacity(campaign, run.executor, batches)
     with Leases(store, spec.name, run.lease_s) as leases, \
             CatalogWriter(_released(store, leases), run.commit) as writer:  # closing commits what finished

@@ -20,10 +20,15 @@ def make_served_env(task: TaskSpec, url: str) -> SimEnv:
     return ServedEnv(task, url)
 
 
-def check_served_backends(simulators: Mapping[str, str], tasks: Sequence[TaskSpec]) -> None:
-    """Refuse, in one line naming the fix, ``simulators:`` naming a backend no task has, and a task whose backend
-    runs only served with no simulator named for it (no connection is made)."""
+def check_served_backends(simulators: Mapping[str, str], tasks: Sequence[TaskSpec], safety: bool = False) -> None:
+    """Refuse, in one line naming the fix, ``simulators:`` naming a backend no task has, a task whose backend runs
+    only served with no simulator named for it, and the safety filter on a served simulator (it reads the
+    simulator's own object, which stays in the server); no connection is made."""
     backends = {task.backend for task in tasks}
+    if safety and simulators:
+        raise SpecError("safety: true reads the simulator's own object (the Sawyer's action scale and hand box), "
+                        "which a served simulator keeps: run the campaign without simulators:, or without safety",
+                        at=("safety",))
     for backend in simulators:
         backend_of(backend)
         if backend not in backends:
@@ -38,10 +43,10 @@ def check_served_backends(simulators: Mapping[str, str], tasks: Sequence[TaskSpe
                             f"{task.backend}=ws://127.0.0.1:8711)", at=("tasks",))
 
 
-def check_simulators(simulators: Mapping[str, str], tasks: Sequence[TaskSpec]) -> None:
+def check_simulators(simulators: Mapping[str, str], tasks: Sequence[TaskSpec], safety: bool = False) -> None:
     """Refuse, in one line naming the fix, served simulators that cannot run ``tasks``: unreachable, busy, of
     another version or protocol, or without a task (each server is connected to and asked about each task)."""
-    check_served_backends(simulators, tasks)
+    check_served_backends(simulators, tasks, safety)
     served_tasks = [task for task in tasks if task.backend in simulators]
     links = {(simulators[t.backend], t.backend): link(simulators[t.backend], t.backend) for t in served_tasks}
     try:
