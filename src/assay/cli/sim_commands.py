@@ -45,7 +45,7 @@ def serve_sim(
         argv = ["-m", "assay.served", backend, "--host", host, "--port", str(port), "--clients", str(clients)]
         if own is not None and os.path.realpath(own) != os.path.realpath(sys.executable):
             os.execv(own, [own, *argv])
-        from assay.served.__main__ import main
+        from assay.served.command import main
 
         raise typer.Exit(main(argv[2:]))
 
