@@ -120,6 +120,15 @@ def test_a_policy_server_is_not_taken_for_a_simulator():
         check_simulators({"metaworld": f"ws://127.0.0.1:{policy_server.port}"}, [metaworld_task("reach-v3")])
 
 
+def test_a_policy_pointed_at_a_simulator_server_is_refused_naming_the_fix():
+    with served("metaworld") as server:
+        spec = campaign_from_data({"name": "x", "episodes": 1, "tasks": ["metaworld/reach"],
+                                   "policies": [{"name": "p", "remote": server.url}]})
+        with pytest.raises(SpecError, match=r"is a simulator server \(`assay serve-sim metaworld`\), not a policy "
+                                            r"server: point `remote:` at `assay serve-policy`"):
+            prepare_campaign(spec)
+
+
 def test_a_simulator_of_other_package_versions_is_refused_naming_them():
     if not ROBOSUITE_PYTHON.exists():
         pytest.fail("robosuite 1.5's environment is missing: `make env-robosuite` (make install-test builds it)")

@@ -40,6 +40,7 @@ from assay.sim.render import RendererInfo, adopt_renderer
 from assay.spec import TaskSpec, Variant
 
 CONNECT_TIMEOUT_S = 10.0
+FIRST_FRAME_TIMEOUT_S = 10.0  # a server sends its facts as soon as the websocket is open
 HELLO_TIMEOUT_S = 30.0
 # Building a LIBERO scene takes ~10 s, more under load; a step of a camera task a fraction of a second.
 REPLY_TIMEOUT_S = 600.0
@@ -64,39 +65,52 @@ class _Link:
         self.server = self._hello()
 
     def _hello(self) -> dict[str, Any]:
+        """The server's facts (its first frame), then the client's hello and the server's answer; a refusal, or a
+        server that is not a simulator server, raises SimulatorRefused naming the fix."""
         asked = hello(self.backend)
+        served = self._first_frame()
+        refused = mismatch(asked, served, self.where)
+        if refused is not None:
+            self.close()
+            raise SimulatorRefused(f"{refused[0]}: {refused[1]}")
         try:
             self._ws.send(packb(asked))
             frame = self._ws.recv(timeout=HELLO_TIMEOUT_S)
-        except TimeoutError:
+        except Exception as exc:  # noqa: BLE001 - closed or silent at the hello: whatever it is, it is not ours
             self.close()
-            raise SimulatorRefused(f"{self.where} did not answer the {PROTOCOL} hello in {HELLO_TIMEOUT_S:g} s: "
-                                   f"point `simulators:` at `assay serve-sim {self.backend}`") from None
-        except Exception as exc:  # noqa: BLE001 - closed at once: whatever it is, it is not our server
-            self.close()
-            raise SimulatorRefused(f"{self.where} closed the connection at the hello ({_reason(exc)}): point "
+            raise SimulatorRefused(f"{self.where} did not answer the {PROTOCOL} hello ({_reason(exc)}): point "
                                    f"`simulators:` at `assay serve-sim {self.backend}`") from None
+        if isinstance(frame, str):
+            self.close()
+            code, message = split_error(frame)
+            raise SimulatorRefused(f"{code}: {message}" if code else f"{self.where} refused the hello: {frame[:200]}")
+        return served
+
+    def _first_frame(self) -> dict[str, Any]:
+        """What the server says first: its facts (or a refusal: E_BUSY)."""
+        try:
+            frame = self._ws.recv(timeout=FIRST_FRAME_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - closed or silent: whatever it is, it is not our server
+            self.close()
+            raise SimulatorRefused(f"{self.where} said nothing a {PROTOCOL} server says first ({_reason(exc)}): "
+                                   f"point `simulators:` at `assay serve-sim {self.backend}`") from None
         if isinstance(frame, str):
             self.close()
             code, message = split_error(frame)
             if code in (E_VERSION, E_BUSY, E_PROTOCOL):
                 raise SimulatorRefused(f"{code}: {message}")
-            raise SimulatorRefused(f"{self.where} answered the hello with {frame[:120]!r}: it does not speak "
-                                   f"{PROTOCOL}; point `simulators:` at `assay serve-sim {self.backend}`")
+            raise SimulatorRefused(f"{self.where} answered with {frame[:120]!r}: it does not speak {PROTOCOL}; point "
+                                   f"`simulators:` at `assay serve-sim {self.backend}`")
         try:
-            reply = unpackb(frame, MAX_FRAME_BYTES)
+            facts = unpackb(frame, MAX_FRAME_BYTES)
         except WireError:
-            reply = None
-        if not isinstance(reply, dict) or reply.get("protocol") is None:
+            facts = None
+        if not isinstance(facts, dict) or facts.get("protocol") is None:
             self.close()
-            kind = "a policy server (openpi's metadata)" if isinstance(reply, dict) else "something else"
+            kind = "a policy server (openpi's metadata)" if isinstance(facts, dict) else "something else"
             raise SimulatorRefused(f"{self.where} is {kind}, not a {PROTOCOL} simulator server: point "
                                    f"`simulators: {{{self.backend}: ...}}` at `assay serve-sim {self.backend}`")
-        refused = mismatch(asked, reply, self.where)
-        if refused is not None:
-            self.close()
-            raise SimulatorRefused(f"{refused[0]}: {refused[1]}")
-        return reply
+        return facts
 
     def new_session(self) -> int:
         """A session number not used before on this connection."""

@@ -2,11 +2,16 @@
 
 Frames are the policy side's (:mod:`assay.policies.remote.wire`): binary msgpack maps with numpy
 arrays as openpi encodes them; an error is one text frame, ``CODE: message``. A connection opens with
-the client's ``hello`` and the server's answer, then carries requests, each answered in order::
+the server's facts (sent first, as a policy server sends its metadata, so a client knows at once what it
+reached; ``E_BUSY`` instead when no server process is free), the client's ``hello`` and the server's answer,
+then carries requests, each answered in order::
 
     client                                       server
-    {op: hello, protocol, backend, tasks_hash,   {ok, protocol, backend, versions, code_hash, tasks_hash,
-     code_hash, versions}                          renderer}   or  "E_VERSION: ..." and close
+                                                 {protocol, backend, tasks_hash, code_hash, versions}
+                                                   or  "E_BUSY: ..." and close
+    {op: hello, protocol, backend, tasks_hash,   {ok}   or  "E_VERSION: ..." / "E_PROTOCOL: ..." and close
+     code_hash, versions}
+    {op: check, task, task_hash}                 {ok, task_hash}   or  "E_TASK: ..." (connection stays)
     {op: open, session, task}                    {ok, task_hash}   or  "E_TASK: ..." (connection stays)
     {op: reset, session, seed, variant}          {observation, initial_conditions, renderer}
     {op: step, session, action, skip_frames}     {observation, reward, terminated, truncated, success, info}

@@ -93,13 +93,7 @@ def _refuse_busy(sock: socket.socket, clients: int) -> None:
     line = error_line(E_BUSY, f"all {clients} client slots of this simulator server are taken (a campaign worker "
                               "holds one): restart it with a larger --clients (at least the campaign's --workers), "
                               "or run fewer workers")
-
-    def refuse(ws: Any) -> None:
-        with contextlib.suppress(TimeoutError):
-            ws.recv(timeout=_HANDSHAKE_TIMEOUT_S)  # the client's hello: the answer to it is the refusal
-        ws.send(line)
-
-    serve_socket(sock, refuse)
+    serve_socket(sock, lambda ws: ws.send(line))  # in place of the server's facts: the client's first frame
 
 
 class SimServer:

@@ -131,7 +131,9 @@ class Sessions:
 
 
 def handle(websocket: Any, backend: str, registry: TaskRegistry, where: str) -> None:
-    """Serve one connection: the hello, then requests until the client leaves or a refusal closes it."""
+    """Serve one connection: the server's facts, the client's hello and its answer, then requests until the client
+    leaves or a refusal closes it."""
+    websocket.send(packb(facts(backend)))  # first, as a policy server sends its metadata: a client knows whom it met
     try:
         first = unpackb(websocket.recv(timeout=HELLO_TIMEOUT_S))
     except TimeoutError:
@@ -144,7 +146,7 @@ def handle(websocket: Any, backend: str, registry: TaskRegistry, where: str) -> 
     if refused is not None:
         websocket.send(error_line(*refused))
         return
-    websocket.send(packb({"ok": True, **facts(backend)}))
+    websocket.send(packb({"ok": True}))
     sessions = Sessions(backend, registry, where)
     try:
         for frame in websocket:

@@ -28,6 +28,7 @@ class Channel:
     def __init__(self, sock: socket.socket, protocol: ClientProtocol | ServerProtocol) -> None:
         self.sock, self.protocol = sock, protocol
         self._parts: list[bytes] = []
+        self.pending: list[Any] = []  # frames that arrived with the handshake's last bytes
 
     def _flush(self) -> None:
         data = b"".join(self.protocol.data_to_send())
@@ -51,9 +52,11 @@ class Channel:
         """The next message (bytes, or str for a text frame); TimeoutError past ``timeout`` seconds."""
         self.sock.settimeout(timeout)
         while True:
-            for event in self.protocol.events_received():
+            events, self.pending = [*self.pending, *self.protocol.events_received()], []
+            for index, event in enumerate(events):
                 message = self._message(event)
                 if message is not None:
+                    self.pending = events[index + 1:]
                     return message
             if self.protocol.state is State.CLOSED:
                 raise ConnectionError("the peer closed the connection")
@@ -129,10 +132,12 @@ def connect(url: str, timeout: float, max_size: int) -> Channel:
             if isinstance(event, Response) and protocol.handshake_exc is not None:
                 sock.close()
                 raise protocol.handshake_exc
-    if protocol.state is not State.OPEN:
+            if not isinstance(event, Response):  # the server's first frame, in the same bytes as its response
+                channel.pending.append(event)
+    if protocol.handshake_exc is not None or (protocol.state is not State.OPEN and not channel.pending):
         sock.close()
         raise ConnectionError("the websocket handshake failed")
-    return channel
+    return channel  # open, or closed right after a first frame (a refusal) that recv still gives
 
 
 def accept(sock: socket.socket, timeout: float, max_size: int) -> Channel | None:
@@ -142,8 +147,13 @@ def accept(sock: socket.socket, timeout: float, max_size: int) -> Channel | None
     protocol = ServerProtocol(max_size=max_size)
     channel = Channel(sock, protocol)
     try:
-        while True:
-            request = next((e for e in protocol.events_received() if isinstance(e, Request)), None)
+        request = None
+        while request is None:
+            for event in protocol.events_received():
+                if isinstance(event, Request):
+                    request = event
+                else:
+                    channel.pending.append(event)
             if request is not None:
                 break
             data = sock.recv(1 << 16)
