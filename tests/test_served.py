@@ -195,3 +195,25 @@ def test_the_robosuite_lock_pins_what_the_handshake_expects_each_with_a_hash():
     pinned = {line.split("==")[0]: line.split("==")[1].split()[0] for line in lines}
     assert all("--hash=sha256:" in line for line in lines)
     assert {name: pinned[name] for name in BACKENDS["robosuite"].pins} == BACKENDS["robosuite"].pins
+
+
+@pytest.mark.sim
+def test_a_served_environment_passes_the_backend_conformance_kit_cameras_and_frames_on_demand_included():
+    from assay.sim import SupportsFramesOnDemand
+    from assay.spec import CameraSpec
+    from assay.testing import check_sim_env
+
+    task = default_registry().get("metaworld/push@1").model_copy(
+        update={"cameras": (CameraSpec(name="front", width=32, height=32, depth=True),)})
+    with served("metaworld", clients=1) as server:
+        env = ServedEnv(task, server.url)
+        try:
+            check_sim_env(env, seeds=(0, 1), steps=3, episode_steps=10)
+            assert isinstance(env, SupportsFramesOnDemand)
+            env.reset(0)
+            env.skip_next_frames()
+            skipped, drawn = env.step([0.0] * 4).observation, env.step([0.0] * 4).observation
+            assert "image.front" not in skipped and "calib.front" in skipped and "image.front" in drawn
+        finally:
+            env.close()
+            close_links()
