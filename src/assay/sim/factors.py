@@ -233,6 +233,12 @@ FACTORS: dict[str, Factor] = {
         _f("libero.task", "semantic", "choice", "", 0, 0, "nominal", "reset",
            "LIBERO-PRO task perturbation: another goal in the same scene, with its instruction; combines with no "
            "other LIBERO-PRO factor", LIBERO, PRO),
+        # Where an episode's layout comes from: the benchmark's fixed initial state (seed % 50), or LIBERO's own
+        # placement initialiser drawing a new one from the seed (as upstream's generate_init_states.py did)
+        _f("libero.init", "behavioral", "choice", "", 0, 0, "fixed", "reset",
+           "LIBERO initial layout: the benchmark's fixed initial state (seed % its count), or sampled: a new layout "
+           "drawn from the episode seed by LIBERO's own placement initialiser (scenes beyond the fixed 50)",
+           LIBERO, ("fixed", "sampled")),
         # LIBERO-Plus (assay.sim.libero_plus): seven categories, a level each, drawn from the episode seed
         *PLUS_FACTORS,
     )
