@@ -102,7 +102,8 @@ COMMANDS: dict[str, LazyCommand] = {
     "twin": _entry("Layered digital twin: calibrate, attribute the sim-to-real gap, check asset swaps.",
                    "twin_commands"),
     "export": _entry("Export episodes to other formats.", "learning_commands"),
-    "zoo": _entry("The policy zoo: pixel BC checkpoints of graded quality.", "zoo_commands"),
+    "zoo": _entry("The policy zoo: BC checkpoints of graded skill (Meta-World pixels; LIBERO state and pixels).",
+                  "zoo_commands"),
     "store": _entry("Check the store itself, and prune old step files and videos.", "store_commands"),
 }
 

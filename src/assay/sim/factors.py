@@ -157,20 +157,21 @@ def _plus(name, axis, description):
                    category=PLUS_CATEGORIES[name])
 
 
+P = "LIBERO-Plus-style (procedural)"
 PLUS_FACTORS = (
-    _plus("libero_plus.layout", "behavioral", "LIBERO-Plus objects layout: the goal's objects moved 2 cm x level in "
-          "a direction drawn from the seed"),
-    _plus("libero_plus.camera", "visual", "LIBERO-Plus camera viewpoint: the agent view moved 2.5 cm x level and "
-          "turned 2.5 deg x level (direction and axis drawn from the seed)"),
-    _plus("libero_plus.robot_init", "behavioral", "LIBERO-Plus robot initial state: each arm joint offset by "
-          "0.03 rad x level (signs drawn from the seed)"),
-    _plus("libero_plus.language", "semantic", "LIBERO-Plus language: the instruction rewritten, more with each "
-          "level (padding, form and synonyms, distractor clauses, typos)"),
-    _plus("libero_plus.light", "visual", "LIBERO-Plus light: intensity x (1 +- 0.12 level), direction tilted 6 deg x "
+    _plus("libero_plus.layout", "behavioral", f"{P} objects layout: the goal's objects moved 2 cm x level in a "
+          "direction drawn from the seed"),
+    _plus("libero_plus.camera", "visual", f"{P} camera viewpoint: the agent view moved 2.5 cm x level and turned "
+          "2.5 deg x level (direction and axis drawn from the seed)"),
+    _plus("libero_plus.robot_init", "behavioral", f"{P} robot initial state: each arm joint offset by 0.03 rad x "
+          "level (signs drawn from the seed)"),
+    _plus("libero_plus.language", "semantic", f"{P} language: the instruction rewritten, meaning kept and "
+          "grammatical, more with each level (padding, verbs and form, context sentences)"),
+    _plus("libero_plus.light", "visual", f"{P} light: intensity x (1 +- 0.12 level), direction tilted 6 deg x "
           "level, colour tinted up to 6% x level"),
-    _plus("libero_plus.background", "visual", "LIBERO-Plus background: table, floor and walls tinted 12% x level; "
-          "from level 3 their textures exchanged"),
-    _plus("libero_plus.noise", "visual", "LIBERO-Plus sensor noise: Gaussian noise of 4/255 x level on every camera "
+    _plus("libero_plus.background", "visual", f"{P} background: table, floor and walls tinted 12% x level; from "
+          "level 3 their textures exchanged"),
+    _plus("libero_plus.noise", "visual", f"{P} sensor noise: Gaussian noise of 4/255 x level on every camera "
           "frame, per step"),
 )
 
@@ -235,6 +236,12 @@ FACTORS: dict[str, Factor] = {
         _f("libero.task", "semantic", "choice", "", 0, 0, "nominal", "reset",
            "LIBERO-PRO task perturbation: another goal in the same scene, with its instruction; combines with no "
            "other LIBERO-PRO factor", LIBERO, PRO),
+        # Where an episode's layout comes from: the benchmark's fixed initial state (seed % 50), or LIBERO's own
+        # placement initialiser drawing a new one from the seed (as upstream's generate_init_states.py did)
+        _f("libero.init", "behavioral", "choice", "", 0, 0, "fixed", "reset",
+           "LIBERO initial layout: the benchmark's fixed initial state (seed % its count), or sampled: a new layout "
+           "drawn from the episode seed by LIBERO's own placement initialiser (scenes beyond the fixed 50)",
+           LIBERO, ("fixed", "sampled")),
         # LIBERO-Plus (assay.sim.libero_plus): seven categories, a level each, drawn from the episode seed
         *PLUS_FACTORS,
     )

@@ -371,6 +371,12 @@ class _CellKeys:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
+def _samples_layouts(variant: Variant) -> bool:
+    """Whether a variant draws each episode's layout from its seed instead of a fixed initial state
+    (``libero.init: sampled``): then any seed is a scene of its own."""
+    return any(p.factor == "libero.init" and p.value == "sampled" for p in variant.perturbations)
+
+
 def plan(
     campaign: CampaignSpec,
     tasks: list[TaskSpec],
@@ -388,13 +394,15 @@ def plan(
     seeds = {task.id: [episode_seed(campaign.seed, task, i) for i in range(campaign.episodes)] for task in tasks}
     for policy in policies:
         for task in tasks:
-            if task.initial_states and campaign.seed + campaign.episodes > task.initial_states:
-                raise SpecError(
-                    f"campaign {campaign.name!r}: task {task.id} has {task.initial_states} fixed initial states; "
-                    f"seed + episodes must be at most {task.initial_states}, not {campaign.seed + campaign.episodes}")
             video_fps = campaign.video_fps if campaign.video_fps is not None else task.video_fps
             simulator = (campaign.simulators or {}).get(task.backend)
             for variant in variants:
+                if task.initial_states and not _samples_layouts(variant) and \
+                        campaign.seed + campaign.episodes > task.initial_states:
+                    raise SpecError(
+                        f"campaign {campaign.name!r}: task {task.id} has {task.initial_states} fixed initial states; "
+                        f"seed + episodes must be at most {task.initial_states}, not "
+                        f"{campaign.seed + campaign.episodes} (or sample layouts: libero.init: sampled)")
                 keys = _CellKeys(task, variant, policy, campaign.replan_every, campaign.safety, video_fps)
                 # Only a semantic factor makes the instruction depend on the episode's seed: otherwise one call.
                 per_seed = any(p.axis is Axis.SEMANTIC for p in variant.perturbations)
