@@ -88,6 +88,10 @@ COMMANDS: dict[str, LazyCommand] = {
                    "tau, MMRV.", "learning_commands"),
     "train-bc": _entry("Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT' (or "
                        "'pixel-bc:OUT').", "learning_commands"),
+    "validity": _entry("Probes of the benchmark's own validity: the same episodes with the instruction withheld "
+                       "(empty, and another task's: a policy that keeps its success was not tested on language) and, "
+                       "on tasks with fixed initial states, with layouts resampled (a policy that does worse learned "
+                       "the fixed set); paired intervals.", "validity_commands"),
     "ladder": _entry("The learning sanity ladder: expert demos, a BC trained on them, then rung 1 (its own demos' "
                      "initial states: at least --own-min must succeed, else exit 1) and rung 2 (held-out initial "
                      "states, with intervals).", "ladder_commands"),

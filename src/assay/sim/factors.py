@@ -44,6 +44,7 @@ REFERRING = ("nominal", "colour", "spatial", "function")
 TEMPLATES = ("nominal", "unseen")
 CONFLICTS = ("nominal", "same-family", "other-family")
 OBJECT_SWAPS = ("nominal", "same-category", "other-category", "wrong-colour")
+WITHHELD = ("nominal", "empty", "other-task")
 MAX_DISTRACTORS = 3
 MAX_TYPO_RATE = 0.5
 
@@ -150,6 +151,10 @@ SEMANTIC_FACTORS = (
     _f("instruction.object", "semantic", "choice", "", 0, 0, "nominal", "reset",
        "the goal object renamed: another object of its category, of another category, or a wrong colour", ALL_BACKENDS,
        OBJECT_SWAPS),
+    _f("instruction.withheld", "semantic", "choice", "", 0, 0, "nominal", "reset",
+       "the instruction withheld (a language-shortcut probe, assay validity): empty, or another task's (of the same "
+       "LIBERO suite, or another Meta-World task), drawn from the episode seed; scored on the scene's own task",
+       ALL_BACKENDS, WITHHELD),
 )
 
 def _plus(name, axis, description):

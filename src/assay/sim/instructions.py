@@ -23,6 +23,7 @@ from assay.sim.semantic import (
     synonyms,
     template,
     typos,
+    withheld,
 )
 from assay.spec import TaskSpec, Variant
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
@@ -44,4 +45,5 @@ def instruct(task: TaskSpec, variant: Variant, seed: int) -> str:
     text = length(text, value_of(variant, "instruction.length"), seed)
     text = distractors(text, int(value_of(variant, "instruction.distractor")), seed)
     text = typos(text, float(value_of(variant, "instruction.typo_rate")), seed)
-    return plus_language(text, int(value_of(variant, "libero_plus.language")), seed)
+    text = plus_language(text, int(value_of(variant, "libero_plus.language")), seed)
+    return withheld(task, text, value_of(variant, "instruction.withheld"), seed)
