@@ -23,12 +23,15 @@ def test_the_seven_axes_are_factors_with_levels_an_axis_and_a_stable_category():
     assert PLUS_CATEGORIES == {  # the stable map: a change regroups every stored profile
         "libero_plus.layout": "layout", "libero_plus.camera": "camera", "libero_plus.robot_init": "robot",
         "libero_plus.language": "language", "libero_plus.light": "light", "libero_plus.background": "background",
-        "libero_plus.noise": "noise"}
+        "libero_plus.noise": "noise", "libero_plus.corruption": "noise"}  # corruption: upstream's released noise
     axes = {name: FACTORS[name].axis.value for name in PLUS_CATEGORIES}
     assert axes == {"libero_plus.layout": "behavioral", "libero_plus.camera": "visual",
                     "libero_plus.robot_init": "behavioral", "libero_plus.language": "semantic",
-                    "libero_plus.light": "visual", "libero_plus.background": "visual", "libero_plus.noise": "visual"}
-    for name, category in PLUS_CATEGORIES.items():
+                    "libero_plus.light": "visual", "libero_plus.background": "visual", "libero_plus.noise": "visual",
+                    "libero_plus.corruption": "visual"}
+    assert (FACTORS["libero_plus.corruption"].valid, FACTORS["libero_plus.corruption"].category) == (
+        "[0, 50] index", "noise")
+    for name, category in ((n, c) for n, c in PLUS_CATEGORIES.items() if n != "libero_plus.corruption"):
         factor = FACTORS[name]
         assert (factor.valid, factor.default, factor.category, sorted(factor.backends)) == (
             "[0, 5] level", 0, category, ["libero"])

@@ -29,9 +29,12 @@ ALLOWED = {
     "failures": {"spec", "sim", "policies", "store", "metrics"},
     "twin": {"spec", "sim", "policies", "store", "metrics", "failures", "run"},
     "learning": {"spec", "sim", "policies", "store", "run", "metrics", "failures"},
+    "protocols": {"spec", "sim", "policies", "store", "run", "metrics"},
     "report": {"spec", "store", "metrics", "failures"},
-    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "report", "server"},
-    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "report", "server", "cli"},
+    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "protocols", "report",
+               "server"},
+    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "protocols", "report",
+            "server", "cli"},
 }
 
 
