@@ -204,3 +204,23 @@ def test_manifest_validation():
         parse_manifest(metaworld_manifest(image={"cameras": ["front"], "render": [32, 32], "policy_input": [24, 24],
                                                  "resize": "none"}), "t")
     assert Manifest.model_validate(metaworld_manifest()).hash is None
+
+
+def test_a_diff_of_protocols_over_different_tasks_is_one_line(tmp_path):
+    from assay.protocols.diff import protocol_diff
+    from assay.run import InlineExecutor
+    from assay.store import Store
+
+    p = {**metaworld_manifest(), "name": "mw-p"}
+    q = {**metaworld_manifest(), "name": "mw-q", "suites": [{"name": "mt", "tasks": [REACH, "metaworld/push@1"],
+                                                            "horizon": 120}]}
+    with Store(tmp_path / "store", create=True) as store, pytest.raises(ManifestError) as caught:
+        protocol_diff(parse_manifest(p, "p"), parse_manifest(q, "q"), [EXPERT], store, InlineExecutor(store.data_root))
+    assert str(caught.value) == (
+        "protocols mw-p@1 and mw-q@1 run different tasks (1 only in mw-p@1, 1 only in mw-q@1; mw-p@1 only: "
+        "metaworld/button-press-topdown@1): a diff needs the same tasks on paired seeds")
+    q["suites"] = p["suites"]
+    q["variants"] = [{"label": "nominal"}]
+    with Store(tmp_path / "store") as store, pytest.raises(ManifestError, match=r"^protocols mw-p@1 and mw-q@1 run "
+                                                                             r"different variants \(4 and 2 "):
+        protocol_diff(parse_manifest(p, "p"), parse_manifest(q, "q"), [EXPERT], store, InlineExecutor(store.data_root))

@@ -98,6 +98,12 @@ COMMANDS: dict[str, LazyCommand] = {
     "export": _entry("Export episodes to other formats.", "learning_commands"),
     "zoo": _entry("The policy zoo: pixel BC checkpoints of graded quality.", "zoo_commands"),
     "store": _entry("Check the store itself, and prune old step files and videos.", "store_commands"),
+    "protocol": _entry("Protocol manifests: list, show, and the knob-by-knob difference between two (diff).",
+                       "protocol_commands"),
+    "bundle": _entry("Write a campaign's verifiable result vector (``assay bundle CAMPAIGN -o DIR``: per-episode "
+                     "outcomes, package versions, the manifest, rates with intervals, the stamp, a SHA-256 manifest) "
+                     "or check one offline (``assay bundle verify DIR``: every checksum, every interval and the stamp "
+                     "recomputed, no store needed).", "protocol_commands"),
 }
 
 

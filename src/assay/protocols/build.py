@@ -86,33 +86,37 @@ def variant_requests(manifest: Manifest) -> list[dict[str, Any]]:
     return requests
 
 
-def campaign_spec(manifest: Manifest, policy: PolicySpec, suites: tuple[str, ...] | None = None,
-                  name: str | None = None, reference: Manifest | None = None) -> CampaignSpec:
+def campaign_spec(manifest: Manifest, policy: PolicySpec | Sequence[PolicySpec], suites: tuple[str, ...] | None = None,
+                  name: str | None = None, reference: Manifest | None = None,
+                  video_fps: float | None = None) -> CampaignSpec:
     """The campaign that runs ``policy`` under ``manifest`` (these suites, or all); its ``protocol`` names
     ``reference`` (default: ``manifest``; the pinned manifest when ``manifest`` is it with an upstream variant
-    list read in)."""
+    list read in). ``video_fps`` sets how often frames are recorded (not a knob: it changes no outcome; unset, each
+    task's own rate)."""
     knobs = manifest.knobs
     chosen = tuple(s.name for s in manifest.chosen(suites)) if suites else None
     named = reference or manifest
     ref = ProtocolRef(name=named.name, version=named.version, hash=named.content_hash(), suites=chosen)
-    policy = protocol_policy(manifest, policy)
-    default = f"{manifest.name}-v{manifest.version}" + (f"-{'-'.join(chosen)}" if chosen else "") + f"-{policy.name}"
+    policies = tuple(protocol_policy(manifest, p) for p in ([policy] if isinstance(policy, PolicySpec) else policy))
+    default = f"{manifest.name}-v{manifest.version}" + (f"-{'-'.join(chosen)}" if chosen else "") + \
+        f"-{'-'.join(p.name for p in policies)}"
     return CampaignSpec(
-        name=name or default[:100], seed=knobs.seed, episodes=knobs.trials_per_task,
-        tasks=tuple(manifest.task_ids(suites)), policies=(policy,), variants=tuple(variant_requests(manifest)),
+        name=name or default[:100], seed=knobs.seed, episodes=knobs.trials_per_task, video_fps=video_fps,
+        tasks=tuple(manifest.task_ids(suites)), policies=policies, variants=tuple(variant_requests(manifest)),
         cameras=protocol_cameras(manifest), replan_every=knobs.replan_steps, prompt=knobs.prompt, protocol=ref,
         description=f"{manifest.title or manifest.ref} ({ref.hash})")
 
 
-def build_campaign(manifest: Manifest, policy: PolicySpec, suites: tuple[str, ...] | None = None,
-                   name: str | None = None, reference: Manifest | None = None) -> CampaignPlan:
+def build_campaign(manifest: Manifest, policy: PolicySpec | Sequence[PolicySpec], suites: tuple[str, ...] | None = None,
+                   name: str | None = None, reference: Manifest | None = None,
+                   video_fps: float | None = None) -> CampaignPlan:
     """Resolve and plan the campaign of :func:`campaign_spec` (spec errors surface here, before any episode); the
     jobs are cut to the manifest's (task, variant) pairs."""
     if not manifest.variants:
         where = manifest.variant_set.path if manifest.variant_set is not None else "no file"
         raise ManifestError(f"protocol {manifest.ref} lists its variants in upstream's {where}; give an upstream "
                             "checkout with --upstream DIR")
-    spec = campaign_spec(manifest, policy, suites, name, reference)
+    spec = campaign_spec(manifest, policy, suites, name, reference, video_fps)
     tasks = protocol_tasks(manifest, suites)
     planned = prepare_campaign(spec, TaskRegistry(tasks))
     wanted = _pairs(manifest, tasks, suites)

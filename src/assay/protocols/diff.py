@@ -15,7 +15,7 @@ campaign are reused. They are diagnostic by construction: none is a protocol's t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from assay.metrics.paired import PairedDifference, paired_difference
 from assay.protocols.build import KNOB_FIELDS, build_campaign, knob_value, realise_noise, with_knob
 from assay.run import CampaignPlan, Executor, run_campaign
 from assay.sim import resolve_variant
-from assay.spec import PolicySpec
+from assay.spec import PolicySpec, content_hash
 from assay.spec.protocol import KNOBS, Manifest
 from assay.store import Outcome, Store
 
@@ -108,26 +108,27 @@ def _common(manifest: Manifest, trials: int, seed: int) -> Manifest:
     return manifest.model_copy(update={"knobs": knobs, "hash": None})
 
 
-def outcomes(store: Store, plan: CampaignPlan, manifest: Manifest) -> Outcomes:
-    """The campaign's episodes keyed by (task, the manifest's variant label, seed)."""
+def outcomes(store: Store, plan: CampaignPlan, manifest: Manifest) -> dict[str, Outcomes]:
+    """The campaign's episodes per policy, keyed by (task, the manifest's variant label, seed)."""
     tasks = {t.id: t for t in plan.tasks}
     labels = {(task, resolve_variant(entry.factors, tasks[task]).key): entry.label
               for task, entry in manifest.cells() if task in tasks}
-    found: Outcomes = {}
+    found: dict[str, Outcomes] = {p.name: {} for p in plan.policies}
     for record in store.catalog.episodes(campaign=plan.spec.name):
         label = labels.get((record.task_id, record.variant_key))
-        if label is not None:
+        if label is not None and record.policy_name in found:
             ok = None if record.outcome is Outcome.ERROR else record.outcome is Outcome.SUCCESS
-            found[(record.task_id, label, record.seed)] = ok
+            found[record.policy_name][(record.task_id, label, record.seed)] = ok
     return found
 
 
 
 
-def protocol_diff(p: Manifest, q: Manifest, policy: PolicySpec, store: Store, executor: Executor,
-                  suites: tuple[str, ...] | None = None, trials: int | None = None,
-                  on_campaign: Callable[[str, CampaignPlan], None] | None = None) -> ProtocolDiff:
-    """Run ``policy`` under P, Q and P with each differing knob switched to Q's, on paired seeds (module doc)."""
+def protocol_diff(p: Manifest, q: Manifest, policies: Sequence[PolicySpec], store: Store, executor: Executor,
+                  suites: tuple[str, ...] | None = None, trials: int | None = None, video_fps: float | None = None,
+                  on_campaign: Callable[[str, CampaignPlan], None] | None = None) -> list[ProtocolDiff]:
+    """Run the policies under P, Q and P with each differing knob switched to Q's, on paired seeds (module doc);
+    one diff per policy (they share the campaigns)."""
     _aligned(p, q, suites)
     common = trials or min(p.knobs.trials_per_task, q.knobs.trials_per_task)
     notes = []
@@ -140,19 +141,25 @@ def protocol_diff(p: Manifest, q: Manifest, policy: PolicySpec, store: Store, ex
     base, target = _common(p, common, p.knobs.seed), _common(q, common, p.knobs.seed)
     differing = [k for k in KNOBS if knob_value(base, k) != knob_value(target, k)]
     runs = {"P": base, "Q": target, **{k: with_knob(base, k, target) for k in differing}}
-    prefix = f"diff-{p.name}-v{p.version}-to-{q.name}-v{q.version}"
-    results: dict[str, Outcomes] = {}
+    who = "-".join(x.name for x in policies)
+    who = who if len(who) <= 40 else content_hash([x.name for x in policies], length=12)
+    results: dict[str, dict[str, Outcomes]] = {}
     names: dict[str, str] = {}
     for label, manifest in runs.items():
-        plan = build_campaign(manifest, policy, suites, name=f"{prefix}-{label}-{policy.name}"[:100])
+        name = f"diff-{p.name}-v{p.version}-to-{q.name}-v{q.version}-{label}-{who}"
+        plan = build_campaign(manifest, policies, suites, name=name[:100], video_fps=video_fps)
         if on_campaign is not None:
             on_campaign(label, plan)
         run_campaign(plan, store, executor)
         results[label], names[label] = outcomes(store, plan, manifest), plan.spec.name
-    effects = sorted((KnobEffect(k, knob_value(base, k), knob_value(target, k), names[k],
-                                 paired_difference(results["P"], results[k])) for k in differing),
-                     key=lambda e: (-abs(e.effect.difference), -int(e.matters), e.knob))
     same = tuple(k for k in KNOB_FIELDS if k not in differing)
-    return ProtocolDiff(p.ref, q.ref, policy.name, len(base.task_ids(suites)), common, p.knobs.seed,
-                        {"P": names["P"], "Q": names["Q"]}, paired_difference(results["P"], results["Q"]),
-                        tuple(effects), same, tuple(notes))
+    diffs = []
+    for policy in (x.name for x in policies):
+        effects = sorted((KnobEffect(k, knob_value(base, k), knob_value(target, k), names[k],
+                                     paired_difference(results["P"][policy], results[k][policy])) for k in differing),
+                         key=lambda e: (-abs(e.effect.difference), -int(e.matters), e.knob))
+        diffs.append(ProtocolDiff(p.ref, q.ref, policy, len(base.task_ids(suites)), common, p.knobs.seed,
+                                  {"P": names["P"], "Q": names["Q"]},
+                                  paired_difference(results["P"][policy], results["Q"][policy]), tuple(effects), same,
+                                  tuple(notes)))
+    return diffs
