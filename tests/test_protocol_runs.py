@@ -172,3 +172,29 @@ def test_knob_attribution_finds_the_known_answers(tmp_path):
         assert (diff.total.difference, diff.interaction) == (total, interaction), name
         assert diff.same == ("noise", "renderer") and diff.total.pairs == 3
 
+
+
+def test_only_a_reportable_bundle_fills_the_reproduced_column(lab, tmp_path):
+    store, _ = lab
+    registry = tmp_path / "registry.json"
+    registry.write_text(json.dumps({"schema_version": 2, "protocols": {"standin/reach": {
+        "task_prefix": "metaworld/reach", "tasks": 1, "manifest": "mw-test@1:mt", "source": "primary",
+        "fields": {"horizon": 120, "settle_steps": 0, "init_states": "sampled from the seed", "episodes_per_task": 3,
+                   "camera_size": "32x32", "replan_steps": "whole chunk", "control_hz": 80}}},
+        "results": {"standin/expert/reach": {"checkpoint": "the scripted expert", "protocol": "standin/reach",
+                                             "rate": "100%", "n": 50, "citation": "this test", "source": "primary",
+                                             "reproduced": None}}}))
+    bundle = tmp_path / "b"
+    _cli("bundle", "mw-test-v1-expert", "-o", str(bundle), "--store", str(store))
+    ask = ["reproduce", "standin/expert/reach", "--campaign", "mw-test-v1-expert", "--registry", str(registry),
+           "--store", str(store)]
+    doc = json.loads(_cli(*ask, "--record", str(bundle), "--json"))
+    assert doc["verdict"] == "reproduced" and doc["recorded"]["bundle_sha256"] == verify_bundle(bundle).sha256
+    assert (doc["recorded"]["successes"], doc["recorded"]["trials"], doc["recorded"]["protocol"]) == (
+        3, 3, "mw-test@1:mt")
+    listed = json.loads(_cli("reproduce", "--list", "--registry", str(registry), "--store", str(store), "--json"))
+    assert listed["results"]["standin/expert/reach"]["reproduced"]["policy"] == "expert"
+    other = tmp_path / "random"
+    _cli("bundle", "mw-test-v1-random", "-o", str(other), "--store", str(store))
+    assert _error(*ask, "--record", str(other)).endswith(f"bundle {other} is of campaign 'mw-test-v1-random', not "
+                                                         "'mw-test-v1-expert'")

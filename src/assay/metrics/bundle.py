@@ -146,6 +146,7 @@ class Bundle:
     stamp: Stamp
     protocol_hash: str | None
     environments: dict[str, Any]
+    protocol: dict[str, Any] | None = None  # the campaign's protocol reference (name, version, hash, suites)
 
 
 def _sums(path: Path) -> dict[str, str]:
@@ -218,7 +219,7 @@ def verify_bundle(path: str | Path) -> Bundle:
         raise BundleError(f"bundle {path}: results.json says {(stored.get('stamp') or {}).get('status')}, its files "
                           f"give {stamp.status} ({stamp.label})")
     name = str((resolved.get("campaign") or {}).get("name", ""))
-    return Bundle(path, digest, name, tuple(rows), results, stamp, ref.get("hash"), environments)
+    return Bundle(path, digest, name, tuple(rows), results, stamp, ref.get("hash"), environments, dict(ref) or None)
 
 
 def bundle_records(bundle: Bundle, label: str) -> list[EpisodeRecord]:
