@@ -149,6 +149,22 @@ def test_each_factor_changes_what_it_declares_per_seed_and_nominal_comes_back(so
     assert all(np.array_equal(nominal[key], back[key]) for key in nominal)  # nominal comes back
 
 
+@pytest.mark.libero
+@pytest.mark.sim
+@pytest.mark.slow
+def test_upstreams_released_corruption_blurs_the_agent_view_only(soup_env):
+    """libero_plus.corruption 13 (LIBERO-Plus's gaussian blur at severity 3) on the agent view's frame, not the
+    wrist's; the same per seed and step; nominal comes back."""
+    nominal = soup_env.reset(2)
+    variant = resolve_variant({"libero_plus.corruption": 13}, soup_env.task)
+    blurred = soup_env.reset(2, variant)
+    assert np.array_equal(blurred["image.wrist"], nominal["image.wrist"])
+    assert not np.array_equal(blurred["image.agentview"], nominal["image.agentview"])
+    assert blurred["image.agentview"].astype(float).std() < nominal["image.agentview"].astype(float).std()
+    assert np.array_equal(soup_env.reset(2, variant)["image.agentview"], blurred["image.agentview"])
+    assert np.array_equal(soup_env.reset(2)["image.agentview"], nominal["image.agentview"])
+
+
 def test_the_report_and_results_profile_show_the_categories():
     from types import SimpleNamespace
 

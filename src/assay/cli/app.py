@@ -104,6 +104,9 @@ COMMANDS: dict[str, LazyCommand] = {
                      "outcomes, package versions, the manifest, rates with intervals, the stamp, a SHA-256 manifest) "
                      "or check one offline (``assay bundle verify DIR``: every checksum, every interval and the stamp "
                      "recomputed, no store needed).", "protocol_commands"),
+    "equivalence": _entry("Run one campaign under two environments (package versions, renderer) on paired seeds: a "
+                          "TOST verdict on the success rates at --margin, the package and renderer differences, and "
+                          "the trajectories' and pixels' differences.", "equivalence_commands"),
 }
 
 

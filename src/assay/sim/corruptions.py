@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import ndimage
 
 from assay.errors import UnsupportedError
 
@@ -79,11 +78,15 @@ def corrupt(frame: np.ndarray, index: int, rng: np.random.Generator) -> np.ndarr
 
 
 def _blur(image: np.ndarray, sigma: float) -> np.ndarray:
+    from scipy import ndimage  # here: listing tasks imports this module and must not load SciPy
+
     return np.asarray(ndimage.gaussian_filter(image, sigma=(sigma, sigma, 0.0), mode="nearest", truncate=4.0))
 
 
 def _zoom(image: np.ndarray, factor: float) -> np.ndarray:
     """The centre crop of ``image`` zoomed by ``factor`` back to its size (bilinear)."""
+    from scipy import ndimage
+
     size = image.shape[0]
     crop = int(math.ceil(size / factor))
     top = (size - crop) // 2
