@@ -168,7 +168,8 @@ def test_knob_attribution_finds_the_known_answers(tmp_path):
             k for k in ("horizon", "image", "prompt", "replan", "settle") if k != knob], name
         assert {e.knob: e.effect.difference for e in diff.effects} == {
             k: (1.0 if k == knob else 0.0) for k in ("horizon", "replan", "image", "settle", "prompt")}, name
-        assert [e.knob for e in diff.effects if e.matters] == ([knob] if knob else []), name
+        # 3 pairs: all 3 discordant one way is McNemar p = 0.25, so no effect is significant at this n
+        assert not any(e.matters for e in diff.effects) and diff.total.pairs == 3, name
         assert (diff.total.difference, diff.interaction) == (total, interaction), name
         assert diff.same == ("noise", "renderer") and diff.total.pairs == 3
 

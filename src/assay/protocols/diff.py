@@ -4,8 +4,8 @@
 to Q's value alone (``build.with_knob``: horizon, replan, image, settle, prompt, noise, renderer), every run on
 the same seeds (the common trials from P's seed), so every comparison is paired by (task, variant, seed). For
 each knob the effect is rate(P with Q's knob) − rate(P), with Newcombe's paired 95% interval and McNemar's exact
-p (``metrics.paired``); the knobs are ranked by the size of their effect, and a knob "matters" when its interval
-leaves out 0. What one-at-a-time switching leaves unexplained, rate(Q) − rate(P) − Σ effects, is the
+p (``metrics.paired``); the knobs are ranked by the size of their effect, and a knob "matters" when McNemar's exact
+test detects it at 0.05. What one-at-a-time switching leaves unexplained, rate(Q) − rate(P) − Σ effects, is the
 interaction (knobs that only matter together), reported beside them.
 
 Refused in one line: two protocols over different tasks or variants (no pairing), or of different backends.
@@ -28,6 +28,7 @@ from assay.spec import PolicySpec, content_hash
 from assay.spec.protocol import KNOBS, Manifest
 from assay.store import Outcome, Store
 
+ALPHA = 0.05  # a knob "matters" when McNemar's exact p is below this
 Outcomes = dict[tuple[str, str, int], bool | None]  # (task, variant label, seed) -> success (None: error)
 
 
@@ -43,8 +44,9 @@ class KnobEffect:
 
     @property
     def matters(self) -> bool:
-        """Whether the effect's interval leaves out 0."""
-        return self.effect.excludes_zero
+        """Whether McNemar's exact test detects the effect at ``ALPHA`` (the interval alone can leave out 0 at a
+        few pairs where the exact test cannot: 3 of 3 discordant pairs one way is p = 0.25)."""
+        return self.effect.p_value < ALPHA
 
     def to_dict(self) -> dict[str, object]:
         """Plain data for JSON."""
