@@ -199,3 +199,14 @@ def test_only_a_reportable_bundle_fills_the_reproduced_column(lab, tmp_path):
     _cli("bundle", "mw-test-v1-random", "-o", str(other), "--store", str(store))
     assert _error(*ask, "--record", str(other)).endswith(f"bundle {other} is of campaign 'mw-test-v1-random', not "
                                                          "'mw-test-v1-expert'")
+    partial = tmp_path / "partial"
+    shutil.copytree(store, partial)
+    with Store(partial) as opened:
+        opened.forget([r.key for r in opened.catalog.episodes(campaign="mw-test-v1-expert")][:1])
+    _cli("bundle", "mw-test-v1-expert", "-o", str(tmp_path / "pb"), "--store", str(partial))
+    refused = _error("reproduce", "standin/expert/reach", "--campaign", "mw-test-v1-expert", "--registry",
+                     str(registry), "--store", str(partial), "--record", str(tmp_path / "pb"))
+    assert refused.endswith("only a reportable run fills 'reproduced'")
+    assert "is diagnostic: expert: incomplete" in refused
+    kept = json.loads((partial / "reproduced.json").read_text())  # the complete run's record, copied; none added
+    assert len(kept["standin/expert/reach"]) == 1

@@ -310,10 +310,3 @@ def shipped_protocols() -> ProtocolRegistry:
     """A fresh registry of the manifests shipped with Assay (``spec/protocols/*.json``), every hash checked."""
     return ProtocolRegistry(_shipped())
 
-
-def variant_label(factors: dict[str, Any]) -> str:
-    """How a variant of these factors is named in the store (``nominal``, else ``factor=value,...`` sorted)."""
-    if not factors:
-        return "nominal"
-    return ",".join(f"{name}={canonical_json(list(v) if isinstance(v, tuple) else v)}"
-                    for name, v in sorted(factors.items()))
