@@ -95,12 +95,16 @@ def run(
         "--progress-every", min=0.0, metavar="SECONDS",
         help="Without a terminal (a cluster log, CI), print a progress line to stderr this often.")] = 30.0,
     json_out: JsonOpt = False,
+    simulator: Annotated[list[str] | None, typer.Option(
+        "--simulator", metavar="BACKEND=ws://HOST:PORT", help="Step BACKEND's environments on the simulator `assay "
+        "serve-sim BACKEND` serves there (repeat per backend; overrides the campaign's simulators:); the episodes "
+        "are the same.")] = None,
 ) -> None:
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
     from assay.cli.protocol_build import campaign_plan, keep_manifest
 
     with user_errors():
-        spec, planned, manifest = campaign_plan(campaign, protocol, policy, upstream)
+        spec, planned, manifest = campaign_plan(campaign, protocol, policy, upstream, simulator or [])
         if (weak := power_warning(spec)) is not None:
             render.err_console.print(f"[yellow]warning:[/] {weak}", highlight=False, soft_wrap=True)
         slow_frames = software_rendering(planned, executor, address)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from assay.cli.common import campaign_errors, campaign_file, policy_option
-from assay.errors import AssayError, ManifestError
+from assay.errors import AssayError, ManifestError, SpecError
 from assay.metrics.stamp import STORE_MANIFESTS
 from assay.run import CampaignPlan, prepare_campaign
 from assay.spec import CampaignSpec
@@ -24,14 +24,16 @@ def resolve_protocol(value: str) -> tuple[Manifest, tuple[str, ...] | None]:
     return manifest, chosen
 
 
-def campaign_plan(campaign: Path | None, protocol: str | None, policy: str | None,
-                  upstream: Path | None) -> tuple[CampaignSpec, CampaignPlan, Manifest | None]:
+def campaign_plan(campaign: Path | None, protocol: str | None, policy: str | None, upstream: Path | None,
+                  simulators: list[str] | None = None) -> tuple[CampaignSpec, CampaignPlan, Manifest | None]:
     """The campaign ``assay run`` runs, planned: from its file, or built from ``--protocol`` and ``--policy`` (and
-    the manifest, kept in the store)."""
+    the manifest, kept in the store); ``--simulator BACKEND=URL`` options (``simulators``) over its served
+    simulators either way."""
+    given = simulators or []
     if protocol is None:
         if campaign is None or policy is not None or upstream is not None:
             raise AssayError("give a campaign file, or --protocol NAME with --policy P (`assay protocol list`)")
-        spec = campaign_file(campaign)
+        spec = with_simulators(campaign_file(campaign), given)
         with campaign_errors(campaign):
             return spec, prepare_campaign(spec), None
     if campaign is not None:
@@ -47,8 +49,28 @@ def campaign_plan(campaign: Path | None, protocol: str | None, policy: str | Non
         expanded = with_upstream_variants(manifest, upstream)
     elif upstream is not None:
         raise AssayError(f"protocol {manifest.ref} lists its own variants; --upstream is for a released variant set")
-    planned = build_campaign(expanded, policy_option(policy).spec, suites, reference=manifest)
+    planned = build_campaign(expanded, policy_option(policy).spec, suites, reference=manifest,
+                             simulators=served_simulators(given) or None)
     return planned.spec, planned, manifest
+
+
+def served_simulators(given: list[str], served: dict[str, str] | None = None) -> dict[str, str]:
+    """``served`` (a campaign's ``simulators:``) with ``--simulator BACKEND=URL`` options over it."""
+    served = dict(served or {})
+    for item in given:
+        backend, _, url = item.partition("=")
+        if not url.startswith(("ws://", "wss://")):
+            raise SpecError(f"--simulator {item!r}: write BACKEND=ws://HOST:PORT (where `assay serve-sim BACKEND "
+                            "--port PORT` listens)")
+        served[backend.strip()] = url.strip()
+    return served
+
+
+def with_simulators(spec: CampaignSpec, given: list[str]) -> CampaignSpec:
+    """``spec`` with ``--simulator BACKEND=URL`` options over its ``simulators:``."""
+    if not given:
+        return spec
+    return spec.model_copy(update={"simulators": served_simulators(given, spec.simulators)})
 
 
 def keep_manifest(root: Path, manifest: Manifest | None) -> None:

@@ -88,11 +88,12 @@ def variant_requests(manifest: Manifest) -> list[dict[str, Any]]:
 
 def campaign_spec(manifest: Manifest, policy: PolicySpec | Sequence[PolicySpec], suites: tuple[str, ...] | None = None,
                   name: str | None = None, reference: Manifest | None = None,
-                  video_fps: float | None = None) -> CampaignSpec:
+                  video_fps: float | None = None, simulators: dict[str, str] | None = None) -> CampaignSpec:
     """The campaign that runs ``policy`` under ``manifest`` (these suites, or all); its ``protocol`` names
     ``reference`` (default: ``manifest``; the pinned manifest when ``manifest`` is it with an upstream variant
     list read in). ``video_fps`` sets how often frames are recorded (not a knob: it changes no outcome; unset, each
-    task's own rate)."""
+    task's own rate); ``simulators`` names served simulators by backend (an execution setting, and no knob
+    either: the episodes are the same)."""
     knobs = manifest.knobs
     chosen = tuple(s.name for s in manifest.chosen(suites)) if suites else None
     named = reference or manifest
@@ -104,19 +105,19 @@ def campaign_spec(manifest: Manifest, policy: PolicySpec | Sequence[PolicySpec],
         name=name or default[:100], seed=knobs.seed, episodes=knobs.trials_per_task, video_fps=video_fps,
         tasks=tuple(manifest.task_ids(suites)), policies=policies, variants=tuple(variant_requests(manifest)),
         cameras=protocol_cameras(manifest), replan_every=knobs.replan_steps, prompt=knobs.prompt, protocol=ref,
-        description=f"{manifest.title or manifest.ref} ({ref.hash})")
+        simulators=simulators, description=f"{manifest.title or manifest.ref} ({ref.hash})")
 
 
 def build_campaign(manifest: Manifest, policy: PolicySpec | Sequence[PolicySpec], suites: tuple[str, ...] | None = None,
                    name: str | None = None, reference: Manifest | None = None,
-                   video_fps: float | None = None) -> CampaignPlan:
+                   video_fps: float | None = None, simulators: dict[str, str] | None = None) -> CampaignPlan:
     """Resolve and plan the campaign of :func:`campaign_spec` (spec errors surface here, before any episode); the
     jobs are cut to the manifest's (task, variant) pairs."""
     if not manifest.variants:
         where = manifest.variant_set.path if manifest.variant_set is not None else "no file"
         raise ManifestError(f"protocol {manifest.ref} lists its variants in upstream's {where}; give an upstream "
                             "checkout with --upstream DIR")
-    spec = campaign_spec(manifest, policy, suites, name, reference, video_fps)
+    spec = campaign_spec(manifest, policy, suites, name, reference, video_fps, simulators)
     tasks = protocol_tasks(manifest, suites)
     planned = prepare_campaign(spec, TaskRegistry(tasks))
     wanted = _pairs(manifest, tasks, suites)
