@@ -107,6 +107,25 @@ def test_a_campaign_built_from_a_manifest_runs_its_knobs():
                                                                           "can you reach the goal position?"}
 
 
+def test_a_served_simulator_runs_a_protocol_campaign_as_the_same_campaign(tmp_path: Path):
+    """``assay run --protocol ... --simulator BACKEND=URL``: every job names the simulator; the campaign, its hash
+    and its keys are the ones run in process (an execution setting); a URL that is not ws:// is one line."""
+    from assay.cli.protocol_build import campaign_plan
+    from assay.errors import SpecError
+
+    path = tmp_path / "mw.json"
+    path.write_text(json.dumps(metaworld_manifest()))
+    here, in_process, _ = campaign_plan(None, str(path), "expert", None)
+    spec, served, manifest = campaign_plan(None, str(path), "expert", None, ["metaworld=ws://127.0.0.1:8711"])
+    assert manifest is not None and spec.simulators == {"metaworld": "ws://127.0.0.1:8711"}
+    assert {j.simulator for j in served.jobs} == {"ws://127.0.0.1:8711"}
+    assert {j.simulator for j in in_process.jobs} == {None}
+    assert spec.content_hash() == here.content_hash()
+    assert [j.key for j in served.jobs] == [j.key for j in in_process.jobs]
+    with pytest.raises(SpecError, match="write BACKEND=ws://HOST:PORT"):
+        campaign_plan(None, str(path), "expert", None, ["metaworld=host:1"])
+
+
 def test_a_remote_policy_resizes_when_the_harness_does():
     from assay.protocols.build import protocol_policy
 
