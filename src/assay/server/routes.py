@@ -134,7 +134,8 @@ async def get_campaign(name: str, store: StoreDep, runs: RunsDep) -> dict[str, A
         each = variant_scope(scoring.variants or ["nominal"], separately=True).to_dict()
         note = coverage_note(DEFAULT_INTERVAL, [r.scored for r in found])
         return {"rates": table, "interval": interval_label(), "coverage_note": note, "rates_scope": each,
-                "completeness": whole.to_dict(), "safety": campaign_interventions(store, name),
+                "completeness": whole.to_dict(), "stamp": scoring.to_dict()["stamp"],
+                "safety": campaign_interventions(store, name),
                 "safety_scope": each,  # a row per policy × task × variant, as the rates
                 "leakage": [leak.to_dict() for leak in stored_leakage(store, name)]}
 
