@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -76,6 +78,7 @@ class Worker:
         self.render_on_demand = render_on_demand
         self._envs: dict[tuple[str, str], list[SimEnv]] = {}
         self._policies: dict[str, Policy] = {}
+        self._idle_since = time.perf_counter()  # when the worker last finished a batch (its queue wait starts)
 
     def _environments(self, job: EpisodeJob, count: int) -> list[SimEnv]:
         """``count`` environments for the job's task, built once and reused (variants apply per episode); a
@@ -119,6 +122,7 @@ class Worker:
         first inference has returned (not at all when that fails or hangs): past it, a hang is in an episode's
         steps, before it in the batch's set-up or first inference."""
         batch = EpisodeBatch.of(jobs)  # the cell's settings, held once (ValueError for a mixed batch)
+        began, idle_s = time.perf_counter(), time.perf_counter() - self._idle_since
         try:
             policy = self._policy(batch.policy.spec)  # first: its imports must precede the renderer's
             envs: list[SimEnv] = [perturbed(env, batch.variant)
@@ -131,7 +135,13 @@ class Worker:
             for recorder in recorders:
                 recorder.fail(fault)
         else:
+            setup_s, started_unix = time.perf_counter() - began, time.time()
             recorders = rollout(envs, policy, batch, render_on_demand=self.render_on_demand, on_started=on_started)
+            for slot, recorder in enumerate(recorders):  # the executor's part of the trace: batch formation
+                recorder.executor = {"batch_size": len(batch), "slot": slot, "pid": os.getpid(),
+                                     "setup_ms": round(setup_s * 1000.0, 3), "idle_ms": round(idle_s * 1000.0, 3),
+                                     "started_unix": round(started_unix, 6)}
+        self._idle_since = time.perf_counter()
         return recorders
 
     def save(self, recorders: Sequence[EpisodeRecorder]) -> list[EpisodeRecord]:
@@ -157,7 +167,8 @@ class Worker:
         """The episode's step table, its videos written first (the step file marks completion)."""
         summary = Summary(recorder.outcome.value if recorder.outcome else "", recorder.steps,
                           recorder.total_return, recorder.success_step)
-        table = build_table(recorder.columns(), {**file_metadata(recorder.job), **seal(summary)})
+        table = build_table(recorder.columns(), {**file_metadata(recorder.job), **seal(summary),
+                                                 **recorder.trace_metadata()})
         for camera, frames in recorder.frames.items():
             write_video(self.store_root, recorder.job.key, camera, frames, recorder.video_rate)
         return table

@@ -25,6 +25,7 @@ from assay.spec.hashing import canonical_json, content_hash, derive_seed
 from assay.spec.names import clean_name
 from assay.spec.policy import PolicySpec
 from assay.spec.task import CameraSpec, TaskSpec
+from assay.spec.tracing import check_trace_groups
 from assay.spec.variant import Axis, Variant
 
 # A variant as a campaign asks for it: factor -> value ({} is nominal). The factor catalog
@@ -34,7 +35,7 @@ VariantRequest = dict[str, Any]
 # so changing them keeps the campaign (and the stores that hold it) the same campaign.
 EXECUTION_SETTINGS = {"episode_timeout_s", "storage"}
 # Fields added later, left out of the hash and the dump when unset, so older campaigns hash as before.
-OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage")
+OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage", "trace")
 
 
 class Pipeline(str, Enum):
@@ -148,6 +149,9 @@ class CampaignSpec(BaseModel):
     storage: StorageSpec | None = Field(
         default=None, description="how step files are laid out: {pack: episode} (default) or {pack: batch}, one "
                                   "file per batch (an execution setting: not part of the campaign's hash)")
+    trace: tuple[str, ...] | None = Field(
+        default=None, description="opt-in groups of heavy per-layer trace fields (spec.tracing.TRACE_GROUPS; the "
+                                  "cheap fields are always recorded); what is recorded, never what happens")
     description: str = ""
     adaptive: AdaptiveSpec | None = None
 
@@ -214,6 +218,11 @@ class CampaignSpec(BaseModel):
             return tasks
         return type(tasks)(clean_name(t, "task") if isinstance(t, str) else t for t in tasks)
 
+    @field_validator("trace")
+    @classmethod
+    def _trace_groups(cls, trace: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if trace is None else check_trace_groups(trace) or None  # []: none asked, as unset
+
     @field_validator("policies")
     @classmethod
     def _unique_policy_names(cls, policies: tuple[PolicySpec, ...]) -> tuple[PolicySpec, ...]:
@@ -271,6 +280,7 @@ class EpisodeJob:
     safety: bool = False
     video_fps: float | None = None
     pack: bool = False  # write the step table into its batch's pack file (how it is stored: not in the key)
+    trace: tuple[str, ...] = ()  # the opt-in trace groups recorded beside the cheap fields (spec.tracing)
 
     @property
     def cell(self) -> tuple[str, str, str]:
@@ -301,10 +311,12 @@ def episode_key(
     replan_every: int | None = None,
     safety: bool = False,
     video_fps: float | None = None,
+    trace: tuple[str, ...] = (),
 ) -> str:
     """The job's identity. ``instruction`` counts when it differs from the task's own, and
-    ``replan_every`` when set (both change behaviour), and ``video_fps`` when set (it changes what is
-    recorded), so nominal keys stay as they were; ``KEY_FORMAT`` counts from format 2 on."""
+    ``replan_every`` when set (both change behaviour), and ``video_fps`` and the opt-in ``trace`` groups when
+    set (they change what is recorded, never the trajectory), so nominal keys stay as they were; ``KEY_FORMAT``
+    counts from format 2 on."""
     identity: dict[str, Any] = {
         "task": task.id,
         "task_hash": task.content_hash(),
@@ -320,6 +332,8 @@ def episode_key(
         identity["safety"] = SAFETY_FILTER_VERSION
     if video_fps is not None:
         identity["video_fps"] = video_fps
+    if trace:
+        identity["trace"] = sorted(trace)
     if KEY_FORMAT != UNNUMBERED_KEY_FORMAT:
         identity["key_format"] = KEY_FORMAT
     return content_hash(identity, length=24)
@@ -330,7 +344,7 @@ class _CellKeys:
     from job to job serialized once: the same canonical JSON, byte for byte (``tests/test_spec.py``)."""
 
     def __init__(self, task: TaskSpec, variant: Variant, policy: ResolvedPolicy, replan_every: int | None,
-                 safety: bool, video_fps: float | None) -> None:
+                 safety: bool, video_fps: float | None, trace: tuple[str, ...] = ()) -> None:
         fixed: dict[str, Any] = {"task": task.id, "task_hash": task.content_hash(),
                                  "variant": variant.model_dump(mode="json"),
                                  "policy": policy.spec.identity(policy.version)}
@@ -340,6 +354,8 @@ class _CellKeys:
             fixed["safety"] = SAFETY_FILTER_VERSION
         if video_fps is not None:
             fixed["video_fps"] = video_fps
+        if trace:
+            fixed["trace"] = sorted(trace)
         if KEY_FORMAT != UNNUMBERED_KEY_FORMAT:
             fixed["key_format"] = KEY_FORMAT
         # Sorted keys: "instruction" (when it differs) < every fixed key < ... with "seed" in its sorted place.
@@ -379,8 +395,9 @@ def plan(
                     f"campaign {campaign.name!r}: task {task.id} has {task.initial_states} fixed initial states; "
                     f"seed + episodes must be at most {task.initial_states}, not {campaign.seed + campaign.episodes}")
             video_fps = campaign.video_fps if campaign.video_fps is not None else task.video_fps
+            trace = campaign.trace or ()
             for variant in variants:
-                keys = _CellKeys(task, variant, policy, campaign.replan_every, campaign.safety, video_fps)
+                keys = _CellKeys(task, variant, policy, campaign.replan_every, campaign.safety, video_fps, trace)
                 # Only a semantic factor makes the instruction depend on the episode's seed: otherwise one call.
                 per_seed = any(p.axis is Axis.SEMANTIC for p in variant.perturbations)
                 fixed = instruction_for(task, variant, seeds[task.id][0]) if instruction_for and not per_seed and \
@@ -390,7 +407,7 @@ def plan(
                     key = keys.key(seed, instruction)
                     jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
                                            campaign.replan_every, campaign.pipeline, campaign.safety, video_fps,
-                                           campaign.packed))
+                                           campaign.packed, trace))
     return jobs
 
 

@@ -1,0 +1,121 @@
+"""The per-layer trace of a MuJoCo simulator, read after each step: physics, a mocap controller, drawing time.
+
+Everything here reads ``MjData`` and writes nothing into it (``mj_contactForce`` reads the solved constraint
+forces), so a traced episode is the untraced one, bit for bit. The cheap fields cost a few microseconds a step
+(arrays are looked up once, at construction); the opt-in groups (``physics.forces``, ``controller.effort``)
+loop over the step's contacts or constraint rows.
+
+* :class:`PhysicsTrace`: contacts after the step, the deepest penetration, the simulator warnings raised in
+  the step (MuJoCo's counters), and with ``physics.forces`` the contacts' normal forces, the active constraint
+  rows and the solver's iterations.
+* :class:`MocapTrace`: a hand driven by a mocap body through a weld (Meta-World's Sawyer): the target the
+  action moved the mocap to, the components its box held back, the distance from the target to the hand, and
+  with ``controller.effort`` the weld's force.
+* :class:`DrawingTrace`: the time a :class:`~assay.sim.render.CameraRenderer` spent drawing since the last step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from assay.sim.protocol import LayerValue
+from assay.sim.render import CameraRenderer
+
+FORCES = "physics.forces"
+EFFORT = "controller.effort"
+
+
+class PhysicsTrace:
+    """Physics fields of one ``MjModel``/``MjData`` pair."""
+
+    def __init__(self, model: Any, data: Any) -> None:
+        self.model, self.data = model, data
+        self._warnings = data.warning
+        self._seen = np.asarray(self._warnings.number).copy()
+        self._force = np.zeros(6)
+
+    def reset(self) -> None:
+        """A new episode: warnings are counted from here."""
+        self._seen = np.asarray(self._warnings.number).copy()
+
+    def fields(self, groups: frozenset[str]) -> dict[str, LayerValue]:
+        """The step's physics fields (``physics.*``)."""
+        data = self.data
+        contacts = int(data.ncon)
+        deepest = float(data.contact.dist[:contacts].min()) if contacts else 0.0
+        number = np.asarray(self._warnings.number)
+        raised = float(np.maximum(number - self._seen, 0).sum())
+        self._seen = number.copy()
+        fields: dict[str, LayerValue] = {"physics.contacts": float(contacts),
+                                         "physics.penetration": max(0.0, -deepest), "physics.warnings": raised}
+        if FORCES in groups:
+            import mujoco
+
+            total = largest = 0.0
+            for i in range(contacts):
+                mujoco.mj_contactForce(self.model, data, i, self._force)
+                total += float(self._force[0])
+                largest = max(largest, float(self._force[0]))
+            fields.update({"physics.contact_force": total, "physics.max_contact_force": largest,
+                           "physics.constraints": float(data.nefc),
+                           "physics.solver_iterations": float(data.solver_niter[0])})
+        return fields
+
+
+class MocapTrace:
+    """A hand welded to a mocap body whose position each action moves by ``action[:3] × action_scale`` within a
+    box (Meta-World's ``set_xyz_action``), read from ``env`` (its ``data``, ``action_scale``)."""
+
+    def __init__(self, env: Any, hand_body: str = "hand") -> None:
+        self.env = env
+        data = env.data
+        self._mocap, self._xpos = data.mocap_pos, data.xpos
+        self._hand = env.model.body(hand_body).id
+        self._before = self._mocap[0].copy()
+
+    def reset(self) -> None:
+        """A new episode: the target starts where the reset left the mocap body."""
+        self._before = self._mocap[0].copy()
+
+    def fields(self, action: np.ndarray | None, groups: frozenset[str]) -> dict[str, LayerValue]:
+        """The step's controller fields (``controller.*``), for the action it executed."""
+        target = self._mocap[0].copy()
+        fields: dict[str, LayerValue] = {"controller.target": target}
+        if action is not None:
+            wanted = self._before + np.clip(np.asarray(action[:3], dtype=np.float64), -1.0, 1.0) * self.env.action_scale
+            fields["controller.saturated"] = float(np.count_nonzero(np.abs(wanted - target) > 1e-12))
+        gap = target - self._xpos[self._hand]
+        fields["controller.tracking_error"] = math.sqrt(float(gap @ gap))
+        if EFFORT in groups:
+            data = self.env.data
+            import mujoco
+
+            rows = np.asarray(data.efc_type[: data.nefc]) == mujoco.mjtConstraint.mjCNSTR_EQUALITY
+            force = np.asarray(data.efc_force[: data.nefc])[rows]
+            fields["controller.effort"] = math.sqrt(float(force @ force))
+        self._before = target
+        return fields
+
+
+class DrawingTrace:
+    """How long a renderer drew since the previous call (``render.ms``)."""
+
+    def __init__(self, renderers: list[CameraRenderer]) -> None:
+        self.renderers = renderers
+        self._seen = self._spent()
+
+    def reset(self) -> None:
+        """Count from here (a reset's frames are not its first step's)."""
+        self._seen = self._spent()
+
+    def _spent(self) -> float:
+        return sum(r.drawing_s for r in self.renderers)
+
+    def fields(self) -> dict[str, LayerValue]:
+        """The drawing time since the last call, in milliseconds."""
+        spent = self._spent()
+        drawn, self._seen = spent - self._seen, spent
+        return {"render.ms": drawn * 1000.0}
