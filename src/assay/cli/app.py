@@ -98,6 +98,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "export": _entry("Export episodes to other formats.", "learning_commands"),
     "zoo": _entry("The policy zoo: pixel BC checkpoints of graded quality.", "zoo_commands"),
     "store": _entry("Check the store itself, and prune old step files and videos.", "store_commands"),
+    "trace": _entry("Per-layer traces: export them, and find where two runs part.", "trace_commands"),
 }
 
 

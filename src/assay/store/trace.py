@@ -33,6 +33,8 @@ import numpy as np
 import pyarrow as pa
 
 from assay.errors import TraceError
+from assay.store.records import EpisodeRecord
+from assay.store.store import Store
 
 TRACE_FORMAT = 1  # 1: layers policy, action, controller, physics, render, recorder; executor in the metadata
 TRACE_VERSION_KEY = b"trace_version"
@@ -124,8 +126,8 @@ TRACE_FIELDS: tuple[TraceField, ...] = (
     # the controller
     _f("layer.controller.target", C, Stage.COMMAND, V, "m", "the end-effector position the controller is sent to "
        "(Meta-World: the mocap target; LIBERO: the OSC goal)"),
-    _f("layer.controller.saturated", C, Stage.COMMAND, V, "components", "target components held at a limit "
-       "(Meta-World: the mocap box; LIBERO: the OSC's input range)"),
+    _f("layer.controller.saturated", C, Stage.COMMAND, V, "components", "commands held at a limit (Meta-World: "
+       "target components at the mocap box; LIBERO: joint torques at their limits at the step's first substep)"),
     _f("layer.controller.tracking_error", C, Stage.TRACK, V, "m", "the distance from the target to where the "
        "end effector is after the step"),
     _f("layer.controller.effort", C, Stage.TRACK, V, "N or N·m", "the norm of the controller's effort (Meta-World: "
@@ -237,7 +239,6 @@ class EpisodeTrace:
 
     key: str
     steps: int
-    control_hz: float
     columns: dict[str, np.ndarray]
     facts: dict[str, Any]
     context: dict[str, np.ndarray] = field(default_factory=dict)
@@ -263,7 +264,7 @@ def _numpy(column: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(array.to_numpy(zero_copy_only=False))
 
 
-def episode_trace(table: pa.Table, key: str, control_hz: float) -> EpisodeTrace:
+def episode_trace(table: pa.Table, key: str) -> EpisodeTrace:
     """The trace in an episode's step table; TraceError (one line) when the file recorded none."""
     problem = trace_problem(table.schema.metadata)
     if problem is not None:
@@ -277,4 +278,13 @@ def episode_trace(table: pa.Table, key: str, control_hz: float) -> EpisodeTrace:
     columns = {name: _numpy(table.column(name)) for name in table.column_names if field_of(name) is not None}
     context = {name: _numpy(table.column(name)) for name in table.column_names
                if name in ("t", "success", "reward") or name.startswith("info.")}
-    return EpisodeTrace(key, table.num_rows, control_hz, columns, facts if isinstance(facts, dict) else {}, context)
+    return EpisodeTrace(key, table.num_rows, columns, facts if isinstance(facts, dict) else {}, context)
+
+
+def read_trace(store: Store, record: EpisodeRecord) -> EpisodeTrace:
+    """An episode's trace from its step file (checked against its catalog row); TraceError (one line) when it
+    recorded none or its step data is gone."""
+    if record.data_path is None:
+        raise TraceError(f"episode {record.key[:12]} has no step file ({record.outcome.value}"
+                         f"{': ' + record.reason if record.reason else ''}), so no trace")
+    return episode_trace(store.steps(record), record.key)
