@@ -143,8 +143,8 @@ def _episode_events(exported: Exported, pid: int, origin: float) -> list[dict[st
                    {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid[layer],
                     "args": {"sort_index": tid[layer]}}]
 
-    def at(ms: float) -> float:
-        return round(origin + ms * 1000.0, 3)
+    def at(ms: float) -> float:  # at least 0: the clocks' sub-microsecond rounding never puts an event before it
+        return round(max(origin + ms * 1000.0, 0.0), 3)
 
     def span(layer: Layer, name: str, start_ms: float, dur_ms: float, args: dict[str, Any]) -> None:
         if math.isfinite(start_ms) and math.isfinite(dur_ms):
