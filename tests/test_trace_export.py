@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import assay.run.worker as worker_module
+import assay.run.executors as executors
 from assay.cli.app import app
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
-from assay.run.rollout import rollout
+from assay.run.worker import Worker
 from assay.spec import campaign_from_data
 from assay.store import Store
 from assay.store.trace import Layer, read_trace
@@ -164,7 +164,7 @@ def test_an_episode_key_that_matches_nothing_or_several_is_one_line(traced_store
 
 
 def test_a_store_that_recorded_no_trace_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(worker_module, "rollout", functools.partial(rollout, tracing=False))  # as before tracing
+    monkeypatch.setattr(executors, "Worker", functools.partial(Worker, tracing=False))  # as before tracing
     with Store(tmp_path) as store:
         run_campaign(prepare_campaign(campaign_from_data(PENDULUM)), store, InlineExecutor(tmp_path))
         key = next(iter(store.catalog.episodes(campaign=PENDULUM["name"]))).key

@@ -254,12 +254,12 @@ class EpisodeRecorder:
             if field_of(column) is None:
                 continue  # not part of the data contract: a backend's extra field is not recorded
             values = [step.get(name) for step in self.layers]
-            vectors = [v for v in values if isinstance(v, np.ndarray)]
+            vectors = [v for v in values if isinstance(v, np.ndarray | list | tuple)]
             if vectors:
-                width = vectors[0].size
-                blank = np.full(width, np.nan)
-                columns[column] = np.asarray([blank if v is None else np.asarray(v, dtype=np.float64).reshape(width)
-                                              for v in values], dtype=np.float64).reshape(n, width)
+                width = len(vectors[0])
+                blank = [math.nan] * width
+                columns[column] = np.asarray([blank if v is None else v for v in values],
+                                             dtype=np.float64).reshape(n, width)
             else:
                 columns[column] = np.asarray([math.nan if v is None else v for v in values], dtype=np.float64)
         return columns

@@ -298,7 +298,8 @@ class _Episodes:
         """The step's per-layer trace (names without ``layer.``): the environment's own fields, its request, its
         timing on the batch's clock, and the frames drawn for the observation it returned."""
         hook = self.layered[slot]
-        fields: dict[str, Any] = dict(hook(self.groups)) if hook is not None else {}
+        found = hook(self.groups) if hook is not None else {}
+        fields: dict[str, Any] = found if type(found) is dict else dict(found)  # a hook's dict is its to give
         fields["policy.start_ms"], fields["policy.rows"] = request
         fields["physics.start_ms"] = (t1 - self.started) * 1000.0
         fields["physics.ms"] = (t2 - t1) * 1000.0 - float(fields.get("render.ms", 0.0))

@@ -69,13 +69,14 @@ def _build(task: TaskSpec) -> SimEnv:
 class Worker:
     """``store_root``: a directory or an fsspec URL for step files; ``policy_factory`` builds policies
     (a Ray env actor passes one that returns a client of a shared policy server); ``render_on_demand=False``
-    renders every observation (same results, slower: for comparisons)."""
+    renders every observation, ``tracing=False`` records no per-layer trace (same results: for comparisons)."""
 
     def __init__(self, store_root: str | Path, policy_factory: Callable[[PolicySpec], Policy] = make_policy,
-                 render_on_demand: bool = True) -> None:
+                 render_on_demand: bool = True, tracing: bool = True) -> None:
         self.store_root = as_root(store_root)
         self.policy_factory = policy_factory
         self.render_on_demand = render_on_demand
+        self.tracing = tracing
         self._envs: dict[tuple[str, str], list[SimEnv]] = {}
         self._policies: dict[str, Policy] = {}
         self._idle_since = time.perf_counter()  # when the worker last finished a batch (its queue wait starts)
@@ -136,7 +137,8 @@ class Worker:
                 recorder.fail(fault)
         else:
             setup_s, started_unix = time.perf_counter() - began, time.time()
-            recorders = rollout(envs, policy, batch, render_on_demand=self.render_on_demand, on_started=on_started)
+            recorders = rollout(envs, policy, batch, render_on_demand=self.render_on_demand, on_started=on_started,
+                                tracing=self.tracing)
             for slot, recorder in enumerate(recorders):  # the executor's part of the trace: batch formation
                 recorder.executor = {"batch_size": len(batch), "slot": slot, "pid": os.getpid(),
                                      "setup_ms": round(setup_s * 1000.0, 3), "idle_ms": round(idle_s * 1000.0, 3),

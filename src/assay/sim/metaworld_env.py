@@ -175,7 +175,8 @@ class MetaWorldEnv:
 
     def layer_trace(self, groups: frozenset[str]) -> Mapping[str, LayerValue]:
         """The latest step's controller, physics and drawing fields (``sim.mujoco_trace``)."""
-        fields = {**self._controller.fields(self._action, groups), **self._physics.fields(groups)}
+        fields = self._controller.fields(self._action, groups)
+        fields.update(self._physics.fields(groups))
         if self._env._did_see_sim_exception:  # Meta-World stopped integrating: the simulation went unstable
             fields["physics.warnings"] = float(fields["physics.warnings"]) + 1.0
         if self._renderer is not None:

@@ -72,12 +72,15 @@ class PerturbedEnv(SimEnvWrapper):
 
     def layer_trace(self, groups: frozenset[str]) -> Mapping[str, LayerValue]:
         """The wrapped environment's trace and the step's action processing (``action.*``)."""
-        fields = dict(super().layer_trace(groups))
+        inner = super().layer_trace(groups)
+        fields = inner if type(inner) is dict else dict(inner)  # fresh from the wrapped environment: extended
         if self._applied is not None and self._unclipped is not None:
             fields["action.applied"] = self._applied
             fields["action.clipped"] = float(np.count_nonzero(self._applied != self._unclipped))
-            fields["action.delay_steps"] = float(self._latency)
-            fields["action.noise"] = float(np.sqrt(np.sum(np.square(self._noise)))) if self._action_noise else 0.0
+            if self._latency:  # a factor's fields only where the variant sets it: no column of zeros to write
+                fields["action.delay_steps"] = float(self._latency)
+            if self._action_noise:
+                fields["action.noise"] = float(np.sqrt(np.sum(np.square(self._noise))))
         return fields
 
     def _noisy(self, observation: Observation) -> Observation:

@@ -97,4 +97,4 @@ class SupportsLayerTrace(Protocol):
         """Called after each ``step``: the step's trace fields by name without ``layer.`` (``controller.target``,
         ``physics.contacts``, ``render.ms``, ...; ``assay.store.trace`` declares them), the opt-in ones of
         ``groups`` (``spec.tracing.TRACE_GROUPS``) too. Reads the simulator, never changes it; a field the
-        backend has no notion of is left out."""
+        backend has no notion of is left out. The mapping is the caller's to keep (a fresh one each call)."""

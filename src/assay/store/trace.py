@@ -24,17 +24,19 @@ reset's timings). A step file without a trace (written before tracing existed) i
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from assay.errors import TraceError
 from assay.store.records import EpisodeRecord
-from assay.store.store import Store
+
+if TYPE_CHECKING:  # the reader takes a Store; the writer's side (episodes, packs) imports this module
+    from assay.store.store import Store
 
 TRACE_FORMAT = 1  # 1: layers policy, action, controller, physics, render, recorder; executor in the metadata
 TRACE_VERSION_KEY = b"trace_version"
@@ -211,6 +213,13 @@ def check_trace_columns(columns: Mapping[str, Any]) -> None:
     if unknown:
         declared = ", ".join(f.column for f in TRACE_FIELDS if f.column.startswith(LAYER_PREFIX))
         raise TraceError(f"trace column(s) {', '.join(unknown)} are not declared trace fields; declared: {declared}")
+
+
+def codecs(columns: Sequence[str]) -> dict[str, str]:
+    """Each step column's Parquet codec: zstd, except the trace's ``layer.*`` columns, written uncompressed. zstd
+    costs ~35 µs a column chunk whatever its length, ten times a plain chunk's, and the trace's dozen small columns
+    (wall-clock times, contact counts) barely shrink under it; uncompressed they add ~5 KB to a 50-step episode."""
+    return {name: "none" if name.startswith(LAYER_PREFIX) else "zstd" for name in columns}
 
 
 def trace_metadata(groups: tuple[str, ...], facts: Mapping[str, Any]) -> dict[str, str]:
