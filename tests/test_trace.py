@@ -186,3 +186,11 @@ def test_tracing_changes_no_trajectory_on_meta_world(tmp_path: Path):
                                                              "layer.physics.constraints",
                                                              "layer.physics.solver_iterations"}
             assert left.select(shared).equals(right.select(shared))
+
+
+def test_docs_list_every_declared_field_and_group():
+    text = (Path(__file__).parent.parent / "docs" / "TRACE.md").read_text()
+    from assay.spec.tracing import TRACE_GROUPS
+
+    missing = [f.column for f in TRACE_FIELDS if f"`{f.column}{'*' if f.prefix else ''}`" not in text]
+    assert missing == [] and all(group in text for group in TRACE_GROUPS)

@@ -61,7 +61,7 @@ from assay.policies import (
 )
 from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
-from assay.sim import Observation, SimEnv, SupportsFramesOnDemand, SupportsLayerTrace, Transition
+from assay.sim import Observation, SimEnv, SupportsFramesOnDemand, Transition
 from assay.spec import EpisodeJob, Pipeline, SuccessMode, TaskSpec
 from assay.store import Outcome
 
@@ -140,6 +140,13 @@ def _act_rows(policy: SupportsRowAnswers, batch: dict[str, Any], rows: int) -> l
     return [_failed(answer) if isinstance(answer, BaseException) else np.asarray(answer) for answer in answers]
 
 
+def _trace_hook(env: SimEnv) -> Callable[[frozenset[str]], Any] | None:
+    """The environment's ``layer_trace`` (``SupportsLayerTrace``), looked up by name: a runtime Protocol check per
+    environment and batch cost more than a short episode's trace."""
+    hook = getattr(env, "layer_trace", None)
+    return hook if callable(hook) else None
+
+
 Request = tuple[float, int]  # a policy request: when it began (ms on the batch's clock), the rows it asked
 _Queued = tuple[np.ndarray, int, int, float, dict[str, Any] | None, Request]
 
@@ -173,7 +180,7 @@ class _Episodes:
         # the per-layer trace: each environment's own hook (decided once, like the checks above), the opt-in
         # groups, and whether frames are drawn at all
         self.tracing = tracing
-        self.layered = [env.layer_trace if tracing and isinstance(env, SupportsLayerTrace) else None for env in envs]
+        self.layered = [_trace_hook(env) if tracing else None for env in envs]
         self.groups = frozenset(batch.trace)
         self.draws = tracing and bool(batch.task.cameras)
         self.frames_read = True  # whether the policy reads image.*/depth.* (asked after its reset)

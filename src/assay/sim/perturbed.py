@@ -76,7 +76,8 @@ class PerturbedEnv(SimEnvWrapper):
         fields = inner if type(inner) is dict else dict(inner)  # fresh from the wrapped environment: extended
         if self._applied is not None and self._unclipped is not None:
             fields["action.applied"] = self._applied
-            fields["action.clipped"] = float(np.count_nonzero(self._applied != self._unclipped))
+            fields["action.clipped"] = float(sum(a != b for a, b in zip(self._applied.tolist(),
+                                                                        self._unclipped.tolist(), strict=True)))
             if self._latency:  # a factor's fields only where the variant sets it: no column of zeros to write
                 fields["action.delay_steps"] = float(self._latency)
             if self._action_noise:

@@ -11,7 +11,7 @@ caller walks ``.env`` attributes itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,6 @@ from assay.sim.protocol import (
     Observation,
     SimEnv,
     SupportsFramesOnDemand,
-    SupportsLayerTrace,
     SupportsUnwrapped,
     Transition,
 )
@@ -36,8 +35,10 @@ class SimEnvWrapper:
     def __init__(self, env: SimEnv) -> None:
         self.env = env
         self.task = env.task
-        # decided once: a runtime Protocol check on every step would cost more than the trace itself
-        self._inner_trace = env.layer_trace if isinstance(env, SupportsLayerTrace) else None
+        # decided once, by name (SupportsLayerTrace): a runtime Protocol check costs more than a step's trace
+        hook = getattr(env, "layer_trace", None)
+        self._inner_trace: Callable[[frozenset[str]], Mapping[str, LayerValue]] | None = hook if callable(hook) \
+            else None
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         """Reset the wrapped environment."""

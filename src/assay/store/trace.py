@@ -120,9 +120,10 @@ TRACE_FIELDS: tuple[TraceField, ...] = (
     _f("layer.action.applied", A, Stage.PROCESS, V, "action units", "the action the simulator received (after "
        "latency, noise, clipping and the safety filter)"),
     _f("layer.action.clipped", A, Stage.PROCESS, V, "components", "components clipped to the action box"),
-    _f("layer.action.delay_steps", A, Stage.PROCESS, V, "steps", "the injected control latency (control.latency)"),
-    _f("layer.action.noise", A, Stage.PROCESS, V, "action units", "the norm of the action noise drawn "
-       "(action.noise)"),
+    _f("layer.action.delay_steps", A, Stage.PROCESS, V, "steps", "the injected control latency (where the variant "
+       "sets control.latency)"),
+    _f("layer.action.noise", A, Stage.PROCESS, V, "action units", "the norm of the action noise drawn (where the "
+       "variant sets action.noise)"),
     _f("info.safety.", A, Stage.PROCESS, V, "0/1", "the safety filter's verdicts (nan, limit, workspace)",
        prefix=True),
     # the controller
