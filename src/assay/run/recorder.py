@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,9 +37,10 @@ from assay.run.batch import Fault
 from assay.sim import Observation, Transition, conflict_marks, renderer_info
 from assay.spec import ENVIRONMENT_STATE, EpisodeJob
 from assay.store import EpisodeRecord, Outcome
-from assay.store.trace import LAYER_PREFIX, field_of, trace_metadata
+from assay.store.trace import LAYER_PREFIX, TRACE_FIELDS, trace_metadata
 
 _TIMED = {"reset": "reset_s", "policy": "policy_s", "sim": "sim_s"}
+DECLARED = frozenset(f.column for f in TRACE_FIELDS if f.column.startswith(LAYER_PREFIX))  # the layer.* columns
 _Taken = tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]  # state, environment state, frames
 NO_FRAME = -1  # the frame index of a step whose image the video does not hold
 
@@ -248,21 +249,26 @@ class EpisodeRecorder:
         """The declared ``layer.*`` columns of the steps' traces (none when the episode was not traced)."""
         if len(self.layers) != n or n == 0:
             return {}
+        first = tuple(self.layers[0])
+        if all(tuple(step) == first for step in self.layers):  # the usual case: one hook, the same fields
+            named: Iterable[tuple[str, Sequence[Any]]] = zip(first, zip(*(s.values() for s in self.layers),
+                                                                     strict=True), strict=True)
+        else:
+            names = sorted({k for step in self.layers for k in step})
+            named = ((name, [step.get(name) for step in self.layers]) for name in names)
         columns: dict[str, np.ndarray] = {}
-        for name in sorted({k for step in self.layers for k in step}):
+        for name, values in named:
             column = LAYER_PREFIX + name
-            if field_of(column) is None:
+            if column not in DECLARED:
                 continue  # not part of the data contract: a backend's extra field is not recorded
-            values = [step.get(name) for step in self.layers]
-            vectors = [v for v in values if isinstance(v, np.ndarray | list | tuple)]
-            if vectors:
-                width = len(vectors[0])
-                blank = [math.nan] * width
+            shape = next((v for v in values if v is not None), None)
+            if isinstance(shape, np.ndarray | list | tuple):
+                blank = [math.nan] * len(shape)
                 columns[column] = np.asarray([blank if v is None else v for v in values],
-                                             dtype=np.float64).reshape(n, width)
+                                             dtype=np.float64).reshape(n, len(shape))
             else:
                 columns[column] = np.asarray([math.nan if v is None else v for v in values], dtype=np.float64)
-        return columns
+        return dict(sorted(columns.items()))
 
     def trace_metadata(self) -> dict[str, str]:
         """The step file's trace entries: its format and the episode's trace facts (none when not traced)."""

@@ -108,7 +108,6 @@ class MetaWorldEnv:
         self._physics = PhysicsTrace(self._env.model, self._env.data)
         self._controller = MocapTrace(self._env)
         self._drawing = DrawingTrace([self._renderer] if self._renderer is not None else [])
-        self._action: np.ndarray | None = None  # the latest step's action (the controller's trace reads it)
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         """Reset under ``variant`` with the task vector drawn from ``seed`` and frozen for the episode; goal markers
@@ -132,8 +131,6 @@ class MetaWorldEnv:
         self._events.reset(self._perturber.object_body, np.asarray(observation))
         self._skip_frames = False
         self._physics.reset()
-        self._controller.reset()
-        self._action = None
         first = self._observation(observation)
         self._drawing.reset()  # the reset's frames are not the first step's
         return first
@@ -161,7 +158,6 @@ class MetaWorldEnv:
 
     def step(self, action: np.ndarray) -> Transition:
         """One step of the Sawyer environment, with its events as ``info`` and success from Meta-World's own flag."""
-        self._action = action
         observation, reward, terminated, truncated, info = self._env.step(action)
         events = self._events.step(action, np.asarray(observation))  # recorded as info.<event> step columns
         return Transition(
@@ -175,8 +171,8 @@ class MetaWorldEnv:
 
     def layer_trace(self, groups: frozenset[str]) -> Mapping[str, LayerValue]:
         """The latest step's controller, physics and drawing fields (``sim.mujoco_trace``)."""
-        fields = self._controller.fields(self._action, groups)
-        fields.update(self._physics.fields(groups))
+        fields = self._controller.fields(groups)
+        self._physics.fill(fields, groups)
         if self._env._did_see_sim_exception:  # Meta-World stopped integrating: the simulation went unstable
             fields["physics.warnings"] = float(fields["physics.warnings"]) + 1.0
         if self._renderer is not None:

@@ -33,12 +33,12 @@ class PhysicsTrace:
 
     def __init__(self, model: Any, data: Any) -> None:
         self.model, self.data = model, data
-        self._warnings = data.warning
+        self._counters = data.warning.number  # a live view of MuJoCo's warning counters: looked up once
         self._seen = self._raised_so_far()
         self._force = np.zeros(6)
 
     def _raised_so_far(self) -> int:
-        return sum(self._warnings.number.tolist())  # plain Python on 8 counters: a third of NumPy's cost here
+        return sum(self._counters.tolist())  # plain Python on 8 counters: a third of NumPy's cost here
 
     def reset(self) -> None:
         """A new episode: warnings are counted from here."""
@@ -46,14 +46,19 @@ class PhysicsTrace:
 
     def fields(self, groups: frozenset[str]) -> dict[str, LayerValue]:
         """The step's physics fields (``physics.*``)."""
+        fields: dict[str, LayerValue] = {}
+        self.fill(fields, groups)
+        return fields
+
+    def fill(self, fields: dict[str, LayerValue], groups: frozenset[str]) -> None:
+        """Add the step's physics fields to ``fields`` (one dict per step, however many parts fill it)."""
         data = self.data
-        contacts = int(data.ncon)
-        deepest = min(data.contact.dist.tolist()) if contacts else 0.0
+        contacts = data.ncon
+        fields["physics.contacts"] = float(contacts)
+        fields["physics.penetration"] = max(0.0, -min(data.contact.dist.tolist())) if contacts else 0.0
         so_far = self._raised_so_far()
-        raised = so_far - self._seen if so_far >= self._seen else so_far  # a reset of the data zeroes the counters
+        fields["physics.warnings"] = float(so_far - self._seen if so_far >= self._seen else so_far)  # reset: zeroed
         self._seen = so_far
-        fields: dict[str, LayerValue] = {"physics.contacts": float(contacts),
-                                         "physics.penetration": max(0.0, -deepest), "physics.warnings": float(raised)}
         if FORCES in groups:
             import mujoco
 
@@ -65,39 +70,31 @@ class PhysicsTrace:
             fields.update({"physics.contact_force": total, "physics.max_contact_force": largest,
                            "physics.constraints": float(data.nefc),
                            "physics.solver_iterations": float(data.solver_niter[0])})
-        return fields
 
 
 class MocapTrace:
-    """A hand welded to a mocap body whose position each action moves by ``action[:3] × action_scale`` within a
-    box (Meta-World's ``set_xyz_action``), read from ``env`` (its ``data``, ``action_scale``)."""
+    """A hand welded to a mocap body that each action moves within a box (Meta-World's ``set_xyz_action``: the
+    mocap position plus ``action[:3] × action_scale``, clipped to ``mocap_low``/``mocap_high``), read from ``env``.
+    The target's components at the box are the ones it held back (a clipped target lands exactly on it)."""
 
     def __init__(self, env: Any, hand_body: str = "hand") -> None:
         self.env = env
         data = env.data
-        self._mocap, self._xpos = data.mocap_pos, data.xpos
-        self._hand = env.model.body(hand_body).id
-        self._before: list[float] = self._mocap[0].tolist()
+        # live views, looked up once: a lookup through MjData costs more than the arithmetic below
+        self._target, self._hand = data.mocap_pos[0], data.xpos[env.model.body(hand_body).id]
+        self._low = [float(v) for v in np.asarray(env.mocap_low).reshape(-1)[:3]]
+        self._high = [float(v) for v in np.asarray(env.mocap_high).reshape(-1)[:3]]
 
-    def reset(self) -> None:
-        """A new episode: the target starts where the reset left the mocap body."""
-        self._before = self._mocap[0].tolist()
-
-    def fields(self, action: np.ndarray | None, groups: frozenset[str]) -> dict[str, LayerValue]:
-        """The step's controller fields (``controller.*``), for the action it executed. Three components each, in
-        plain Python: a few microseconds a step, where NumPy's call overhead on 3-vectors cost several times that."""
-        x, y, z = now = self._mocap[0].tolist()
-        hx, hy, hz = self._xpos[self._hand].tolist()
-        fields: dict[str, LayerValue] = {"controller.target": now,
-                                         "controller.tracking_error": math.sqrt((x - hx) ** 2 + (y - hy) ** 2 +
-                                                                                (z - hz) ** 2)}
-        if action is not None:
-            scale, (bx, by, bz) = float(self.env.action_scale), self._before
-            ax, ay, az = action[:3].tolist()
-            held = 0  # components the box held back: where the target is not where the action moved it
-            for before, move, target in ((bx, ax, x), (by, ay, y), (bz, az, z)):
-                held += abs(before + min(1.0, max(-1.0, move)) * scale - target) > 1e-9
-            fields["controller.saturated"] = float(held)
+    def fields(self, groups: frozenset[str]) -> dict[str, LayerValue]:
+        """The step's controller fields (``controller.*``). Three components each, in plain Python: a few
+        microseconds a step, where NumPy's call overhead on 3-vectors cost several times that."""
+        x, y, z = now = self._target.tolist()
+        hx, hy, hz = self._hand.tolist()
+        (lx, ly, lz), (ux, uy, uz) = self._low, self._high
+        fields: dict[str, LayerValue] = {
+            "controller.target": now,
+            "controller.saturated": float((x <= lx or x >= ux) + (y <= ly or y >= uy) + (z <= lz or z >= uz)),
+            "controller.tracking_error": math.sqrt((x - hx) ** 2 + (y - hy) ** 2 + (z - hz) ** 2)}
         if EFFORT in groups:
             data = self.env.data
             import mujoco
@@ -105,7 +102,6 @@ class MocapTrace:
             rows = np.asarray(data.efc_type[: data.nefc]) == mujoco.mjtConstraint.mjCNSTR_EQUALITY
             force = np.asarray(data.efc_force[: data.nefc])[rows]
             fields["controller.effort"] = math.sqrt(float(force @ force))
-        self._before = now
         return fields
 
 

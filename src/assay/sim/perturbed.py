@@ -72,7 +72,7 @@ class PerturbedEnv(SimEnvWrapper):
 
     def layer_trace(self, groups: frozenset[str]) -> Mapping[str, LayerValue]:
         """The wrapped environment's trace and the step's action processing (``action.*``)."""
-        inner = super().layer_trace(groups)
+        inner = self._inner_trace(groups) if self._inner_trace is not None else {}
         fields = inner if type(inner) is dict else dict(inner)  # fresh from the wrapped environment: extended
         if self._applied is not None and self._unclipped is not None:
             fields["action.applied"] = self._applied
