@@ -194,3 +194,22 @@ def test_docs_list_every_declared_field_and_group():
 
     missing = [f.column for f in TRACE_FIELDS if f"`{f.column}{'*' if f.prefix else ''}`" not in text]
     assert missing == [] and all(group in text for group in TRACE_GROUPS)
+
+
+@pytest.mark.libero
+@pytest.mark.sim
+def test_a_libero_episode_records_its_osc_controller_and_physics(tmp_path: Path):
+    pytest.importorskip("libero", reason="assay[libero]")
+    data = {"name": "libero-layers", "episodes": 1, "horizon": 6, "policies": ["expert"], "cameras": [],
+            "tasks": ["libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket@2"],
+            "trace": ["physics.forces", "controller.effort"]}
+    with Store(tmp_path) as store:
+        run_campaign(prepare_campaign(campaign_from_data(data)), store, InlineExecutor(tmp_path))
+        [record] = store.catalog.episodes(campaign="libero-layers")
+        trace = read_trace(store, record)
+    c = trace.columns
+    assert c["layer.controller.target"].shape == (6, 3) and c["layer.action.applied"].shape == (6, 7)
+    assert np.all(c["layer.controller.tracking_error"] >= 0) and np.all(c["layer.controller.effort"] > 0)
+    assert set(np.unique(c["layer.controller.saturated"])) <= set(range(8))  # of the arm's 7 joints
+    assert np.all(c["layer.physics.contacts"] > 0) and np.all(c["layer.physics.constraints"] > 0)
+    assert np.all(c["layer.physics.warnings"] == 0)
