@@ -96,6 +96,8 @@ def test_perfetto_export_has_a_lane_per_layer_and_valid_events(traced_store: Pat
     assert {"act"} <= names["policy"] and {"step"} <= names["physics"] and {"draw"} <= names["render"]
     assert {"record"} <= names["recorder"] and {"set-up", "reset", "episode", "point"} <= names["executor"]
     assert {"replan", "action"} & names["action"] and {"command", "saturated"} & names["controller"]
+    episode = [e for e in events if e["name"] == "episode"]
+    assert len(episode) == 2 and all(e["args"]["renderer"].startswith(("osmesa", "egl", "glfw")) for e in episode)
     counters = {e["name"] for e in events if e["ph"] == "C"}
     assert counters == {"controller.tracking_error", "physics.contacts", "physics.penetration"}
     physics = [e for e in events if e.get("cat") == "physics" and e["ph"] == "X" and e["pid"] == 1]
@@ -134,6 +136,7 @@ def test_otlp_export_parses_as_opentelemetry_traces_data(traced_store: Path):
     for members in by_trace.values():
         roots = [s for s in members.values() if not s.parent_span_id]
         assert [r.name for r in roots] == ["episode"]
+        assert "assay.renderer" in {a.key for a in roots[0].attributes}
         assert all(s.parent_span_id in members for s in members.values() if s.parent_span_id)
         assert {e.name for e in roots[0].events} >= {"point of no return"}
         steps = [s for s in members.values() if s.name == "env.step"]

@@ -23,6 +23,7 @@ from assay.report.figures import _pyplot, _svg
 from assay.report.markup import figure, html, join
 from assay.store import EpisodeRecord, Store
 from assay.store.trace import EpisodeTrace, Kind, Layer, field_of, kind_of, read_trace
+from assay.store.trace_export import renderer
 
 MAX_POINTS = 1000  # a lane's series are thinned to at most this many steps
 MAX_EVENTS = 60  # per lane: beyond it, events are a series, not marks
@@ -103,11 +104,15 @@ def timeline(store: Store, record: EpisodeRecord, ponr_step: int | None = None) 
     """The episode's timeline as JSON data: steps, lanes, marks and the video frame of each step."""
     trace = read_trace(store, record)
     rows = _rows(trace.steps)
+    drawn = lanes(trace)
+    drew = renderer(record)
+    if drew is not None:  # the render lane says what drew its frames
+        next(lane for lane in drawn if lane["layer"] == Layer.RENDER.value)["facts"]["renderer"] = drew
     frames = {column[len("observation.images."):]: _series(values, rows) for column, values in trace.columns.items()
               if column.startswith("observation.images.")}
     return {"key": record.key, "steps": trace.steps, "rows": [int(r) for r in rows],
             "outcome": record.outcome.value, "policy": record.policy_name, "task": record.task_id,
-            "variant": record.variant_name, "seed": record.seed, "lanes": lanes(trace),
+            "variant": record.variant_name, "seed": record.seed, "lanes": drawn,
             "marks": marks(record, trace, ponr_step), "frames": frames,
             "video_rate": _video_rate(record, trace)}
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from assay.store.provenance import renderer_label, renderer_of
 from assay.store.records import EpisodeRecord
 from assay.store.trace import LAYER_PREFIX, TRACE_FIELDS, TRACE_FORMAT, EpisodeTrace, Kind, Layer, kind_of
 
@@ -116,6 +117,12 @@ def _origins(episodes: Sequence[Exported]) -> list[float]:
     return [(s - first) * 1e6 for s in starts]
 
 
+def renderer(record: EpisodeRecord) -> str | None:
+    """What drew the episode's frames (``backend: GL renderer``), None when it drew none."""
+    info = renderer_of(record.provenance)
+    return renderer_label(info) if info is not None else None
+
+
 def _label(record: EpisodeRecord) -> str:
     return (f"{record.policy_name} · {record.task_id} · {record.variant_name} · seed {record.seed} · "
             f"{record.outcome.value} ({record.key[:12]})")
@@ -161,8 +168,9 @@ def _episode_events(exported: Exported, pid: int, origin: float) -> list[dict[st
     span(Layer.EXECUTOR, "set-up (policy and environments)", -setup, setup, executor)
     span(Layer.EXECUTOR, "reset", _facts(trace, "reset.start_ms"), _facts(trace, "reset.ms"), {"seed": record.seed})
     span(Layer.EXECUTOR, "episode", _facts(trace, "reset.start_ms"),
-         _facts(trace, "end_ms") - _facts(trace, "reset.start_ms"), {"outcome": record.outcome.value,
-                                                                      "steps": record.steps})
+         _facts(trace, "end_ms") - _facts(trace, "reset.start_ms"),
+         {"outcome": record.outcome.value, "steps": record.steps,
+          **({"renderer": renderer(record)} if renderer(record) else {})})
     latency = trace.columns.get("policy_latency_ms")
     requested = trace.columns.get(LAYER_PREFIX + "policy.start_ms")
     for chunk, first in steps.requests():
@@ -266,6 +274,7 @@ def _episode_spans(exported: Exported) -> list[dict[str, Any]]:
                   {"assay.episode_key": record.key, "assay.policy": record.policy_name, "assay.task": record.task_id,
                    "assay.variant": record.variant_name, "assay.seed": record.seed,
                    "assay.outcome": record.outcome.value, "assay.steps": record.steps,
+                   "assay.renderer": renderer(record),
                    **{f"assay.{k}": v for k, v in trace.facts.items() if isinstance(v, (int, float, str))}},
                   events, record.reason if record.outcome.value == "error" else None)]
     setup = _facts(trace, "executor.setup_ms")
