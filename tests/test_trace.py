@@ -184,6 +184,7 @@ def test_tracing_changes_no_trajectory_on_meta_world(tmp_path: Path):
             assert set(right.column_names) - set(shared) == {"layer.physics.contact_force", "layer.controller.effort",
                                                              "layer.physics.max_contact_force",
                                                              "layer.physics.constraints",
+                                                             "layer.physics.constraint_violation",
                                                              "layer.physics.solver_iterations"}
             assert left.select(shared).equals(right.select(shared))
 

@@ -7,7 +7,7 @@ loop over the step's contacts or constraint rows.
 
 * :class:`PhysicsTrace`: contacts after the step, the deepest penetration, the simulator warnings raised in
   the step (MuJoCo's counters), and with ``physics.forces`` the contacts' normal forces, the active constraint
-  rows and the solver's iterations.
+  rows, the largest constraint violation and the solver's iterations.
 * :class:`MocapTrace`: a hand driven by a mocap body through a weld (Meta-World's Sawyer): the target the
   action moved the mocap to, the components its box held back, the distance from the target to the hand, and
   with ``controller.effort`` the weld's force.
@@ -67,8 +67,13 @@ class PhysicsTrace:
                 mujoco.mj_contactForce(self.model, data, i, self._force)
                 total += float(self._force[0])
                 largest = max(largest, float(self._force[0]))
+            rows = data.nefc
+            kinds, positions = np.asarray(data.efc_type[:rows]), np.asarray(data.efc_pos[:rows])
+            equality = kinds == mujoco.mjtConstraint.mjCNSTR_EQUALITY
+            violation = max(float(np.abs(positions[equality]).max(initial=0.0)),
+                            float((-positions[~equality]).max(initial=0.0)))
             fields.update({"physics.contact_force": total, "physics.max_contact_force": largest,
-                           "physics.constraints": float(data.nefc),
+                           "physics.constraints": float(rows), "physics.constraint_violation": violation,
                            "physics.solver_iterations": float(data.solver_niter[0])})
 
 

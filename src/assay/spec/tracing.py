@@ -10,8 +10,8 @@ from __future__ import annotations
 
 # group -> what it adds (the fields themselves are declared in assay.store.trace)
 TRACE_GROUPS: dict[str, str] = {
-    "physics.forces": "contact normal forces (sum and largest, N), the constraint rows and the solver's iterations "
-                      "of each step",
+    "physics.forces": "contact normal forces (sum and largest, N), the constraint rows, the largest constraint "
+                      "violation and the solver's iterations of each step",
     "controller.effort": "the controller's effort: the force holding the hand to its target (Meta-World's mocap "
                          "weld) or the joint torques commanded (LIBERO's OSC), and how many are at their limit",
 }

@@ -152,6 +152,9 @@ TRACE_FIELDS: tuple[TraceField, ...] = (
        group="physics.forces"),
     _f("layer.physics.constraints", PH, Stage.SIMULATE, V, "rows", "active constraint rows (contacts, limits, "
        "equalities)", group="physics.forces"),
+    _f("layer.physics.constraint_violation", PH, Stage.SIMULATE, V, "m or rad", "the largest constraint "
+       "violation among the active rows (an equality's residual, a limit's or a contact's penetration)",
+       group="physics.forces"),
     _f("layer.physics.solver_iterations", PH, Stage.SIMULATE, V, "iterations", "the constraint solver's "
        "iterations in the step's last physics substep", group="physics.forces"),
     # rendering
