@@ -24,14 +24,17 @@ ALLOWED = {
     "policies": {"spec"},
     "store": {"spec"},
     "testing": {"spec", "sim", "policies"},
-    "run": {"spec", "sim", "policies", "store"},
+    "served": {"spec", "sim", "policies"},
+    "run": {"spec", "sim", "policies", "store", "served"},
     "metrics": {"spec", "store"},
     "failures": {"spec", "sim", "policies", "store", "metrics"},
-    "twin": {"spec", "sim", "policies", "store", "metrics", "failures", "run"},
-    "learning": {"spec", "sim", "policies", "store", "run", "metrics", "failures"},
+    "twin": {"spec", "sim", "policies", "store", "metrics", "failures", "run", "served"},
+    "learning": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "served"},
     "report": {"spec", "store", "metrics", "failures"},
-    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "report", "server"},
-    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "report", "server", "cli"},
+    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "report", "server",
+               "served"},
+    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "report", "server", "cli",
+            "served"},
 }
 
 

@@ -29,7 +29,7 @@ from assay.cli.lazy import subgroup
 from assay.cli.options import AddressOpt
 from assay.cli.progress import CampaignProgress, interrupt_told
 from assay.cli.scoring import AllowPartialOpt, VariantScopeOpt, scored_campaign
-from assay.errors import AssayError
+from assay.errors import AssayError, SpecError
 from assay.metrics import entries_of, missing_rows, rate_rows, write_results_csv
 from assay.metrics.adaptive import judge_for
 from assay.metrics.adaptive_power import equal_power_view
@@ -94,10 +94,14 @@ def run(
         "--progress-every", min=0.0, metavar="SECONDS",
         help="Without a terminal (a cluster log, CI), print a progress line to stderr this often.")] = 30.0,
     json_out: JsonOpt = False,
+    simulator: Annotated[list[str] | None, typer.Option(
+        "--simulator", metavar="BACKEND=ws://HOST:PORT", help="Step BACKEND's environments on the simulator `assay "
+        "serve-sim BACKEND` serves there (repeat per backend; overrides the campaign's simulators:); the episodes "
+        "are the same.")] = None,
 ) -> None:
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
     with user_errors():
-        spec = campaign_file(campaign)
+        spec = with_simulators(campaign_file(campaign), simulator or [])
         with campaign_errors(campaign):
             planned = prepare_campaign(spec)
         if (weak := power_warning(spec)) is not None:
@@ -124,6 +128,20 @@ def run(
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
             _report_run(opened, spec, planned, summary, adaptive, json_out, fail_under,
                         warned_software=slow_frames is not None, allow_errors=allow_errors)
+
+
+def with_simulators(spec: CampaignSpec, given: list[str]) -> CampaignSpec:
+    """``spec`` with ``--simulator BACKEND=URL`` options over its ``simulators:``."""
+    if not given:
+        return spec
+    served = dict(spec.simulators or {})
+    for item in given:
+        backend, _, url = item.partition("=")
+        if not url.startswith(("ws://", "wss://")):
+            raise SpecError(f"--simulator {item!r}: write BACKEND=ws://HOST:PORT (where `assay serve-sim BACKEND "
+                            "--port PORT` listens)")
+        served[backend.strip()] = url.strip()
+    return spec.model_copy(update={"simulators": served})
 
 
 def software_rendering(planned: CampaignPlan, executor: str, address: str | None) -> str | None:

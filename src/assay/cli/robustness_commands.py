@@ -24,6 +24,7 @@ from assay.metrics import (
 from assay.run import make_executor, prepare_campaign, run_campaign
 from assay.sim import get_factor
 from assay.spec import campaign_from_data, content_hash
+from assay.spec.libero_catalog import PLUS_LABEL
 from assay.store import EpisodeRecord, Store
 
 RETENTION_CI = "95% CI (MOVER-R)"  # metrics.intervals.retention_interval: the method is named where it is shown
@@ -76,7 +77,7 @@ def print_profile(document: dict[str, Any]) -> None:
                         p["worst_variant"] or "-", _fmt(p["worst_retention"]))
     render.console.print(profile)
     if document.get("categories"):
-        categories = Table(title="LIBERO-Plus robustness profile (pooled over each category's levels)",
+        categories = Table(title=f"{PLUS_LABEL}: robustness profile (pooled over each category's levels)",
                            title_justify="left")
         for column in ("policy", "category", "variants", "pairs", "nominal", "variant", "retention", label,
                        "worst variant", "worst retention"):

@@ -164,6 +164,8 @@ class FlywheelDesign(BaseModel):
     obs: Literal["state", "image+proprio"] = "state"  # what every arm's policy sees: state BC, or pixel BC
     # (assay.learning.pixel_bc) on a square front camera of camera_size px that pool, probe and evaluation record
     camera_size: int = Field(default=64, ge=16, le=256)
+    inputs: Literal["state", "state+environment"] = "state"  # what a state BC reads: the recorded state, and
+    # with state+environment the recorded environment_state too (LIBERO's goal positions: assay.learning.bc)
     epochs: int = Field(default=100, ge=1)
     hidden: tuple[int, ...] = (256, 256)
     bootstrap: int = Field(default=10000, ge=100)
@@ -185,6 +187,12 @@ class FlywheelDesign(BaseModel):
             raise ValueError("declare the primary endpoint before the run: primary: {test: ttest, unit: replicate} "
                              "(t test over the replicate differences) or {test: mcnemar, unit: scene}")
         return data
+
+    @model_validator(mode="after")
+    def _inputs_of_state_bc(self) -> FlywheelDesign:
+        if self.inputs != "state" and self.obs != "state":
+            raise ValueError(f"inputs {self.inputs} is what a state BC reads; obs {self.obs} reads pixels")
+        return self
 
     @model_validator(mode="after")
     def _pixel_arms_have_frames(self) -> FlywheelDesign:

@@ -139,14 +139,15 @@ class Learner:
 
     def train(self, demos: Sequence[Demo], folder: Path, arm: str) -> tuple[Path, str]:
         """(checkpoint path, version) of ``demos`` trained with the design's settings."""
-        from assay.policies.bc import checkpoint_version
+        from assay.policies.bc import CHECKPOINT_FORMAT, checkpoint_version
 
         design = self.design
         config: TrainConfig | PixelTrainConfig
         described: object  # what of the config names the checkpoint (a state design's as before pixel designs)
         if design.obs == "state":
-            config = TrainConfig(seed=self.seed, epochs=design.epochs, hidden=design.hidden)
-            described = [config.seed, config.epochs, list(config.hidden), config.batch_size, config.lr]
+            config = TrainConfig(seed=self.seed, epochs=design.epochs, hidden=design.hidden, inputs=design.inputs)
+            described = [config.seed, config.epochs, list(config.hidden), config.batch_size, config.lr,
+                         config.inputs, CHECKPOINT_FORMAT]  # a checkpoint of another trainer is not reused
         else:
             config = PixelTrainConfig(seed=self.seed, epochs=design.epochs, hidden=design.hidden,
                                       image_size=design.camera_size)

@@ -255,6 +255,10 @@ def remote_version(spec: PolicySpec, metadata: dict[str, Any]) -> str:
     """A served policy's version: what the server declares (policy, params, version, served task,
     contract), not its URL, so a restarted server gives the same keys and another checkpoint or task
     gives new ones. A server that declares no identity (a plain openpi server) needs ``version:``."""
+    if str(metadata.get("protocol", "")).startswith("assay-sim/"):  # what `assay serve-sim` sends first
+        raise SpecError(f"policy {spec.name!r}: the server at {spec.remote} is a simulator server (`assay serve-sim "
+                        f"{metadata.get('backend')}`), not a policy server: point `remote:` at `assay serve-policy`, "
+                        f"and name that simulator under `simulators: {{{metadata.get('backend')}: {spec.remote}}}`")
     served: dict[str, Any] = metadata["assay"] if isinstance(metadata.get("assay"), dict) else {}
     declared: dict[str, Any] = {k: served.get(k) for k in ("policy", "source", "params", "version", "task", "sessions")
                                 if served.get(k) is not None}

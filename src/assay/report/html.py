@@ -24,6 +24,7 @@ from assay.report.data import ReportData
 from assay.report.flywheel import section as flywheel_section
 from assay.report.markup import figure, html, join, number, pct, render, table
 from assay.report.reliability import section as reliability_section
+from assay.spec.libero_catalog import PLUS_LABEL
 from assay.store import Store
 
 
@@ -96,14 +97,16 @@ def _robustness(data: ReportData) -> Markup:
 
 
 def _categories(data: ReportData) -> Markup:
-    """LIBERO-Plus's per-category profile, where the campaign ran its factors."""
+    """The per-category profile over the LIBERO-Plus-style axes, where the campaign ran their factors."""
     if not data.categories:
         return Markup("")
     rows = [[c.policy, c.category, str(c.variants), str(c.pairs), number(c.retention),
              f"[{number(c.ci_low)}, {number(c.ci_high)}]" if c.ci_low is not None else "–",
              c.worst_variant or "–", number(c.worst_retention)] for c in data.categories]
-    return join([Markup("<h3>By LIBERO-Plus category</h3><p class='muted'>Retention pooled over every level of every "
-                        "variant of the category, with the MOVER-R interval of the pooled paired counts.</p>"),
+    return join([Markup(f"<h3>By category: {PLUS_LABEL}</h3><p class='muted'>Retention pooled over every level of "
+                        "every variant of the category, with the MOVER-R interval of the pooled paired counts. These "
+                        "are Assay's procedural axes after LIBERO-Plus's seven categories, not LIBERO-Plus's "
+                        "released variant set.</p>"),
                  table(["policy", "category", "variants", "pairs", "retention", "95% CI", "worst variant",
                         "its retention"], rows, {2, 3, 4, 5, 7})])
 

@@ -39,6 +39,7 @@ from assay.run.catalog_writer import CatalogWriter, CommitPolicy
 from assay.run.executors import Executor
 from assay.run.leases import DEFAULT_LEASE_S, Leases
 from assay.run.plan import CampaignPlan, CampaignSummary
+from assay.served import check_served_backends, check_simulators
 from assay.sim import TaskRegistry, default_registry, instruct, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
 from assay.spec import CampaignSpec, EpisodeJob, TaskSpec, Variant, batch_jobs, plan
@@ -105,6 +106,7 @@ def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -
             for task in tasks:
                 check_supports(policies[-1], task)
                 check_policy_contract(policies[-1], task)  # the handshake: before episode 1, never during
+    check_served_backends(spec.simulators or {}, tasks, spec.safety)  # e.g. a backend that runs only served
     with located("episodes"):
         jobs = plan(spec, list(tasks), policies, variants, instruct)
     return CampaignPlan(spec, tasks, tuple(policies), tuple(variants), tuple(jobs))
@@ -180,6 +182,8 @@ def _run_pending(campaign: CampaignPlan, store: Store, run: _Run, save_plan: boo
     if run.on_start is not None:
         run.on_start(summary)
     batches = batch_jobs(pending, spec.envs_per_worker)
+    if pending and spec.simulators:  # the served simulators' handshake: before episode 1, never during
+        check_simulators(spec.simulators, [t for t in campaign.tasks if t.backend in spec.simulators], spec.safety)
     _warn_capacity(campaign, run.executor, batches)
     with Leases(store, spec.name, run.lease_s) as leases, \
             CatalogWriter(_released(store, leases), run.commit) as writer:  # closing commits what finished

@@ -33,9 +33,9 @@ from assay.spec.variant import Axis, Variant
 VariantRequest = dict[str, Any]
 # Fields that change how a campaign is executed, never what its episodes are: left out of its hash,
 # so changing them keeps the campaign (and the stores that hold it) the same campaign.
-EXECUTION_SETTINGS = {"episode_timeout_s", "storage"}
+EXECUTION_SETTINGS = {"episode_timeout_s", "storage", "simulators"}
 # Fields added later, left out of the hash and the dump when unset, so older campaigns hash as before.
-OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage", "trace")
+OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage", "trace", "simulators")
 
 
 class Pipeline(str, Enum):
@@ -152,8 +152,21 @@ class CampaignSpec(BaseModel):
     trace: tuple[str, ...] | None = Field(
         default=None, description="opt-in groups of heavy per-layer trace fields (spec.tracing.TRACE_GROUPS; the "
                                   "cheap fields are always recorded); what is recorded, never what happens")
+    simulators: dict[str, str] | None = Field(
+        default=None, description="served simulators by backend, e.g. {libero: ws://HOST:PORT} (`assay serve-sim`): "
+                                  "those backends' environments are stepped there, with the same episodes (an "
+                                  "execution setting: not part of the campaign's hash)")
     description: str = ""
     adaptive: AdaptiveSpec | None = None
+
+    @field_validator("simulators")
+    @classmethod
+    def _websocket_urls(cls, simulators: dict[str, str] | None) -> dict[str, str] | None:
+        for backend, url in (simulators or {}).items():
+            if not url.startswith(("ws://", "wss://")):
+                raise ValueError(f"simulators.{backend}: {url!r} is not a websocket URL; write ws://HOST:PORT "
+                                 f"(where `assay serve-sim {backend} --port PORT` listens)")
+        return simulators
 
     @property
     def packed(self) -> bool:
@@ -281,6 +294,7 @@ class EpisodeJob:
     video_fps: float | None = None
     pack: bool = False  # write the step table into its batch's pack file (how it is stored: not in the key)
     trace: tuple[str, ...] = ()  # the opt-in trace groups recorded beside the cheap fields (spec.tracing)
+    simulator: str | None = None  # the served simulator (ws:// URL) that steps it (how it is run: not in the key)
 
     @property
     def cell(self) -> tuple[str, str, str]:
@@ -373,6 +387,12 @@ class _CellKeys:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
+def _samples_layouts(variant: Variant) -> bool:
+    """Whether a variant draws each episode's layout from its seed instead of a fixed initial state
+    (``libero.init: sampled``): then any seed is a scene of its own."""
+    return any(p.factor == "libero.init" and p.value == "sampled" for p in variant.perturbations)
+
+
 def plan(
     campaign: CampaignSpec,
     tasks: list[TaskSpec],
@@ -390,13 +410,16 @@ def plan(
     seeds = {task.id: [episode_seed(campaign.seed, task, i) for i in range(campaign.episodes)] for task in tasks}
     for policy in policies:
         for task in tasks:
-            if task.initial_states and campaign.seed + campaign.episodes > task.initial_states:
-                raise SpecError(
-                    f"campaign {campaign.name!r}: task {task.id} has {task.initial_states} fixed initial states; "
-                    f"seed + episodes must be at most {task.initial_states}, not {campaign.seed + campaign.episodes}")
             video_fps = campaign.video_fps if campaign.video_fps is not None else task.video_fps
             trace = campaign.trace or ()
+            simulator = (campaign.simulators or {}).get(task.backend)
             for variant in variants:
+                if task.initial_states and not _samples_layouts(variant) and \
+                        campaign.seed + campaign.episodes > task.initial_states:
+                    raise SpecError(
+                        f"campaign {campaign.name!r}: task {task.id} has {task.initial_states} fixed initial states; "
+                        f"seed + episodes must be at most {task.initial_states}, not "
+                        f"{campaign.seed + campaign.episodes} (or sample layouts: libero.init: sampled)")
                 keys = _CellKeys(task, variant, policy, campaign.replan_every, campaign.safety, video_fps, trace)
                 # Only a semantic factor makes the instruction depend on the episode's seed: otherwise one call.
                 per_seed = any(p.axis is Axis.SEMANTIC for p in variant.perturbations)
@@ -407,7 +430,7 @@ def plan(
                     key = keys.key(seed, instruction)
                     jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
                                            campaign.replan_every, campaign.pipeline, campaign.safety, video_fps,
-                                           campaign.packed, trace))
+                                           campaign.packed, trace, simulator))
     return jobs
 
 
