@@ -11,7 +11,7 @@ from assay.policies import ExpertPolicy, PolicyContext
 from assay.testing import ConstantPolicy, FunctionEnv, fake_task
 
 __all__ = ["ConstantPolicy", "FlakyExpert", "FunctionEnv", "GainPolicy", "SloppyExpert", "WrongShape",
-           "comparable_steps", "fake_task", "kill_after_episodes", "record_as_error"]
+           "comparable_steps", "fake_task", "kill_after_episodes", "record_as_error", "untimed"]
 
 
 class FlakyExpert:
@@ -36,16 +36,26 @@ class FlakyExpert:
         return actions
 
 
+def untimed(table: Any) -> Any:
+    """A step table without what the wall clock and the batching decide: the trace's timing and context columns
+    (the request latency, when each layer ran, how many rows a request or a server batch held) and the trace
+    facts in its metadata (the executor's timings); what the episode's inputs decide stays."""
+    from assay.store.trace import TRACE_META_KEY, Kind, kind_of
+
+    kept = table.drop_columns([c for c in table.column_names if kind_of(c) in (Kind.TIMING, Kind.CONTEXT)
+                               and not c.startswith("observation.images.")])
+    metadata = {k: v for k, v in (kept.schema.metadata or {}).items() if k != TRACE_META_KEY}
+    return kept.replace_schema_metadata(metadata)
+
+
 def comparable_steps(store: Any, record: Any) -> bytes | None:
-    """An episode's step data minus wall-clock latency, as bytes: equal bytes mean a bit-identical
+    """An episode's step data minus wall-clock facts (``untimed``), as bytes: equal bytes mean a bit-identical
     episode (NaN events included, which a table comparison would call unequal)."""
     import pyarrow as pa
 
     if record.data_path is None:
         return None
-    table = store.steps(record)
-    # wall-clock facts: the request latency, and how many requests the server happened to batch together
-    table = table.drop_columns([c for c in ("policy_latency_ms", "trace.server_batch_size") if c in table.column_names])
+    table = untimed(store.steps(record))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

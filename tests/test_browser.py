@@ -101,7 +101,7 @@ def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report
     assert ponr_cell == expected
     shot(page, "campaign", tmp_path)
 
-    failures.first.locator("a").click()
+    failures.first.locator("a[href^='#/e/']").click()  # the episode viewer (the row also links its timeline)
     video = page.locator("video#video")
     video.wait_for()
     # the video really plays: its clock advances and the plot cursor follows it
@@ -215,8 +215,11 @@ def test_report_renders_offline_in_the_browser(report_store: Path, page: object,
     page.on("request", lambda request: requests.append(request.url))
     page.goto(path.as_uri())
     page.locator("#gallery video").first.wait_for()
-    # leaderboard, checkpoint forest, robustness, open loop, outcomes, and a distance trace per gallery card
-    assert page.locator("section svg").count() == 5 + page.locator("#gallery video").count()
+    # leaderboard, checkpoint forest, robustness, open loop, outcomes, a distance trace per gallery card, and each
+    # gallery card's per-layer timeline
+    cards = page.locator("#gallery .card").count()
+    assert page.locator("#timelines svg").count() == cards
+    assert page.locator("section svg").count() == 5 + page.locator("#gallery video").count() + cards
     assert page.evaluate("Array.from(document.querySelectorAll('section svg'))"
                          ".every(s => s.getBoundingClientRect().width > 100)")
     assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth === 64)")

@@ -143,7 +143,7 @@ def test_a_server_without_identity_needs_a_version_and_its_declarations_are_in_t
     assert remote_version(plain, served) != remote_version(plain, {**served, **IMAGE_CONTRACT})
 
 
-def test_the_server_batch_size_is_recorded_per_step():
+def test_the_server_batch_size_and_timings_are_recorded_per_step():
     task = state_task(horizon=3)
     envs = [FunctionEnv(task, lambda s, t, a: Transition({"state": np.zeros(39)}, 0.0, False, False, False, {}))
             for _ in range(3)]
@@ -156,6 +156,10 @@ def test_the_server_batch_size_is_recorded_per_step():
     sizes = [trace["server_batch_size"] for recorder in recorders for trace in recorder.traces]
     assert len(sizes) == 9 and all(1 <= size <= 3 for size in sizes)
     assert max(sizes) > 1  # three concurrent rows within 50 ms: batched together
+    # the server's own timing of each request, next to the client's round trip (the trace's policy layer)
+    for trace in (t for recorder in recorders for t in recorder.traces):
+        assert {"server_queue_ms", "server_infer_ms", "client_round_trip_ms"} <= set(trace)
+        assert trace["client_round_trip_ms"] >= trace["server_infer_ms"] >= 0.0
 
 
 def test_contract_mode_and_gripper_are_checked_on_meta_world():

@@ -108,12 +108,15 @@ def test_report_is_one_self_contained_file(report_store: Path, tmp_path: Path) -
     parsed = _Collector()
     parsed.feed(html)
     assert parsed.sections == ["leaderboard", "rates", "reliability", "checkpoints", "robustness", "real-to-sim",
-                               "openloop", "failures", "gallery", "regression", "integrity", "provenance"]
+                               "openloop", "failures", "gallery", "timelines", "regression", "integrity",
+                               "provenance"]
     # nothing fetched from anywhere: every src/href is an in-page anchor or a data: URI
     assert parsed.urls and all(u.startswith(("#", "data:")) for u in parsed.urls), \
         [u[:40] for u in parsed.urls if not u.startswith(("#", "data:"))]
-    # leaderboard, checkpoint forest, robustness, open loop, outcomes, and one trace per gallery card
-    assert parsed.tags["svg"] == 5 + parsed.tags["video"]
+    # leaderboard, checkpoint forest, robustness, open loop, outcomes, one trace per gallery card, and one per-layer
+    # timeline per gallery card (every card links to its own)
+    assert parsed.tags["svg"] == 5 + 2 * parsed.tags["video"]
+    assert html.count("class='timeline-link'") == parsed.tags["video"]
     assert parsed.tags["video"] >= 4 and parsed.tags["img"] >= 4 * parsed.tags["video"]  # keyframes + a video per card
     assert "data:video/mp4;base64," in html and "<script src" not in html
     assert "not validated for sign-off" in html

@@ -217,3 +217,31 @@ def test_a_served_environment_passes_the_backend_conformance_kit_cameras_and_fra
         finally:
             env.close()
             close_links()
+
+
+@pytest.mark.sim
+def test_a_served_episode_is_traced_on_the_campaigns_side_and_exports(tmp_path):
+    """A served simulator has no ``layer_trace`` hook: its episodes record the policy, action, physics-timing,
+    render and recorder fields (the heavy groups asked for add nothing), and read, export and diff as any other."""
+    from typer.testing import CliRunner
+
+    from assay.cli.app import app
+    from assay.store.trace import Layer, read_trace
+    from assay.store.trace_export import Exported, otlp, perfetto
+
+    camera = {"name": "front", "width": 24, "height": 24}
+    with served("metaworld", clients=1) as server:
+        spec = _campaign("traced", {"metaworld": server.url}, episodes=1, horizon=10, cameras=[camera],
+                         video_fps=20, trace=["physics.forces", "controller.effort"],
+                         policies=[{"name": "expert", "builtin": "expert"}], variants=[{}, {"action.noise": 0.1}])
+        _, summary, rows = _run(tmp_path, spec)
+    assert rows == 2 and summary.outcomes["error"] == 0
+    with Store(tmp_path) as store:
+        episodes = [Exported(r, read_trace(store, r)) for r in store.catalog.episodes(campaign="traced")]
+    for episode in episodes:
+        assert episode.trace.of(Layer.ACTION) and episode.trace.of(Layer.POLICY) and episode.trace.of(Layer.RECORDER)
+        assert not episode.trace.of(Layer.CONTROLLER)  # the backend's own part stays on the server, untraced
+    assert perfetto(episodes)["traceEvents"] and otlp(episodes)["resourceSpans"]
+    result = CliRunner().invoke(app, ["trace", "diff", "traced:expert:nominal", "traced:expert:action.noise=0.1",
+                                      "--store", str(tmp_path)])
+    assert result.exit_code == 0 and "first diverges in action" in result.output, result.output

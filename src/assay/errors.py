@@ -15,7 +15,8 @@ them import them from here::
     ├── StoreError             the store or catalog cannot be read or written
     │   ├── WriteError             a file could not be written (where, and the OS's reason)
     │   ├── UndecodableRow         a catalog row that does not decode into an EpisodeRecord
-    │   └── DuplicateEpisodes      two episodes of one column on one paired row of a seed table
+    │   ├── DuplicateEpisodes      two episodes of one column on one paired row of a seed table
+    │   └── TraceError             no per-layer trace to read, or two sides with nothing to pair
     ├── BundleError            a result bundle that fails its SHA-256 manifest or cannot be read
     ├── ResultsCsvError        a results CSV that cannot be used (file and row named)
     ├── DataQueryError         a training-data query that does not parse or selects nothing
@@ -104,6 +105,11 @@ class BundleError(AssayError):
 
 class StoreError(AssayError):
     """The store directory or the catalog cannot be used."""
+
+
+class TraceError(StoreError):
+    """An episode or campaign has no per-layer trace to read (recorded before tracing, or pruned), or two
+    campaigns have no paired episodes to compare; the message says which and what to do."""
 
 
 class WriteError(StoreError):

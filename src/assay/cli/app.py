@@ -118,6 +118,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "equivalence": _entry("Run one campaign under two environments (package versions, renderer) on paired seeds: a "
                           "TOST verdict on the success rates at --margin, the package and renderer differences, and "
                           "the trajectories' and pixels' differences.", "equivalence_commands"),
+    "trace": _entry("Per-layer traces: export them, and find where two runs part.", "trace_commands"),
 }
 
 

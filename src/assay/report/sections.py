@@ -15,6 +15,8 @@ from assay.failures import step_arrays
 from assay.report import figures
 from assay.report.data import GalleryItem, ReportData
 from assay.report.markup import figure, html, join, number, pct, render, table
+from assay.report.timeline import anchor as timeline_anchor
+from assay.report.timeline import timelines_section
 from assay.store import Store
 from assay.store.roots import local_path
 
@@ -217,12 +219,23 @@ def _media(item: GalleryItem, store: Store, embed_video: bool, out_dir: Path) ->
     return media
 
 
+def _timeline_link(item: GalleryItem) -> Markup:
+    return html("<p><a class='timeline-link' href='#{}'>per-layer timeline</a></p>", timeline_anchor(item.record.key))
+
+
+def timelines(data: ReportData, store: Store) -> Markup:
+    """Each gallery failure's per-layer timeline (the gallery's cards link to them)."""
+    return timelines_section(store, [(item.record, item.facts.ponr.point if item.facts is not None and
+                                      item.facts.ponr is not None else None) for item in data.gallery])
+
+
 def gallery(data: ReportData, store: Store, embed_video: bool, out_dir: Path) -> Markup:
     """The failure gallery: a card per episode with its facts, trace, keyframes and video."""
     if not data.gallery:
         return Markup("<p class='muted'>No failed episodes.</p>")
     cards = [render("card.html", record=item.record, facts=_facts(item),
-                    media=join(_media(item, store, embed_video, out_dir))) for item in data.gallery]
+                    media=join([*_media(item, store, embed_video, out_dir), _timeline_link(item)]))
+             for item in data.gallery]
     total = data.unsuccessful
     more = html("<p class='muted'>Showing {} of {} unsuccessful episodes: those with a point of no return first, then "
                 "one per (policy, category) in turn. The red line marks the point of no return: the last step from "

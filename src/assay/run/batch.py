@@ -1,8 +1,8 @@
 """The episode loop's typed values: a batch of one cell's jobs, and the faults that end episodes.
 
 ``EpisodeBatch`` carries the cell's settings (task, variant, policy, ``replan_every``,
-pipeline, safety, ``video_fps``) once, checked equal across its jobs, instead of reading them off
-``jobs[0]``. A :class:`Fault` is what the loop passes where an action was expected
+pipeline, safety, ``video_fps``, the opt-in trace groups) once, checked equal across its jobs, instead
+of reading them off ``jobs[0]``. A :class:`Fault` is what the loop passes where an action was expected
 (or where a reset or step failed): its ``kind`` says which part broke, its
 ``message`` is the recorded reason.
 """
@@ -58,6 +58,7 @@ class EpisodeBatch:
     pipeline: Pipeline
     safety: bool
     video_fps: float | None = None
+    trace: tuple[str, ...] = ()  # the opt-in trace groups (spec.tracing)
 
     @classmethod
     def of(cls, jobs: Sequence[EpisodeJob]) -> EpisodeBatch:
@@ -65,12 +66,12 @@ class EpisodeBatch:
         if not jobs:
             raise ValueError("an episode batch needs at least one job")
         first = jobs[0]
-        settings = (first.cell, first.replan_every, first.pipeline, first.safety, first.video_fps)
+        settings = (first.cell, first.replan_every, first.pipeline, first.safety, first.video_fps, first.trace)
         for job in jobs[1:]:
-            if (job.cell, job.replan_every, job.pipeline, job.safety, job.video_fps) != settings:
+            if (job.cell, job.replan_every, job.pipeline, job.safety, job.video_fps, job.trace) != settings:
                 raise ValueError(f"job {job.key} is not of the batch's cell and settings {settings}")
         return cls(tuple(jobs), first.task, first.variant, first.policy, first.replan_every, first.pipeline,
-                   first.safety, first.video_fps)
+                   first.safety, first.video_fps, first.trace)
 
     def __len__(self) -> int:
         return len(self.jobs)

@@ -12,6 +12,12 @@ text is a string column. The run's settings (safety filter, ``replan_every``,
 pipeline) and the safety filter's intervention counts go into the record's
 ``provenance["run"]``, so a rerun can reproduce the cell and a report can count.
 
+The per-layer trace (``assay.store.trace``) is the ``layer.<layer>.<field>`` columns, from the dict of
+fields the rollout gives each step (``layers``): numbers are float64 (NaN where a step has none), a vector
+field is a fixed-size list. A field ``store.trace`` does not declare is not recorded. The episode's trace facts
+(the executor's batch formation and set-up, the reset on the batch's clock) go into the step file's metadata
+(``trace_metadata``).
+
 Camera frames go to one video per camera at the job's ``video_fps`` (default: every
 step). Step ``i`` is a video frame when ``floor(i * fps / control_hz)`` advances there
 (always at step 0); ``observation.images.<camera>`` holds the index of the frame that
@@ -21,7 +27,8 @@ is the image seen at that step, and ``-1`` at steps the video has no frame of.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,8 +37,10 @@ from assay.run.batch import Fault
 from assay.sim import Observation, Transition, conflict_marks, renderer_info
 from assay.spec import ENVIRONMENT_STATE, EpisodeJob
 from assay.store import EpisodeRecord, Outcome
+from assay.store.trace import LAYER_PREFIX, TRACE_FIELDS, trace_metadata
 
 _TIMED = {"reset": "reset_s", "policy": "policy_s", "sim": "sim_s"}
+DECLARED = frozenset(f.column for f in TRACE_FIELDS if f.column.startswith(LAYER_PREFIX))  # the layer.* columns
 _Taken = tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]  # state, environment state, frames
 NO_FRAME = -1  # the frame index of a step whose image the video does not hold
 
@@ -90,6 +99,9 @@ class EpisodeRecorder:
         self.frame_indices: list[int] = []
         self.infos: list[dict[str, float]] = []
         self.traces: list[Mapping[str, float | str]] = []
+        self.layers: list[dict[str, Any]] = []  # the per-layer trace of each step (names without ``layer.``)
+        self.executor: dict[str, Any] = {}  # the executor's part of the trace (the worker sets it)
+        self.reset_ms = 0.0  # when the episode's reset began, on the batch's clock
         self.initial_conditions: dict[str, Any] = {}
         self.policy_info: dict[str, Any] = {}
         self.outcome: Outcome | None = None
@@ -224,6 +236,7 @@ class EpisodeRecorder:
         keys = sorted({k for info in self.infos for k in info})
         for key in keys:
             columns[f"info.{key}"] = np.asarray([info.get(key, np.nan) for info in self.infos], dtype=np.float64)
+        columns.update(self._layer_columns(n))
         for key in sorted({k for trace in self.traces for k in trace}):
             values = [trace.get(key) for trace in self.traces]
             if any(isinstance(v, str) for v in values):
@@ -231,6 +244,40 @@ class EpisodeRecorder:
             else:
                 columns[f"trace.{key}"] = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
         return columns
+
+    def _layer_columns(self, n: int) -> dict[str, np.ndarray]:
+        """The declared ``layer.*`` columns of the steps' traces (none when the episode was not traced)."""
+        if len(self.layers) != n or n == 0:
+            return {}
+        first = tuple(self.layers[0])
+        if all(tuple(step) == first for step in self.layers):  # the usual case: one hook, the same fields
+            named: Iterable[tuple[str, Sequence[Any]]] = zip(first, zip(*(s.values() for s in self.layers),
+                                                                     strict=True), strict=True)
+        else:
+            names = sorted({k for step in self.layers for k in step})
+            named = ((name, [step.get(name) for step in self.layers]) for name in names)
+        columns: dict[str, np.ndarray] = {}
+        for name, values in named:
+            column = LAYER_PREFIX + name
+            if column not in DECLARED:
+                continue  # not part of the data contract: a backend's extra field is not recorded
+            shape = next((v for v in values if v is not None), None)
+            if isinstance(shape, np.ndarray | list | tuple):
+                blank = [math.nan] * len(shape)
+                columns[column] = np.asarray([blank if v is None else v for v in values],
+                                             dtype=np.float64).reshape(n, len(shape))
+            else:
+                columns[column] = np.asarray([math.nan if v is None else v for v in values], dtype=np.float64)
+        return dict(sorted(columns.items()))
+
+    def trace_metadata(self) -> dict[str, str]:
+        """The step file's trace entries: its format and the episode's trace facts (none when not traced)."""
+        if not self.layers:
+            return {}
+        facts = {**{f"executor.{k}": v for k, v in self.executor.items()},
+                 "reset.start_ms": round(self.reset_ms, 3), "reset.ms": round(self.reset_s * 1000.0, 3),
+                 "end_ms": round(self.duration_s * 1000.0, 3)}
+        return trace_metadata(self.job.trace, facts)
 
     def _environment_column(self, n: int) -> dict[str, np.ndarray]:
         """``observation.environment_state`` when the backend gave one at every recorded step."""

@@ -25,6 +25,12 @@ chunk-5 camera policy thus renders a fifth of the steps, a policy that reads no
 frame renders only the video's, with the same actions and outcomes as rendering
 every step (``render_on_demand=False``). A policy that reads no frame is given none.
 
+Every step is traced per layer (``assay.store.trace``): the request that produced its action (when it began,
+its rows), the environment's step (when it began, how long), what the environment's layers did
+(``SupportsLayerTrace``: the controller, physics, drawing time; the wrappers' action processing), the frames
+drawn and what they show, and the recorder's time. Tracing reads and never writes, so a traced episode is the
+untraced one (``tracing=False``, for comparisons), bit for bit.
+
 Pipelines: ``lockstep`` asks for every environment that needs actions in one
 call. ``decoupled`` splits the environments into two groups and keeps one
 group's request in flight (on a thread) while the other group steps, so neither
@@ -34,6 +40,7 @@ trajectories for a policy whose rows are independent.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -133,11 +140,22 @@ def _act_rows(policy: SupportsRowAnswers, batch: dict[str, Any], rows: int) -> l
     return [_failed(answer) if isinstance(answer, BaseException) else np.asarray(answer) for answer in answers]
 
 
+def _trace_hook(env: SimEnv) -> Callable[[frozenset[str]], Any] | None:
+    """The environment's ``layer_trace`` (``SupportsLayerTrace``), looked up by name: a runtime Protocol check per
+    environment and batch cost more than a short episode's trace."""
+    hook = getattr(env, "layer_trace", None)
+    return hook if callable(hook) else None
+
+
+Request = tuple[float, int]  # a policy request: when it began (ms on the batch's clock), the rows it asked
+_Queued = tuple[np.ndarray, int, int, float, dict[str, Any] | None, Request]
+
+
 @dataclass
 class _Slot:
     """One environment's queue of actions still to execute from its latest chunk."""
 
-    queue: deque[tuple[np.ndarray, int, int, float, dict[str, Any] | None]] = field(default_factory=deque)
+    queue: deque[_Queued] = field(default_factory=deque)
     chunks: int = 0
 
 
@@ -146,7 +164,7 @@ class _Episodes:
 
     def __init__(
         self, envs: Sequence[SimEnv], policy: Policy, batch: EpisodeBatch, render_on_demand: bool = True,
-        on_started: Callable[[], None] | None = None,
+        on_started: Callable[[], None] | None = None, tracing: bool = True,
     ) -> None:
         self.envs, self.policy, self.batch, self.jobs = envs, policy, batch, batch.jobs
         self.on_started = on_started  # called once, when the first answer is accepted (then None)
@@ -159,6 +177,12 @@ class _Episodes:
         # decided once: a runtime Protocol check costs ~50 us, too much for every answer
         self.traces = isinstance(policy, SupportsStepTrace)
         self.rows_apart = isinstance(policy, SupportsRowAnswers)
+        # the per-layer trace: each environment's own hook (decided once, like the checks above), the opt-in
+        # groups, and whether frames are drawn at all
+        self.tracing = tracing
+        self.layered = [_trace_hook(env) if tracing else None for env in envs]
+        self.groups = frozenset(batch.trace)
+        self.draws = tracing and bool(batch.task.cameras)
         self.frames_read = True  # whether the policy reads image.*/depth.* (asked after its reset)
         jobs = batch.jobs
         self.recorders = [EpisodeRecorder(job) for job in jobs]
@@ -170,6 +194,7 @@ class _Episodes:
         active: list[int] = []
         for slot, (env, job) in enumerate(zip(self.envs, self.jobs, strict=True)):
             t0 = time.perf_counter()
+            self.recorders[slot].reset_ms = (t0 - self.started) * 1000.0
             try:
                 observation = self.observations[slot] = env.reset(job.seed)
                 self.recorders[slot].observe(observation)
@@ -191,8 +216,9 @@ class _Episodes:
     def needing(self, slots: Sequence[int]) -> list[int]:
         return [s for s in slots if not self.recorders[s].done and not self.slots[s].queue]
 
-    def ask(self, slots: Sequence[int]) -> tuple[list[Answer], float]:
-        """Call the policy for ``slots`` (thread-safe: touches nothing shared)."""
+    def ask(self, slots: Sequence[int]) -> tuple[list[Answer], float, Request]:
+        """Call the policy for ``slots`` (thread-safe: touches nothing shared); the answers, the latency and
+        the request (when it began, how many rows)."""
         observations = [o for o in (self.observations[slot] for slot in slots) if o is not None]
         assert len(observations) == len(slots)  # a slot is asked only once it has an observation
         first = observations[0]
@@ -203,7 +229,7 @@ class _Episodes:
         t0 = time.perf_counter()
         answers = (_act_rows(cast(SupportsRowAnswers, self.policy), batch, len(slots)) if self.rows_apart
                    else _act(self.policy, batch, len(slots), self.task.action.dim))
-        return answers, time.perf_counter() - t0
+        return answers, time.perf_counter() - t0, ((t0 - self.started) * 1000.0, len(slots))
 
     def _trace(self, slot: int) -> dict[str, Any] | None:
         """The policy's own account of its latest answer for ``slot`` (optional ``step_trace`` hook)."""
@@ -214,7 +240,8 @@ class _Episodes:
         except Exception as exc:  # noqa: BLE001 - a diagnostic hook never fails an episode
             return {"error": describe_error(exc)}
 
-    def accept(self, slots: Sequence[int], answers: list[Answer], latency: float) -> None:
+    def accept(self, slots: Sequence[int], answers: list[Answer], latency: float,
+               request: Request = (math.nan, 0)) -> None:
         """Queue each slot's chunk (its first ``replan_every`` actions) or end the episode on a bad answer.
         The first call tells ``on_started`` (on the rollout's own thread: the first ``act`` has returned)."""
         if self.on_started is not None:
@@ -232,7 +259,7 @@ class _Episodes:
             keep = chunk[: self.replan_every] if self.replan_every else chunk
             trace = self._trace(slot)
             for index, action in enumerate(keep):
-                state.queue.append((action, state.chunks, index, latency * 1000.0, trace))
+                state.queue.append((action, state.chunks, index, latency * 1000.0, trace, request))
             state.chunks += 1
 
     def step(self, slots: Sequence[int]) -> None:
@@ -241,7 +268,7 @@ class _Episodes:
             recorder, queue = self.recorders[slot], self.slots[slot].queue
             if recorder.done or not queue:
                 continue
-            action, chunk_id, index, latency_ms, trace = queue.popleft()
+            action, chunk_id, index, latency_ms, trace, request = queue.popleft()
             observation = self.observations[slot]
             assert observation is not None  # every slot is reset before its first step
             env, skipper = self.envs[slot], self.on_demand[slot]
@@ -259,14 +286,35 @@ class _Episodes:
                 recorder.fail(fault.at_step(recorder.steps))
                 continue
             finally:
-                recorder.timed("sim", time.perf_counter() - t1)
+                t2 = time.perf_counter()
+                recorder.timed("sim", t2 - t1)
+            layers = self._layers(slot, request, t1, t2, transition.observation) if self.tracing else None
             recorder.add(observation, action, transition, latency_ms, chunk_id, index, trace)
             self.observations[slot] = transition.observation
             recorder.observe(transition.observation)
+            if layers is not None:
+                layers["recorder.ms"] = (time.perf_counter() - t2) * 1000.0
+                recorder.layers.append(layers)
             outcome = outcome_after(self.task, transition, recorder.steps)
             if outcome is not None:
                 recorder.finish(outcome, duration_s=time.perf_counter() - self.started)
                 queue.clear()
+
+    def _layers(self, slot: int, request: Request, t1: float, t2: float,
+                observation: Observation) -> dict[str, Any]:
+        """The step's per-layer trace (names without ``layer.``): the environment's own fields, its request, its
+        timing on the batch's clock, and the frames drawn for the observation it returned."""
+        hook = self.layered[slot]
+        found = hook(self.groups) if hook is not None else {}
+        fields: dict[str, Any] = found if type(found) is dict else dict(found)  # a hook's dict is its to give
+        fields["policy.start_ms"], fields["policy.rows"] = request
+        fields["physics.start_ms"] = (t1 - self.started) * 1000.0
+        fields["physics.ms"] = (t2 - t1) * 1000.0 - float(fields.get("render.ms", 0.0))
+        if self.draws:
+            frames = [value for name, value in observation.items() if name.startswith("image.")]
+            fields["render.frames"] = float(len(frames))
+            fields["render.mean"] = float(np.mean([frame.mean() for frame in frames])) if frames else math.nan
+        return fields
 
     def live(self, slots: Sequence[int]) -> list[int]:
         return [s for s in slots if not self.recorders[s].done]
@@ -321,7 +369,7 @@ def _decoupled(episodes: _Episodes, active: list[int]) -> None:
 
 def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob] | EpisodeBatch,
             pipeline: Pipeline | None = None, render_on_demand: bool = True,
-            on_started: Callable[[], None] | None = None) -> list[EpisodeRecorder]:
+            on_started: Callable[[], None] | None = None, tracing: bool = True) -> list[EpisodeRecorder]:
     """Run ``jobs`` (one cell) on ``envs``; every recorder comes back finished.
 
     ``pipeline`` defaults to the jobs' own (the campaign's ``pipeline`` field). ``render_on_demand=False``
@@ -330,9 +378,10 @@ def rollout(envs: Sequence[SimEnv], policy: Policy, jobs: Sequence[EpisodeJob] |
     raised), before the first step: a worker tells its driver, so a batch that hangs before this point (in
     a constructor, a reset or the first inference, which every job alone would repeat) is recorded whole
     instead of split and retried job by job. Not called when no episode gets that far (every reset failed).
+    ``tracing=False`` records no per-layer trace (the same episodes: for comparisons and the overhead benchmark).
     """
     batch = jobs if isinstance(jobs, EpisodeBatch) else EpisodeBatch.of(jobs)
-    episodes = _Episodes(envs, policy, batch, render_on_demand, on_started)
+    episodes = _Episodes(envs, policy, batch, render_on_demand, on_started, tracing)
     active = episodes.reset()
     mode = pipeline or batch.pipeline
     (_decoupled if mode is Pipeline.DECOUPLED else _lockstep)(episodes, active)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -69,15 +71,17 @@ def _build(task: TaskSpec, simulator: str | None = None) -> SimEnv:
 class Worker:
     """``store_root``: a directory or an fsspec URL for step files; ``policy_factory`` builds policies
     (a Ray env actor passes one that returns a client of a shared policy server); ``render_on_demand=False``
-    renders every observation (same results, slower: for comparisons)."""
+    renders every observation, ``tracing=False`` records no per-layer trace (same results: for comparisons)."""
 
     def __init__(self, store_root: str | Path, policy_factory: Callable[[PolicySpec], Policy] = make_policy,
-                 render_on_demand: bool = True) -> None:
+                 render_on_demand: bool = True, tracing: bool = True) -> None:
         self.store_root = as_root(store_root)
         self.policy_factory = policy_factory
         self.render_on_demand = render_on_demand
+        self.tracing = tracing
         self._envs: dict[tuple[str, str, str], list[SimEnv]] = {}
         self._policies: dict[str, Policy] = {}
+        self._idle_since = time.perf_counter()  # when the worker last finished a batch (its queue wait starts)
 
     def _environments(self, job: EpisodeJob, count: int) -> list[SimEnv]:
         """``count`` environments for the job's task, built once and reused (variants apply per episode); a
@@ -121,6 +125,7 @@ class Worker:
         first inference has returned (not at all when that fails or hangs): past it, a hang is in an episode's
         steps, before it in the batch's set-up or first inference."""
         batch = EpisodeBatch.of(jobs)  # the cell's settings, held once (ValueError for a mixed batch)
+        began, idle_s = time.perf_counter(), time.perf_counter() - self._idle_since
         try:
             policy = self._policy(batch.policy.spec)  # first: its imports must precede the renderer's
             envs: list[SimEnv] = [perturbed(env, batch.variant)
@@ -133,7 +138,14 @@ class Worker:
             for recorder in recorders:
                 recorder.fail(fault)
         else:
-            recorders = rollout(envs, policy, batch, render_on_demand=self.render_on_demand, on_started=on_started)
+            setup_s, started_unix = time.perf_counter() - began, time.time()
+            recorders = rollout(envs, policy, batch, render_on_demand=self.render_on_demand, on_started=on_started,
+                                tracing=self.tracing)
+            for slot, recorder in enumerate(recorders):  # the executor's part of the trace: batch formation
+                recorder.executor = {"batch_size": len(batch), "slot": slot, "pid": os.getpid(),
+                                     "setup_ms": round(setup_s * 1000.0, 3), "idle_ms": round(idle_s * 1000.0, 3),
+                                     "started_unix": round(started_unix, 6)}
+        self._idle_since = time.perf_counter()
         return recorders
 
     def save(self, recorders: Sequence[EpisodeRecorder]) -> list[EpisodeRecord]:
@@ -159,7 +171,8 @@ class Worker:
         """The episode's step table, its videos written first (the step file marks completion)."""
         summary = Summary(recorder.outcome.value if recorder.outcome else "", recorder.steps,
                           recorder.total_return, recorder.success_step)
-        table = build_table(recorder.columns(), {**file_metadata(recorder.job), **seal(summary)})
+        table = build_table(recorder.columns(), {**file_metadata(recorder.job), **seal(summary),
+                                                 **recorder.trace_metadata()})
         for camera, frames in recorder.frames.items():
             write_video(self.store_root, recorder.job.key, camera, frames, recorder.video_rate)
         return table

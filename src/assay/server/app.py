@@ -21,6 +21,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from assay.server.config import ServerConfig, allowed_hosts
 from assay.server.routes import ROUTERS
 from assay.server.runs import RunManager
+from assay.server.trace_routes import router as timeline_router
 from assay.store import Store
 
 
@@ -40,6 +41,6 @@ def create_app(config: ServerConfig) -> FastAPI:
                               "Writes need `Authorization: Bearer TOKEN`.")
     app.state.store, app.state.runs, app.state.config = store, runs, config
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(config.host))
-    for router in ROUTERS:
+    for router in (*ROUTERS, timeline_router):
         app.include_router(router)
     return app

@@ -9,7 +9,15 @@ from assay.sim.instructions import instruct
 from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
 from assay.sim.paraphrase import paraphrase
 from assay.sim.perturbed import PerturbedEnv, perturbed
-from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, SupportsUnwrapped, Transition
+from assay.sim.protocol import (
+    LayerValue,
+    Observation,
+    SimEnv,
+    SupportsFramesOnDemand,
+    SupportsLayerTrace,
+    SupportsUnwrapped,
+    Transition,
+)
 from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env, tasks_kept
 from assay.sim.render import RendererInfo, configure_gl, renderer_info
 from assay.sim.safety import SafetyFilter
@@ -35,11 +43,13 @@ __all__ = [
     "resolve_variant",
     "value_of",
     "GymnasiumEnv",
+    "LayerValue",
     "MetaWorldEnv",
     "Observation",
     "SimEnv",
     "SimEnvWrapper",
     "SupportsFramesOnDemand",
+    "SupportsLayerTrace",
     "SupportsUnwrapped",
     "TaskRegistry",
     "configure_gl",

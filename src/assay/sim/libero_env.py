@@ -62,6 +62,7 @@ from assay.sim.factors import value_of
 from assay.sim.libero_events import LiberoEvents
 from assay.sim.libero_plus import PlusScene
 from assay.sim.libero_pro import check_kinds, pro_kinds, scene_label, scene_source
+from assay.sim.libero_trace import scene_fields
 from assay.sim.mujoco_memory import disable_asset_cache, release_compiler_memory
 from assay.sim.protocol import Observation, Transition
 from assay.sim.render import CameraRenderer
@@ -357,6 +358,10 @@ class LiberoEnv:
         events = self._scene.events.step(observation["state"])  # recorded as info.<event> step columns
         return Transition(observation=observation, reward=float(reward), terminated=success,
                           truncated=False, success=success, info=events)
+
+    def layer_trace(self, groups: frozenset[str]) -> dict[str, Any]:
+        """The latest step's controller, physics and drawing fields (the per-layer trace: ``sim.libero_trace``)."""
+        return scene_fields(self._scene, groups)
 
     def initial_conditions(self) -> dict[str, Any]:
         """The scene's suite, the initial-state index (None: the layout was sampled from the seed) and the BDDL file."""

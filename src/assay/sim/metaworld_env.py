@@ -8,10 +8,15 @@ directly and, at each reset, samples
 the task vector from the environment's own reset space with a generator seeded
 by the episode seed (Meta-World's ``seeded_rand_vec`` path, including its
 rejection loops), then freezes it for the episode.
+
+Its per-layer trace (``layer_trace``, ``sim.mujoco_trace``) is the mocap controller (target, the box holding
+it back, tracking error), physics (contacts, penetration, warnings, Meta-World's unstable-simulation flag)
+and the time its cameras took to draw.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -20,7 +25,8 @@ from assay.errors import UnsupportedError
 from assay.sim import metaworld_contacts
 from assay.sim.events import EventTracker
 from assay.sim.metaworld_perturb import ModelPerturber, distractor_geoms, view_for
-from assay.sim.protocol import Observation, Transition
+from assay.sim.mujoco_trace import DrawingTrace, MocapTrace, PhysicsTrace
+from assay.sim.protocol import LayerValue, Observation, Transition
 from assay.sim.render import VIEWS, CameraRenderer, calibration
 from assay.spec import NOMINAL, ActionSpec, Level, TaskSpec, Variant
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
@@ -99,6 +105,9 @@ class MetaWorldEnv:
         self._variant: Variant = NOMINAL
         self._rand_vec: np.ndarray | None = None
         self._skip_frames = False
+        self._physics = PhysicsTrace(self._env.model, self._env.data)
+        self._controller = MocapTrace(self._env)
+        self._drawing = DrawingTrace([self._renderer] if self._renderer is not None else [])
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         """Reset under ``variant`` with the task vector drawn from ``seed`` and frozen for the episode; goal markers
@@ -121,7 +130,10 @@ class MetaWorldEnv:
         self._perturber.apply_after_reset(self._variant)
         self._events.reset(self._perturber.object_body, np.asarray(observation))
         self._skip_frames = False
-        return self._observation(observation)
+        self._physics.reset()
+        first = self._observation(observation)
+        self._drawing.reset()  # the reset's frames are not the first step's
+        return first
 
     def skip_next_frames(self) -> None:
         """The next step's observation is not rendered (nobody reads its frames)."""
@@ -156,6 +168,16 @@ class MetaWorldEnv:
             success=bool(info.get("success", 0.0)),
             info={**{key: float(info[key]) for key in INFO_KEYS if key in info}, **events},
         )
+
+    def layer_trace(self, groups: frozenset[str]) -> Mapping[str, LayerValue]:
+        """The latest step's controller, physics and drawing fields (``sim.mujoco_trace``)."""
+        fields = self._controller.fields(groups)
+        self._physics.fill(fields, groups)
+        if self._env._did_see_sim_exception:  # Meta-World stopped integrating: the simulation went unstable
+            fields["physics.warnings"] = float(fields["physics.warnings"]) + 1.0
+        if self._renderer is not None:
+            fields.update(self._drawing.fields())
+        return fields
 
     def initial_conditions(self) -> dict[str, Any]:
         """The task vector ``reset`` drew (object and goal positions)."""

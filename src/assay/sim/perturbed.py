@@ -3,17 +3,20 @@
 ``perturbed(env, variant)`` is a thin per-batch wrapper: each ``reset(seed)``
 hands the variant to the backend (which restores its nominal model, then applies
 model factors) and seeds the wrapper's own noise generator from the episode seed;
-each ``step`` applies control latency, action noise and observation noise.
+each ``step`` applies control latency, action noise and observation noise. Its part of the
+per-layer trace (``layer_trace``) is the action processing: the action the backend received,
+the components clipped to the action box, the injected latency and the noise drawn.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 
 import numpy as np
 
 from assay.sim.factors import value_of
-from assay.sim.protocol import Observation, SimEnv, Transition
+from assay.sim.protocol import LayerValue, Observation, SimEnv, Transition
 from assay.sim.wrapper import SimEnvWrapper
 from assay.spec import Variant, derive_seed
 
@@ -26,6 +29,10 @@ class PerturbedEnv(SimEnvWrapper):
         self._configure(variant)
         self._rng = np.random.default_rng(0)
         self._queue: deque[np.ndarray] = deque()
+        # the latest step's action before and after its clip, and the noise added (the trace reads them)
+        self._unclipped: np.ndarray | None = None
+        self._applied: np.ndarray | None = None
+        self._noise: np.ndarray | float = 0.0
 
     def _configure(self, variant: Variant) -> None:
         self.variant = variant
@@ -56,10 +63,26 @@ class PerturbedEnv(SimEnvWrapper):
         self._queue.append(np.asarray(action, dtype=np.float64))
         applied = self._queue.popleft()
         noise = self._rng.normal(0.0, self._action_noise, applied.shape) if self._action_noise else 0.0
-        applied = np.clip(applied + noise, self.task.action.low, self.task.action.high)
+        self._unclipped = applied + noise
+        applied = self._applied = np.clip(self._unclipped, self.task.action.low, self.task.action.high)
+        self._noise = noise
         transition = self.env.step(applied)
         return Transition(self._noisy(transition.observation), transition.reward, transition.terminated,
                           transition.truncated, transition.success, transition.info)
+
+    def layer_trace(self, groups: frozenset[str]) -> Mapping[str, LayerValue]:
+        """The wrapped environment's trace and the step's action processing (``action.*``)."""
+        inner = self._inner_trace(groups) if self._inner_trace is not None else {}
+        fields = inner if type(inner) is dict else dict(inner)  # fresh from the wrapped environment: extended
+        if self._applied is not None and self._unclipped is not None:
+            fields["action.applied"] = self._applied
+            fields["action.clipped"] = float(sum(a != b for a, b in zip(self._applied.tolist(),
+                                                                        self._unclipped.tolist(), strict=True)))
+            if self._latency:  # a factor's fields only where the variant sets it: no column of zeros to write
+                fields["action.delay_steps"] = float(self._latency)
+            if self._action_noise:
+                fields["action.noise"] = float(np.sqrt(np.sum(np.square(self._noise))))
+        return fields
 
     def _noisy(self, observation: Observation) -> Observation:
         if not self._observation_noise:

@@ -9,10 +9,16 @@ A backend that renders its camera frames itself may offer ``skip_next_frames()``
 observation neither the policy (no replan follows) nor a video (not one of its
 frames) will read, and that observation then has no ``image.*``/``depth.*`` keys.
 Rendering never changes the physics, so trajectories are the same either way.
+
+A backend (or wrapper) may also tell what its layers did in the latest step
+(:class:`SupportsLayerTrace`): the controller's target and tracking error, physics'
+contacts and warnings, the time it spent drawing. It reads the simulator and never
+writes it, so tracing changes no trajectory.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -77,3 +83,18 @@ class SupportsUnwrapped(Protocol):
     @property
     def unwrapped(self) -> Any:
         """The backend's own simulator object."""
+
+
+LayerValue = float | np.ndarray  # a trace field's value at one step: a number or a small vector
+
+
+@public_api
+@runtime_checkable
+class SupportsLayerTrace(Protocol):
+    """A backend (or wrapper) that tells what its layers did in the latest step: the per-layer trace."""
+
+    def layer_trace(self, groups: frozenset[str]) -> Mapping[str, LayerValue]:
+        """Called after each ``step``: the step's trace fields by name without ``layer.`` (``controller.target``,
+        ``physics.contacts``, ``render.ms``, ...; ``assay.store.trace`` declares them), the opt-in ones of
+        ``groups`` (``spec.tracing.TRACE_GROUPS``) too. Reads the simulator, never changes it; a field the
+        backend has no notion of is left out. The mapping is the caller's to keep (a fresh one each call)."""

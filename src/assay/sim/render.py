@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -180,7 +181,8 @@ def calibration(view: View) -> np.ndarray:
 
 
 class CameraRenderer:
-    """Renders named views of one MuJoCo model; one GL context per resolution."""
+    """Renders named views of one MuJoCo model; one GL context per resolution. ``frames_drawn`` and
+    ``drawing_s`` count what it drew and how long it took (the per-layer trace reads their increments)."""
 
     def __init__(self, model: Any, hidden_groups: Sequence[int] = (), effects: bool = False,
                  max_geom: int = 10000) -> None:
@@ -191,6 +193,8 @@ class CameraRenderer:
         self._max_geom = max_geom
         self._renderers: dict[tuple[int, int], Any] = {}
         self._option: Any = None
+        self.frames_drawn = 0
+        self.drawing_s = 0.0
         if hidden_groups:
             import mujoco
 
@@ -218,6 +222,7 @@ class CameraRenderer:
         self, data: Any, camera: str, width: int, height: int, depth: bool = False
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """RGB (H, W, 3) uint8 (row 0 at the top) and optional depth from a camera the model defines."""
+        started = time.perf_counter()
         renderer = self._renderer(width, height)
         renderer.update_scene(data, camera=camera, scene_option=self._option)
         rgb = renderer.render().copy()
@@ -227,7 +232,12 @@ class CameraRenderer:
             renderer.update_scene(data, camera=camera, scene_option=self._option)
             depth_image = renderer.render().astype(np.float32)
             renderer.disable_depth_rendering()
+        self._drew(started)
         return rgb, depth_image
+
+    def _drew(self, started: float) -> None:
+        self.frames_drawn += 1
+        self.drawing_s += time.perf_counter() - started
 
     def render(
         self, data: Any, view: View, width: int, height: int, depth: bool = False,
@@ -237,6 +247,7 @@ class CameraRenderer:
         pose MuJoCo actually used (same layout as :func:`calibration`)."""
         import mujoco
 
+        started = time.perf_counter()
         camera = mujoco.MjvCamera()
         camera.type = mujoco.mjtCamera.mjCAMERA_FREE
         camera.lookat[:] = view.lookat
@@ -255,6 +266,7 @@ class CameraRenderer:
             self._add_boxes(renderer.scene, boxes)
             depth_image = renderer.render().astype(np.float32)
             renderer.disable_depth_rendering()
+        self._drew(started)
         return rgb, depth_image, pose
 
     @staticmethod

@@ -2,7 +2,8 @@
 
 A wrapper holds the environment it wraps as ``env`` and forwards what it does not
 change: ``reset``, ``step``, ``initial_conditions``, ``skip_next_frames`` (to an
-environment that renders on demand; a no-op otherwise) and ``close``.
+environment that renders on demand; a no-op otherwise), ``layer_trace`` (the wrapped
+environment's per-layer trace, nothing when it keeps none) and ``close``.
 ``unwrapped`` reaches through any number of wrappers to the innermost backend's
 simulator object (or the innermost environment, when it exposes none), so no
 caller walks ``.env`` attributes itself.
@@ -10,12 +11,20 @@ caller walks ``.env`` attributes itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from assay.annotations import public_api
-from assay.sim.protocol import Observation, SimEnv, SupportsFramesOnDemand, SupportsUnwrapped, Transition
+from assay.sim.protocol import (
+    LayerValue,
+    Observation,
+    SimEnv,
+    SupportsFramesOnDemand,
+    SupportsUnwrapped,
+    Transition,
+)
 from assay.spec import Variant
 
 
@@ -26,6 +35,10 @@ class SimEnvWrapper:
     def __init__(self, env: SimEnv) -> None:
         self.env = env
         self.task = env.task
+        # decided once, by name (SupportsLayerTrace): a runtime Protocol check costs more than a step's trace
+        hook = getattr(env, "layer_trace", None)
+        self._inner_trace: Callable[[frozenset[str]], Mapping[str, LayerValue]] | None = hook if callable(hook) \
+            else None
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         """Reset the wrapped environment."""
@@ -43,6 +56,10 @@ class SimEnvWrapper:
         """Passed on to the wrapped environment (a no-op when it always renders)."""
         if isinstance(self.env, SupportsFramesOnDemand):
             self.env.skip_next_frames()
+
+    def layer_trace(self, groups: frozenset[str]) -> Mapping[str, LayerValue]:
+        """The wrapped environment's per-layer trace of the latest step (nothing when it keeps none)."""
+        return self._inner_trace(groups) if self._inner_trace is not None else {}
 
     def close(self) -> None:
         """Close the wrapped environment."""

@@ -26,6 +26,7 @@ from assay.spec.names import clean_name
 from assay.spec.policy import PolicySpec
 from assay.spec.protocol import ProtocolRef
 from assay.spec.task import CameraSpec, TaskSpec
+from assay.spec.tracing import check_trace_groups
 from assay.spec.variant import Axis, Variant
 
 # A variant as a campaign asks for it: factor -> value ({} is nominal). The factor catalog
@@ -35,7 +36,7 @@ VariantRequest = dict[str, Any]
 # so changing them keeps the campaign (and the stores that hold it) the same campaign.
 EXECUTION_SETTINGS = {"episode_timeout_s", "storage", "simulators"}
 # Fields added later, left out of the hash and the dump when unset, so older campaigns hash as before.
-OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage", "prompt", "protocol", "simulators")
+OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage", "prompt", "protocol", "trace", "simulators")
 
 
 class Pipeline(str, Enum):
@@ -156,6 +157,9 @@ class CampaignSpec(BaseModel):
     protocol: ProtocolRef | None = Field(
         default=None, description="the protocol manifest this campaign claims to run (name, version, hash, suites): "
                                   "what makes its score reportable (assay.metrics.stamp)")
+    trace: tuple[str, ...] | None = Field(
+        default=None, description="opt-in groups of heavy per-layer trace fields (spec.tracing.TRACE_GROUPS; the "
+                                  "cheap fields are always recorded); what is recorded, never what happens")
     simulators: dict[str, str] | None = Field(
         default=None, description="served simulators by backend, e.g. {libero: ws://HOST:PORT} (`assay serve-sim`): "
                                   "those backends' environments are stepped there, with the same episodes (an "
@@ -235,6 +239,11 @@ class CampaignSpec(BaseModel):
             return tasks
         return type(tasks)(clean_name(t, "task") if isinstance(t, str) else t for t in tasks)
 
+    @field_validator("trace")
+    @classmethod
+    def _trace_groups(cls, trace: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if trace is None else check_trace_groups(trace) or None  # []: none asked, as unset
+
     @field_validator("policies")
     @classmethod
     def _unique_policy_names(cls, policies: tuple[PolicySpec, ...]) -> tuple[PolicySpec, ...]:
@@ -292,6 +301,7 @@ class EpisodeJob:
     safety: bool = False
     video_fps: float | None = None
     pack: bool = False  # write the step table into its batch's pack file (how it is stored: not in the key)
+    trace: tuple[str, ...] = ()  # the opt-in trace groups recorded beside the cheap fields (spec.tracing)
     simulator: str | None = None  # the served simulator (ws:// URL) that steps it (how it is run: not in the key)
 
     @property
@@ -323,10 +333,12 @@ def episode_key(
     replan_every: int | None = None,
     safety: bool = False,
     video_fps: float | None = None,
+    trace: tuple[str, ...] = (),
 ) -> str:
     """The job's identity. ``instruction`` counts when it differs from the task's own, and
-    ``replan_every`` when set (both change behaviour), and ``video_fps`` when set (it changes what is
-    recorded), so nominal keys stay as they were; ``KEY_FORMAT`` counts from format 2 on."""
+    ``replan_every`` when set (both change behaviour), and ``video_fps`` and the opt-in ``trace`` groups when
+    set (they change what is recorded, never the trajectory), so nominal keys stay as they were; ``KEY_FORMAT``
+    counts from format 2 on."""
     identity: dict[str, Any] = {
         "task": task.id,
         "task_hash": task.content_hash(),
@@ -342,6 +354,8 @@ def episode_key(
         identity["safety"] = SAFETY_FILTER_VERSION
     if video_fps is not None:
         identity["video_fps"] = video_fps
+    if trace:
+        identity["trace"] = sorted(trace)
     if KEY_FORMAT != UNNUMBERED_KEY_FORMAT:
         identity["key_format"] = KEY_FORMAT
     return content_hash(identity, length=24)
@@ -352,7 +366,7 @@ class _CellKeys:
     from job to job serialized once: the same canonical JSON, byte for byte (``tests/test_spec.py``)."""
 
     def __init__(self, task: TaskSpec, variant: Variant, policy: ResolvedPolicy, replan_every: int | None,
-                 safety: bool, video_fps: float | None) -> None:
+                 safety: bool, video_fps: float | None, trace: tuple[str, ...] = ()) -> None:
         fixed: dict[str, Any] = {"task": task.id, "task_hash": task.content_hash(),
                                  "variant": variant.model_dump(mode="json"),
                                  "policy": policy.spec.identity(policy.version)}
@@ -362,6 +376,8 @@ class _CellKeys:
             fixed["safety"] = SAFETY_FILTER_VERSION
         if video_fps is not None:
             fixed["video_fps"] = video_fps
+        if trace:
+            fixed["trace"] = sorted(trace)
         if KEY_FORMAT != UNNUMBERED_KEY_FORMAT:
             fixed["key_format"] = KEY_FORMAT
         # Sorted keys: "instruction" (when it differs) < every fixed key < ... with "seed" in its sorted place.
@@ -403,6 +419,7 @@ def plan(
     for policy in policies:
         for task in tasks:
             video_fps = campaign.video_fps if campaign.video_fps is not None else task.video_fps
+            trace = campaign.trace or ()
             simulator = (campaign.simulators or {}).get(task.backend)
             for variant in variants:
                 if task.initial_states and not _samples_layouts(variant) and \
@@ -411,7 +428,7 @@ def plan(
                         f"campaign {campaign.name!r}: task {task.id} has {task.initial_states} fixed initial states; "
                         f"seed + episodes must be at most {task.initial_states}, not "
                         f"{campaign.seed + campaign.episodes} (or sample layouts: libero.init: sampled)")
-                keys = _CellKeys(task, variant, policy, campaign.replan_every, campaign.safety, video_fps)
+                keys = _CellKeys(task, variant, policy, campaign.replan_every, campaign.safety, video_fps, trace)
                 # Only a semantic factor makes the instruction depend on the episode's seed: otherwise one call.
                 per_seed = any(p.axis is Axis.SEMANTIC for p in variant.perturbations)
                 fixed = instruction_for(task, variant, seeds[task.id][0]) if instruction_for and not per_seed and \
@@ -421,7 +438,7 @@ def plan(
                     key = keys.key(seed, instruction)
                     jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
                                            campaign.replan_every, campaign.pipeline, campaign.safety, video_fps,
-                                           campaign.packed, simulator))
+                                           campaign.packed, trace, simulator))
     return jobs
 
 

@@ -28,6 +28,7 @@ from assay.errors import StoreError, WriteError
 from assay.store.features import FORMAT_KEY, REQUIRED_COLUMNS, STEP_FORMAT, check_step_columns, check_step_format
 from assay.store.packs import episode_table
 from assay.store.roots import Root, is_url, open_root, remove_stale_temporaries
+from assay.store.trace import codecs
 
 __all__ = ["Root", "build_table", "encode_episode", "episode_relpath", "is_url", "read_episode",
            "remove_stale_temporaries", "write_blob", "write_episode"]
@@ -80,7 +81,7 @@ def encode_episode(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     # Dictionary pages and column statistics cost more than the zstd pass on a ~50-row table of floats
     # (they more than double the encoding time) and buy nothing here: files are read whole, never filtered.
-    pq.write_table(table, sink, compression="zstd", use_dictionary=False, write_statistics=False)
+    pq.write_table(table, sink, compression=codecs(table.column_names), use_dictionary=False, write_statistics=False)
     return bytes(sink.getvalue().to_pybytes())
 
 

@@ -52,6 +52,8 @@ STEP_FEATURES: tuple[Feature, ...] = (
     Feature("info.", "float64", False, "a scalar the step's info returned (events, safety interventions)",
             prefix=True),
     Feature("trace.", "float64|str", False, "the policy's own account of its answer (SupportsStepTrace)", prefix=True),
+    Feature("layer.", "float64|float64[n]", False, "what a layer did at the step (the per-layer trace, each field "
+            "declared in store.trace)", prefix=True),
 )
 
 REQUIRED_COLUMNS = tuple(f.name for f in STEP_FEATURES if f.required)

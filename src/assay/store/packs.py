@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from assay.errors import StoreError
 from assay.store.features import FORMAT_KEY, STEP_FORMAT
+from assay.store.trace import codecs
 
 PACK_KEY = b"assay.pack"
 PACK_FORMAT = 1  # the layout of the index; a reader refuses another
@@ -77,7 +78,8 @@ def encode_pack(tables: Sequence[pa.Table]) -> bytes:
     meta = {FORMAT_KEY: str(STEP_FORMAT).encode(), PACK_KEY: json.dumps(index, sort_keys=True).encode()}
     schema = tables[0].schema.remove_metadata().with_metadata(meta)
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema, compression="zstd", use_dictionary=False, write_statistics=False) as writer:
+    with pq.ParquetWriter(sink, schema, compression=codecs(schema.names), use_dictionary=False,
+                          write_statistics=False) as writer:
         for table in tables:
             if not table.schema.remove_metadata().equals(schema.remove_metadata()):
                 raise StoreError(f"episode {_episode_key(table)} has another step schema than its pack")

@@ -133,7 +133,7 @@ class RemotePolicy:
         self._loop: _Loop | None = None
         self._idle: list[Any] = []
         self._images: dict[str, str] = {}  # wire key -> camera, set at reset from the task's cameras
-        self._batch_sizes: dict[int, int] = {}  # env slot -> the server's batch size for its latest request
+        self._timings: dict[int, dict[str, float]] = {}  # env slot -> its latest request's timings (step_trace)
         self._seeds: tuple[int, ...] = ()
         self._client = uuid.uuid4().hex  # names this client's sessions on the server
         self._epoch = 0  # counts resets: a new one tells the server the previous episodes are over
@@ -162,10 +162,10 @@ class RemotePolicy:
         answers: list[np.ndarray | Exception] = []
         for slot, reply in zip(slots, replies, strict=True):
             if isinstance(reply, Exception):
-                self._batch_sizes.pop(slot, None)
+                self._timings.pop(slot, None)
                 answers.append(reply)
             else:
-                self._batch_sizes[slot] = reply[1]
+                self._timings[slot] = reply[1]
                 answers.append(reply[0])
         return answers
 
@@ -181,9 +181,11 @@ class RemotePolicy:
         return _stack([answer for answer in answers if isinstance(answer, np.ndarray)], self.url)
 
     def step_trace(self, slot: int) -> dict[str, float]:
-        """The server's batch size for the request that produced this slot's action (``trace.server_batch_size``)."""
-        size = self._batch_sizes.get(slot)
-        return {"server_batch_size": float(size)} if size is not None else {}
+        """The request that produced this slot's action, as the server timed it and as this client did: the
+        server's ``server_timing`` (``trace.server_batch_size``, ``server_queue_ms``, ``server_infer_ms``), an
+        openpi policy's ``policy_timing`` (``trace.policy_infer_ms``, ...) and the round trip this client
+        measured (``trace.client_round_trip_ms``), for the per-layer trace's policy layer."""
+        return dict(self._timings.get(slot, {}))
 
     def episode_info(self, slot: int) -> dict[str, Any]:
         """What the server said about itself (its metadata frame, contract aside), kept with each episode."""
@@ -336,9 +338,10 @@ class RemotePolicy:
                     await ws.close()  # a late reply would answer the next request: never reuse it
                 return None, exc
 
-    async def _request(self, ws: Any, request: dict[str, Any]) -> tuple[np.ndarray, int | None]:
+    async def _request(self, ws: Any, request: dict[str, Any]) -> tuple[np.ndarray, dict[str, float]]:
         from websockets.exceptions import ConnectionClosed
 
+        sent = time.perf_counter()
         try:
             await ws.send(packb(request))
             reply = await asyncio.wait_for(ws.recv(), self.params.timeout_s)
@@ -364,9 +367,7 @@ class RemotePolicy:
         actions = message.get("actions") if isinstance(message, dict) else None
         if not isinstance(actions, np.ndarray):
             raise RemotePolicyError(f"policy server {self.url}: reply has no 'actions' array")
-        timing = message.get("server_timing")
-        size = timing.get("batch_size") if isinstance(timing, dict) else None
-        return actions, int(size) if isinstance(size, (int, np.integer)) else None
+        return actions, {**_timings(message), "client_round_trip_ms": (time.perf_counter() - sent) * 1000.0}
 
     def close(self) -> None:
         """Close the connections and stop the client's event loop thread."""
@@ -381,6 +382,18 @@ class RemotePolicy:
             finally:
                 self._loop.stop()
         self._loop = None
+
+
+def _timings(message: dict[str, Any]) -> dict[str, float]:
+    """A reply's own timings: ``server_timing`` as ``server_<name>``, ``policy_timing`` as ``policy_<name>``
+    (numbers only; openpi's servers send both, Assay's the first)."""
+    found: dict[str, float] = {}
+    for part, prefix in (("server_timing", "server_"), ("policy_timing", "policy_")):
+        timing = message.get(part)
+        if isinstance(timing, dict):
+            found.update({prefix + str(name): float(value) for name, value in timing.items()
+                          if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)})
+    return found
 
 
 def wire_image(image: np.ndarray, size: tuple[int, int] | None, layout: ImageLayout = ImageLayout.HWC) -> np.ndarray:

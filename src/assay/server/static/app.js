@@ -263,12 +263,12 @@ function ponrText(p) {
 function failureTable(failures) {
   // what `assay failures mine` and `assay failures ponr` found, beside each unsuccessful episode
   return html`<table id="failures"><thead><tr><th>episode</th><th>policy</th><th>task</th><th>variant</th><th>outcome</th>
-    <th>category</th><th>attributed to</th><th>point of no return</th></tr></thead><tbody>
+    <th>category</th><th>attributed to</th><th>point of no return</th><th>per-layer trace</th></tr></thead><tbody>
     ${failures.map(e => { const f = e.failure || {}, a = f.attribution;
       return html`<tr data-key="${e.key}"><td><a href="#/e/${e.key}">${e.key.slice(0, 12)}</a></td><td>${e.policy}</td>
       <td>${e.task}</td><td>${e.variant}</td><td class="${e.outcome}">${e.outcome}</td>
       <td>${f.category ?? "–"}</td><td title="${a ? a.evidence : ""}">${a ? html`${a.capability} <span class="muted">(${a.confidence})</span>` : "–"}</td>
-      <td class="ponr">${ponrText(f.ponr)}</td></tr>`; })}</tbody></table>`;
+      <td class="ponr">${ponrText(f.ponr)}</td><td><a class="timeline-link" href="/timeline#${e.key}">timeline</a></td></tr>`; })}</tbody></table>`;
 }
 
 // -- regression sets -------------------------------------------------------------------------------
