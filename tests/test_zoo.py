@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+import yaml  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from assay.cli.app import app  # noqa: E402
@@ -80,6 +81,9 @@ def test_zoo_builds_and_evaluates_on_a_tiny_budget(tmp_path):
         app, ["zoo", "campaign", manifest["dir"], "-o", str(spec), "--episodes", "1", "--tasks", "metaworld/reach@1"]
     )
     assert wrote.exit_code == 0, wrote.output
+    alone = tmp_path / "alone.yaml"
+    CliRunner().invoke(app, ["zoo", "campaign", manifest["dir"], "-o", str(alone), "--members", "full", "--no-expert"])
+    assert [p["name"] for p in yaml.safe_load(alone.read_text())["policies"]] == ["full"]  # no expert reference
     bad = CliRunner().invoke(app, ["zoo", "campaign", manifest["dir"], "-o", str(spec), "--members", "full,nope"])
     assert bad.exit_code == 2 and "unknown zoo member nope; this zoo has full-shift, full," in bad.output
     ran = CliRunner().invoke(app, ["run", str(spec), "--store", str(store)])

@@ -84,6 +84,10 @@ def campaign_command(
     members: Annotated[str | None, typer.Option("--members", help="A subset of the zoo's checkpoints.")] = None,
     kind: Annotated[str | None, typer.Option(
         "--kind", help="Only the zoo's state or pixel members (a state-only campaign renders no camera).")] = None,
+    expert: Annotated[bool, typer.Option(
+        "--expert/--no-expert", help="Add the scripted expert (its reference needs no camera: --no-expert leaves it "
+                                     "out of a pixel campaign whose initial states a state campaign already runs)."
+    )] = True,
 ) -> None:
     """Write the campaign that evaluates every zoo checkpoint and the state expert on held-out seeds."""
     import yaml
@@ -101,6 +105,7 @@ def campaign_command(
             split_list(tasks) if tasks else None,
             split_list(members) if members else None,
             kind,
+            expert,
         )
         out.write_text(yaml.safe_dump(spec, sort_keys=False))
     render.console.print(

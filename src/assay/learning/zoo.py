@@ -275,10 +275,11 @@ def zoo_campaign(
     tasks: Sequence[str] | None = None,
     members: Sequence[str] | None = None,
     kind: str | None = None,
+    expert: bool = True,
 ) -> dict[str, Any]:
     """A campaign spec (plain data, as YAML would give) evaluating the members (default all, or one ``kind``)
-    and the scripted expert on held-out initial states or seeds; a campaign of state members only renders no
-    camera."""
+    and (``expert``) the scripted expert on held-out initial states or seeds; a campaign of state members only
+    renders no camera."""
     config = manifest["config"]
     chosen = _selected(manifest, members, kind)
     policies = [{"name": m["name"], "builtin": m["policy"], "params": {"path": m["path"]}} for m in chosen]
@@ -288,7 +289,7 @@ def zoo_campaign(
         "seed": config.get("eval_seed", EVAL_SEED),
         "episodes": episodes,
         "tasks": list(tasks or config["tasks"]),
-        "policies": [*policies, {"name": "expert", "builtin": "expert"}],
+        "policies": [*policies, *([{"name": "expert", "builtin": "expert"}] if expert else [])],
         "variants": list(variants),
         "cameras": [camera] if camera and any(m["kind"] == "pixel" for m in chosen) else [],
         "envs_per_worker": 4,
