@@ -100,8 +100,8 @@ serve: install
 # Two pytest processes: the multi-node Ray cluster tests run in one of their own (a local Ray session earlier in
 # the same process leaves state behind that kills a later cluster's actors).
 test: install-test
-	$(PY) -m pytest -q -m "not ray_cluster"
-	$(PY) -m pytest -q -m ray_cluster
+	$(PY) -m pytest -q -m "not ray_cluster" --durations=40
+	$(PY) -m pytest -q -m ray_cluster --durations=10
 
 # The fast core tier: no simulator is built (tests/conftest.py refuses one under ASSAY_TEST_TIER=fast, in the
 # test process and in every process it spawns), no Ray, no PostgreSQL, nothing slow.
