@@ -57,6 +57,7 @@ SIZES: dict[str, list[str]] = {
     "train-bc --data": ["--epochs", "2"],
     "train-bc --obs image+proprio": ["--epochs", "1"],
     "zoo build": ["--tasks", "metaworld/reach@1", "--demos", "2", "--epochs", "1", "--horizon", "60"],
+    "ladder --tasks": ["--demos", "2", "--heldout", "1", "--epochs", "2", "--horizon", "60", "--own-min", "0"],
     "flywheel --task": ["--probe", "2", "--eval", "2", "--epochs", "2", "--horizon", "40"],
     "twin sysid": ["--parameters", "control.gain", "--max-trajectories", "2", "--max-evaluations", "6",
                    "--restarts", "0"],
