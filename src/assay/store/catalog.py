@@ -15,7 +15,7 @@ import functools
 import json
 import re
 import typing
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -27,6 +27,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from assay.errors import StoreError, UndecodableRow
 from assay.store import claims, counts
+from assay.store.chunks import chunked as _chunks  # every IN over keys is chunked (assay.store.chunks)
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.schema import (
     ADDED_COLUMNS,
@@ -663,11 +664,6 @@ def _registered(conn: sa.Connection) -> list[str]:
     names: Sequence[str] = conn.execute(
         sa.select(store_meta.c.name).where(store_meta.c.name.startswith(_FORGET))).scalars().all()
     return sorted(name[len(_FORGET):] for name in names)
-
-
-def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

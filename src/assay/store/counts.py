@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
+from assay.store.chunks import select_in
 from assay.store.records import Outcome
 from assay.store.schema import campaign_episodes, cell_counts, episodes, store_meta
 
@@ -51,10 +52,9 @@ def facts_of(conn: sa.Connection, keys: Sequence[str]) -> dict[str, Facts]:
     """The facts of the episodes among ``keys`` that are recorded."""
     found: dict[str, Facts] = {}
     columns = (episodes.c.key, *(episodes.c[name] for name in Facts._fields))
-    for start in range(0, len(keys), 500):
-        for row in conn.execute(sa.select(*columns).where(episodes.c.key.in_(keys[start:start + 500]))):
-            found[row.key] = Facts(row.task_id, row.variant_key, row.variant_name, row.outcome, int(row.steps),
-                                   float(row.total_return))
+    for row in select_in(conn, sa.select(*columns), episodes.c.key, keys):
+        found[row.key] = Facts(row.task_id, row.variant_key, row.variant_name, row.outcome, int(row.steps),
+                               float(row.total_return))
     return found
 
 
@@ -129,9 +129,9 @@ def cells_of(conn: sa.Connection, keys: Sequence[str]) -> set[tuple[str, str, st
     columns = (campaign_episodes.c.campaign, campaign_episodes.c.policy_name, episodes.c.task_id,
                episodes.c.variant_key)
     joined = campaign_episodes.join(episodes, campaign_episodes.c.key == episodes.c.key)
-    for start in range(0, len(keys), 500):
-        query = sa.select(*columns).select_from(joined).where(campaign_episodes.c.key.in_(keys[start:start + 500]))
-        found |= {(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in conn.execute(query)}
+    query = sa.select(*columns).select_from(joined)
+    found |= {(str(r.campaign), str(r.policy_name), str(r.task_id), str(r.variant_key))
+              for r in select_in(conn, query, campaign_episodes.c.key, keys)}
     return found
 
 
