@@ -46,7 +46,7 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
     step); a row without a file unless it is an error before the first step or was pruned; and the per-cell
     counts results read against a fresh count of the rows. Exit 1 when any fails. `assay run` re-runs the
     failing episodes; --recount counts the cells anew."""
-    from assay.store.aggregates import count_differences
+    from assay.store.aggregates import count_differences, pattern_differences
     from assay.store.retention import orphan_packs
 
     with user_errors():
@@ -54,9 +54,10 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
             keys = opened.recorded_keys()
             check = opened.check_files(keys)
             cells, differences = count_differences(opened.catalog)
+            paired = pattern_differences(opened.catalog)  # the kept paired seed patterns, against the rows
             orphaned = orphan_packs(opened.catalog, opened.files)
             leases = len(opened.live_leases()) if orphaned else 0
-            if recount and differences:
+            if recount and (differences or paired):
                 opened.catalog.rebuild_counts()
         problems = check.problems
         document = {"store": str(opened.root), "data_root": str(opened.data_root), "episodes": len(keys),
@@ -65,7 +66,8 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
                     "orphan_packs": len(orphaned), "orphan_bytes": sum(b for _, b in orphaned),
                     "live_leases": leases,
                     "problems": [{"key": k, "problem": problems[k]} for k in sorted(problems)],
-                    "counts": {"cells": cells, "recounted": bool(recount and differences),
+                    "counts": {"cells": cells, "recounted": bool(recount and (differences or paired)),
+                               "patterns_differ": paired,
                                "differ": [{"campaign": d.campaign, "policy": d.policy, "task": d.task,
                                            "variant": d.variant,
                                            "fields": {k: {"kept": v[0], "counted": v[1]} for k, v in d.fields.items()}}
@@ -73,8 +75,8 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
     if json_out:
         render.print_json(document)
     else:
-        _print_verify(document, problems, [d.describe() for d in differences])
-    if problems or (differences and not recount):
+        _print_verify(document, problems, [d.describe() for d in differences] + [f"(paired) {p}" for p in paired])
+    if problems or ((differences or paired) and not recount):
         raise typer.Exit(1)
 
 
@@ -100,7 +102,8 @@ def _print_verify(document: dict[str, Any], problems: dict[str, str], difference
     told = ("counted anew from the rows (--recount)" if counts["recounted"] else
             "run `assay store verify --recount` to count them anew from the rows") if differences else \
         "equal to a fresh count of the rows"
-    render.console.print(f"cell counts: {counts['cells']} cells, {len(differences)} differ; {told}",
+    paired = f"; paired seed patterns: {len(counts['patterns_differ'])} differ" if counts["patterns_differ"] else ""
+    render.console.print(f"cell counts: {counts['cells']} cells, {len(counts['differ'])} differ{paired}; {told}",
                          highlight=False, soft_wrap=True)
 
 

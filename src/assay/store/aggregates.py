@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,12 +40,17 @@ from typing import Any
 import sqlalchemy as sa
 
 from assay.errors import DuplicateEpisodes
-from assay.store import counts
+from assay.store import counts, pairs
 from assay.store.catalog import Catalog
+from assay.store.pairs import DUPLICATE as DUPLICATE  # a pattern's outcome codes, re-exported
+from assay.store.pairs import ERRORED as ERRORED
+from assay.store.pairs import FAILED as FAILED
+from assay.store.pairs import MISSING as MISSING
+from assay.store.pairs import SUCCESS as SUCCESS
 from assay.store.records import Outcome
 from assay.store.schema import OUTCOME_VALUES, campaign_episodes, cell_counts, episodes
+from assay.store.schema import seed_patterns as pairs_table
 
-MISSING, SUCCESS, FAILED, ERRORED = 0, 1, 2, 3  # outcome codes of a pattern: no episode, success, failure or timeout
 OUTCOMES = tuple(o.value for o in Outcome)
 Cell = tuple[str, str, str]  # (policy name, task id, variant name)
 
@@ -118,15 +124,47 @@ def cell_totals(catalog: Catalog, campaign: str | None = None, from_rows: bool =
 
 
 def seed_patterns(catalog: Catalog, campaign: str, across: str, columns: Sequence[str],
-                  variants: Iterable[str] | None = None, tasks: Iterable[str] | None = None) -> list[Pattern]:
+                  variants: Iterable[str] | None = None, tasks: Iterable[str] | None = None,
+                  from_rows: bool = False) -> list[Pattern]:
     """The paired rows of ``campaign`` counted by pattern (see the module docstring), sorted.
 
     ``across`` is ``policy`` (rows: task, variant key, seed; ``columns``: policy names) or ``variant``
     (rows: policy, task, seed; ``columns``: variant keys). ``variants`` (names) and ``tasks`` (ids) keep
-    only those episodes. :class:`DuplicateEpisodes` when a row holds two episodes of one column.
+    only those episodes. :class:`DuplicateEpisodes` when a row holds two episodes of one column. Read from the
+    pattern counts the catalog keeps (:mod:`assay.store.pairs`: one row per group and pattern), or with
+    ``from_rows`` counted by the database from the links (a ``GROUP BY`` over the campaign).
     """
     if across not in ("policy", "variant"):
         raise ValueError(f"across must be policy or variant, not {across!r}")
+    if from_rows:
+        return _counted_patterns(catalog, campaign, across, columns, variants, tasks)
+    wanted_tasks = None if tasks is None else set(tasks)
+    wanted_variants = None if variants is None else set(variants)
+    with catalog.engine.connect() as conn:
+        kept = pairs.kept_patterns(conn, campaign, across)
+        names = {str(r.variant_key): str(r.variant_name) for r in conn.execute(
+            sa.select(cell_counts.c.variant_key, cell_counts.c.variant_name).where(
+                cell_counts.c.campaign == campaign).distinct())}
+
+    def named(key: str) -> bool:
+        return wanted_variants is None or names.get(key) in wanted_variants
+
+    counted: dict[tuple[tuple[str, str], tuple[int, ...]], int] = defaultdict(int)
+    for found in kept:
+        task, variant = (found.g0, found.g1) if across == "policy" else (found.g1, None)
+        if wanted_tasks is not None and task not in wanted_tasks or variant is not None and not named(variant):
+            continue
+        codes = tuple(found.codes.get(c, MISSING) if across == "policy" or named(c) else MISSING for c in columns)
+        if DUPLICATE in codes:
+            raise DuplicateEpisodes(f"two episodes of one {across} on one paired row of {found.g0} / {found.g1}")
+        if any(codes):
+            counted[((found.g0, found.g1), codes)] += found.rows
+    return [Pattern(group, codes, n) for (group, codes), n in sorted(counted.items()) if n]
+
+
+def _counted_patterns(catalog: Catalog, campaign: str, across: str, columns: Sequence[str],
+                      variants: Iterable[str] | None, tasks: Iterable[str] | None) -> list[Pattern]:
+    """:func:`seed_patterns` counted by the database from the links (what the kept counts must equal)."""
     column = campaign_episodes.c.policy_name if across == "policy" else episodes.c.variant_key
     first = episodes.c.variant_key if across == "policy" else campaign_episodes.c.policy_name
     group = (episodes.c.task_id, first) if across == "policy" else (first, episodes.c.task_id)
@@ -146,7 +184,7 @@ def seed_patterns(catalog: Catalog, campaign: str, across: str, columns: Sequenc
     inner = rows.group_by(*group, episodes.c.seed).subquery()
     kept = [inner.c.g0, inner.c.g1, *(inner.c[name] for name in names)]
     query = sa.select(*kept, sa.func.count().label("rows"), sa.func.max(inner.c.duplicates).label("duplicates")) \
-        .group_by(*kept).order_by(*kept)
+        .group_by(*kept)
     found: list[Pattern] = []
     with catalog.engine.connect() as conn:
         for r in conn.execute(query):
@@ -154,7 +192,7 @@ def seed_patterns(catalog: Catalog, campaign: str, across: str, columns: Sequenc
                 raise DuplicateEpisodes(f"two episodes of one {across} on one paired row of {r.g0} / {r.g1}")
             found.append(Pattern((str(r.g0), str(r.g1)), tuple(MISSING if r[2 + i] is None else int(r[2 + i])
                                                                for i in range(len(columns))), int(r.rows)))
-    return found
+    return sorted(found, key=lambda p: (p.group, p.codes))
 
 
 def _json(catalog: Catalog, column: sa.ColumnElement[Any], *path: str) -> sa.ColumnElement[Any]:
@@ -359,3 +397,41 @@ def count_differences(catalog: Catalog, campaign: str | None = None) -> tuple[in
         if fields and holder is not None:  # one of the two holds the cell
             found.append(CountDifference(cell[0], cell[1], cell[2], holder.variant, fields))
     return len(set(kept) | set(counted)), found
+
+
+
+def pattern_differences(catalog: Catalog, campaign: str | None = None) -> list[str]:
+    """The groups whose kept paired seed patterns (:mod:`assay.store.pairs`) differ from a fresh ``GROUP BY`` of
+    the rows (:func:`seed_patterns` both ways, over every column either names), one line per group and pattern:
+    ``campaign / across / g0 / g1: pattern {...} kept N, counted M``. Empty when they agree."""
+    columns: dict[tuple[str, str], set[str]] = {}
+    with catalog.engine.connect() as conn:
+        query = sa.select(cell_counts.c.campaign, cell_counts.c.policy_name, cell_counts.c.variant_key).distinct()
+        kept_names = sa.select(pairs_table.c.campaign).distinct()
+        if campaign is not None:
+            query = query.where(cell_counts.c.campaign == campaign)
+            kept_names = kept_names.where(pairs_table.c.campaign == campaign)
+        for r in conn.execute(query):
+            columns.setdefault((str(r.campaign), "policy"), set()).add(str(r.policy_name))
+            columns.setdefault((str(r.campaign), "variant"), set()).add(str(r.variant_key))
+        kept_campaigns: Sequence[Any] = conn.execute(kept_names).scalars().all()
+        for name in map(str, kept_campaigns):
+            for across in pairs.ACROSS:
+                for found in pairs.kept_patterns(conn, name, across):
+                    columns.setdefault((name, across), set()).update(found.codes)
+    lines = []
+    for (name, across), named in sorted(columns.items()):
+        names = sorted(named)
+        both = []
+        for from_rows in (False, True):
+            try:
+                both.append({(p.group, p.codes): p.count
+                             for p in seed_patterns(catalog, name, across, names, from_rows=from_rows)})
+            except DuplicateEpisodes:
+                both.append({})
+        kept, counted = both
+        for group, codes in sorted({k for k in kept.keys() | counted.keys() if kept.get(k) != counted.get(k)}):
+            lines.append(f"{name} / {across} / {group[0]} / {group[1]}: pattern "
+                         f"{dict(zip(names, codes, strict=True))} kept {kept.get((group, codes), 0)}, "
+                         f"counted {counted.get((group, codes), 0)}")
+    return lines

@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from assay.errors import StoreError, UndecodableRow
-from assay.store import claims, counts
+from assay.store import claims, counts, listing
 from assay.store.chunks import chunked as _chunks  # every IN over keys is chunked (assay.store.chunks)
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.schema import (
@@ -36,10 +36,12 @@ from assay.store.schema import (
     cell_counts,
     episode_facts,
     episodes,
+    link_listing,
     link_policies,
     metadata,
     pruned_episodes,
     store_meta,
+    unlisted_links,
     unsound_outcomes,
 )
 from assay.store.validation import Summary
@@ -122,7 +124,7 @@ def _row(record: EpisodeRecord) -> dict[str, Any]:
 
 def _facts(record: EpisodeRecord) -> counts.Facts:
     return counts.Facts(record.task_id, record.variant_key, record.variant_name, record.outcome.value, record.steps,
-                        record.total_return)
+                        record.total_return, record.seed)
 
 
 def _record(row: Any) -> EpisodeRecord:
@@ -233,7 +235,7 @@ class Catalog:
     def _count_cells(self) -> None:
         """The indexes the aggregate queries read (built once on a catalog from before them), and ``cell_counts``
         counted from the rows unless it is this version's (:mod:`assay.store.counts`)."""
-        for index in (episode_facts, link_policies, unsound_outcomes):
+        for index in (episode_facts, link_policies, unsound_outcomes, link_listing, unlisted_links):
             index.create(self.engine, checkfirst=True)
         if self.engine.dialect.name == "sqlite":
             _planner_stats(self.engine)
@@ -241,6 +243,8 @@ class Catalog:
             found = conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == counts.META)).scalar()
             if found != counts.VERSION:
                 counts.rebuild(conn)
+            else:
+                listing.fill_links(conn)  # links an older Assay made (none: a read of an empty partial index)
 
     def rebuild_counts(self) -> None:
         """Count every cell of ``cell_counts`` anew from the rows (``assay store verify --recount``)."""
@@ -323,10 +327,10 @@ class Catalog:
             )
         rows = [{"campaign": campaign, "key": k, "policy_name": p} for k, p in pairs if k not in present]
         if rows:
-            conn.execute(campaign_episodes.insert(), rows)
             known = facts or {}
             missing = [r["key"] for r in rows if r["key"] not in known]
             known = {**known, **counts.facts_of(conn, missing)} if missing else known
+            conn.execute(campaign_episodes.insert(), listing.listed(rows, known))  # with outcome and time, to page
             counts.add_links(conn, campaign, [(r["policy_name"], known[r["key"]]) for r in rows if r["key"] in known])
 
     # -- job leases (claims): which driver runs a job that has no row yet (:mod:`assay.store.claims`) ------------

@@ -62,6 +62,11 @@ campaign_episodes = sa.Table(
     sa.Column("campaign", sa.String(200), primary_key=True),
     sa.Column("key", sa.String(64), sa.ForeignKey("episodes.key"), primary_key=True),
     sa.Column("policy_name", sa.String(200), nullable=False),
+    # The episode's outcome and when the link was made (UTC, ISO 8601 to the microsecond), copied onto the link so
+    # that a campaign's episodes are listed newest first, page by page, from one index (:mod:`assay.store.listing`).
+    # Added after catalogs were first made: filled from the episodes on open where NULL.
+    sa.Column("outcome", sa.String(16), nullable=True),
+    sa.Column("linked_at", sa.String(40), nullable=True),
 )
 
 store_meta = sa.Table(
@@ -77,6 +82,15 @@ episode_facts = sa.Index("ix_episodes_facts", episodes.c.key, *(episodes.c[name]
                          unique=True)
 link_policies = sa.Index("ix_campaign_episodes_policy", campaign_episodes.c.campaign, campaign_episodes.c.key,
                          campaign_episodes.c.policy_name)
+# A campaign's links of one policy and outcome in the order they were made: a page of episodes (or of failures),
+# newest first, is a range of this index per (policy, outcome) cell (:mod:`assay.store.listing`).
+link_listing = sa.Index("ix_campaign_episodes_listing", campaign_episodes.c.campaign, campaign_episodes.c.policy_name,
+                        campaign_episodes.c.outcome, campaign_episodes.c.linked_at, campaign_episodes.c.key)
+# Links without the two columns above (made before them, or by an older Assay): normally none, so asking costs
+# nothing; the catalog fills them on open.
+_unlisted = sa.or_(campaign_episodes.c.outcome.is_(None), campaign_episodes.c.linked_at.is_(None))
+unlisted_links = sa.Index("ix_campaign_episodes_unlisted", campaign_episodes.c.key, sqlite_where=_unlisted,
+                          postgresql_where=_unlisted)
 
 OUTCOME_VALUES = ("success", "failure", "timeout", "error")  # Outcome's values (records.py), for the index below
 # The rows whose outcome is none of them: edited behind Assay's back. A partial index, normally empty, so asking
@@ -102,6 +116,36 @@ cell_counts = sa.Table(
     sa.Column("return_squares", sa.Float, nullable=False),
 )
 
+# Paired seed rows (:mod:`assay.store.pairs`), kept beside the rows in the same transactions as ``cell_counts``: one
+# row per (campaign, across, group, seed) with the outcome code of each column on it (``across`` "policy": group
+# (task, variant key), a column per policy; "variant": group (policy, task), a column per variant key), and how
+# many rows of each group show each pattern of codes (what McNemar, Newcombe, the leaderboard's bootstrap and
+# retention read: a few hundred rows per campaign, whatever its size).
+seed_rows = sa.Table(
+    "seed_rows",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),  # a hash of (campaign, across, g0, g1, seed)
+    sa.Column("campaign", sa.String(200), nullable=False),
+    sa.Column("across", sa.String(8), nullable=False),
+    sa.Column("g0", sa.String(200), nullable=False),
+    sa.Column("g1", sa.String(200), nullable=False),
+    sa.Column("seed", sa.BigInteger, nullable=False),
+    sa.Column("pattern", sa.Text, nullable=False),  # canonical JSON: column -> outcome code
+)
+seed_row_groups = sa.Index("ix_seed_rows_group", seed_rows.c.campaign, seed_rows.c.across, seed_rows.c.g0,
+                           seed_rows.c.g1)
+seed_patterns = sa.Table(
+    "seed_patterns",
+    metadata,
+    sa.Column("campaign", sa.String(200), primary_key=True),
+    sa.Column("across", sa.String(8), primary_key=True),
+    sa.Column("g0", sa.String(200), primary_key=True),
+    sa.Column("g1", sa.String(200), primary_key=True),
+    sa.Column("pattern_id", sa.String(40), primary_key=True),  # a hash of the pattern
+    sa.Column("pattern", sa.Text, nullable=False),
+    sa.Column("rows", sa.BigInteger, nullable=False),
+)
+
 # Episodes whose step file and videos were deleted by ``assay store prune`` (:mod:`assay.store.retention`): their
 # rows stay (summaries, counts, keys a resume skips) with ``data_path`` NULL, and here is what the file was.
 pruned_episodes = sa.Table(
@@ -116,7 +160,7 @@ pruned_episodes = sa.Table(
 
 # Nullable columns added to existing tables after catalogs were first made: an older catalog gets them on
 # open (ALTER TABLE ... ADD COLUMN), its old rows holding NULL there. Readers of an older Assay ignore them.
-ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"episodes": ("data_bytes",)}
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"episodes": ("data_bytes",), "campaign_episodes": ("outcome", "linked_at")}
 
 # Job leases (:mod:`assay.store.claims`): which driver runs a job that has no row yet, and until when its lease
 # holds. A driver claims a batch's jobs before it dispatches them and deletes its claims once their rows are
