@@ -42,6 +42,7 @@ import sqlalchemy as sa
 from assay.errors import DuplicateEpisodes
 from assay.store import counts, pairs
 from assay.store.catalog import Catalog
+from assay.store.chunks import select_in
 from assay.store.pairs import DUPLICATE as DUPLICATE  # a pattern's outcome codes, re-exported
 from assay.store.pairs import ERRORED as ERRORED
 from assay.store.pairs import FAILED as FAILED
@@ -343,14 +344,24 @@ def variant_examples(catalog: Catalog, campaign: str) -> dict[str, tuple[str, di
                 for r in conn.execute(query)}
 
 
-def nominal_successes(catalog: Catalog, campaign: str) -> dict[tuple[str, str, int], str]:
+def nominal_successes(catalog: Catalog, campaign: str,
+                      among: Iterable[tuple[str, str, int]] | None = None) -> dict[tuple[str, str, int], str]:
     """The key of every successful nominal episode of the campaign by (policy, task, seed): the twins failure
-    attribution pairs a perturbed failure with (read from the covering indexes, no row decoded)."""
+    attribution pairs a perturbed failure with (read from the covering indexes, no row decoded). ``among``: only
+    the twins of these (policy, task, seed), looked up by (task, seed) in ``ix_episodes_twins`` (a page of
+    failures reads its own twins, not the campaign's)."""
     query = _linked(campaign).add_columns(campaign_episodes.c.policy_name, episodes.c.task_id, episodes.c.seed,
                                           episodes.c.key) \
         .where(episodes.c.variant_key == "nominal", episodes.c.outcome == Outcome.SUCCESS.value)
     with catalog.engine.connect() as conn:
-        return {(str(r.policy_name), str(r.task_id), int(r.seed)): str(r.key) for r in conn.execute(query)}
+        if among is None:
+            rows: Iterable[Any] = conn.execute(query)
+        else:
+            wanted = set(among)
+            rows = [r for r in select_in(conn, query, sa.tuple_(episodes.c.task_id, episodes.c.seed),
+                                         sorted({(task, seed) for _, task, seed in wanted}), size=250)
+                    if (str(r.policy_name), str(r.task_id), int(r.seed)) in wanted]
+        return {(str(r.policy_name), str(r.task_id), int(r.seed)): str(r.key) for r in rows}
 
 
 @dataclass(frozen=True)

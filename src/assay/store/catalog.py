@@ -28,6 +28,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from assay.errors import StoreError, UndecodableRow
 from assay.store import claims, counts, listing
 from assay.store.chunks import chunked as _chunks  # every IN over keys is chunked (assay.store.chunks)
+from assay.store.chunks import select_in
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.schema import (
     ADDED_COLUMNS,
@@ -35,6 +36,7 @@ from assay.store.schema import (
     campaigns,
     cell_counts,
     episode_facts,
+    episode_twins,
     episodes,
     link_listing,
     link_policies,
@@ -235,7 +237,7 @@ class Catalog:
     def _count_cells(self) -> None:
         """The indexes the aggregate queries read (built once on a catalog from before them), and ``cell_counts``
         counted from the rows unless it is this version's (:mod:`assay.store.counts`)."""
-        for index in (episode_facts, link_policies, unsound_outcomes, link_listing, unlisted_links):
+        for index in (episode_facts, link_policies, unsound_outcomes, link_listing, unlisted_links, episode_twins):
             index.create(self.engine, checkfirst=True)
         if self.engine.dialect.name == "sqlite":
             _planner_stats(self.engine)
@@ -586,6 +588,22 @@ class Catalog:
                 except UndecodableRow as bad:
                     self.skipped[bad.key] = bad.why
         return found
+
+    @_guarded
+    def records(self, campaign: str, keys: Sequence[str]) -> list[EpisodeRecord]:
+        """The records of ``keys`` as ``campaign`` links them (its policy names), in the order of ``keys``; keys it
+        does not link, or whose row does not decode (kept in ``skipped``), are left out. A page's rows, by key."""
+        query = sa.select(episodes, campaign_episodes.c.campaign, campaign_episodes.c.policy_name) \
+            .join(campaign_episodes, campaign_episodes.c.key == episodes.c.key) \
+            .where(campaign_episodes.c.campaign == campaign)
+        found: dict[str, EpisodeRecord] = {}
+        with self.engine.connect() as conn:
+            for row in select_in(conn, query, episodes.c.key, list(dict.fromkeys(keys))):
+                try:
+                    found[row.key] = _record(row)
+                except UndecodableRow as bad:
+                    self.skipped[bad.key] = bad.why
+        return [found[key] for key in keys if key in found]
 
     @_guarded
     def undecodable(self, keys: Iterable[str] | None = None) -> dict[str, str]:

@@ -92,6 +92,11 @@ _unlisted = sa.or_(campaign_episodes.c.outcome.is_(None), campaign_episodes.c.li
 unlisted_links = sa.Index("ix_campaign_episodes_unlisted", campaign_episodes.c.key, sqlite_where=_unlisted,
                           postgresql_where=_unlisted)
 
+# An episode's paired twins (same task and seed, another variant or policy) found by (task, seed): what failure
+# attribution reads of a page of failures (its successful nominal twins), without a pass over the campaign.
+episode_twins = sa.Index("ix_episodes_twins", episodes.c.task_id, episodes.c.seed, episodes.c.variant_key,
+                         episodes.c.outcome)
+
 OUTCOME_VALUES = ("success", "failure", "timeout", "error")  # Outcome's values (records.py), for the index below
 # The rows whose outcome is none of them: edited behind Assay's back. A partial index, normally empty, so asking
 # whether a campaign has any costs nothing.
