@@ -310,7 +310,7 @@ with TestClient(create_app(config), base_url="http://127.0.0.1") as client:
     get("extras", f"/api/campaigns/{name}/extras")
     episodes = get("episodes", f"/api/campaigns/{name}/episodes?limit=50")
     failures = get("failures", f"/api/campaigns/{name}/failures?limit=50").json()
-    after = episodes.headers["link"].split("after=")[1].split("&")[0]
+    after = episodes.headers["link"].split("after=")[1].split(">")[0].split("&")[0]
     get("episodes_page_2", f"/api/campaigns/{name}/episodes?limit=50&after={after}")
     get("failures_page_2", f"/api/campaigns/{name}/failures?limit=50&after={failures['next']}")
     get("campaign_again", f"/api/campaigns/{name}")
@@ -335,7 +335,9 @@ def measure(root: Path, catalog: str | None, parts: set[str]) -> dict[str, Any]:
             continue
         found = timed(argv)
         if part == "dashboard" and found["rc"] == 0:
-            found["requests_s"] = json.loads(found.pop("tail").strip().splitlines()[-1])
+            found["requests_s"] = json.loads(found["tail"].strip().splitlines()[-1])
+        if found["rc"] == 0:
+            del found["tail"]
         report[part] = found
         print(part, json.dumps(found), flush=True)
         if found["rc"] != 0:

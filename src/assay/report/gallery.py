@@ -12,7 +12,8 @@ outcome, stored category: no JSON column) a chunk at a time, and keeps:
   ones it picks from all the failures; only those few rows are decoded;
 * categories counted per policy;
 * attributions counted per (policy, capability, confidence) (:func:`assay.failures.attribution.coverage_of`),
-  each chunk attributed from its stored categories and its own nominal twins (looked up by task and seed).
+  each chunk attributed from its stored categories and whether its nominal twin succeeded (the ``nominal`` code
+  on its paired row across variants, which the catalog keeps: joined in the same query).
 
 Memory is bounded by the chunk, the strata and the cells, not by the campaign; time is one ordered scan of its
 failures.
@@ -20,6 +21,7 @@ failures.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,15 +30,17 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from assay.failures.attribution import attribute
+from assay.failures.categories import Categorized, Category
 from assay.failures.ponr import load_ponrs
 from assay.failures.table import FailureTable, failure_categories
 from assay.report.evidence import FailureFacts, failure_facts, pick_gallery
-from assay.store import EpisodeRecord, Outcome, Store
-from assay.store.aggregates import cell_totals, nominal_successes
-from assay.store.schema import campaign_episodes, episodes
+from assay.store import EpisodeRecord, Outcome, Store, pairs
+from assay.store.aggregates import cell_totals, nominal_successes, variant_dumps
+from assay.store.schema import campaign_episodes, cell_counts, episodes, seed_rows
 
 CHUNK = 2000  # failures attributed at a time
 UNSUCCESSFUL = (Outcome.FAILURE.value, Outcome.TIMEOUT.value, Outcome.ERROR.value)
+TWIN = "nominal twin"  # stands for a twin's key where only its existence is counted
 
 
 class Failure(NamedTuple):
@@ -66,13 +70,23 @@ class CampaignFailures:
 
 
 def _ordered(store: Store, campaign: str) -> Iterator[Any]:
-    """The campaign's unsuccessful links in listing order, with their stored category (None: not mined)."""
+    """The campaign's unsuccessful links in listing order (read from the listing index), with their stored category
+    and evidence (None: not mined) and their paired row across variants (``pattern``: its outcome codes, among
+    them the nominal twin's, :mod:`assay.store.pairs`)."""
+    with store.catalog.engine.connect() as conn:
+        policies: Sequence[Any] = conn.execute(sa.select(cell_counts.c.policy_name).distinct().where(
+            cell_counts.c.campaign == campaign)).scalars().all()
+    paired = sa.and_(seed_rows.c.campaign == campaign, seed_rows.c.across == "variant",
+                     seed_rows.c.g0 == campaign_episodes.c.policy_name, seed_rows.c.g1 == episodes.c.task_id,
+                     seed_rows.c.seed == episodes.c.seed)
     query = sa.select(campaign_episodes.c.key, campaign_episodes.c.policy_name, episodes.c.task_id,
                       episodes.c.variant_key, episodes.c.variant_name, episodes.c.seed, episodes.c.outcome,
-                      failure_categories.c.category) \
+                      failure_categories.c.category, failure_categories.c.evidence_json, seed_rows.c.pattern) \
         .select_from(campaign_episodes.join(episodes, campaign_episodes.c.key == episodes.c.key)
-                     .outerjoin(failure_categories, failure_categories.c.key == episodes.c.key)) \
-        .where(campaign_episodes.c.campaign == campaign, episodes.c.outcome.in_(UNSUCCESSFUL)) \
+                     .outerjoin(failure_categories, failure_categories.c.key == episodes.c.key)
+                     .outerjoin(seed_rows, paired)) \
+        .where(campaign_episodes.c.campaign == campaign, campaign_episodes.c.policy_name.in_(list(policies)),
+               campaign_episodes.c.outcome.in_(UNSUCCESSFUL), episodes.c.outcome.in_(UNSUCCESSFUL)) \
         .order_by(campaign_episodes.c.policy_name, episodes.c.task_id, episodes.c.variant_key,
                   episodes.c.episode_index, episodes.c.key)
     with store.catalog.engine.connect() as conn:
@@ -82,15 +96,18 @@ def _ordered(store: Store, campaign: str) -> Iterator[Any]:
 def campaign_failures(store: Store, campaign: str, limit: int) -> CampaignFailures:
     """The gallery of ``limit`` cards, categories per policy and attribution counts of ``campaign`` (see the module
     docstring)."""
-    table = FailureTable(store)  # the categories' table, made if no failures command made it yet
+    FailureTable(store)  # the categories' table, made if no failures command made it yet
     ponrs = load_ponrs(store.root)
-    keys = sorted({t.variant_key for t in cell_totals(store.catalog, campaign)})
-    variants = store.catalog.variant_specs(keys)
+    variants = {key: dump for key, (_, dump) in
+                variant_dumps(store.catalog, {t.variant_key for t in cell_totals(store.catalog, campaign)}).items()}
     found = CampaignFailures()
     analysed: list[str] = []
     strata: dict[tuple[str, str], list[str]] = {}
     order: dict[str, int] = {}
     chunk: list[Failure] = []
+    categories: dict[str, Categorized] = {}
+    twins: dict[tuple[str, str, int], str] = {}
+    doubled: list[tuple[str, str, int]] = []
     for position, row in enumerate(_ordered(store, campaign)):
         key, policy = str(row.key), str(row.policy_name)
         if row.category is not None:
@@ -105,12 +122,22 @@ def campaign_failures(store: Store, campaign: str, limit: int) -> CampaignFailur
             if len(stratum) < limit:
                 stratum.append(key)
                 order[key] = position
-        chunk.append(Failure(key, policy, str(row.task_id), int(row.seed), str(row.variant_key),
-                             str(row.variant_name), variants.get(str(row.variant_key), {}), "", Outcome(row.outcome)))
+        failure = Failure(key, policy, str(row.task_id), int(row.seed), str(row.variant_key), str(row.variant_name),
+                          variants.get(str(row.variant_key), {}), "", Outcome(row.outcome))
+        chunk.append(failure)
+        if row.evidence_json is not None:  # mined: its category, and the trace summary attribution reads first
+            trace = json.loads(row.evidence_json).get("trace") if '"trace"' in row.evidence_json else None
+            categories[key] = Categorized(Category(row.category) if row.category else None, (), "",
+                                          {"trace": trace} if trace is not None else {})
+        nominal = json.loads(row.pattern).get("nominal") if row.pattern and '"nominal":' in row.pattern else None
+        if nominal == pairs.SUCCESS:
+            twins[(policy, failure.task_id, failure.seed)] = TWIN
+        elif nominal == pairs.DUPLICATE:  # two nominal episodes of one policy on the row: ask which succeeded
+            doubled.append((policy, failure.task_id, failure.seed))
         if len(chunk) == CHUNK:
-            _attribute(store, campaign, table, chunk, found.attributions)
-            chunk = []
-    _attribute(store, campaign, table, chunk, found.attributions)
+            _count(store, campaign, chunk, categories, twins, doubled, found.attributions)
+            chunk, categories, twins, doubled = [], {}, {}, []
+    _count(store, campaign, chunk, categories, twins, doubled, found.attributions)
     candidates = store.catalog.records(campaign, sorted(order, key=order.__getitem__))  # listing order
     facts = failure_facts(store, campaign, candidates)
     found.gallery = pick_gallery(candidates, facts, limit)
@@ -118,11 +145,11 @@ def campaign_failures(store: Store, campaign: str, limit: int) -> CampaignFailur
     return found
 
 
-def _attribute(store: Store, campaign: str, table: FailureTable, chunk: Sequence[Failure],
-               counts: Counter[tuple[str, str, str]]) -> None:
-    if not chunk:
-        return
-    categories = table.get([f.key for f in chunk])
-    twins = nominal_successes(store.catalog, campaign, [(f.policy_name, f.task_id, f.seed) for f in chunk])
+def _count(store: Store, campaign: str, chunk: Sequence[Failure], categories: dict[str, Categorized],
+           twins: dict[tuple[str, str, int], str], doubled: list[tuple[str, str, int]],
+           counts: Counter[tuple[str, str, str]]) -> None:
+    """Count the attributions of ``chunk`` (its stored categories, and which of its nominal twins succeeded)."""
+    if doubled:
+        twins |= nominal_successes(store.catalog, campaign, doubled)
     for a in attribute(chunk, categories, twins):
         counts[(a.policy, a.capability, a.confidence)] += 1

@@ -49,7 +49,7 @@ from assay.store.pairs import FAILED as FAILED
 from assay.store.pairs import MISSING as MISSING
 from assay.store.pairs import SUCCESS as SUCCESS
 from assay.store.records import Outcome
-from assay.store.schema import OUTCOME_VALUES, campaign_episodes, cell_counts, episodes
+from assay.store.schema import OUTCOME_VALUES, campaign_episodes, cell_counts, episodes, seed_rows
 from assay.store.schema import seed_patterns as pairs_table
 
 OUTCOMES = tuple(o.value for o in Outcome)
@@ -281,35 +281,44 @@ def routing_totals(catalog: Catalog, campaign: str) -> list[tuple[Cell, str, boo
 
 def provenance_totals(catalog: Catalog, campaign: str) -> dict[str, dict[str, Any]]:
     """Episodes per code revision, Python version and host, and per package and version (``packages``:
-    name -> version -> episodes)."""
+    name -> version -> episodes): one ``GROUP BY`` over the four fields together (a campaign has a few
+    combinations), so the rows' JSON is read once."""
     found: dict[str, dict[str, Any]] = {"code_revisions": {}, "python": {}, "hosts": {}, "packages": {}}
-    fields = {"code_revisions": "code_revision", "python": "python", "hosts": "host"}
+    fields = {"code_revisions": "code_revision", "python": "python", "hosts": "host", "packages": "packages"}
+    values = [_json(catalog, episodes.c.provenance_json, field).label(name) for name, field in fields.items()]
+    query = _linked(campaign).add_columns(*values, sa.func.count().label("n")).where(_sound()).group_by(*values)
     with catalog.engine.connect() as conn:
-        for name, field in fields.items():
-            value = _json(catalog, episodes.c.provenance_json, field).label("value")
-            for r in conn.execute(_linked(campaign).add_columns(value, sa.func.count().label("n"))
-                                  .where(_sound()).group_by(value)):
-                found[name]["unknown" if r.value is None else str(r.value)] = int(r.n)
-        packages = _json(catalog, episodes.c.provenance_json, "packages").label("value")
-        for r in conn.execute(_linked(campaign).add_columns(packages, sa.func.count().label("n"))
-                              .where(_sound()).group_by(packages)):
-            for package, version in (json.loads(r.value) if r.value else {}).items():
+        for r in conn.execute(query):
+            for name in ("code_revisions", "python", "hosts"):
+                value = r._mapping[name]
+                shown = "unknown" if value is None else str(value)
+                found[name][shown] = found[name].get(shown, 0) + int(r.n)
+            for package, version in (json.loads(r.packages) if r.packages else {}).items():
                 versions = found["packages"].setdefault(str(package), {})
                 versions[str(version)] = versions.get(str(version), 0) + int(r.n)
     return found
 
 
 def error_reasons(catalog: Catalog, campaign: str) -> dict[str, int]:
-    """Error episodes per reason."""
-    query = _linked(campaign).add_columns(episodes.c.reason, sa.func.count().label("n")) \
-        .where(episodes.c.outcome == Outcome.ERROR.value).group_by(episodes.c.reason)
+    """Error episodes per reason: the campaign's error links (a range of the listing index per policy, from the
+    links' outcome, which they copy from their episodes) and their rows' reasons."""
     with catalog.engine.connect() as conn:
+        named: Sequence[Any] = conn.execute(sa.select(cell_counts.c.policy_name).distinct().where(
+            cell_counts.c.campaign == campaign, cell_counts.c.errors > 0)).scalars().all()
+        policies = [str(p) for p in named]
+        if not policies:
+            return {}
+        query = _linked(campaign).add_columns(episodes.c.reason, sa.func.count().label("n")) \
+            .where(campaign_episodes.c.policy_name.in_(policies), campaign_episodes.c.outcome == Outcome.ERROR.value,
+                   episodes.c.outcome == Outcome.ERROR.value).group_by(episodes.c.reason)
         return {str(r.reason): int(r.n) for r in conn.execute(query)}
 
 
 def campaign_seeds(catalog: Catalog, campaign: str) -> list[int]:
-    """The distinct episode seeds of the campaign, sorted."""
-    query = _linked(campaign).add_columns(episodes.c.seed).where(_sound()).distinct().order_by(episodes.c.seed)
+    """The distinct episode seeds of the campaign's sound episodes, sorted (read from its paired seed rows,
+    :mod:`assay.store.pairs`: a row per task, variant and seed)."""
+    query = sa.select(seed_rows.c.seed).where(seed_rows.c.campaign == campaign, seed_rows.c.across == "policy") \
+        .distinct().order_by(seed_rows.c.seed)
     with catalog.engine.connect() as conn:
         seeds: Sequence[Any] = conn.execute(query).scalars().all()
         return [int(seed) for seed in seeds]
@@ -328,27 +337,58 @@ def unsound_rows(catalog: Catalog, campaign: str | None = None) -> dict[str, str
         return {str(r.key): f"ValueError: {r.outcome!r} is not a valid Outcome" for r in conn.execute(query)}
 
 
+def variant_dumps(catalog: Catalog, keys: Iterable[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Per variant key: its name and stored dump, from one row of each (a key is the hash of its variant)."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    with catalog.engine.connect() as conn:
+        for key in sorted(set(keys)):
+            query = sa.select(episodes.c.variant_name, episodes.c.variant_json).where(
+                episodes.c.variant_key == key).limit(20)
+            for r in conn.execute(query):
+                try:
+                    found[key] = (str(r.variant_name), json.loads(r.variant_json))
+                    break
+                except ValueError:
+                    continue  # an undecodable row names no variant
+    return found
+
+
 def variant_examples(catalog: Catalog, campaign: str) -> dict[str, tuple[str, dict[str, Any], bool]]:
     """Per variant key: its name, its stored dump, and whether its first non-error episode in listing order
-    (policy, task, episode index) ran under a conflicting instruction (``provenance.instruction.conflict_with``)."""
+    (policy, task, episode index) ran under a conflicting instruction (``provenance.instruction.conflict_with``).
+
+    Only a semantic variant's episodes can carry that mark (``sim.semantic.conflict_marks``); so the episodes are
+    read (ranked per variant) for the semantic variants alone, and every other variant with a scored episode
+    (``cell_counts``) is named from one of its rows, unmarked."""
+    with catalog.engine.connect() as conn:
+        keys: Sequence[Any] = conn.execute(sa.select(cell_counts.c.variant_key).distinct().where(
+            cell_counts.c.campaign == campaign, cell_counts.c.episodes > cell_counts.c.errors)).scalars().all()
+    scored = {str(k) for k in keys}
+    dumps = variant_dumps(catalog, scored)
+    semantic = sorted(k for k, (_, dump) in dumps.items() if any(
+        isinstance(p, dict) and p.get("axis") == "semantic" for p in dump.get("perturbations", [])))
+    found = {key: (name, dump, False) for key, (name, dump) in dumps.items() if key not in semantic}
+    if not semantic:
+        return found
     order = sa.func.row_number().over(partition_by=episodes.c.variant_key,
                                       order_by=(campaign_episodes.c.policy_name, episodes.c.task_id,
                                                 episodes.c.episode_index))
     conflict = _json(catalog, episodes.c.provenance_json, "instruction", "conflict_with")
     ranked = _linked(campaign).add_columns(episodes.c.variant_key, episodes.c.variant_name, episodes.c.variant_json,
                                            conflict.label("conflict"), order.label("rank")) \
-        .where(_sound(), episodes.c.outcome != Outcome.ERROR.value).subquery()
+        .where(_sound(), episodes.c.outcome != Outcome.ERROR.value, episodes.c.variant_key.in_(semantic)).subquery()
     query = sa.select(ranked).where(ranked.c.rank == 1)
     with catalog.engine.connect() as conn:
-        return {str(r.variant_key): (str(r.variant_name), json.loads(r.variant_json), bool(r.conflict))
-                for r in conn.execute(query)}
+        found |= {str(r.variant_key): (str(r.variant_name), json.loads(r.variant_json), bool(r.conflict))
+                  for r in conn.execute(query)}
+    return found
 
 
 def nominal_successes(catalog: Catalog, campaign: str,
                       among: Iterable[tuple[str, str, int]] | None = None) -> dict[tuple[str, str, int], str]:
     """The key of every successful nominal episode of the campaign by (policy, task, seed): the twins failure
     attribution pairs a perturbed failure with (read from the covering indexes, no row decoded). ``among``: only
-    the twins of these (policy, task, seed), looked up by (task, seed) in ``ix_episodes_twins`` (a page of
+    the twins of these (policy, task, seed), looked up by (task, seed) in ``ix_episodes_paired`` (a page of
     failures reads its own twins, not the campaign's)."""
     query = _linked(campaign).add_columns(campaign_episodes.c.policy_name, episodes.c.task_id, episodes.c.seed,
                                           episodes.c.key) \

@@ -32,19 +32,14 @@ from assay.store.chunks import select_in
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.schema import (
     ADDED_COLUMNS,
+    ADDED_INDEXES,
     campaign_episodes,
     campaigns,
     cell_counts,
-    episode_facts,
-    episode_twins,
     episodes,
-    link_listing,
-    link_policies,
     metadata,
     pruned_episodes,
     store_meta,
-    unlisted_links,
-    unsound_outcomes,
 )
 from assay.store.validation import Summary
 
@@ -237,7 +232,7 @@ class Catalog:
     def _count_cells(self) -> None:
         """The indexes the aggregate queries read (built once on a catalog from before them), and ``cell_counts``
         counted from the rows unless it is this version's (:mod:`assay.store.counts`)."""
-        for index in (episode_facts, link_policies, unsound_outcomes, link_listing, unlisted_links, episode_twins):
+        for index in ADDED_INDEXES:
             index.create(self.engine, checkfirst=True)
         if self.engine.dialect.name == "sqlite":
             _planner_stats(self.engine)

@@ -234,3 +234,4 @@ def kept_patterns(conn: sa.Connection, campaign: str, across: str, from_rows: bo
         counted[(g0, g1, _dump(codes))] += 1
     return [KeptPattern(g0, g1, json.loads(pattern), n) for (g0, g1, pattern), n in sorted(counted.items())]
 
+

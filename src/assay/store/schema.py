@@ -92,10 +92,11 @@ _unlisted = sa.or_(campaign_episodes.c.outcome.is_(None), campaign_episodes.c.li
 unlisted_links = sa.Index("ix_campaign_episodes_unlisted", campaign_episodes.c.key, sqlite_where=_unlisted,
                           postgresql_where=_unlisted)
 
-# An episode's paired twins (same task and seed, another variant or policy) found by (task, seed): what failure
-# attribution reads of a page of failures (its successful nominal twins), without a pass over the campaign.
-episode_twins = sa.Index("ix_episodes_twins", episodes.c.task_id, episodes.c.seed, episodes.c.variant_key,
-                         episodes.c.outcome)
+# An episode's paired twins (same task and seed, another variant or policy) found by (task, seed), keys included
+# (covering): what failure attribution reads of its failures' successful nominal twins, without a pass over the
+# campaign.
+episode_twins = sa.Index("ix_episodes_paired", episodes.c.task_id, episodes.c.seed, episodes.c.variant_key,
+                         episodes.c.outcome, episodes.c.key)
 
 OUTCOME_VALUES = ("success", "failure", "timeout", "error")  # Outcome's values (records.py), for the index below
 # The rows whose outcome is none of them: edited behind Assay's back. A partial index, normally empty, so asking
@@ -137,8 +138,9 @@ seed_rows = sa.Table(
     sa.Column("seed", sa.BigInteger, nullable=False),
     sa.Column("pattern", sa.Text, nullable=False),  # canonical JSON: column -> outcome code
 )
-seed_row_groups = sa.Index("ix_seed_rows_group", seed_rows.c.campaign, seed_rows.c.across, seed_rows.c.g0,
-                           seed_rows.c.g1)
+# A paired row by what it pairs (a group's rows for a recount; one row by its group and seed, as a join reads it)
+seed_row_groups = sa.Index("ix_seed_rows_row", seed_rows.c.campaign, seed_rows.c.across, seed_rows.c.g0,
+                           seed_rows.c.g1, seed_rows.c.seed)
 seed_patterns = sa.Table(
     "seed_patterns",
     metadata,
@@ -178,3 +180,8 @@ job_claims = sa.Table(
     sa.Column("owner", sa.String(200), nullable=False, index=True),  # host:pid:random of the driver
     sa.Column("expires_at", sa.Float, nullable=False),  # seconds since the epoch, by the owner's clock
 )
+
+# The indexes a catalog made before them lacks (``create_all`` makes a missing table's, never a new one of an old
+# table): :class:`~assay.store.catalog.Catalog` makes each on open where it is missing.
+ADDED_INDEXES = (episode_facts, link_policies, unsound_outcomes, link_listing, unlisted_links, episode_twins,
+                 seed_row_groups)
