@@ -11,7 +11,7 @@ recorded data, so this is idempotent). The table is registered with the catalog
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,7 +75,7 @@ class FailureTable:
         """The stored categories of ``keys`` (every stored one when None), by episode key."""
         query = sa.select(failure_categories)
         with self.engine.connect() as conn:
-            found = conn.execute(query) if keys is None else \
+            found: Iterable[Any] = conn.execute(query) if keys is None else \
                 select_in(conn, query, failure_categories.c.key, list(dict.fromkeys(keys)))
             return {row.key: _categorized(row) for row in found}
 

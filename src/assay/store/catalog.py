@@ -27,8 +27,8 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from assay.errors import StoreError, UndecodableRow
 from assay.store import claims, counts, listing
+from assay.store.chunks import WIDE_CHUNK, select_in
 from assay.store.chunks import chunked as _chunks  # every IN over keys is chunked (assay.store.chunks)
-from assay.store.chunks import select_in
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.schema import (
     ADDED_COLUMNS,
@@ -40,6 +40,7 @@ from assay.store.schema import (
     metadata,
     pruned_episodes,
     store_meta,
+    unparsable_rows,
 )
 from assay.store.validation import Summary
 
@@ -461,25 +462,25 @@ class Catalog:
     @_guarded
     def resume_rows(self, keys: Iterable[str]) -> dict[str, ResumeRow]:
         """For each key present: its outcome, file, file size and whether the row is sound, checked by the
-        database in the query (what a resume needs; nothing is decoded in Python)."""
+        database (what a resume needs; nothing is decoded in Python). The outcome, file and size are read from
+        ``ix_episodes_resume`` (no wide row is read); on SQLite the rows whose JSON ``json_valid`` rejects are the
+        partial index ``ix_episodes_unparsable`` (normally empty), asked once."""
         outcomes = [o.value for o in Outcome]
-        bad_outcome = sa.case((episodes.c.outcome.in_(outcomes), None), else_=sa.literal("outcome"))
-        checks = [bad_outcome]
-        if self.engine.dialect.name == "sqlite":  # json_valid is SQLite's; elsewhere `assay store verify` decodes
-            checks += [sa.case((sa.func.json_valid(episodes.c[f.column]) == 1, None), else_=sa.literal(f.column))
-                       for f in _FIELDS if f.kind == "json"]
-        problem = sa.func.coalesce(*checks) if len(checks) > 1 else checks[0]
-        columns = (episodes.c.key, episodes.c.outcome, episodes.c.data_path, episodes.c.data_bytes,
-                   problem.label("problem"))
+        columns = (episodes.c.key, episodes.c.outcome, episodes.c.data_path, episodes.c.data_bytes)
         found: dict[str, ResumeRow] = {}
         with self.engine.connect() as conn:
-            for chunk in _chunks(list(keys), 500):
-                for row in conn.execute(sa.select(*columns).where(episodes.c.key.in_(chunk))):
-                    why = None if row.problem is None else \
-                        f"outcome {row.outcome!r} is not one of {', '.join(outcomes)}" if row.problem == "outcome" \
-                        else f"{row.problem} is not JSON"
-                    found[row.key] = ResumeRow(str(row.outcome), row.data_path,
-                                               None if row.data_bytes is None else int(row.data_bytes), why)
+            unparsable: dict[str, str] = {}
+            if self.engine.dialect.name == "sqlite":  # json_valid is SQLite's; elsewhere `assay store verify` decodes
+                first = sa.func.coalesce(*(sa.case((sa.func.json_valid(episodes.c[f.column]) == 1, None),
+                                                   else_=sa.literal(f.column)) for f in _FIELDS if f.kind == "json"))
+                unparsable = {str(r.key): str(r.problem) for r in conn.execute(
+                    sa.select(episodes.c.key, first.label("problem")).where(unparsable_rows.dialect_options[
+                        "sqlite"]["where"]))}
+            for key, outcome, path, size in select_in(conn, sa.select(*columns), episodes.c.key, list(keys),
+                                                      size=WIDE_CHUNK):
+                why = f"outcome {outcome!r} is not one of {', '.join(outcomes)}" if outcome not in outcomes \
+                    else f"{unparsable[key]} is not JSON" if key in unparsable else None
+                found[key] = ResumeRow(str(outcome), path, None if size is None else int(size), why)
         return found
 
     @_guarded
@@ -640,6 +641,7 @@ class Catalog:
 # is as selective (each holds one entry per key); told so, it reads the covering index alone (~6x faster here).
 _PLANNER_STATS = (("episodes", "sqlite_autoindex_episodes_1", "1000000 1"),
                   ("episodes", "ix_episodes_facts", "1000000 1 1 1 1 1 1 1 1"),
+                  ("episodes", "ix_episodes_resume", "1000000 1 1 1 1"),
                   ("campaign_episodes", "sqlite_autoindex_campaign_episodes_1", "1000000 100000 1"),
                   ("campaign_episodes", "ix_campaign_episodes_policy", "1000000 100000 1 1"))
 

@@ -98,6 +98,19 @@ unlisted_links = sa.Index("ix_campaign_episodes_unlisted", campaign_episodes.c.k
 episode_twins = sa.Index("ix_episodes_paired", episodes.c.task_id, episodes.c.seed, episodes.c.variant_key,
                          episodes.c.outcome, episodes.c.key)
 
+# What a resume reads of a recorded episode (Catalog.resume_rows: outcome, file and its size), by key: a resume of a
+# million episodes reads this index, not a million wide rows scattered over the table.
+resume_facts = sa.Index("ix_episodes_resume", episodes.c.key, episodes.c.outcome, episodes.c.data_path,
+                        episodes.c.data_bytes)
+# The JSON columns of a row (a dict field of EpisodeRecord: ``<field>_json``, and ``policy_json``).
+JSON_COLUMNS = ("variant_json", "policy_json", "initial_conditions_json", "policy_info_json", "timings_json",
+                "provenance_json")
+# On SQLite, the rows whose JSON the database rejects (``json_valid``: edited behind Assay's back): a partial index,
+# normally empty and kept by SQLite as rows are written, so a resume asks it instead of checking every row.
+_unparsable = sa.not_(sa.and_(*(sa.func.json_valid(episodes.c[name]) == 1 for name in JSON_COLUMNS)))
+unparsable_rows = sa.Index("ix_episodes_unparsable", episodes.c.key, sqlite_where=_unparsable).ddl_if(
+    dialect="sqlite")
+
 OUTCOME_VALUES = ("success", "failure", "timeout", "error")  # Outcome's values (records.py), for the index below
 # The rows whose outcome is none of them: edited behind Assay's back. A partial index, normally empty, so asking
 # whether a campaign has any costs nothing.
@@ -184,4 +197,4 @@ job_claims = sa.Table(
 # The indexes a catalog made before them lacks (``create_all`` makes a missing table's, never a new one of an old
 # table): :class:`~assay.store.catalog.Catalog` makes each on open where it is missing.
 ADDED_INDEXES = (episode_facts, link_policies, unsound_outcomes, link_listing, unlisted_links, episode_twins,
-                 seed_row_groups)
+                 seed_row_groups, resume_facts, unparsable_rows)
