@@ -20,7 +20,8 @@ each episode's step data is a small file (``--layout file``: one per episode, as
 the waited-for children), on the machine as it is (the load average is printed beside each figure):
 
 * ``open``: the first ``Store`` open after ``build`` (counting ``cell_counts`` and the seed patterns);
-* ``startup``: ``assay --help``, the CLI's own start-up, which the targets are "above";
+* ``startup``: ``assay results --help``, the CLI's own start-up with the results command's imports, which the
+  ``results`` target is "above";
 * ``results`` / ``leaderboard``: ``assay results --json`` and ``assay leaderboard --json``;
 * ``dashboard``: every request the campaign page makes (``GET /api/campaigns/tier`` and the rest, as
   ``server/static/app.js`` sends them: the leaderboard, pass^k, regression sets, the safety and leakage extras,
@@ -207,12 +208,21 @@ def build(root: Path, episodes: int, catalog: str | None, layout: str) -> dict[s
 
 
 class _Sqlite:
+    """Rows by ``executemany`` into the tables the catalog made. Their secondary indexes are dropped for the load
+    and made again at the end, as the catalog made them (their SQL kept from ``sqlite_master``): ten indexes of ten
+    million random keys each, written entry by entry, would take hours; made once, each is a sort."""
+
     def __init__(self, path: Path) -> None:
         import sqlite3
 
         self.db = sqlite3.connect(path)
         self.db.execute("PRAGMA synchronous=OFF")
-        self.db.execute("PRAGMA cache_size=-1000000")  # 1 GB of page cache: the indexes are written at random
+        self.db.execute("PRAGMA cache_size=-1000000")  # 1 GB of page cache: the primary keys are written at random
+        self.indexes = [(name, sql) for name, sql in self.db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN "
+            "('episodes', 'campaign_episodes', 'failure_categories')")]
+        for name, _ in self.indexes:
+            self.db.execute(f"DROP INDEX {name}")
         self.db.execute("BEGIN")
 
     def write(self, rows: list[Any], links: list[Any], categories: list[Any]) -> None:
@@ -227,6 +237,10 @@ class _Sqlite:
         # the counts are not this generator's to write: the catalog counts them from the rows when it next opens
         self.db.execute("UPDATE store_meta SET value = 'generated' WHERE name = 'cell_counts'")
         self.db.execute("COMMIT")
+        for name, sql in self.indexes:
+            started = time.perf_counter()
+            self.db.execute(sql)
+            print(f"index {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.db.close()
@@ -323,7 +337,7 @@ def measure(root: Path, catalog: str | None, parts: set[str]) -> dict[str, Any]:
     report: dict[str, Any] = {"store": str(root), "cpus": os.cpu_count()}
     plan = [("open", [sys.executable, "-c", "import sys; from assay.store import Store; Store(sys.argv[1], "
                                              "sys.argv[2] or None).close()", str(root), catalog or ""]),
-            ("startup", _assay("--help")),
+            ("startup", _assay("results", "--help")),  # the results command's own imports, no store opened
             ("results", _assay("results", "--campaign", CAMPAIGN, "--json", *store)),
             ("leaderboard", _assay("leaderboard", "--campaign", CAMPAIGN, "--json", *store)),
             ("dashboard", [sys.executable, "-c", DASHBOARD, str(root), catalog or "", CAMPAIGN]),

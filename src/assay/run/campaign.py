@@ -42,7 +42,8 @@ from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.sim import TaskRegistry, default_registry, instruct, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
 from assay.spec import CampaignSpec, EpisodeJob, TaskSpec, Variant, batch_jobs, plan
-from assay.store import EpisodeRecord, Store, listing
+from assay.store import EpisodeRecord, Store
+from assay.store.linked import linked_count
 
 
 def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
@@ -216,7 +217,7 @@ def _resume(campaign: CampaignPlan, store: Store, run: _Run) -> tuple[list[Episo
         resume = store.resume_plan([job.key for job in chunk], run.retry_errors, verify=run.verify_files)
         store.forget(resume.forget)
         done = [(job.key, job.policy.name) for job in chunk if job.key in resume.done]
-        if listing.linked_count(store.catalog, campaign.spec.name, [key for key, _ in done]) < len(done):
+        if linked_count(store, campaign.spec.name, [key for key, _ in done]) < len(done):
             store.link(campaign.spec.name, done)
         pending += [job for job in chunk if job.key not in resume.done]
         repaired += len(resume.damaged)

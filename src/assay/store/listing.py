@@ -19,17 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.exc import SQLAlchemyError
 
-from assay.errors import StoreError
-from assay.store.chunks import WIDE_CHUNK, chunked
 from assay.store.schema import campaign_episodes, episodes
-
-if TYPE_CHECKING:
-    from assay.store.catalog import Catalog
 
 
 class _Outcome(Protocol):
@@ -100,16 +94,3 @@ def page(conn: sa.Connection, campaign: str, cells: Sequence[tuple[str, str]], a
     shown = found[:limit]
     return Page(tuple(key for _, key in shown), shown[-1][1] if len(found) > limit else None)
 
-
-def linked_count(catalog: Catalog, campaign: str, keys: Sequence[str]) -> int:
-    """How many of ``keys`` (distinct) ``campaign`` links already: counted by the database a chunk at a time (what
-    a resume asks before linking what it kept, so a finished campaign's rerun reads no link back)."""
-    found = 0
-    try:
-        with catalog.engine.connect() as conn:
-            for chunk in chunked(keys, WIDE_CHUNK):
-                found += int(conn.execute(sa.select(sa.func.count()).select_from(campaign_episodes).where(
-                    campaign_episodes.c.campaign == campaign, campaign_episodes.c.key.in_(chunk))).scalar() or 0)
-    except SQLAlchemyError as exc:
-        raise StoreError(f"catalog {catalog.display_url}: counting links failed: {type(exc).__name__}") from None
-    return found
