@@ -15,6 +15,11 @@ table of its own, changed in the same transaction as the rows they count:
   :data:`VERSION`; ``assay store verify`` compares the table with a fresh count,
   ``aggregates.count_differences``, and names the cells that differ; ``--recount`` rebuilds it).
 
+The same transactions keep each link's paired seed rows (:mod:`assay.store.pairs`: :func:`add_links` and
+:func:`recount` move them too, :func:`rebuild` counts them anew) and fill a catalog's links' listing columns
+(:mod:`assay.store.listing`); :data:`VERSION` 2 is all three, so a catalog an older Assay last counted is
+counted anew on open.
+
 Only rows whose outcome is one of Assay's are counted (a reader that decodes rows leaves the
 others out too).
 """

@@ -6,7 +6,11 @@ whose files were pruned (``pruned_episodes``, :mod:`assay.store.retention`) and 
 Columns of ``episodes`` are derived from ``EpisodeRecord``'s fields (``assay.store.catalog``); a test keeps
 them equal. Two covering indexes serve the aggregate queries (:mod:`assay.store.aggregates`): each link's
 ``(campaign, key, policy_name)``, and each episode's key with the columns a count reads, so a ``GROUP BY``
-over a campaign reads neither table's wide rows.
+over a campaign reads neither table's wide rows. Beside them: the paired seed rows and their pattern counts
+(``seed_rows``, ``seed_patterns``: :mod:`assay.store.pairs`), the listing index a page of a campaign's episodes
+reads (:mod:`assay.store.listing`), an episode's paired twins by task and seed, what a resume reads of a row
+(``ix_episodes_resume``) and, on SQLite, the rows whose JSON the database rejects (a partial index). A catalog
+made before an index gets it on open (:data:`ADDED_INDEXES`).
 """
 
 from __future__ import annotations
