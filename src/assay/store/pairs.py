@@ -109,29 +109,32 @@ def add_links(conn: sa.Connection, campaign: str, links: Iterable[Link]) -> None
 
 
 def _count(conn: sa.Connection, campaign: str, moved: Counter[tuple[str, str, str, str]]) -> None:
-    """Add ``moved`` (across, g0, g1, pattern -> rows gained or lost) to ``seed_patterns``, in key order."""
-    for (across, g0, g1, pattern), delta in sorted(moved.items(), key=lambda item: (*item[0][:3], _hash(item[0][3]))):
-        if delta:
-            _upsert(conn, {"campaign": campaign, "across": across, "g0": g0, "g1": g1, "pattern_id": _hash(pattern),
-                           "pattern": pattern, "rows": delta})
-
-
-_KEY = ("campaign", "across", "g0", "g1", "pattern_id")
-
-
-def _upsert(conn: sa.Connection, row: dict[str, Any]) -> None:
+    """Add ``moved`` (across, g0, g1, pattern -> rows gained or lost) to ``seed_patterns``, in key order, by one
+    upsert statement executed for every changed pattern."""
+    rows = [{"campaign": campaign, "across": across, "g0": g0, "g1": g1, "pattern_id": _hash(pattern),
+             "pattern": pattern, "rows": delta}
+            for (across, g0, g1, pattern), delta in moved.items() if delta]
+    rows.sort(key=lambda row: tuple(row[c] for c in _KEY))
+    if not rows:
+        return
     dialect = conn.dialect.name
     if dialect in ("sqlite", "postgresql"):
         from sqlalchemy.dialects import postgresql, sqlite
 
-        insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
-        statement = insert(seed_patterns).values(**row)
-        conn.execute(statement.on_conflict_do_update(index_elements=list(_KEY),
-                                                     set_={"rows": seed_patterns.c.rows + statement.excluded.rows}))
+        insert = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(seed_patterns)
+        upsert = insert.on_conflict_do_update(index_elements=list(_KEY),
+                                              set_={"rows": seed_patterns.c.rows + insert.excluded.rows})
+        for chunk in chunked(rows):
+            conn.execute(upsert, chunk)
         return
-    where = sa.and_(*(seed_patterns.c[c] == row[c] for c in _KEY))
-    if not conn.execute(seed_patterns.update().where(where).values(rows=seed_patterns.c.rows + row["rows"])).rowcount:
-        conn.execute(seed_patterns.insert().values(**row))
+    for row in rows:  # another database: an update, else an insert
+        where = sa.and_(*(seed_patterns.c[c] == row[c] for c in _KEY))
+        if not conn.execute(seed_patterns.update().where(where).values(rows=seed_patterns.c.rows + row["rows"])) \
+                .rowcount:
+            conn.execute(seed_patterns.insert().values(**row))
+
+
+_KEY = ("campaign", "across", "g0", "g1", "pattern_id")
 
 
 def _linked_rows(where: sa.ColumnElement[bool] | None, order: Sequence[sa.ColumnElement[Any]]) -> sa.Select[Any]:
