@@ -27,7 +27,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from assay.errors import StoreError, UndecodableRow
 from assay.store import claims, counts, listing
-from assay.store.chunks import WIDE_CHUNK, select_in
+from assay.store.chunks import WIDE_CHUNK, insert_rows, select_in
 from assay.store.chunks import chunked as _chunks  # every IN over keys is chunked (assay.store.chunks)
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.schema import (
@@ -291,7 +291,7 @@ class Catalog:
                 present |= set(conn.execute(sa.select(episodes.c.key).where(episodes.c.key.in_(chunk))).scalars())
             fresh = {r.key: r for r in records if r.key not in present}
             if fresh:
-                conn.execute(episodes.insert(), [_row(r) for r in fresh.values()])
+                insert_rows(conn, episodes, (_row(r) for r in fresh.values()))
             by_campaign: dict[str, list[tuple[str, str]]] = {}
             for r in records:
                 by_campaign.setdefault(r.campaign, []).append((r.key, r.policy_name))
@@ -328,7 +328,7 @@ class Catalog:
             known = facts or {}
             missing = [r["key"] for r in rows if r["key"] not in known]
             known = {**known, **counts.facts_of(conn, missing)} if missing else known
-            conn.execute(campaign_episodes.insert(), listing.listed(rows, known))  # with outcome and time, to page
+            insert_rows(conn, campaign_episodes, listing.listed(rows, known))  # with outcome and time, to page
             counts.add_links(conn, campaign, [(r["policy_name"], known[r["key"]]) for r in rows if r["key"] in known])
 
     # -- job leases (claims): which driver runs a job that has no row yet (:mod:`assay.store.claims`) ------------
