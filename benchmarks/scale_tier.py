@@ -215,7 +215,8 @@ class _Sqlite:
     def __init__(self, path: Path) -> None:
         import sqlite3
 
-        self.db = sqlite3.connect(path)
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=DELETE")  # not WAL: ten million rows in one WAL grow its index
         self.db.execute("PRAGMA synchronous=OFF")
         self.db.execute("PRAGMA cache_size=-1000000")  # 1 GB of page cache: the primary keys are written at random
         self.indexes = [(name, sql) for name, sql in self.db.execute(
@@ -232,6 +233,8 @@ class _Sqlite:
                             f"({', '.join('?' * len(LINK_COLUMNS))})", links)
         self.db.executemany(f"INSERT INTO failure_categories ({', '.join(CATEGORY_COLUMNS)}) VALUES "
                             f"({', '.join('?' * len(CATEGORY_COLUMNS))})", categories)
+        self.db.execute("COMMIT")  # a cell per transaction
+        self.db.execute("BEGIN")
 
     def finish(self) -> None:
         # the counts are not this generator's to write: the catalog counts them from the rows when it next opens
@@ -241,6 +244,7 @@ class _Sqlite:
             started = time.perf_counter()
             self.db.execute(sql)
             print(f"index {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        self.db.execute("PRAGMA journal_mode=WAL")  # as the catalog keeps it
 
     def close(self) -> None:
         self.db.close()
