@@ -25,6 +25,7 @@ from assay.report import evidence
 from assay.report.data import GALLERY_LIMIT, gather
 from assay.report.gallery import campaign_failures
 from assay.store import EpisodeRecord, Outcome, Store
+from tests import test_postgres
 
 POLICIES = ("alpha", "beta", "gamma")
 TASKS = ("metaworld/reach@1", "metaworld/push@1", "metaworld/pick-place@1")
@@ -58,10 +59,10 @@ def _records(episodes: int, rng: random.Random) -> list[EpisodeRecord]:
     return out
 
 
-def _store(root, episodes: int) -> list[EpisodeRecord]:
+def _store(root, episodes: int, url: str | None = None) -> list[EpisodeRecord]:
     rng = random.Random(episodes)
     records = _records(episodes, rng)
-    with Store(root) as store:
+    with Store(root, url) as store:
         store.catalog.save_campaign("c", "h", {"campaign": {"name": "c"}})
         for start in range(0, len(records), 500):
             store.record(records[start:start + 500])
@@ -89,9 +90,9 @@ def _row_based(store: Store) -> tuple[list[str], dict[str, dict[str, int]], list
     return gallery, categories, coverage(attributions)
 
 
-def _check(root, episodes: int) -> None:
-    records = _store(root, episodes)
-    with Store(root) as store:
+def _check(root, episodes: int, url: str | None = None) -> None:
+    records = _store(root, episodes, url)
+    with Store(root, url) as store:
         gallery, categories, attribution = _row_based(store)
         found = campaign_failures(store, "c", GALLERY_LIMIT)
         data = gather(store, "c", n_resamples=100)
@@ -114,3 +115,14 @@ def test_bounded_report_equals_the_row_based_one(tmp_path):
 @pytest.mark.slow
 def test_bounded_report_equals_the_row_based_one_at_ten_thousand(tmp_path):
     _check(tmp_path / "store", 10_000)
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    """A PostgreSQL server on loopback for this module, started as tests/test_postgres.py starts its own."""
+    yield from test_postgres.postgres_url.__wrapped__()
+
+
+@pytest.mark.postgres
+def test_bounded_report_equals_the_row_based_one_on_postgres(tmp_path, server_url):
+    _check(tmp_path / "store", 1500, server_url)
