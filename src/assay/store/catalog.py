@@ -623,7 +623,7 @@ class Catalog:
         query = (
             sa.select(episodes, campaign_episodes.c.campaign, campaign_episodes.c.policy_name)
             .join(campaign_episodes, campaign_episodes.c.key == episodes.c.key)
-            .where(episodes.c.key.startswith(key_prefix, autoescape=True))
+            .where(episodes.c.key.startswith(key_prefix, autoescape=True), *_key_range(key_prefix))
             .limit(10)
         )
         with self.engine.connect() as conn:
@@ -634,6 +634,14 @@ class Catalog:
         if len(keys) > 1:
             raise StoreError(f"key prefix {key_prefix!r} is ambiguous: {', '.join(k[:12] for k in keys[:5])} ...")
         return _record(rows[0])
+
+
+def _key_range(prefix: str) -> tuple[sa.ColumnElement[bool], ...]:
+    """The keys starting with ``prefix`` as a range of the primary key (``LIKE 'abc%'`` alone is a scan of every
+    key on SQLite, whose ``LIKE`` ignores case)."""
+    if not prefix or ord(prefix[-1]) >= 0x10FFFF:
+        return ()
+    return episodes.c.key >= prefix, episodes.c.key < prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 # What SQLite's planner is told of the indexes the aggregate queries read (sqlite_stat1): without statistics it
