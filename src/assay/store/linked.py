@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from assay.errors import StoreError
-from assay.store.chunks import WIDE_CHUNK, chunked
+from assay.store.chunks import WIDE_CHUNK, among, chunked
 from assay.store.schema import campaign_episodes
 from assay.store.store import Store
 
@@ -25,7 +25,8 @@ def linked_count(store: Store, campaign: str, keys: Sequence[str]) -> int:
         with store.catalog.engine.connect() as conn:
             for chunk in chunked(keys, WIDE_CHUNK):
                 found += int(conn.execute(sa.select(sa.func.count()).select_from(campaign_episodes).where(
-                    campaign_episodes.c.campaign == campaign, campaign_episodes.c.key.in_(chunk))).scalar() or 0)
+                    campaign_episodes.c.campaign == campaign,
+                    among(conn.dialect.name, campaign_episodes.c.key, chunk))).scalar() or 0)
     except SQLAlchemyError as exc:
         raise StoreError(f"catalog {store.catalog.display_url}: counting links failed: {type(exc).__name__}") from None
     return found
