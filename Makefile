@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: demo report serve lint semantic-profile libero-plus libero-plus-shift flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
+.PHONY: env-robosuite demo report serve lint semantic-profile libero-plus libero-plus-shift flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare libero-zoo test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa);
 # Mesa's EGL (libegl1, libegl-mesa0) lets the tests check EGL's pixels against OSMesa's on the CPU (on a GPU
@@ -49,11 +49,24 @@ $(VENV)/.installed-libero: $(VENV)/.installed-test requirements/libero.lock
 
 install: $(VENV)/.installed
 
+# robosuite 1.5's own environment (issue 52): it conflicts with LIBERO's robosuite 1.4, so its tasks run only on a
+# served simulator (`assay serve-sim robosuite` starts from this venv). Every package hash-pinned; Assay's own code is
+# linked in by a .pth file (no build step). 22 wheels (~340 MB; 1.3 GB installed), 1 min 24 s from pip's cache here.
+ROBOSUITE_VENV ?= .venv-robosuite
+$(ROBOSUITE_VENV)/.installed: requirements/robosuite.lock
+	$(PYTHON) -m venv $(ROBOSUITE_VENV)
+	$(ROBOSUITE_VENV)/bin/python -m pip install -q --no-deps --require-hashes -r requirements/robosuite.lock
+	$(ROBOSUITE_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" | \
+		xargs -I{} sh -c 'echo "$(CURDIR)/src" > {}/assay-checkout.pth'
+	touch $@
+
+env-robosuite: $(ROBOSUITE_VENV)/.installed
+
 # Lint and type checks (configured in pyproject.toml); CI runs them before the tests.
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
-install-test: $(VENV)/.installed-test $(VENV)/.installed-libero
+install-test: $(VENV)/.installed-test $(VENV)/.installed-libero $(ROBOSUITE_VENV)/.installed
 
 demo: install
 	$(ASSAY) run examples/quickstart.yaml --store $(STORE) --workers 2
@@ -173,6 +186,24 @@ libero-plus-shift: install-test
 		--conditioning instruction
 	$(ASSAY) run examples/libero_plus_shift.yaml --store $(LIBERO_PLUS_STORE) --workers 2
 	$(ASSAY) results --store $(LIBERO_PLUS_STORE) --campaign libero-plus-soup-shift --profile
+
+# The graded LIBERO zoo (docs/LIBERO.md, "Learned policies"): the scripted expert's demos on initial states 0-19 of
+# three LIBERO-Object and three LIBERO-Spatial tasks (the 64 px agent view recorded at every step for the pixel
+# members), four state and two pixel BC checkpoints of graded skill, each evaluated on initial states 20-49
+# (30 per task, never trained on) and graded: the best state member must reach 70%, the best pixel member 40%.
+# Hours on 2 CPU cores (every frame is rasterised on the CPU); every step resumes.
+LIBERO_ZOO_STORE ?= runs/libero-zoo
+LIBERO_ZOO_EPISODES ?= 30
+libero-zoo: install-test
+	$(ASSAY) zoo build --preset libero --store $(LIBERO_ZOO_STORE) --out $(LIBERO_ZOO_STORE)/zoo --workers 2
+	$(ASSAY) zoo campaign $(LIBERO_ZOO_STORE)/zoo -o $(LIBERO_ZOO_STORE)/state.yaml --name libero-zoo-state --kind state \
+		--episodes $(LIBERO_ZOO_EPISODES)
+	$(ASSAY) run $(LIBERO_ZOO_STORE)/state.yaml --store $(LIBERO_ZOO_STORE) --workers 2
+	$(ASSAY) zoo campaign $(LIBERO_ZOO_STORE)/zoo -o $(LIBERO_ZOO_STORE)/pixel.yaml --name libero-zoo-pixel --kind pixel \
+		--episodes $(LIBERO_ZOO_EPISODES)
+	$(ASSAY) run $(LIBERO_ZOO_STORE)/pixel.yaml --store $(LIBERO_ZOO_STORE) --workers 2
+	$(ASSAY) zoo grade $(LIBERO_ZOO_STORE)/zoo --campaign libero-zoo-state --store $(LIBERO_ZOO_STORE) --min state=0.7
+	$(ASSAY) zoo grade $(LIBERO_ZOO_STORE)/zoo --campaign libero-zoo-pixel --store $(LIBERO_ZOO_STORE) --min pixel=0.4
 
 # The policy zoo (docs/RESULTS.md): camera demos, six pixel BC checkpoints on three tasks, their nominal
 # evaluation with open- vs closed-loop, and their visual robustness profile beside the state expert.

@@ -10,8 +10,8 @@ import numpy as np
 from assay.policies import ExpertPolicy, PolicyContext
 from assay.testing import ConstantPolicy, FunctionEnv, fake_task
 
-__all__ = ["ConstantPolicy", "FlakyExpert", "FunctionEnv", "SloppyExpert", "comparable_steps", "fake_task",
-           "kill_after_episodes", "record_as_error"]
+__all__ = ["ConstantPolicy", "FlakyExpert", "FunctionEnv", "GainPolicy", "SloppyExpert", "WrongShape",
+           "comparable_steps", "fake_task", "kill_after_episodes", "record_as_error"]
 
 
 class FlakyExpert:
@@ -151,3 +151,24 @@ def popen_as_from_a_terminal(command: list[str], **options: Any) -> Any:
     finally:
         if before == signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class GainPolicy:
+    """Answers ``gain`` x the first state value + ``offset`` in every action dimension: typed constructor params."""
+
+    def __init__(self, gain: float = 1.0, offset: float = 0.0) -> None:
+        self.gain, self.offset, self.dim = gain, offset, 1
+
+    def reset(self, context: PolicyContext) -> None:
+        self.dim = context.task.action.dim
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        state = np.asarray(observations["state"])
+        return np.repeat(self.gain * state[:, :1] + self.offset, self.dim, axis=1).clip(-1.0, 1.0)
+
+
+class WrongShape(GainPolicy):
+    """One action dimension too many for every row: every episode is an error."""
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        return np.zeros((len(observations["state"]), self.dim + 1))

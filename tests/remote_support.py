@@ -47,3 +47,50 @@ class RaisingPolicy:
         if np.any(state[:, 0] > 100):
             raise RuntimeError("state out of the training range")
         return np.zeros((len(state), 4))
+
+
+class SeededNoise:
+    """Stateful: each slot draws its answers from an RNG seeded by its episode's seed, so an environment asked
+    twice for one step walks another trajectory from then on. ``fail_seed``: the episode with this seed raises
+    at its ``fail_at``-th request (0: the first)."""
+
+    def __init__(self, fail_seed: int | None = None, fail_at: int = 3) -> None:
+        self.fail_seed, self.fail_at = fail_seed, fail_at
+
+    def reset(self, context: Any) -> None:
+        self.seeds = list(context.seeds)
+        self.rngs = [np.random.default_rng(seed) for seed in context.seeds]
+        self.calls = [0] * len(context.seeds)
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        out = []
+        for slot in observations["env_ids"]:
+            if self.seeds[slot] == self.fail_seed and self.calls[slot] == self.fail_at:
+                raise RuntimeError(f"injected failure at request {self.fail_at}")
+            self.calls[slot] += 1
+            out.append(self.rngs[slot].uniform(-1.0, 1.0, 4))
+        return np.asarray(out)
+
+
+class Integrator:
+    """A SimEnv whose state is the seed, plus every action so far in its first dimensions: the trajectory is the
+    actions' running sum, so a changed action changes every later state."""
+
+    def __init__(self, task: TaskSpec) -> None:
+        self.task, self.state, self.seed = task, np.zeros(task.state_dim), 0
+
+    def reset(self, seed: int, variant: Any = None) -> dict[str, np.ndarray]:
+        self.seed, self.state = seed, np.full(self.task.state_dim, float(seed))
+        return {"state": self.state.copy()}
+
+    def step(self, action: np.ndarray) -> Any:
+        from assay.sim import Transition
+
+        self.state[: len(action)] += action
+        return Transition({"state": self.state.copy()}, float(action.sum()), False, False, False)
+
+    def initial_conditions(self) -> dict[str, Any]:
+        return {"seed": self.seed}
+
+    def close(self) -> None:
+        pass

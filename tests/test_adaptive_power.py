@@ -146,3 +146,25 @@ def test_one_exact_yardstick_in_the_text_and_the_report_with_the_expected_pairs(
     assert ("<p>Expected pairs per comparison at α 0.05: 180.7 at δ 0.1, 198.8 at no difference (upper bounds: the "
             "futility stop is left out); fixed-n 134 at the power reached, 408 at the power requested.</p>") in report
     assert "<b>804</b>" in report and "2346" not in report
+
+
+def test_a_cap_whose_power_is_at_most_alpha_saves_nothing_comparable():
+    """Cap 8 at delta 0.1 reaches power 0.007 < alpha: its equal-power yardstick is 0 pairs, so the savings read
+    "not comparable", never "0% saved", in the text and the report."""
+    from assay.cli.adaptive_render import saved_lines
+    from assay.report.html import _adaptive_saved
+
+    assert design_power(0.05, 0.1, 8, 8, "lattice", 0.8).fixed_n_equal_power == 0
+    design = {"goal": "compare", "alpha": 0.05, "power": 0.8, "delta": 0.1, "max_episodes": 8, "batch": 8,
+              "method": "lattice"}
+    state = {"design": design, "cells": [{"task": "d", "variant": "nominal", "policy": p} for p in ("a", "b")],
+             "episodes_used": 16, "episodes_fixed": 2 * 391, "saved": 1 - 16 / 782}
+    view = equal_power_view(state)
+    assert view is not None and not view["comparable"] and view["saved_equal_power"] is None
+    first = saved_lines(state)[0]
+    assert first.endswith("not comparable: the cap's power is ≤ α") and "saved" not in first.split(":")[-1]
+    report = str(_adaptive_saved(state))
+    assert "not comparable: the cap&#39;s power is ≤ α" in report or "not comparable: the cap's power is ≤ α" in report
+    assert "0% saved at equal power" not in report
+    reaching = equal_power_view({**state, "design": {**design, "max_episodes": 200}})
+    assert reaching is not None and reaching["comparable"] and reaching["saved_equal_power"] is not None

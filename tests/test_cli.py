@@ -33,7 +33,8 @@ def test_tasks_and_policies_list_and_filter():
     assert "metaworld/pick-place@1" not in ids
     result = invoke("policies", "--json")
     names = {p["name"]: p for p in json.loads(result.stdout)["policies"]}
-    assert set(names) == {"expert", "random", "degraded-expert", "mlp", "perception-expert", "router", "bc", "pixel-bc", "lerobot"}
+    assert set(names) == {"expert", "random", "degraded-expert", "mlp", "perception-expert", "router", "bc", "pixel-bc",
+                          "lerobot", "libero-faulty-expert"}
     assert "action_noise" in names["degraded-expert"]["params"]
     assert "drawer-open" in invoke("tasks").stdout
 
@@ -74,7 +75,7 @@ def test_run_results_and_episodes(tmp_path, write_campaign):
         ("name: x\nepisodes: 1\ntasks: [metaworld/pick-plac]\npolicies: [expert]\n",
          "unknown task 'metaworld/pick-plac'; did you mean metaworld/pick-place"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [experts]\n",
-         "unknown builtin 'experts'; valid: bc, degraded-expert, expert, lerobot, mlp, perception-expert, pixel-bc, random, router"),
+         "unknown builtin 'experts'; valid: bc, degraded-expert, expert, lerobot, libero-faulty-expert, mlp, perception-expert, pixel-bc, random, router"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [no_such_module.sub:Policy]\n",
          "no module 'no_such_module' (a module:attr policy is imported from the Python path"),
         ("name: x\nepisodes: 1\ntasks: [metaworld/reach]\npolicies: [tests.helpers:Missing]\n",

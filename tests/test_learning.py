@@ -58,10 +58,11 @@ def test_training_is_deterministic_for_a_seed(demo_store, tmp_path):
 def test_bc_beats_random_on_reach(demo_store, checkpoint):
     assert checkpoint.demos == 20 and checkpoint.tasks == (TASK,)
     policies = [bc_spec("bc", Path(checkpoint.path)), PolicySpec(name="random", builtin="random")]
-    _, records = run_grid(demo_store, "bc-vs-random", [TASK], policies, 10, EVAL_SEED, HORIZON)
+    _, records = run_grid(demo_store, "bc-vs-random", [TASK], policies, 20, EVAL_SEED, HORIZON)
     bc, rnd = score(records, "bc"), score(records, "random")
-    assert bc.trials == rnd.trials == 10
-    assert bc.successes >= 6 and bc.successes > rnd.successes + 3, (bc, rnd)
+    assert bc.trials == rnd.trials == 20
+    # beats random: the two 95% intervals do not overlap (30 epochs on 20 demos: ~60% on held-out goals)
+    assert bc.successes >= 8 and bc.low > rnd.high, (bc, rnd)
     # held-out seeds: no evaluation episode is in the training data, and the policy says so per episode
     assert leakage_report(records) == {str(Path(checkpoint.path).resolve()): []}
     assert all(r.policy_info == {"task_known": True, "trained_on_seed": False} for r in records if r.policy_name == "bc")

@@ -239,7 +239,7 @@ def test_flywheel_variant_design_runs_end_to_end_and_a_rerun_reproduces_it(tmp_p
 
     example = yaml.safe_load(Path("examples/flywheel/push-gain-variant-slice.yaml").read_text())
     tiny = {"name": "tinyv", "task": "metaworld/reach@1", "horizon": 80, "variants": example["variants"],
-            "slice": example["slice"], "primary": example["primary"], "base_demos": 3, "extra_demos": 2, "pool": 8, "probe": 4, "eval": 3,
+            "slice": example["slice"], "primary": {"test": "ttest", "unit": "replicate"}, "base_demos": 3, "extra_demos": 2, "pool": 8, "probe": 4, "eval": 3,
             "replicates": 2, "epochs": 5, "hidden": [16], "bootstrap": 200}
     design = tmp_path / "tinyv.yaml"
     design.write_text(yaml.safe_dump(tiny))

@@ -1,9 +1,9 @@
 """LIBERO failure mining on golden episodes: the scripted expert with one injected fault each, known answers.
 
 Three tasks (LIBERO-Object's soup into the basket, LIBERO-Spatial's bowl onto the plate, LIBERO-10's two
-objects into the basket); each fault of ``tests.failure_policies.LiberoFaultyExpert`` (gripper disabled, an
-early release, a release short of the target, a hover, a freeze, the hand driven into the table, another
-object picked, and the plain expert cut short) has the category it must get, and the events behind it
+objects into the basket); each fault of ``tests.failure_policies.LiberoFaultyExpert`` (gripper disabled, its
+command's sign inverted, an early release, a release short of the target, a hover, a freeze, the hand driven into
+the table, another object picked, and the plain expert cut short) has the category it must get, and the events behind it
 are checked: what the fault does (a drop is one ``dropped`` step, the slam a ``collision``, the other
 object ``wrong_object``) and what it does not (the expert's success has no drop, collision or wrong
 object and ends at ``goal_progress`` 1). One campaign runs a fault end to end: the store, ``assay failures
@@ -35,6 +35,9 @@ BOTH = "libero/10/LIVING_ROOM_SCENE2_put_both_the_alphabet_soup_and_the_tomato_s
 GOLDEN = {
     SOUP: [("none", 160, None, None, None),
            ("no_grip", 160, None, Category.GRASP_FAILURE, "contact"),
+           # the gripper's sign flipped: the closed hand presses on the can (both fingertips touch it), then
+           # opens where it should close: held by nothing, so a grasp failure and not a lift failure
+           ("inverted_gripper", 160, None, Category.GRASP_FAILURE, "contact"),
            ("drop", 160, None, Category.DROP, "contact"),
            ("short", 160, None, Category.PLACEMENT_MISS, "control"),
            ("hover", 90, None, Category.APPROACH_FAILURE, "control"),
@@ -43,6 +46,7 @@ GOLDEN = {
            ("wrong", 140, "cream_cheese_1", Category.WRONG_OBJECT, "language_grounding"),
            ("none", 90, None, Category.TIMEOUT_PROGRESSING, "control")],
     BOWL: [("no_grip", 140, None, Category.GRASP_FAILURE, "contact"),
+           ("inverted_gripper", 140, None, Category.GRASP_FAILURE, "contact"),
            ("drop", 120, None, Category.DROP, "contact"),
            ("short", 140, None, Category.PLACEMENT_MISS, "control"),
            ("wrong", 120, "akita_black_bowl_2", Category.WRONG_OBJECT, "language_grounding")],
@@ -113,7 +117,11 @@ def test_each_injected_fault_gets_its_category_and_its_events(ref):
                 assert events["collision_force"].max() > 80.0 and not events["grasped"].any(), label
             if expected is Category.WRONG_OBJECT:
                 assert events["wrong_object"].any() and not events["contact"].any(), label
-            if expected is Category.GRASP_FAILURE:
+            if expected is Category.GRASP_FAILURE and fault == "inverted_gripper":
+                # the closed hand comes down on it: touched, and never held while the hand rose (on the bowl the
+                # closed fingertips can wedge its rim for a few steps on the way down: held_rise_m stays 0)
+                assert events["contact"].any() and evidence["held_rise_m"] < 0.01, (label, evidence)
+            elif expected is Category.GRASP_FAILURE:
                 assert events["ee_obj_dist"].min() < 0.05 and not events["grasped"].any(), label
             if expected in (Category.APPROACH_FAILURE, Category.STAGNATION):
                 assert events["ee_obj_dist"].min() > 0.05 and not events["contact"].any(), label

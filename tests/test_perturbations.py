@@ -52,7 +52,7 @@ def test_every_factor_has_a_test_level():
     assert physical == set(VISUAL_LEVELS) | set(DYNAMICS_LEVELS) | {"distractor.count"}
     # LIBERO-PRO's scene factors are tested on LIBERO (tests/test_libero.py), LIBERO-Plus's in test_libero_plus.py
     assert {name for name, f in FACTORS.items() if f.backends == {"libero"}} == {
-        "libero.object", "libero.environment", "libero.swap", "libero.language", "libero.task",
+        "libero.object", "libero.environment", "libero.swap", "libero.language", "libero.task", "libero.init",
         "libero_plus.layout", "libero_plus.camera", "libero_plus.robot_init", "libero_plus.language",
         "libero_plus.light", "libero_plus.background", "libero_plus.noise"}
 

@@ -206,7 +206,7 @@ def test_train_bc_cli_image_obs(camera_store, tmp_path):
             "pixels",
         ],
     )
-    assert bad.exit_code == 2 and "--obs 'pixels' is not one of state, image+proprio" in bad.output
+    assert bad.exit_code == 2 and "--obs 'pixels' is not one of state, state+environment, image+proprio" in bad.output
 
 
 @pytest.mark.sim
@@ -236,7 +236,7 @@ def test_an_instruction_conditioned_pixel_checkpoint_reads_the_words(camera_stor
     assert not np.array_equal(actions[1], policy.act({**batch, "env_ids": np.array([0, 0, 0])})[1]), \
         "another instruction moves the action"
     # each row reads its own slot's words, exactly what the network computes from that embedding
-    direct = policy.predict(frames, demo.observations[:3][:, list(PROPRIO)].astype(np.float32), embed_each(words))
+    direct = policy.predict(frames, demo.observations[:3][:, list(PROPRIO)], embed_each(words))
     assert np.array_equal(actions, direct)
     from assay.testing import check_policy
 

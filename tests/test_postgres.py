@@ -51,7 +51,7 @@ def postgres_url():
     port = _free_port()
     subprocess.run(as_user + [initdb, "-D", str(data / "db"), "-U", "assay", "--auth=trust", "-E", "UTF8"],
                    check=True, capture_output=True)
-    options = f"-h 127.0.0.1 -p {port} -k {data}"
+    options = f"-h 127.0.0.1 -p {port} -k {data} -F"  # -F: no fsync (a throwaway server; nothing here is durable)
     subprocess.run(as_user + [pg_ctl, "-D", str(data / "db"), "-o", options, "-l", str(data / "log"), "-w", "start"],
                    check=True, capture_output=True)
     try:
@@ -66,7 +66,7 @@ def catalog(postgres_url):
     opened = Catalog(postgres_url)
     yield opened
     with opened.engine.begin() as conn:  # each test starts from an empty catalog
-        for table in ("campaign_episodes", "episodes", "campaigns", "cell_counts", "job_claims"):
+        for table in ("campaign_episodes", "episodes", "campaigns", "cell_counts", "job_claims", "forgotten_links"):
             conn.exec_driver_sql(f"DELETE FROM {table}")
         conn.exec_driver_sql("DELETE FROM store_meta WHERE name <> 'schema_version'")
     opened.close()
@@ -189,3 +189,50 @@ def test_job_leases_on_postgresql(catalog, postgres_url):
     assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
     one, two = (set(out.split()) for out, _ in outputs)
     assert not one & two and len(one | two) == 400
+
+
+RACE_TRIALS = 50
+
+
+def test_two_drivers_creating_one_postgresql_catalog_at_once_both_open_it(tmp_path, postgres_url):
+    """Issue 50: two drivers opening one store on a fresh PostgreSQL catalog at once both succeed, in every one of 50
+    trials (a fresh schema each, named by the URL's search_path; the second driver starts 0 to 0.25 s after the
+    first, so it lands on every step of the first's creating the catalog), and agree on the store's ID."""
+    import sqlalchemy as sa
+
+    from tests.race_support import drivers_on_one_catalog, race
+
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    names = [f"race_{os.getpid()}_{t}" for t in range(RACE_TRIALS)]
+    with admin.connect() as conn:
+        for name in names:
+            conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+    trials = [(str(tmp_path / name), f"{postgres_url}?options=-csearch_path%3D{name}") for name in names]
+    try:
+        for outcomes in race(drivers_on_one_catalog, [trials, trials], RACE_TRIALS):
+            assert [o[2] for o in outcomes] == ["ok", "ok"], outcomes
+            assert outcomes[0][3] == outcomes[1][3]  # one store ID
+        with admin.connect() as conn:
+            for name in names:
+                tables = set(sa.inspect(conn).get_table_names(schema=name))
+                assert {"episodes", "campaigns", "campaign_episodes", "cell_counts", "store_meta"} <= tables, name
+                meta = dict(conn.exec_driver_sql(f"SELECT name, value FROM {name}.store_meta").all())
+                assert meta["schema_version"] == "1" and meta["cell_counts"] == "1", (name, meta)
+    finally:
+        with admin.connect() as conn:
+            for name in names:
+                conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        admin.dispose()
+
+
+def test_same_name_campaigns_claimed_at_once_on_postgresql_give_one_winner(catalog, postgres_url):
+    """Issue 50, the name claim of tests/test_store_races.py on PostgreSQL: two processes claim one new campaign name
+    for different specs at once, 50 trials: exactly one saves it, the other is told the winner's spec hash."""
+    from tests.race_support import campaign_claims, race
+
+    for trial, outcomes in enumerate(race(campaign_claims, [(postgres_url, RACE_TRIALS)] * 2, RACE_TRIALS)):
+        assert sorted(o[2] for o in outcomes) == ["ok", "refused"], outcomes
+        winner = next(o for o in outcomes if o[2] == "ok")
+        assert next(o for o in outcomes if o[2] == "refused")[3] == winner[3]
+        row = catalog.campaign(f"race-{trial}")
+        assert row is not None and row.spec_hash == winner[3] and row.spec == {"racer": winner[1]}

@@ -226,6 +226,7 @@ def test_the_tours_counts_are_the_codes():
     backends = [t.backend for t in default_registry().list()]
     assert f"{backends.count('metaworld')} Meta-World v3 and {backends.count('libero')} LIBERO tasks in all" in README
     assert f"the {backends.count('libero')} LIBERO tasks" in README
+    assert f"robosuite 1.5's {backends.count('robosuite')} tasks, only served" in README
     axes = [f.axis.value for f in FACTORS.values()]
     assert (f"{len(FACTORS)} perturbation factors: {axes.count('visual')} visual, {axes.count('behavioral')} "
             f"behavioral, {axes.count('semantic')} semantic") in README

@@ -187,7 +187,7 @@ def test_a_503s_retry_after_is_honoured_and_plain_backoff_keeps_its_jitter():
     from websockets.exceptions import InvalidStatus
     from websockets.http11 import Response
 
-    from assay.policies.remote.client import MAX_RETRY_AFTER_S, RemoteParams, _retry_after, backoff_s
+    from assay.policies.remote.connecting import MAX_RETRY_AFTER_S, RemoteParams, _retry_after, backoff_s
 
     def refused(status: int, retry_after: str | None) -> InvalidStatus:
         headers = Headers({"Retry-After": retry_after} if retry_after is not None else {})

@@ -139,7 +139,9 @@ def test_a_rogue_clients_5000_fresh_sessions_leave_another_clients_episodes_inta
     assert before + during + after == [[[n, 7], [n, 9]] for n in range(1, 9)], "the victim's state went on intact"
     assert full == 300, "the rogues held every session the victim did not"
     codes = {reply.split(":", 1)[0] for reply in replies}
-    assert codes <= {"E_SESSION_QUOTA", "E_SESSIONS_FULL"} and "E_SESSION_QUOTA" in codes, codes
+    # the four tokenless connections share one client's minimum (64) and are then refused for their share; the
+    # tokens fill the rest
+    assert codes <= {"E_SESSION_QUOTA", "E_SESSIONS_FULL", "E_SESSION_SHARE"} and "E_SESSION_SHARE" in codes, codes
     assert all("\n" not in reply and "Traceback" not in reply for reply in replies)
     # past the limits every fresh session is refused, none evicted; a spoofed name of a newer epoch ends only the
     # rogue's own earlier ones

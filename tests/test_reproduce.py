@@ -171,6 +171,27 @@ def test_impossible_rates_are_flagged():
         lint_rate("50%", 0)
 
 
+def test_the_nearest_possible_rates_are_neighbours_in_numeric_order():
+    """Candidates sorted as text named 33.3% and 100.0% around 66.6% of 3, and 8.0% and 12.0% around 10.5% of 50."""
+    assert lint_rate("66.6%", 3).nearest == ("33.3%", "66.7%")
+    assert lint_rate("10.5%", 50).nearest == ("10.0%", "12.0%")
+    assert lint_rate("0.105", 50).nearest == ("0.100", "0.120")
+    assert lint_rate("9.5%", 100).nearest == ("9.0%", "10.0%")  # 10.0% sorts before 9.0% as text
+    assert lint_rate("0.5%", 10).nearest == ("0.0%", "10.0%")  # the ends: nothing possible beyond them
+    assert lint_rate("99.5%", 10).nearest == ("90.0%", "100.0%")
+
+
+def test_ties_round_half_up_or_half_even_never_half_down():
+    """27/200 = 13.5% prints as 14% half up and half even (4 is even); 13% needs half down, which nobody uses.
+    25/200 = 12.5% prints as 13% half up and 12% half even: both fit."""
+    assert lint_rate("13%", 200).fitting == (25, 26)
+    assert lint_rate("14%", 200).fitting == (27, 28, 29)
+    assert lint_rate("12%", 200).fitting == (23, 24, 25)
+    assert lint_rate("0.13", 8).fitting == (1,) and lint_rate("0.12", 8).fitting == (1,)  # 0.125: up 0.13, even 0.12
+    assert not lint_rate("0.37", 8).possible  # 3/8 = 0.375: up 0.38, even 0.38; 0.37 is half down only
+    assert lint_rate("0.37", 8).nearest == ("0.25", "0.38")
+
+
 def test_every_published_rate_in_the_registry_is_possible_and_cited():
     registry = load_registry()
     assert len(registry.results) >= 20 and len(registry.protocols) >= 12

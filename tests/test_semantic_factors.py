@@ -40,6 +40,8 @@ GOLDEN = {
     ("instruction.object", "same-category"): "pick up the mug and place it at the goal",
     ("instruction.object", "other-category"): "pick up the faucet and place it at the goal",
     ("instruction.object", "wrong-colour"): "pick up the green puck and place it at the goal",
+    ("instruction.withheld", "empty"): "",
+    ("instruction.withheld", "other-task"): "slide the plate into the cabinet",
 }
 
 
@@ -162,7 +164,8 @@ def test_a_campaign_over_every_semantic_factor_runs_and_the_expert_retains_exact
     levels = {"instruction.paraphrase": "indirect", "instruction.synonym": "both", "instruction.distractor": 2,
               "instruction.form": "question", "instruction.typo_rate": 0.3, "instruction.length": "rambling",
               "instruction.referring": "spatial", "instruction.template": "unseen",
-              "instruction.conflict": "other-family", "instruction.object": "other-category"}
+              "instruction.conflict": "other-family", "instruction.object": "other-category",
+              "instruction.withheld": "empty"}
     assert set(levels) == {f.name for f in FACTORS.values() if f.axis.value == "semantic" and "metaworld" in f.backends}
     data = {"name": "semantic-all", "seed": 3, "episodes": 2, "horizon": 80, "envs_per_worker": 2,
             "tasks": ["metaworld/push@1"], "policies": ["expert", "router"],
@@ -170,10 +173,10 @@ def test_a_campaign_over_every_semantic_factor_runs_and_the_expert_retains_exact
     with Store(tmp_path / "store") as store:
         run_campaign(prepare_campaign(campaign_from_data(data, "<test>")), store, InlineExecutor(store.root))
         records = store.catalog.episodes(campaign="semantic-all")
-    assert len(records) == 2 * 11 * 2 and not [r for r in records if r.outcome is Outcome.ERROR]
+    assert len(records) == 2 * 12 * 2 and not [r for r in records if r.outcome is Outcome.ERROR]
     rows = retention_table(records)
     expert = [r for r in rows if r.policy == "expert"]
-    assert len(expert) == 10 and all(r.retention == 1.0 and r.nominal_successes == 2 for r in expert)
+    assert len(expert) == 11 and all(r.retention == 1.0 and r.nominal_successes == 2 for r in expert)
     assert {r.axis for r in expert} == {"semantic", "semantic:conflict"}
     marked = [r for r in records if r.variant_name.startswith("instruction.conflict")]
     assert all(r.provenance["instruction"]["scored_against"] == "scene" for r in marked)
@@ -184,7 +187,7 @@ def test_a_campaign_over_every_semantic_factor_runs_and_the_expert_retains_exact
     obeyed = [r for r in marked if r.policy_name == "router"]
     assert all(r.policy_info["chosen_skill"] != "push-v3" for r in obeyed)  # it did what the words said
     profile = {(p.policy, p.axis): p for p in robustness_profile(rows)}
-    assert profile[("expert", "semantic")].retention == 1.0 and profile[("expert", "semantic")].variants == 9
+    assert profile[("expert", "semantic")].retention == 1.0 and profile[("expert", "semantic")].variants == 10
 
 
 def test_assay_factors_lists_the_semantic_axis_in_json():

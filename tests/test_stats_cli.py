@@ -101,13 +101,17 @@ def _check_recorded(doc, store, real):
     board = _json("leaderboard", "--store", str(store), "--min-policies", "3", "--max-mmrv", "1",
                   "--min-pearson", "-1", "--min-pearson-low", "-1")
     assert board["signoff"][0]["calibration"]["policies"] == 3
-    assert board["signoff"][0]["validated"] is True
+    # three policies are never evidence, whatever the thresholds on r and MMRV: the permutation p is >= 1/6
+    assert board["signoff"][0]["validated"] is False and board["signoff"][0]["status"] == "insufficient evidence"
+    assert board["signoff"][0]["reason"].startswith("permutation p ")
+    assert doc["signoff_evidence"] == {"metaworld/reach@1": "calibrated on 3 policies < 4"}
     assert board["signoff"][0]["calibration"]["policy_names"] == ["expert", "random", "shaky"]
     # compare, openloop and stability show the same gate
     assert _json("compare", "expert", "random", "--store", str(store))["signoff"][0]["task"] == "metaworld/reach@1"
     assert "sign-off gate" in invoke("compare", "expert", "random", "--store", str(store)).stdout
     strict = _json("leaderboard", "--store", str(store), "--min-policies", "4")
     assert strict["signoff"][0]["validated"] is False and "3 policies < 4" in strict["signoff"][0]["reason"]
+    assert "insufficient evidence" in invoke("leaderboard", "--store", str(store)).stdout
     stab = _json("stability", "tiny", str(real), "--store", str(store), "--resamples", "200")
     assert stab["suite_policies"] == ["expert", "random", "shaky"]
     assert stab["report"]["tasks"][0]["stats"]["mmrv"]["value"] is not None

@@ -342,3 +342,37 @@ def test_verify_says_when_its_orphan_count_includes_a_running_campaigns_packs(tm
     assert (json.loads(busy.stdout)["orphan_packs"], json.loads(busy.stdout)["live_leases"]) == (1, 2)
     told = runner.invoke(app, ["store", "verify", "--store", str(root)]).output
     assert "1 pack files no row names" in told and "a run holds 2 job leases now" in told
+
+
+HOLD_SHARED = """
+import sys
+from assay.store.locking import run_lock
+with run_lock(sys.argv[1], shared=True):  # what a campaign run holds
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_dry_run_of_prune_orphans_during_a_run_warns_that_packs_may_be_in_flight(tmp_path):
+    """Issue 50: the real `store prune --orphans` waits for a run (the run lock) and its dry run listed the run's
+    packs in flight as orphans without a word; it now says a run holds the store, in text and in --json."""
+    root = tmp_path / "store"
+    with Store(root) as store:
+        store.files.write("packs/ab/abcd.parquet", b"PAR1 a pack no row names yet")
+    quiet = runner.invoke(app, ["store", "prune", "--store", str(root), "--orphans", "--dry-run", "--json"])
+    assert quiet.exit_code == 0 and json.loads(quiet.stdout)["run_in_progress"] is None, quiet.output
+    assert "holds this store" not in quiet.stderr
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    run = subprocess.Popen([sys.executable, "-c", HOLD_SHARED, str(root)], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert run.stdout is not None and run.stdout.readline().strip() == "held"
+        dry = runner.invoke(app, ["store", "prune", "--store", str(root), "--orphans", "--dry-run", "--json"])
+        assert dry.exit_code == 0, dry.output
+        assert json.loads(dry.stdout)["run_in_progress"] == "campaign runs in progress"
+        assert json.loads(dry.stdout)["files"] == [{"path": "packs/ab/abcd.parquet", "bytes": 28}]
+        told = runner.invoke(app, ["store", "prune", "--store", str(root), "--orphans", "--dry-run"])
+        assert "a campaign run (campaign runs in progress) holds this store" in " ".join(told.stderr.split())
+        assert "waits for the run to finish" in " ".join(told.stderr.split())
+    finally:
+        run.communicate(input="", timeout=60)

@@ -182,16 +182,16 @@ def test_each_edited_summary_field_is_caught_by_store_verify_and_by_replay(tmp_p
     assert f"total_return {records[1].total_return!r} in the replay, 1000000000.0 in the catalog row" in plain.output
     with Store(root) as store, pytest.raises(StoreError, match="sealed success_step none in the step file"):
         store.steps(store.catalog.episode(records[2].key))
-    plain_resume, _ = _run(root)  # a plain resume trusts the rows: it reads no step file (issue 39)
-    assert (plain_resume.ran, plain_resume.repaired) == (0, 0)
-    second, again = _run(root, verify_files=True)  # --verify-files re-runs the episodes whose rows were edited
+    # a plain resume reads no step file (issue 39), but re-runs what `store verify` found and kept (issue 50)
+    second, again = _run(root)
     assert (second.ran, second.repaired) == (4, 4)
     assert {r.key: (r.outcome.value, r.total_return, r.success_step) for r in again} == \
         {r.key: (r.outcome.value, r.total_return, r.success_step) for r in records}
 
 
 @pytest.mark.sim
-def test_a_file_written_before_seals_is_counted_not_failed(tmp_path):
+def test_a_file_without_a_seal_fails_in_a_sealed_store_and_is_counted_in_a_legacy_one(tmp_path):
+    """Issue 50: "legacy" is the store's property (``store_meta.seal_version``), not a row's."""
     root = tmp_path / "store"
     _, records = _run(root)
     with Store(root) as store:
@@ -200,5 +200,15 @@ def test_a_file_written_before_seals_is_counted_not_failed(tmp_path):
             if k.decode() not in ("outcome", "steps", "total_return", "success_step")}
     _rewrite(root, records[0], table.replace_schema_metadata(meta))
     result = CliRunner().invoke(app, ["store", "verify", "--store", str(root), "--json"])
+    assert result.exit_code == 1, result.output  # a store made by this Assay seals every file
+    document = json.loads(result.stdout)
+    assert (document["ok"], document["failed"], document["sealed_store"]) == (3, 1, True)
+    assert document["problems"][0]["problem"].startswith("no seal in the step file")
+    with Store(root) as store, store.catalog.engine.begin() as conn:  # a catalog from before the marker
+        conn.exec_driver_sql("DELETE FROM store_meta WHERE name = 'seal_version'")
+    with Store(root) as store:
+        assert store.catalog.meta("seal_version") == "0"  # it names step files: legacy, written once
+    result = CliRunner().invoke(app, ["store", "verify", "--store", str(root), "--json"])
     assert result.exit_code == 0, result.output
-    assert (json.loads(result.stdout)["ok"], json.loads(result.stdout)["unsealed"]) == (4, 1)
+    document = json.loads(result.stdout)
+    assert (document["ok"], document["unsealed"], document["sealed_store"]) == (4, 1, False)

@@ -129,7 +129,7 @@ def test_attribute_prints_a_flagged_layer_and_never_attributes_it(tmp_path, monk
             "control") in text
     assert ("flagged, not a clean hit: dynamics: named by the states but its calibration closes none of the success "
             "gap beyond noise (nominal 0.500 -> calibrated 0.200; its closure +0.020 [-0.100, +0.120], lower bound "
-            "<= 0): the fit may be wrong") in text
+            "<= 0; the nominal gap is significant, p = 0.001): the fit may be wrong") in text
     assert text.count("(flagged)") == 1 and "no (flagged)" in text  # the layers table: not beyond noise, flagged
     document = json.loads(invoke(*args, "--json").stdout)
     assert list(document["flagged"]) == ["dynamics"] and document["attributed"] == "control"

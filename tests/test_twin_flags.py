@@ -3,13 +3,17 @@ hit, and never the attributed layer: in the library, in the blind protocol's res
 
 from __future__ import annotations
 
+import pytest
+
 from assay.twin.attribution import Attribution, ConfigScore, LayerShare
 
 
 def golden_attribution(nominal_gap: float, calibrated_gap: float,
-                       closures: dict[str, tuple[float, tuple[float, float]]]) -> Attribution:
+                       closures: dict[str, tuple[float, tuple[float, float]]],
+                       gap_p: float | None = 0.001) -> Attribution:
     """An attribution of one policy (``expert``) with the given gaps and per-layer closures (point, interval); a
-    layer is named by the success counts when its interval's lower bound is above 0, as ``attribute`` names it."""
+    layer is named by the success counts when its interval's lower bound is above 0, as ``attribute`` names it.
+    ``gap_p``: the nominal gap's significance (a significant gap unless told otherwise)."""
     from assay.twin.attribution import with_flags
 
     labels = ("nominal", "+control", "+dynamics", "+rendering", "calibrated", "-control", "-dynamics", "-rendering")
@@ -20,7 +24,7 @@ def golden_attribution(nominal_gap: float, calibrated_gap: float,
                    for layer, (c, interval) in closures.items())
     named = tuple(x.layer for x in layers if x.named)
     result = Attribution("metaworld/push@1", "c", ("expert",), {"expert": 0.0}, configs, layers,
-                         nominal_gap - calibrated_gap, None, named)
+                         nominal_gap - calibrated_gap, None, named, nominal_gap_p=gap_p)
     return with_flags(result, {"success": named})
 
 
@@ -34,7 +38,7 @@ def test_a_named_layer_whose_calibration_closes_none_of_the_success_gap_is_flagg
     assert sorted(flagged) == ["control", "dynamics"]
     assert flagged["control"] == ("named by the states but its calibration closes none of the success gap beyond "
                                   "noise (nominal 0.500 -> calibrated 0.500; its closure +0.000 [-0.100, +0.100], "
-                                  "lower bound <= 0): the fit may be wrong")
+                                  "lower bound <= 0; the nominal gap is significant, p = 0.001): the fit may be wrong")
     # a layer that closes part of the gap beyond noise is a clean hit; with no nominal gap there is nothing to close
     right_fit = golden_attribution(0.5, 0.1, {"control": (0.25, (0.15, 0.35)), "dynamics": (0.15, (0.05, 0.25)),
                                               "rendering": (0.0, (0.0, 0.0))})
@@ -81,3 +85,29 @@ def test_blind_result_counts_flagged_layers_out_of_the_clean_hits():
     result = BlindResult({}, ("control", "dynamics"), {}, {}, {}, None, {}, ("control", "dynamics"), "control",
                          named_by={"state": ("control", "dynamics")}, flagged={"dynamics": "closes nothing"})
     assert result.clean == ("control",) and result.to_dict()["clean"] == ["control"]
+
+
+def test_an_unclosed_flag_needs_a_significant_nominal_gap():
+    """The issue's case: an exact latency fit, named by the states, with a nominal gap of 1 in 10 (nominal 9/10,
+    real 10/10: Fisher p = 1). The calibration cannot be seen to close a gap within noise, so nothing is flagged
+    and the layer stays a clean hit; the same closure against a significant gap is flagged."""
+    from assay.metrics.results_csv import RateEntry
+    from assay.twin.attribution import nominal_gap_p, unclosed
+
+    sim = {"expert": RateEntry("t", "expert", 0.9, 9, 10)}
+    real = {"expert": RateEntry("t", "expert", 1.0, 10, 10)}
+    assert nominal_gap_p(sim, real) == 1.0
+    one_in_ten = golden_attribution(0.1, 0.1, {"control": (0.0, (-0.1, 0.1))}, gap_p=nominal_gap_p(sim, real))
+    assert unclosed(one_in_ten, {"state": ("control",)}) == {} and one_in_ten.flagged == {}
+    unknown = golden_attribution(0.1, 0.1, {"control": (0.0, (-0.1, 0.1))}, gap_p=None)  # a rates-only real CSV
+    assert unclosed(unknown, {"state": ("control",)}) == {}
+    # 2 of 20 in sim against 18 of 20 real, two policies (Holm: twice the smaller p), is significant
+    far = {"a": RateEntry("t", "a", 0.1, 2, 20), "b": RateEntry("t", "b", 0.5, 10, 20)}
+    truth = {"a": RateEntry("t", "a", 0.9, 18, 20), "b": RateEntry("t", "b", 0.5, 10, 20)}
+    from scipy import stats
+
+    expected = 2 * stats.fisher_exact([[2, 18], [18, 2]]).pvalue
+    assert nominal_gap_p(far, truth) == pytest.approx(expected) and expected < 1e-5
+    significant = golden_attribution(0.4, 0.4, {"control": (0.0, (-0.1, 0.1))}, gap_p=expected)
+    assert list(unclosed(significant, {"state": ("control",)})) == ["control"]
+    assert nominal_gap_p(far, {"a": RateEntry("t", "a", 0.9), "b": RateEntry("t", "b", 0.5)}) is None  # no counts

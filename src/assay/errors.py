@@ -25,11 +25,14 @@ them import them from here::
     ├── ServerStartError       the policy server did not come up
     ├── SessionRefused         a policy-server session that cannot be served (its ``E_SESSION*`` code)
     ├── ConformanceError       a backend or policy breaks its contract (``assay.testing``'s checks)
+    ├── SimulatorRefused       a served simulator that cannot serve this campaign (gone, busy, another version or
+    │                          protocol, a task it does not have): one line naming the fix, before episode 1
     └── EpisodeError           one episode went wrong (simulator raised, bad action);
         │                      recorded as outcome ``error``, never raised out of a campaign
         ├── PolicyUnavailableError   the policy server cannot be reached or did not answer in time
         │   └── ServerBusyError          it answered 503 past the retry budget
-        └── RemotePolicyError        it answered with an error or a malformed reply
+        ├── RemotePolicyError        it answered with an error or a malformed reply
+        └── SimulatorLostError       a served simulator went away (or raised) during an episode
 
     UserWarning
     ├── ContractWarning        a range mismatch between a policy's contract and a task (the run goes on)
@@ -37,8 +40,9 @@ them import them from here::
 
 Infrastructure errors (``StoreError``) are never scored as policy failures; an
 ``EpisodeError`` becomes an ``error`` outcome with its reason, counted apart.
-(Two module-private control-flow signals, ``policies.remote.client._Resend`` and
-``policies.remote.server._ClientError``, never leave their modules and stay there.)
+(Three module-private control-flow signals, ``policies.remote.client._Resend``,
+``policies.remote.server._ClientError`` and ``served.sessions._Refusal``, never leave their modules and stay
+there.)
 """
 
 from __future__ import annotations
@@ -153,6 +157,10 @@ class SessionRefused(AssayError):
         self.code = code
 
 
+class SimulatorRefused(AssayError):
+    """A served simulator (``assay serve-sim``) cannot serve this campaign; the message names the fix."""
+
+
 class ConformanceError(AssayError):
     """A SimEnv or Policy does not do what its protocol promises (found by ``assay.testing``)."""
 
@@ -167,6 +175,10 @@ class PolicyUnavailableError(EpisodeError):
 
 class ServerBusyError(PolicyUnavailableError):
     """The server answered HTTP 503 (every connection it holds is busy) past the retry budget."""
+
+
+class SimulatorLostError(EpisodeError):
+    """A served simulator's connection broke, or its environment raised, during an episode (an ``error`` outcome)."""
 
 
 class RemotePolicyError(EpisodeError):

@@ -10,6 +10,8 @@ from assay.metrics.adaptive import YARDSTICKS
 from assay.metrics.adaptive_power import cap_for_power, design_power, equal_power_view
 from assay.spec import CampaignSpec
 
+NOT_COMPARABLE = "not comparable: the cap's power is ≤ α"
+
 
 def _variant(key: str) -> str:
     return "nominal" if key == "nominal" else key[:8]
@@ -52,7 +54,8 @@ def saved_lines(state: dict[str, Any]) -> list[str]:
                                                   " (exact)") + f" at alpha {p['level']:.3g}" for p in view["powers"])
     lines = [f"episodes used {state['episodes_used']} against {view['fixed_equal_power']} for the exact fixed-n "
              f"McNemar design of the power this cap of {design['max_episodes']} pairs reaches at delta "
-             f"{design['delta']} ({reached}): {view['saved_equal_power']:.0%} saved at equal power and alpha",
+             f"{design['delta']} ({reached}): " + (f"{view['saved_equal_power']:.0%} saved at equal power and alpha"
+                                                   if view["comparable"] else NOT_COMPARABLE),
              f"against the exact fixed-n McNemar design of the requested power {design['power']} "
              f"({YARDSTICKS.get(design['goal'], '')}, {view['fixed_requested']} episodes): "
              f"{view['saved_requested']:.0%}" + ("" if view["reachable"] else ", a power this design does not reach"),

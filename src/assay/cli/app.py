@@ -63,6 +63,12 @@ COMMANDS: dict[str, LazyCommand] = {
                        "(one variant).", "stats_commands"),
     "serve-policy": _entry("Serve POLICY (openpi protocol: websocket + msgpack) with a dynamic batcher across all "
                            "connections.", "serve_commands"),
+    "serve-sim": _entry("Serve BACKEND's environments to campaigns (`simulators: {BACKEND: ws://HOST:PORT}`), a "
+                        "process per client.", "sim_commands"),
+    "sim-parity": _entry("Run N seeded episodes in process and on the served simulator with the same actions; "
+                         "report the first difference (exit 1), or that every observation, reward, flag and info "
+                         "value was identical.", "sim_commands"),
+    "env": _entry("A backend's own Python environment.", "sim_commands"),
     "factors": _entry("List perturbation factors: axis, unit, valid range, default, when and where each applies.",
                       "listing_commands"),
     "sweep": _entry("Run a single-factor sweep (nominal plus each level, on the same seeds) and print the curve.",
@@ -82,6 +88,13 @@ COMMANDS: dict[str, LazyCommand] = {
                    "tau, MMRV.", "learning_commands"),
     "train-bc": _entry("Train a behaviour-cloning policy on the store's data; run it as policy 'bc:OUT' (or "
                        "'pixel-bc:OUT').", "learning_commands"),
+    "validity": _entry("Probes of the benchmark's own validity: the same episodes with the instruction withheld "
+                       "(empty, and another task's: a policy that keeps its success was not tested on language) and, "
+                       "on tasks with fixed initial states, with layouts resampled (a policy that does worse learned "
+                       "the fixed set); paired intervals.", "validity_commands"),
+    "ladder": _entry("The learning sanity ladder: expert demos, a BC trained on them, then rung 1 (its own demos' "
+                     "initial states: at least --own-min must succeed, else exit 1) and rung 2 (held-out initial "
+                     "states, with intervals).", "ladder_commands"),
     "flywheel": _entry("The flywheel: --design runs a designed experiment (base on a slice; random, targeted, "
                        "recovery, ponr and oracle arms at an equal budget; replicates); --task runs base vs "
                        "recovery demos vs fresh demos on one task.", "learning_commands"),
@@ -93,7 +106,8 @@ COMMANDS: dict[str, LazyCommand] = {
     "twin": _entry("Layered digital twin: calibrate, attribute the sim-to-real gap, check asset swaps.",
                    "twin_commands"),
     "export": _entry("Export episodes to other formats.", "learning_commands"),
-    "zoo": _entry("The policy zoo: pixel BC checkpoints of graded quality.", "zoo_commands"),
+    "zoo": _entry("The policy zoo: BC checkpoints of graded skill (Meta-World pixels; LIBERO state and pixels).",
+                  "zoo_commands"),
     "store": _entry("Check the store itself, and prune old step files and videos.", "store_commands"),
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,12 +24,12 @@ from assay.cli.common import (
     split_list,
     user_errors,
 )
-from assay.cli.gates import FailUnderOpt, check_rates, is_stdout
+from assay.cli.gates import FailUnderOpt, check_rates, gate_failed, is_stdout
 from assay.cli.lazy import subgroup
 from assay.cli.options import AddressOpt
 from assay.cli.progress import CampaignProgress, interrupt_told
 from assay.cli.scoring import AllowPartialOpt, VariantScopeOpt, scored_campaign
-from assay.errors import AssayError
+from assay.errors import AssayError, SpecError
 from assay.metrics import entries_of, missing_rows, rate_rows, write_results_csv
 from assay.metrics.adaptive import judge_for
 from assay.metrics.adaptive_power import equal_power_view
@@ -39,7 +40,7 @@ from assay.run.catalog_writer import DEFAULT_COMMIT_ROWS, DEFAULT_COMMIT_SECONDS
 from assay.run.leases import DEFAULT_LEASE_S
 from assay.spec import CampaignSpec, SuccessMode
 from assay.store import Store, renderer_of, run_lock
-from assay.store.aggregates import renderer_totals
+from assay.store.aggregates import CellTotals, renderer_totals
 from assay.store.provenance import renderer_notes_of
 
 EPISODES_HELP = "Inspect recorded episodes."
@@ -86,14 +87,21 @@ def run(
         "heartbeat; another run on the same store takes over a job this long after its driver died (renewed every "
         "third of it).")] = DEFAULT_LEASE_S,
     fail_under: FailUnderOpt = None,
+    allow_errors: Annotated[bool, typer.Option(
+        "--allow-errors", help="Exit 0 even when every episode of a policy ended as error (a broken policy, a server "
+        "that was down); the error episodes of the run are counted by reason either way.")] = False,
     progress_every: Annotated[float, typer.Option(
         "--progress-every", min=0.0, metavar="SECONDS",
         help="Without a terminal (a cluster log, CI), print a progress line to stderr this often.")] = 30.0,
     json_out: JsonOpt = False,
+    simulator: Annotated[list[str] | None, typer.Option(
+        "--simulator", metavar="BACKEND=ws://HOST:PORT", help="Step BACKEND's environments on the simulator `assay "
+        "serve-sim BACKEND` serves there (repeat per backend; overrides the campaign's simulators:); the episodes "
+        "are the same.")] = None,
 ) -> None:
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
     with user_errors():
-        spec = campaign_file(campaign)
+        spec = with_simulators(campaign_file(campaign), simulator or [])
         with campaign_errors(campaign):
             planned = prepare_campaign(spec)
         if (weak := power_warning(spec)) is not None:
@@ -102,7 +110,8 @@ def run(
         if slow_frames is not None:
             render.err_console.print(f"[yellow]warning:[/] {slow_frames}", highlight=False, soft_wrap=True)
         faults = fault_policy(spec, episode_timeout)
-        make_executor(executor, store, workers, address=address)  # a bad option fails before the store is created
+        # a bad option (or a memory:// --data with worker processes) fails before the store is created
+        make_executor(executor, data if data is not None else store, workers, address=address)
         _create_store(store, catalog, data, new_catalog)
         # the run holds the lock shared: other runs go on beside it, job leases keep each job to one of them
         with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting, shared=True), \
@@ -118,7 +127,21 @@ def run(
                 progress.ran_elsewhere(summary.elsewhere)
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
             _report_run(opened, spec, planned, summary, adaptive, json_out, fail_under,
-                        warned_software=slow_frames is not None)
+                        warned_software=slow_frames is not None, allow_errors=allow_errors)
+
+
+def with_simulators(spec: CampaignSpec, given: list[str]) -> CampaignSpec:
+    """``spec`` with ``--simulator BACKEND=URL`` options over its ``simulators:``."""
+    if not given:
+        return spec
+    served = dict(spec.simulators or {})
+    for item in given:
+        backend, _, url = item.partition("=")
+        if not url.startswith(("ws://", "wss://")):
+            raise SpecError(f"--simulator {item!r}: write BACKEND=ws://HOST:PORT (where `assay serve-sim BACKEND "
+                            "--port PORT` listens)")
+        served[backend.strip()] = url.strip()
+    return spec.model_copy(update={"simulators": served})
 
 
 def software_rendering(planned: CampaignPlan, executor: str, address: str | None) -> str | None:
@@ -134,9 +157,10 @@ def software_rendering(planned: CampaignPlan, executor: str, address: str | None
 
 def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summary: CampaignSummary,
                 adaptive: dict[str, Any] | None, json_out: bool, fail_under: float | None,
-                warned_software: bool = False) -> None:
+                warned_software: bool = False, allow_errors: bool = False) -> None:
     """What ``assay run`` says after the episodes: renderer notes, the rate table in the campaign's scope (or the
-    JSON document), the adaptive rounds, the counts, and the ``--fail-under`` gate. ``warned_software``: the
+    JSON document), the adaptive rounds, the counts, the run's error episodes by reason, and the gates: a policy
+    whose every episode ended as error (unless ``allow_errors``), then ``--fail-under``. ``warned_software``: the
     software-rendering warning was printed before the first episode, so stderr does not repeat it (the JSON
     document's notes keep it)."""
     totals = renderer_totals(opened.catalog, spec.name)
@@ -153,8 +177,10 @@ def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summar
                            "retried": summary.retried, "elsewhere": summary.elsewhere, "outcomes": summary.outcomes,
                            **scored.document(covered), "notes": notes,
                            "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
+                           "errors": {kind: vars(found) for kind, found in summary.errors.items()},
                            **({"adaptive": adaptive, "adaptive_equal_power": equal_power_view(adaptive)}
                               if adaptive is not None else {})})
+        _check_errors(summary, scored.totals, allow_errors)
         check_rates(rows, fail_under)
         return
     no_success = frozenset(t.id for t in planned.tasks if t.success is SuccessMode.NONE)
@@ -172,7 +198,31 @@ def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summar
         + (f" ({summary.retried} error episodes retried)" if summary.retried else "") + ". "
         f"Results stored in {opened.root} (catalog {opened.catalog.display_url})",
         highlight=False, soft_wrap=True)
+    _check_errors(summary, scored.totals, allow_errors)
     check_rates(rows, fail_under)
+
+
+def _check_errors(summary: CampaignSummary, cells: Sequence[CellTotals], allow_errors: bool) -> None:
+    """Count the run's ``error`` episodes by reason on stderr (each kind with its first reason), then fail the run
+    (exit 1) when every episode the campaign holds of some policy is an error, unless ``allow_errors``."""
+    if summary.errors:
+        told = sum(found.count for found in summary.errors.values())
+        render.err_console.print(f"warning: {told} episode{'s' if told != 1 else ''} of this run ended as error, by "
+                                 "reason (assay episodes ls --outcome error lists them):", highlight=False,
+                                 soft_wrap=True, markup=False)
+        for kind, found in sorted(summary.errors.items(), key=lambda item: -item[1].count):
+            render.err_console.print(f"  {found.count} {kind}; first, policy {found.policy!r}: {found.first}",
+                                     highlight=False, soft_wrap=True, markup=False)
+    totals: dict[str, list[int]] = {}
+    for cell in cells:
+        counted = totals.setdefault(cell.policy, [0, 0])
+        counted[0] += cell.episodes
+        counted[1] += cell.errors
+    broken = [f"every episode of policy {policy!r} ended as error ({errors} of {episodes}); fix it and re-run with "
+              "--retry-errors, or pass --allow-errors to exit 0 anyway"
+              for policy, (episodes, errors) in totals.items() if episodes and errors == episodes]
+    if broken and not allow_errors:
+        gate_failed(broken)
 
 
 def _create_store(store: Path, catalog: str | None, data: str | None, new_catalog: bool) -> None:
@@ -219,6 +269,10 @@ def results(
     pass_k: Annotated[int | None, typer.Option("--pass-k", min=1, max=1000, metavar="K", help="Also pass^k: the "
                                                "probability that K independent episodes all succeed, per cell and "
                                                "per policy.")] = None,
+    interval: Annotated[str, typer.Option("--interval", help="The rate interval (and pass^k cells'): midp (default), "
+                                          "exact (Clopper–Pearson: ≥ 0.95 at every rate and n), wilson, jeffreys; "
+                                          "a table says when its interval dips below 0.93 at the n it shows.")
+                        ] = "midp",
     allow_partial: AllowPartialOpt = False,
     fail_under: FailUnderOpt = None,
     json_out: JsonOpt = False,
@@ -239,15 +293,16 @@ def results(
                 else:
                     write_results_csv(csv_out, entries_of(cells, name))
             covered = scored.within()
-            rows = rate_rows(cells, by=groups, errors_as_failures=errors_as_failures)
+            rows = rate_rows(cells, by=groups, method=interval, errors_as_failures=errors_as_failures)
             rows += missing_rows(covered, groups, rows)
             extras = stats_commands.results_extras(opened, scored, allow_partial)
             if pass_k is not None:
-                stats_commands.add_pass_k(extras, cells, pass_k, groups, scored.title(f"campaign {name}"))
-            robustness = robustness_commands.stored_profile(opened, scored) if profile else None
+                stats_commands.add_pass_k(extras, cells, pass_k, groups, scored.title(f"campaign {name}"), interval)
+            robustness = robustness_commands.stored_profile(opened, scored, interval) if profile else None
+        method = stats_commands.interval_document(interval, [r.scored for r in rows])
         if json_out:
             render.print_json({"campaign": name, "by": groups, "errors_as_failures": errors_as_failures,
-                               **scored.document(covered),
+                               **scored.document(covered), "interval": method,
                                "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
                                **extras.document, **(robustness or {})})
         else:
@@ -255,7 +310,9 @@ def results(
             # With the CSV on stdout, the tables go to stderr (the console writes to whatever sys.stdout is).
             with contextlib.redirect_stdout(sys.stderr) if is_stdout(csv_out) else contextlib.nullcontext():
                 render.console.print(render.rate_table(rows, scored.title(f"campaign {name}"), no_success,
-                                                       errors_as_failures, covered))
+                                                       errors_as_failures, covered, method["label"]))
+                if method["coverage_note"]:
+                    render.console.print(f"[yellow]{method['coverage_note']}[/]", highlight=False, soft_wrap=True)
                 scored.say(covered)
                 extras.print()
                 if robustness is not None:

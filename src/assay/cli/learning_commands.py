@@ -34,7 +34,8 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
                          "--batch-size", help="Default 256 (state), 64 (image+proprio).")] = None,
                      lr: Annotated[float | None, typer.Option("--lr", help="Default 1e-3.")] = None,
                      obs: Annotated[str, typer.Option(
-                         "--obs", help="'state' (MLP on the true state) or 'image+proprio' "
+                         "--obs", help="'state' (MLP on the recorded state), 'state+environment' (and the recorded "
+                                       "environment_state: LIBERO's goal positions) or 'image+proprio' "
                                        "(CNN on recorded camera frames + hand/gripper only).")] = "state",
                      camera: Annotated[str, typer.Option(
                          "--camera", help="Camera whose recorded frames are used (image+proprio).")] = "front",
@@ -42,6 +43,9 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
                          "--image-size", help="Network input size in px (image+proprio).")] = 64,
                      augment: Annotated[str, typer.Option(
                          "--augment", help="'none' or 'shift' (random shifts; image+proprio).")] = "none",
+                     chunk: Annotated[int, typer.Option(
+                         "--chunk", help="Actions predicted per frame (image+proprio): the runner executes the "
+                                         "chunk before asking again, so a camera is drawn once per chunk.")] = 1,
                      conditioning: Annotated[str, typer.Option(
                          "--conditioning", help="task (a one-hot) | instruction "
                                                 "(MiniLM embedding of each episode's instruction)")] = "task",
@@ -54,23 +58,25 @@ def train_bc_command(data: DataOpt, out: Annotated[Path, typer.Option("--out", h
             widths = tuple(int(w) for w in split_list(hidden))
         except ValueError:
             raise AssayError(f"--hidden {hidden!r} must be comma-separated integers, e.g. 256,256") from None
-        if obs not in ("state", "image+proprio"):
-            raise AssayError(f"--obs {obs!r} is not one of state, image+proprio")
+        if obs not in ("state", "state+environment", "image+proprio"):
+            raise AssayError(f"--obs {obs!r} is not one of state, state+environment, image+proprio")
+        if chunk != 1 and obs != "image+proprio":
+            raise AssayError(f"--chunk {chunk} applies to --obs image+proprio only (a state policy draws no frame)")
         with open_store(store, catalog) as opened:
             demos = load_demos(opened, data)
             result: TrainResult | PixelTrainResult
-            if obs == "state":
+            if obs != "image+proprio":
                 result = train_bc(demos,
                                   TrainConfig(seed=seed, epochs=epochs, hidden=widths, batch_size=batch_size or 256,
-                                                     lr=lr or 1e-3, conditioning=conditioning), out)
+                                              lr=lr or 1e-3, conditioning=conditioning, inputs=obs), out)
             else:
                 from assay.learning.pixel_bc import PixelTrainConfig, train_pixel_bc
 
                 config = PixelTrainConfig(seed=seed, epochs=epochs, camera=camera, image_size=image_size, hidden=widths,
                                           batch_size=batch_size or 64, lr=lr or 1e-3, augment=augment,
-                                          conditioning=conditioning)
+                                          conditioning=conditioning, chunk=chunk)
                 result = train_pixel_bc(opened, demos, config, out)
-    prefix = "bc" if obs == "state" else "pixel-bc"
+    prefix = "pixel-bc" if obs == "image+proprio" else "bc"
     if json_out:
         render.print_json(result.to_dict())
     else:

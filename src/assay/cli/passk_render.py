@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from assay.metrics.passk import PassKTable
+from assay.metrics.rates import METHOD_NAMES
 
 
 def _value(value: float | None) -> str:
@@ -19,7 +20,8 @@ def pass_k_tables(table: PassKTable, title: str) -> list[Table]:
     """One table per cell of the grouping, one per policy (mean over its tasks)."""
     k = table.k
     cells = Table(title=f"{title}: pass^{k} = P({k} independent episodes all succeed), C(c,{k})/C(n,{k}) with the "
-                        f"mid-p {table.confidence:.0%} interval of p raised to {k}", title_justify="left")
+                        f"{METHOD_NAMES[table.method]} {table.confidence:.0%} interval of p raised to {k}",
+                  title_justify="left")
     for name in table.by:
         cells.add_column(name)
     for column in ("succ/n", f"pass^{k}", "as a fraction", "interval", "why undefined"):

@@ -63,7 +63,8 @@ def json_stdout(enabled: bool = True) -> Iterator[None]:
 
 
 def rate_table(rows: Sequence[RateRow], title: str, return_scored: frozenset[str] = frozenset(),
-               errors_as_failures: bool = False, completeness: Completeness | None = None) -> Table:
+               errors_as_failures: bool = False, completeness: Completeness | None = None,
+               interval: str = "mid-p 95%") -> Table:
     """Success (mid-p interval) and mean return (t interval) per group; a row whose task has no
     success signal (``return_scored``) shows "n/a" for success: its endpoint is the return. A rate
     with errors left out of its denominator is marked ``*`` and the caption says so. With
@@ -80,7 +81,7 @@ def rate_table(rows: Sequence[RateRow], title: str, return_scored: frozenset[str
     for name in group_names:
         table.add_column(name)
     table.add_column("success", justify="right")
-    table.add_column("mid-p 95%", justify="right")
+    table.add_column(interval, justify="right")
     table.add_column("succ/n", justify="right")
     table.add_column("timeout", justify="right")
     table.add_column("fail", justify="right")

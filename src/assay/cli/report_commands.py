@@ -45,6 +45,7 @@ def report(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a line.")] = False,
 ) -> None:
     """Write one self-contained HTML report of a campaign (works offline: inline SVG figures, embedded video)."""
+    from assay.cli.scoring import refuse_failed
     from assay.learning.leakage import stored_leakage
     from assay.metrics import read_results_csv
     from assay.report import write_report
@@ -59,6 +60,8 @@ def report(
         target = Path(scratch) / f"{campaign}.html" if to_stdout else output
         with Store(store, catalog, create=False) as opened:
             known = {c.name for c in opened.catalog.campaigns()}
+            if campaign in known:
+                refuse_failed(opened, campaign)  # what `store verify` found wrong is repaired first
             # only the rows of the campaign's bc and pixel-bc policies are read: the check is about their checkpoints
             leaks = [leak.to_dict() for leak in stored_leakage(opened, campaign)] if campaign in known else []
             path = write_report(opened, campaign, target, embed_video=not link_video, real=entries, baseline=baseline,

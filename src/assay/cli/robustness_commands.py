@@ -24,9 +24,11 @@ from assay.metrics import (
 from assay.run import make_executor, prepare_campaign, run_campaign
 from assay.sim import get_factor
 from assay.spec import campaign_from_data, content_hash
+from assay.spec.libero_catalog import PLUS_LABEL
 from assay.store import EpisodeRecord, Store
 
 RETENTION_CI = "95% CI (MOVER-R)"  # metrics.intervals.retention_interval: the method is named where it is shown
+EXACT_RETENTION_CI = "95% CI (exact: Bonferroni Clopper–Pearson)"
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -40,19 +42,27 @@ def profile_document(episodes: list[EpisodeRecord]) -> dict[str, Any]:
             "categories": [c.to_dict() for c in category_profile(rows)]}
 
 
-def stored_profile(opened: Store, scored: Scored) -> dict[str, Any]:
+def stored_profile(opened: Store, scored: Scored, interval: str = "midp") -> dict[str, Any]:
     """``results --profile``: retention and the per-axis profile over every variant of the campaign, from the
-    database's seed patterns (no row decoded)."""
-    rows = stored_retention(opened.catalog, scored.name, scored.totals)
+    database's seed patterns (no row decoded); ``--interval exact`` gives retention its exact construction."""
+    from assay.metrics.coverage_certificate import retention_note
+
+    method = "exact" if interval == "exact" else "mover"
+    rows = stored_retention(opened.catalog, scored.name, scored.totals, method=method)
     return {"retention": [r.to_dict() for r in rows], "profile": [p.to_dict() for p in robustness_profile(rows)],
-            "categories": [c.to_dict() for c in category_profile(rows)]}
+            "categories": [c.to_dict() for c in category_profile(rows, method=method)],
+            "retention_interval": {"method": method, "coverage_note": retention_note(method, [r.pairs for r in rows])}}
 
 
 def print_profile(document: dict[str, Any]) -> None:
     """Print the retention table and the per-axis profile."""
+    interval = document.get("retention_interval", {"method": "mover", "coverage_note": None})
+    label = RETENTION_CI if interval["method"] == "mover" else EXACT_RETENTION_CI
     table = Table(
-        title="robustness retention on paired seeds (variant successes / nominal successes)", title_justify="left")
-    for column in ("policy", "axis", "variant", "pairs", "nominal", "variant", "retention", RETENTION_CI, "McNemar p"):
+        title="robustness retention on paired seeds (variant successes / nominal successes)", title_justify="left",
+        caption=f"[yellow]{interval['coverage_note']}[/]" if interval["coverage_note"] else None,
+        caption_justify="left")
+    for column in ("policy", "axis", "variant", "pairs", "nominal", "variant", "retention", label, "McNemar p"):
         table.add_column(column)
     for r in document["retention"]:
         ci = f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]" if r["ci_low"] is not None else "-"
@@ -67,9 +77,9 @@ def print_profile(document: dict[str, Any]) -> None:
                         p["worst_variant"] or "-", _fmt(p["worst_retention"]))
     render.console.print(profile)
     if document.get("categories"):
-        categories = Table(title="LIBERO-Plus robustness profile (pooled over each category's levels)",
+        categories = Table(title=f"{PLUS_LABEL}: robustness profile (pooled over each category's levels)",
                            title_justify="left")
-        for column in ("policy", "category", "variants", "pairs", "nominal", "variant", "retention", RETENTION_CI,
+        for column in ("policy", "category", "variants", "pairs", "nominal", "variant", "retention", label,
                        "worst variant", "worst retention"):
             categories.add_column(column)
         for c in document["categories"]:

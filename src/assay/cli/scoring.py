@@ -8,12 +8,14 @@ decoded), the variant scope of the command (``assay.metrics.scope``: nominal by 
 (:meth:`Scored.grid`), and rows are decoded only where a command needs episodes
 (:meth:`Scored.episodes`). Titles carry the scope's label, JSON documents carry
 ``scope`` and ``completeness``, and a ranking or comparison over cells with no episode is refused
-unless ``--allow-partial``. ``correlate --campaign``, ``stability`` and ``estimate-real`` read a
+unless ``--allow-partial``. A campaign linking an episode the last ``assay store verify`` found wrong is refused
+until it is repaired (:func:`refuse_failed`). ``correlate --campaign``, ``stability`` and ``estimate-real`` read a
 campaign as a table of rates the same way (:meth:`Scored.require`, :func:`source_document`).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -26,7 +28,7 @@ from assay.cli.common import say_latest
 from assay.errors import AssayError
 from assay.metrics import Completeness, OutcomeGrid, VariantScope, planned_variants, variant_scope
 from assay.metrics.completeness import totals_completeness
-from assay.metrics.outcomes import match_tasks, stored_grid
+from assay.metrics.outcomes import SharedRows, match_tasks, stored_grid, stored_shared_grid
 from assay.store import EpisodeRecord, Store
 from assay.store.aggregates import CellTotals, cell_totals, unsound_rows
 
@@ -69,6 +71,24 @@ class Scored:
     def grid(self, tasks: Sequence[str] | None = None) -> OutcomeGrid:
         """The paired seed × policy tables of the scope's episodes (these task ids, or all), from the database."""
         return stored_grid(self.store.catalog, self.name, self.scoped, tasks)
+
+    def shared_grid(self, what: str, allow_partial: bool, tasks: Sequence[str] | None = None,
+                    ) -> tuple[OutcomeGrid, SharedRows]:
+        """:meth:`grid` over the seed rows every ranked policy ran, for a ranking (``what`` names it). Cells of
+        unequal completeness (a policy ran seeds another did not) are refused unless ``allow_partial``: each
+        policy ranked on its own seeds compares different episodes, and the seeds run first are not a random
+        sample. A task on which the ranked policies share no seed is refused either way."""
+        grid, shared = stored_shared_grid(self.store.catalog, self.name, self.scoped, tasks)
+        if shared.unshared_tasks:
+            raise AssayError(f"{what}: refused, the ranked policies share no seed on task(s) "
+                             f"{', '.join(shared.unshared_tasks)}; finish the campaign (rerun `assay run`)")
+        if not shared.equal and not allow_partial:
+            raise AssayError(f"{what}: refused, its cells are of unequal completeness: the ranked policies share "
+                             f"{shared.ranked_on} of the {shared.recorded} seed rows recorded "
+                             f"({', '.join(f'{p} ran {n}' for p, n in shared.ran.items())}); ranking each on its own "
+                             "seeds compares different episodes: finish the campaign (rerun `assay run`), or pass "
+                             f"--allow-partial to rank on the {shared.ranked_on} shared seed rows")
+        return grid, shared
 
     def episodes(self, tasks: Iterable[str] | None = None, policies: Iterable[str] | None = None,
                  all_variants: bool = False) -> list[EpisodeRecord]:
@@ -126,6 +146,7 @@ def campaign_name(store: Store, name: str | None) -> str:
         raise AssayError(f"the store {store.root} holds no campaign yet")
     if name is None:
         return say_latest(store, known)  # said on stderr: nobody reads another campaign's numbers by mistake
+    name = unicodedata.normalize("NFC", name)  # as campaign specs store names (assay.spec.names)
     if name not in known:
         raise AssayError(f"no campaign {name!r} in {store.root}; known: {', '.join(known)}")
     return name
@@ -138,6 +159,7 @@ def scored_campaign(store: Store, name: str | None, variant: str | None, separat
     from assay.run.adaptive import load_state
 
     chosen = campaign_name(store, name)
+    refuse_failed(store, chosen)
     row = store.catalog.campaign(chosen)
     resolved = row.spec if row is not None else {}
     left_out = unsound_rows(store.catalog, chosen)  # reads the covering index only
@@ -152,6 +174,20 @@ def scored_campaign(store: Store, name: str | None, variant: str | None, separat
         raise AssayError(f"campaign {chosen!r}: {exc}") from None
     complete = totals_completeness(resolved, found, load_state(store, chosen))
     return Scored(chosen, store, found, scope, complete)
+
+
+def refuse_failed(store: Store, campaign: str) -> None:
+    """AssayError when the last ``assay store verify`` found episodes of ``campaign`` wrong that no repair has re-run
+    since (``Store.failed_checks``): its numbers would count rows their step data contradicts."""
+    failed = store.failed_checks(campaign=campaign)
+    if not failed:
+        return
+    key, why = min(failed.items())
+    shown = why if len(why) <= 160 else why[:157] + "..."
+    more = f", and {len(failed) - 1} more" if len(failed) > 1 else ""
+    raise AssayError(f"campaign {campaign!r}: {len(failed)} of its episodes failed `assay store verify` ({key[:12]}: "
+                     f"{shown}{more}); its results are refused until they are repaired: rerun the campaign (`assay "
+                     "run` re-runs them), then `assay store verify`")
 
 
 def planned_tasks(scored: Scored, tasks: str | None) -> list[str] | None:

@@ -20,6 +20,15 @@ if TYPE_CHECKING:
     from assay.spec import TaskSpec
 
 DEFAULT_BUFFER_MB = 256.0  # serve-policy's byte budget for frames in flight, unless --max-message-mb is larger
+MinSessionsOpt = Annotated[int, typer.Option("--min-sessions-per-client", min=1, max=1_000_000, help=(
+    "Sessions every client may open while the server has room; past them a client gets at most its fair share "
+    "(--max-sessions / clients holding sessions), and the last --reserved-sessions places are kept for clients "
+    "below this minimum."))]
+ReservedSessionsOpt = Annotated[int | None, typer.Option("--reserved-sessions", min=0, max=1_000_000, help=(
+    "Places kept for clients below --min-sessions-per-client. [default: a quarter of --max-sessions]"))]
+RequestRateOpt = Annotated[float, typer.Option("--max-requests-per-s", min=0.0, help=(
+    "Requests per second one client may send (bursts of a second's worth); a request over it waits its turn "
+    "(0: no limit)."))]
 
 def register(app: typer.Typer) -> None:
     """Add ``serve-policy`` to ``app``."""
@@ -102,6 +111,9 @@ def serve_policy(
         "environment served, up to this many); past it new sessions are refused, live ones never evicted."))] = 1024,
     max_sessions_per_client: Annotated[int, typer.Option("--max-sessions-per-client", min=1, max=1_000_000,
                                                          help="Live sessions one client may hold.")] = 256,
+    min_sessions_per_client: MinSessionsOpt = 64,
+    reserved_sessions: ReservedSessionsOpt = None,
+    max_requests_per_s: RequestRateOpt = 2000.0,
     session_idle_s: Annotated[float, typer.Option("--session-idle-s", min=0.0, help=(
         "End a session not stepped for this many seconds, freeing its instance (0: never). An episode asks "
         "every few steps; sessions a client left behind without closing its connection would otherwise hold "
@@ -141,6 +153,8 @@ def serve_policy(
                               max_message_bytes=int(max_message_mb * 1024 * 1024), max_connections=max_connections,
                               idle_timeout_s=idle_timeout or None, max_sessions=max_sessions,
                               max_sessions_per_client=max_sessions_per_client,
+                              min_sessions_per_client=min_sessions_per_client, reserved_sessions=reserved_sessions,
+                              max_requests_per_s=max_requests_per_s or None,
                               session_idle_s=session_idle_s or None,
                               max_buffer_bytes=int(budget_mb * 1024 * 1024))
         server = policy_server(policy, task, parsed, config, stateless)

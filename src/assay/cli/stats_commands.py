@@ -32,6 +32,8 @@ from assay.cli.scoring import (
 )
 from assay.errors import AssayError
 from assay.metrics import (
+    INSUFFICIENT,
+    INTERVAL_METHODS,
     MmrvConvention,
     Pairing,
     PosteriorComparison,
@@ -43,7 +45,9 @@ from assay.metrics import (
     correlate,
     entries_of,
     episode_budget,
+    evidence_gap,
     gate_cells_of,
+    interval_label,
     leaderboard,
     load_thresholds,
     posterior_comparison,
@@ -75,10 +79,11 @@ def _split(value: str) -> list[str]:
 
 
 def _thresholds(root: Path | None, min_pearson: float | None, max_mmrv: float | None,
-                min_policies: int | None, min_pearson_low: float | None = None) -> Thresholds:
+                min_policies: int | None, min_pearson_low: float | None = None,
+                max_permutation_p: float | None = None) -> Thresholds:
     base = load_thresholds(root)
     given = {"min_pearson": min_pearson, "max_mmrv": max_mmrv, "min_policies": min_policies,
-             "min_pearson_low": min_pearson_low}
+             "min_pearson_low": min_pearson_low, "max_permutation_p": max_permutation_p}
     return Thresholds(**{**asdict(base), **{k: v for k, v in given.items() if v is not None}})
 
 
@@ -137,14 +142,25 @@ def results_extras(store: Store, scored: Scored, allow_partial: bool = False) ->
     return extras
 
 
-def add_pass_k(extras: Extras, totals: Sequence[CellTotals], k: int, by: Sequence[str], title: str) -> None:
+def add_pass_k(extras: Extras, totals: Sequence[CellTotals], k: int, by: Sequence[str], title: str,
+               method: str = "midp") -> None:
     """pass^k per cell of ``by`` and per policy (``pass_k`` in the JSON), for ``assay results --pass-k K``."""
     from assay.cli.passk_render import pass_k_tables
     from assay.metrics.passk import pass_k_rows
 
-    table = pass_k_rows(totals, k, by)
+    table = pass_k_rows(totals, k, by, method=method)
     extras.document["pass_k"] = table.to_dict()
     extras.tables.extend(pass_k_tables(table, title))
+
+
+def interval_document(method: str, trials: Sequence[int]) -> dict[str, Any]:
+    """The rate interval a table prints (``method``, ``label``) and, when it dips below 0.93 at a trial count the
+    table shows, the line that says so (``coverage_note``; ``metrics.coverage_certificate``)."""
+    from assay.metrics.coverage_certificate import coverage_note
+
+    if method not in INTERVAL_METHODS:
+        raise AssayError(f"--interval {method!r} is not valid; valid: {', '.join(INTERVAL_METHODS)}")
+    return {"method": method, "label": interval_label(method), "coverage_note": coverage_note(method, list(trials))}
 
 
 def _add_adaptive(extras: Extras, root: Path, campaign: str) -> None:
@@ -266,6 +282,8 @@ def leaderboard_command(
     min_policies: Annotated[int | None, typer.Option(help="Sign-off: fewest calibration policies.")] = None,
     min_pearson_low: Annotated[float | None, typer.Option(
         help="Sign-off: least lower end of r's 95% interval.")] = None,
+    max_permutation_p: Annotated[float | None, typer.Option(
+        help="Sign-off evidence: largest permutation p of r (default 0.05).")] = None,
     require_signoff: Annotated[bool, typer.Option(
         "--require-signoff", help="Exit with status 1 unless every task passes the sign-off gate (CI).")] = False,
     allow_partial: AllowPartialOpt = False,
@@ -283,21 +301,25 @@ def leaderboard_command(
         name = scored.name
         covered = scored.within(None, planned_tasks(scored, tasks))
         covered.refuse_missing(f"the leaderboard of campaign {name}", allow_partial)
-        grid = scored.grid(scored.tasks(_split(tasks) if tasks else None))
+        grid, shared = scored.shared_grid(f"the leaderboard of campaign {name}", allow_partial,
+                                          scored.tasks(_split(tasks) if tasks else None))
         board = leaderboard(grid, confidence, 2000 if resamples is None else resamples, seed)
-        thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies, min_pearson_low)
+        thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies, min_pearson_low, max_permutation_p)
         gate = totals_signoff(scored.ranked(grid.task_ids), root, thresholds)
         extras = Extras({})
         _add_adaptive(extras, root, name)
         if json_out:
             document = board.to_dict()
             document["rows"] = [r.to_dict() | covered.select([r.policy]).summary() for r in board.rows]
-            render.print_json({"campaign": name, **scored.document(covered), "leaderboard": document,
+            render.print_json({"campaign": name, **scored.document(covered), "shared_rows": shared.to_dict(),
+                               "leaderboard": document,
                                "thresholds": asdict(thresholds), "signoff": [s.to_dict() for s in gate],
                                **extras.document})
         else:
             render.console.print(show.leaderboard_table(board, scored.title(f"campaign {name}: leaderboard")))
             scored.say(covered)
+            if not shared.equal:
+                render.console.print(f"[yellow]{shared.describe()}[/]", highlight=False, soft_wrap=True)
             render.console.print(show.p_better_table(board))
             render.console.print(show.signoff_table(gate))
             extras.print()
@@ -411,16 +433,21 @@ def correlate_command(
         convention = MmrvConvention(mmrv_weight, mmrv_ties)
         report = correlate(reference, other, ("real", "sim"), confidence, resamples, seed, convention)
         saved = None
+        evidence: dict[str, str | None] = {}
         if record:
             source = f"real {real.name} vs " + (f"sim {sim.name}" if sim is not None else f"campaign {campaign}")
             if scored is not None and not scored.within().complete:
                 source += f" ({scored.within().describe()})"
             root = Store(store, catalog, create=True).root
-            saved = save_calibration(root, records_from_report(report, source, variants=variants))
+            recorded = records_from_report(report, source, variants=variants)
+            saved = save_calibration(root, recorded)
             save_real_results(root, reference)
+            thresholds = load_thresholds(root)
+            evidence = {r.task: evidence_gap(r, thresholds) for r in recorded}
         if json_out:
             render.print_json({**report.to_dict(), **source_document(scored),
-                               "calibration_file": str(saved) if saved else None})
+                               "calibration_file": str(saved) if saved else None,
+                               "signoff_evidence": {task: gap or "sufficient" for task, gap in evidence.items()}})
             return
         render.console.print(show.correlation_table(report, "real-to-sim agreement (95% bootstrap intervals)"
                                                     + (f", sim: {scored.scope.label}" if scored else "")))
@@ -434,6 +461,10 @@ def correlate_command(
                                  highlight=False, soft_wrap=True)
         if saved:
             render.console.print(f"calibration records saved to {saved}", highlight=False)
+        for task, gap in evidence.items():
+            render.console.print(f"sign-off evidence on {task}: " + ("sufficient (the gate then checks r, its "
+                                 "interval and MMRV)" if gap is None else f"[yellow]{INSUFFICIENT}[/]: {gap}"),
+                                 highlight=False, soft_wrap=True)
 
 
 def _name_and_variant(value: str) -> tuple[str, str | None]:

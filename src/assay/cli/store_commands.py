@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -40,33 +40,43 @@ def register(app: typer.Typer) -> None:
 def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False,
                  recount: Annotated[bool, typer.Option(
                      "--recount", help="Count every cell's kept counts anew from the rows (after showing the cells "
-                     "that differ).")] = False) -> None:
-    """Check every episode's step file (in the store's data root) against its catalog row: checksum, schema
-    version, key, columns, rows, and the summary sealed in the file (outcome, steps, total return, success
-    step); a row without a file unless it is an error before the first step or was pruned; and the per-cell
-    counts results read against a fresh count of the rows. Exit 1 when any fails. `assay run` re-runs the
-    failing episodes; --recount counts the cells anew."""
+                     "that differ); refused while any episode fails.")] = False) -> None:
+    """Check every episode's step file (in the store's data root) against its catalog row: checksum (a row without
+    one fails), schema version, key, columns, rows, the summary sealed in the file (outcome, steps, total return,
+    success step; a file without a seal fails in a sealed store), and the summary recomputed from the steps
+    themselves; a row without a file unless it is an error before the first step or was pruned; and the per-cell
+    counts and paired seed patterns results read against a fresh count of the rows. Exit 1 when any fails. The
+    failed episodes are kept: results of a campaign linking one are refused and `assay run` re-runs them;
+    --recount counts the cells and patterns anew, only when no episode failed."""
     from assay.store.aggregates import count_differences, pattern_differences
     from assay.store.retention import orphan_packs
 
     with user_errors():
         with open_store(store, catalog) as opened:
             keys = opened.recorded_keys()
-            check = opened.check_files(keys)
+            check = opened.check_files(keys, _registry_lookup())
+            problems = check.problems
+            opened.record_verdicts(problems)  # results refuse the campaigns of these until they are repaired
+            sealed_now = not check.sealed_store and not problems and not check.unsealed and check.files > 0
+            if sealed_now:
+                opened.require_seals()
             cells, differences = count_differences(opened.catalog)
             paired = pattern_differences(opened.catalog)  # the kept paired seed patterns, against the rows
             orphaned = orphan_packs(opened.catalog, opened.files)
             leases = len(opened.live_leases()) if orphaned else 0
-            if recount and (differences or paired):
+            drifted = bool(differences or paired)
+            recounted = bool(recount and drifted and not problems)  # never count a row its steps contradict
+            if recounted:
                 opened.catalog.rebuild_counts()
-        problems = check.problems
         document = {"store": str(opened.root), "data_root": str(opened.data_root), "episodes": len(keys),
                     "files": check.files, "ok": check.files - check.file_problems, "failed": len(problems),
-                    "unsealed": len(check.unsealed), "pruned": check.pruned, "without_steps": check.without_steps,
+                    "sealed_store": check.sealed_store or sealed_now, "unsealed": len(check.unsealed),
+                    "unjudged": len(check.unjudged), "pruned": check.pruned, "without_steps": check.without_steps,
                     "orphan_packs": len(orphaned), "orphan_bytes": sum(b for _, b in orphaned),
                     "live_leases": leases,
                     "problems": [{"key": k, "problem": problems[k]} for k in sorted(problems)],
-                    "counts": {"cells": cells, "recounted": bool(recount and (differences or paired)),
+                    "counts": {"cells": cells, "recounted": recounted,
+                               "refused": bool(recount and drifted and problems),
                                "patterns_differ": paired,
                                "differ": [{"campaign": d.campaign, "policy": d.policy, "task": d.task,
                                            "variant": d.variant,
@@ -76,8 +86,28 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
         render.print_json(document)
     else:
         _print_verify(document, problems, [d.describe() for d in differences] + [f"(paired) {p}" for p in paired])
-    if problems or ((differences or paired) and not recount):
+    if problems or (drifted and not recounted):
         raise typer.Exit(1)
+
+
+def _registry_lookup() -> Callable[[str], TaskSpec | None]:
+    """A task id -> its spec in the default registry (None where it holds none), built on first use: the horizon and
+    success mode of a task no campaign of the store names (an episode of `boundary` or `resample`)."""
+    registry: list[Any] = []
+
+    def lookup(task_id: str) -> TaskSpec | None:
+        from assay.errors import AssayError
+        from assay.sim import default_registry
+
+        if not registry:
+            registry.append(default_registry())
+        try:
+            task: TaskSpec = registry[0].get(task_id)
+        except AssayError:
+            return None
+        return task
+
+    return lookup
 
 
 def _print_verify(document: dict[str, Any], problems: dict[str, str], differences: list[str]) -> None:
@@ -86,8 +116,10 @@ def _print_verify(document: dict[str, Any], problems: dict[str, str], difference
     extras = [f"{document['pruned']} pruned" if document["pruned"] else "",
               f"{document['without_steps']} errors before the first step (no file)"
               if document["without_steps"] else "",
-              f"{document['unsealed']} written before summaries were sealed (their outcome, return and success step "
-              "are not checked)" if document["unsealed"] else "",
+              f"{document['unsealed']} written before summaries were sealed (a legacy store; their summaries are "
+              "recomputed from their steps)" if document["unsealed"] else "",
+              f"{document['unjudged']} outcomes judged without their task's horizon and success mode (no campaign "
+              "or registry names the task)" if document["unjudged"] else "",
               f"{document['orphan_packs']} pack files no row names ({document['orphan_bytes']:,} bytes, never read; "
               "`assay store prune --orphans` deletes them" + (
                   f"; a run holds {document['live_leases']} job leases now, and its packs in flight are counted "
@@ -99,12 +131,20 @@ def _print_verify(document: dict[str, Any], problems: dict[str, str], difference
     for line in differences:
         render.console.print(f"  counts  {line}", highlight=False, soft_wrap=True)
     counts = document["counts"]
+    repair = ("repair the failed episodes first (`assay run CAMPAIGN.yaml` re-runs them), then `assay store verify "
+              "--recount`")
     told = ("counted anew from the rows (--recount)" if counts["recounted"] else
-            "run `assay store verify --recount` to count them anew from the rows") if differences else \
-        "equal to a fresh count of the rows"
+            f"not counted anew: {len(problems)} episodes failed, and a recount never counts a row its step data "
+            f"contradicts; {repair}" if counts["refused"] else
+            repair if problems else "run `assay store verify --recount` to count them anew from the rows") \
+        if differences else "equal to a fresh count of the rows"
     paired = f"; paired seed patterns: {len(counts['patterns_differ'])} differ" if counts["patterns_differ"] else ""
     render.console.print(f"cell counts: {counts['cells']} cells, {len(counts['differ'])} differ{paired}; {told}",
                          highlight=False, soft_wrap=True)
+    if problems:
+        render.console.print(f"{len(problems)} failed episodes: the results of every campaign that links one are "
+                             "refused until they are repaired (`assay run CAMPAIGN.yaml` re-runs them; then `assay "
+                             "store verify` again)", highlight=False, soft_wrap=True)
 
 
 def store_prune(
@@ -138,18 +178,24 @@ def store_prune(
 
                 release_gone(opened)
             lost = opened.prune_orphans(dry_run=dry_run, on_wait=_say_waiting) if orphans else []
+            busy = opened.run_in_progress() if orphans and dry_run else None
+    if busy is not None:  # the real prune waits for the run; its dry run lists the run's packs in flight
+        render.err_console.print(f"a campaign run ({busy}) holds this store: packs it is writing are named by no row "
+                                 "until it records them, so some listed here may be in flight; `store prune "
+                                 "--orphans` waits for the run to finish and deletes only the packs no row names "
+                                 "then", highlight=False, soft_wrap=True)
     if orphans:
         _print_orphans(lost, dry_run, json_out)
         if not (campaign or age is not None):
             if json_out:
-                render.print_json(_orphan_document(lost, dry_run))
+                render.print_json({**_orphan_document(lost, dry_run), "run_in_progress": busy})
             return
     document = {"dry_run": dry_run, "episodes": len(plan.episodes), "newly_pruned": len(plan.fresh),
                 "step_files": plan.count("episodes"), "packs": plan.count("packs"), "videos": plan.count("videos"),
                 "bytes": plan.bytes, "kept_shared": plan.shared, "kept_packs": plan.kept_packs,
                 "files": [{"path": p, "bytes": b} for p, b in plan.files]}
     if orphans:
-        document["orphans"] = _orphan_document(lost, dry_run)
+        document["orphans"] = {**_orphan_document(lost, dry_run), "run_in_progress": busy}
     if json_out:
         render.print_json(document)
         return

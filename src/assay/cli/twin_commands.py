@@ -134,7 +134,8 @@ def sysid(
     max_evaluations: Annotated[int, typer.Option(min=1, help="The search's maximum (twin replays): it runs until the "
                                                             "fit is within --tolerance or this is spent.")]
     = DEFAULT_MAX_EVALUATIONS,
-    restarts: Annotated[int, typer.Option(min=0, help="Seeded random restarts of the continuous search.")] = 2,
+    restarts: Annotated[int, typer.Option(min=0, help="Further starts of the refinement, from the next-best "
+                                                     "single-factor fits of the screening.")] = 2,
     tolerance: Annotated[float, typer.Option(help="Measurement accuracy, metres RMS: the search's target, and the "
                                                   "intervals hold the values that replay within it of the fit.")]
     = DEFAULT_TOLERANCE,
@@ -157,7 +158,8 @@ def sysid(
         if json_out:
             render.print_json(document)
             return
-        status = "converged" if result.converged else "NOT converged"
+        status = {"converged": "converged", "stalled": "NOT converged: stalled at a local optimum",
+                  "budget": "NOT converged: out of replays"}.get(result.status, result.status)
         table = Table(title=f"system identification on {result.trajectories} real trajectories "
                             f"({result.evaluations} replays of at most {result.max_evaluations}, {result.restarts} "
                             f"restarts; {status})", title_justify="left")
@@ -171,9 +173,14 @@ def sysid(
         render.console.print(f"RMS state discrepancy {result.residual_before:.4g} m -> {result.residual_after:.4g} m; "
                              f"correlation {_fmt(result.correlation_before, 4)} -> {_fmt(result.correlation_after, 4)}"
                              + (f"; calibrated twin written to {out}" if out else ""))
+        if result.screening:
+            render.console.print("screening (each factor alone from the start): " + ", ".join(
+                f"{name} {fit['value']:.4g} ({fit['rms']:.3g} m)" for name, fit in result.screening.items())
+                + f"; found: {', '.join(result.found) or 'none'}", highlight=False, soft_wrap=True)
         for warning in result.warnings:
-            render.console.print(f"[yellow]{'identifiability' if 'converged' not in warning else 'warning'}:[/] "
-                                 f"{warning}", highlight=False, soft_wrap=True)
+            search_ended = warning.startswith(("stalled", "the search spent"))
+            render.console.print(f"[yellow]{'warning' if search_ended else 'identifiability'}:[/] {warning}",
+                                 highlight=False, soft_wrap=True)
 
 
 @twin_app.command("calibrate-rendering")

@@ -22,8 +22,10 @@ LIBERO families (``libero-pick-place``: every goal predicate is ``in``/``on``;
 on, in this order: the gripper touched an object the goal never names and never held
 its own (``wrong_object``); it never came within ``REACH_M`` of the object nor touched
 it (``approach_failure``, or ``stagnation`` when hand and object stood still at the
-end); it reached it and never held it with both fingers (``grasp_failure``) or never
-lifted it (``lift_failure``); the goal's progress was still rising over the last
+end); it reached it and never held it while trying to lift it (``grasp_failure``: never
+``grasped``, or held only while the hand did not rise ``HELD_RISE_M``, as a closed hand
+that comes down on a bowl's rim and wedges it between its fingertips) or held it, raised
+the hand and never lifted it (``lift_failure``); the goal's progress was still rising over the last
 ``PROGRESS_STEPS`` steps of a timeout that ended holding the object
 (``timeout_progressing``: slow, not wrong); it
 let go of the lifted object away from its target (``drop_during_transport``); else it
@@ -55,6 +57,7 @@ GRASP_FAMILIES = frozenset({"pick-place", "insert", "tool-use"})
 REQUIRED_EVENTS = ("contact", "grasped", "dropped", "collision", "unstable", "goal_progress")
 MOVED = 0.01  # object_moved above this (1 cm, or 0.01 rad) is a real displacement, not contact jitter
 REACH_M = 0.05  # the gripper came this close to the object (LIBERO): it was reached
+HELD_RISE_M = 0.01  # the hand rose this much while holding the object (LIBERO): it tried to lift it
 PROGRESS_STEPS = 20  # a LIBERO timeout whose goal progress rose over its last this many steps ...
 PROGRESS_RISE = 0.05  # ... by more than this was still on its way
 
@@ -172,6 +175,7 @@ def signals(
         return tuple(c for c in PRECEDENCE if c in found), evidence
     if libero:
         evidence["subgoal"] = int(np.asarray(steps["info.subgoal"])[-1]) if "info.subgoal" in steps else None
+        evidence["held_rise_m"] = held_rise(state[:, 2], ev["grasped"]) if has_object else None
         evidence["wrong_object_steps"] = int(np.nansum(steps.get("info.wrong_object", np.zeros(0))))
         found.append(_libero_phase(family, outcome, stalled, moved, evidence, ev))
     else:
@@ -221,12 +225,26 @@ def _libero_phase(family: str, outcome: Outcome, stalled: bool, moved: float | N
     if not evidence["grasped_steps"]:
         return Category.GRASP_FAILURE
     if not evidence["lifted_steps"]:
-        return Category.LIFT_FAILURE
+        return Category.LIFT_FAILURE if (evidence.get("held_rise_m") or 0.0) >= HELD_RISE_M else \
+            Category.GRASP_FAILURE
     if progressing:
         return Category.TIMEOUT_PROGRESSING
     if evidence["drops"]:
         return Category.DROP
     return Category.PLACEMENT_MISS
+
+
+def held_rise(hand_z: np.ndarray, grasped: np.ndarray) -> float:
+    """The most the hand rose (m) within one unbroken stretch of steps holding the object: above the lowest
+    point of the stretch so far."""
+    best, low = 0.0, None
+    for z, held in zip(np.asarray(hand_z, dtype=np.float64), np.asarray(grasped) > 0, strict=True):
+        if not held:
+            low = None
+            continue
+        low = z if low is None else min(low, z)
+        best = max(best, float(z - low))
+    return best
 
 
 def _finite_max(values: Any) -> float | None:

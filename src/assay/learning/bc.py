@@ -8,6 +8,12 @@ runs on one thread (all three restored afterwards), so the same demos and config
 give identical weight bytes on every run. Targets are clipped to the action box
 [-1, 1] (the environment clips the scripted expert's high-gain actions there).
 
+What the network reads and predicts follows the state's layout (``assay.spec.state_layout``,
+``assay.policies.features``): rotations enter as the 6-D form of their matrix, each quantity is
+normalised on its own scale (a floor relative to it, not an absolute one), and action dimensions the
+demonstrations never vary are kept at their data value instead of learned. ``inputs="state+environment"``
+adds the recorded ``environment_state`` (LIBERO: the goal objects' and targets' positions) to the state.
+
 The checkpoint is written atomically and holds the provenance of every demo. Training says how far it is
 (:func:`told_epochs`: epochs done of the total, per checkpoint) to whoever observes this process
 (``assay.run.observers``; the CLI shows it as progress).
@@ -28,8 +34,10 @@ from assay.errors import AssayError
 from assay.learning.data import Demo
 from assay.learning.language import checkpoint_entry, condition_rows, conditioning
 from assay.policies.bc import CHECKPOINT_FORMAT, build_network, checkpoint_version
+from assay.policies.features import ActionHead, InputFeatures
 from assay.policies.mlp import import_torch
 from assay.run.observers import advanced
+from assay.spec.state_layout import StateLayout, backend_of, environment_layout, state_layout
 from assay.store import write_blob
 
 
@@ -44,9 +52,12 @@ class TrainConfig:
     lr: float = 1e-3
     weight_decay: float = 0.0
     conditioning: str = "task"  # or "instruction": see assay.learning.language
+    inputs: str = "state"  # or "state+environment": the recorded environment_state too (LIBERO's goal positions)
 
     def __post_init__(self) -> None:
         conditioning(self.conditioning)
+        if self.inputs not in INPUTS:
+            raise AssayError(f"inputs {self.inputs!r} are not valid; valid: {', '.join(INPUTS)}")
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or not self.hidden or min(self.hidden) < 1:
             raise AssayError(
                 f"invalid training config {self}: epochs, batch size, lr and hidden widths must be positive")
@@ -85,12 +96,7 @@ def deterministic_torch(seed: int) -> Iterator[Any]:
 
 def arrays(demos: Sequence[Demo], tasks: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(states, task one-hots, actions clipped to [-1, 1]) stacked over all demos."""
-    if not demos:
-        raise AssayError("no demonstrations to train on")
-    dims = {(d.observations.shape[1], d.actions.shape[1]) for d in demos}
-    if len(dims) != 1:
-        raise AssayError(
-            f"demos disagree on (state, action) dimensions: {sorted(dims)}; train one model per embodiment")
+    check_demos(demos)
     states = np.concatenate([d.observations for d in demos]).astype(np.float32)
     actions = np.clip(np.concatenate([d.actions for d in demos]), -1.0, 1.0).astype(np.float32)
     hot = np.zeros((len(states), len(tasks)), np.float32)
@@ -99,6 +105,65 @@ def arrays(demos: Sequence[Demo], tasks: Sequence[str]) -> tuple[np.ndarray, np.
         hot[row:row + len(demo.observations), tasks.index(demo.task_id)] = 1.0
         row += len(demo.observations)
     return states, hot, actions
+
+
+def check_demos(demos: Sequence[Demo]) -> None:
+    """One line when there is nothing to train on or the demos disagree in shape (naming the shapes and an
+    episode of each)."""
+    if not demos:
+        raise AssayError("no demonstrations to train on")
+    shapes: dict[tuple[int, int], str] = {}
+    for demo in demos:
+        shapes.setdefault((demo.observations.shape[1], demo.actions.shape[1]), demo.key)
+    if len(shapes) != 1:
+        found = "; ".join(f"state {s} and action {a} (e.g. {key[:16]})" for (s, a), key in sorted(shapes.items()))
+        raise AssayError(f"demos disagree on their (state, action) dimensions: {found}; train one model per "
+                         "embodiment (select one with task= in --data)")
+
+
+INPUTS = ("state", "state+environment")
+
+
+def chunk_targets(targets: np.ndarray, lengths: Sequence[int], chunk: int) -> np.ndarray:
+    """(N, L) per-step targets of demos of these lengths, stacked -> (N, chunk * L): each row's own target and
+    the next ``chunk - 1`` of its demo, the demo's last one repeated past its end (ACT's action chunks)."""
+    if chunk == 1:
+        return targets
+    rows, start = [], 0
+    for length in lengths:
+        index = np.minimum(np.arange(length)[:, None] + np.arange(chunk)[None, :], length - 1) + start
+        rows.append(targets[index].reshape(length, -1))
+        start += length
+    return np.concatenate(rows).astype(targets.dtype)
+
+
+def input_rows(demos: Sequence[Demo], inputs: str) -> tuple[np.ndarray, StateLayout]:
+    """The network's raw inputs stacked over the demos, and their layout: the recorded state, followed by the
+    recorded ``environment_state`` for ``state+environment``."""
+    if inputs not in INPUTS:
+        raise AssayError(f"inputs {inputs!r} are not valid; valid: {', '.join(INPUTS)}")
+    try:
+        backend = backend_of(d.task_id for d in demos)
+    except ValueError as exc:
+        raise AssayError(f"demos of several backends: {exc}; train one model per embodiment") from None
+    # float32 first, as the policy reads them (the wire's dtype), so training and inference see the same numbers
+    states = np.concatenate([d.observations for d in demos]).astype(np.float32).astype(np.float64)
+    layout = state_layout(backend, states.shape[1])
+    if inputs == "state":
+        return states, layout
+    missing = [d.key for d in demos if d.environment is None]
+    if missing:
+        raise AssayError(f"{len(missing)} of {len(demos)} demos recorded no observation.environment_state (e.g. "
+                         f"{missing[0][:16]}); {backend} episodes record it only where the backend gives one "
+                         "(LIBERO does): train with --obs state, or record the demos again")
+    widths = {d.environment.shape[1] for d in demos if d.environment is not None}
+    if len(widths) != 1:
+        raise AssayError(f"demos disagree on the environment_state's width: {sorted(widths)}; their tasks have "
+                         "different numbers of goal objects: train them apart (select with task= in --data)")
+    environment = np.concatenate([d.environment for d in demos if d.environment is not None])
+    environment = environment.astype(np.float32).astype(np.float64)
+    both = layout.then(environment_layout(backend, environment.shape[1]), "environment.")
+    return np.concatenate([states, environment], axis=1), both
 
 
 def told_epochs(what: str, epochs: int) -> Iterator[int]:
@@ -122,21 +187,27 @@ def write_checkpoint(path: Path, data: bytes) -> None:
 
 
 def train_bc(demos: Sequence[Demo], config: TrainConfig, out: str | Path) -> TrainResult:
-    """Train, write the checkpoint to ``out`` atomically, and describe it."""
+    """Train, write the checkpoint to ``out`` atomically, and describe it.
+
+    The network reads :class:`~assay.policies.features.InputFeatures` of its inputs (rotations in 6-D form,
+    each quantity normalised on its own scale) and predicts the action dimensions the data varies; the others
+    are kept at their data value (:class:`~assay.policies.features.ActionHead`)."""
     tasks = sorted({d.task_id for d in demos})
-    states, _, actions = arrays(demos, tasks)
+    _, _, actions = arrays(demos, tasks)
     kind = conditioning(config.conditioning)
     hot = condition_rows(demos, tasks, kind)
-    mean = states.mean(axis=0)
-    std = np.maximum(states.std(axis=0), 1e-3)  # constant state dimensions (padding) must not blow up
-    inputs = np.concatenate([(states - mean) / std, hot], axis=1).astype(np.float32)
+    raw, layout = input_rows(demos, config.inputs)
+    features = InputFeatures.fit(raw, layout)
+    head = ActionHead.fit(actions)
+    inputs = np.concatenate([features.apply(raw), hot], axis=1).astype(np.float32)
+    targets = head.targets(actions).astype(np.float32)
     with deterministic_torch(config.seed) as torch:
-        model = build_network(states.shape[1], hot.shape[1], config.hidden, actions.shape[1])
+        model = build_network(features.width, hot.shape[1], config.hidden, head.learned)
         optimiser = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        x, y = torch.from_numpy(inputs), torch.from_numpy(actions)
+        x, y = torch.from_numpy(inputs), torch.from_numpy(np.ascontiguousarray(targets))
         generator = torch.Generator().manual_seed(config.seed)
         loss_value = float("nan")
-        for _ in told_epochs(training_text("bc", out, len(demos), len(states)), config.epochs):
+        for _ in told_epochs(training_text("bc", out, len(demos), len(raw)), config.epochs):
             order = torch.randperm(len(x), generator=generator)
             total, count = 0.0, 0
             for start in range(0, len(x), config.batch_size):
@@ -151,12 +222,13 @@ def train_bc(demos: Sequence[Demo], config: TrainConfig, out: str | Path) -> Tra
         state_dict = {k: v.detach().clone() for k, v in model.state_dict().items()}
         checkpoint = {
             "format": CHECKPOINT_FORMAT,
-            "config": {"state_dim": int(states.shape[1]), "action_dim": int(actions.shape[1]), "tasks": tasks,
-                       "hidden": list(config.hidden), **checkpoint_entry(kind)},
+            "config": {"state_dim": int(demos[0].observations.shape[1]), "action_dim": int(actions.shape[1]),
+                       "tasks": tasks, "hidden": list(config.hidden), "inputs": config.inputs,
+                       **checkpoint_entry(kind)},
             "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
             "state_dict": state_dict,
-            "obs_mean": torch.from_numpy(mean.astype(np.float32)),
-            "obs_std": torch.from_numpy(std.astype(np.float32)),
+            "features": features.to_checkpoint(),
+            "action_head": head.to_checkpoint(),
             "provenance": [d.provenance() for d in demos],
             "final_loss": loss_value,
         }
@@ -164,4 +236,4 @@ def train_bc(demos: Sequence[Demo], config: TrainConfig, out: str | Path) -> Tra
         torch.save(checkpoint, buffer)
     path = Path(out)
     write_checkpoint(path, buffer.getvalue())
-    return TrainResult(str(path), checkpoint_version(path), len(demos), len(states), tuple(tasks), loss_value)
+    return TrainResult(str(path), checkpoint_version(path), len(demos), len(raw), tuple(tasks), loss_value)

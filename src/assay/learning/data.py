@@ -26,6 +26,7 @@ from assay.errors import DataQueryError
 from assay.metrics.openloop import column_matrix
 from assay.store import EpisodeRecord, Store, check_step_format
 
+ENVIRONMENT_COLUMN = "observation.environment_state"
 QUERY_KEYS = ("campaign", "task", "policy", "outcome", "demos")
 
 
@@ -76,6 +77,7 @@ class Demo:
     instruction: str = ""  # the instruction the episode ran under (language-conditioned training reads it)
     steps: np.ndarray | None = None  # the episode step of each row (None: rows 0..T-1; a frame-trimmed demo keeps
     # some steps, and pixel training reads the recorded frames of exactly those)
+    environment: np.ndarray | None = None  # (T, n) the recorded observation.environment_state, where there is one
 
     def step_indices(self) -> np.ndarray:
         """The episode step of each row (0..T-1 unless the demo was cut to some of its steps)."""
@@ -90,9 +92,11 @@ class Demo:
 def episode_demo(store: Store, record: EpisodeRecord) -> Demo:
     """A stored episode's states and actions as a demo."""
     table = store.steps(record)
+    environment = (column_matrix(table, ENVIRONMENT_COLUMN, record.key)
+                   if ENVIRONMENT_COLUMN in table.column_names else None)
     return Demo(record.key, record.task_id, record.task_hash, record.variant_key, record.seed, "episode",
                 column_matrix(table, "observation.state", record.key), column_matrix(table, "action", record.key),
-                record.instruction)
+                record.instruction, environment=environment)
 
 
 def recovery_demo(store: Store, path: Path) -> Demo:

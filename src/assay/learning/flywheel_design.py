@@ -164,6 +164,8 @@ class FlywheelDesign(BaseModel):
     obs: Literal["state", "image+proprio"] = "state"  # what every arm's policy sees: state BC, or pixel BC
     # (assay.learning.pixel_bc) on a square front camera of camera_size px that pool, probe and evaluation record
     camera_size: int = Field(default=64, ge=16, le=256)
+    inputs: Literal["state", "state+environment"] = "state"  # what a state BC reads: the recorded state, and
+    # with state+environment the recorded environment_state too (LIBERO's goal positions: assay.learning.bc)
     epochs: int = Field(default=100, ge=1)
     hidden: tuple[int, ...] = (256, 256)
     bootstrap: int = Field(default=10000, ge=100)
@@ -173,6 +175,10 @@ class FlywheelDesign(BaseModel):
     # showed: the replicate-level plan (t test over replicates, noncentral t) is sized with it
     power_discordance: float | None = Field(default=None, gt=0, lt=1)  # P(pair discordant) a pilot showed (None:
     # the pessimistic independent-outcomes value), as `assay budget --discordance`
+    goal_ratio: float | None = Field(default=None, gt=1)  # the gain ratio the experiment hopes to show (e.g. 1.5):
+    # the power plan says whether the design can reach it and the primary test's power there
+    power_base: float | None = Field(default=None, ge=0, lt=1)  # the base arm's expected rate (the gain ratio's
+    # zero): with power_baseline, the largest gain ratio the design can reach, (1 - base) / (random - base)
 
     @model_validator(mode="before")
     @classmethod
@@ -181,6 +187,12 @@ class FlywheelDesign(BaseModel):
             raise ValueError("declare the primary endpoint before the run: primary: {test: ttest, unit: replicate} "
                              "(t test over the replicate differences) or {test: mcnemar, unit: scene}")
         return data
+
+    @model_validator(mode="after")
+    def _inputs_of_state_bc(self) -> FlywheelDesign:
+        if self.inputs != "state" and self.obs != "state":
+            raise ValueError(f"inputs {self.inputs} is what a state BC reads; obs {self.obs} reads pixels")
+        return self
 
     @model_validator(mode="after")
     def _pixel_arms_have_frames(self) -> FlywheelDesign:
@@ -199,6 +211,19 @@ class FlywheelDesign(BaseModel):
                                  f"({', '.join(canonical_json(v) for v in self.variants)})")
         return self
 
+    @model_validator(mode="after")
+    def _ratio_has_a_gain(self) -> FlywheelDesign:
+        if self.power_base is not None and self.power_base >= self.power_baseline:
+            raise ValueError(f"power_base {self.power_base} must be below power_baseline {self.power_baseline} (the "
+                             "random arm's expected rate): the gain ratio divides by random − base")
+        return self
+
+    def design_hash(self) -> str:
+        """What the run commits to before any data: the data and checkpoints (:meth:`tag`) and the declared primary
+        endpoint. Recorded when a run starts (``assay.learning.flywheel_run.declare``); a primary edited after
+        that changes this hash, and the analysis says so."""
+        return content_hash({"tag": self.tag(), "primary": self.primary.model_dump()}, length=12)
+
     def tag(self) -> str:
         """What fixes the data and checkpoints (not the replicate count, endpoint, bootstrap or power settings)."""
         fixed: dict[str, Any] = {"task": self.task, "slice": self.slice.hashed(), "horizon": self.horizon,
@@ -209,6 +234,18 @@ class FlywheelDesign(BaseModel):
         if self.obs != "state":  # a state design hashes as it did before pixel designs
             fixed["obs"], fixed["camera_size"] = self.obs, self.camera_size
         return content_hash(fixed, length=8)
+
+
+def scene_primary_refusal(design: FlywheelDesign) -> str | None:
+    """Why the design's primary endpoint cannot be run as declared (None: it can). McNemar over pooled scenes
+    treats every (replicate, scene) pair as an independent unit; with several replicates each trains on its own
+    data, so the scenes of a replicate share its checkpoints and the test ignores the variance between them
+    (push-goal-slice: pooled McNemar p = 0.00018, the replicate t test 0.28)."""
+    if design.primary.test == "mcnemar" and design.replicates > 1:
+        return (f"primary {{test: mcnemar, unit: scene}} is refused: the design's {design.replicates} replicates "
+                "each train on their own data, so its scenes are not independent units; declare primary: "
+                "{test: ttest, unit: replicate} (McNemar is still reported, as secondary)")
+    return None
 
 
 def load_design(path: Path) -> FlywheelDesign:
@@ -371,7 +408,8 @@ def trim_frames(demos: Sequence[Demo], frames: int) -> list[Demo]:
     for demo, n in zip(demos, keep, strict=True):
         rows = np.unique(np.round(np.linspace(0, len(demo.actions) - 1, int(n))).astype(int))
         out.append(Demo(demo.key, demo.task_id, demo.task_hash, demo.variant_key, demo.seed, demo.purpose,
-                        demo.observations[rows], demo.actions[rows], demo.instruction, demo.step_indices()[rows]))
+                        demo.observations[rows], demo.actions[rows], demo.instruction, demo.step_indices()[rows],
+                        None if demo.environment is None else demo.environment[rows]))
     return out
 
 

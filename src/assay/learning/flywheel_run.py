@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from assay.learning.flywheel_design import (
     equal_budget,
     mine,
     probe_failures,
+    scene_primary_refusal,
     select_base,
 )
 from assay.learning.flywheel_stats import analyse, by_region, by_variant, ttest_power, ttest_replicates
@@ -57,6 +59,7 @@ from assay.learning.leakage import contaminated, scene_of
 from assay.learning.pixel_bc import PixelTrainConfig, train_pixel_bc
 from assay.learning.runs import DEMO_SEED, EVAL_SEED, PROBE_SEED, bc_spec, run_grid
 from assay.metrics import episode_budget
+from assay.metrics.budget import mcnemar_power
 from assay.policies import ExpertPolicy, PolicyContext
 from assay.run import CampaignPlan, phase
 from assay.sim.factors import resolve_variant
@@ -64,7 +67,9 @@ from assay.spec import CameraSpec, PolicySpec, content_hash
 from assay.store import EpisodeRecord, Outcome, Store, write_blob
 
 RESULT_DIR = "learning/flywheel"  # assay.report.flywheel reads it there (the report may not import learning)
-SCHEMA_VERSION = 3  # 2: variants (outcomes keyed by 'variant|seed', by_variant), the ponr arm; 3: blind draws for
+SCHEMA_VERSION = 4  # 4: the primary as recorded when the run started (primary.changed_after_run, design_hash),
+# the power plan in the primary's unit with the gain ratio's ceiling; 2: variants (outcomes keyed by
+# 'variant|seed', by_variant), the ponr arm; 3: blind draws for
 # every arm, the primary pair's own budget (budget.secondary), the declared primary, gain-ratio intervals with
 # unbounded sides, in_target in each arm's composition
 
@@ -134,14 +139,15 @@ class Learner:
 
     def train(self, demos: Sequence[Demo], folder: Path, arm: str) -> tuple[Path, str]:
         """(checkpoint path, version) of ``demos`` trained with the design's settings."""
-        from assay.policies.bc import checkpoint_version
+        from assay.policies.bc import CHECKPOINT_FORMAT, checkpoint_version
 
         design = self.design
         config: TrainConfig | PixelTrainConfig
         described: object  # what of the config names the checkpoint (a state design's as before pixel designs)
         if design.obs == "state":
-            config = TrainConfig(seed=self.seed, epochs=design.epochs, hidden=design.hidden)
-            described = [config.seed, config.epochs, list(config.hidden), config.batch_size, config.lr]
+            config = TrainConfig(seed=self.seed, epochs=design.epochs, hidden=design.hidden, inputs=design.inputs)
+            described = [config.seed, config.epochs, list(config.hidden), config.batch_size, config.lr,
+                         config.inputs, CHECKPOINT_FORMAT]  # a checkpoint of another trainer is not reused
         else:
             config = PixelTrainConfig(seed=self.seed, epochs=design.epochs, hidden=design.hidden,
                                       image_size=design.camera_size)
@@ -271,22 +277,118 @@ def composition(demos: Sequence[Demo], sources: dict[str, EpisodeRecord], traini
             "unresolved": unresolved}
 
 
+def _replicate_plan(design: FlywheelDesign, effect: float) -> dict[str, Any]:
+    """The t test over the design's replicates at ``effect``: its power and the replicates 0.8 needs (noncentral t,
+    sd ``power_sd``); without ``power_sd``, what is missing."""
+    alpha = design.primary.alpha
+    if design.power_sd is None:
+        return {"sd": None, "effect": effect, "alpha": alpha, "replicates": design.replicates, "power": None,
+                "missing": "power_sd (the sd of the replicate differences a pilot showed): the replicate-level power "
+                           "cannot be planned without it"}
+    return {"sd": design.power_sd, "effect": effect, "alpha": alpha, "replicates": design.replicates,
+            "power": ttest_power(design.replicates, effect, design.power_sd, alpha),
+            "replicates_for_0.8": ttest_replicates(effect, design.power_sd, 0.8, alpha)}
+
+
+def _ratio_plan(design: FlywheelDesign, pairs: int) -> dict[str, Any] | None:
+    """The largest gain ratio the design can reach, (1 − base) / (random − base) (targeted at a rate of 1), and the
+    declared primary test's power at ``goal_ratio`` (the difference (goal − 1)(random − base)); None without a goal.
+    """
+    if design.goal_ratio is None:
+        return None
+    random = design.power_baseline
+    if design.power_base is None:
+        return {"goal": design.goal_ratio, "random": random, "base": None, "ceiling": None, "reachable": None,
+                "effect": None, "power": None,
+                "missing": "power_base (the base arm's expected rate): the ceiling and the power cannot be stated"}
+    base = design.power_base
+    ceiling = (1.0 - base) / (random - base)
+    effect = (design.goal_ratio - 1.0) * (random - base)
+    reachable = design.goal_ratio <= ceiling + 1e-12
+    power: float | None = None
+    if reachable and design.primary.test == "ttest":
+        power = _replicate_plan(design, effect)["power"]
+    elif reachable:
+        targeted = random + effect  # outcomes independent on a scene: the pessimistic discordance
+        power = mcnemar_power(pairs, targeted * (1 - random), random * (1 - targeted), design.primary.alpha)
+    return {"goal": design.goal_ratio, "random": random, "base": base, "ceiling": ceiling, "reachable": reachable,
+            "effect": effect, "power": power}
+
+
 def power_plan(design: FlywheelDesign) -> dict[str, Any]:
-    """What ``assay budget --delta D --power 0.8 --paired --baseline B [--discordance Q]`` answers, against the
-    design's pairs; with
-    ``power_sd``, also the replicate-level plan: the t test's power over the design's replicates at ``delta``
-    and the replicates it would need for 0.8 (noncentral t)."""
+    """The plan in the declared primary's unit (``unit``, ``primary_plan``): for the replicate t test, its power over
+    the design's replicates at ``delta`` (``power_sd`` needed); for scene McNemar (one replicate), what ``assay
+    budget --delta D --power 0.8 --paired --baseline B [--discordance Q]`` answers against the design's pairs.
+    The pooled-scene budget is kept beside it (its fields at the top level; secondary under a t test), and with
+    ``goal_ratio`` the ``gain_ratio`` plan: the largest ratio the design can reach and the power at the goal."""
     budget = episode_budget(design.delta, 0.8, baseline=design.power_baseline, paired=True,
                             discordance=design.power_discordance)
     pairs = design.eval_episodes * len(design.variants) * design.replicates
-    plan: dict[str, Any] = {**budget.to_dict(), "planned_pairs": pairs, "enough": pairs >= budget.episodes_per_cell}
+    plan: dict[str, Any] = {**budget.to_dict(), "planned_pairs": pairs, "enough": pairs >= budget.episodes_per_cell,
+                            "unit": design.primary.unit}
+    replicate = _replicate_plan(design, design.delta)
     if design.power_sd is not None:
-        alpha = design.primary.alpha
-        plan["replicate_plan"] = {"sd": design.power_sd, "effect": design.delta, "alpha": alpha,
-                                  "replicates": design.replicates,
-                                  "power": ttest_power(design.replicates, design.delta, design.power_sd, alpha),
-                                  "replicates_for_0.8": ttest_replicates(design.delta, design.power_sd, 0.8, alpha)}
+        plan["replicate_plan"] = replicate
+    plan["primary_plan"] = replicate if design.primary.test == "ttest" else {
+        "pairs_for_0.8": budget.episodes_per_cell, "planned_pairs": pairs, "effect": design.delta,
+        "power": mcnemar_power(pairs, *_discordant(design.power_baseline, design.delta), design.primary.alpha)}
+    plan["gain_ratio"] = _ratio_plan(design, pairs)
     return plan
+
+
+def _discordant(random: float, delta: float) -> tuple[float, float]:
+    targeted = min(1.0, random + delta)
+    return targeted * (1 - random), random * (1 - targeted)
+
+
+def plan_line(design: FlywheelDesign, plan: dict[str, Any]) -> str:
+    """The power plan in one line, in the declared primary's unit."""
+    primary = plan["primary_plan"]
+    if plan["unit"] == "replicate":
+        head = (f"power plan (primary unit: replicates): {primary['missing']}" if primary["power"] is None else
+                f"power plan (primary unit: replicates): t test power {primary['power']:.2f} for {design.delta} at sd "
+                f"{design.power_sd} over {design.replicates} replicates ({primary['replicates_for_0.8']} for 0.8)")
+    else:
+        head = (f"power plan (primary unit: scenes): McNemar power {primary['power']:.2f} for {design.delta} over "
+                f"{plan['planned_pairs']} pairs ({plan['episodes_per_cell']} for 0.8, {plan['formula']})")
+    ratio = plan.get("gain_ratio")
+    if ratio is None:
+        return head
+    if ratio["ceiling"] is None:
+        return f"{head}; gain ratio goal {ratio['goal']}: {ratio['missing']}"
+    reach = (f"the largest gain ratio this design can reach is {ratio['ceiling']:.2f} (random {ratio['random']}, base "
+             f"{ratio['base']}, targeted at 1)")
+    if not ratio["reachable"]:
+        return f"{head}; {reach}: the goal {ratio['goal']} is out of reach"
+    power = "not planned (power_sd missing)" if ratio["power"] is None else f"{ratio['power']:.2f}"
+    return f"{head}; {reach}; power at the goal ratio {ratio['goal']} (difference {ratio['effect']:.3f}): {power}"
+
+
+DECLARATION = "declared.json"
+
+
+def declare(folder: Path, design: FlywheelDesign) -> dict[str, Any]:
+    """The primary endpoint as recorded when this design's run first started (written now, exclusively, when no
+    run has started: a second process finds the first one's record)."""
+    path = folder / DECLARATION
+    record = {"primary": design.primary.model_dump(), "design_hash": design.design_hash(), "tag": design.tag(),
+              "recorded_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    try:
+        with path.open("x") as handle:
+            json.dump(record, handle, indent=1, sort_keys=True)
+        return record
+    except FileExistsError:
+        recorded: dict[str, Any] = json.loads(path.read_text())
+        return recorded
+
+
+def primary_change(recorded: dict[str, Any], design: FlywheelDesign) -> dict[str, Any] | None:
+    """None when the design's primary is the one recorded at the run's start; else what changed."""
+    if recorded["primary"] == design.primary.model_dump():
+        return None
+    return {"recorded": recorded["primary"], "now": design.primary.model_dump(),
+            "recorded_at": recorded.get("recorded_at"), "recorded_hash": recorded.get("design_hash"),
+            "hash_now": design.design_hash()}
 
 
 def run_design(store: Store, design: FlywheelDesign, workers: int = 1,
@@ -294,13 +396,22 @@ def run_design(store: Store, design: FlywheelDesign, workers: int = 1,
     """Every replicate, the analysis, and the result document (also written to the store)."""
     folder = store.root / RESULT_DIR / f"{design.name}-{design.tag()}"
     folder.mkdir(parents=True, exist_ok=True)
+    refusal = scene_primary_refusal(design)
+    if refusal is not None and not (folder / DECLARATION).exists():  # a run recorded before the rule keeps going
+        raise AssayError(refusal)
+    recorded = declare(folder, design)
+    changed = primary_change(recorded, design)
+    if changed is not None:
+        progress(f"primary changed after the run: recorded {changed['recorded']} at {changed['recorded_at']}, the "
+                 f"design now says {changed['now']}; the recorded primary is analysed as primary")
     plan = power_plan(design)
-    progress(f"power plan: {plan['episodes_per_cell']} pairs detect {design.delta} at power 0.8 "
-             f"({plan['formula']}); the design has {plan['planned_pairs']}")
+    progress(plan_line(design, plan))
     numbers = range(design.first_replicate, design.first_replicate + design.replicates)
     replicates = [run_replicate(store, design, r, folder, progress, workers) for r in numbers]
     parsed = [rep["outcomes"] for rep in replicates]
-    analysis = analyse(parsed, design.bootstrap, primary=design.primary.model_dump())
+    analysis = analyse(parsed, design.bootstrap, primary=recorded["primary"])
+    analysis["primary"]["changed_after_run"] = changed
+    analysis["primary"]["design_hash"] = recorded.get("design_hash")
     agreement = [rep["agreement"] for rep in replicates]
     document = {"schema_version": SCHEMA_VERSION, "design": design.model_dump(by_alias=True), "tag": design.tag(),
                 "power": plan, "analysis": analysis,

@@ -20,6 +20,10 @@ perceive every factor. So a state policy evaluated on its training seeds under
 ``light.intensity: 0.5`` replays its training episodes step for step and is flagged; the
 variant's key alone used to make that a "new scene".
 
+A factor at its **default** (its nominal value: ``control.gain: 1.0``, ``action.noise: 0``) changes nothing,
+so its episodes equal nominal's step for step; it is no part of the scene, and a variant of only such factors
+is the nominal scene (it used to count as a new scene, hiding the leak).
+
 The horizon (or any other task field that changes the task hash without changing the scene) is
 deliberately not part of it: training on a seed at horizon 300 and evaluating it at horizon 150
 is the same scene. A training episode's factors are looked up by its variant key (in the store
@@ -84,9 +88,31 @@ def perception(policy_spec: Mapping[str, Any]) -> Perception:
     return Perception(visual=visual, semantic=PROMPT_KEY in contract.observations)
 
 
+def at_default(factor: str, value: Any) -> bool:
+    """Whether ``value`` is the factor's default, its nominal value (``control.gain: 1.0``, ``action.noise: 0``):
+    such a perturbation changes nothing, so its episodes are nominal's step for step. An unknown factor is not."""
+    from assay.sim.factors import FACTORS
+
+    known = FACTORS.get(factor)
+    if known is None:
+        return False
+    default = known.default
+    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
+        return [float(v) for v in value] == [float(d) for d in default] if len(value) == len(default) else False
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is default
+    if isinstance(value, (int, float)) and isinstance(default, (int, float)):
+        return float(value) == float(default)
+    return bool(value == default)
+
+
 def _factors(perturbations: Iterable[Mapping[str, Any]], seen: Perception) -> tuple[tuple[str, str], ...]:
+    """The perceived (factor, value) pairs of a variant, leaving out those at their default: a variant whose
+    factors are all at their nominal values (``control.gain: 1.0``) runs nominal's trajectories, so it is the
+    nominal scene (it used to count as unseen)."""
     return tuple(sorted((str(p.get("factor")), json.dumps(p.get("value"), sort_keys=True))
-                        for p in perturbations if seen.sees(str(p.get("axis", ALWAYS)))))
+                        for p in perturbations if seen.sees(str(p.get("axis", ALWAYS)))
+                        and not at_default(str(p.get("factor")), p.get("value"))))
 
 
 def scene_of(record: EpisodeRecord, seen: Perception | None = None) -> Scene:

@@ -16,6 +16,10 @@ Augmentation (``augment="shift"``): the random shift of DrQ (Kostrikov et al.,
 cropped back at a random offset; off (``"none"``) by default, and recorded in the
 checkpoint's ``train`` metadata either way.
 
+The proprioception and the targets go through the same input map and action head as state BC
+(``assay.policies.features``: the hand's rotation in 6-D form, each quantity on its own scale, the
+action dimensions the demos never vary kept at their data value).
+
 Determinism as in ``assay.learning.bc``: seeded initialisation, a seeded generator
 for minibatch order and shifts, deterministic algorithms, one thread; the same
 frames and config give identical checkpoint bytes.
@@ -32,12 +36,20 @@ from typing import Any
 import numpy as np
 
 from assay.errors import AssayError, DataQueryError
-from assay.learning.bc import deterministic_torch, told_epochs, training_text, write_checkpoint
+from assay.learning.bc import (
+    check_demos,
+    chunk_targets,
+    deterministic_torch,
+    told_epochs,
+    training_text,
+    write_checkpoint,
+)
 from assay.learning.data import Demo
 from assay.learning.language import Conditioning, checkpoint_entry, condition_rows, condition_width, conditioning
 from assay.policies.bc import checkpoint_version
+from assay.policies.features import ActionHead, InputFeatures
 from assay.policies.mlp import import_torch
-from assay.policies.pixel_bc import PIXEL_FORMAT, build_pixel_network, proprio_of, to_tensor_images
+from assay.policies.pixel_bc import PIXEL_FORMAT, build_pixel_network, proprio_layout, proprio_of, to_tensor_images
 from assay.store import Store, read_video, video_relpath
 
 AUGMENTATIONS = ("none", "shift")
@@ -57,6 +69,7 @@ class PixelTrainConfig:
     augment: str = "none"
     shift_pad: int = 4
     conditioning: str = "task"
+    chunk: int = 1  # actions predicted per frame (an action chunk: a camera is drawn once per chunk at run time)
 
     def __post_init__(self) -> None:
         conditioning(self.conditioning)  # a one-line error naming the valid kinds
@@ -72,6 +85,7 @@ class PixelTrainConfig:
             or min(self.channels) < 1
             or not 8 <= self.image_size <= 256
             or self.shift_pad < 0
+            or self.chunk < 1
         ):
             raise AssayError(
                 f"invalid pixel training config {self}: epochs, batch size, lr, widths and channels must be "
@@ -121,17 +135,11 @@ def pixel_arrays(
 ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
     """(images (N, 3, S, S) float tensor, proprioception (N, P), conditioning rows (N, K): task one-hots
     or instruction embeddings, actions clipped to [-1, 1])."""
-    if not demos:
-        raise AssayError("no demonstrations to train on")
-    dims = {(d.observations.shape[1], d.actions.shape[1]) for d in demos}
-    if len(dims) != 1:
-        raise AssayError(
-            f"demos disagree on (state, action) dimensions: {sorted(dims)}; train one model per embodiment"
-        )
+    check_demos(demos)
     torch = import_torch()
     images = torch.cat([to_tensor_images(demo_frames(store, d, camera), image_size) for d in demos])
     rows = list(proprio_of({d.task_id for d in demos}))
-    proprio = np.concatenate([d.observations[:, rows] for d in demos]).astype(np.float32)
+    proprio = np.concatenate([d.observations[:, rows] for d in demos]).astype(np.float32).astype(np.float64)
     actions = np.clip(np.concatenate([d.actions for d in demos]), -1.0, 1.0).astype(np.float32)
     return images, proprio, condition_rows(demos, tasks, kind), actions
 
@@ -152,16 +160,18 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
     kind = conditioning(config.conditioning)
     with deterministic_torch(config.seed) as torch:
         images, proprio, hot, actions = pixel_arrays(store, demos, tasks, config.camera, config.image_size, kind)
-        mean = proprio.mean(axis=0)
-        std = np.maximum(proprio.std(axis=0), 1e-3)
+        rows = proprio_of({d.task_id for d in demos})
+        features = InputFeatures.fit(proprio, proprio_layout(tasks, demos[0].observations.shape[1], rows))
+        head = ActionHead.fit(actions)
         torch.manual_seed(config.seed)
         model = build_pixel_network(
-            config.image_size, config.channels, proprio.shape[1], condition_width(kind, tasks), config.hidden,
-            actions.shape[1],
+            config.image_size, config.channels, features.width, condition_width(kind, tasks), config.hidden,
+            head.learned * config.chunk,
         )
         optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
-        p = torch.from_numpy(((proprio - mean) / std).astype(np.float32))
-        k, y = torch.from_numpy(hot), torch.from_numpy(actions)
+        p = torch.from_numpy(features.apply(proprio))
+        targets = chunk_targets(head.targets(actions), [len(d.actions) for d in demos], config.chunk)
+        k, y = torch.from_numpy(hot), torch.from_numpy(np.ascontiguousarray(targets))
         generator = torch.Generator().manual_seed(config.seed)
         loss_value = float("nan")
         for _ in told_epochs(training_text("pixel-bc", out, len(demos), len(actions)), config.epochs):
@@ -189,14 +199,15 @@ def train_pixel_bc(store: Store, demos: Sequence[Demo], config: PixelTrainConfig
                 "image_size": config.image_size,
                 "channels": list(config.channels),
                 "hidden": list(config.hidden),
-                "proprio": list(proprio_of({d.task_id for d in demos})),
+                "proprio": list(rows),
+                "chunk": config.chunk,
                 "conditioning": "task-onehot",
                 **checkpoint_entry(kind),
             },
             "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
             "state_dict": {name: v.detach().clone() for name, v in model.state_dict().items()},
-            "proprio_mean": torch.from_numpy(mean.astype(np.float32)),
-            "proprio_std": torch.from_numpy(std.astype(np.float32)),
+            "features": features.to_checkpoint(),
+            "action_head": head.to_checkpoint(),
             "provenance": [d.provenance() for d in demos],
             "final_loss": loss_value,
         }

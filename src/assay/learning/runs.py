@@ -29,10 +29,12 @@ def bc_spec(name: str, path: Path) -> PolicySpec:
 
 def run_grid(store: Store, name: str, tasks: Sequence[str], policies: Sequence[PolicySpec], episodes: int,
              seed: int, horizon: int | None = None, workers: int = 1, cameras: Sequence[CameraSpec] = (),
-             variants: Sequence[VariantRequest] = ({},)) -> tuple[CampaignPlan, list[EpisodeRecord]]:
+             variants: Sequence[VariantRequest] = ({},), video_fps: float | None = None,
+             ) -> tuple[CampaignPlan, list[EpisodeRecord]]:
     """Run (or resume) a campaign; return its plan and its records, ordered by policy, task, episode index."""
     spec = CampaignSpec(name=name, seed=seed, episodes=episodes, tasks=tuple(tasks), policies=tuple(policies),
-                        horizon=horizon, envs_per_worker=4, cameras=tuple(cameras), variants=tuple(variants))
+                        horizon=horizon, envs_per_worker=4, cameras=tuple(cameras), variants=tuple(variants),
+                        video_fps=video_fps)
     plan = prepare_campaign(spec)
     executor = InlineExecutor(store.data_root) if workers <= 1 else LocalExecutor(store.data_root, workers=workers)
     run_campaign(plan, store, executor)

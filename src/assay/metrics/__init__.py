@@ -10,12 +10,14 @@ See docs/STATISTICS.md for every formula and edge case.
 from assay.errors import ResultsCsvError
 from assay.metrics.budget import Budget, episode_budget
 from assay.metrics.calibration import (
+    INSUFFICIENT,
     NOT_VALIDATED,
     CalibrationRecord,
     GateCell,
     Signoff,
     Thresholds,
     campaign_signoff,
+    evidence_gap,
     gate_cells,
     gate_cells_of,
     load_calibration,
@@ -114,5 +116,5 @@ __all__ = [
     "recorded_cells", "VariantScope", "planned_variants", "variant_scope",
     "entries_of", "gate_cells_of", "grid_of", "match_tasks", "patterns_of", "rate_rows", "recorded_of",
     "retention_rows", "return_interval_of", "routing_rows", "stored_grid", "totals_completeness", "totals_of",
-    "totals_signoff", "VariantExample", "stored_retention",
+    "totals_signoff", "VariantExample", "stored_retention", "INSUFFICIENT", "evidence_gap",
 ]

@@ -181,10 +181,11 @@ def equal_power_view(state: dict[str, Any]) -> dict[str, Any] | None:
 
     ``fixed_equal_power`` is the episodes of the exact fixed-n designs of the power each group's
     comparisons reach under the cap (every cell of the group at that many pairs), and
-    ``saved_equal_power`` = 1 − used / that; ``fixed_requested`` and ``saved_requested`` the same for the
-    exact fixed-n design of the *requested* power (the one yardstick both readings use: exact McNemar, not
-    the approximate ``episodes_fixed`` that ``adaptive.json`` keeps); ``powers`` one :class:`DesignPower`
-    per level (with the expected pairs at δ and at no difference).
+    ``saved_equal_power`` = 1 − used / that, None (``comparable`` False) when a group's cap reaches a power of at
+    most α (its yardstick is 0 pairs: the test's size, reached with no information); ``fixed_requested`` and
+    ``saved_requested`` the same for the exact fixed-n design of the *requested* power (the one yardstick both
+    readings use: exact McNemar, not the approximate ``episodes_fixed`` that ``adaptive.json`` keeps);
+    ``powers`` one :class:`DesignPower` per level (with the expected pairs at δ and at no difference).
     """
     design = state["design"]
     if design["goal"] not in TESTING_GOALS:
@@ -206,7 +207,10 @@ def equal_power_view(state: dict[str, Any]) -> dict[str, Any] | None:
         f"the cap of {design['max_episodes']} pairs cannot reach the requested power {design['power']} at delta "
         f"{design['delta']}: it reaches " + ", ".join(f"{p.reached:.2f} (alpha {p.level:.3g})" for p in powers.values())
         + "; savings are read against the fixed-n design of the power reached")
-    return {"fixed_equal_power": fixed, "saved_equal_power": 1.0 - used / fixed if fixed else 0.0,
+    # a level whose power is at most α has a yardstick of 0 pairs: nothing to save against, not "0% saved"
+    comparable = all(p.reached > p.level for p in powers.values())
+    return {"fixed_equal_power": fixed, "comparable": comparable,
+            "saved_equal_power": 1.0 - used / fixed if comparable and fixed else None,
             "fixed_requested": requested, "saved_requested": 1.0 - used / requested if requested else 0.0,
             "reachable": reachable, "warning": warning, "powers": [p.to_dict() for p in powers.values()]}
 

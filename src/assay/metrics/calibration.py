@@ -11,16 +11,27 @@ came from, merged by cell, so a report can draw the real-vs-sim scatter later.
 
 A ranking is *validated for sign-off* on a task when a record exists for that task
 **and** the exact set of variants the ranking scores, every ranked policy was among
-the calibrated ones, ``policies >= min_policies``, ``pearson >= min_pearson``, the
-lower end of r's interval ``>= min_pearson_low`` and ``mmrv <= max_mmrv``; anything
-else is "not validated for sign-off" with the reason. So a campaign with gain 0.3 is
-not validated by a nominal calibration, and records are per task *version*:
-``metaworld/reach@2`` is not validated by a record for ``@1``. Records written
-before variants and policies were kept (a ``tasks`` object keyed by task id) are
-read as nominal records with an unknown policy set, which validates nothing.
+the calibrated ones, the record carries **evidence** and its figures clear the
+thresholds; anything else is "not validated for sign-off" with the reason. So a
+campaign with gain 0.3 is not validated by a nominal calibration, and records are per
+task *version*: ``metaworld/reach@2`` is not validated by a record for ``@1``. Records
+written before variants and policies were kept (a ``tasks`` object keyed by task id)
+are read as nominal records with an unknown policy set, which validates nothing.
 
-Default thresholds (r ≥ 0.8, MMRV ≤ 0.05, ≥ 3 policies) sit below what published
-twins report (SimFoundry: mean r 0.911, MMRV 0.018) and above chance agreement.
+**Evidence** (checked before the figures; failing it is "insufficient evidence", never
+green): ``policies >= min_policies`` (4: the fewest for which Fisher's interval exists
+and the permutation floor 1/4! = 0.042 is below 0.05), an exact (or sampled) one-sided
+permutation p of r ``<= max_permutation_p`` (0.05; 3 policies can never reach it: their
+floor is 1/6), and a **non-degenerate** correlation interval: Fisher's z interval
+defined with low < high (an r of ±1 gives the point [r, r]) and r's bootstrap interval
+with low < high (3 policies resampled by episodes often give [1.000, 1.000]). A record
+written before these were kept carries no evidence. Then the **figures**: ``pearson >=
+min_pearson``, the lower end of r's bootstrap interval ``>= min_pearson_low`` and
+``mmrv <= max_mmrv``.
+
+Default thresholds (r ≥ 0.8, MMRV ≤ 0.05, ≥ 4 policies, permutation p ≤ 0.05) sit below
+what published twins report (SimFoundry: mean r 0.911, MMRV 0.018) and above chance
+agreement.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ from assay.store.aggregates import CellTotals
 CALIBRATION_FILE = "calibration.json"
 NOT_VALIDATED = "not validated for sign-off"
 VALIDATED = "validated for sign-off"
+INSUFFICIENT = "insufficient evidence"
 
 
 NOMINAL = ("nominal",)
@@ -60,6 +72,11 @@ class CalibrationRecord:
     variants: tuple[str, ...] = NOMINAL  # variant keys of the sim episodes scored (a twin is a variant)
     policy_names: tuple[str, ...] = ()  # the policies compared; () = not recorded (validates nothing)
     pearson_low: float | None = None  # lower end of r's bootstrap interval
+    pearson_high: float | None = None  # its upper end; None: recorded before the evidence checks
+    fisher_low: float | None = None  # Fisher's z interval of r (None: undefined, fewer than 4 policies)
+    fisher_high: float | None = None
+    permutation_p: float | None = None  # one-sided permutation p of r (None: undefined or not recorded)
+    permutation_mode: str = "not recorded"  # "exact", "sampled", "undefined: ..." or "not recorded"
 
     @property
     def key(self) -> tuple[str, tuple[str, ...]]:
@@ -74,8 +91,9 @@ class Thresholds:
 
     min_pearson: float = 0.8
     max_mmrv: float = 0.05
-    min_policies: int = 3
+    min_policies: int = 4  # Fisher's interval needs 4; 1/4! = 0.042 is the first permutation floor below 0.05
     min_pearson_low: float = 0.0  # the interval must at least exclude a negative correlation
+    max_permutation_p: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -118,16 +136,17 @@ class Signoff:
     reason: str
     record: CalibrationRecord | None
     variants: tuple[str, ...] = ()  # names of the variants the ranking scores
+    insufficient: bool = False  # the record's evidence is too thin to say (never validated)
 
     @property
     def label(self) -> str:
-        """``VALIDATED`` or ``NOT_VALIDATED``, as printed."""
-        return VALIDATED if self.validated else NOT_VALIDATED
+        """``VALIDATED``, ``INSUFFICIENT`` or ``NOT_VALIDATED``, as printed."""
+        return VALIDATED if self.validated else INSUFFICIENT if self.insufficient else NOT_VALIDATED
 
     def to_dict(self) -> dict[str, object]:
         """The sign-off as a JSON-ready dict, with its calibration record when one exists."""
         return {"task": self.task, "variants": list(self.variants), "validated": self.validated,
-                "status": self.label, "reason": self.reason,
+                "insufficient_evidence": self.insufficient, "status": self.label, "reason": self.reason,
                 "calibration": asdict(self.record) if self.record else None}
 
 
@@ -142,7 +161,10 @@ def records_from_report(report: CorrelationReport, source: str, date: str | None
     variants = variants or {}
     return [CalibrationRecord(t.other_task, t.stats["pearson"].value, t.stats["mmrv"].value,
                               len(t.policies), stamp, source, tuple(sorted(variants.get(t.other_task, NOMINAL))),
-                              tuple(sorted(t.policies)), t.stats["pearson"].ci_low) for t in report.tasks]
+                              tuple(sorted(t.policies)), t.stats["pearson"].ci_low, t.stats["pearson"].ci_high,
+                              t.checks.fisher_low if t.checks else None, t.checks.fisher_high if t.checks else None,
+                              t.checks.permutation_p if t.checks else None,
+                              t.checks.permutation_mode if t.checks else "not recorded") for t in report.tasks]
 
 
 def _path(store_root: str | Path) -> Path:
@@ -237,41 +259,76 @@ def _variant_label(cell: GateCell) -> str:
     return ", ".join(cell.variant_names or cell.variants)
 
 
+def _no_record(cell: GateCell, calibration: Calibration) -> str:
+    others = sorted({", ".join(r.variants) for (task, _), r in calibration.items() if task == cell.task})
+    return (f"no calibration record for variant {_variant_label(cell)}"
+            + (f" (calibrated: {'; '.join(others)})" if others else "")
+            + " (run `assay correlate ... --record` on these episodes)")
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "undefined" if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
+
+
+def evidence_gap(record: CalibrationRecord, thresholds: Thresholds) -> str | None:
+    """Why a record is too thin to validate anything (module docstring), None when its evidence suffices."""
+    if record.policies < thresholds.min_policies:
+        return f"calibrated on {record.policies} policies < {thresholds.min_policies}"
+    if record.permutation_mode == "not recorded":
+        return "its calibration has no permutation p or Fisher interval (recorded by an older assay); rerun " \
+               "`assay correlate ... --record`"
+    if record.permutation_p is None:
+        return f"permutation p {record.permutation_mode}"
+    if record.permutation_p > thresholds.max_permutation_p:
+        return f"permutation p {record.permutation_p:.3g} > {thresholds.max_permutation_p}"
+    if record.fisher_low is None or record.fisher_high is None or not record.fisher_low < record.fisher_high:
+        return f"Fisher-z interval of r {_interval(record.fisher_low, record.fisher_high)} is not an interval"
+    if record.pearson_low is None or record.pearson_high is None or not record.pearson_low < record.pearson_high:
+        return f"r's bootstrap interval {_interval(record.pearson_low, record.pearson_high)} is not an interval"
+    return None
+
+
+def _figures_gap(record: CalibrationRecord, thresholds: Thresholds) -> str | None:
+    """Why a record with enough evidence still fails the thresholds on r, its interval or MMRV."""
+    if record.pearson is None:
+        return "Pearson r undefined in its calibration"
+    if record.pearson < thresholds.min_pearson:
+        return f"Pearson r {record.pearson:.3f} < {thresholds.min_pearson}"
+    if record.pearson_low is None or record.pearson_low < thresholds.min_pearson_low:
+        low = "undefined" if record.pearson_low is None else f"{record.pearson_low:.3f}"
+        return f"lower end of r's 95% interval {low} < {thresholds.min_pearson_low}"
+    if record.mmrv is None:
+        return "MMRV undefined in its calibration"
+    if record.mmrv > thresholds.max_mmrv:
+        return f"MMRV {record.mmrv:.3f} > {thresholds.max_mmrv}"
+    return None
+
+
 def signoff(cells: Sequence[GateCell], calibration: Calibration, thresholds: Thresholds) -> list[Signoff]:
-    """The gate per task: validated only by a record for the same task, variant set and policies."""
+    """The gate per task: validated only by a record for the same task, variant set and policies, with evidence."""
     result = []
     for cell in cells:
         record = calibration.get((cell.task, tuple(sorted(cell.variants))))
-        validated = False
+        names = cell.variant_names or cell.variants
         missing = sorted(set(cell.policies) - set(record.policy_names)) if record else []
         if record is None:
-            others = sorted({", ".join(r.variants) for (task, _), r in calibration.items() if task == cell.task})
-            reason = (f"no calibration record for variant {_variant_label(cell)}"
-                      + (f" (calibrated: {'; '.join(others)})" if others else "")
-                      + " (run `assay correlate ... --record` on these episodes)")
+            result.append(Signoff(cell.task, False, _no_record(cell, calibration), None, names))
         elif not record.policy_names:
-            reason = "its calibration does not list the policies it compared (recorded by an older assay); rerun " \
-                     "`assay correlate ... --record`"
+            result.append(Signoff(cell.task, False, "its calibration does not list the policies it compared "
+                                  "(recorded by an older assay); rerun `assay correlate ... --record`", record, names))
         elif missing:
-            reason = f"policies {', '.join(missing)} were not in its calibration ({', '.join(record.policy_names)})"
-        elif record.policies < thresholds.min_policies:
-            reason = f"calibrated on {record.policies} policies < {thresholds.min_policies}"
-        elif record.pearson is None:
-            reason = "Pearson r undefined in its calibration"
-        elif record.pearson < thresholds.min_pearson:
-            reason = f"Pearson r {record.pearson:.3f} < {thresholds.min_pearson}"
-        elif record.pearson_low is None or record.pearson_low < thresholds.min_pearson_low:
-            low = "undefined" if record.pearson_low is None else f"{record.pearson_low:.3f}"
-            reason = f"lower end of r's 95% interval {low} < {thresholds.min_pearson_low}"
-        elif record.mmrv is None:
-            reason = "MMRV undefined in its calibration"
-        elif record.mmrv > thresholds.max_mmrv:
-            reason = f"MMRV {record.mmrv:.3f} > {thresholds.max_mmrv}"
+            result.append(Signoff(cell.task, False, f"policies {', '.join(missing)} were not in its calibration "
+                                  f"({', '.join(record.policy_names)})", record, names))
+        elif (thin := evidence_gap(record, thresholds)) is not None:
+            result.append(Signoff(cell.task, False, thin, record, names, insufficient=True))
+        elif (weak := _figures_gap(record, thresholds)) is not None:
+            result.append(Signoff(cell.task, False, weak, record, names))
         else:
-            validated = True
-            reason = (f"r {record.pearson:.3f} (low {record.pearson_low:.3f}), MMRV {record.mmrv:.3f} over "
-                      f"{record.policies} policies, variant {_variant_label(cell)} ({record.source}, {record.date})")
-        result.append(Signoff(cell.task, validated, reason, record, cell.variant_names or cell.variants))
+            assert record.pearson is not None and record.mmrv is not None and record.permutation_p is not None
+            result.append(Signoff(cell.task, True, (
+                f"r {record.pearson:.3f} (low {record.pearson_low:.3f}, permutation p {record.permutation_p:.3g}), "
+                f"MMRV {record.mmrv:.3f} over {record.policies} policies, variant {_variant_label(cell)} "
+                f"({record.source}, {record.date})"), record, names))
     return result
 
 

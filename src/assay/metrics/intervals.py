@@ -45,6 +45,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import optimize, special
 
+from assay.errors import AssayError
 from assay.metrics.rates import Interval, success_interval
 
 DRAWS = 20000
@@ -129,14 +130,34 @@ def _lower_root(a: float, b: float, c: float) -> float:
     return max(0.0, (b - math.sqrt(disc)) / a) if disc >= 0 else 0.0
 
 
+RETENTION_METHODS = ("mover", "exact")
+
+
+def exact_retention_interval(nominal: int, variant: int, n: int, confidence: float = 0.95) -> Interval:
+    """[L_v / U_0, U_v / L_0] from the two rates' Clopper–Pearson intervals at 1 − α/2 each (Bonferroni): by the
+    union bound the ratio p_v / p_0 lies inside with probability ≥ 1 − α at every pair of rates and every
+    dependence of the paired outcomes (counting a table where nominal never succeeded, L_0 = 0, as [L_v, ∞):
+    no claim). Wide: the price of a guarantee with no approximation. ``nominal`` ≥ 1."""
+    level = 1.0 - (1.0 - confidence) / 2.0
+    v = success_interval(variant, n, level, "exact")
+    o = success_interval(nominal, n, level, "exact")
+    assert v is not None and o is not None and o.low > 0
+    return Interval(v.low / o.high, v.high / o.low)
+
+
 def retention_interval(both: int, nominal_only: int, variant_only: int, neither: int,
-                       confidence: float = 0.95) -> Interval | None:
-    """MOVER-R interval of the paired ratio p_variant / p_nominal (see the module doc); None when nominal
-    never succeeded."""
+                       confidence: float = 0.95, method: str = "mover") -> Interval | None:
+    """MOVER-R interval of the paired ratio p_variant / p_nominal (see the module doc), or with ``method="exact"``
+    the Bonferroni Clopper–Pearson interval (:func:`exact_retention_interval`); None when nominal never
+    succeeded."""
     n = both + nominal_only + variant_only + neither
     nominal, variant = both + nominal_only, both + variant_only
+    if method not in RETENTION_METHODS:
+        raise AssayError(f"retention interval {method!r} is not valid; valid: {', '.join(RETENTION_METHODS)}")
     if nominal == 0:
         return None
+    if method == "exact":
+        return exact_retention_interval(nominal, variant, n, confidence)
     p0, pv = nominal / n, variant / n
     low_v, high_v, _ = _rate_ends(variant, n, confidence)
     low_0, high_0, exact_low_0 = _rate_ends(nominal, n, confidence)

@@ -19,6 +19,7 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import special
 from scipy.stats import binom, multinomial
 
 from assay.errors import AssayError
@@ -47,7 +48,7 @@ def paired_tables(n: int) -> np.ndarray:
 
 
 def retention_coverage(n: int, p_nominal: float, p_variant: float, dependence: str = "independent",
-                       confidence: float = 0.95) -> float:
+                       confidence: float = 0.95, method: str = "mover") -> float:
     """Exact P(p_v / p_0 ∈ retention_interval | nominal succeeded at least once) at n pairs."""
     if not 0.0 < p_nominal <= 1.0 or not 0.0 <= p_variant <= 1.0:
         raise AssayError(f"rates must be 0 < nominal <= 1 and 0 <= variant <= 1; got {p_nominal}, {p_variant}")
@@ -56,12 +57,47 @@ def retention_coverage(n: int, p_nominal: float, p_variant: float, dependence: s
     truth = p_variant / p_nominal
     covered = defined = 0.0
     for (both, nominal_only, variant_only, neither), weight in zip(tables.tolist(), weights.tolist(), strict=True):
-        interval = retention_interval(both, nominal_only, variant_only, neither, confidence)
+        interval = retention_interval(both, nominal_only, variant_only, neither, confidence, method)
         if interval is None:
             continue
         defined += weight
         covered += weight * (interval.low - 1e-12 <= truth <= interval.high + 1e-12)
     return covered / defined
+
+
+def retention_intervals(n: int, confidence: float = 0.95, method: str = "mover"
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tables, lows, highs) of every paired table of n pairs on which retention is defined (nominal succeeded),
+    each interval from :func:`~assay.metrics.intervals.retention_interval` (computed once per table)."""
+    tables = paired_tables(n)
+    tables = tables[tables[:, 0] + tables[:, 1] > 0]
+    ends = [retention_interval(a, b, c, d, confidence, method) for a, b, c, d in tables.tolist()]
+    return tables, np.array([e.low for e in ends if e]), np.array([e.high for e in ends if e])
+
+
+def retention_coverage_grid(n: int, p_nominal: Sequence[float], p_variant: Sequence[float], dependence: str,
+                            confidence: float = 0.95, method: str = "mover", conditional: bool = True) -> np.ndarray:
+    """:func:`retention_coverage` on every (p_nominal, p_variant) of a grid at once, (len(p_nominal),
+    len(p_variant)): the tables and their intervals are enumerated once, the multinomial weights in log space.
+    ``conditional`` False: P(covered or undefined), a table where nominal never succeeded counting as no claim
+    (the exact construction's guarantee is of this kind)."""
+    tables, low, high = retention_intervals(n, confidence, method)
+    log_count = special.gammaln(n + 1) - special.gammaln(tables + 1).sum(axis=1)
+    variants = np.asarray(p_variant, dtype=np.float64)
+    out = np.empty((len(p_nominal), variants.size))
+    for i, p0 in enumerate(p_nominal):
+        cells = np.array([paired_cells(float(p0), float(pv), dependence) for pv in variants])
+        with np.errstate(divide="ignore"):
+            log_cells = np.log(cells)
+        impossible = ((tables[None, :, :] > 0) & (cells[:, None, :] <= 0)).any(axis=2)
+        finite = np.where(np.isinf(log_cells), 0.0, log_cells)
+        log_weight = log_count[None, :] + (tables[None, :, :] * finite[:, None, :]).sum(axis=2)
+        weight = np.where(impossible, 0.0, np.exp(log_weight))
+        truth = (variants / float(p0))[:, None]
+        covered = (low[None, :] - 1e-12 <= truth) & (truth <= high[None, :] + 1e-12)
+        hit, defined = (weight * covered).sum(axis=1), weight.sum(axis=1)
+        out[i] = hit / defined if conditional else hit + (1.0 - defined)
+    return out
 
 
 def suite_coverage(rates: Sequence[float], episodes: Sequence[int], confidence: float = 0.95) -> float:
@@ -80,4 +116,5 @@ def suite_coverage(rates: Sequence[float], episodes: Sequence[int], confidence: 
     return covered
 
 
-__all__ = ["DEPENDENCE", "paired_cells", "paired_tables", "retention_coverage", "suite_coverage"]
+__all__ = ["DEPENDENCE", "paired_cells", "paired_tables", "retention_coverage", "retention_coverage_grid",
+           "retention_intervals", "suite_coverage"]

@@ -55,6 +55,7 @@ class Trajectory:
     observations: np.ndarray  # (steps, state_dim)
     actions: np.ndarray  # (steps, action_dim)
     frames: Mapping[str, np.ndarray] = field(default_factory=dict)  # camera -> recorded (steps, H, W, 3) uint8
+    environment: np.ndarray | None = None  # (steps, n): the recorded observation.environment_state, where there is one
 
 
 # trajectories of one task -> the policy's action at every recorded step, one array per trajectory
@@ -84,7 +85,10 @@ def load_trajectories(store: Store, records: Sequence[EpisodeRecord], cameras: S
         actions = column_matrix(table, "action", record.key)
         frames = {camera: step_frames(store.data_root, record.key, camera, len(actions))
                   for camera in cameras if store.files.exists(video_relpath(record.key, camera))}
-        out.append(Trajectory(record, column_matrix(table, "observation.state", record.key), actions, frames))
+        environment = (column_matrix(table, "observation.environment_state", record.key)
+                       if "observation.environment_state" in table.column_names else None)
+        out.append(Trajectory(record, column_matrix(table, "observation.state", record.key), actions, frames,
+                              environment))
     return out
 
 

@@ -182,6 +182,11 @@ def stored_grid(catalog: Catalog, campaign: str, totals: Iterable[CellTotals],
     """The grid of a campaign's episodes in ``totals``' cells (their variants; these task ids, or all), from
     the database's seed patterns (``assay.store.aggregates.seed_patterns``): what :func:`outcome_grid` gives
     for the same episodes' records."""
+    return grid_of(*_stored_patterns(catalog, campaign, totals, tasks))
+
+
+def _stored_patterns(catalog: Catalog, campaign: str, totals: Iterable[CellTotals],
+                     tasks: Sequence[str] | None) -> tuple[list[Pattern], tuple[str, ...]]:
     cells = [t for t in totals if tasks is None or t.task in set(tasks)]
     if not cells:
         raise AssayError("no episodes to analyse")
@@ -192,4 +197,54 @@ def stored_grid(catalog: Catalog, campaign: str, totals: Iterable[CellTotals],
     except DuplicateEpisodes:
         raise AssayError("two episodes of one policy on one task, variant and seed; analyse one campaign at a "
                          "time") from None
-    return grid_of(patterns, policies)
+    return patterns, policies
+
+
+@dataclass(frozen=True)
+class SharedRows:
+    """The seed rows a ranking is over: those every ranked policy ran (an ``error`` is a run; only a missing episode
+    is not), of all the rows any policy ran. A policy is ranked when it ran some seed of every task."""
+
+    ranked_on: int
+    recorded: int
+    policies: tuple[str, ...]  # the ranked policies
+    ran: dict[str, int]  # seed rows each policy ran
+    unshared_tasks: tuple[str, ...]  # tasks on which the ranked policies share no seed row at all
+
+    @property
+    def equal(self) -> bool:
+        """Whether every ranked policy ran every recorded row (cells of equal completeness)."""
+        return self.ranked_on == self.recorded
+
+    def describe(self) -> str:
+        """How many rows the ranking is over, and how many each policy ran."""
+        each = ", ".join(f"{policy} ran {n}" for policy, n in self.ran.items())
+        return (f"ranked on the {self.ranked_on} seed rows every ranked policy ran (of {self.recorded} recorded; "
+                f"{each})")
+
+    def to_dict(self) -> dict[str, object]:
+        """The counts for a JSON document."""
+        return {"ranked_on": self.ranked_on, "recorded": self.recorded, "policies": list(self.policies)}
+
+
+def shared_patterns(patterns: Sequence[Pattern], policies: Sequence[str]) -> tuple[list[Pattern], SharedRows]:
+    """The patterns of the seed rows every ranked policy ran, and what that leaves (:class:`SharedRows`)."""
+    tasks = sorted({p.group[0] for p in patterns})
+    ran: dict[str, set[int]] = {task: set() for task in tasks}
+    for pattern in patterns:
+        ran[pattern.group[0]].update(j for j, code in enumerate(pattern.codes) if code != MISSING)
+    ranked = [j for j in range(len(policies)) if all(j in ran[task] for task in tasks)]
+    kept = [p for p in patterns if all(p.codes[j] != MISSING for j in ranked)]
+    covered = {p.group[0] for p in kept}
+    per_policy = {name: sum(p.count for p in patterns if p.codes[j] != MISSING) for j, name in enumerate(policies)}
+    return kept, SharedRows(sum(p.count for p in kept), sum(p.count for p in patterns),
+                            tuple(policies[j] for j in ranked), per_policy,
+                            tuple(task for task in tasks if task not in covered))
+
+
+def stored_shared_grid(catalog: Catalog, campaign: str, totals: Iterable[CellTotals],
+                       tasks: Sequence[str] | None = None) -> tuple[OutcomeGrid, SharedRows]:
+    """:func:`stored_grid` over the seed rows every ranked policy ran (:func:`shared_patterns`), and how many."""
+    patterns, policies = _stored_patterns(catalog, campaign, totals, tasks)
+    kept, shared = shared_patterns(patterns, policies)
+    return grid_of(kept, policies), shared

@@ -39,7 +39,7 @@ from scipy import stats
 
 from assay.errors import AssayError
 from assay.metrics.intervals import DRAWS, central, mean_rate_interval, rate_draws
-from assay.metrics.rates import DEFAULT_INTERVAL, GROUP_FIELDS, success_interval, totals_of
+from assay.metrics.rates import DEFAULT_INTERVAL, GROUP_FIELDS, METHOD_NAMES, success_interval, totals_of
 from assay.store import EpisodeRecord
 from assay.store.aggregates import CellTotals
 
@@ -178,24 +178,26 @@ class PassKTable:
     cells: tuple[tuple[dict[str, str], PassK], ...]
     policies: tuple[PolicyPassK, ...]
     confidence: float
+    method: str = DEFAULT_INTERVAL  # the cells' rate interval (the per-policy interval is mid-p-based)
 
     def to_dict(self) -> dict[str, object]:
 
         """A JSON-ready dict of every field."""
-        return {"k": self.k, "by": list(self.by), "confidence": self.confidence,
-                "estimator": "C(c,k)/C(n,k), unbiased for p^k; interval [L^k, U^k] of the mid-p rate interval",
+        return {"k": self.k, "by": list(self.by), "confidence": self.confidence, "method": self.method,
+                "estimator": f"C(c,k)/C(n,k), unbiased for p^k; interval [L^k, U^k] of the {METHOD_NAMES[self.method]} "
+                             "rate interval",
                 "cells": [{"group": group, **cell.to_dict(), "fraction": cell.fraction} for group, cell in self.cells],
                 "policies": [p.to_dict() for p in self.policies]}
 
 
 def pass_k_table(records: Iterable[EpisodeRecord], k: int, by: Sequence[str] = ("policy", "task"),
-                 confidence: float = 0.95, seed: int = 0) -> PassKTable:
+                 confidence: float = 0.95, seed: int = 0, method: str = DEFAULT_INTERVAL) -> PassKTable:
     """pass^k per group of ``by`` (as ``rate_table`` groups) and per policy over its tasks."""
-    return pass_k_rows(totals_of(records), k, by, confidence, seed)
+    return pass_k_rows(totals_of(records), k, by, confidence, seed, method)
 
 
 def pass_k_rows(totals: Iterable[CellTotals], k: int, by: Sequence[str] = ("policy", "task"),
-                confidence: float = 0.95, seed: int = 0) -> PassKTable:
+                confidence: float = 0.95, seed: int = 0, method: str = DEFAULT_INTERVAL) -> PassKTable:
     """:func:`pass_k_table` from cell counts (successes and scored episodes per cell are all it needs)."""
     check_k(k)
     unknown = [name for name in by if name not in GROUP_FIELDS]
@@ -210,11 +212,11 @@ def pass_k_rows(totals: Iterable[CellTotals], k: int, by: Sequence[str] = ("poli
         for counted in (groups[tuple(named[name] for name in by)], per_task[row][cell.task]):
             counted[0] += cell.successes
             counted[1] += cell.scored
-    cells = tuple((dict(zip(by, key, strict=True)), pass_k(c, n, k, confidence))
+    cells = tuple((dict(zip(by, key, strict=True)), pass_k(c, n, k, confidence, method))
                   for key, (c, n) in sorted(groups.items()))
     policies = tuple(
         dataclasses.replace(policy_pass_k(policy, [(c, n) for c, n in (per_task[(policy, variant)][t]
                                                                        for t in sorted(per_task[(policy, variant)]))],
                                           k, confidence, seed), variant=variant if separate else None)
         for policy, variant in sorted(per_task))
-    return PassKTable(k, tuple(by), cells, policies, confidence)
+    return PassKTable(k, tuple(by), cells, policies, confidence, method)

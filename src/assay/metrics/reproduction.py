@@ -39,6 +39,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -105,22 +106,39 @@ def parse_rate(text: str) -> tuple[Decimal, int, bool]:
     return fraction, decimals, percent
 
 
+def _rounds_to(value: Fraction, printed: int) -> bool:
+    """Whether ``value`` (in units of the last printed digit) prints as ``printed``, rounding half up or half even.
+
+    Half down is not a rounding anyone publishes with: 13.5 units prints as 14 both ways, never as 13.
+    """
+    half_up = math.floor(value + Fraction(1, 2))
+    return printed in (half_up, round(value))  # round() of a Fraction rounds half to even
+
+
 def lint_rate(reported: str, n: int) -> RateLint:
-    """Whether ``reported`` (as printed) can come from ``n`` trials (module doc); rounding half up or half even."""
+    """Whether ``reported`` (as printed) can come from ``n`` trials (module doc); rounding half up or half even.
+
+    ``nearest``: the largest possible rate below and the smallest above the reported one, each printed at the
+    reported precision (half up), in numeric order.
+    """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise AssayError(f"the number of trials must be a whole number of at least 1, got {n!r}")
     fraction, decimals, percent = parse_rate(reported)
-    scale = Decimal(100) if percent else Decimal(1)
-    half = Decimal(5) * Decimal(10) ** (-(decimals + 1))  # half a unit of the last printed digit
+    scale = 100 if percent else 1
+    unit_count = scale * 10 ** decimals  # a rate of 1 in units of the last printed digit
+    printed = int(fraction * unit_count)  # exact: the reported rate has ``decimals`` digits after the point
     needed = fraction * n
     candidates = range(max(0, math.floor(needed) - 2), min(n, math.ceil(needed) + 2) + 1)
-    fitting = tuple(k for k in candidates if abs(Decimal(k) / n * scale - fraction * scale) <= half)
+    fitting = tuple(k for k in candidates if _rounds_to(Fraction(k * unit_count, n), printed))
+    shown = sorted({math.floor(Fraction(k * unit_count, n) + Fraction(1, 2)) for k in candidates})
+    below = [units for units in shown if units < printed]
+    above = [units for units in shown if units > printed]
     unit = "%" if percent else ""
-    shown = sorted({f"{float(Decimal(k) / n * scale):.{decimals}f}{unit}" for k in candidates})
-    value = f"{float(fraction * scale):.{decimals}f}{unit}"
-    below = [s for s in shown if float(s.rstrip("%")) < float(value.rstrip("%"))]
-    above = [s for s in shown if float(s.rstrip("%")) > float(value.rstrip("%"))]
-    nearest = tuple(([below[-1]] if below else []) + ([above[0]] if above else []))
+
+    def text(units: int) -> str:
+        return f"{Decimal(units).scaleb(-decimals):.{decimals}f}{unit}"
+
+    nearest = tuple(([text(below[-1])] if below else []) + ([text(above[0])] if above else []))
     return RateLint(reported.strip(), n, decimals, bool(fitting), float(needed), nearest, fitting)
 
 

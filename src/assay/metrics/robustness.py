@@ -5,9 +5,10 @@ nominal and under the variant (seeds are shared by construction); pairs where
 either side is ``error`` are dropped. Retention = successes under the variant /
 successes at nominal over the same pairs (the ratio of the two rates), with the
 MOVER-R interval of that paired ratio (``metrics.intervals.retention_interval``:
-closed form, never a point even with no discordant pair, exact coverage ≥ 0.93 at the
-edges in docs/STATISTICS.md) and McNemar's exact test on the discordant pairs. Retention is undefined (None)
-when nominal never succeeded.
+closed form, never a point even with no discordant pair; its coverage dips to about 0.90
+between grid points, docs/STATISTICS.md, so ``method="exact"`` gives the Bonferroni
+Clopper–Pearson interval, ≥ 0.95 at every rate) and McNemar's exact test on the
+discordant pairs. Retention is undefined (None) when nominal never succeeded.
 The profile pools every level of every factor of one axis. An episode marked as
 running under a conflicting instruction (``provenance.instruction.conflict_with``:
 the words name another task, and the scene's task scores it) is reported on its own
@@ -79,11 +80,12 @@ def _factors(variant: dict[str, Any]) -> str:
     return ",".join(sorted(p["factor"] for p in variant.get("perturbations", [])))
 
 
-def _retention(pairs: tuple[int, int, int, int], confidence: float) -> tuple[float | None, float | None, float | None]:
+def _retention(pairs: tuple[int, int, int, int], confidence: float,
+               method: str = "mover") -> tuple[float | None, float | None, float | None]:
     both, nominal_only, variant_only, neither = pairs
     if both + nominal_only == 0:
         return None, None, None
-    interval = retention_interval(both, nominal_only, variant_only, neither, confidence)
+    interval = retention_interval(both, nominal_only, variant_only, neither, confidence, method)
     point = float((both + variant_only) / (both + nominal_only))
     return point, (interval.low if interval else None), (interval.high if interval else None)
 
@@ -112,7 +114,7 @@ def retention_table(records: Iterable[EpisodeRecord], confidence: float = 0.95) 
 
 
 def retention_rows(patterns: Iterable[Pattern], variant_keys: Sequence[str], examples: Mapping[str, VariantExample],
-                   confidence: float = 0.95) -> list[RetentionRow]:
+                   confidence: float = 0.95, method: str = "mover") -> list[RetentionRow]:
     """:func:`retention_table` from seed patterns across ``variant_keys`` (``aggregates.seed_patterns(...,
     across="variant")``) and an example of each variant with a scored episode (``aggregates.variant_examples``)."""
     if "nominal" not in examples and examples:
@@ -133,7 +135,7 @@ def retention_rows(patterns: Iterable[Pattern], variant_keys: Sequence[str], exa
     for (policy, key), (both, nominal_only, variant_only, neither) in tables.items():
         example = examples[key]
         pairs = (both, nominal_only, variant_only, neither)
-        retention, low, high = _retention(pairs, confidence)
+        retention, low, high = _retention(pairs, confidence, method)
         rows.append(RetentionRow(policy, example.name, _axis(example.variant, example.conflict),
                                  _factors(example.variant), sum(pairs), both + nominal_only, both + variant_only,
                                  retention, low, high, nominal_only, variant_only,
@@ -142,7 +144,7 @@ def retention_rows(patterns: Iterable[Pattern], variant_keys: Sequence[str], exa
 
 
 def stored_retention(catalog: Catalog, campaign: str, totals: Iterable[CellTotals],
-                     confidence: float = 0.95) -> list[RetentionRow]:
+                     confidence: float = 0.95, method: str = "mover") -> list[RetentionRow]:
     """:func:`retention_table` of a campaign's episodes in ``totals``' cells, from the database's seed patterns
     across variants (AssayError, as there, when scored variants have no nominal episodes to pair with)."""
     cells = list(totals)
@@ -153,7 +155,7 @@ def stored_retention(catalog: Catalog, campaign: str, totals: Iterable[CellTotal
     examples = {key: VariantExample(*found) for key, found in variant_examples(catalog, campaign).items()
                 if key in keys}
     patterns = seed_patterns(catalog, campaign, "variant", keys, sorted(names), sorted({c.task for c in cells}))
-    return retention_rows(patterns, keys, examples, confidence)
+    return retention_rows(patterns, keys, examples, confidence, method)
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,8 @@ class CategoryProfile:
         return asdict(self)
 
 
-def category_profile(rows: Iterable[RetentionRow], confidence: float = 0.95) -> list[CategoryProfile]:
+def category_profile(rows: Iterable[RetentionRow], confidence: float = 0.95,
+                     method: str = "mover") -> list[CategoryProfile]:
     """Per policy and LIBERO-Plus category: pooled retention with its interval, and the variant that hurts most."""
     groups: dict[tuple[str, str], list[RetentionRow]] = defaultdict(list)
     for row in rows:
@@ -225,7 +228,7 @@ def category_profile(rows: Iterable[RetentionRow], confidence: float = 0.95) -> 
         pairs = sum(r.pairs for r in members)
         both = nominal - only_nominal
         interval = retention_interval(both, only_nominal, only_variant, pairs - both - only_nominal - only_variant,
-                                      confidence) if nominal else None
+                                      confidence, method) if nominal else None
         defined = [r for r in members if r.retention is not None]
         worst = min(defined, key=_retention_of) if defined else None
         profile.append(CategoryProfile(policy, category, len(members), pairs, nominal, variant,

@@ -14,9 +14,9 @@ identity in every episode key.
 
 Leakage: ``episode_info`` reports ``trained_on_seed: true`` for an episode whose
 task hash and seed appear in the training provenance (the exact check with the
-variant is ``assay.learning.leakage``). Batches are zero-padded to a multiple of
-``PAD_ROWS`` rows like ``mlp``, so every row's action is bitwise independent of
-its batch-mates; inference runs on one torch thread.
+variant is ``assay.learning.leakage``). The network runs one row per call
+(``mlp.forward_rows``), so every row's action is bitwise independent of its
+batch-mates; inference runs on one torch thread.
 """
 
 from __future__ import annotations
@@ -39,12 +39,15 @@ from assay.policies.contract import (
     GripperPolarity,
     PolicyContract,
 )
+from assay.policies.features import ActionHead, InputFeatures
 from assay.policies.language import EMBED_DIM, embed_each
-from assay.policies.mlp import PAD_ROWS, import_torch
+from assay.policies.mlp import forward_rows, import_torch
 from assay.policies.protocol import PolicyContext
-from assay.spec import TaskSpec
+from assay.spec import ENVIRONMENT_STATE, TaskSpec
+from assay.spec.state_layout import Quantity, Segment, StateLayout
 
-CHECKPOINT_FORMAT = "assay-bc/1"
+CHECKPOINT_FORMAT = "assay-bc/2"
+LEGACY_FORMATS = ("assay-bc/1",)  # read as written: raw state normalised by (mean, std), every action learned
 
 
 class BCParams(BaseModel):
@@ -85,7 +88,7 @@ def load_checkpoint_data(path: str | Path) -> dict[str, Any]:
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The checkpoint dict; SpecError naming the file when it is missing or not a (state) BC checkpoint."""
     data = load_checkpoint_data(path)
-    if data.get("format") != CHECKPOINT_FORMAT:
+    if data.get("format") not in (CHECKPOINT_FORMAT, *LEGACY_FORMATS):
         pixel = str(data.get("format", "")).startswith("assay-pixel-bc")
         hint = f"; it is a pixel checkpoint: run it as pixel-bc:{path}" if pixel else ""
         raise SpecError(f"{path} is not a bc checkpoint (format {CHECKPOINT_FORMAT!r} expected){hint}")
@@ -98,8 +101,22 @@ def checkpoint_version(path: str | Path) -> str:
     return f"builtin-{BCPolicy.version}-c{digest}"
 
 
+def checkpoint_io(data: Mapping[str, Any], state_dim: int) -> tuple[InputFeatures, ActionHead, str]:
+    """A checkpoint's input map, action head and inputs (``state`` or ``state+environment``); a legacy
+    ``assay-bc/1`` checkpoint's raw-state normalisation as an input map over a layout of unknown meaning."""
+    if data.get("format") in LEGACY_FORMATS:
+        mean, std = data["obs_mean"].numpy().astype(np.float64), data["obs_std"].numpy().astype(np.float64)
+        layout = StateLayout((Segment("state", Quantity.OTHER, 0, state_dim),))
+        action_dim = int(data["config"]["action_dim"])
+        head = ActionHead(np.zeros(action_dim, bool), np.zeros(action_dim))
+        return InputFeatures(layout, mean, std, np.ones(len(mean), bool)), head, "state"
+    return (InputFeatures.from_checkpoint(data["features"]), ActionHead.from_checkpoint(data["action_head"]),
+            str(data["config"].get("inputs", "state")))
+
+
 class BCPolicy:
-    """Behaviour cloning: ``action = clip(MLP([(state - mean) / std, onehot(task)]), -1, 1)``."""
+    """Behaviour cloning: ``action = clip(head(MLP([features(state), onehot(task)])), -1, 1)`` (the features and
+    the head: ``assay.policies.features``)."""
 
     Params = BCParams
     version = "1"
@@ -112,13 +129,12 @@ class BCPolicy:
         config = data["config"]
         self.tasks: list[str] = list(config["tasks"])
         self.state_dim, self.action_dim = int(config["state_dim"]), int(config["action_dim"])
+        self.features, self.head, self.inputs = checkpoint_io(data, self.state_dim)
         self.by_instruction = config.get("conditioning", "task") == "instruction"
         width = EMBED_DIM if self.by_instruction else len(self.tasks)
-        self.model = build_network(self.state_dim, width, tuple(config["hidden"]), self.action_dim)
+        self.model = build_network(self.features.width, width, tuple(config["hidden"]), self.head.learned)
         self.model.load_state_dict(data["state_dict"])
         self.model.eval()
-        self.mean = data["obs_mean"].numpy().astype(np.float32)
-        self.std = data["obs_std"].numpy().astype(np.float32)
         self.trained = {(str(p["task_id"]), int(p["seed"])) for p in data["provenance"]}  # the scene, not the horizon
         self._onehot = np.zeros(len(self.tasks), np.float32)
         self._rows = np.zeros((0, width), np.float32)  # per slot: the instruction's embedding
@@ -126,8 +142,8 @@ class BCPolicy:
 
     @staticmethod
     def supports(task: TaskSpec) -> str | None:
-        """Accept every task: the contract handshake checks the dimensions."""
-        return None  # the contract handshake checks dimensions
+        """Accept every task: the contract handshake checks the dimensions and the tasks."""
+        return None
 
     @staticmethod
     def resolve_version(params: Mapping[str, Any]) -> str:
@@ -139,14 +155,17 @@ class BCPolicy:
 
     @staticmethod
     def contract(params: Mapping[str, Any]) -> PolicyContract:
-        """The checkpoint's interface: state (and instruction, when conditioned on it) in, bounded deltas out."""
+        """The checkpoint's interface: state (and instruction, when conditioned on it) in, bounded deltas out; a
+        task one-hot checkpoint runs only the tasks it was trained on."""
         config = load_checkpoint(BCParams(**params).path)["config"]
-        reads = {PROMPT_KEY: ArraySpec(shape=(), dtype="str")} if config.get("conditioning") == "instruction" else {}
+        by_instruction = config.get("conditioning") == "instruction"
+        reads = {PROMPT_KEY: ArraySpec(shape=(), dtype="str")} if by_instruction else {}
         return PolicyContract(  # the prompt is declared when it is read: what leakage counts as perceived
             observations={STATE_KEY: ArraySpec(shape=(int(config["state_dim"]),), dtype="float32"), **reads},
             action=ActionContract(dim=int(config["action_dim"]), mode=ActionMode.DELTA,
                                   gripper=GripperPolarity.POSITIVE_CLOSES, low=-1.0, high=1.0),
             chunk_length=1,
+            tasks=None if by_instruction else tuple(config["tasks"]),
         )
 
     def reset(self, context: PolicyContext) -> None:
@@ -164,23 +183,29 @@ class BCPolicy:
         """The slot's flags: whether the task was known and the episode's seed was trained on."""
         return dict(self._flags[slot]) if slot < len(self._flags) else {}
 
-    def predict(self, states: np.ndarray, onehot: np.ndarray | None = None) -> np.ndarray:
-        """Actions for a (B, state_dim) array; padded to PAD_ROWS rows so rows never affect each other."""
+    def predict(self, states: np.ndarray, onehot: np.ndarray | None = None,
+                environment: np.ndarray | None = None) -> np.ndarray:
+        """Actions for a (B, state_dim) array (and the (B, n) environment states of a ``state+environment``
+        checkpoint), one row per call so rows never affect each other."""
         torch = self._torch
-        states = np.asarray(states, dtype=np.float32)
+        states = np.asarray(states, dtype=np.float32).astype(np.float64)  # float32: what the wire carries
         if states.ndim != 2 or states.shape[1] != self.state_dim:
             raise ValueError(f"bc expects state of shape (B, {self.state_dim}), got {states.shape}")
+        raw = states
+        if self.inputs == "state+environment":
+            if environment is None:
+                raise ValueError("this bc checkpoint reads environment_state (trained with --obs state+environment), "
+                                 "and the observation has none: its backend gives none")
+            environment = np.asarray(environment, dtype=np.float32).astype(np.float64).reshape(len(states), -1)
+            raw = np.concatenate([states, environment], 1)
         rows = len(states)
         condition = self._onehot if onehot is None else onehot
         hot = np.broadcast_to(condition, (rows, condition.shape[-1]))
-        inputs = np.concatenate([(states - self.mean) / self.std, hot], axis=1).astype(np.float32)
-        if rows % PAD_ROWS:
-            inputs = np.concatenate([inputs, np.zeros((PAD_ROWS - rows % PAD_ROWS, inputs.shape[1]), np.float32)])
+        inputs = np.concatenate([self.features.apply(raw), hot], axis=1).astype(np.float32)
         if torch.get_num_threads() != 1:
             torch.set_num_threads(1)  # tiny network: one thread is fastest and keeps kernels the same everywhere
-        with torch.inference_mode():
-            out: np.ndarray = self.model(torch.from_numpy(np.ascontiguousarray(inputs))).numpy()[:rows]
-        clipped: np.ndarray = np.clip(out, -1.0, 1.0)
+        out = forward_rows(torch, self.model, inputs)
+        clipped: np.ndarray = np.clip(self.head.assemble(out), -1.0, 1.0)
         return clipped
 
     def task_onehot(self, task_id: str) -> np.ndarray:
@@ -195,8 +220,9 @@ class BCPolicy:
         return False
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
-        """One action per row from its state and its slot's conditioning."""
+        """One action per row from its state (and environment state) and its slot's conditioning."""
+        environment = observations.get(ENVIRONMENT_STATE)
         if self.by_instruction:
             slots = np.asarray(observations.get("env_ids", np.arange(len(observations["state"]))), dtype=int)
-            return self.predict(observations["state"], self._rows[slots])
-        return self.predict(observations["state"])
+            return self.predict(observations["state"], self._rows[slots], environment)
+        return self.predict(observations["state"], environment=environment)

@@ -40,9 +40,13 @@ class ExpertPolicy:
             from assay.policies.libero_expert import libero_expert_support
 
             return libero_expert_support(task)
+        if task.backend == "robosuite":
+            from assay.policies.robosuite_expert import robosuite_expert_support
+
+            return robosuite_expert_support(task)
         if task.backend == "metaworld":
             return None
-        return "the scripted expert exists for Meta-World and LIBERO tasks only"
+        return "the scripted expert exists for Meta-World, LIBERO and robosuite's Lift only"
 
     def reset(self, context: PolicyContext) -> None:
         """Pick the task's expert (Meta-World's per environment, or the LIBERO planner) and reset it."""
@@ -52,6 +56,12 @@ class ExpertPolicy:
             if not isinstance(self._expert, LiberoExpert):
                 self._expert = LiberoExpert()
             self._env_name = None
+            self._expert.reset(context)
+            return
+        if context.task.backend == "robosuite":
+            from assay.policies.robosuite_expert import RobosuiteExpert
+
+            self._expert, self._env_name = RobosuiteExpert(), None
             self._expert.reset(context)
             return
         if context.task.env_name != self._env_name:

@@ -9,7 +9,8 @@ chunk length and control rate. :func:`check_contract` compares it with a
 
 * a mismatch that would feed the policy or the simulator garbage (a missing key, a
   wrong shape, another state layout, another action dimension, delta vs absolute,
-  the gripper's sign flipped) is an *error*: the campaign does not start;
+  the gripper's sign flipped, a task outside the ones a checkpoint was trained on) is an
+  *error*: the campaign does not start;
 * a mismatch of ranges (action bounds, control rate) is a *warning*.
 
 Fields left out of a contract (``None``) are not checked.
@@ -113,6 +114,7 @@ class PolicyContract(_Frozen):
     action: ActionContract
     chunk_length: int = Field(default=1, gt=0)
     control_hz: float | None = Field(default=None, gt=0)
+    tasks: tuple[str, ...] | None = None  # the only task ids the policy can run (a checkpoint's trained tasks)
 
     @classmethod
     def from_metadata(cls, metadata: Any) -> PolicyContract | None:
@@ -186,6 +188,9 @@ def check_contract(contract: PolicyContract, task: TaskSpec, images: Mapping[str
     given = task_interface(task, images)
     errors: list[str] = []
     found: list[str] = []
+    if contract.tasks is not None and task.id not in contract.tasks:
+        errors.append(f"task: policy was trained on {', '.join(contract.tasks)} only, not on {task.id} "
+                      "(train it on this task, or run it on one it knows)")
     for key, spec in contract.observations.items():
         if key == PROMPT_KEY:
             continue

@@ -7,15 +7,17 @@ names explicitly in a campaign.
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import importlib
 import inspect
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from assay.errors import ContractError, SpecError, UnknownPolicyError, UnsupportedError
 from assay.policies.contract import PolicyContract, camera_wire_keys, check_contract
@@ -27,7 +29,8 @@ from assay.policies.protocol import (
     SupportsTaskCheck,
 )
 from assay.policies.registry import BUILTIN_POLICIES
-from assay.policies.remote.client import RemoteParams, RemotePolicy, fetch_metadata
+from assay.policies.remote.client import RemotePolicy
+from assay.policies.remote.connecting import RemoteParams, fetch_metadata
 from assay.spec import PolicySpec, ResolvedPolicy, TaskSpec, content_hash
 
 _IMPORT_ROOTS: list[str] = []
@@ -72,7 +75,9 @@ def _import_entrypoint(spec: PolicySpec) -> Any:
     target: Any = module
     for part in attr_path.split("."):
         if not hasattr(target, part):
-            raise UnknownPolicyError(f"policy {spec.name!r}: module {module_name!r} has no attribute {attr_path!r}")
+            names = [name for name in dir(target) if not name.startswith("_")]
+            raise UnknownPolicyError(f"policy {spec.name!r}: module {module_name!r} has no attribute {attr_path!r}"
+                                     f"{did_you_mean(part, names)}")
         target = getattr(target, part)
     if not callable(target):
         raise UnknownPolicyError(f"policy {spec.name!r}: {spec.entrypoint} is not a class or factory")
@@ -88,6 +93,12 @@ def _builtin(spec: PolicySpec) -> PolicyClass:
         raise UnknownPolicyError(f"policy {spec.name!r}: unknown builtin {spec.builtin!r}; valid: {valid}") from None
 
 
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for the valid name closest to ``name``, or nothing when none is close."""
+    close = difflib.get_close_matches(name, list(valid), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _check_params(spec: PolicySpec, params_model: type[BaseModel]) -> None:
     try:
         params_model(**spec.params)
@@ -96,8 +107,72 @@ def _check_params(spec: PolicySpec, params_model: type[BaseModel]) -> None:
         field = ".".join(str(p) for p in first["loc"]) or "params"
         valid = ", ".join(params_model.model_fields) or "none"
         message = "unknown parameter" if first["type"] == "extra_forbidden" else first["msg"]
+        if first["type"] == "extra_forbidden":
+            message += did_you_mean(str(first["loc"][0]), params_model.model_fields)
         raise SpecError(f"policy {spec.name!r}: params.{field}: {message} (valid parameters: {valid})",
                         at=("params", *first["loc"])) from None
+
+
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def _check_call(spec: PolicySpec, target: Any) -> None:
+    """Check a ``module:attr`` policy's params against what it is called with: its ``Params`` model when it declares
+    one, else its signature (unknown names, missing required ones, and values their annotations refuse), so a typo
+    fails before any episode instead of making every episode an error."""
+    declared = getattr(target, "Params", None)
+    if isinstance(declared, type) and issubclass(declared, BaseModel):
+        _check_params(spec, declared)
+        return
+    signature = _signature(target)
+    if signature is None:  # a callable whose signature cannot be read: nothing to check
+        return
+    named = {name: p for name, p in signature.parameters.items() if p.kind in _NAMED}
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+    valid = f"valid parameters of {spec.entrypoint}: {', '.join(named) or 'none'}"
+    for name in spec.params:
+        if name not in named and not open_ended:
+            raise SpecError(f"policy {spec.name!r}: params.{name}: unknown parameter{did_you_mean(name, named)} "
+                            f"({valid})", at=("params", name))
+    for name, parameter in named.items():
+        if parameter.default is inspect.Parameter.empty and name not in spec.params:
+            raise SpecError(f"policy {spec.name!r}: params.{name}: missing, {spec.entrypoint} requires it ({valid})",
+                            at=("params",))
+    for name, value in spec.params.items():
+        annotation = named[name].annotation if name in named else inspect.Parameter.empty
+        adapter = _adapter(annotation)
+        if adapter is None:
+            continue
+        try:
+            adapter.validate_python(value)
+        except ValidationError as exc:
+            wanted = getattr(annotation, "__name__", str(annotation))
+            raise SpecError(f"policy {spec.name!r}: params.{name}: {exc.errors()[0]['msg']}, got {value!r} "
+                            f"({spec.entrypoint} takes {name}: {wanted})", at=("params", name)) from None
+
+
+def _signature(target: Any) -> inspect.Signature | None:
+    """``target``'s signature with its annotations resolved (left as written when they do not resolve)."""
+    try:
+        return inspect.signature(target, eval_str=True)
+    except (TypeError, ValueError):
+        return None
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: the names are still worth checking
+        try:
+            return inspect.signature(target)
+        except (TypeError, ValueError):
+            return None
+
+
+def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    """A validator for a parameter's annotation, or None (none, a string that did not resolve, or a type pydantic
+    has no schema for)."""
+    if annotation is inspect.Parameter.empty or isinstance(annotation, str):
+        return None
+    try:
+        return TypeAdapter(annotation)
+    except Exception:  # noqa: BLE001 - a type pydantic has no schema for (an array, a model object): not checked
+        return None
 
 
 def _source_files(module: Any) -> list[Path]:
@@ -172,6 +247,7 @@ def resolve_policy(spec: PolicySpec) -> ResolvedPolicy:
         _check_params(spec, RemoteParams)
         return ResolvedPolicy(spec, remote_version(spec, fetch_metadata(spec.remote, **spec.params)))
     target = _import_entrypoint(spec)
+    _check_call(spec, target)
     return ResolvedPolicy(spec, spec.version or _source_version(target))
 
 
@@ -179,6 +255,10 @@ def remote_version(spec: PolicySpec, metadata: dict[str, Any]) -> str:
     """A served policy's version: what the server declares (policy, params, version, served task,
     contract), not its URL, so a restarted server gives the same keys and another checkpoint or task
     gives new ones. A server that declares no identity (a plain openpi server) needs ``version:``."""
+    if str(metadata.get("protocol", "")).startswith("assay-sim/"):  # what `assay serve-sim` sends first
+        raise SpecError(f"policy {spec.name!r}: the server at {spec.remote} is a simulator server (`assay serve-sim "
+                        f"{metadata.get('backend')}`), not a policy server: point `remote:` at `assay serve-policy`, "
+                        f"and name that simulator under `simulators: {{{metadata.get('backend')}: {spec.remote}}}`")
     served: dict[str, Any] = metadata["assay"] if isinstance(metadata.get("assay"), dict) else {}
     declared: dict[str, Any] = {k: served.get(k) for k in ("policy", "source", "params", "version", "task", "sessions")
                                 if served.get(k) is not None}

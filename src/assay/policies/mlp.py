@@ -6,9 +6,10 @@ of ``chunk`` actions, squashed by ``tanh`` into [-1, 1]. Weights are random from
 ``state_dict`` saved with ``torch.save`` and loaded with ``weights_only=True``
 (never unpickles code). Rows are independent, and results never depend on how
 environments are batched, bit for bit: CPU GEMM kernels round differently for
-different row counts (a 1-row call takes another path than an 8-row one), so by
-default every forward runs on a multiple of ``PAD_ROWS`` rows, zero-padded (tests
-check the invariance exactly). One batched forward costs far less per row than
+different row counts (a 1-row call takes another path than an 8-row one, and on
+some CPUs 16 rows another than 8), so by default every forward runs on blocks of
+exactly ``PAD_ROWS`` rows, zero-padded, one call each (tests check the invariance
+exactly). One batched forward costs far less per row than
 single calls, which is what a policy server's dynamic batcher exploits.
 
 torch is imported lazily; without it the policy says how to install it.
@@ -38,6 +39,34 @@ from assay.spec import TaskSpec
 
 PAD_ROWS = 8
 TORCH_HINT = "the 'mlp' policy needs torch: pip install 'assay[torch]' (or pip install torch==2.13.0)"
+
+
+def forward_blocks(torch: Any, model: Any, state: np.ndarray) -> np.ndarray:
+    """``model(state)`` on blocks of exactly ``PAD_ROWS`` rows (the last zero-padded), each block its own call:
+    a GEMM's kernel depends on the row count (8 and 16 rows round differently on some CPUs), not, for a linear
+    layer, on a row's place in a block of fixed size."""
+    rows = len(state)
+    pad = (-rows) % PAD_ROWS
+    if pad:
+        state = np.concatenate([state, np.zeros((pad, state.shape[1]), state.dtype)])
+    with torch.inference_mode():
+        blocks = [model(torch.from_numpy(np.ascontiguousarray(state[start:start + PAD_ROWS]))).numpy()
+                  for start in range(0, len(state), PAD_ROWS)]
+    out: np.ndarray = np.concatenate(blocks)[:rows]
+    return out
+
+
+def forward_rows(torch: Any, model: Any, *inputs: np.ndarray) -> np.ndarray:
+    """``model(*inputs)`` one row per call: a CPU kernel's arithmetic can depend on the batch's size and on a
+    row's place in it (GEMM kernels for 8 and 16 rows round differently on some CPUs, convolutions by
+    position in the batch), so only single-row calls give every row the same bits in any batch, on any CPU.
+    For the small networks that run this way (``bc``, ``pixel-bc``) a call costs tens of microseconds."""
+    rows = len(inputs[0])
+    with torch.inference_mode():
+        outs = [model(*(torch.from_numpy(np.ascontiguousarray(a[row:row + 1])) for a in inputs)).numpy()
+                for row in range(rows)]
+    out: np.ndarray = np.concatenate(outs) if outs else np.zeros((0,))
+    return out
 
 
 def import_torch() -> Any:
@@ -136,10 +165,11 @@ class MLPPolicy:
         if p.threads is not None and torch.get_num_threads() != p.threads:
             torch.set_num_threads(p.threads)  # the setting is per OS thread: a server's inference thread is new
         rows = len(state)
-        if p.batch_invariant and rows % PAD_ROWS:
-            state = np.concatenate([state, np.zeros((PAD_ROWS - rows % PAD_ROWS, p.state_dim), np.float32)])
-        with torch.inference_mode():
-            out: np.ndarray = self.model(torch.from_numpy(np.ascontiguousarray(state))).numpy()[:rows]
+        if p.batch_invariant:
+            out = forward_blocks(torch, self.model, state)
+        else:
+            with torch.inference_mode():
+                out = self.model(torch.from_numpy(np.ascontiguousarray(state))).numpy()
         if p.chunk == 1:
             return out
         return out.reshape(rows, p.chunk, p.action_dim)

@@ -13,14 +13,13 @@ What the network receives (:meth:`PixelBCPolicy.network_inputs`) is the camera's
 RGB image, resized to the checkpoint's size by area averaging, and
 the state's proprioceptive rows (``proprio_of``): on Meta-World the hand position and gripper opening of
 this and the previous control step, on LIBERO its whole 8-d robot state. Object and goal positions, which
-the Meta-World state also carries, never reach it: they must be seen. Batches are zero-padded to a multiple of
-``PAD_ROWS`` rows and inference runs on one torch thread, so every row's action is
-bitwise independent of its batch-mates.
+the Meta-World state also carries, never reach it: they must be seen. The network runs one row per call
+(``mlp.forward_rows``), on one torch thread, so every row's action is bitwise independent of its batch-mates.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +38,15 @@ from assay.policies.contract import (
     ImageSpec,
     PolicyContract,
 )
+from assay.policies.features import ActionHead, InputFeatures
 from assay.policies.language import EMBED_DIM, embed_each
-from assay.policies.mlp import PAD_ROWS, import_torch
+from assay.policies.mlp import forward_rows, import_torch
 from assay.policies.protocol import PolicyContext
 from assay.spec import TaskSpec
+from assay.spec.state_layout import Quantity, Segment, StateLayout, backend_of, state_layout
 
-PIXEL_FORMAT = "assay-pixel-bc/1"
+PIXEL_FORMAT = "assay-pixel-bc/2"
+PIXEL_LEGACY_FORMATS = ("assay-pixel-bc/1",)  # read as written: proprioception by (mean, std), every action learned
 # Meta-World's 39-d state: hand xyz (0:3), gripper (3), objects (4:18), the same 18 of the previous
 # step (18:36), goal (36:39). Proprioception is the robot's own part of both steps.
 PROPRIO = (0, 1, 2, 3, 18, 19, 20, 21)
@@ -125,10 +127,28 @@ def to_tensor_images(frames: np.ndarray, size: int) -> Any:
     return images.contiguous()
 
 
+def proprio_layout(task_ids: Sequence[str], state_dim: int, rows: Sequence[int]) -> StateLayout:
+    """The layout of the proprioceptive rows of these tasks' state (``assay.spec.state_layout``)."""
+    return state_layout(backend_of(task_ids), state_dim).select(rows)
+
+
+def pixel_io(data: Mapping[str, Any]) -> tuple[InputFeatures, ActionHead]:
+    """A pixel checkpoint's proprioception map and action head (a legacy checkpoint's as it was trained)."""
+    config = data["config"]
+    if data.get("format") in PIXEL_LEGACY_FORMATS:
+        mean = data["proprio_mean"].numpy().astype(np.float64)
+        std = data["proprio_std"].numpy().astype(np.float64)
+        layout = StateLayout((Segment("proprio", Quantity.OTHER, 0, len(mean)),))
+        action_dim = int(config["action_dim"])
+        return (InputFeatures(layout, mean, std, np.ones(len(mean), bool)),
+                ActionHead(np.zeros(action_dim, bool), np.zeros(action_dim)))
+    return InputFeatures.from_checkpoint(data["features"]), ActionHead.from_checkpoint(data["action_head"])
+
+
 def load_pixel_checkpoint(path: str | Path) -> dict[str, Any]:
     """A pixel-bc checkpoint's dict; SpecError naming the file (and the right policy) otherwise."""
     data = load_checkpoint_data(path)
-    if data.get("format") != PIXEL_FORMAT:
+    if data.get("format") not in (PIXEL_FORMAT, *PIXEL_LEGACY_FORMATS):
         raise SpecError(
             f"{path} is not a pixel-bc checkpoint (format {PIXEL_FORMAT!r} expected, found "
             f"{data.get('format')!r}); a state checkpoint runs as bc:{path}"
@@ -137,7 +157,9 @@ def load_pixel_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 class PixelBCPolicy:
-    """``action = clip(CNN(image) ⊕ proprio ⊕ (onehot(task) | embed(instruction)) -> MLP, -1, 1)``."""
+    """``action = clip(CNN(image) ⊕ proprio ⊕ (onehot(task) | embed(instruction)) -> MLP, -1, 1)``; a checkpoint
+    trained with ``chunk: H`` answers each row with H actions (the runner executes them before asking again, so
+    the camera is drawn once per chunk)."""
 
     Params = PixelBCParams
     version = "1"
@@ -156,18 +178,18 @@ class PixelBCPolicy:
         self.action_dim = int(config["action_dim"])
         self.by_instruction = config.get("conditioning") == "instruction"
         self.condition_dim = EMBED_DIM if self.by_instruction else len(self.tasks)
+        self.features, self.head = pixel_io(data)
+        self.chunk = int(config.get("chunk", 1))
         self.model = build_pixel_network(
             self.image_size,
             tuple(config["channels"]),
-            len(self.proprio),
+            self.features.width,
             self.condition_dim,
             tuple(config["hidden"]),
-            self.action_dim,
+            self.head.learned * self.chunk,
         )
         self.model.load_state_dict(data["state_dict"])
         self.model.eval()
-        self.mean = data["proprio_mean"].numpy().astype(np.float32)
-        self.std = data["proprio_std"].numpy().astype(np.float32)
         self.trained = {(str(p["task_id"]), int(p["seed"])) for p in data["provenance"]}  # the scene, not the horizon
         self._onehot = np.zeros(len(self.tasks), np.float32)
         self._rows = np.zeros((0, self.condition_dim), np.float32)  # per slot: the instruction's embedding
@@ -193,10 +215,12 @@ class PixelBCPolicy:
 
     @staticmethod
     def contract(params: Mapping[str, Any]) -> PolicyContract:
-        """State (for proprioception), the camera image it reads, a delta action in [-1, 1]."""
+        """State (for proprioception), the camera image it reads, a delta action in [-1, 1]; a task one-hot
+        checkpoint runs only the tasks it was trained on."""
         config = load_pixel_checkpoint(PixelBCParams(**params).path)["config"]
         size = int(config["image_size"])
-        reads = {PROMPT_KEY: ArraySpec(shape=(), dtype="str")} if config.get("conditioning") == "instruction" else {}
+        by_instruction = config.get("conditioning") == "instruction"
+        reads = {PROMPT_KEY: ArraySpec(shape=(), dtype="str")} if by_instruction else {}
         return PolicyContract(  # the prompt is declared when it is read: what leakage counts as perceived
             observations={STATE_KEY: ArraySpec(shape=(int(config["state_dim"]),), dtype="float32"), **reads},
             images={f"image.{config['camera']}": ImageSpec(height=size, width=size)},
@@ -207,7 +231,8 @@ class PixelBCPolicy:
                 low=-1.0,
                 high=1.0,
             ),
-            chunk_length=1,
+            chunk_length=int(config.get("chunk", 1)),
+            tasks=None if by_instruction else tuple(config["tasks"]),
         )
 
     def reset(self, context: PolicyContext) -> None:
@@ -244,34 +269,34 @@ class PixelBCPolicy:
         frames = np.asarray(observations[key])
         if frames.ndim == 3:
             frames = frames[None]
-        states = np.asarray(observations["state"], dtype=np.float32)
+        states = np.asarray(observations["state"], dtype=np.float32)  # what the wire carries (a served policy)
         if states.ndim == 1:
             states = states[None]
         return frames, states[:, list(self.proprio)]
 
     def predict(self, frames: np.ndarray, proprio: np.ndarray, onehot: np.ndarray | None = None) -> np.ndarray:
-        """Actions for B frames and proprioception rows; padded to PAD_ROWS rows so rows never affect each other."""
+        """Actions for B frames and proprioception rows, one row per call so rows never affect each other."""
         torch = self._torch
         rows = len(frames)
         if len(proprio) != rows:
             raise ValueError(f"pixel-bc got {rows} frames but {len(proprio)} proprioception rows")
         hot = np.broadcast_to(self._onehot if onehot is None else onehot, (rows, self.condition_dim)).astype(np.float32)
-        prop = ((np.asarray(proprio, np.float32) - self.mean) / self.std).astype(np.float32)
-        pad = (-rows) % PAD_ROWS
-        if pad:
-            frames = np.concatenate([frames, np.zeros((pad, *frames.shape[1:]), frames.dtype)])
-            prop = np.concatenate([prop, np.zeros((pad, prop.shape[1]), np.float32)])
-            hot = np.concatenate([hot, np.zeros((pad, hot.shape[1]), np.float32)])
+        prop = self.features.apply(np.asarray(proprio, np.float32).astype(np.float64))
         if torch.get_num_threads() != 1:
             torch.set_num_threads(1)
-        with torch.inference_mode():
-            out: np.ndarray = self.model(
-                to_tensor_images(frames, self.image_size),
-                torch.from_numpy(np.ascontiguousarray(prop)),
-                torch.from_numpy(np.ascontiguousarray(hot)),
-            ).numpy()[:rows]
-        clipped: np.ndarray = np.clip(out, -1.0, 1.0)
-        return clipped
+        size = self.image_size
+        network = self.model
+
+        def model(images: Any, prop_rows: Any, hot_rows: Any) -> Any:
+            return network(to_tensor_images(images.numpy(), size), prop_rows, hot_rows)
+
+        out = forward_rows(torch, model, np.ascontiguousarray(frames), prop, np.ascontiguousarray(hot))
+        if self.chunk == 1:
+            clipped: np.ndarray = np.clip(self.head.assemble(out), -1.0, 1.0)
+            return clipped
+        steps = self.head.assemble(out.reshape(rows * self.chunk, -1)).reshape(rows, self.chunk, -1)
+        chunks: np.ndarray = np.clip(steps, -1.0, 1.0)
+        return chunks
 
     def act(self, observations: Mapping[str, Any]) -> np.ndarray:
         """Actions for the batch, from the camera image, proprioception and the task or instruction only."""

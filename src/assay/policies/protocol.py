@@ -5,6 +5,10 @@ action per active environment. The observation batch is a mapping; every array
 has the batch as its first axis ``B``:
 
 * ``"state"``: float array ``(B, state_dim)``, always present;
+* ``"environment_state"``: float ``(B, n)``, the scene's low-dimensional state where a backend gives one
+  (LIBERO: the position of each pick-and-place goal's object and target); recorded as
+  ``observation.environment_state``, read by state BC trained with it, sent to a remote policy only when its
+  contract names it;
 * ``"image.<camera>"``: uint8 RGB ``(B, height, width, 3)`` for each camera the task declares;
 * ``"depth.<camera>"``: float32 metres ``(B, height, width)`` when the camera has ``depth: true``;
 * ``"calib.<camera>"``: float ``(B, 10)``, the *nominal* camera pose (position, forward, up, vertical
@@ -39,6 +43,10 @@ hook                        meaning                                             
 ``episode_info(slot)``      instance; JSON-able facts the policy decided for a slot     runner
 ``step_trace(slot)``        instance; the policy's account of its latest answer for a  runner
                             slot (recorded per step as ``trace.<name>`` columns)
+``act_rows(observations)``  instance; ``act`` answered row by row: each row's action or  runner
+                            chunk, or the exception its row failed with; a row that
+                            failed is never asked again, nor are the others (a remote
+                            policy's sessions are stepped once per answer)
 ``metadata()``              instance; served metadata (``{"contract": ...}``)            server
 ``reads_frames()``          instance; ``False``: ``act`` never reads ``image.*`` or      runner
                             ``depth.*``, so frames are rendered for the video only (and
@@ -53,7 +61,7 @@ hook                        meaning                                             
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -62,6 +70,7 @@ from pydantic import BaseModel
 
 from assay.annotations import developer_api, public_api
 from assay.spec import DEPTH_PREFIX as DEPTH_PREFIX  # the keys of TaskSpec.observation_spec(), re-exported here
+from assay.spec import ENVIRONMENT_STATE as ENVIRONMENT_STATE
 from assay.spec import IMAGE_PREFIX as IMAGE_PREFIX
 from assay.spec import STATE as STATE
 from assay.spec import TaskSpec
@@ -75,7 +84,7 @@ INSTRUCTION = "instruction"
 ENV_IDS = "env_ids"
 CALIB_PREFIX = "calib."
 PRIVILEGED_PREFIX = "privileged."
-OBSERVATION_KEYS = (STATE, INSTRUCTION, ENV_IDS)
+OBSERVATION_KEYS = (STATE, ENVIRONMENT_STATE, INSTRUCTION, ENV_IDS)
 OBSERVATION_PREFIXES = (IMAGE_PREFIX, DEPTH_PREFIX, CALIB_PREFIX, PRIVILEGED_PREFIX)
 
 
@@ -173,6 +182,20 @@ class SupportsStepTrace(Protocol):
 
     def step_trace(self, slot: int) -> Mapping[str, Any]:
         """The explanation of the slot's latest answer, one value per trace column."""
+
+
+@public_api
+@runtime_checkable
+class SupportsRowAnswers(Protocol):
+    """A policy that answers each row of a batch on its own (a remote policy: a request per environment).
+
+    Without this hook, when a batched ``act`` raises, the runner asks each row again alone, which steps a
+    stateful row twice. With it, the runner calls ``act_rows`` instead of ``act``: a row's failure is that row's
+    (its episode ends as ``error`` with the exception's message), the answered rows go on, and nothing is asked
+    again."""
+
+    def act_rows(self, observations: Mapping[str, Any]) -> Sequence[np.ndarray | Exception]:
+        """Per row of ``observations``: its action ``(A,)`` or chunk ``(H, A)``, or the exception it failed with."""
 
 
 @public_api

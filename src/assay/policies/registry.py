@@ -10,6 +10,7 @@ from __future__ import annotations
 from assay.policies.bc import BCPolicy
 from assay.policies.builtin import DegradedExpertPolicy, ExpertPolicy, RandomPolicy
 from assay.policies.lerobot_policy import LeRobotPolicy
+from assay.policies.libero_faults import LiberoFaultyExpert
 from assay.policies.mlp import MLPPolicy
 from assay.policies.perception import PerceptionExpertPolicy
 from assay.policies.pixel_bc import PixelBCPolicy
@@ -25,4 +26,5 @@ BUILTIN_POLICIES: dict[str, type] = {
     "bc": BCPolicy,
     "pixel-bc": PixelBCPolicy,
     "lerobot": LeRobotPolicy,
+    "libero-faulty-expert": LiberoFaultyExpert,
 }

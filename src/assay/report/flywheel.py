@@ -84,25 +84,67 @@ def endpoint_lines(analysis: dict[str, Any]) -> list[str]:
     else:
         first, second = mcnemar, ttest
     verdict = "below" if primary["p"] is not None and primary["p"] < alpha else "not below"
+    changed = primary.get("changed_after_run")
+    if changed:  # the design file's primary was edited after the run recorded its own: the recorded one stands
+        now = changed["now"]
+        return [f"primary changed after the run: recorded {changed['recorded']['test']} over "
+                f"{changed['recorded']['unit']}s at {changed['recorded_at']}, the design file now says {now['test']} "
+                f"over {now['unit']}s; the recorded primary, targeted − random: {first}; p {verdict} alpha {alpha:g}",
+                f"secondary (the edited primary is one of these): {second}", f"secondary: {bootstrap}"]
     return [f"primary endpoint (declared), targeted − random: {first}; p {verdict} alpha {alpha:g}",
             f"secondary: {second}", f"secondary: {bootstrap}"]
+
+
+def power_lines(document: dict[str, Any]) -> list[str]:
+    """The power plan in the declared primary's unit, the pooled-scene budget beside it, and the gain ratio's
+    ceiling and the power at the goal (a document written before schema 4: the pooled-scene plan alone)."""
+    power, design = document["power"], document["design"]
+    pooled = (f"power plan: {power['episodes_per_cell']} pairs detect {design['delta']} at power {power['power']} "
+              f"(baseline {power['baseline']}, {power['formula']}); the design has {power['planned_pairs']}")
+    primary = power.get("primary_plan")
+    if primary is None:
+        lines = [pooled]
+        plan = power.get("replicate_plan")
+        if plan:
+            lines.append(f"replicate-level plan: t test power {plan['power']:.2f} for {plan['effect']} at sd "
+                         f"{plan['sd']} over {plan['replicates']} replicates ({plan['replicates_for_0.8']} for 0.8, "
+                         "noncentral t)")
+        return lines
+    if power["unit"] == "replicate":
+        head = ("power plan (primary unit: replicates): " + primary["missing"] if primary["power"] is None else
+                f"power plan (primary unit: replicates): t test power {primary['power']:.2f} for {primary['effect']} "
+                f"at sd {primary['sd']} over {primary['replicates']} replicates ({primary['replicates_for_0.8']} "
+                "for 0.8, noncentral t)")
+        lines = [head, "secondary " + pooled + " (pooled scenes: not the unit that varies the data)"]
+    else:
+        lines = [f"power plan (primary unit: scenes): McNemar power {primary['power']:.2f} for {primary['effect']} "
+                 f"over {primary['planned_pairs']} pairs ({primary['pairs_for_0.8']} for 0.8)"]
+    ratio = power.get("gain_ratio")
+    if ratio is not None:
+        lines.append(_ratio_line(ratio))
+    return lines
+
+
+def _ratio_line(ratio: dict[str, Any]) -> str:
+    if ratio["ceiling"] is None:
+        return f"gain ratio goal {ratio['goal']}: {ratio['missing']}"
+    reach = (f"gain ratio goal {ratio['goal']}: the largest ratio this design can reach is {ratio['ceiling']:.2f} "
+             f"(random {ratio['random']}, base {ratio['base']}, targeted at 1)")
+    if not ratio["reachable"]:
+        return f"{reach}; the goal is out of reach"
+    power = "not planned (power_sd missing)" if ratio["power"] is None else f"{ratio['power']:.2f}"
+    return f"{reach}; power at the goal (a difference of {ratio['effect']:.3f}): {power}"
 
 
 def summary_lines(document: dict[str, Any]) -> list[str]:
     """The declared primary endpoint, the secondary ones, the gain ratio, what mining chose and the leakage
     check, one sentence each."""
-    analysis, design = document["analysis"], document["design"]
-    power = document["power"]
+    analysis = document["analysis"]
     lines = [
         *endpoint_lines(analysis),
         "secondary: " + gain_ratio_text(analysis["gain_ratio"]),
-        f"power plan: {power['episodes_per_cell']} pairs detect {design['delta']} at power {power['power']} "
-        f"(baseline {power['baseline']}, {power['formula']}); the design has {power['planned_pairs']}",
+        *power_lines(document),
     ]
-    plan = power.get("replicate_plan")
-    if plan:
-        lines.append(f"replicate-level plan: t test power {plan['power']:.2f} for {plan['effect']} at sd {plan['sd']} "
-                     f"over {plan['replicates']} replicates ({plan['replicates_for_0.8']} for 0.8, noncentral t)")
     lines += [
         f"mining located the uncovered region with precision {_fraction(document['mining']['precision'])} and recall "
         f"{_fraction(document['mining']['recall'])} (mean over replicates, on the evaluation scenes)",

@@ -17,12 +17,14 @@ from markupsafe import Markup
 
 from assay.metrics.adaptive import YARDSTICKS
 from assay.metrics.adaptive_power import equal_power_view
+from assay.metrics.coverage_certificate import coverage_note
 from assay.report import figures
 from assay.report import sections as parts
 from assay.report.data import ReportData
 from assay.report.flywheel import section as flywheel_section
 from assay.report.markup import figure, html, join, number, pct, render, table
 from assay.report.reliability import section as reliability_section
+from assay.spec.libero_catalog import PLUS_LABEL
 from assay.store import Store
 
 
@@ -64,8 +66,10 @@ def _rates(data: ReportData) -> Markup:
             for r in data.rates]
     missing = Markup("") if covered is None or not covered.missing else html(
         "<p class='warn'>No episode yet: {}</p>", ", ".join(c.label for c in covered.missing))
+    note = coverage_note("midp", [r.scored for r in data.rates])
+    dips = Markup("") if note is None else html("<p class='warn' id='coverage-note'>{}.</p>", note)
     return join([table(["policy", "task", "success", "mid-p 95%", "succ/n", "timeout", "fail", "error", "recorded"],
-                       rows, {2, 3, 4, 5, 6, 7, 8}), missing])
+                       rows, {2, 3, 4, 5, 6, 7, 8}), dips, missing])
 
 
 def _robustness(data: ReportData) -> Markup:
@@ -93,14 +97,16 @@ def _robustness(data: ReportData) -> Markup:
 
 
 def _categories(data: ReportData) -> Markup:
-    """LIBERO-Plus's per-category profile, where the campaign ran its factors."""
+    """The per-category profile over the LIBERO-Plus-style axes, where the campaign ran their factors."""
     if not data.categories:
         return Markup("")
     rows = [[c.policy, c.category, str(c.variants), str(c.pairs), number(c.retention),
              f"[{number(c.ci_low)}, {number(c.ci_high)}]" if c.ci_low is not None else "–",
              c.worst_variant or "–", number(c.worst_retention)] for c in data.categories]
-    return join([Markup("<h3>By LIBERO-Plus category</h3><p class='muted'>Retention pooled over every level of every "
-                        "variant of the category, with the MOVER-R interval of the pooled paired counts.</p>"),
+    return join([Markup(f"<h3>By category: {PLUS_LABEL}</h3><p class='muted'>Retention pooled over every level of "
+                        "every variant of the category, with the MOVER-R interval of the pooled paired counts. These "
+                        "are Assay's procedural axes after LIBERO-Plus's seven categories, not LIBERO-Plus's "
+                        "released variant set.</p>"),
                  table(["policy", "category", "variants", "pairs", "retention", "95% CI", "worst variant",
                         "its retention"], rows, {2, 3, 4, 5, 7})])
 
@@ -196,10 +202,11 @@ def _adaptive_saved(state: dict[str, Any]) -> Markup:
                   "" if p["endpoint"] == "progress" else " (upper bounds: the futility stop is left out)",
                   p["fixed_n_equal_power"], p["fixed_n_requested"]) for p in view["powers"]]
     return join([html("<p>Episodes used {} against <b>{}</b> for the exact fixed-n McNemar design of the power this "
-                      "cap of {} pairs reaches at δ {} ({}): <b>{} saved at equal power and α</b>. Against the exact "
+                      "cap of {} pairs reaches at δ {} ({}): <b>{}</b>. Against the exact "
                       "fixed-n McNemar design of the requested power {} ({}, {} episodes): {}{}.</p>",
                       state["episodes_used"], view["fixed_equal_power"], d["max_episodes"], d["delta"], reached,
-                      pct(view["saved_equal_power"]), d["power"], YARDSTICKS.get(d["goal"], ""),
+                      f"{pct(view['saved_equal_power'])} saved at equal power and α" if view["comparable"]
+                      else "not comparable: the cap's power is ≤ α", d["power"], YARDSTICKS.get(d["goal"], ""),
                       view["fixed_requested"], pct(view["saved_requested"]),
                       "" if view["reachable"] else ", a power this design does not reach"),
                  *pairs, warning])

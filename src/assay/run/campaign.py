@@ -39,10 +39,11 @@ from assay.run.catalog_writer import CatalogWriter, CommitPolicy
 from assay.run.executors import Executor
 from assay.run.leases import DEFAULT_LEASE_S, Leases
 from assay.run.plan import CampaignPlan, CampaignSummary
+from assay.served import check_served_backends, check_simulators
 from assay.sim import TaskRegistry, default_registry, instruct, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
 from assay.spec import CampaignSpec, EpisodeJob, TaskSpec, Variant, batch_jobs, plan
-from assay.store import EpisodeRecord, Store
+from assay.store import EpisodeRecord, Outcome, Store
 from assay.store.linked import linked_count
 
 
@@ -106,6 +107,7 @@ def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -
             for task in tasks:
                 check_supports(policies[-1], task)
                 check_policy_contract(policies[-1], task)  # the handshake: before episode 1, never during
+    check_served_backends(spec.simulators or {}, tasks, spec.safety)  # e.g. a backend that runs only served
     with located("episodes"):
         jobs = plan(spec, list(tasks), policies, variants, instruct)
     return CampaignPlan(spec, tasks, tuple(policies), tuple(variants), tuple(jobs))
@@ -146,14 +148,9 @@ def run_campaign(
 
 
 def _save_plan(campaign: CampaignPlan, store: Store) -> None:
-    """Save the campaign's resolved document (its plan); SpecError if the store holds another spec by its name."""
+    """Save the campaign's resolved document (its plan); SpecError if the store holds another spec by its name
+    (claimed in the catalog, so two campaigns of one name started at once cannot both pass)."""
     spec = campaign.spec
-    existing = store.campaign(spec.name)
-    if existing is not None and existing.spec_hash != spec.content_hash():
-        raise SpecError(
-            f"campaign {spec.name!r} already exists in {store.root} with a different spec; give the changed "
-            "campaign a new name (episodes it shares with the old one are reused, not rerun)"
-        )
     store.save_resolved_campaign(spec.name, spec.content_hash(), campaign.resolved())
 
 
@@ -183,6 +180,8 @@ def _run_pending(campaign: CampaignPlan, store: Store, run: _Run, save_plan: boo
     if run.on_start is not None:
         run.on_start(summary)
     batches = batch_jobs(pending, spec.envs_per_worker)
+    if pending and spec.simulators:  # the served simulators' handshake: before episode 1, never during
+        check_simulators(spec.simulators, [t for t in campaign.tasks if t.backend in spec.simulators], spec.safety)
     _warn_capacity(campaign, run.executor, batches)
     with Leases(store, spec.name, run.lease_s) as leases, \
             CatalogWriter(_released(store, leases), run.commit) as writer:  # closing commits what finished
@@ -251,6 +250,8 @@ def _count(summary: CampaignSummary, record: EpisodeRecord, writer: CatalogWrite
     writer.add(record)
     summary.ran += 1
     summary.outcomes[record.outcome.value] += 1
+    if record.outcome is Outcome.ERROR:
+        summary.count_error(record.policy_name, record.reason)
     if on_record is not None:
         on_record(record)
 

@@ -7,6 +7,10 @@
   wall-clock limit has its worker killed (see :mod:`assay.run.faults`).
 * ``RayExecutor`` (:mod:`assay.run.ray_executor`): long-lived Ray actors, same contract.
 
+Before the first episode the data root is probed (:mod:`assay.run.preflight`): by each local worker
+process as it starts, by every Ray node and actor, and in process by the inline executor when the root is
+an fsspec URL; a ``memory://`` root with worker processes is refused in one line.
+
 Results never depend on the executor or the worker count: each episode's
 initial conditions and each policy's randomness derive from the episode seed.
 """
@@ -32,6 +36,16 @@ from assay.errors import AssayError
 from assay.run.driver import Driver, Event, Happened
 from assay.run.faults import Batch, Claim, FaultPolicy, rss_mb
 from assay.run.observers import observed
+from assay.run.preflight import (
+    Probe,
+    check_from_worker,
+    needs_probe,
+    probe_in_process,
+    refuse_process_memory,
+    remove_probe,
+    run_token,
+    write_probe,
+)
 from assay.run.worker import Worker
 from assay.store import EpisodeRecord
 from assay.store.roots import as_root
@@ -97,6 +111,8 @@ class InlineExecutor:
     @observed
     def run(self, batches: Sequence[Batch], claim: Claim | None = None) -> Iterator[EpisodeRecord]:
         """Run the batches in this process; pipelined, a writer thread writes a batch's files as the next rolls out."""
+        if any(batches) and needs_probe(self.store_root):  # an fsspec root: written and read back first
+            probe_in_process(self.store_root)
         worker = Worker(self.store_root)
         try:
             claimed = (granted for granted in (claim(b) if claim else b for b in batches) if granted)
@@ -122,14 +138,22 @@ class InlineExecutor:
             worker.close()
 
 
-def _worker_main(conn: Connection, store_root: str | Path) -> None:
-    """A worker process: batches in, ``(Reply.OK, records)`` or ``(Reply.RAISE, exception)`` out, until EOF.
+def _worker_main(conn: Connection, store_root: str | Path, probe: Probe | None = None) -> None:
+    """A worker process: batches in, ``(Reply.OK, records)`` or ``(Reply.RAISE, exception)`` out, until EOF. Before
+    any batch it checks the data root against the driver's ``probe`` (a root it does not share is RAISE, and it exits).
 
     Once told to stop it closes its environments and leaves with ``os._exit``, as a forked multiprocessing
     child does: everything it wrote is already renamed into place and every record is sent, and the
     interpreter's own teardown of a process holding MuJoCo, SciPy and Meta-World took 0.3-0.4 s, which every
     campaign waited for at its end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    if probe is not None:
+        try:
+            check_from_worker(store_root, probe)
+        except AssayError as exc:
+            conn.send((Reply.RAISE, exc))
+            conn.close()
+            os._exit(0)
     worker = Worker(store_root)
     conn.send((Reply.READY, None))
     try:
@@ -173,9 +197,9 @@ def describe_exit(exitcode: int | None) -> str:
 class _Slot:
     """One worker process and its pipe."""
 
-    def __init__(self, context: Any, store_root: str | Path) -> None:
+    def __init__(self, context: Any, store_root: str | Path, probe: Probe | None = None) -> None:
         self.conn, child = context.Pipe(duplex=True)
-        self.process: BaseProcess = context.Process(target=_worker_main, args=(child, store_root), daemon=True)
+        self.process: BaseProcess = context.Process(target=_worker_main, args=(child, store_root, probe), daemon=True)
         self.process.start()
         child.close()
         self.ready = False  # a process that dies before it is ready is broken, not unlucky
@@ -202,9 +226,9 @@ class _ProcessPool:
 
     reuse_environments = True
 
-    def __init__(self, store_root: str | Path, faults: FaultPolicy) -> None:
+    def __init__(self, store_root: str | Path, faults: FaultPolicy, probe: Probe | None = None) -> None:
         self.context = multiprocessing.get_context("spawn")
-        self.store_root, self.faults = store_root, faults
+        self.store_root, self.faults, self.probe = store_root, faults, probe
         self.slots: dict[Hashable, _Slot] = {}
         self.stopping: list[_Slot] = []  # retired, asked to exit, not yet reaped
         self._next = 0
@@ -212,7 +236,7 @@ class _ProcessPool:
     def spawn(self) -> int:
         self._reap()
         self._next += 1
-        self.slots[self._next] = _Slot(self.context, self.store_root)
+        self.slots[self._next] = _Slot(self.context, self.store_root, self.probe)
         return self._next
 
     def assign(self, worker: Hashable, jobs: Batch) -> None:
@@ -304,6 +328,7 @@ class LocalExecutor:
         _refuse_while_importing_main()  # before the script goes on to wait for the store its parent holds
         if workers < 1:
             raise AssayError(f"--workers must be at least 1, got {workers}")
+        refuse_process_memory(store_root, "local")
         self.store_root = _root(store_root)
         self.workers = workers
         self.faults = faults or FaultPolicy()
@@ -313,11 +338,17 @@ class LocalExecutor:
     def run(self, batches: Sequence[Batch], claim: Claim | None = None) -> Iterator[EpisodeRecord]:
         """Run the batches on worker processes under the driver loop (retries, wall-clock limits, restarts)."""
         _refuse_while_importing_main()
-        driver = Driver(_ProcessPool(self.store_root, self.faults), self.workers, self.faults, self.store_root)
+        if not any(batches):
+            return
+        probe = write_probe(self.store_root, run_token(), "driver", "local")  # each worker reads it back first
+        if probe.error is not None:
+            raise AssayError(f"the driver cannot write the data root {self.store_root}: {probe.error}")
+        driver = Driver(_ProcessPool(self.store_root, self.faults, probe), self.workers, self.faults, self.store_root)
         try:
             yield from driver.run(batches, claim)
         finally:
             self.restarts += driver.restarts
+            remove_probe(self.store_root, probe)
 
 
 def make_executor(

@@ -6,6 +6,7 @@ Plain records below the campaign runner and the adaptive rounds, which both buil
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,3 +67,30 @@ class CampaignSummary:
     retried: int = 0  # episodes recorded as error, re-run because retry_errors was asked
     elsewhere: int = 0  # pending episodes another driver on the same store ran meanwhile (job leases)
     outcomes: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
+    errors: dict[str, ErrorCount] = field(default_factory=dict)  # this run's error episodes by reason (error_kind)
+
+    def count_error(self, policy: str, reason: str) -> None:
+        """One more ``error`` episode of ``policy`` ran now, for ``reason``."""
+        kind = error_kind(reason)
+        found = self.errors.setdefault(kind, ErrorCount(0, reason, policy))
+        found.count += 1
+
+
+@dataclass
+class ErrorCount:
+    """How many of a run's error episodes share one kind of reason, and the first one's reason and policy."""
+
+    count: int
+    first: str
+    policy: str
+
+
+_STEP = re.compile(r"^step \d+: ")
+
+
+def error_kind(reason: str) -> str:
+    """What kind of fault an ``error`` episode's reason names: its words before the first colon, without the step it
+    happened at (``step 3: invalid action: shape (5,), ...`` -> ``invalid action``; ``policy raised ValueError: ...``
+    -> ``policy raised ValueError``; ``wall_timeout: ...`` -> ``wall_timeout``)."""
+    text = _STEP.sub("", reason.strip())
+    return text.split(":", 1)[0].strip() or "no reason recorded"

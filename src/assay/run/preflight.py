@@ -1,4 +1,14 @@
-"""A cluster proves its data root is shared before its first episode: a probe per node and per worker.
+"""Every worker proves the data root is shared before its first episode: a probe per node and per worker.
+
+This runs for every executor whose workers are separate processes (local and Ray), and, for the inline
+executor, for every data root that is not a local directory (an fsspec URL: written and read back in
+process, so a root that cannot be written or read fails before the first episode, not after it). A
+``memory://`` root lives in one process's memory: with workers in other processes it is refused in one
+line before anything runs (:func:`refuse_process_memory`).
+
+Local worker processes (:func:`check_from_worker`): the driver writes a probe to the data root before it
+starts them, and each worker, before it takes a batch, reads it back through its own view of the root and
+writes one of its own; a worker that cannot is a one-line :class:`AssayError` naming it, sent to the driver.
 
 On a Ray cluster every actor writes step files to the data root and only the driver
 writes rows. With a data root that is not shared (a path that is a private disk on
@@ -23,11 +33,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from assay.errors import AssayError
-from assay.store.roots import Root, as_root, open_root
+from assay.store.roots import Root, as_root, local_path, open_root
 
 PROBE_DIR = ".assay-probes"
 SHARED_HINT = ("give --data a directory every node mounts at the same path, or an fsspec URL every node "
                "reaches (s3://..., gs://...)")
+PROCESS_MEMORY = "memory://"  # fsspec's in-memory file system: one per process
 
 
 @dataclass(frozen=True)
@@ -102,3 +113,49 @@ def preflight(ray: Any, root: str, token: str, actor_cpus: float = 1.0) -> int:
     for probe in ray.get(refs):
         check_probe(root, probe)
     return len(nodes)
+
+
+def refuse_process_memory(root: Root, executor: str) -> None:
+    """A ``memory://`` data root with workers in other processes: one-line AssayError (each process has its own)."""
+    if str(root).startswith(PROCESS_MEMORY):
+        raise AssayError(f"the data root {root} lives in one process's memory, and the {executor} executor's workers "
+                         "are other processes: they would write step files the driver never sees; use --executor "
+                         "inline, or give --data a directory or a URL every worker reaches")
+
+
+def needs_probe(root: Root) -> bool:
+    """Whether the inline executor probes ``root`` first: any root that is not a local directory."""
+    return local_path(as_root(root)) is None
+
+
+def probe_in_process(root: Root) -> None:
+    """Write a probe to ``root`` and read it back in this process (the inline executor on an fsspec root)."""
+    check_probe(root, write_probe(root, run_token(), "this-process", "local"))
+
+
+def check_from_worker(root: Root, driver: Probe) -> None:
+    """In a local worker process, before its first batch: the probe the driver wrote (``driver``) is visible here, and
+    this process can write the root. AssayError naming the worker otherwise."""
+    here = f"worker process {os.getpid()} (host {socket.gethostname()})"
+    own = write_probe(root, driver.content.split(" ", 1)[0], "worker", "local")
+    if own.error is not None:
+        raise AssayError(f"{here} cannot write the data root {root}: {own.error}")
+    data_root = open_root(as_root(root))
+    with contextlib.suppress(OSError):
+        data_root.delete(own.relpath)
+    try:
+        found = data_root.read(driver.relpath).decode("utf-8", "replace")
+    except FileNotFoundError:
+        raise AssayError(f"the data root {root} is not shared with {here}: the probe the driver wrote there is not "
+                         f"visible to it; {SHARED_HINT}") from None
+    except OSError as exc:
+        raise AssayError(f"{here} cannot read the data root {root} ({exc}); {SHARED_HINT}") from None
+    if found != driver.content:
+        raise AssayError(f"the data root {root} is not shared with {here}: it read another file at "
+                         f"{data_root.where(driver.relpath)}; {SHARED_HINT}")
+
+
+def remove_probe(root: Root, probe: Probe) -> None:
+    """Delete a probe the driver wrote (a probe left behind harms nothing)."""
+    with contextlib.suppress(OSError, AssayError):
+        open_root(as_root(root)).delete(probe.relpath)

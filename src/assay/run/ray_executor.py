@@ -42,7 +42,7 @@ from assay.policies.remote.batcher import DynamicBatcher
 from assay.run.driver import Driver, Event, Happened
 from assay.run.faults import Batch, Claim, FaultPolicy
 from assay.run.observers import observed
-from assay.run.preflight import Probe, check_probe, node_probe, preflight, run_token
+from assay.run.preflight import Probe, check_probe, node_probe, preflight, refuse_process_memory, run_token
 from assay.run.worker import Worker
 from assay.spec import PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord
@@ -277,6 +277,7 @@ class RayExecutor:
     ) -> None:
         if actors < 1:
             raise AssayError(f"the ray executor needs at least 1 actor, got {actors}")
+        refuse_process_memory(store_root, "ray")
         address = cluster_address(address)
         self.store_root = str(store_root) if is_url(str(store_root)) else str(Path(store_root).resolve())
         self.actors, self.address, self.serving, self.actor_cpus = actors, address, serving, actor_cpus

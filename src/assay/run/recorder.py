@@ -28,10 +28,11 @@ import numpy as np
 
 from assay.run.batch import Fault
 from assay.sim import Observation, Transition, conflict_marks, renderer_info
-from assay.spec import EpisodeJob
+from assay.spec import ENVIRONMENT_STATE, EpisodeJob
 from assay.store import EpisodeRecord, Outcome
 
 _TIMED = {"reset": "reset_s", "policy": "policy_s", "sim": "sim_s"}
+_Taken = tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]  # state, environment state, frames
 NO_FRAME = -1  # the frame index of a step whose image the video does not hold
 
 
@@ -72,9 +73,11 @@ class EpisodeRecorder:
     def __init__(self, job: EpisodeJob) -> None:
         self.job = job
         self._kept_state = _Kept()
+        self._kept_environment = _Kept()
         self._kept_frames = {camera.name: _Kept() for camera in job.task.cameras}
-        self._observed: tuple[np.ndarray, dict[str, np.ndarray]] | None = None  # taken by observe(), for add()
+        self._observed: _Taken | None = None  # taken by observe(), for add()
         self.states: list[np.ndarray] = []
+        self.environment_states: list[np.ndarray] = []  # the backend's environment_state, where it gives one
         self.frames: dict[str, list[np.ndarray]] = {camera.name: [] for camera in job.task.cameras}
         self.actions: list[np.ndarray] = []
         self.rewards: list[float] = []
@@ -127,8 +130,10 @@ class EpisodeRecorder:
         """Record the observation the policy acted on (its arrays as ``observe`` took them, when it was told of
         it), its action and what the step returned."""
         observed, self._observed = self._observed, None
-        state, frames = observed if observed is not None else self._take(observation)
+        state, environment, frames = observed if observed is not None else self._take(observation)
         self.states.append(state)
+        if environment is not None:
+            self.environment_states.append(environment)
         if self.frames:
             for camera, frame in frames.items():
                 self.frames[camera].append(frame)
@@ -154,12 +159,16 @@ class EpisodeRecorder:
         # The last observation of an episode is not rendered, and never recorded: ``add`` takes it if it comes.
         self._observed = self._take(observation) if rendered else None
 
-    def _take(self, observation: Observation) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The state and (at a video's frame) the frames to keep."""
+    def _take(self, observation: Observation) -> _Taken:
+        """The state, the environment state (where the backend gives one) and (at a video's frame) the frames
+        to keep."""
+        state = self._kept_state.keep(observation["state"])
+        environment = observation.get(ENVIRONMENT_STATE)
+        kept_environment = None if environment is None else self._kept_environment.keep(environment)
         if not self.frames or not self.records_frame(len(self.actions)):
-            return self._kept_state.keep(observation["state"]), {}
+            return state, kept_environment, {}
         frames = {camera: kept.keep(observation[f"image.{camera}"]) for camera, kept in self._kept_frames.items()}
-        return self._kept_state.keep(observation["state"]), frames
+        return state, kept_environment, frames
 
     def started(self, initial_conditions: Mapping[str, Any]) -> None:
         """The environment was reset; ``initial_conditions`` is what it chose."""
@@ -200,6 +209,7 @@ class EpisodeRecorder:
             "step": np.arange(n, dtype=np.int32),
             "t": np.arange(n, dtype=np.float64) / control_hz,
             "observation.state": np.asarray(self.states, dtype=np.float64).reshape(n, -1),
+            **self._environment_column(n),
             "action": np.asarray(self.actions, dtype=np.float64).reshape(n, -1),
             "reward": np.asarray(self.rewards, dtype=np.float64),
             "success": np.asarray(self.successes, dtype=bool),
@@ -221,6 +231,12 @@ class EpisodeRecorder:
             else:
                 columns[f"trace.{key}"] = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
         return columns
+
+    def _environment_column(self, n: int) -> dict[str, np.ndarray]:
+        """``observation.environment_state`` when the backend gave one at every recorded step."""
+        if n == 0 or len(self.environment_states) != n:
+            return {}
+        return {"observation.environment_state": np.asarray(self.environment_states, dtype=np.float64).reshape(n, -1)}
 
     def run_settings(self) -> dict[str, Any]:
         """How the cell was run (what a rerun must repeat) and what the safety filter did."""

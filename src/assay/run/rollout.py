@@ -11,7 +11,10 @@ array ends *that* episode as ``error`` with the reason, and the others go on.
 When a batched ``act`` raises, each environment is asked again alone, so one bad
 seed never takes its batch-mates down (and results do not depend on batching);
 a policy server that is gone fails the batch at once, without asking row by row.
-A finished environment is never stepped again.
+A policy that answers row by row (``SupportsRowAnswers``: a remote policy, whose
+server steps a session per answer) is never asked again: a row that failed ends
+with its own error and the answered rows go on, so a neighbour's failure never
+steps a session twice. A finished environment is never stepped again.
 
 Frames are rendered on demand: before a step the runner knows whether its
 observation will be read, by the policy (the slot's queue is then empty, so a
@@ -41,7 +44,14 @@ from typing import Any, cast
 import numpy as np
 
 from assay.errors import PolicyUnavailableError
-from assay.policies import Policy, PolicyContext, SupportsEpisodeInfo, SupportsStepTrace, reads_frames
+from assay.policies import (
+    Policy,
+    PolicyContext,
+    SupportsEpisodeInfo,
+    SupportsRowAnswers,
+    SupportsStepTrace,
+    reads_frames,
+)
 from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
 from assay.sim import Observation, SimEnv, SupportsFramesOnDemand, Transition
@@ -106,6 +116,23 @@ def _act(policy: Policy, batch: dict[str, Any], rows: int, action_dim: int) -> l
     return [Fault(FaultKind.INVALID_ACTION, f"invalid action batch: shape {actions.shape}, {expected}")] * rows
 
 
+def _failed(exc: BaseException) -> Fault:
+    if isinstance(exc, PolicyUnavailableError):
+        return Fault(FaultKind.POLICY_UNAVAILABLE, f"policy unavailable: {exc}")
+    return Fault(FaultKind.POLICY, f"policy raised {describe_error(exc)}")
+
+
+def _act_rows(policy: SupportsRowAnswers, batch: dict[str, Any], rows: int) -> list[Answer]:
+    """One action or chunk (or a Fault) per row from a policy that answers row by row; nothing is asked twice."""
+    try:
+        answers = list(policy.act_rows(batch))
+    except Exception as exc:  # noqa: BLE001 - any policy fault becomes an outcome
+        return [_failed(exc)] * rows
+    if len(answers) != rows:
+        return [Fault(FaultKind.INVALID_ACTION, f"invalid action batch: {len(answers)} answers for {rows} rows")] * rows
+    return [_failed(answer) if isinstance(answer, BaseException) else np.asarray(answer) for answer in answers]
+
+
 @dataclass
 class _Slot:
     """One environment's queue of actions still to execute from its latest chunk."""
@@ -131,6 +158,7 @@ class _Episodes:
         self.replan_every = batch.replan_every
         # decided once: a runtime Protocol check costs ~50 us, too much for every answer
         self.traces = isinstance(policy, SupportsStepTrace)
+        self.rows_apart = isinstance(policy, SupportsRowAnswers)
         self.frames_read = True  # whether the policy reads image.*/depth.* (asked after its reset)
         jobs = batch.jobs
         self.recorders = [EpisodeRecorder(job) for job in jobs]
@@ -173,7 +201,8 @@ class _Episodes:
         batch["instruction"] = [self.jobs[slot].instruction for slot in slots]
         batch["env_ids"] = np.asarray(slots)
         t0 = time.perf_counter()
-        answers = _act(self.policy, batch, len(slots), self.task.action.dim)
+        answers = (_act_rows(cast(SupportsRowAnswers, self.policy), batch, len(slots)) if self.rows_apart
+                   else _act(self.policy, batch, len(slots), self.task.action.dim))
         return answers, time.perf_counter() - t0
 
     def _trace(self, slot: int) -> dict[str, Any] | None:

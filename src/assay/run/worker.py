@@ -30,6 +30,7 @@ from assay.policies import Policy, make_policy
 from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
 from assay.run.rollout import rollout
+from assay.served import close_links, make_served_env
 from assay.sim import SafetyFilter, SimEnv, make_env, perturbed, tasks_kept
 from assay.spec import EpisodeJob, PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord, build_table, encode_episode, episode_relpath, provenance, write_blob, write_video
@@ -58,9 +59,10 @@ _BUILD_RETRIES = Retrying(stop=stop_after_attempt(ENV_CREATION_ATTEMPTS), wait=w
                           retry=retry_if_not_exception_type(AssayError), reraise=True)
 
 
-def _build(task: TaskSpec) -> SimEnv:
-    """One environment for ``task``, retried as :data:`_BUILD_RETRIES` says."""
-    env: SimEnv = _BUILD_RETRIES(make_env, task)
+def _build(task: TaskSpec, simulator: str | None = None) -> SimEnv:
+    """One environment for ``task`` (stepped by the served ``simulator`` when one is named), retried as
+    :data:`_BUILD_RETRIES` says."""
+    env: SimEnv = _BUILD_RETRIES(make_served_env, task, simulator) if simulator else _BUILD_RETRIES(make_env, task)
     return env
 
 
@@ -74,14 +76,14 @@ class Worker:
         self.store_root = as_root(store_root)
         self.policy_factory = policy_factory
         self.render_on_demand = render_on_demand
-        self._envs: dict[tuple[str, str], list[SimEnv]] = {}
+        self._envs: dict[tuple[str, str, str], list[SimEnv]] = {}
         self._policies: dict[str, Policy] = {}
 
     def _environments(self, job: EpisodeJob, count: int) -> list[SimEnv]:
         """``count`` environments for the job's task, built once and reused (variants apply per episode); a
         backend that limits how many tasks a worker keeps built (``sim.tasks_kept``) has the least recently
         used others closed first."""
-        key = (job.task.id, job.task.content_hash())
+        key = (job.task.id, job.task.content_hash(), job.simulator or "")
         if key not in self._envs:
             self._make_room(job.task.backend, tasks_kept(job.task))
         pool = self._envs.pop(key, [])
@@ -89,7 +91,7 @@ class Worker:
         if len(pool) < count:
             load_before_rendering()
         while len(pool) < count:
-            pool.append(_build(job.task))
+            pool.append(_build(job.task, job.simulator))
         return pool[:count]
 
     def _make_room(self, backend: str, kept: int | None) -> None:
@@ -163,11 +165,12 @@ class Worker:
         return table
 
     def close(self) -> None:
-        """Close every environment the worker built."""
+        """Close every environment the worker built, and its connections to served simulators."""
         for pool in self._envs.values():
             for env in pool:
                 env.close()
         self._envs.clear()
+        close_links()
 
 
 def file_metadata(job: EpisodeJob) -> dict[str, str]:

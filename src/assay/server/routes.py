@@ -33,6 +33,8 @@ from assay.metrics import (
     totals_signoff,
     variant_scope,
 )
+from assay.metrics.coverage_certificate import coverage_note
+from assay.metrics.rates import DEFAULT_INTERVAL
 from assay.report.data import campaign_scoring
 from assay.server import regression, views
 from assay.server.config import ServerConfig
@@ -129,7 +131,8 @@ async def get_campaign(name: str, store: StoreDep, runs: RunsDep) -> dict[str, A
         found = rate_rows(totals, by=groups) if totals else []
         table = [r.to_dict() | whole.of(r.group).summary() for r in found + missing_rows(whole, groups, found)]
         each = variant_scope(scoring.variants or ["nominal"], separately=True).to_dict()
-        return {"rates": table, "interval": interval_label(), "rates_scope": each,
+        note = coverage_note(DEFAULT_INTERVAL, [r.scored for r in found])
+        return {"rates": table, "interval": interval_label(), "coverage_note": note, "rates_scope": each,
                 "completeness": whole.to_dict()}
 
     return row | {"running": runs.running(name), **await call(rates)}

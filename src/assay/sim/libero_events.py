@@ -11,7 +11,12 @@ parent of the region) an ``open``/``close``/``turnon``/``turnoff`` predicate nam
 ``ee_obj_dist``        distance (m) from the gripper's grasp site to the object's nearest geom
                        (the surface of its bounding sphere; 0 inside it): a bowl held by its rim is 0
 ``contact``            1 if the gripper (a finger or the hand) touches the object
-``grasped``            1 if fingers on *both* sides touch it
+``grasped``            1 if it is held: both fingers touch it, more than ``GRASP_MIN_OPENING_M`` apart
+                       around it, and either each finger's contact pushes towards the other finger
+                       (a pinch from opposing sides) or the object is lifted off its support between
+                       them (a bowl held by its thin rim, whose convex collision hull the inner finger
+                       sits inside, gives contact normals of no use); a closed hand pressing on top of
+                       an object touches it with both fingertips and holds nothing
 ``lifted``             1 if it is ``LIFT_M`` above where it started (pick-and-place)
 ``dropped``            1 on the step a lifted, grasped object is let go of farther than
                        ``PLACE_NEAR_M`` (horizontally) from its target or higher than
@@ -44,6 +49,8 @@ import numpy as np
 LIFT_M = 0.02  # above the start height: off its support, not jitter
 PLACE_NEAR_M = 0.15  # a release this close (horizontally) to the target ...
 RELEASE_HIGH_M = 0.10  # ... and at most this high above it is a placement, not a drop (the expert: ~0.06)
+GRASP_MIN_OPENING_M = 0.003  # finger joints this far apart (at least) around a held object: a bowl's rim gives
+# 0.0036-0.0042, a closed hand pressing on a can 0.001-0.002
 COLLISION_N = 80.0  # normal force of a robot-fixture contact counted as a collision (the expert: 0 N)
 PICK_PLACE = ("in", "on")
 LIBERO_EVENT_NAMES = ("subgoal", "ee_obj_dist", "contact", "grasped", "lifted", "dropped", "obj_goal_dist",
@@ -109,6 +116,7 @@ class LiberoEvents:
         named |= {getattr(inner.object_states_dict[t], "parent_name", t) for t in named}
         self._unnamed = np.array([kinds[n] for n in self._movable if n not in named], dtype=np.int64)
         self._grip_site = int(inner.robots[0].eef_site_id)
+        self._finger_bodies = (np.flatnonzero(kind == _LEFT), np.flatnonzero(kind == _RIGHT))
         self._start: list[tuple[np.ndarray, np.ndarray, float]] = []
         self._warnings = 0
         self._held = False
@@ -141,21 +149,23 @@ class LiberoEvents:
         self._warnings = int(data.warning.number.sum())
         self._held = False
 
-    def _contacts(self, obj: int) -> tuple[bool, bool, bool, bool, float]:
-        """(left finger on the object, right finger on it, any part of the gripper on it, the gripper on an
-        unnamed movable object, largest robot-fixture normal force)."""
+    def _contacts(self, obj: int) -> tuple[bool, bool, bool, bool, bool, bool, float]:
+        """(left finger pushing on the object towards the right finger, the right towards the left, the left
+        finger touching it, the right touching it, any part of the gripper on it, the gripper on an unnamed
+        movable object, largest robot-fixture normal force)."""
         import mujoco
 
         model, data = self.inner.sim.model._model, self.inner.sim.data._data
         count = int(data.ncon)
         if not count:
-            return False, False, False, False, 0.0
+            return False, False, False, False, False, False, 0.0
         kinds = self._geom_kind[np.stack([data.contact.geom1[:count], data.contact.geom2[:count]])]
         gripper = (kinds >= _LEFT) & (kinds <= _HAND)
         touched = np.where(gripper[::-1], kinds, -1)  # what each gripper contact's other side is
         on_object = touched == obj
-        left = bool((on_object & (kinds[::-1] == _LEFT)).any())
-        right = bool((on_object & (kinds[::-1] == _RIGHT)).any())
+        left, right = self._opposing(on_object, kinds, count)
+        touch_left = bool((on_object & (kinds[::-1] == _LEFT)).any())
+        touch_right = bool((on_object & (kinds[::-1] == _RIGHT)).any())
         wrong = bool(np.isin(touched, self._unnamed).any())
         robot = (kinds >= _LEFT) & (kinds <= _ARM)
         fixture = robot[0] & (kinds[1] == _SCENE) | robot[1] & (kinds[0] == _SCENE)
@@ -163,7 +173,25 @@ class LiberoEvents:
         for i in np.flatnonzero(fixture):
             mujoco.mj_contactForce(model, data, int(i), wrench)
             force = max(force, abs(float(wrench[0])))
-        return left, right, bool(on_object.any()), wrong, force
+        return left, right, touch_left, touch_right, bool(on_object.any()), wrong, force
+
+    def _opposing(self, on_object: np.ndarray, kinds: np.ndarray, count: int) -> tuple[bool, bool]:
+        """Whether the left finger touches the object pushing towards the right finger, and the right towards
+        the left (a contact's normal runs from geom1 to geom2: from the finger into the object when the finger
+        is geom1)."""
+        data = self.inner.sim.data._data
+        left_at = data.xpos[self._finger_bodies[0]].mean(axis=0)
+        right_at = data.xpos[self._finger_bodies[1]].mean(axis=0)
+        axis = right_at - left_at
+        axis /= max(float(np.linalg.norm(axis)), 1e-9)
+        normals = np.asarray(data.contact.frame[:count, :3], dtype=np.float64)
+        pushes = []
+        for side, inward in ((_LEFT, axis), (_RIGHT, -axis)):
+            first = on_object[1] & (kinds[0] == side)  # the finger is geom1: the normal points into the object
+            second = on_object[0] & (kinds[1] == side)  # the finger is geom2: the normal points into the finger
+            push = np.concatenate([normals[first] @ inward, -(normals[second] @ inward)])
+            pushes.append(bool((push > 0.0).any()))
+        return pushes[0], pushes[1]
 
     def step(self, state: np.ndarray) -> dict[str, float]:
         """The events of the step just taken (``state``: the observation's, for the instability check)."""
@@ -173,8 +201,10 @@ class LiberoEvents:
         subgoal = self._subgoals[current]
         start, joints0, distance0 = self._start[current]
         position = self._object_pos(subgoal)
-        left, right, touch, wrong, force = self._contacts(subgoal.kind)
-        grasped = left and right
+        left, right, touch_left, touch_right, touch, wrong, force = self._contacts(subgoal.kind)
+        around = touch_left and touch_right and float(state[6] - state[7]) > GRASP_MIN_OPENING_M  # finger joints
+        off_support = subgoal.pick_place and float(position[2]) > float(start[2]) + LIFT_M
+        grasped = around and ((left and right) or off_support)
         nan = float("nan")
         if subgoal.pick_place:
             target = self._target_pos(subgoal)

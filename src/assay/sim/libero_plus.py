@@ -15,9 +15,10 @@ only what it declares, and every variant of a task runs on the nominal episodes'
                            rides on the hand)
 ``libero_plus.robot_init`` each arm joint's initial angle offset by ``0.03 rad x level``, signs
                            drawn
-``libero_plus.language``   the instruction rewritten (``sim.semantic``'s rewrites, cumulative):
-                           1 a padding, 2 + another sentence form and synonyms, 3 + a distractor
-                           clause, 4 + two and typos at 2%, 5 + three and typos at 5%
+``libero_plus.language``   the instruction rewritten, meaning kept and grammatical (LIBERO's own set,
+                           ``sim.libero_language``, cumulative): 1 a padding, 2 + verbs of the same
+                           action and another sentence form, 3 + a context sentence, 4 + the clauses
+                           as a sequence and two, 5 + three
 ``libero_plus.light``      every light's intensity scaled by ``1 +- 0.12 x level`` (sign drawn),
                            its direction tilted ``6 deg x level``, its colour tinted up to
                            ``6% x level`` per channel
@@ -79,18 +80,11 @@ def _multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def plus_language(text: str, level: int, seed: int) -> str:
-    """The instruction at LIBERO-Plus language level ``level`` (module docstring), drawn from the seed."""
-    if level <= 0:
-        return text
-    from assay.sim.semantic import distractors, form, length, synonyms, typos
+    """The instruction at LIBERO-Plus-style language level ``level``: LIBERO's own meaning-preserving rewrites
+    (``assay.sim.libero_language``), drawn from the seed."""
+    from assay.sim.libero_language import rewrite
 
-    rng = _rng("libero_plus.language", seed)
-    if level >= 2:
-        text = form(synonyms(text, "both", seed), ("declarative", "question", "wish")[int(rng.integers(3))])
-    text = length(text, "verbose", seed)
-    if level >= 3:
-        text = distractors(text, level - 2, seed)
-    return typos(text, {4: 0.02, 5: 0.05}.get(level, 0.0), seed)
+    return rewrite(text, level, seed)
 
 
 class PlusScene:

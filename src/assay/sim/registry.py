@@ -1,7 +1,8 @@
 """The task registry (an explicit object, no import side effects) and ``make_env``.
 
-``default_registry()`` holds the 50 Meta-World v3 tasks and the 130 LIBERO tasks
-(``libero/<suite>/<task>@2``; running them needs ``assay[libero]``). Ids under
+``default_registry()`` holds the 50 Meta-World v3 tasks, the 130 LIBERO tasks
+(``libero/<suite>/<task>@2``; running them needs ``assay[libero]``) and robosuite 1.5's 5
+(``robosuite/lift@1``...; served only, from their own environment: ``assay serve-sim robosuite``). Ids under
 ``gymnasium/`` that are not registered are described on demand from Gymnasium
 (``gymnasium/Pusher-v5``), so any Gymnasium Box-action environment can be run.
 """
@@ -20,18 +21,22 @@ from assay.sim.libero_pro import pro_instruction
 from assay.sim.metaworld_env import MetaWorldEnv, metaworld_task
 from assay.sim.protocol import SimEnv
 from assay.sim.render import VIEWS
+from assay.sim.robosuite_env import RobosuiteEnv, robosuite_tasks
 from assay.spec import TaskSpec, Variant, parse_task_ref
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
+from assay.spec.robosuite_catalog import ROBOSUITE_CAMERAS
 
 BACKENDS: dict[str, Callable[[TaskSpec], SimEnv]] = {
     "metaworld": MetaWorldEnv,
     "gymnasium": GymnasiumEnv,
     "libero": LiberoEnv,
+    "robosuite": RobosuiteEnv,  # robosuite 1.5, only in its own environment, behind `assay serve-sim robosuite`
 }
 CAMERA_NAMES: dict[str, tuple[str, ...]] = {  # the cameras a campaign may ask each backend for
     "metaworld": tuple(VIEWS),
     "gymnasium": (),
     "libero": LIBERO_CAMERAS,  # openpi's agentview and wrist, and LeRobot's image and image2 for them
+    "robosuite": ROBOSUITE_CAMERAS,
 }
 # A backend's named evaluation conventions (a campaign's `preset:`): each turns a task into the task as run there.
 PRESETS: dict[str, dict[str, Callable[[TaskSpec], TaskSpec]]] = {"libero": LIBERO_PRESETS}
@@ -144,8 +149,9 @@ class TaskRegistry:
 
 
 def default_registry() -> TaskRegistry:
-    """A fresh registry with every Meta-World v3 task and every LIBERO task (version 2)."""
-    return TaskRegistry([*(metaworld_task(name) for name in METAWORLD_TASKS), *libero_tasks()])
+    """A fresh registry with every Meta-World v3 task, every LIBERO task (version 2) and robosuite 1.5's tasks
+    (served only)."""
+    return TaskRegistry([*(metaworld_task(name) for name in METAWORLD_TASKS), *libero_tasks(), *robosuite_tasks()])
 
 
 def make_env(task: TaskSpec) -> SimEnv:

@@ -285,3 +285,10 @@ class CameraRenderer:
                 mjr_context.free()
             renderer.close()
         self._renderers.clear()
+
+
+def adopt_renderer(info: RendererInfo) -> None:
+    """Take ``info`` as the renderer of this process's frames when it made none itself: a served simulator's
+    (``assay.served``), whose frames this process records."""
+    if not _RENDERER:
+        _RENDERER.append(info)

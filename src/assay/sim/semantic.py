@@ -218,6 +218,23 @@ def conflicting_task(task: TaskSpec, style: str, seed: int) -> str | None:
     return _pick(_rng("instruction.conflict", seed), pool) if pool else None
 
 
+def withheld(task: TaskSpec, text: str, style: str, seed: int) -> str:
+    """The instruction withheld: ``empty`` (no words), ``other-task`` (another task's instruction, of the same LIBERO
+    suite or another Meta-World task, drawn from the seed; never one with the same words), else unchanged."""
+    if style == "empty":
+        return ""
+    if style != "other-task":
+        return text
+    if task.backend == "libero":
+        from assay.spec.libero_catalog import libero_catalog
+
+        suite = task.env_name.partition("/")[0]
+        pool = sorted({str(e["language"]) for e in libero_catalog().get(suite, ())} - {task.instruction})
+    else:
+        pool = sorted({instruction for instruction, *_ in METAWORLD_TASKS.values()} - {task.instruction})
+    return str(_pick(_rng("instruction.withheld", seed), pool)) if pool else text
+
+
 def conflict_marks(task: TaskSpec, variant: Variant, seed: int) -> dict[str, Any]:
     """What an episode under a conflicting instruction is marked with (empty when the words do not conflict)."""
     other = conflicting_task(task, value_of(variant, "instruction.conflict"), seed)

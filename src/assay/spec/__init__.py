@@ -5,7 +5,7 @@ loading with line-numbered errors, canonical JSON and content hashes.
 Imports nothing of assay but ``assay.errors``.
 """
 
-from assay.spec.arrays import DEPTH_PREFIX, IMAGE_PREFIX, STATE, Array, BoundedArray
+from assay.spec.arrays import DEPTH_PREFIX, ENVIRONMENT_STATE, IMAGE_PREFIX, STATE, Array, BoundedArray
 from assay.spec.campaign import (
     CampaignSpec,
     EpisodeJob,
@@ -31,6 +31,7 @@ __all__ = [
     "CameraSpec",
     "CampaignSpec",
     "DEPTH_PREFIX",
+    "ENVIRONMENT_STATE",
     "EpisodeJob",
     "IMAGE_PREFIX",
     "Level",

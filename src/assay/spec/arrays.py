@@ -21,6 +21,9 @@ from assay.annotations import public_api
 from assay.errors import SpecError
 
 STATE = "state"  # the observation key of the state vector
+# The observation key of the scene's low-dimensional state a backend may give beside the robot's (LIBERO: the
+# goal's objects' and targets' positions), recorded as ``observation.environment_state`` (LeRobot's name).
+ENVIRONMENT_STATE = "environment_state"
 IMAGE_PREFIX = "image."  # image.<camera>: (H, W, 3) uint8 frames
 DEPTH_PREFIX = "depth."  # depth.<camera>: (H, W) float32 metres
 

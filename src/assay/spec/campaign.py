@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from assay.errors import SpecError
 from assay.spec.hashing import canonical_json, content_hash, derive_seed
+from assay.spec.names import clean_name
 from assay.spec.policy import PolicySpec
 from assay.spec.task import CameraSpec, TaskSpec
 from assay.spec.variant import Axis, Variant
@@ -31,9 +32,9 @@ from assay.spec.variant import Axis, Variant
 VariantRequest = dict[str, Any]
 # Fields that change how a campaign is executed, never what its episodes are: left out of its hash,
 # so changing them keeps the campaign (and the stores that hold it) the same campaign.
-EXECUTION_SETTINGS = {"episode_timeout_s", "storage"}
+EXECUTION_SETTINGS = {"episode_timeout_s", "storage", "simulators"}
 # Fields added later, left out of the hash and the dump when unset, so older campaigns hash as before.
-OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage")
+OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage", "simulators")
 
 
 class Pipeline(str, Enum):
@@ -147,8 +148,21 @@ class CampaignSpec(BaseModel):
     storage: StorageSpec | None = Field(
         default=None, description="how step files are laid out: {pack: episode} (default) or {pack: batch}, one "
                                   "file per batch (an execution setting: not part of the campaign's hash)")
+    simulators: dict[str, str] | None = Field(
+        default=None, description="served simulators by backend, e.g. {libero: ws://HOST:PORT} (`assay serve-sim`): "
+                                  "those backends' environments are stepped there, with the same episodes (an "
+                                  "execution setting: not part of the campaign's hash)")
     description: str = ""
     adaptive: AdaptiveSpec | None = None
+
+    @field_validator("simulators")
+    @classmethod
+    def _websocket_urls(cls, simulators: dict[str, str] | None) -> dict[str, str] | None:
+        for backend, url in (simulators or {}).items():
+            if not url.startswith(("ws://", "wss://")):
+                raise ValueError(f"simulators.{backend}: {url!r} is not a websocket URL; write ws://HOST:PORT "
+                                 f"(where `assay serve-sim {backend} --port PORT` listens)")
+        return simulators
 
     @property
     def packed(self) -> bool:
@@ -200,6 +214,18 @@ class CampaignSpec(BaseModel):
         if data.get("cameras") is None:
             data.pop("cameras", None)
         return data
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _clean_name(cls, name: Any) -> Any:
+        return clean_name(name, "campaign name") if isinstance(name, str) else name
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _clean_tasks(cls, tasks: Any) -> Any:
+        if not isinstance(tasks, list | tuple):
+            return tasks
+        return type(tasks)(clean_name(t, "task") if isinstance(t, str) else t for t in tasks)
 
     @field_validator("policies")
     @classmethod
@@ -258,6 +284,7 @@ class EpisodeJob:
     safety: bool = False
     video_fps: float | None = None
     pack: bool = False  # write the step table into its batch's pack file (how it is stored: not in the key)
+    simulator: str | None = None  # the served simulator (ws:// URL) that steps it (how it is run: not in the key)
 
     @property
     def cell(self) -> tuple[str, str, str]:
@@ -344,6 +371,12 @@ class _CellKeys:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
+def _samples_layouts(variant: Variant) -> bool:
+    """Whether a variant draws each episode's layout from its seed instead of a fixed initial state
+    (``libero.init: sampled``): then any seed is a scene of its own."""
+    return any(p.factor == "libero.init" and p.value == "sampled" for p in variant.perturbations)
+
+
 def plan(
     campaign: CampaignSpec,
     tasks: list[TaskSpec],
@@ -361,12 +394,15 @@ def plan(
     seeds = {task.id: [episode_seed(campaign.seed, task, i) for i in range(campaign.episodes)] for task in tasks}
     for policy in policies:
         for task in tasks:
-            if task.initial_states and campaign.seed + campaign.episodes > task.initial_states:
-                raise SpecError(
-                    f"campaign {campaign.name!r}: task {task.id} has {task.initial_states} fixed initial states; "
-                    f"seed + episodes must be at most {task.initial_states}, not {campaign.seed + campaign.episodes}")
             video_fps = campaign.video_fps if campaign.video_fps is not None else task.video_fps
+            simulator = (campaign.simulators or {}).get(task.backend)
             for variant in variants:
+                if task.initial_states and not _samples_layouts(variant) and \
+                        campaign.seed + campaign.episodes > task.initial_states:
+                    raise SpecError(
+                        f"campaign {campaign.name!r}: task {task.id} has {task.initial_states} fixed initial states; "
+                        f"seed + episodes must be at most {task.initial_states}, not "
+                        f"{campaign.seed + campaign.episodes} (or sample layouts: libero.init: sampled)")
                 keys = _CellKeys(task, variant, policy, campaign.replan_every, campaign.safety, video_fps)
                 # Only a semantic factor makes the instruction depend on the episode's seed: otherwise one call.
                 per_seed = any(p.axis is Axis.SEMANTIC for p in variant.perturbations)
@@ -377,7 +413,7 @@ def plan(
                     key = keys.key(seed, instruction)
                     jobs.append(EpisodeJob(campaign.name, task, variant, policy, index, seed, key, instruction,
                                            campaign.replan_every, campaign.pipeline, campaign.safety, video_fps,
-                                           campaign.packed))
+                                           campaign.packed, simulator))
     return jobs
 
 

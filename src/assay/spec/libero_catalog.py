@@ -46,6 +46,9 @@ PLUS_CATEGORIES = {
     "libero_plus.noise": "noise",
 }
 PLUS_LEVELS = 5  # levels 1..5 per factor (0: nominal)
+# What these numbers are, wherever they are shown: Assay's procedural axes after LIBERO-Plus's categories, not
+# LIBERO-Plus's released variant set (its own scene files, textures and camera poses), which the bare name means.
+PLUS_LABEL = "LIBERO-Plus-style axes (procedural)"
 
 
 def plus_category(factors: list[str] | tuple[str, ...]) -> str | None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from assay.annotations import public_api
 from assay.spec.hashing import content_hash
+from assay.spec.names import clean_name
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _REMOTE = re.compile(r"^wss?://[A-Za-z0-9.\-\[\]:]+:\d{1,5}(/[\w\-./]*)?$")
@@ -36,9 +37,14 @@ class PolicySpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     version: str | None = None
 
+    @field_validator("name", mode="before")
+    @classmethod
+    def _clean_name(cls, name: Any) -> Any:
+        return clean_name(name, "policy name") if isinstance(name, str) else name
+
     @model_validator(mode="after")
     def _one_source(self) -> PolicySpec:
-        if not _NAME.match(self.name):
+        if not _NAME.fullmatch(self.name):
             raise ValueError(f"policy name {self.name!r} may hold letters, digits, '.', '_' and '-' only")
         if sum(source is not None for source in (self.builtin, self.entrypoint, self.remote)) != 1:
             raise ValueError("give exactly one of 'builtin', 'entrypoint' (module:attr) or 'remote' (ws://host:port)")

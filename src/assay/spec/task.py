@@ -19,6 +19,7 @@ from assay.annotations import public_api
 from assay.errors import SpecError
 from assay.spec.arrays import DEPTH_PREFIX, IMAGE_PREFIX, STATE, Array, BoundedArray
 from assay.spec.hashing import content_hash
+from assay.spec.names import clean_name
 
 # backend/name[/more], where a Gymnasium name may carry a plugin module (gymnasium/pkg:ns/Env-v0).
 _TASK_REF = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_.\-]*/(?:[A-Za-z_][\w.]*:)?[A-Za-z0-9][A-Za-z0-9_.\-]*"
@@ -117,7 +118,8 @@ class TaskSpec(_Frozen):
     @field_validator("name")
     @classmethod
     def _check_name(cls, name: str) -> str:
-        if not _TASK_REF.match(name) or "@" in name:
+        name = clean_name(name, "task name")
+        if not _TASK_REF.fullmatch(name) or "@" in name:
             raise ValueError(f"task name {name!r} must look like 'backend/task-name' (or 'backend/suite/task-name')")
         return name
 

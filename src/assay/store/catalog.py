@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from assay.errors import StoreError, UndecodableRow
-from assay.store import claims, counts, listing
+from assay.store import claims, counts, listing, relinks
 from assay.store.chunks import WIDE_CHUNK, insert_rows, select_in
 from assay.store.chunks import chunked as _chunks  # every IN over keys is chunked (assay.store.chunks)
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
@@ -37,12 +37,13 @@ from assay.store.schema import (
     campaigns,
     cell_counts,
     episodes,
+    failed_checks,
     metadata,
     pruned_episodes,
     store_meta,
     unparsable_rows,
 )
-from assay.store.validation import Summary
+from assay.store.validation import Summary, mark_seals
 
 
 class IntegrityRow(NamedTuple):
@@ -171,8 +172,10 @@ def _guarded(method: Callable[Concatenate[Catalog, P], R]) -> Callable[Concatena
     return wrapper
 
 
-# What two processes creating one catalog at the same moment can raise (the loser retries: create_all checks first)
+# What two processes creating one SQLite catalog at the same moment can raise (the loser retries: create_all checks
+# first); on PostgreSQL an advisory lock (this key, any 64-bit number of Assay's own) makes them take turns.
 _CREATE_RACES = (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError)
+_CREATE_LOCK = 0x4153534159_0001  # "ASSAY", 1
 
 
 def _raced(method: Callable[P, R]) -> Callable[P, R]:
@@ -208,41 +211,52 @@ class Catalog:
             if self.engine.dialect.name == "sqlite":
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
             self._create_tables()
-            with self.engine.begin() as conn:
-                found = conn.execute(
-                    sa.select(store_meta.c.value).where(store_meta.c.name == "schema_version")).scalar()
-                if found is None:
-                    conn.execute(store_meta.insert().values(name="schema_version", value=str(SCHEMA_VERSION)))
-                elif int(found) != SCHEMA_VERSION:
-                    raise StoreError(f"catalog {self.display_url} has schema_version {found}; this Assay reads "
-                                     f"{SCHEMA_VERSION}")
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open catalog {self.display_url}: {exc.__class__.__name__}: "
                              f"{redact_url(str(exc).splitlines()[0])}") from None
 
     def _create_tables(self) -> None:
-        """``create_all``, tolerant of another process creating the same catalog at the same moment, then the
-        nullable columns added since a catalog was made (:data:`ADDED_COLUMNS`)."""
+        """Create or upgrade the catalog (:meth:`_create_in`), safe against drivers doing it at the same moment: on
+        PostgreSQL in one transaction that first takes an advisory lock (DDL is transactional there, so the
+        second driver waits and then finds the catalog whole); on SQLite retried when another process won a step.
+        """
+        if self.engine.dialect.name == "postgresql":
+            with self.engine.begin() as conn:
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_CREATE_LOCK)))
+                self._create_in(conn)
+            return
         for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_incrementing(0.2, 0.2), reraise=True,
                                 retry=retry_if_exception_type(_CREATE_RACES)):
             with attempt:
-                metadata.create_all(self.engine)
-                _add_columns(self.engine)
-                self._count_cells()
+                with self.engine.begin() as conn:
+                    self._create_in(conn)
+                if self.engine.dialect.name == "sqlite":
+                    _planner_stats(self.engine)
 
-    def _count_cells(self) -> None:
+    def _create_in(self, conn: sa.Connection) -> None:
+        """``create_all``, the nullable columns added since a catalog was made (:data:`ADDED_COLUMNS`), the
+        store's ``schema_version`` (StoreError for another), and the counts (:meth:`_count_cells`)."""
+        metadata.create_all(conn)
+        _add_columns(conn)
+        found = conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == "schema_version")).scalar()
+        if found is None:
+            conn.execute(store_meta.insert().values(name="schema_version", value=str(SCHEMA_VERSION)))
+        elif int(found) != SCHEMA_VERSION:
+            raise StoreError(f"catalog {self.display_url} has schema_version {found}; this Assay reads "
+                             f"{SCHEMA_VERSION}")
+        mark_seals(conn)
+        self._count_cells(conn)
+
+    def _count_cells(self, conn: sa.Connection) -> None:
         """The indexes the aggregate queries read (built once on a catalog from before them), and ``cell_counts``
         counted from the rows unless it is this version's (:mod:`assay.store.counts`)."""
         for index in ADDED_INDEXES:
-            index.create(self.engine, checkfirst=True)
-        if self.engine.dialect.name == "sqlite":
-            _planner_stats(self.engine)
-        with self.engine.begin() as conn:
-            found = conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == counts.META)).scalar()
-            if found != counts.VERSION:
-                counts.rebuild(conn)
-            else:
-                listing.fill_links(conn)  # links an older Assay made (none: a read of an empty partial index)
+            index.create(conn, checkfirst=True)
+        found = conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == counts.META)).scalar()
+        if found != counts.VERSION:
+            counts.rebuild(conn)
+        else:
+            listing.fill_links(conn)  # links an older Assay made (none: a read of an empty partial index)
 
     def rebuild_counts(self) -> None:
         """Count every cell of ``cell_counts`` anew from the rows (``assay store verify --recount``)."""
@@ -255,17 +269,29 @@ class Catalog:
 
     # -- writes (driver only) -------------------------------------------------
     @_guarded
-    @_raced
-    def save_campaign(self, name: str, spec_hash: str, spec: dict[str, Any]) -> None:
-        """Insert or update a campaign's spec and its hash."""
+    def save_campaign(self, name: str, spec_hash: str, spec: dict[str, Any]) -> str | None:
+        """Claim the name ``name`` for the spec ``spec_hash`` and save its resolved ``spec``; None when saved, else
+        the other spec's hash the name already holds (nothing is written then).
+
+        The name's primary key decides: the insert is tried first, in a transaction of its own, so of two drivers
+        claiming one new name at once exactly one inserts and the other's insert fails on the key (SQLite waits
+        for the first's commit, PostgreSQL blocks on the key until it commits); only then is the row read, and
+        updated only where it holds the same spec hash (the resolved document of an adaptive campaign changes).
+        """
         now = _now()
-        with self.engine.begin() as conn:
-            exists = conn.execute(sa.select(campaigns.c.name).where(campaigns.c.name == name)).first()
-            values = {"spec_hash": spec_hash, "spec_json": json.dumps(spec, sort_keys=True), "updated_at": now}
-            if exists:
-                conn.execute(campaigns.update().where(campaigns.c.name == name).values(**values))
-            else:
+        values = {"spec_hash": spec_hash, "spec_json": json.dumps(spec, sort_keys=True), "updated_at": now}
+        try:
+            with self.engine.begin() as conn:
                 conn.execute(campaigns.insert().values(name=name, created_at=now, **values))
+            return None
+        except sa.exc.IntegrityError:  # the name is taken: by this spec (a resume) or another
+            pass
+        with self.engine.begin() as conn:
+            same = campaigns.c.name == name, campaigns.c.spec_hash == spec_hash
+            if conn.execute(campaigns.update().where(*same).values(**values)).rowcount:
+                return None
+            held = conn.execute(sa.select(campaigns.c.spec_hash).where(campaigns.c.name == name)).scalar()
+        return str(held)
 
     @_guarded
     @_raced
@@ -275,6 +301,7 @@ class Catalog:
             new = conn.execute(sa.select(episodes.c.key).where(episodes.c.key == record.key)).first() is None
             if new:
                 conn.execute(episodes.insert().values(**_row(record)))
+                self._relink(conn, [record.key], {record.key: _facts(record)})
             self._link(conn, record.campaign, [(record.key, record.policy_name)], {record.key: _facts(record)})
         return new
 
@@ -290,12 +317,13 @@ class Catalog:
             for chunk in _chunks(keys, 500):
                 present |= set(conn.execute(sa.select(episodes.c.key).where(episodes.c.key.in_(chunk))).scalars())
             fresh = {r.key: r for r in records if r.key not in present}
+            facts = {r.key: _facts(r) for r in fresh.values()}
             if fresh:
                 insert_rows(conn, episodes, (_row(r) for r in fresh.values()))
+                self._relink(conn, list(fresh), facts)
             by_campaign: dict[str, list[tuple[str, str]]] = {}
             for r in records:
                 by_campaign.setdefault(r.campaign, []).append((r.key, r.policy_name))
-            facts = {r.key: _facts(r) for r in fresh.values()}
             for campaign, pairs in by_campaign.items():
                 self._link(conn, campaign, list(dict(pairs).items()), facts)
         return len(fresh)
@@ -306,6 +334,12 @@ class Catalog:
         """Link episodes to a campaign under the policy names it gave them."""
         with self.engine.begin() as conn:
             self._link(conn, campaign, list(keys_and_policies))
+
+    def _relink(self, conn: sa.Connection, keys: list[str], facts: dict[str, counts.Facts]) -> None:
+        """Link episodes recorded again (in this transaction) to every campaign that linked them before they were
+        forgotten (:mod:`assay.store.relinks`)."""
+        for campaign, pairs in relinks.restore(conn, keys).items():
+            self._link(conn, campaign, pairs, facts)
 
     def _link(self, conn: sa.Connection, campaign: str, pairs: list[tuple[str, str]],
               facts: dict[str, counts.Facts] | None = None) -> None:
@@ -397,8 +431,9 @@ class Catalog:
 
     @_guarded
     def forget(self, keys: Iterable[str]) -> int:
-        """Delete episodes (rows, every campaign's link, their prune marks, the rows of every registered table)
-        so they can be re-run, in one transaction: all of it goes, or none.
+        """Delete episodes (rows, every campaign's link, their prune marks and verdicts, the rows of every registered
+        table) so they can be re-run, in one transaction: all of it goes, or none. Each link is remembered
+        (:mod:`assay.store.relinks`): the episode's next row links it to every campaign again.
 
         Used when an episode's step file is missing or corrupted: such an episode must
         never be scored. Returns how many episode rows were deleted. Higher layers'
@@ -413,23 +448,25 @@ class Catalog:
             cells = counts.cells_of(conn, keys)
             extra = [sa.table(name, sa.column("key")) for name in _registered(conn)
                      if sa.inspect(conn).has_table(name)]
+            relinks.remember(conn, keys)  # every campaign's link comes back with the episode's next row
             for chunk in _chunks(keys, 500):
                 for table in extra:
                     conn.execute(table.delete().where(table.c.key.in_(chunk)))
                 conn.execute(campaign_episodes.delete().where(campaign_episodes.c.key.in_(chunk)))
                 conn.execute(pruned_episodes.delete().where(pruned_episodes.c.key.in_(chunk)))
+                conn.execute(failed_checks.delete().where(failed_checks.c.key.in_(chunk)))
                 deleted += conn.execute(episodes.delete().where(episodes.c.key.in_(chunk))).rowcount
             counts.recount(conn, cells)  # from the rows that remain, not from what the deleted rows say now
         return deleted
 
     @_guarded
     def set_meta(self, name: str, value: str) -> None:
-        """Set a ``store_meta`` value."""
-        with self.engine.begin() as conn:
-            if conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name == name)).first():
-                conn.execute(store_meta.update().where(store_meta.c.name == name).values(value=value))
-            else:
-                conn.execute(store_meta.insert().values(name=name, value=value))
+        """Set a ``store_meta`` value (an update, else an insert; an insert another driver won becomes an update)."""
+        for attempt in Retrying(stop=stop_after_attempt(2), retry=retry_if_exception_type(sa.exc.IntegrityError),
+                                reraise=True):
+            with attempt, self.engine.begin() as conn:
+                if not conn.execute(store_meta.update().where(store_meta.c.name == name).values(value=value)).rowcount:
+                    conn.execute(store_meta.insert().values(name=name, value=value))
 
     # -- reads ----------------------------------------------------------------
     @_guarded
@@ -667,19 +704,14 @@ def _planner_stats(engine: sa.Engine) -> None:
         engine.dispose()  # connections load statistics when they open
 
 
-def _add_columns(engine: sa.Engine) -> None:
+def _add_columns(conn: sa.Connection) -> None:
     for name, columns in ADDED_COLUMNS.items():
-        present = {c["name"] for c in sa.inspect(engine).get_columns(name)}
+        present = {c["name"] for c in sa.inspect(conn).get_columns(name)}
         for column in columns:
             if column in present:
                 continue
-            kind = metadata.tables[name].c[column].type.compile(dialect=engine.dialect)
-            try:
-                with engine.begin() as conn:
-                    conn.exec_driver_sql(f"ALTER TABLE {name} ADD COLUMN {column} {kind}")
-            except (sa.exc.OperationalError, sa.exc.ProgrammingError):  # another process added it first
-                if column not in {c["name"] for c in sa.inspect(engine).get_columns(name)}:
-                    raise
+            kind = metadata.tables[name].c[column].type.compile(dialect=conn.dialect)
+            conn.exec_driver_sql(f"ALTER TABLE {name} ADD COLUMN {column} {kind}")  # a race: retried whole
 
 
 # store_meta rows naming higher layers' tables that forget() clears (Catalog.register_forgotten).

@@ -37,6 +37,8 @@ STEP_FEATURES: tuple[Feature, ...] = (
     Feature("step", "int32", True, "the step's index t, from 0"),
     Feature("t", "float64", True, "the step's time in seconds, t / control_hz"),
     Feature("observation.state", "float64[n]", True, "the state the policy acted on"),
+    Feature("observation.environment_state", "float64[n]", False, "the scene's low-dimensional state where the "
+            "backend gives one (LIBERO: each goal object's and target's position)"),
     Feature("action", "float64[n]", True, "the action executed at the step"),
     Feature("reward", "float64", True, "the reward the step returned"),
     Feature("success", "bool", True, "the task's success flag after the step"),

@@ -11,7 +11,10 @@ store is first created), kept in three places:
   catalog cannot both win;
 * ``STORE/store.json`` (``store_id``), beside the catalog URL it already names;
 * a marker ``.assay-store.json`` at the top of the data root (the store directory
-  itself by default), written through the data root (a directory or an fsspec URL).
+  itself by default), written through the data root (a directory or an fsspec URL) by an exclusive
+  create (``DataRoot.create``: a hard link that fails when the name exists, or an object store's
+  conditional write), so of two stores opened on one new data root at once exactly one marks it and
+  the other is refused.
 
 Opening a store compares them and refuses, in one line, a store directory whose ID
 is not its catalog's (a second store on one catalog) and a data root whose marker
@@ -115,9 +118,12 @@ def check_data_root(data_root: Root, store_id: str | None, root: Path, create: b
         return
     marker = read_marker(data_root)
     if marker is None:
-        if create:
-            _mark(data_root, store_id, root)
-        return
+        if not create or _claim(data_root, store_id, root):
+            return
+        marker = read_marker(data_root)  # another store created it between our read and our create: judge it
+        if marker is None:
+            raise StoreError(f"the data root {open_root(data_root).where(MARKER)} appeared and vanished while "
+                             "this store claimed it; open the store again")
     where = open_root(data_root).where("").rstrip("/")
     if marker.get("store_id") != store_id:
         raise StoreError(f"the data root {where} belongs to the store at {marker.get('store', '?')} (id "
@@ -134,9 +140,19 @@ def check_data_root(data_root: Root, store_id: str | None, root: Path, create: b
         _mark(data_root, store_id, root)  # the store moved, or is a copy whose data root is its own directory
 
 
+def _marker(store_id: str, root: Path) -> bytes:
+    return json.dumps({"store_id": store_id, "store": str(root)}, indent=2, sort_keys=True).encode()
+
+
+def _claim(data_root: Root, store_id: str, root: Path) -> bool:
+    """Create the marker of an unmarked data root, exclusively: of two stores opened on it at once exactly one
+    creates it (True); the other finds the winner's marker (False) and is judged by it."""
+    return open_root(data_root).create(MARKER, _marker(store_id, root))
+
+
 def _mark(data_root: Root, store_id: str, root: Path) -> None:
-    document = {"store_id": store_id, "store": str(root)}
-    open_root(data_root).write(MARKER, json.dumps(document, indent=2, sort_keys=True).encode())
+    """Rewrite the marker of a data root already this store's (the store moved)."""
+    open_root(data_root).write(MARKER, _marker(store_id, root))
 
 
 def _copy_elsewhere(named: Path, root: Path, store_id: str, catalog: str) -> bool:

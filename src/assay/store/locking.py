@@ -76,6 +76,23 @@ def _holder(path: Path) -> str:
     return f"pid {text}" if text.isdigit() else "another process"
 
 
+def held_elsewhere(root: Path | str) -> str | None:
+    """Who holds the run lock of ``root`` now (``campaign runs in progress``, ``pid N``), or None when nobody does;
+    a probe that takes the lock for no longer than it asks (a dry run's warning, never a decision)."""
+    path = Path(root).expanduser().resolve() / LOCK_NAME
+    try:
+        probe = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file: never held
+        return None
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return _holder(path)
+    finally:
+        os.close(probe)  # drops the probe's lock, if it got one
+    return None
+
+
 def _lock(path: Path) -> FileLock:
     with _guard:
         if path not in _locks:

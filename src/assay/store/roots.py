@@ -12,6 +12,7 @@ then renamed; on an object store (no rename) the single PUT is the atomic step.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import socket
@@ -60,6 +61,11 @@ class DataRoot(Protocol):
 
     def sha256(self, relpath: str) -> str:
         """The file's sha256; FileNotFoundError when missing, OSError when unreadable."""
+
+    def create(self, relpath: str, data: bytes) -> bool:
+        """Write ``data`` at ``relpath`` only if no file is there, deciding in one step (an exclusive create, never a
+        check and then a write): True when this call created it, False when a file was there (StoreError when it
+        cannot write)."""
 
     def where(self, relpath: str) -> str:
         """How messages name the file."""
@@ -125,6 +131,28 @@ class LocalRoot:
     def read(self, relpath: str) -> bytes:
         """The bytes at ``relpath``."""
         return (self.path / relpath).read_bytes()
+
+    def create(self, relpath: str, data: bytes) -> bool:
+        """Write ``data`` at ``relpath`` unless a file is there: a complete temporary, then a hard link to the name,
+        which the kernel refuses when the name exists (so a reader never sees a half-written file)."""
+        final = self.path / relpath
+        tmp = final.with_name(f"{final.name}{tmp_suffix()}")
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):  # no hard links here: O_EXCL
+                    raise
+                return _create_exclusive(final, data)
+            return True
+        except OSError as exc:
+            raise WriteError(str(final), str(exc.strerror or exc)) from None
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def sha256(self, relpath: str) -> str:
         """The SHA-256 of the file at ``relpath``, read in chunks."""
@@ -209,6 +237,22 @@ class FsspecRoot:
         data: bytes = self.fs.cat_file(f"{self.base}/{relpath}")
         return data
 
+    def create(self, relpath: str, data: bytes) -> bool:
+        """Write ``data`` at ``relpath`` unless a file is there: on a local filesystem as :class:`LocalRoot` does,
+        elsewhere by fsspec's ``pipe_file(mode="create")`` (an object store's conditional write where its fsspec
+        implementation has one, e.g. S3's ``If-None-Match``)."""
+        if self.renames:
+            return LocalRoot(Path(self.base)).create(relpath, data)
+        final = f"{self.base}/{relpath}"
+        try:
+            self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.pipe_file(final, data, mode="create")
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise WriteError(f"{self.url}/{relpath}", str(exc)) from None
+        return True
+
     def sha256(self, relpath: str) -> str:
         """The SHA-256 of the file at ``relpath``."""
         return hashlib.sha256(self.read(relpath)).hexdigest()
@@ -266,6 +310,17 @@ class FsspecRoot:
         """Delete the file at ``relpath`` if there is one."""
         if self.fs.exists(f"{self.base}/{relpath}"):
             self.fs.rm_file(f"{self.base}/{relpath}")
+
+
+def _create_exclusive(final: Path, data: bytes) -> bool:
+    """``O_CREAT | O_EXCL`` where hard links are not supported: exclusive, though a reader may see it half written."""
+    try:
+        fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    return True
 
 
 def open_root(root: Root) -> DataRoot:

@@ -1,6 +1,8 @@
 """The catalog's tables (SQLAlchemy Core), in one place: the episodes, campaigns and their links, the store's
 own facts, the per-cell counts kept beside them (``cell_counts``, :mod:`assay.store.counts`), the episodes
-whose files were pruned (``pruned_episodes``, :mod:`assay.store.retention`) and the drivers' job leases
+whose files were pruned (``pruned_episodes``, :mod:`assay.store.retention`), the links of forgotten episodes
+waiting for their rerun (``forgotten_links``, :mod:`assay.store.relinks`), what the last ``store verify`` found
+wrong (``failed_checks``, :mod:`assay.store.checks`) and the drivers' job leases
 (``job_claims``, :mod:`assay.store.claims`).
 
 Columns of ``episodes`` are derived from ``EpisodeRecord``'s fields (``assay.store.catalog``); a test keeps
@@ -180,6 +182,26 @@ pruned_episodes = sa.Table(
     sa.Column("data_sha256", sa.String(64), nullable=True),
     sa.Column("data_bytes", sa.BigInteger, nullable=True),
     sa.Column("pruned_at", sa.String(40), nullable=False),
+)
+
+# The links of forgotten episodes (:mod:`assay.store.relinks`): a repair forgets an episode every campaign that
+# linked it loses, and re-runs it for one of them; the new row brings every link here back, in its own transaction.
+forgotten_links = sa.Table(
+    "forgotten_links",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("campaign", sa.String(200), primary_key=True),
+    sa.Column("policy_name", sa.String(200), nullable=False),
+)
+
+# What the last ``assay store verify`` found wrong (:mod:`assay.store.checks`): replaced by each verify, an entry
+# deleted when its episode is forgotten (a repair). A campaign linking one has its results refused.
+failed_checks = sa.Table(
+    "failed_checks",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("problem", sa.Text, nullable=False),
+    sa.Column("found_at", sa.String(40), nullable=False),
 )
 
 # Nullable columns added to existing tables after catalogs were first made: an older catalog gets them on

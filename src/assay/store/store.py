@@ -37,17 +37,18 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from assay.errors import StoreError
+from assay.errors import SpecError, StoreError
 from assay.store.catalog import CampaignRow, Catalog, IntegrityRow, ResumeRow
+from assay.store.checks import FileCheck, check_files, failed, record_verdicts, require_seals
 from assay.store.episodes import (
     Root,
     is_url,
@@ -56,12 +57,13 @@ from assay.store.episodes import (
     write_blob,
 )
 from assay.store.identity import DEFAULT_CATALOG, check_catalog, check_data_root, follow_move
-from assay.store.locking import refuse_a_file, run_lock
+from assay.store.locking import held_elsewhere, refuse_a_file, run_lock
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.retention import PrunePlan, orphan_packs, plan_prune, prune, pruned
 from assay.store.roots import DataRoot, local_path, open_root
 from assay.store.schema import episodes
-from assay.store.validation import Opened, Summary, file_check, table_problem
+from assay.store.summaries import TaskLookup
+from assay.store.validation import Summary, table_problem
 
 
 def public_catalog_url(url: str | None) -> str:
@@ -99,23 +101,7 @@ class ResumePlan:
 
 
 VERIFY_CHUNK = 5000  # keys whose rows a file check reads at a time
-
-
-@dataclass
-class FileCheck:
-    """What :meth:`Store.check_files` found: the untrusted episodes (key -> why) and a tally of the rest.
-
-    ``files`` rows name a step file, ``file_problems`` of those failed; ``pruned`` rows had theirs deleted by
-    ``assay store prune``; ``without_steps`` are errors before the first step (no file to have);
-    ``unsealed`` files were written before seals existed (their summary is not checked).
-    """
-
-    problems: dict[str, str] = field(default_factory=dict)
-    files: int = 0
-    file_problems: int = 0
-    pruned: int = 0
-    without_steps: int = 0
-    unsealed: set[str] = field(default_factory=set)
+_R = TypeVar("_R")
 
 
 def summary_of(record: EpisodeRecord) -> Summary:
@@ -225,12 +211,18 @@ class Store:
         return self.root / "campaigns" / name
 
     def save_resolved_campaign(self, name: str, spec_hash: str, resolved: dict[str, Any]) -> Path:
-        """Write the resolved campaign beside its results (atomically) and into the catalog."""
+        """Claim the campaign's name in the catalog for this spec, then write the resolved campaign beside its
+        results (atomically). SpecError, before anything is written, when the name holds another spec: of two
+        campaigns of one name started at once, the catalog's key on the name lets exactly one through."""
+        held = self.catalog.save_campaign(name, spec_hash, resolved)
+        if held is not None:
+            raise SpecError(f"campaign {name!r} already exists in {self.root} with a different spec (spec hash "
+                            f"{held[:12]}, this one {spec_hash[:12]}); give the changed campaign a new name "
+                            "(episodes it shares with the old one are reused, not rerun)")
         directory = self.campaign_dir(name)
         directory.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"schema_version": SCHEMA_VERSION, **resolved}, indent=2, sort_keys=True)
         write_blob(self.root, f"campaigns/{name}/campaign.json", text.encode())  # no temporary left on a full disk
-        self.catalog.save_campaign(name, spec_hash, resolved)
         return directory / "campaign.json"
 
     def clean_temporaries(self) -> int:
@@ -251,58 +243,51 @@ class Store:
             with run_lock(local, on_wait, shared=shared) if local is not None else contextlib.nullcontext():
                 yield
 
-    def damaged(self, keys: Iterable[str], unsealed: set[str] | None = None) -> dict[str, str]:
-        """Episodes among ``keys`` whose catalog row does not decode, or whose step file cannot be
-        trusted: key -> why (missing, checksum, ``schema_version``, episode key, required columns,
-        rows vs the catalog's steps, the file's seal vs the row's summary): every file is read and hashed.
+    def damaged(self, keys: Iterable[str], unsealed: set[str] | None = None,
+                lookup: TaskLookup | None = None) -> dict[str, str]:
+        """Episodes among ``keys`` whose catalog row does not decode, or whose step data cannot be trusted: key ->
+        why (missing, no checksum or another, ``schema_version``, episode key, required columns, rows vs the
+        catalog's steps, the file's seal vs the row's summary, a file without a seal in a sealed store, the summary
+        recomputed from the steps vs the row's): every file is read and hashed (:mod:`assay.store.checks`).
         ``assay store verify`` reports them; ``assay run --verify-files`` forgets and re-runs them.
 
         A row without a step file is damaged unless it may have none: an ``error`` before the first step
         (0 steps) or an episode whose files ``assay store prune`` deleted (:mod:`assay.store.retention`).
-        ``unsealed``, when given, receives the keys of readable files written before seals existed.
+        ``unsealed``, when given, receives the keys of readable files of a legacy store written before seals.
+        ``lookup`` finds a task no campaign of the store names (its horizon and success mode judge the outcome).
         """
-        check = self.check_files(keys)
+        check = self.check_files(keys, lookup)
         if unsealed is not None:
             unsealed |= check.unsealed
         return check.problems
 
-    def check_files(self, keys: Iterable[str]) -> FileCheck:
+    def check_files(self, keys: Iterable[str], lookup: TaskLookup | None = None) -> FileCheck:
         """What :meth:`damaged` finds, with the tally ``assay store verify`` prints; reads the catalog a chunk
         of keys at a time, so a million episodes are never held as rows."""
-        check = FileCheck()
-        keys = list(keys)
-        for start in range(0, len(keys), VERIFY_CHUNK):
-            self._check_chunk(keys[start:start + VERIFY_CHUNK], check)
-        return check
+        return self._guard("checking step files",
+                           lambda: check_files(self.catalog, self.data_root, list(keys), lookup, VERIFY_CHUNK))
 
-    def _check_chunk(self, keys: list[str], check: FileCheck) -> None:
-        opened: dict[tuple[str, str | None], Opened] = {}  # each pack read and hashed once for its episodes
-        found = {key: f"catalog row cannot be read ({why})" for key, why in self.catalog.undecodable(keys).items()}
-        summaries = self.catalog.summaries(keys)
-        rows = self.catalog.integrity(keys)
-        marks = pruned(self.catalog, [key for key, row in rows.items() if row.data_path is None])
-        for key, row in rows.items():
-            if key in found:
-                continue
-            summary = summaries[key]
-            if row.data_path is None:
-                if key in marks:
-                    check.pruned += 1
-                elif summary.outcome == Outcome.ERROR.value and summary.steps == 0:
-                    check.without_steps += 1
-                else:
-                    found[key] = (f"no step file, yet the row records {summary.outcome} after {summary.steps} steps "
-                                  "(only an error before the first step, or a pruned episode, has none)")
-                continue
-            check.files += 1
-            problem, sealed = file_check(self.data_root, row.data_path, row.data_sha256, key, summary.steps, summary,
-                                         opened)
-            if not sealed and problem is None:
-                check.unsealed.add(key)
-            if problem is not None:
-                found[key] = problem
-                check.file_problems += 1
-        check.problems.update(found)
+    def record_verdicts(self, problems: dict[str, str]) -> None:
+        """Keep what ``assay store verify`` found (key -> why) until each episode is repaired (forgotten and
+        re-run): results of a campaign linking one are refused meanwhile, and a resume re-runs them."""
+        self._guard("recording the verdict", lambda: record_verdicts(self.catalog, problems))
+
+    def failed_checks(self, keys: Iterable[str] | None = None, campaign: str | None = None) -> dict[str, str]:
+        """The episodes the last ``assay store verify`` found wrong and no repair has re-run since: key -> why
+        (among ``keys``, or linked to ``campaign``, or all)."""
+        return self._guard("reading the verdict", lambda: failed(self.catalog, keys, campaign))
+
+    def require_seals(self) -> None:
+        """Make a legacy store sealed: every step file must carry a seal from now on (never undone)."""
+        require_seals(self.catalog)
+
+    def _guard(self, what: str, call: Callable[[], _R]) -> _R:
+        try:
+            return call()
+        except SQLAlchemyError as exc:
+            detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            raise StoreError(f"catalog {self.catalog.display_url}: {what} failed: {type(exc).__name__}: "
+                             f"{detail}") from None
 
     def recorded_keys(self) -> list[str]:
         """Every episode key the catalog holds, sorted (what ``assay store verify`` checks)."""
@@ -321,10 +306,11 @@ class Store:
         ``error``. By default that is decided without reading any step file: the row must be sound as the
         catalog sees it (:meth:`Catalog.resume_rows`) and its file must exist with the size the row records
         (:meth:`untrusted`; a row from before sizes were recorded: exist). ``verify`` reads and checks every
-        file as ``assay store verify`` does (:meth:`damaged`: checksum, schema, key, columns, rows, seal).
+        file as ``assay store verify`` does (:meth:`damaged`: checksum, schema, key, columns, rows, seal, summary).
+        An episode the last ``assay store verify`` found wrong (:meth:`failed_checks`) is re-run either way.
         """
         rows = self.catalog.resume_rows(keys)
-        damaged = set(self.damaged(rows) if verify else self.untrusted(rows))
+        damaged = set(self.damaged(rows) if verify else self.untrusted(rows)) | set(self.failed_checks(rows))
         errored = {key for key, row in rows.items() if row.outcome == Outcome.ERROR.value} - damaged \
             if retry_errors else set()
         return ResumePlan(frozenset(set(rows) - damaged - errored), frozenset(damaged), frozenset(errored))
@@ -371,6 +357,17 @@ class Store:
             for path, _ in found:
                 self.files.delete(path)
             return found
+
+    def run_in_progress(self) -> str | None:
+        """Who is running on this store now (the holder of its run lock or of its data root's, or the drivers of its
+        live job leases), or None: what a dry run of ``store prune --orphans`` warns of, since a run's packs in
+        flight are named by no row until it records them."""
+        for directory in (self.root, local_path(self.data_root)):
+            holder = held_elsewhere(directory) if directory is not None else None
+            if holder is not None:
+                return holder
+        live = self.live_leases()
+        return f"drivers holding {len(live)} job leases" if live else None
 
     def live_leases(self, now: float | None = None) -> list[float]:
         """When each unexpired job lease on this store ends (a run is going on while there are any)."""
@@ -434,6 +431,9 @@ class Store:
     def steps(self, record: EpisodeRecord, verify: bool = True, check_seal: bool = True) -> pa.Table:
         """The per-step table of an episode, checked against its catalog row (checksum, key, columns, rows and,
         unless ``check_seal`` is False, the summary sealed in the file); ``verify=False`` checks nothing."""
+        if record.data_path is not None and record.data_sha256 is None and verify:
+            raise StoreError(f"episode file {record.data_path} does not match its catalog row: no checksum in the "
+                             "row (`assay run --verify-files` re-runs it; `assay store verify` lists every such file)")
         if record.data_path is None:
             mark = pruned(self.catalog, [record.key]).get(record.key)
             if mark is not None:

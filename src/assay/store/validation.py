@@ -25,11 +25,14 @@ from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import sqlalchemy as sa
 
 from assay.errors import StoreError
 from assay.store.features import FORMAT_KEY, REQUIRED_COLUMNS, STEP_FORMAT
-from assay.store.packs import PACK_DIR, locate
+from assay.store.packs import PACK_DIR, locate, pack_index
 from assay.store.roots import Root, open_root
+from assay.store.schema import episodes, store_meta
+from assay.store.summaries import FACT_COLUMNS, StepFacts, step_facts
 
 
 class Summary(NamedTuple):
@@ -41,7 +44,19 @@ class Summary(NamedTuple):
     success_step: int | None
 
 
-SEALED = Summary._fields  # the metadata names of the seal, one per summary field
+SEAL_FIELDS = Summary._fields  # the metadata names of the seal, one per summary field
+SEAL_META = "seal_version"  # store_meta: whether every step file of the store is sealed (assay.store.checks)
+SEALED, LEGACY = "1", "0"  # every step file sealed; a legacy store, which may hold files from before seals
+
+
+def mark_seals(conn: sa.Connection) -> None:
+    """Write the store's seal version once, when its catalog is created or first opened by an Assay that keeps it:
+    sealed for a catalog whose rows name no step file, legacy for one whose rows do (they were written before the
+    marker, maybe before seals). Never changed here."""
+    if conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == SEAL_META)).first() is not None:
+        return
+    with_files = conn.execute(sa.select(episodes.c.key).where(episodes.c.data_path.is_not(None)).limit(1)).first()
+    conn.execute(store_meta.insert().values(name=SEAL_META, value=LEGACY if with_files else SEALED))
 
 
 def seal(summary: Summary) -> dict[str, str]:
@@ -56,12 +71,12 @@ def _same(a: float, b: float) -> bool:
 
 def seal_problem(meta: dict[bytes, bytes], summary: Summary) -> str | None:
     """Which sealed field of the file's metadata the catalog row contradicts, or None (also for an unsealed file)."""
-    text = {name: meta.get(name.encode()) for name in SEALED}
+    text = {name: meta.get(name.encode()) for name in SEAL_FIELDS}
     if any(value is None for value in text.values()):
         return None
     found = {name: value.decode("utf-8", "replace") for name, value in text.items() if value is not None}
     given = seal(summary)
-    for name in SEALED:
+    for name in SEAL_FIELDS:
         if name == "total_return":
             try:
                 equal = _same(float(found[name]), float(summary.total_return))
@@ -78,7 +93,7 @@ def seal_problem(meta: dict[bytes, bytes], summary: Summary) -> str | None:
 def is_sealed(schema: pa.Schema) -> bool:
     """Whether the step file carries a seal (files written before seals existed do not)."""
     meta = schema.metadata or {}
-    return all(name.encode() in meta for name in SEALED)
+    return all(name.encode() in meta for name in SEAL_FIELDS)
 
 
 def table_problem(schema: pa.Schema, rows: int, key: str, steps: int, summary: Summary | None = None) -> str | None:
@@ -100,13 +115,32 @@ def table_problem(schema: pa.Schema, rows: int, key: str, steps: int, summary: S
 
 def file_problem(root: Root, relpath: str, sha256: str | None, key: str, steps: int,
                  summary: Summary | None = None) -> str | None:
-    """Why the episode file cannot be trusted (missing, checksum, schema, key, columns, rows, seal), or None."""
-    return file_check(root, relpath, sha256, key, steps, summary)[0]
+    """Why the episode file cannot be trusted (missing, no checksum or another, schema, key, columns, rows, seal),
+    or None."""
+    return file_check(root, relpath, sha256, key, steps, summary).problem
 
 
-# A step file as read and hashed once: the problem of the file as a whole, else its schema and footer (not its
-# bytes: a cache holds this).
-Opened = tuple[str, None] | tuple[None, tuple[pa.Schema, pq.FileMetaData]]
+class Footer(NamedTuple):
+    """A step file as read and hashed once (not its bytes: a cache holds this): its schema, its Parquet footer, and
+    what its steps say of each episode's summary (:mod:`assay.store.summaries`), by row group (None: the file is
+    the episode's own); a missing entry, or None, where the columns to recompute it from are not there."""
+
+    schema: pa.Schema
+    metadata: pq.FileMetaData
+    facts: dict[int | None, StepFacts | None]
+
+
+# A step file as read and hashed once: the problem of the file as a whole, else its footer.
+Opened = tuple[str, None] | tuple[None, Footer]
+
+
+class Checked(NamedTuple):
+    """What :func:`file_check` found of one episode's step data: why it cannot be trusted (or None), whether it
+    carries a seal (False also when it cannot be read), and what its steps say (None when unread)."""
+
+    problem: str | None
+    sealed: bool
+    facts: StepFacts | None
 
 
 def _open(root: Root, relpath: str, sha256: str | None) -> Opened:
@@ -116,19 +150,37 @@ def _open(root: Root, relpath: str, sha256: str | None) -> Opened:
         return "missing", None
     except OSError as exc:
         return f"unreadable ({exc.strerror or exc})", None
-    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+    if sha256 is None:
+        return "no checksum in the catalog row (it names a step file, so it must record the file's SHA-256)", None
+    if hashlib.sha256(data).hexdigest() != sha256:
         return "checksum mismatch (corrupted or truncated)", None
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data))
-        return None, (parquet.schema_arrow, parquet.metadata)
+        return None, Footer(parquet.schema_arrow, parquet.metadata, _facts(parquet))
     except (pa.ArrowException, OSError) as exc:
         return f"not a readable Parquet file ({exc})", None
 
 
+def _facts(parquet: pq.ParquetFile) -> dict[int | None, StepFacts | None]:
+    """The step facts of the file (its own episode's) or of each row group (a pack's episodes); {} when a column
+    they need is missing or the index is unreadable (the other checks name why)."""
+    schema = parquet.schema_arrow  # built anew on each access
+    if not set(FACT_COLUMNS) <= set(schema.names):
+        return {}
+    columns = list(FACT_COLUMNS)  # one thread: a file of an episode is small, and threads cost more than they save
+    try:
+        if pack_index(schema.metadata) is None:
+            return {None: step_facts(parquet.read(columns=columns, use_threads=False))}
+    except StoreError:
+        return {}
+    return {group: step_facts(parquet.read_row_group(group, columns=columns, use_threads=False))
+            for group in range(parquet.metadata.num_row_groups)}
+
+
 def file_check(root: Root, relpath: str, sha256: str | None, key: str, steps: int,
                summary: Summary | None = None, cache: dict[tuple[str, str | None], Opened] | None = None,
-               ) -> tuple[str | None, bool]:
-    """:func:`file_problem`, and whether the file carries a seal (False also when it cannot be read). ``cache``
+               ) -> Checked:
+    """:func:`file_problem`, whether the file carries a seal, and what its steps say of the summary. ``cache``
     keeps each file opened (by path and checksum), so a pack checked for each of its episodes is read once."""
     opened = cache.get((relpath, sha256)) if cache is not None else None
     if opened is None:
@@ -137,9 +189,10 @@ def file_check(root: Root, relpath: str, sha256: str | None, key: str, steps: in
             cache[(relpath, sha256)] = opened
     problem, footer = opened
     if footer is None:
-        return problem, False
+        return Checked(problem, False, None)
     try:
-        found = locate(*footer, key)
+        found = locate(footer.schema, footer.metadata, key)
     except StoreError as exc:
-        return str(exc), False
-    return table_problem(found.schema, found.rows, key, steps, summary), is_sealed(found.schema)
+        return Checked(str(exc), False, None)
+    return Checked(table_problem(found.schema, found.rows, key, steps, summary), is_sealed(found.schema),
+                   footer.facts.get(found.row_group))

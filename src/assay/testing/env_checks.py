@@ -16,7 +16,7 @@ import numpy as np
 
 from assay.annotations import public_api
 from assay.errors import ConformanceError
-from assay.policies.protocol import OBSERVATION_PREFIXES, STATE
+from assay.policies.protocol import ENVIRONMENT_STATE, OBSERVATION_PREFIXES, STATE
 from assay.sim.protocol import SimEnv, Transition
 from assay.spec import TaskSpec, canonical_json
 
@@ -25,7 +25,7 @@ NO_TASK = "{env}.task is {value!r}, expected a TaskSpec"
 OBSERVATION_NOT_MAPPING = "{where}: the observation is {kind}, expected a dict of arrays"
 MISSING_KEY = "{where}: the observation has no {key!r} (keys: {keys})"
 UNDOCUMENTED_KEY = ("{where}: observation key {key!r} is not one a policy can receive "
-                    "(state, image.*, depth.*, calib.*, privileged.*)")
+                    "(state, environment_state, image.*, depth.*, calib.*, privileged.*)")
 BAD_ARRAY = "{where}: {key!r} has shape {shape} and dtype {dtype}, expected shape {expected} and dtype {dtype_expected}"
 NON_FINITE = "{where}: {key!r} contains NaN or infinity"
 NOT_A_TRANSITION = "step returned {kind}, expected a Transition"
@@ -60,7 +60,7 @@ def check_observation(observation: Any, task: TaskSpec, where: str) -> None:
         if spec.floating and not np.all(np.isfinite(value)):
             raise ConformanceError(NON_FINITE.format(where=where, key=key))
     for key in observation:
-        if key != STATE and not any(key.startswith(p) for p in OBSERVATION_PREFIXES):
+        if key not in (STATE, ENVIRONMENT_STATE) and not any(key.startswith(p) for p in OBSERVATION_PREFIXES):
             raise ConformanceError(UNDOCUMENTED_KEY.format(where=where, key=key))
 
 

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
+from scipy import stats
 
 from assay.errors import AssayError, TwinError
 from assay.metrics.budget import episode_budget
@@ -99,6 +100,8 @@ class Attribution:
     episodes_needed: int | None = None  # per policy and configuration, to detect the nominal gap (assay budget)
     budget_command: str | None = None
     flagged: dict[str, str] = field(default_factory=dict)  # named layers that close no success gap beyond noise
+    nominal_gap_p: float | None = None  # Holm-adjusted smallest Fisher exact p of nominal sim vs real per policy;
+    # None when the real side has no counts (the gap's significance is unknown)
 
     def to_dict(self) -> dict[str, object]:
         """The attribution as a JSON-ready dict."""
@@ -188,6 +191,21 @@ def _budget(gap: float, real: dict[str, float]) -> tuple[int | None, str | None]
     return n, f"assay budget --delta {delta} --baseline {baseline}"
 
 
+def nominal_gap_p(sim: Mapping[str, RateEntry], real: Mapping[str, RateEntry]) -> float | None:
+    """Whether nominal's success differs from real beyond noise: per policy, Fisher's exact test of the nominal twin's
+    counts against the real counts, two-sided; the smallest p Holm-adjusted over the policies (k · min p, at most 1).
+    None when a side has no counts (a rates-only real CSV)."""
+    values = []
+    for policy, entry in real.items():
+        other = sim.get(policy)
+        if other is None or entry.trials is None or other.trials is None or entry.successes is None \
+                or other.successes is None:
+            return None
+        table = [[other.successes, other.trials - other.successes], [entry.successes, entry.trials - entry.successes]]
+        values.append(float(stats.fisher_exact(table).pvalue))
+    return min(1.0, len(values) * min(values)) if values else None
+
+
 def unclosed(result: Attribution, named_by: Mapping[str, Sequence[str]]) -> dict[str, str]:
     """The named layers (by any evidence) whose calibrated layer closes none of the success gap beyond noise,
     and why.
@@ -197,12 +215,16 @@ def unclosed(result: Attribution, named_by: Mapping[str, Sequence[str]]) -> dict
     samples (its closure, or the lower bound of its closure's interval, ≤ 0) while nominal's success differs
     from real. A wrong fit of the right layer looks like that (pick-place, gain 0.6 + damping 5, fitted with
     a spurious friction at 9x the tolerance: both layers named, 0 % of the success gap closed). Nothing is
-    flagged when the nominal success gap is 0 (nothing to close).
+    flagged unless the nominal success gap is **significant** (``nominal_gap_p`` below 1 − LEVEL: Fisher's exact
+    test per policy, Holm-adjusted): a gap within noise (an exact latency fit with nominal 9 of 10 against real
+    10 of 10, p = 1) leaves nothing a calibration could be seen to close, and neither does an unknown one.
     """
     nominal = next(c.gap for c in result.configs if c.label == "nominal")
     calibrated = next(c.gap for c in result.configs if c.label == "calibrated")
     layers = {x.layer: x for x in result.layers}
-    out = {}
+    out: dict[str, str] = {}
+    if result.nominal_gap_p is None or result.nominal_gap_p >= 1 - LEVEL:
+        return out
     for layer in dict.fromkeys(name for names in named_by.values() for name in names):
         share = layers[layer]
         low, high = share.closure_interval
@@ -210,7 +232,8 @@ def unclosed(result: Attribution, named_by: Mapping[str, Sequence[str]]) -> dict
             who = ", ".join(sorted(k if k == "success" else f"{k}s" for k, v in named_by.items() if layer in v))
             out[layer] = (f"named by the {who} but its calibration closes none of the success gap beyond noise "
                           f"(nominal {nominal:.3f} -> calibrated {calibrated:.3f}; its closure {share.closure:+.3f} "
-                          f"[{low:+.3f}, {high:+.3f}], lower bound <= 0): the fit may be wrong")
+                          f"[{low:+.3f}, {high:+.3f}], lower bound <= 0; the nominal gap is significant, "
+                          f"p = {result.nominal_gap_p:.3g}): the fit may be wrong")
     return out
 
 
@@ -282,7 +305,8 @@ def attribute(nominal: Twin, calibrated: Twin, real: Sequence[RateEntry], settin
     named = tuple(x.layer for x in layers if x.named)
     unexplained = float(point["unexplained"][0]) if by_label["nominal"].gap > 0 else None
     needed, command = _budget(by_label["nominal"].gap, real_rates)
+    nominal_counts = {e.policy: e for e in results[nominal.version]}
     result = Attribution(nominal.task, campaign, policies, real_rates, tuple(scores), tuple(layers), total, None,
                          named, unexplained, _interval(boot["unexplained"]) if unexplained is not None else None,
-                         resamples, needed, command)
+                         resamples, needed, command, nominal_gap_p=nominal_gap_p(nominal_counts, cells))
     return with_flags(result, {"success": named})

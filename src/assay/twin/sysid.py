@@ -12,16 +12,17 @@ it (:class:`Coordinate`): multiplicative scales with a positive lower bound
 (``control.gain``, ``object.mass``, ``friction``) in log space; factors whose range
 starts at 0 (``joint.damping``, ``action.noise``) in linear space (a log of 0 is
 undefined); integer factors (``control.latency``, ``control.frame_skip``) by a
-profile over every value in their range. The search alternates profiles (every
-integer value; 9 points across a continuous factor's range) and bounded Powell
-runs (derivative-free: a replay has no gradient) over the continuous factors from
-the best point so far and from ``restarts`` seeded random starts, until a round
-improves nothing; the first round screens one factor at a time from the start twin
-and keeps the best single change. Among fits consistent with the data (within the measurement
-tolerance), the one that moves the fewest factors from the start twin is kept: each
-moved factor is put back and the others re-fitted. :mod:`assay.twin.identifiability`
-then gives each fitted value an interval and names the parameters the trajectories
-cannot tell apart.
+profile over every value in their range. The search (:mod:`assay.twin.search`) **screens** each factor
+alone from the start twin (a coarse grid, then a bounded 1-D refinement between grid points), **refines
+the factors it found** together (coordinate steps and a Powell run over them), **multi-starts** from the
+best single-factor fits, and re-screens the factors left out when the fit is still above the tolerance.
+It stops at the tolerance (``status`` converged), or reports that it **stalled at a local optimum**
+(the residual stopped improving: the competing optima and their residuals are listed, and more replays
+will not help) or that it **ran out of replays while still improving** (then, and only then, a larger
+``max_evaluations`` is the advice). Among fits consistent with the data (within the measurement
+tolerance), the one that moves the fewest factors from the start twin is kept. :mod:`assay.twin.identifiability`
+then gives each fitted value its profile interval (linearised at the fit: the other factors re-fitted)
+and names the parameters the trajectories cannot tell apart.
 
 The search is long work (up to :data:`DEFAULT_MAX_EVALUATIONS` replays): it is announced to the
 run observers (:func:`assay.run.observers.advanced`: replays done of the stated maximum), so
@@ -38,17 +39,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.stats import pearsonr
 
 from assay.errors import TwinError
 from assay.run.observers import advanced
 from assay.sim import FACTORS, make_env, perturbed
 from assay.sim.factors import not_applicable
-from assay.spec import TaskSpec, derive_seed
+from assay.spec import TaskSpec
 from assay.store import EpisodeRecord, Store
 from assay.twin.config import Layer, Twin, layer_of
 from assay.twin.identifiability import intervals
+from assay.twin.search import PRUNE_EVALUATIONS, Optimum, Search, find, prune
 
 # Every factor of the control and dynamics layers, integer and noise factors included.
 DEFAULT_PARAMETERS = ("control.gain", "control.latency", "control.frame_skip", "action.noise",
@@ -56,14 +57,10 @@ DEFAULT_PARAMETERS = ("control.gain", "control.latency", "control.frame_skip", "
 # Hand position (0:3) and object position (4:7) of a Meta-World state: what a real cell measures.
 DEFAULT_DIMS = (0, 1, 2, 4, 5, 6)
 COARSE_POINTS = 9  # the coarse profile of a continuous factor before the local search
-PRUNE_EVALUATIONS = 25  # the re-fit after putting one factor back at its start value
 # The measurement accuracy (metres RMS) every command and doc defaults to: within it a replay matches the data.
 DEFAULT_TOLERANCE = 0.0005
-# The stated maximum of the search (replays): it stops earlier once the fit is within the tolerance and a round
-# improves nothing; 240 left a two-factor reality (pick-place gain 0.6 + damping 5) at 9x the tolerance; 800 fits
-# it on 80-step episodes, not on 100-step ones (1.2x, warned: docs/TWIN.md, set c).
+# The stated maximum of the search (replays): it stops earlier at the tolerance or at a local optimum (docs/TWIN.md).
 DEFAULT_MAX_EVALUATIONS = 800
-MAX_ROUNDS = 60
 CONDITIONAL = ("conditional on convergence: the values whose replay stays within the tolerance of the fit, which "
                "say where the truth is only if the fit itself reached the tolerance")
 
@@ -274,107 +271,14 @@ class SysIdResult:
     converged: bool = True  # the fit's residual reached the tolerance
     max_evaluations: int = 0  # the stated maximum of the search
     intervals_are: str = CONDITIONAL  # what the intervals mean
+    status: str = "converged"  # converged | stalled (a local optimum: more replays will not help) | budget
+    optima: tuple[dict[str, Any], ...] = ()  # every local optimum refined: moved factors, residual, where it began
+    screening: dict[str, dict[str, float]] = field(default_factory=dict)  # factor -> its single-factor fit
+    found: tuple[str, ...] = ()  # the factors screening (or re-screening) found and the refinement fitted
 
     def to_dict(self) -> dict[str, object]:
         """The result as a JSON-ready dict."""
         return asdict(self)
-
-
-class _Search:
-    """The cached objective over a twin's values, with the start twin's other values kept."""
-
-    def __init__(self, replay: OpenLoopReplay, start: Twin, coordinates: Sequence[Coordinate]) -> None:
-        self.replay, self.start, self.coordinates = replay, start, tuple(coordinates)
-        self.cache: dict[tuple[float | int, ...], float] = {}
-
-    def twin(self, point: dict[str, float | int]) -> Twin:
-        values = {**self.start.values(), **point}
-        values = {k: v for k, v in values.items() if v != FACTORS[k].default}  # nominal values are absent
-        layers = {layer.value: {k: v for k, v in values.items() if layer_of(k) is layer} for layer in Layer}
-        return self.start.model_copy(update={**layers, "name": f"{self.start.name}-fit"})
-
-    def rms(self, point: dict[str, float | int]) -> float:
-        key = tuple(point[c.name] for c in self.coordinates)
-        if key not in self.cache:
-            self.cache[key] = self.replay.discrepancy(self.twin(point))[0]
-        return self.cache[key]
-
-
-def _powell(search: _Search, point: dict[str, float | int], free: Sequence[Coordinate], x0: np.ndarray,
-            budget: int) -> tuple[dict[str, float | int], float]:
-    def at(x: np.ndarray) -> dict[str, float | int]:
-        return {**point, **{c.name: c.to_value(v) for c, v in zip(free, x, strict=True)}}
-
-    def objective(x: np.ndarray) -> float:
-        return search.rms(at(x))
-
-    result = minimize(objective, x0, method="Powell", bounds=[c.bounds for c in free],
-                      options={"maxfev": max(budget, 1), "xtol": 1e-3, "ftol": 1e-6})
-    best = at(result.x)
-    return best, search.rms(best)
-
-
-def _search(search: _Search, point: dict[str, float | int], max_evaluations: int, restarts: int,
-            seed: int, tolerance: float) -> dict[str, float | int]:
-    """Alternate profiles (every integer value, a coarse grid of each continuous factor) and multi-start
-    Powell over the continuous factors. Within the tolerance it stops when a round improves nothing; above
-    it, it keeps going with fresh random starts (one more each round) until the residual reaches the
-    tolerance or the maximum ``max_evaluations`` is spent (or a whole round finds no replay it had not run)."""
-    continuous = [c for c in search.coordinates if c.space != "integer"]
-    rng = np.random.default_rng(derive_seed("sysid-restarts", seed))
-    best = search.rms(point)
-    for round_index in range(MAX_ROUNDS if best > 0 else 0):  # rounds (none when the start replays exactly)
-        before, ran = best, search.replay.evaluations
-        # The first round screens one factor at a time from the start (the best single change wins: a
-        # latency is found as a latency, not as the gain that a first gain profile would settle on);
-        # later rounds are coordinate descent from the best point.
-        origin = dict(point)
-        for coordinate in search.coordinates:
-            for value in coordinate.grid():
-                if search.replay.evaluations >= max_evaluations:
-                    break
-                candidate = {**(origin if round_index == 0 else point), coordinate.name: value}
-                if search.rms(candidate) < best:
-                    point, best = candidate, search.rms(candidate)
-        if continuous and best > 0:
-            fresh = restarts + (round_index if best > tolerance else 0)  # above the tolerance: widen the search
-            starts = [np.array([c.to_search(point[c.name]) for c in continuous])]
-            starts += [np.array([rng.uniform(*c.bounds) for c in continuous]) for _ in range(fresh)]
-            for index, x0 in enumerate(starts):
-                left = max_evaluations - search.replay.evaluations
-                if left <= 0 or best == 0.0:
-                    break
-                fit, fit_rms = _powell(search, point, continuous, x0, left // (len(starts) - index) + 1)
-                if fit_rms < best:
-                    point, best = fit, fit_rms
-        if best == 0.0 or search.replay.evaluations >= max_evaluations:
-            break
-        if best >= before and (best <= tolerance or search.replay.evaluations == ran):
-            break  # within the tolerance and no better, or nothing left to try
-    return point
-
-
-def _prune(search: _Search, point: dict[str, float | int], start: dict[str, float | int], tolerance: float,
-           max_evaluations: int) -> dict[str, float | int]:
-    """Among fits consistent with the data, prefer the fewest factors moved from the start twin.
-
-    Each moved factor in turn is put back at its start value and the other continuous factors
-    re-fitted (a short Powell run); the simpler point is kept when its replay is within the
-    tolerance of the best (a mass that mimics a friction change is the usual case)."""
-    best = search.rms(point)
-    for coordinate in search.coordinates:
-        if point[coordinate.name] == start[coordinate.name] or search.replay.evaluations >= max_evaluations:
-            continue
-        trial = {**point, coordinate.name: start[coordinate.name]}
-        free = [c for c in search.coordinates if c.space != "integer" and c.name != coordinate.name]
-        rms = search.rms(trial)
-        if free and rms > best:
-            left = max(max_evaluations - search.replay.evaluations, 1)
-            x0 = np.array([c.to_search(trial[c.name]) for c in free])
-            trial, rms = _powell(search, trial, free, x0, min(left, PRUNE_EVALUATIONS))
-        if rms <= best or rms ** 2 <= best ** 2 + tolerance ** 2:
-            point, best = trial, rms
-    return point
 
 
 def identify(task: TaskSpec, trajectories: Sequence[Trajectory], start: Twin,
@@ -384,53 +288,82 @@ def identify(task: TaskSpec, trajectories: Sequence[Trajectory], start: Twin,
     """Fit ``parameters`` of ``start`` (other values kept; None: :func:`default_parameters` of the task) to
     the trajectories; see the module docstring.
 
-    ``tolerance`` (metres RMS) is the measurement accuracy: the search runs until the residual reaches it
-    or ``max_evaluations`` replays are spent, and warns when it ends above it (``converged`` False). The
-    intervals hold the values whose replays stay within it of the best fit
-    (:func:`assay.twin.identifiability.intervals`): conditional on convergence.
+    ``tolerance`` (metres RMS) is the measurement accuracy: the search runs until the residual reaches it, a
+    local optimum stops it, or ``max_evaluations`` replays are spent, and warns when it ends above it
+    (``converged`` False; ``status`` says which). The intervals hold the values whose replays stay within it of
+    the best fit (:func:`assay.twin.identifiability.intervals`): conditional on convergence. ``restarts``: how
+    many further single-factor fits of the screening the refinement starts from; ``seed`` is kept for callers
+    (the search draws no random numbers).
     """
     coordinates = check_parameters(default_parameters(task) if parameters is None else tuple(parameters), task)
     if tolerance <= 0:
         raise TwinError(f"tolerance {tolerance} is not valid; valid: a positive RMS in metres (e.g. 0.001)")
+    replay = OpenLoopReplay(task, trajectories, dims)
+    try:
+        return fit(replay, start, coordinates, max_evaluations, restarts, tolerance)
+    finally:
+        replay.close()
+
+
+def fit(replay: Any, start: Twin, coordinates: Sequence[Coordinate], max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
+        restarts: int = 2, tolerance: float = DEFAULT_TOLERANCE) -> SysIdResult:
+    """:func:`identify` on any replay (``OpenLoopReplay``, or a known-answer one in the tests): it needs
+    ``discrepancy(twin)``, ``residuals(twin)``, ``evaluations``, ``trajectories`` and an ``announce`` slot."""
     base = start.values()
     point: dict[str, float | int] = {c.name: c.to_value(c.to_search(base.get(c.name, FACTORS[c.name].default)))
                                      for c in coordinates}
-    replay = OpenLoopReplay(task, trajectories, dims)
-    search = _Search(replay, start, coordinates)
+    search = Search(replay, start, coordinates)
     what = (f"system identification of {len(coordinates)} factor{'s' * (len(coordinates) != 1)} on "
-            f"{len(trajectories)} trajectories (until {tolerance:g} m RMS)")
+            f"{len(replay.trajectories)} trajectories (until {tolerance:g} m RMS)")
     advanced(what, 0, max_evaluations, "replays")
     replay.announce = (what, max_evaluations)
     try:
         before, corr_before = replay.discrepancy(start)
-        best_point = _search(search, dict(point), max_evaluations, restarts, seed, tolerance)
+        outcome = find(search, dict(point), max_evaluations, restarts, tolerance)
+        best_point = outcome.point
         searched = search.replay.evaluations
         prune_budget = max_evaluations + PRUNE_EVALUATIONS * len(coordinates)  # the pruning pass has its own
-        best_point = _prune(search, best_point, point, tolerance, prune_budget)
+        best_point = prune(search, best_point, point, tolerance, prune_budget)
         best = search.twin(best_point)
         after, corr_after = replay.discrepancy(best)
         if after > before:  # never report a fit worse than where it started
             best, best_point, after, corr_after = start, point, before, corr_before
         region = intervals(search, best_point, tolerance)
     finally:
-        replay.close()
+        replay.announce = None
     advanced(what, replay.evaluations, replay.evaluations, "replays")  # done
     warnings = list(region.warnings)
     converged = after <= tolerance
-    if not converged:
-        warnings.append(f"the fit ended at {after:.3g} m RMS, above the tolerance {tolerance:g} m "
-                        f"({after / tolerance:.1f}x) after {searched} replays (maximum {max_evaluations}): it has not "
-                        "converged, so its values and intervals (conditional on convergence) may exclude the truth; "
-                        "raise max_evaluations (--max-evaluations), fit fewer factors or record trajectories that "
-                        "separate them")
+    status = "converged" if converged else "budget" if searched >= max_evaluations and not outcome.stalled \
+        else "stalled"
+    optima = sorted(outcome.optima, key=lambda o: o.rms)
+    if status == "stalled":
+        competing = "; ".join(f"{_optimum_text(o)}: {o.rms:.3g} m" for o in optima) or "none"
+        warnings.append(f"stalled at a local optimum: the fit ended at {after:.3g} m RMS, {after / tolerance:.1f}x "
+                        f"the tolerance {tolerance:g} m, and stopped improving after {searched} replays (maximum "
+                        f"{max_evaluations}); competing optima: {competing}. More replays will not lower it: its "
+                        "values and intervals (conditional on convergence) may exclude the truth; fit fewer factors "
+                        "or record trajectories that separate them")
+    elif status == "budget":
+        warnings.append(f"the search spent its maximum of {max_evaluations} replays while the residual was still "
+                        f"falling ({after:.3g} m RMS, {after / tolerance:.1f}x the tolerance {tolerance:g} m): it has "
+                        "not converged, so its values and intervals (conditional on convergence) may exclude the "
+                        "truth; raise max_evaluations (--max-evaluations)")
     return SysIdResult(
         task=start.task, parameters=tuple(c.name for c in coordinates),
         start={c.name: float(base.get(c.name, FACTORS[c.name].default)) for c in coordinates},
         fitted={c.name: float(best_point[c.name]) for c in coordinates},
         residual_before=before, residual_after=after, correlation_before=corr_before, correlation_after=corr_after,
-        evaluations=replay.evaluations, trajectories=len(trajectories), twin=best.describe(), restarts=restarts,
+        evaluations=replay.evaluations, trajectories=len(replay.trajectories), twin=best.describe(), restarts=restarts,
         intervals=region.intervals, tolerance=tolerance, warnings=tuple(warnings), correlations=region.correlations,
-        converged=converged, max_evaluations=max_evaluations)
+        converged=converged, max_evaluations=max_evaluations, status=status,
+        optima=tuple({"moved": o.moved, "rms": o.rms, "start": o.start} for o in optima),
+        screening=outcome.screening, found=tuple(outcome.found))
+
+
+def _optimum_text(optimum: Optimum) -> str:
+    moved = ", ".join(f"{name} {value:.4g}" for name, value in sorted(optimum.moved.items()))
+    return "{" + (moved or "the start") + "}"
 
 
 def calibrated_twin(result: SysIdResult, start: Twin, name: str = "calibrated") -> Twin:

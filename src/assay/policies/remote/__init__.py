@@ -8,7 +8,8 @@ from assay.errors import (
     ServerStartError,
     WireError,
 )
-from assay.policies.remote.client import RemotePolicy, capacity_warning, fetch_metadata, warn_capacity
+from assay.policies.remote.client import RemotePolicy
+from assay.policies.remote.connecting import capacity_warning, fetch_metadata, warn_capacity
 from assay.policies.remote.server import PolicyServer, ServerConfig, ServerThread
 from assay.policies.remote.wire import MAX_MESSAGE_BYTES, packb, unpackb
 

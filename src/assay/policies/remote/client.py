@@ -22,21 +22,27 @@ Connections are opened with retries (tenacity): exponential backoff with jitter,
 8 attempts from 0.1 s doubling to at most 2 s, each wait within 25 % of that (5 to 9 s in all), so a
 server that restarts within about 5 s is
 reached again and clients turned away together do not come back together (``connect_attempts``,
-``backoff_s`` and ``max_backoff_s`` are policy params). HTTP 503 (the server holds its limit of
-busy connections) is retried the same way, each wait at least the ``Retry-After`` the server sends
+``backoff_s`` and ``max_backoff_s`` are policy params). A server at capacity is waited for, not counted
+as an outage: HTTP 503 (the server holds its limit of busy connections), and a new session refused for
+a full table (``E_SESSIONS_FULL``) or for this client's fair share of it (``E_SESSION_SHARE``), are asked
+again with the same backoff until ``capacity_wait_s`` (300 s by default) has passed since the first
+refusal, which the client states in a log line (logger ``assay.policy_client``) when it starts waiting
+and in the row's error when it gives up. A 503's wait is at least the ``Retry-After`` the server sends
 (up to 25 % more; at most ``MAX_RETRY_AFTER_S``): an Assay server says when an idle connection can
-next be evicted for a newcomer (at most its eviction threshold, 10 s), so a client arriving right
-after an idle crowd waits for its seat instead of giving up first. A client that already holds
-connections does not wait for more: it sends its rows over the ones it has, one request at a time
-on each, so a campaign wider than the server's connection limit runs slower instead of failing. A new session refused
-because the server holds its limit of sessions (``E_SESSIONS_FULL``) is asked again with the same
-backoff (sessions end as other episodes end or idle out) before its row fails. A request whose idle
-connection the server closed (1000 idle, 1013 evicted: the server drops such a request unanswered)
-is sent again once on a fresh connection. Every request has a timeout. A server that is gone
-(refused, closed, timed out, busy past the retry budget) raises :class:`PolicyUnavailableError`,
-which the runner turns into ``error`` episodes for the whole batch at once; an error frame (one
-coded line: the server's policy raised, a session refused) raises :class:`RemotePolicyError` for
-the batch, and the runner asks each row alone, so only the row that provokes it fails.
+next be evicted for a newcomer, so a client arriving right after an idle crowd waits for its seat
+instead of giving up first. A client that already holds connections does not wait for more: it sends
+its rows over the ones it has, one request at a time on each, so a campaign wider than the server's
+connection limit runs slower instead of failing. A request whose idle connection the server closed
+(1000 idle, 1013 evicted: the server drops such a request unread) is sent again, over another
+connection the client holds, else a fresh one.
+
+Rows are answered one by one (``act_rows``, the runner's ``SupportsRowAnswers`` hook): a row that fails
+is that row's, and no row is ever sent twice once the server may have read it, so a stateful session is
+stepped exactly once per answer. A server that is gone (refused, closed, timed out, busy past the wait)
+gives each row it did not answer a :class:`PolicyUnavailableError`; an error frame (one coded line: the
+server's policy raised, a session refused) a :class:`RemotePolicyError`. A request that timed out or whose
+connection broke after it was sent may have been served: its row fails, and is not asked again. ``act``
+raises the first of them for the batch.
 
 Each client names itself to the server with a random token (``X-Assay-Client``): its sessions are
 bound to it, so no other client can reach them. :func:`capacity_warning` compares what a campaign
@@ -46,34 +52,31 @@ will open with the limits a server publishes in its metadata.
 from __future__ import annotations
 
 import asyncio
-import os
-import random
 import threading
+import time
 import uuid
-import warnings
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception, stop_after_attempt
 
-from assay.errors import (
-    CapacityWarning,
-    EpisodeError,
-    PolicyUnavailableError,
-    RemotePolicyError,
-    ServerBusyError,
-    SpecError,
-    WireError,
-)
+from assay.errors import EpisodeError, PolicyUnavailableError, RemotePolicyError, ServerBusyError, WireError
 from assay.policies.contract import PROMPT_KEY, STATE_KEY, ImageLayout, PolicyContract, camera_wire_keys
 from assay.policies.protocol import PolicyContext
+from assay.policies.remote.connecting import (
+    RemoteParams,
+    _connect,
+    _Patience,
+    _tell,
+    capacity_warning,
+    fetch_metadata,
+    warn_capacity,
+)
 from assay.policies.remote.wire import (
-    CLIENT_HEADER,
+    E_SESSION_SHARE,
     E_SESSIONS_FULL,
     KEEPS_CONNECTION,
-    MAX_MESSAGE_BYTES,
     SEED_KEY,
     SESSION_KEY,
     STEP_KEY,
@@ -82,36 +85,10 @@ from assay.policies.remote.wire import (
     unpackb,
 )
 
-
-class RemoteParams(BaseModel):
-    """The ``remote:`` policy's params: timeouts, retries, the API key's variable, image keys and sizes."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    timeout_s: float = Field(default=30.0, gt=0, description="per-request timeout")
-    connect_attempts: int = Field(default=8, ge=1, le=100, description="connection attempts before giving up")
-    backoff_s: float = Field(default=0.1, ge=0, description="first retry delay; doubles each attempt")
-    max_backoff_s: float = Field(default=2.0, ge=0, description="longest delay between two attempts")
-    api_key_env: str = Field(default="ASSAY_API_KEY", description="environment variable holding the API key")
-    max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, gt=0)
-    images: dict[str, str] | None = Field(
-        default=None, description="wire key -> camera, e.g. {observation/image: front}; default: cameras in order")
-    image_size: tuple[int, int] | None = Field(
-        default=None, description="(height, width) every image is resized to with zero padding, as openpi's "
-        "LIBERO client does (render 256, send 224), where the server's contract declares no size; default: "
-        "as rendered")
-
-    @field_validator("image_size")
-    @classmethod
-    def _positive(cls, size: tuple[int, int] | None) -> tuple[int, int] | None:
-        if size is not None and min(size) < 1:
-            raise ValueError(f"image_size {list(size)} must be two positive integers [height, width], e.g. [224, 224]")
-        return size
-
+__all__ = ["RemoteParams", "RemotePolicy", "capacity_warning", "fetch_metadata", "warn_capacity", "wire_image"]
 
 RETRYABLE_CLOSE = (1000, 1013)  # the server closed an idle connection (idle timeout, evicted): resend on a new one
-BUSY = 503
-MAX_RETRY_AFTER_S = 30.0  # the longest Retry-After honoured (a larger one is a server's mistake or a stall)
+WAITED_CODES = (E_SESSIONS_FULL, E_SESSION_SHARE)  # refusals that pass as other episodes end: waited for
 
 
 class _Resend(Exception):
@@ -122,146 +99,7 @@ class _Resend(Exception):
         self.error = error
 
 
-def _headers(params: RemoteParams, client: str | None) -> dict[str, str]:
-    key = os.environ.get(params.api_key_env)
-    headers = {"Authorization": f"Api-Key {key}"} if key else {}
-    if client is not None:
-        headers[CLIENT_HEADER] = client
-    return headers
-
-
-def _status(exc: BaseException) -> int | None:
-    from websockets.exceptions import InvalidStatus
-
-    return exc.response.status_code if isinstance(exc, InvalidStatus) else None
-
-
-def _refused(exc: BaseException, params: RemoteParams) -> str | None:
-    """A reason not worth retrying (the server answered, and said no), else None."""
-    status = _status(exc)
-    if status in (401, 403):
-        return f"the server refused the API key (HTTP {status}); set the key in ${params.api_key_env}"
-    if status is not None and status != BUSY:
-        return f"the server answered HTTP {status} instead of a websocket"
-    return None
-
-
-async def _open(url: str, params: RemoteParams, client: str | None) -> tuple[Any, dict[str, Any]]:
-    """One attempt: a connection and its metadata frame."""
-    from websockets.asyncio.client import ClientConnection, connect
-
-    ws: ClientConnection = await asyncio.wait_for(
-        connect(url, additional_headers=_headers(params, client), max_size=params.max_message_bytes,
-                compression=None, open_timeout=None, ping_interval=None),
-        params.timeout_s)
-    metadata = unpackb(await asyncio.wait_for(ws.recv(), params.timeout_s), params.max_message_bytes)
-    return ws, metadata if isinstance(metadata, dict) else {}
-
-
-def _retry_after(exc: BaseException | None) -> float | None:
-    """The seconds a 503's ``Retry-After`` header asks for (a number; an HTTP date is ignored), else None."""
-    from websockets.exceptions import InvalidStatus
-
-    if not isinstance(exc, InvalidStatus) or exc.response.status_code != BUSY:
-        return None
-    try:
-        return max(0.0, float(exc.response.headers.get("Retry-After", "")))
-    except ValueError:
-        return None
-
-
-def backoff_s(params: RemoteParams, attempt: int, retry_after: float | None = None) -> float:
-    """The wait after failed attempt ``attempt`` (1, 2, ...): ``backoff_s`` doubling to at most ``max_backoff_s``,
-    drawn within 25 % of that (jitter: clients turned away together spread out); at least ``retry_after`` (up to
-    ``MAX_RETRY_AFTER_S``, plus up to 25 %) when the server said when to come back."""
-    base = min(params.backoff_s * 2 ** (attempt - 1), params.max_backoff_s)
-    wait = base * random.uniform(0.75, 1.25)
-    if retry_after is not None:
-        wait = max(wait, min(retry_after, MAX_RETRY_AFTER_S) * random.uniform(1.0, 1.25))
-    return float(wait)
-
-
-def _backoff(params: RemoteParams) -> Any:
-    """tenacity's wait: :func:`backoff_s`, honouring the ``Retry-After`` of a 503."""
-    def wait(state: RetryCallState) -> float:
-        failed = state.outcome.exception() if state.outcome is not None else None
-        return backoff_s(params, state.attempt_number, _retry_after(failed))
-
-    return wait
-
-
-async def _connect(url: str, params: RemoteParams, client: str | None = None,
-                   attempts: int | None = None) -> tuple[Any, dict[str, Any]]:
-    """Open one connection and read its metadata frame, retrying (backoff with jitter) what may pass:
-    a refused or reset connection, a timeout, HTTP 503. ``attempts`` overrides ``connect_attempts``."""
-    from websockets.exceptions import InvalidStatus
-
-    tries = attempts or params.connect_attempts
-    retrying = AsyncRetrying(stop=stop_after_attempt(tries), reraise=False, wait=_backoff(params),
-                             retry=retry_if_exception(lambda exc: _refused(exc, params) is None))
-    try:
-        opened: tuple[Any, dict[str, Any]] = await retrying(_open, url, params, client)
-        return opened
-    except RetryError as exhausted:
-        last = exhausted.last_attempt.exception()
-        busy = last is not None and _status(last) == BUSY
-        detail = f"{type(last).__name__}: {last}".strip() if last is not None else "no attempt"
-        if busy:
-            raise ServerBusyError(f"policy server {url} busy (HTTP 503: every connection it holds is in use) after "
-                                  f"{tries} attempts, each waiting at least its Retry-After") from None
-        raise PolicyUnavailableError(f"policy server {url} unreachable after {tries} attempts ({detail})") from None
-    except InvalidStatus as exc:  # not retried: the server answered, and said no
-        raise PolicyUnavailableError(f"policy server {url}: {_refused(exc, params)}") from None
-
-
-def capacity_warning(url: str, metadata: dict[str, Any], clients: int, rows: int) -> str | None:
-    """Why ``clients`` clients (workers) of ``rows`` environments each would exceed the limits ``url``
-    publishes (``server`` in its metadata), or None. Past the connection limit each client shares its
-    connections (slower, not failing); past the session limits episodes would be refused."""
-    published = metadata.get("server")
-    server: dict[str, Any] = published if isinstance(published, dict) else {}
-    wanted, found = clients * rows, []
-    connections = server.get("max_connections")
-    if isinstance(connections, int) and wanted > connections:
-        found.append(f"accepts {connections} connections and this run may open {clients} x {rows} = {wanted}: "
-                     "each worker will share its connections (requests wait their turn)")
-    if server.get("sessions") is True:
-        total, per_client = server.get("max_sessions"), server.get("max_sessions_per_client")
-        if isinstance(per_client, int) and rows > per_client:
-            found.append(f"holds {per_client} sessions per client and each worker runs {rows} environments: "
-                         "lower envs_per_worker or restart it with a larger --max-sessions-per-client")
-        if isinstance(total, int) and wanted > total:
-            found.append(f"holds {total} sessions and this run may open {wanted}: episodes past the limit will be "
-                         "errors; use fewer workers or restart it with a larger --max-sessions")
-    return f"policy server {url} " + "; it ".join(found) if found else None
-
-
-def warn_capacity(url: str, params: Mapping[str, Any], clients: int, rows: int) -> str | None:
-    """Read the server's metadata and warn (:class:`CapacityWarning`) when :func:`capacity_warning` finds
-    something; returns the message. A server that cannot be reached now is left to the run to report."""
-    try:
-        metadata = fetch_metadata(url, **params)
-    except SpecError:
-        return None
-    message = capacity_warning(url, metadata, clients, rows)
-    if message is not None:
-        warnings.warn(message, CapacityWarning, stacklevel=2)
-    return message
-
-
-def fetch_metadata(url: str, **params: Any) -> dict[str, Any]:
-    """Connect once, read the server's metadata frame, close (used before a campaign starts)."""
-    settings = RemoteParams(**params)
-
-    async def fetch() -> dict[str, Any]:
-        ws, metadata = await _connect(url, settings)
-        await ws.close()
-        return metadata
-
-    try:
-        return asyncio.run(fetch())
-    except PolicyUnavailableError as exc:
-        raise SpecError(f"{exc}; start it with `assay serve-policy POLICY --port PORT`") from None
+_RESENT = object()  # what :meth:`RemotePolicy._answer` gives for a request to send again
 
 
 class _Loop:
@@ -314,15 +152,33 @@ class RemotePolicy:
         self._seeds, self._epoch, self._steps = tuple(context.seeds), self._epoch + 1, {}
         self._pool_cap = None  # a new batch tries for a connection per environment again
 
-    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
-        """Send every row to the server (one connection per environment, within the server's cap) and stack the answers.
-        """
+    def act_rows(self, observations: Mapping[str, Any]) -> list[np.ndarray | Exception]:
+        """Send every row to the server (one connection per environment, within the server's cap): per row, its
+        answer or the exception it failed with. No row is sent twice once the server may have read it."""
         if self._loop is None:
             self._loop = _Loop()
         slots = [int(s) for s in np.asarray(observations.get("env_ids", np.arange(len(observations["state"]))))]
         replies = self._loop.run(self._round(observations, slots))
-        self._batch_sizes.update(zip(slots, (size for _, size in replies), strict=True))
-        return _stack([actions for actions, _ in replies], self.url)
+        answers: list[np.ndarray | Exception] = []
+        for slot, reply in zip(slots, replies, strict=True):
+            if isinstance(reply, Exception):
+                self._batch_sizes.pop(slot, None)
+                answers.append(reply)
+            else:
+                self._batch_sizes[slot] = reply[1]
+                answers.append(reply[0])
+        return answers
+
+    def act(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """Every row's answer, stacked; the batch raises the first row's failure (a server gone first)."""
+        answers = self.act_rows(observations)
+        for answer in answers:
+            if isinstance(answer, PolicyUnavailableError):
+                raise answer
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+        return _stack([answer for answer in answers if isinstance(answer, np.ndarray)], self.url)
 
     def step_trace(self, slot: int) -> dict[str, float]:
         """The server's batch size for the request that produced this slot's action (``trace.server_batch_size``)."""
@@ -384,30 +240,47 @@ class RemotePolicy:
             return (declared.shape[0], declared.shape[1]), ImageLayout.HWC
         return fallback
 
-    async def _round(self, observations: Mapping[str, Any], slots: list[int]) -> list[tuple[np.ndarray, int | None]]:
+    async def _round(self, observations: Mapping[str, Any], slots: list[int]) -> list[Any]:
+        """Per row: ``(actions, server batch size)`` or the exception it failed with. The rows share the
+        connections this client holds, each taking the next row when it is free; a row whose connection the
+        server closed unread goes to another (a fresh one when none is left)."""
         from websockets.protocol import State
 
         self._idle = [ws for ws in self._idle if ws.state is State.OPEN]  # a restarted server left stale ones
-        await self._grow(len(slots))
+        try:
+            await self._grow(len(slots))
+        except PolicyUnavailableError as exc:  # no connection at all: no row was sent
+            return [exc] * len(slots)
         # built only now: the contract (state dtype, image sizes) is known before the first request
         requests = self._requests(observations, slots)
         connections, self._idle = self._idle[: len(requests)], self._idle[len(requests):]
         results: list[Any] = [None] * len(requests)
+        todo, lanes = deque(range(len(requests))), [len(connections)]
+        resent: dict[int, float] = {}  # row -> when the server first closed its connection unread
 
-        async def lane(ws: Any, rows: range) -> None:  # one connection answers one request at a time
-            for row in rows:
-                ws, results[row] = await self._answer(ws, requests[row])
-            if ws is not None:
-                self._idle.append(ws)
+        async def lane(ws: Any) -> None:  # one connection answers one request at a time
+            try:
+                while todo:
+                    row = todo.popleft()
+                    ws, result = await self._answer(ws, requests[row])
+                    if result is not _RESENT:
+                        results[row] = result
+                        continue
+                    first = resent.setdefault(row, time.monotonic())
+                    if time.monotonic() - first > self.params.capacity_wait_s:
+                        results[row] = PolicyUnavailableError(
+                            f"policy server {self.url} kept closing connections before reading this request "
+                            f"for {self.params.capacity_wait_s:g} s (capacity_wait_s)")
+                        continue
+                    todo.appendleft(row)
+                    if lanes[0] > 1:
+                        return  # another connection of this client takes it
+            finally:
+                lanes[0] -= 1
+                if ws is not None:
+                    self._idle.append(ws)
 
-        lanes = len(connections)
-        await asyncio.gather(*(lane(ws, range(k, len(requests), lanes)) for k, ws in enumerate(connections)))
-        for result in results:
-            if isinstance(result, PolicyUnavailableError):
-                raise result
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        await asyncio.gather(*(lane(ws) for ws in connections))
         return results
 
     async def _grow(self, rows: int) -> None:
@@ -434,28 +307,30 @@ class RemotePolicy:
             self.contract = PolicyContract.from_metadata(metadata)
 
     async def _answer(self, ws: Any | None, request: dict[str, Any]) -> tuple[Any | None, Any]:
-        """(the connection to go on with, or None; the reply or the exception) for one request. A request
-        whose idle connection the server closed is sent once more on a fresh connection; a new session refused
-        for a full server (``E_SESSIONS_FULL``) is asked again after :func:`backoff_s`, up to ``connect_attempts``
-        times in all."""
-        resent, full = False, 0
+        """(the connection to go on with, or None; the reply, the exception, or ``_RESENT``) for one request.
+        ``_RESENT``: the server closed the connection without reading the request, which may be sent again.
+        A new session refused for room (``WAITED_CODES``) is asked again after :func:`backoff_s` until
+        ``capacity_wait_s`` has passed since the first refusal."""
+        patience = _Patience(self.params)
         while True:
             try:
                 if ws is None:
                     ws = (await _connect(self.url, self.params, self._client))[0]
                 return ws, await self._request(ws, request)
-            except _Resend as resend:
-                if resent:
-                    return None, resend.error
-                ws, resent = None, True
+            except _Resend:
+                return None, _RESENT
             except RemotePolicyError as exc:  # answered with an error: the connection goes on if the server says so
                 if ws is not None and exc.code not in KEEPS_CONNECTION:
                     await ws.close()
                     ws = None
-                full += exc.code == E_SESSIONS_FULL
-                if exc.code != E_SESSIONS_FULL or full >= self.params.connect_attempts:
+                if exc.code not in WAITED_CODES:
                     return ws, exc
-                await asyncio.sleep(backoff_s(self.params, full))
+                pause = patience.next_wait()
+                if pause is None:
+                    return ws, RemotePolicyError(f"{exc}; still refused after it waited "
+                                                 f"{self.params.capacity_wait_s:g} s (capacity_wait_s)", exc.code)
+                _tell(self.url, exc.code, self.params)
+                await asyncio.sleep(pause)
             except EpisodeError as exc:  # this row's failure, reported for it
                 if ws is not None:
                     await ws.close()  # a late reply would answer the next request: never reuse it
@@ -469,7 +344,8 @@ class RemotePolicy:
             reply = await asyncio.wait_for(ws.recv(), self.params.timeout_s)
         except TimeoutError:
             raise PolicyUnavailableError(
-                f"policy server {self.url}: no reply within {self.params.timeout_s:g} s") from None
+                f"policy server {self.url}: no reply within {self.params.timeout_s:g} s (it may have acted on the "
+                "request, so the episode is not asked again)") from None
         except ConnectionClosed as exc:
             error = PolicyUnavailableError(f"policy server {self.url} closed the connection ({exc})")
             if exc.rcvd is not None and exc.rcvd.code in RETRYABLE_CLOSE:

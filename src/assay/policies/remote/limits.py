@@ -4,10 +4,19 @@
   a new client does not get HTTP 503 while some connection has sat idle for ``evict_idle_after_s``:
   the idlest one is closed (1013, "evicted") to seat the newcomer, connections that never sent a
   request first. A connection answering requests is never idle that long, so active clients keep
-  their place, and a crowd of idle sockets is cycled out instead of locking the server. A 503
+  their place, and a crowd of idle sockets is cycled out instead of locking the server. The seats
+  are also shared among clients (``share_group``: an Assay client's token; every connection without
+  one counts as one anonymous group): a newcomer whose group holds fewer seats than another's takes the
+  seat of that group's idlest connection idle at least ``SHARE_IDLE_S`` (the group holding the most
+  seats first, and only while it keeps more than the newcomer then holds; a group holding no seat
+  takes one from any), so sockets that each send a request every few seconds cannot hold every seat
+  against a new client. A connection busy with a request is never evicted (its request is answered). A 503
   says when to come back (``retry_after``: when the idlest connection will have idled that long),
   and an upgrade whose connection is lost before it is seated gives its place back at once
   (``forget``), so aborted handshakes cannot hold the server at 503.
+* :class:`RequestRate`: a token bucket per client, ``rate`` requests a second (bursts of one second's
+  worth); a request over it waits its turn (the connection is not busy meanwhile, so it may be evicted,
+  and its request is then dropped unread), so one client cannot take the server's whole attention.
 * :class:`ByteBudget`: bytes buffered and being decoded, across all connections. A connection
   may hold up to ``SMALL_FRAME_BYTES`` unasked; beyond that (a large frame arriving) it needs one
   of ``limit // (2 x ticket_bytes)`` tickets, a ticket covering one whole frame and its decoded
@@ -36,6 +45,39 @@ from typing import Any
 SMALL_FRAME_BYTES = 64 * 1024
 LOG_REPEATS = 20  # identical log lines per minute before they are suppressed
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+SHARE_IDLE_S = 1.0  # a connection idle this long may give its seat to a client holding fewer seats
+ANONYMOUS: tuple[str] = ("anonymous",)  # the share group of every connection that names no client
+
+
+def share_group(owner: Hashable) -> Hashable:
+    """Whose seats an owner's count with: an Assay client's own (its token), else one anonymous group for every
+    connection that names no client (each is its own owner, so it would otherwise count as a client)."""
+    return ANONYMOUS if isinstance(owner, tuple) and owner[:1] == ("connection",) else owner
+
+
+class RequestRate:
+    """A token bucket per client: ``rate`` requests a second, bursts of ``burst`` (default one second's worth).
+    :meth:`wait` takes a token and says how long its request must wait for it (0: none)."""
+
+    def __init__(self, rate: float, burst: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate must be positive requests per second, got {rate}")
+        self.rate, self.burst, self.clock = rate, max(1.0, rate if burst is None else burst), clock
+        self._buckets: dict[Hashable, tuple[float, float]] = {}  # client -> (tokens, when)
+        self.delayed = 0  # requests that had to wait (for tests and logs)
+
+    def wait(self, owner: Hashable) -> float:
+        """Seconds the next request of ``owner`` waits (its token is taken now: requests queue in order)."""
+        now = self.clock()
+        tokens, then = self._buckets.get(owner, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - then) * self.rate) - 1.0
+        if len(self._buckets) > 10_000:  # many clients: forget the ones whose bucket has refilled
+            self._buckets = {k: v for k, v in self._buckets.items() if v[0] + (now - v[1]) * self.rate < self.burst}
+        self._buckets[owner] = (tokens, now)
+        if tokens >= 0:
+            return 0.0
+        self.delayed += 1
+        return -tokens / self.rate
 
 
 class RepeatFilter(logging.Filter):
@@ -92,9 +134,10 @@ class ConnectionBook:
     _admitting: dict[int, float] = field(default_factory=dict)  # upgrades admitted, not seated yet
     evictions: int = 0
 
-    def admit(self, connection: Any) -> tuple[bool, Seat | None]:
-        """At an upgrade: (admitted, the seat to evict for it, if any). Refused only when every seat is
-        taken by a connection busy or idle for less than ``evict_idle_after_s``."""
+    def admit(self, connection: Any, owner: Hashable = None) -> tuple[bool, Seat | None]:
+        """At an upgrade by ``owner``: (admitted, the seat to evict for it, if any). Refused only when every seat
+        is taken by a connection busy or idle for less than ``evict_idle_after_s``, and none idle ``SHARE_IDLE_S``
+        belongs to a group holding more seats than the newcomer's."""
         now = self.clock()
         for key, since in list(self._admitting.items()):
             if now - since > self.open_timeout_s:  # a handshake that never finished
@@ -102,7 +145,7 @@ class ConnectionBook:
         taken = sum(not s.evicted for s in self.seats.values()) + len(self._admitting)
         victim = None
         if taken >= self.max_connections:
-            victim = self._idlest(now)
+            victim = self._idlest(now) or self._over_share(now, owner)
             if victim is None:
                 return False, None
             victim.evicted = True
@@ -131,6 +174,23 @@ class ConnectionBook:
         idle = [s for s in self.seats.values()
                 if not s.evicted and not s.busy and now - s.last_active >= self.evict_idle_after_s]
         return min(idle, key=lambda s: (s.requests > 0, s.last_active), default=None)
+
+    def _over_share(self, now: float, owner: Hashable) -> Seat | None:
+        """The seat a newcomer of ``owner`` may take though nothing idled ``evict_idle_after_s``: the idlest one,
+        idle ``SHARE_IDLE_S`` at least, of the group holding the most seats, if that group still holds more than
+        the newcomer's after the swap (a group holding none takes one from any group: every client gets a seat)."""
+        if owner is None:
+            return None
+        held: dict[Hashable, int] = {}
+        for seat in self.seats.values():
+            if not seat.evicted:
+                group = share_group(seat.owner)
+                held[group] = held.get(group, 0) + 1
+        mine = held.get(share_group(owner), 0)
+        above = mine + 1 if mine else 0
+        idle = [s for s in self.seats.values() if not s.evicted and not s.busy and now - s.last_active >= SHARE_IDLE_S
+                and held[share_group(s.owner)] > above]
+        return max(idle, key=lambda s: (held[share_group(s.owner)], now - s.last_active), default=None)
 
     def seat(self, ws: Any, owner: Hashable) -> Seat:
         """Seat a connection whose handshake is done."""

@@ -19,7 +19,9 @@ Limits (each set in :class:`ServerConfig`; see ``remote.limits``): at most ``max
 websockets, and at that limit the connection idle longest (``evict_idle_after_s`` at least) is
 closed (1013) to seat a newcomer, so only busy connections make the server answer HTTP 503, with a
 ``Retry-After`` saying when a seat can next be freed (at most ``evict_idle_after_s``); an upgrade
-whose client vanishes before it is seated gives its place back at once; a connection idle for
+whose client vanishes before it is seated gives its place back at once; seats are shared among clients
+(a newcomer holding fewer takes the seat of a connection idle 1 s of a client holding more); each client
+is held to ``max_requests_per_s`` (a request over it waits its turn); a connection idle for
 ``idle_timeout_s`` is closed (1000, "idle"); keepalive pings drop dead peers; each connection
 buffers at most two frames; large frames need a ticket of the global byte budget
 ``max_buffer_bytes`` (a ticket covers one frame and its decoded copy) from their first byte until
@@ -36,7 +38,8 @@ Requests from all connections meet in a :class:`DynamicBatcher`. Two ways to ser
   ``X-Assay-Client`` header (a random token) and each session in its requests (``assay/session``,
   ``assay/seed``, ``assay/step``); a plain openpi client's connection is its client and its session.
   No client can reach, end or evict another's session; per-client and global session limits refuse
-  new sessions (``E_SESSION_QUOTA``, ``E_SESSIONS_FULL``) and never end live ones; a session not
+  new sessions (``E_SESSION_QUOTA``, ``E_SESSIONS_FULL``) and never end live ones, and the table is shared
+  fairly (a minimum per client, a fair share past it, a reserve for newcomers: ``E_SESSION_SHARE``); a session not
   stepped for ``session_idle_s`` ends (checked at each request and every few seconds), so sessions a
   quiet client left behind cannot fill the table for good; a session unknown past its first step is
   refused (``E_SESSION_UNKNOWN``), so lost state never passes silently. Each live session holds one
@@ -79,6 +82,7 @@ from assay.policies.remote.limits import (
     ByteBudget,
     ConnectionBook,
     RepeatFilter,
+    RequestRate,
     Seat,
     budgeted_connection,
     buffered_bytes,
@@ -87,6 +91,7 @@ from assay.policies.remote.limits import (
 )
 from assay.policies.remote.sessions import (
     DEFAULT_MAX_SESSIONS,
+    DEFAULT_MIN_SESSIONS,
     DEFAULT_SESSION_IDLE_S,
     DEFAULT_SESSIONS_PER_CLIENT,
     SessionTable,
@@ -115,6 +120,7 @@ MAX_SESSION_ID = 256
 DEFAULT_BUFFER_BYTES = 256 * 1024 * 1024
 EXPIRY_SWEEP_S = 5.0  # at most this long between two sweeps for idle sessions
 TIDY_AFTER_S = 0.5  # after the last large frame of a burst, collect and return memory (at most twice a second)
+DEFAULT_REQUESTS_PER_S = 2000.0  # per client; one client of 40 environments asked ~3,200/s of a scripted policy alone
 CLIENT_TOKEN = re.compile(r"[A-Za-z0-9_-]{8,64}")
 log = logging.getLogger("assay.policy_server")
 SERVER_LOGGERS = ("websockets", "websockets.server", "asyncio", log.name)
@@ -140,11 +146,19 @@ class ServerConfig:
     evict_idle_after_s: float | None = 10.0
     session_grace_s: float = 10.0
     session_idle_s: float | None = DEFAULT_SESSION_IDLE_S
+    min_sessions_per_client: int = DEFAULT_MIN_SESSIONS
+    reserved_sessions: int | None = None  # None: a quarter of max_sessions (see remote.sessions)
+    max_requests_per_s: float | None = DEFAULT_REQUESTS_PER_S  # per client; None: no limit
 
     def __post_init__(self) -> None:
-        if min(self.max_connections, self.max_large_frames, self.max_sessions, self.max_sessions_per_client) < 1:
-            raise ValueError("max_connections, max_large_frames, max_sessions and max_sessions_per_client "
-                             "must be at least 1")
+        if min(self.max_connections, self.max_large_frames, self.max_sessions, self.max_sessions_per_client,
+               self.min_sessions_per_client) < 1:
+            raise ValueError("max_connections, max_large_frames, max_sessions, max_sessions_per_client and "
+                             "min_sessions_per_client must be at least 1")
+        if self.reserved_sessions is not None and self.reserved_sessions < 0:
+            raise ValueError(f"reserved_sessions must be 0 or more, got {self.reserved_sessions}")
+        if self.max_requests_per_s is not None and self.max_requests_per_s <= 0:
+            raise ValueError(f"max_requests_per_s must be positive (or None: no limit), got {self.max_requests_per_s}")
         if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
             raise ValueError(f"idle_timeout_s must be positive, got {self.idle_timeout_s}")
         if self.session_idle_s is not None and self.session_idle_s <= 0:
@@ -156,9 +170,10 @@ class ServerConfig:
     def limits(self) -> dict[str, Any]:
         """What the metadata frame tells clients about the server's capacity."""
         return {"max_connections": self.max_connections, "max_sessions": self.max_sessions,
-                "max_sessions_per_client": self.max_sessions_per_client, "max_message_bytes": self.max_message_bytes,
+                "max_sessions_per_client": self.max_sessions_per_client,
+                "min_sessions_per_client": self.min_sessions_per_client, "max_message_bytes": self.max_message_bytes,
                 "max_buffer_bytes": self.max_buffer_bytes, "idle_timeout_s": self.idle_timeout_s,
-                "session_idle_s": self.session_idle_s}
+                "session_idle_s": self.session_idle_s, "max_requests_per_s": self.max_requests_per_s}
 
 
 def default_contract(policy: Policy, task: TaskSpec) -> PolicyContract:
@@ -206,7 +221,9 @@ class PolicyServer:
         self.contract = contract if contract is not None else default_contract(policy, task)
         self.factory = None if getattr(policy, "stateless", False) else factory
         self.sessions = SessionTable(self.factory, config.max_sessions, config.max_sessions_per_client,
-                                     config.session_idle_s) if self.factory is not None else None
+                                     config.session_idle_s, minimum=config.min_sessions_per_client,
+                                     reserved=config.reserved_sessions) if self.factory is not None else None
+        self.rate = RequestRate(config.max_requests_per_s) if config.max_requests_per_s else None
         self.metadata: dict[str, Any] = {
             "assay": dict(identity or {}, task=task.id),
             "contract": self.contract.model_dump(mode="json"),
@@ -317,7 +334,7 @@ class PolicyServer:
                 return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
         if connection.lost:  # the client left before its upgrade was read: it takes no place
             return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "connection closed\n")
-        admitted, victim = self.book.admit(connection)
+        admitted, victim = self.book.admit(connection, self._owner_of(request.headers, connection))
         if not admitted:
             response = connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"policy server at its limit of "
                                           f"{self.config.max_connections} connections, all of them busy\n")
@@ -345,7 +362,10 @@ class PolicyServer:
 
     def _owner(self, ws: Any) -> Hashable:
         """Whose sessions this connection reaches: the Assay client it names, else itself."""
-        headers = getattr(getattr(ws, "request", None), "headers", None)
+        return self._owner_of(getattr(getattr(ws, "request", None), "headers", None), ws)
+
+    @staticmethod
+    def _owner_of(headers: Any, ws: Any) -> Hashable:
         token = headers.get(CLIENT_HEADER) if headers is not None else None
         if isinstance(token, str) and CLIENT_TOKEN.fullmatch(token):
             return ("client", token)
@@ -363,6 +383,8 @@ class PolicyServer:
                 except TimeoutError:
                     await ws.close(NORMAL_CLOSURE, f"idle for {self.config.idle_timeout_s:g} s")
                     return
+                if self.rate is not None and (pause := self.rate.wait(seat.owner)) > 0:
+                    await asyncio.sleep(pause)  # over its client's rate: waits its turn, not busy (may be evicted)
                 if seat.evicted:  # closing: the request is dropped unanswered, so a client may resend it
                     return
                 seat.busy = True

@@ -8,15 +8,23 @@ sessions: another client naming the same session gets a session of its own, neve
 
 A client holds at most ``per_client`` sessions and the server at most ``max_sessions``; a request
 that would open one more is refused with a coded line (``E_SESSION_QUOTA``, ``E_SESSIONS_FULL``)
-and every live session goes on. Sessions end when their client starts a new epoch (an Assay
-client's reset: its earlier episodes are over), when their policy raises, when the client's last
-connection closes, and when they have not been stepped for ``idle_s`` seconds (an episode in
-progress asks every few steps; a session left behind by a client that went quiet without closing
-its connection is over). Expired sessions are ended at the next request, oldest first, and by
-:meth:`SessionTable.expire` (the server calls it periodically), so at a full table every live
-session was stepped within ``idle_s``: no session in use is ever ended to make room for another
-client's. Each live session holds one policy instance, so a stateful policy costs
-``max_sessions`` x its instance size at most, and only for sessions in use.
+and every live session goes on. The table is shared fairly among the clients holding sessions
+(``active``; the connections without a token count as one client together): every client may open
+``minimum`` sessions while the table has room (a new client always gets them); past that, a client
+may open more only while it holds less than its fair share (``max_sessions // active``) and the
+table has more than ``reserved`` free places (a quarter of it by default), kept for clients below
+their minimum; otherwise it is refused ``E_SESSION_SHARE``. So a client over its share is refused
+first, and identities that filled the table still leave newcomers ``reserved`` places (the bound:
+an identity takes ``minimum`` at most from them, so identities minted after the fill can take them).
+
+Sessions end when their client starts a new epoch (an Assay client's reset: its earlier episodes
+are over), when their policy raises, when the client's last connection closes, and when they have
+not been stepped for ``idle_s`` seconds (an episode in progress asks every few steps; a session left
+behind by a client that went quiet without closing its connection is over). Expired sessions are
+ended at the next request, oldest first, and by :meth:`SessionTable.expire` (the server calls it
+periodically), so at a full table every live session was stepped within ``idle_s``: no session in
+use is ever ended to make room for another client's. Each live session holds one policy instance,
+so a stateful policy costs ``max_sessions`` x its instance size at most, and only for sessions in use.
 """
 
 from __future__ import annotations
@@ -29,10 +37,18 @@ from dataclasses import dataclass, field
 
 from assay.errors import SessionRefused
 from assay.policies.protocol import Policy
-from assay.policies.remote.wire import E_SESSION_QUOTA, E_SESSION_UNKNOWN, E_SESSIONS_FULL, session_epoch
+from assay.policies.remote.limits import share_group
+from assay.policies.remote.wire import (
+    E_SESSION_QUOTA,
+    E_SESSION_SHARE,
+    E_SESSION_UNKNOWN,
+    E_SESSIONS_FULL,
+    session_epoch,
+)
 
 DEFAULT_MAX_SESSIONS = 1024
 DEFAULT_SESSIONS_PER_CLIENT = 256
+DEFAULT_MIN_SESSIONS = 64  # every client may open this many while the table has room
 DEFAULT_SESSION_IDLE_S = 120.0
 
 _Key = tuple[Hashable, str]  # (owner, session name)
@@ -47,23 +63,31 @@ class _Client:
 class SessionTable:
     """Live sessions by owner; thread-safe (the batcher's thread opens them, the event loop ends them).
 
-    ``idle_s``: a session not stepped for this long ends (None: never); ``clock``: monotonic seconds
-    (injectable for tests)."""
+    ``idle_s``: a session not stepped for this long ends (None: never); ``minimum``: what every client may
+    open while the table has room (at most ``per_client`` and ``max_sessions``); ``reserved``: the free places
+    only clients below their minimum may take (default a quarter of ``max_sessions``, at most
+    ``max_sessions - minimum``);
+    ``clock``: monotonic seconds (injectable for tests)."""
 
     def __init__(self, factory: Callable[[], Policy], max_sessions: int = DEFAULT_MAX_SESSIONS,
                  per_client: int = DEFAULT_SESSIONS_PER_CLIENT, idle_s: float | None = DEFAULT_SESSION_IDLE_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        if max_sessions < 1 or per_client < 1:
-            raise ValueError("max_sessions and per_client must be at least 1")
+                 clock: Callable[[], float] = time.monotonic, minimum: int = DEFAULT_MIN_SESSIONS,
+                 reserved: int | None = None) -> None:
+        if max_sessions < 1 or per_client < 1 or minimum < 1:
+            raise ValueError("max_sessions, per_client and minimum must be at least 1")
         if idle_s is not None and idle_s <= 0:
             raise ValueError(f"idle_s must be positive seconds (or None: never), got {idle_s}")
         self.factory, self.max_sessions, self.per_client = factory, max_sessions, per_client
+        self.minimum = min(minimum, per_client, max_sessions)
+        self.reserved = min(max_sessions // 4 if reserved is None else reserved, max_sessions - self.minimum)
         self.idle_s, self.clock = idle_s, clock
         self._clients: dict[Hashable, _Client] = {}
         self._used: OrderedDict[_Key, float] = OrderedDict()  # live sessions, least recently stepped first
         self._count = 0
+        self._held_by: dict[Hashable, int] = {}  # share group -> the sessions it holds (the share's divisor: its size)
         self.expired = 0  # sessions ended for idling (for tests and logs)
         self.refused_full = 0  # requests refused with E_SESSIONS_FULL
+        self.refused_share = 0  # requests refused with E_SESSION_SHARE
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -102,6 +126,8 @@ class SessionTable:
                 within = f", each stepped within the last {self.idle_s:g} s" if self.idle_s is not None else ""
                 raise SessionRefused(E_SESSIONS_FULL, f"the server holds its limit of {self.max_sessions} sessions "
                                      f"(--max-sessions){within}; try again when other episodes have ended")
+            self._check_share(owner, client)
+            self._held(owner, 1)
             client.sessions[name] = None  # reserved: the quota counts it while it is built
             self._count += 1
             self._touch((owner, name), now)
@@ -116,6 +142,32 @@ class SessionTable:
                 client.sessions[name] = policy
                 self._touch((owner, name), self.clock())  # building it may take a while: its idle time starts now
         return policy
+
+    def _held(self, owner: Hashable, change: int) -> None:
+        """``owner`` holds ``change`` more (or fewer) sessions. Clients without a token count as one group
+        (``limits.share_group``): many plain connections share one minimum and count once in the share."""
+        group = share_group(owner)
+        left = self._held_by.get(group, 0) + change
+        if left > 0:
+            self._held_by[group] = left
+        else:
+            self._held_by.pop(group, None)
+
+    def _check_share(self, owner: Hashable, client: _Client) -> None:
+        """Refuse (``E_SESSION_SHARE``) a client (its group) past its minimum that holds its fair share, or that
+        would take one of the places kept for clients below their minimum. Called with the lock held."""
+        held = self._held_by.get(share_group(owner), 0)
+        if held < self.minimum:
+            return
+        active = max(1, len(self._held_by))
+        share = max(self.minimum, self.max_sessions // active)
+        if held < share and self._count < self.max_sessions - self.reserved:
+            return
+        self.refused_share += 1
+        raise SessionRefused(E_SESSION_SHARE, f"this client holds {held} sessions, its fair share of the server's "
+                             f"{self.max_sessions} while {active} clients hold sessions (each may open "
+                             f"{self.minimum}, and the last {self.reserved} places are kept for clients below that); "
+                             "try again when other episodes have ended")
 
     def expire(self) -> int:
         """End every session not stepped for ``idle_s``; returns how many ended."""
@@ -151,6 +203,7 @@ class SessionTable:
         if client is not None and key[1] in client.sessions:
             del client.sessions[key[1]]
             self._count -= 1
+            self._held(key[0], -1)
 
     def _end_older_epochs(self, owner: Hashable, client: _Client, name: str) -> None:
         """A new epoch of an Assay client (it reset: its earlier episodes are over) ends its sessions of
@@ -184,4 +237,5 @@ class SessionTable:
             for name in client.sessions:
                 self._used.pop((owner, name), None)
             self._count -= ended
+            self._held(owner, -ended)
             return ended

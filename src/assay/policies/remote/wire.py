@@ -37,8 +37,9 @@ E_REPLY = "E_REPLY"  # the policy's answer cannot be sent (not an array of numbe
 E_SESSION_UNKNOWN = "E_SESSION_UNKNOWN"  # a session past its first step that the server does not hold
 E_SESSION_QUOTA = "E_SESSION_QUOTA"  # the client holds its limit of sessions
 E_SESSIONS_FULL = "E_SESSIONS_FULL"  # the server holds its limit of sessions
-ERROR_CODES = (E_PROTOCOL, E_POLICY, E_REPLY, E_SESSION_UNKNOWN, E_SESSION_QUOTA, E_SESSIONS_FULL)
-KEEPS_CONNECTION = (E_SESSION_UNKNOWN, E_SESSION_QUOTA, E_SESSIONS_FULL)
+E_SESSION_SHARE = "E_SESSION_SHARE"  # the client holds its fair share of the sessions while others may need theirs
+ERROR_CODES = (E_PROTOCOL, E_POLICY, E_REPLY, E_SESSION_UNKNOWN, E_SESSION_QUOTA, E_SESSIONS_FULL, E_SESSION_SHARE)
+KEEPS_CONNECTION = (E_SESSION_UNKNOWN, E_SESSION_QUOTA, E_SESSIONS_FULL, E_SESSION_SHARE)
 MAX_ERROR_CHARS = 400
 
 

@@ -189,7 +189,8 @@ function ratesSection(campaign) {
       <th class="num">${campaign.interval}</th><th class="num">n</th><th class="num">recorded</th></tr></thead><tbody>
       ${campaign.rates.map(r => html`<tr><td>${r.group.policy}</td><td>${r.group.task}</td><td>${r.group.variant}</td>
         <td class="num">${pct(r.rate)}</td><td class="num">${r.ci_low === null ? "–" : `[${pct(r.ci_low)}, ${pct(r.ci_high)}]`}</td><td class="num">${r.successes}/${r.scored}</td>
-        <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`)}</tbody></table></section>`;
+        <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`)}</tbody></table>
+      ${campaign.coverage_note ? html`<p class="warn" id="coverage-note">${campaign.coverage_note}</p>` : ""}</section>`;
 }
 
 function loading(title) {
