@@ -23,12 +23,15 @@ def test_the_seven_axes_are_factors_with_levels_an_axis_and_a_stable_category():
     assert PLUS_CATEGORIES == {  # the stable map: a change regroups every stored profile
         "libero_plus.layout": "layout", "libero_plus.camera": "camera", "libero_plus.robot_init": "robot",
         "libero_plus.language": "language", "libero_plus.light": "light", "libero_plus.background": "background",
-        "libero_plus.noise": "noise"}
+        "libero_plus.noise": "noise", "libero_plus.corruption": "noise"}  # corruption: upstream's released noise
     axes = {name: FACTORS[name].axis.value for name in PLUS_CATEGORIES}
     assert axes == {"libero_plus.layout": "behavioral", "libero_plus.camera": "visual",
                     "libero_plus.robot_init": "behavioral", "libero_plus.language": "semantic",
-                    "libero_plus.light": "visual", "libero_plus.background": "visual", "libero_plus.noise": "visual"}
-    for name, category in PLUS_CATEGORIES.items():
+                    "libero_plus.light": "visual", "libero_plus.background": "visual", "libero_plus.noise": "visual",
+                    "libero_plus.corruption": "visual"}
+    assert (FACTORS["libero_plus.corruption"].valid, FACTORS["libero_plus.corruption"].category) == (
+        "[0, 50] index", "noise")
+    for name, category in ((n, c) for n, c in PLUS_CATEGORIES.items() if n != "libero_plus.corruption"):
         factor = FACTORS[name]
         assert (factor.valid, factor.default, factor.category, sorted(factor.backends)) == (
             "[0, 5] level", 0, category, ["libero"])
@@ -145,6 +148,22 @@ def test_each_factor_changes_what_it_declares_per_seed_and_nominal_comes_back(so
         assert not np.allclose(other[key] - other_nominal[key], first[key] - nominal[key]), key
     back = _snapshot(soup_env, soup_env.reset(2))
     assert all(np.array_equal(nominal[key], back[key]) for key in nominal)  # nominal comes back
+
+
+@pytest.mark.libero
+@pytest.mark.sim
+@pytest.mark.slow
+def test_upstreams_released_corruption_blurs_the_agent_view_only(soup_env):
+    """libero_plus.corruption 13 (LIBERO-Plus's gaussian blur at severity 3) on the agent view's frame, not the
+    wrist's; the same per seed and step; nominal comes back."""
+    nominal = soup_env.reset(2)
+    variant = resolve_variant({"libero_plus.corruption": 13}, soup_env.task)
+    blurred = soup_env.reset(2, variant)
+    assert np.array_equal(blurred["image.wrist"], nominal["image.wrist"])
+    assert not np.array_equal(blurred["image.agentview"], nominal["image.agentview"])
+    assert blurred["image.agentview"].astype(float).std() < nominal["image.agentview"].astype(float).std()
+    assert np.array_equal(soup_env.reset(2, variant)["image.agentview"], blurred["image.agentview"])
+    assert np.array_equal(soup_env.reset(2)["image.agentview"], nominal["image.agentview"])
 
 
 def test_the_report_and_results_profile_show_the_categories():

@@ -54,7 +54,7 @@ def test_every_factor_has_a_test_level():
     assert {name for name, f in FACTORS.items() if f.backends == {"libero"}} == {
         "libero.object", "libero.environment", "libero.swap", "libero.language", "libero.task", "libero.init",
         "libero_plus.layout", "libero_plus.camera", "libero_plus.robot_init", "libero_plus.language",
-        "libero_plus.light", "libero_plus.background", "libero_plus.noise"}
+        "libero_plus.light", "libero_plus.background", "libero_plus.noise", "libero_plus.corruption"}
 
 
 @pytest.mark.parametrize("factor, level", sorted(VISUAL_LEVELS.items()))

@@ -30,11 +30,12 @@ ALLOWED = {
     "failures": {"spec", "sim", "policies", "store", "metrics"},
     "twin": {"spec", "sim", "policies", "store", "metrics", "failures", "run", "served"},
     "learning": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "served"},
+    "protocols": {"spec", "sim", "policies", "store", "run", "metrics", "served"},
     "report": {"spec", "store", "metrics", "failures"},
-    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "report", "server",
-               "served"},
-    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "report", "server", "cli",
-            "served"},
+    "server": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "protocols", "report",
+               "server", "served"},
+    "cli": {"spec", "sim", "policies", "store", "run", "metrics", "failures", "twin", "learning", "protocols", "report",
+            "server", "cli", "served"},
 }
 
 

@@ -196,7 +196,8 @@ def test_every_published_rate_in_the_registry_is_possible_and_cited():
     registry = load_registry()
     assert len(registry.results) >= 20 and len(registry.protocols) >= 12
     for name, result in registry.results.items():
-        assert result["source"] and result["verified"] in ("primary", "secondary"), name
+        assert result["citation"] and result["source"] in ("primary", "secondary"), name
+        assert result["reproduced"] is None, name  # filled only by a run here, recorded in its store
         if result["n"] is not None:
             assert lint_rate(result["rate"], result["n"]).possible, name
     for protocol in registry.protocols.values():
@@ -211,11 +212,30 @@ def test_a_registry_with_an_impossible_rate_or_a_bad_shape_is_refused(tmp_path):
     with pytest.raises(AssayError, match="result 'x': 43.9% of 500 is impossible"):
         load_registry(path)
     path.write_text(json.dumps({"schema_version": 9}))
-    with pytest.raises(AssayError, match="schema_version 1"):
+    with pytest.raises(AssayError, match="schema_version 2"):
         load_registry(path)
     path.write_text("{")
     with pytest.raises(AssayError, match="not JSON"):
         load_registry(path)
+
+
+def test_the_registry_says_source_and_leaves_reproduced_to_runs_here(tmp_path):
+    registry = load_registry()
+    assert {p["manifest"] for p in registry.protocols.values()} >= {"openpi-libero@1:spatial",
+                                                                    "lerobot-libero-main@1:10"}
+    doc = json.loads((ROOT / "src/assay/metrics/data/reproduction.json").read_text())
+    doc["results"][ENTRY]["reproduced"] = {"policy": "pi05", "rate": 0.99}  # filled by hand: no bundle, no run
+    path = tmp_path / "registry.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(AssayError, match=r"result 'openpi/pi05_libero/libero_spatial': 'reproduced' is filled only "
+                                         r"by a run here .* \(missing campaign, protocol, "):
+        load_registry(path)
+    old = {"schema_version": 1, "protocols": {}, "results": {"x": {"checkpoint": "c", "protocol": None, "rate": "50%",
+                                                                   "n": 2, "source": "a paper", "verified": "primary",
+                                                                   "task_prefix": "metaworld/"}}}
+    path.write_text(json.dumps(old))
+    upgraded = load_registry(path).results["x"]  # version 1 reads as 2: verified is source, source is citation
+    assert (upgraded["source"], upgraded["citation"], upgraded["reproduced"]) == ("primary", "a paper", None)
 
 
 def test_reproduce_and_lint_rate_commands(tmp_path):

@@ -10,11 +10,13 @@ them import them from here::
     │   ├── UnknownTaskError       a task id that no registry holds
     │   ├── UnknownPolicyError     a builtin name or ``module:attr`` that does not resolve
     │   ├── UnsupportedError       a valid spec that this task/backend/policy cannot run
-    │   └── ContractError          a policy's declared interface does not fit the task
+    │   ├── ContractError          a policy's declared interface does not fit the task
+    │   └── ManifestError          an unknown protocol, or a manifest whose hash is not its content's
     ├── StoreError             the store or catalog cannot be read or written
     │   ├── WriteError             a file could not be written (where, and the OS's reason)
     │   ├── UndecodableRow         a catalog row that does not decode into an EpisodeRecord
     │   └── DuplicateEpisodes      two episodes of one column on one paired row of a seed table
+    ├── BundleError            a result bundle that fails its SHA-256 manifest or cannot be read
     ├── ResultsCsvError        a results CSV that cannot be used (file and row named)
     ├── DataQueryError         a training-data query that does not parse or selects nothing
     ├── RegressionError        a regression set that is missing, malformed or has no such version
@@ -90,6 +92,14 @@ class UnsupportedError(SpecError):
 
 class ContractError(SpecError):
     """A policy's contract does not fit a task in a way that would produce garbage."""
+
+
+class ManifestError(SpecError):
+    """An unknown protocol name, or a protocol manifest whose recorded hash is not the hash of its content."""
+
+
+class BundleError(AssayError):
+    """A result bundle that cannot be read, or whose files do not match its SHA-256 manifest."""
 
 
 class StoreError(AssayError):

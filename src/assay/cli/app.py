@@ -109,6 +109,15 @@ COMMANDS: dict[str, LazyCommand] = {
     "zoo": _entry("The policy zoo: BC checkpoints of graded skill (Meta-World pixels; LIBERO state and pixels).",
                   "zoo_commands"),
     "store": _entry("Check the store itself, and prune old step files and videos.", "store_commands"),
+    "protocol": _entry("Protocol manifests: list, show, and the knob-by-knob difference between two (diff).",
+                       "protocol_commands"),
+    "bundle": _entry("Write a campaign's verifiable result vector (``assay bundle CAMPAIGN -o DIR``: per-episode "
+                     "outcomes, package versions, the manifest, rates with intervals, the stamp, a SHA-256 manifest) "
+                     "or check one offline (``assay bundle verify DIR``: every checksum, every interval and the stamp "
+                     "recomputed, no store needed).", "protocol_commands"),
+    "equivalence": _entry("Run one campaign under two environments (package versions, renderer) on paired seeds: a "
+                          "TOST verdict on the success rates at --margin, the package and renderer differences, and "
+                          "the trajectories' and pixels' differences.", "equivalence_commands"),
 }
 
 

@@ -18,23 +18,21 @@ from assay.cli.common import (
     CatalogOpt,
     JsonOpt,
     StoreOpt,
-    campaign_errors,
-    campaign_file,
     open_store,
     split_list,
     user_errors,
 )
 from assay.cli.gates import FailUnderOpt, check_rates, gate_failed, is_stdout
 from assay.cli.lazy import subgroup
-from assay.cli.options import AddressOpt
+from assay.cli.options import AddressOpt, ProtocolOpt, ProtocolPolicyOpt, UpstreamOpt
 from assay.cli.progress import CampaignProgress, interrupt_told
 from assay.cli.scoring import AllowPartialOpt, VariantScopeOpt, scored_campaign
-from assay.errors import AssayError, SpecError
+from assay.errors import AssayError
 from assay.metrics import entries_of, missing_rows, rate_rows, write_results_csv
 from assay.metrics.adaptive import judge_for
 from assay.metrics.adaptive_power import equal_power_view
 from assay.metrics.results_csv import format_results_csv
-from assay.run import CampaignPlan, CampaignSummary, FaultPolicy, make_executor, prepare_campaign, run_campaign
+from assay.run import CampaignPlan, CampaignSummary, FaultPolicy, make_executor, run_campaign
 from assay.run.adaptive import load_state
 from assay.run.catalog_writer import DEFAULT_COMMIT_ROWS, DEFAULT_COMMIT_SECONDS, CommitPolicy
 from assay.run.leases import DEFAULT_LEASE_S
@@ -56,7 +54,10 @@ def register(app: typer.Typer) -> None:
 
 
 def run(
-    campaign: Annotated[Path, typer.Argument(help="Campaign YAML file.")],
+    campaign: Annotated[Path | None, typer.Argument(help="Campaign YAML file (or --protocol).")] = None,
+    protocol: ProtocolOpt = None,
+    policy: ProtocolPolicyOpt = None,
+    upstream: UpstreamOpt = None,
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1,
@@ -100,10 +101,10 @@ def run(
         "are the same.")] = None,
 ) -> None:
     """Run a campaign; rerunning the same command resumes it (finished episodes are skipped)."""
+    from assay.cli.protocol_build import campaign_plan, keep_manifest
+
     with user_errors():
-        spec = with_simulators(campaign_file(campaign), simulator or [])
-        with campaign_errors(campaign):
-            planned = prepare_campaign(spec)
+        spec, planned, manifest = campaign_plan(campaign, protocol, policy, upstream, simulator or [])
         if (weak := power_warning(spec)) is not None:
             render.err_console.print(f"[yellow]warning:[/] {weak}", highlight=False, soft_wrap=True)
         slow_frames = software_rendering(planned, executor, address)
@@ -116,6 +117,7 @@ def run(
         # the run holds the lock shared: other runs go on beside it, job leases keep each job to one of them
         with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting, shared=True), \
                 open_store(store, catalog, create=True, data_url=data) as opened:
+            keep_manifest(opened.root, manifest)  # the stamp finds the manifest a campaign ran in its store
             runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
             progress = CampaignProgress(render.err_console, enabled=not json_out or not render.err_console.is_terminal,
                                         every=progress_every)
@@ -128,20 +130,6 @@ def run(
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
             _report_run(opened, spec, planned, summary, adaptive, json_out, fail_under,
                         warned_software=slow_frames is not None, allow_errors=allow_errors)
-
-
-def with_simulators(spec: CampaignSpec, given: list[str]) -> CampaignSpec:
-    """``spec`` with ``--simulator BACKEND=URL`` options over its ``simulators:``."""
-    if not given:
-        return spec
-    served = dict(spec.simulators or {})
-    for item in given:
-        backend, _, url = item.partition("=")
-        if not url.startswith(("ws://", "wss://")):
-            raise SpecError(f"--simulator {item!r}: write BACKEND=ws://HOST:PORT (where `assay serve-sim BACKEND "
-                            "--port PORT` listens)")
-        served[backend.strip()] = url.strip()
-    return spec.model_copy(update={"simulators": served})
 
 
 def software_rendering(planned: CampaignPlan, executor: str, address: str | None) -> str | None:
@@ -188,6 +176,8 @@ def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summar
     render.console.print(render.rate_table(rows, title, no_success, completeness=covered))
     if not covered.complete:
         scored.say(covered)
+    else:
+        scored.say_stamp()
     if adaptive is not None:
         for part in adaptive_render(adaptive):
             render.console.print(part, highlight=False, soft_wrap=True)

@@ -34,3 +34,12 @@ def user_errors() -> Iterator[None]:
     except AssayError as exc:
         render.err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+ProtocolOpt = Annotated[str | None, typer.Option(
+    "--protocol", help="Run a protocol manifest instead of a campaign file: NAME[@VERSION] (`assay protocol list`) or "
+    "a manifest FILE.json, with :SUITE,... for some of its suites (openpi-libero:spatial); needs --policy.")]
+ProtocolPolicyOpt = Annotated[str | None, typer.Option(
+    "--policy", help="With --protocol: the policy to run (a builtin, module:attr, remote:ws://host:port, bc:PATH, or "
+    "a mapping like '{name: pi05, remote: ws://127.0.0.1:8000, version: pi05_libero}').")]
+UpstreamOpt = Annotated[Path | None, typer.Option(
+    "--upstream", help="With a protocol whose variants are a released upstream list (libero-plus): the upstream "
+    "checkout, or the list's file itself, checked against the manifest's SHA-256.")]

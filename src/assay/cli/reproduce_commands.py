@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -37,6 +37,9 @@ def reproduce_command(
     alpha: Annotated[float, typer.Option("--alpha", help="Level of the exact test of measured vs published.")] = 0.05,
     list_entries: Annotated[bool, typer.Option("--list", help="List the registry's entries and protocols.")] = False,
     allow_partial: AllowPartialOpt = False,
+    record: Annotated[Path | None, typer.Option("--record", help="Record the run in the store's 'reproduced' column, "
+                                                "with this bundle of the campaign as its evidence (assay bundle C -o "
+                                                "DIR; it must verify and be reportable).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check a campaign against a published evaluation: its protocol field by field, its rate by an exact test
@@ -49,7 +52,7 @@ def reproduce_command(
     with user_errors():
         known = load_registry(registry)
         if list_entries:
-            _list(known, json_out)
+            _list(known, json_out, Path(store))
             return
         if entry is None or campaign is None:
             raise AssayError("give a registry ENTRY and --campaign NAME (or --list to see the entries)")
@@ -60,10 +63,25 @@ def reproduce_command(
             records = opened.catalog.episodes(campaign=campaign)
             adaptive = load_state(opened, campaign)
         result = reproduce(known, entry, found[campaign].spec, records, policy, alpha, allow_partial, adaptive)
+        recorded = _record(known, result, campaign, record, Path(store)) if record is not None else None
         if json_out:
-            render.print_json({"campaign": campaign, "registry": known.source, **result.to_dict()})
+            render.print_json({"campaign": campaign, "registry": known.source, **result.to_dict(),
+                               "recorded": recorded})
             return
         _print(result, campaign)
+        if recorded is not None:
+            render.console.print(f"recorded in {Path(store) / 'reproduced.json'}: {entry} reproduced here by "
+                                 f"{recorded['policy']} (bundle {recorded['bundle_sha256'][:12]}…)", highlight=False)
+
+
+def _record(known: Registry, result: Reproduction, campaign: str, bundle: Path, store: Path) -> dict[str, Any]:
+    from assay.metrics.bundle import verify_bundle
+    from assay.metrics.reproduced import reproduced_record, save_reproduced
+    from assay.metrics.stamp import store_manifests
+
+    found = reproduced_record(known, result, verify_bundle(bundle), campaign, store_manifests(store)[0])
+    save_reproduced(store, result.entry, found)
+    return found
 
 
 def _print(result: Reproduction, campaign: str) -> None:
@@ -90,16 +108,26 @@ def _print(result: Reproduction, campaign: str) -> None:
         render.console.print(f"[{style}]{note}[/]", highlight=False, soft_wrap=True)
 
 
-def _list(known: Registry, json_out: bool) -> None:
+def _list(known: Registry, json_out: bool, store: Path) -> None:
+    from assay.metrics.reproduced import latest, load_reproduced
+
+    here = load_reproduced(store)
+    results = {name: {**r, "reproduced": latest(here, name) or r.get("reproduced")}
+               for name, r in known.results.items()}
     if json_out:
-        render.print_json({"registry": known.source, "protocols": known.protocols, "results": known.results})
+        render.print_json({"registry": known.source, "store": str(store), "protocols": known.protocols,
+                           "results": results})
         return
-    table = Table(title=f"published results in {known.source}", title_justify="left")
-    for column in ("entry", "checkpoint", "protocol", "rate", "n", "verified"):
+    table = Table(title=f"published results in {known.source}; reproduced: runs recorded in {store}",
+                  title_justify="left")
+    for column in ("entry", "checkpoint", "protocol", "rate", "n", "source", "reproduced"):
         table.add_column(column, justify="right" if column in ("rate", "n") else "left")
-    for name, r in sorted(known.results.items()):
+    for name, r in sorted(results.items()):
+        done = r.get("reproduced")
+        shown = (f"{done['rate']:.1%} [{done['low']:.1%}, {done['high']:.1%}] of {done['trials']}, {done['verdict']} "
+                 f"({done['policy']}, bundle {str(done['bundle_sha256'])[:8]}…)" if done else "-")
         table.add_row(name, str(r["checkpoint"]), str(r.get("protocol") or "-"), str(r["rate"]),
-                      "?" if r.get("n") is None else str(r["n"]), str(r.get("verified", "")))
+                      "?" if r.get("n") is None else str(r["n"]), str(r.get("source", "")), shown)
     render.console.print(table)
 
 

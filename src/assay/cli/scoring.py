@@ -6,11 +6,12 @@ decoded), the variant scope of the command (``assay.metrics.scope``: nominal by 
 ``--variant NAME`` or ``--variant all``) and the campaign's completeness against its plan
 (``assay.metrics.completeness``); paired tables come from the database's seed patterns
 (:meth:`Scored.grid`), and rows are decoded only where a command needs episodes
-(:meth:`Scored.episodes`). Titles carry the scope's label, JSON documents carry
-``scope`` and ``completeness``, and a ranking or comparison over cells with no episode is refused
-unless ``--allow-partial``. A campaign linking an episode the last ``assay store verify`` found wrong is refused
-until it is repaired (:func:`refuse_failed`). ``correlate --campaign``, ``stability`` and ``estimate-real`` read a
-campaign as a table of rates the same way (:meth:`Scored.require`, :func:`source_document`).
+(:meth:`Scored.episodes`). Titles carry the scope's label and the campaign's stamp (``reportable``
+or ``diagnostic``, ``assay.metrics.stamp``: a partial or unconformant run never prints a bare score), JSON
+documents carry ``scope``, ``completeness`` and ``stamp``, and a ranking or comparison over cells with no
+episode is refused unless ``--allow-partial``. A campaign linking an episode the last ``assay store verify``
+found wrong is refused until it is repaired (:func:`refuse_failed`). ``correlate --campaign``, ``stability`` and
+``estimate-real`` read a campaign as a table of rates the same way (:meth:`Scored.require`, :func:`source_document`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from assay.errors import AssayError
 from assay.metrics import Completeness, OutcomeGrid, VariantScope, planned_variants, variant_scope
 from assay.metrics.completeness import totals_completeness
 from assay.metrics.outcomes import SharedRows, match_tasks, stored_grid, stored_shared_grid
+from assay.metrics.stamp import Stamp, campaign_stamp, known_manifests
 from assay.store import EpisodeRecord, Store
 from assay.store.aggregates import CellTotals, cell_totals, unsound_rows
 
@@ -50,6 +52,7 @@ class Scored:
     totals: tuple[CellTotals, ...]  # every cell of the campaign
     scope: VariantScope
     completeness: Completeness  # of the whole campaign
+    stamp: Stamp  # reportable or diagnostic, and why
 
     @property
     def scoped(self) -> list[CellTotals]:
@@ -111,17 +114,26 @@ class Scored:
         scope); the whole campaign's totals beside them."""
         part = covered if covered is not None else self.within()
         return {"scope": self.scope.to_dict(),
-                "completeness": {**part.to_dict(), "campaign": self.completeness.summary()}}
+                "completeness": {**part.to_dict(), "campaign": self.completeness.summary()},
+                "stamp": self.stamp.to_dict()}
 
     def title(self, text: str) -> str:
-        """A table title naming the scope."""
-        return f"{text} ({self.scope.label})"
+        """A table title naming the scope and the stamp (``reportable (protocol)`` or ``diagnostic``)."""
+        stamp = f"reportable: {self.stamp.protocol}" if self.stamp.reportable else "diagnostic"
+        return f"{text} ({self.scope.label}) — {stamp}"
 
     def say(self, covered: Completeness | None = None, prefix: str = "") -> None:
-        """Print the completeness line (yellow when incomplete), after ``prefix``."""
+        """Print the completeness line (yellow when incomplete), after ``prefix``, and the stamp's line."""
         part = covered if covered is not None else self.within()
         line = escape(prefix + part.describe())
         render.console.print(line if part.complete else f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
+        self.say_stamp()
+
+    def say_stamp(self) -> None:
+        """Print the stamp's line: reportable (green) or diagnostic and why (dim)."""
+        stamp = escape(self.stamp.label)
+        render.console.print(f"[green]{stamp}[/]" if self.stamp.reportable else f"[dim]{stamp}[/]", highlight=False,
+                             soft_wrap=True)
 
     def require(self, what: str, allow_partial: bool) -> Completeness:
         """The completeness of every cell in scope; AssayError naming ``what`` (the result refused) when a cell has
@@ -173,7 +185,8 @@ def scored_campaign(store: Store, name: str | None, variant: str | None, separat
     except AssayError as exc:
         raise AssayError(f"campaign {chosen!r}: {exc}") from None
     complete = totals_completeness(resolved, found, load_state(store, chosen))
-    return Scored(chosen, store, found, scope, complete)
+    manifests, _ = known_manifests(store.root)
+    return Scored(chosen, store, found, scope, complete, campaign_stamp(resolved, complete, found, manifests))
 
 
 def refuse_failed(store: Store, campaign: str) -> None:

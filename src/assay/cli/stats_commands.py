@@ -204,10 +204,17 @@ def compare_command(
     resamples: Annotated[int, typer.Option("--resamples", help="Posterior draws behind a suite interval.")] = 20000,
     seed: SeedOpt = 0,
     allow_partial: AllowPartialOpt = False,
+    bundles: Annotated[list[str] | None, typer.Option("--bundle", help="Compare across result bundles instead of a "
+                       "store: [LABEL=]DIR, repeated; policies are LABEL:policy (LABEL: the directory name).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Per-task and suite differences A − B with intervals, p-values and verdicts. Tasks without a
     success signal (gymnasium ids) are compared on paired mean return instead (``returns`` in --json)."""
+    if bundles:
+        from assay.cli.protocol_commands import compare_bundles
+
+        compare_bundles(a, others, bundles, alpha, confidence, resamples, seed, json_out)
+        return
     with user_errors(), Store(store, catalog, create=False) as opened:
         scored = scored_campaign(opened, campaign, variant)
         root = opened.root

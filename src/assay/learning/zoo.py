@@ -158,8 +158,9 @@ def zoo_dir(store: Store, config: ZooConfig) -> Path:
 
 
 def _collect(store: Store, config: ZooConfig) -> tuple[dict[str, list[EpisodeRecord]], int, float]:
-    """The expert's demos (resumed if stored), its successes by task in episode order, and the CPU seconds."""
-    started = time.process_time()
+    """The expert's demos (resumed if stored), its successes by task in episode order, and the CPU seconds this call
+    spent on them, worker processes included (0 when every demo was already in the store)."""
+    started = _cpu_seconds()
     _, records = run_grid(store, f"zoo-{config.tag()}-demos", config.tasks,
                           [PolicySpec(name="expert", builtin="expert")], config.demos, config.demo_seed,
                           config.horizon, config.workers, cameras=(config.camera(),) if config.pixels else (),
@@ -171,7 +172,15 @@ def _collect(store: Store, config: ZooConfig) -> tuple[dict[str, list[EpisodeRec
     if unsolved:
         raise AssayError(f"the expert solved none of its {config.demos} demo episodes of {', '.join(unsolved)}; "
                          "a zoo needs successful demos of every task (choose tasks the scripted expert solves)")
-    return by_task, len(records), time.process_time() - started
+    return by_task, len(records), _cpu_seconds() - started
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU seconds plus those of its finished child processes (the executor's workers)."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def _train(store: Store, config: ZooConfig, member: Member, chosen: list[EpisodeRecord], path: Path) -> Any:

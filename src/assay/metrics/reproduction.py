@@ -2,10 +2,13 @@
 
 The same checkpoint scores differently in two harnesses because the protocols differ (the horizon, the
 settle steps, how many actions of a chunk run before replanning, the control frequency) and because a
-small n cannot tell 96% from 98%. ``metrics/data/reproduction.json`` (schema_version 1) holds published
+small n cannot tell 96% from 98%. ``metrics/data/reproduction.json`` (schema_version 2) holds published
 LIBERO protocols (``protocols``: per suite, the fields below with the file and commit each was read
-from) and published success rates of named checkpoints (``results``: rate as published, its n and where
-n comes from, ``verified`` primary or secondary, and ``unverified``: what could not be checked).
+from, and ``manifest``: the protocol manifest and suite it is, ``assay protocol show``) and published success
+rates of named checkpoints (``results``: rate as published, its n and where n comes from, ``source`` primary
+or secondary with its ``citation``, ``unverified``: what could not be checked, and ``reproduced``: null unless
+a run here filled it, ``metrics.reproduced``). A schema_version 1 file (``verified`` for ``source``, ``source``
+for ``citation``) is read as version 2.
 
 * **Protocol check**, field by field, from the campaign's resolved spec in the catalog: ``horizon``
   (policy steps after settling), ``settle_steps``, ``init_states`` (``fixed from state S``: episode i
@@ -52,7 +55,10 @@ from assay.metrics.rates import success_interval
 from assay.metrics.scope import NOMINAL, planned_variants, variant_scope
 from assay.store import EpisodeRecord, Outcome
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+SOURCES = ("primary", "secondary")
+REPRODUCED_FIELDS = ("policy", "campaign", "protocol", "protocol_hash", "successes", "trials", "rate", "low", "high",
+                     "bundle_sha256", "verdict")
 FIELDS = ("horizon", "settle_steps", "init_states", "episodes_per_task", "camera_size", "replan_steps",
           "control_hz", "tasks")
 VERDICTS = ("reproduced", "not reproduced", "protocol differs")
@@ -157,9 +163,34 @@ class Registry:
         return self.results[name]
 
 
+def _upgraded(doc: dict[str, Any]) -> dict[str, Any]:
+    """A schema_version 1 registry as version 2: ``verified`` is ``source``, ``source`` is ``citation``."""
+    if doc.get("schema_version") != 1:
+        return doc
+    protocols = {n: {**{k: v for k, v in p.items() if k != "verified"}, "source": p.get("verified")}
+                 for n, p in (doc.get("protocols") or {}).items()}
+    results = {n: {**{k: v for k, v in r.items() if k not in ("verified", "source")}, "citation": r.get("source"),
+                   "source": r.get("verified"), "reproduced": None} for n, r in (doc.get("results") or {}).items()}
+    return {**doc, "schema_version": SCHEMA_VERSION, "protocols": protocols, "results": results}
+
+
+def check_reproduced(record: Any, where: str) -> None:
+    """A ``reproduced`` value: null, or a run's record with every field (the bundle's SHA-256 among them)."""
+    if record is None:
+        return
+    missing = [f for f in REPRODUCED_FIELDS if not isinstance(record, dict) or f not in record]
+    digest = str(record.get("bundle_sha256", "")) if isinstance(record, dict) else ""
+    if missing or len(digest) != 64:
+        raise AssayError(f"{where}: 'reproduced' is filled only by a run here (assay reproduce --record BUNDLE): it "
+                         f"needs {', '.join(REPRODUCED_FIELDS)} with the bundle's SHA-256"
+                         + (f" (missing {', '.join(missing)})" if missing else ""))
+
+
 def _check_registry(doc: Any, source: str) -> Registry:
+    if isinstance(doc, dict):
+        doc = _upgraded(doc)
     if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
-        raise AssayError(f"{source}: not a reproduction registry of schema_version {SCHEMA_VERSION}")
+        raise AssayError(f"{source}: not a reproduction registry of schema_version {SCHEMA_VERSION} (or 1)")
     protocols, results = doc.get("protocols"), doc.get("results")
     if not isinstance(protocols, dict) or not isinstance(results, dict):
         raise AssayError(f"{source}: a registry needs 'protocols' and 'results' objects")
@@ -173,6 +204,9 @@ def _check_registry(doc: Any, source: str) -> Registry:
         if result.get("protocol") is not None and result["protocol"] not in protocols:
             raise AssayError(f"{source}: result {name!r} names protocol {result['protocol']!r}, which it lacks")
         parse_rate(result.get("rate", ""))
+        if result.get("source") not in SOURCES or not result.get("citation"):
+            raise AssayError(f"{source}: result {name!r} needs 'source' (primary or secondary) and its 'citation'")
+        check_reproduced(result.get("reproduced"), f"{source}: result {name!r}")
         n = result.get("n")
         if n is not None and not lint_rate(result["rate"], n).possible:
             raise AssayError(f"{source}: result {name!r}: {lint_rate(result['rate'], n).message}")

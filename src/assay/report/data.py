@@ -48,10 +48,12 @@ from assay.metrics import (
     variant_scope,
 )
 from assay.metrics.passk import PassKTable, pass_k_rows
+from assay.metrics.stamp import Stamp, campaign_stamp, known_manifests
 from assay.report import evidence
 from assay.report.evidence import FailureFacts
 from assay.report.flywheel import load_flywheel
 from assay.report.gallery import campaign_failures
+from assay.spec.protocol import Manifest
 from assay.store import EpisodeRecord, Outcome, Store, video_relpath
 from assay.store.aggregates import (
     CellTotals,
@@ -242,16 +244,18 @@ class Scoring:
     campaign: Completeness  # every cell of the campaign
     withheld: str = ""
     variants: tuple[str, ...] = ()  # every variant the campaign plans, in plan order
+    stamp: Stamp | None = None  # reportable or diagnostic (assay.metrics.stamp)
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``scope`` and ``completeness`` documents the CLI's --json carries too."""
+        """The ``scope``, ``completeness`` and ``stamp`` documents the CLI's --json carries too."""
         return {"scope": self.scope.to_dict(), "completeness": {**self.completeness.to_dict(),
                                                                 "campaign": self.campaign.summary()},
-                "withheld": self.withheld or None}
+                "withheld": self.withheld or None, "stamp": self.stamp.to_dict() if self.stamp else None}
 
 
 def score_scope(spec: dict[str, Any], totals: Sequence[CellTotals], adaptive: dict[str, Any] | None,
-                allow_partial: bool = False, hint: str = "pass --allow-partial to `assay report`") -> Scoring:
+                allow_partial: bool = False, hint: str = "pass --allow-partial to `assay report`",
+                manifests: Sequence[Manifest] = ()) -> Scoring:
     """The default variant scope of a campaign (``metrics.scope``), its completeness and the refusal to rank
     over cells with no episode (unless ``allow_partial``; ``hint`` says how to ask): the rule ``assay results``
     applies. ``totals``: the campaign's cell counts."""
@@ -264,7 +268,8 @@ def score_scope(spec: dict[str, Any], totals: Sequence[CellTotals], adaptive: di
         covered.refuse_missing("the leaderboard and the checkpoint comparison", allow_partial)
     except AssayError as exc:
         withheld = str(exc).replace("pass --allow-partial", hint)
-    return Scoring(scope, covered, whole, withheld, tuple(variants))
+    stamp = campaign_stamp(spec, whole, totals, manifests)
+    return Scoring(scope, covered, whole, withheld, tuple(variants), stamp)
 
 
 def campaign_scoring(store: Store, campaign: str, totals: Sequence[CellTotals], allow_partial: bool = False,
@@ -274,7 +279,8 @@ def campaign_scoring(store: Store, campaign: str, totals: Sequence[CellTotals], 
     row = store.catalog.campaign(campaign)
     adaptive_path = store.campaign_dir(campaign) / "adaptive.json"
     adaptive = json.loads(adaptive_path.read_text()) if adaptive_path.exists() else None
-    return score_scope(row.spec if row is not None else {}, totals, adaptive, allow_partial, hint)
+    manifests, _ = known_manifests(store.root)
+    return score_scope(row.spec if row is not None else {}, totals, adaptive, allow_partial, hint, manifests)
 
 
 def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: int = 2000,

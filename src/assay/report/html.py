@@ -68,8 +68,11 @@ def _rates(data: ReportData) -> Markup:
         "<p class='warn'>No episode yet: {}</p>", ", ".join(c.label for c in covered.missing))
     note = coverage_note("midp", [r.scored for r in data.rates])
     dips = Markup("") if note is None else html("<p class='warn' id='coverage-note'>{}.</p>", note)
-    return join([table(["policy", "task", "success", "mid-p 95%", "succ/n", "timeout", "fail", "error", "recorded"],
-                       rows, {2, 3, 4, 5, 6, 7, 8}), dips, missing])
+    stamp = data.scoring.stamp if data.scoring is not None else None
+    stamped = Markup("") if stamp is None else html("<p class='{}' id='stamp'>{}</p>",
+                                                    "ok" if stamp.reportable else "warn", stamp.label)
+    return join([stamped, table(["policy", "task", "success", "mid-p 95%", "succ/n", "timeout", "fail", "error",
+                                 "recorded"], rows, {2, 3, 4, 5, 6, 7, 8}), dips, missing])
 
 
 def _robustness(data: ReportData) -> Markup:

@@ -85,6 +85,12 @@ def _located_variant(spec: CampaignSpec, index: int, task: TaskSpec) -> Variant:
         return resolve_variant(spec.variants[index], task)
 
 
+def _task_instruction(task: TaskSpec, variant: Variant, seed: int) -> str:
+    """``prompt: task``: the task's own instruction whatever the variant (openpi's and LeRobot's scripts send
+    LIBERO's ``task.language`` on every suite, a perturbed one too)."""
+    return task.instruction
+
+
 @public_api
 def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -> CampaignPlan:
     """Resolve tasks, variants and policies and plan every job; all spec errors surface here, before any run.
@@ -109,7 +115,7 @@ def prepare_campaign(spec: CampaignSpec, registry: TaskRegistry | None = None) -
                 check_policy_contract(policies[-1], task)  # the handshake: before episode 1, never during
     check_served_backends(spec.simulators or {}, tasks, spec.safety)  # e.g. a backend that runs only served
     with located("episodes"):
-        jobs = plan(spec, list(tasks), policies, variants, instruct)
+        jobs = plan(spec, list(tasks), policies, variants, _task_instruction if spec.prompt == "task" else instruct)
     return CampaignPlan(spec, tasks, tuple(policies), tuple(variants), tuple(jobs))
 
 

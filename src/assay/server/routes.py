@@ -133,7 +133,7 @@ async def get_campaign(name: str, store: StoreDep, runs: RunsDep) -> dict[str, A
         each = variant_scope(scoring.variants or ["nominal"], separately=True).to_dict()
         note = coverage_note(DEFAULT_INTERVAL, [r.scored for r in found])
         return {"rates": table, "interval": interval_label(), "coverage_note": note, "rates_scope": each,
-                "completeness": whole.to_dict()}
+                "completeness": whole.to_dict(), "stamp": scoring.to_dict()["stamp"]}
 
     return row | {"running": runs.running(name), **await call(rates)}
 

@@ -178,6 +178,10 @@ PLUS_FACTORS = (
           "level 3 their textures exchanged"),
     _plus("libero_plus.noise", "visual", f"{P} sensor noise: Gaussian noise of 4/255 x level on every camera "
           "frame, per step"),
+    replace(_f("libero_plus.corruption", "visual", "int", "index", 0, 50, 0, "reset",
+               "LIBERO-Plus's released sensor noise by its index (…_noise_N): 1-10 motion blur (refused: needs "
+               "ImageMagick), 11-20 gaussian blur, 21-30 zoom blur, 31-40 fog, 41-50 glass blur at severity 1-10, "
+               "on the agent view only, per step", LIBERO), category=PLUS_CATEGORIES["libero_plus.corruption"]),
 )
 
 FACTORS: dict[str, Factor] = {

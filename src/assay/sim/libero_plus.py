@@ -29,6 +29,9 @@ only what it declares, and every variant of a task runs on the nominal episodes'
                            step from the seed
 =========================  ====================================================================
 
+``libero_plus.corruption`` (0 none, 1-50) is LIBERO-Plus's *released* sensor noise instead, by upstream's
+index: its blur and fog corruptions of the agent view only (``sim.corruptions``), drawn per step from the seed.
+
 A :class:`PlusScene` belongs to one LIBERO scene: it keeps the nominal model arrays it
 changes and restores them at every reset before applying the next variant's levels.
 """
@@ -39,12 +42,14 @@ from typing import Any
 
 import numpy as np
 
+from assay.sim.corruptions import corrupt
 from assay.sim.factors import value_of
 from assay.spec import Variant, derive_seed
 from assay.spec.libero_catalog import PLUS_CATEGORIES
 
 PLUS_FACTORS = tuple(PLUS_CATEGORIES)
 LAYOUT_M, CAMERA_M, CAMERA_DEG, JOINT_RAD = 0.02, 0.025, 2.5, 0.03
+UPSTREAM_NOISE_CAMERAS = ("agentview", "image")  # LIBERO-Plus corrupts the agent view only (LeRobot's "image")
 LIGHT_SCALE, LIGHT_DEG, LIGHT_TINT, BACKGROUND_TINT, NOISE = 0.12, 6.0, 0.06, 0.12, 4.0 / 255
 SWAP_FROM = 3  # the background level from which textures are exchanged
 _ROBOT = ("robot0_", "gripper0_", "mount0_")
@@ -184,7 +189,11 @@ class PlusScene:
 
     @staticmethod
     def noisy(frame: np.ndarray, variant: Variant, seed: int, step: int, camera: str) -> np.ndarray:
-        """``frame`` with the variant's sensor noise (the same for the same episode, step and camera)."""
+        """``frame`` with the variant's sensor noise (the same for the same episode, step and camera): upstream's
+        corruption of the agent view (``libero_plus.corruption``), then Assay's Gaussian noise."""
+        index = int(value_of(variant, "libero_plus.corruption"))
+        if index and camera in UPSTREAM_NOISE_CAMERAS:
+            frame = corrupt(frame, index, np.random.default_rng([derive_seed("libero_plus.corruption", seed), step]))
         level = int(value_of(variant, "libero_plus.noise"))
         if not level:
             return frame

@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -24,6 +24,7 @@ from assay.errors import SpecError
 from assay.spec.hashing import canonical_json, content_hash, derive_seed
 from assay.spec.names import clean_name
 from assay.spec.policy import PolicySpec
+from assay.spec.protocol import ProtocolRef
 from assay.spec.task import CameraSpec, TaskSpec
 from assay.spec.variant import Axis, Variant
 
@@ -34,7 +35,7 @@ VariantRequest = dict[str, Any]
 # so changing them keeps the campaign (and the stores that hold it) the same campaign.
 EXECUTION_SETTINGS = {"episode_timeout_s", "storage", "simulators"}
 # Fields added later, left out of the hash and the dump when unset, so older campaigns hash as before.
-OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage", "simulators")
+OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage", "prompt", "protocol", "simulators")
 
 
 class Pipeline(str, Enum):
@@ -148,6 +149,13 @@ class CampaignSpec(BaseModel):
     storage: StorageSpec | None = Field(
         default=None, description="how step files are laid out: {pack: episode} (default) or {pack: batch}, one "
                                   "file per batch (an execution setting: not part of the campaign's hash)")
+    prompt: Literal["variant", "task"] | None = Field(
+        default=None, description="the instruction each episode sends: variant (the default: the one the variant "
+                                  "defines, e.g. a LIBERO-PRO language suite's) or task (the task's own, as openpi's "
+                                  "and LeRobot's LIBERO scripts send on every suite)")
+    protocol: ProtocolRef | None = Field(
+        default=None, description="the protocol manifest this campaign claims to run (name, version, hash, suites): "
+                                  "what makes its score reportable (assay.metrics.stamp)")
     simulators: dict[str, str] | None = Field(
         default=None, description="served simulators by backend, e.g. {libero: ws://HOST:PORT} (`assay serve-sim`): "
                                   "those backends' environments are stepped there, with the same episodes (an "

@@ -43,7 +43,7 @@ PRO_KINDS = ("lan", "object", "swap", "task")  # LIBERO-PRO's perturbed suites: 
 PLUS_CATEGORIES = {
     "libero_plus.layout": "layout", "libero_plus.camera": "camera", "libero_plus.robot_init": "robot",
     "libero_plus.language": "language", "libero_plus.light": "light", "libero_plus.background": "background",
-    "libero_plus.noise": "noise",
+    "libero_plus.noise": "noise", "libero_plus.corruption": "noise",
 }
 PLUS_LEVELS = 5  # levels 1..5 per factor (0: nominal)
 # What these numbers are, wherever they are shown: Assay's procedural axes after LIBERO-Plus's categories, not

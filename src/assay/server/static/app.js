@@ -185,6 +185,7 @@ function leaderboardSection(board) {
 function ratesSection(campaign) {
   return html`<section><h2>Success by policy × task × variant <span class="muted">(${campaign.rates_scope.label})</span></h2>
       <p id="completeness" class="${campaign.completeness.complete ? "muted" : "warn"}">${completenessText(campaign.completeness)}</p>
+      ${campaign.stamp ? html`<p id="stamp" class="${campaign.stamp.status === "reportable" ? "success" : "warn"}">${campaign.stamp.label}</p>` : ""}
       <table id="rates"><thead><tr><th>policy</th><th>task</th><th>variant</th><th class="num">success</th>
       <th class="num">${campaign.interval}</th><th class="num">n</th><th class="num">recorded</th></tr></thead><tbody>
       ${campaign.rates.map(r => html`<tr><td>${r.group.policy}</td><td>${r.group.task}</td><td>${r.group.variant}</td>
