@@ -217,11 +217,12 @@ def test_a_campaign_without_nominal_is_pooled_under_one_label_in_the_cli_report_
         board = client.get("/api/campaigns/c/leaderboard", params={"resamples": 200}).json()
         failures = client.get("/api/campaigns/c/failures").json()
         campaign = client.get("/api/campaigns/c").json()
+        extras = client.get("/api/campaigns/c/extras").json()
     assert board["scope"]["label"] == POOLED
     assert failures["scope"]["label"] == POOLED  # by_policy pools every variant; each episode names its own
     assert failures["by_policy"] == {"a": {"failure": 1}, "b": {"failure": 7}}
-    assert campaign["safety_scope"]["label"] == "each variant separately (noisy, dark)"
-    assert campaign["safety_scope"] == campaign["rates_scope"]
+    assert extras["safety_scope"]["label"] == "each variant separately (noisy, dark)"
+    assert extras["safety_scope"] == campaign["rates_scope"]
 
 
 def test_retention_columns_name_their_interval_method(tmp_path):

@@ -200,6 +200,7 @@ def test_two_drivers_creating_one_postgresql_catalog_at_once_both_open_it(tmp_pa
     first, so it lands on every step of the first's creating the catalog), and agree on the store's ID."""
     import sqlalchemy as sa
 
+    from assay.store import counts
     from tests.race_support import drivers_on_one_catalog, race
 
     admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
@@ -215,9 +216,10 @@ def test_two_drivers_creating_one_postgresql_catalog_at_once_both_open_it(tmp_pa
         with admin.connect() as conn:
             for name in names:
                 tables = set(sa.inspect(conn).get_table_names(schema=name))
-                assert {"episodes", "campaigns", "campaign_episodes", "cell_counts", "store_meta"} <= tables, name
+                assert {"episodes", "campaigns", "campaign_episodes", "cell_counts", "seed_rows", "seed_patterns",
+                        "store_meta"} <= tables, name
                 meta = dict(conn.exec_driver_sql(f"SELECT name, value FROM {name}.store_meta").all())
-                assert meta["schema_version"] == "1" and meta["cell_counts"] == "1", (name, meta)
+                assert meta["schema_version"] == "1" and meta["cell_counts"] == counts.VERSION, (name, meta)
     finally:
         with admin.connect() as conn:
             for name in names:

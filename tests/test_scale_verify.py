@@ -73,7 +73,8 @@ def test_kept_counts_that_differ_from_the_rows_are_named_and_recounted(tmp_path)
     root = tmp_path / "store"
     _run(root)
     code, clean = _verify(root)
-    assert code == 0 and clean["counts"] == {"cells": 1, "recounted": False, "refused": False, "differ": []}
+    assert code == 0 and clean["counts"] == {"cells": 1, "recounted": False, "refused": False, "differ": [],
+                                             "patterns_differ": []}
     with sqlite3.connect(root / "catalog.sqlite") as db:
         db.execute("UPDATE cell_counts SET successes = successes + 3, return_sum = return_sum * (1 + 1e-12)")
         [(timeouts,)] = db.execute("SELECT timeouts FROM cell_counts").fetchall()

@@ -46,7 +46,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML report of a campaign (works offline: inline SVG figures, embedded video)."""
     from assay.cli.scoring import refuse_failed
-    from assay.learning.leakage import campaign_leakage
+    from assay.learning.leakage import stored_leakage
     from assay.metrics import read_results_csv
     from assay.report import write_report
     from assay.store import Store
@@ -62,8 +62,8 @@ def report(
             known = {c.name for c in opened.catalog.campaigns()}
             if campaign in known:
                 refuse_failed(opened, campaign)  # what `store verify` found wrong is repaired first
-            leaks = [leak.to_dict() for leak in campaign_leakage(opened.catalog.episodes(campaign=campaign), opened)] \
-                if campaign in known else []
+            # only the rows of the campaign's bc and pixel-bc policies are read: the check is about their checkpoints
+            leaks = [leak.to_dict() for leak in stored_leakage(opened, campaign)] if campaign in known else []
             path = write_report(opened, campaign, target, embed_video=not link_video, real=entries, baseline=baseline,
                                 leakage=leaks, pass_k=pass_k, allow_partial=allow_partial)
         size = path.stat().st_size

@@ -45,10 +45,10 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
     one fails), schema version, key, columns, rows, the summary sealed in the file (outcome, steps, total return,
     success step; a file without a seal fails in a sealed store), and the summary recomputed from the steps
     themselves; a row without a file unless it is an error before the first step or was pruned; and the per-cell
-    counts results read against a fresh count of the rows. Exit 1 when any fails. The failed episodes are kept:
-    results of a campaign linking one are refused and `assay run` re-runs them; --recount counts the cells anew,
-    only when no episode failed."""
-    from assay.store.aggregates import count_differences
+    counts and paired seed patterns results read against a fresh count of the rows. Exit 1 when any fails. The
+    failed episodes are kept: results of a campaign linking one are refused and `assay run` re-runs them;
+    --recount counts the cells and patterns anew, only when no episode failed."""
+    from assay.store.aggregates import count_differences, pattern_differences
     from assay.store.retention import orphan_packs
 
     with user_errors():
@@ -61,9 +61,11 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
             if sealed_now:
                 opened.require_seals()
             cells, differences = count_differences(opened.catalog)
+            paired = pattern_differences(opened.catalog)  # the kept paired seed patterns, against the rows
             orphaned = orphan_packs(opened.catalog, opened.files)
             leases = len(opened.live_leases()) if orphaned else 0
-            recounted = bool(recount and differences and not problems)  # never count a row its steps contradict
+            drifted = bool(differences or paired)
+            recounted = bool(recount and drifted and not problems)  # never count a row its steps contradict
             if recounted:
                 opened.catalog.rebuild_counts()
         document = {"store": str(opened.root), "data_root": str(opened.data_root), "episodes": len(keys),
@@ -74,7 +76,8 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
                     "live_leases": leases,
                     "problems": [{"key": k, "problem": problems[k]} for k in sorted(problems)],
                     "counts": {"cells": cells, "recounted": recounted,
-                               "refused": bool(recount and differences and problems),
+                               "refused": bool(recount and drifted and problems),
+                               "patterns_differ": paired,
                                "differ": [{"campaign": d.campaign, "policy": d.policy, "task": d.task,
                                            "variant": d.variant,
                                            "fields": {k: {"kept": v[0], "counted": v[1]} for k, v in d.fields.items()}}
@@ -82,8 +85,8 @@ def store_verify(store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = No
     if json_out:
         render.print_json(document)
     else:
-        _print_verify(document, problems, [d.describe() for d in differences])
-    if problems or (differences and not recounted):
+        _print_verify(document, problems, [d.describe() for d in differences] + [f"(paired) {p}" for p in paired])
+    if problems or (drifted and not recounted):
         raise typer.Exit(1)
 
 
@@ -135,7 +138,8 @@ def _print_verify(document: dict[str, Any], problems: dict[str, str], difference
             f"contradicts; {repair}" if counts["refused"] else
             repair if problems else "run `assay store verify --recount` to count them anew from the rows") \
         if differences else "equal to a fresh count of the rows"
-    render.console.print(f"cell counts: {counts['cells']} cells, {len(differences)} differ; {told}",
+    paired = f"; paired seed patterns: {len(counts['patterns_differ'])} differ" if counts["patterns_differ"] else ""
+    render.console.print(f"cell counts: {counts['cells']} cells, {len(counts['differ'])} differ{paired}; {told}",
                          highlight=False, soft_wrap=True)
     if problems:
         render.console.print(f"{len(problems)} failed episodes: the results of every campaign that links one are "

@@ -29,9 +29,9 @@ profile.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from assay.failures.categories import (
     CONTACT_CATEGORIES,
@@ -41,7 +41,7 @@ from assay.failures.categories import (
     Category,
 )
 from assay.spec import Axis
-from assay.store import EpisodeRecord, Outcome
+from assay.store import Outcome
 
 AXIS_CAPABILITY = {Axis.VISUAL.value: "perception", Axis.SEMANTIC.value: "language_grounding"}
 CAPABILITIES = ("perception", "language_grounding", "planning", "contact", "control", "simulation", "policy_error",
@@ -49,6 +49,39 @@ CAPABILITIES = ("perception", "language_grounding", "planning", "contact", "cont
 DETECTION_RATE = 0.5  # a perception stack that found its goal in fewer of the steps than this was blind
 PERCEPTION_ERROR_M = 0.05  # a goal estimate this far off (metres) puts the goal somewhere else
 SKILL_MATCH = 0.5  # a router that ran the task's skill in fewer of the steps than this ran the wrong one
+
+
+class Failed(Protocol):
+    """What attribution reads of an episode: an :class:`~assay.store.EpisodeRecord` has it all, and so may a lighter
+    record of its catalog facts (the report attributes every failure of a large campaign from those)."""
+
+    @property
+    def key(self) -> str:
+        """The episode key."""
+    @property
+    def policy_name(self) -> str:
+        """The policy's name in its campaign."""
+    @property
+    def task_id(self) -> str:
+        """The task."""
+    @property
+    def seed(self) -> int:
+        """The episode seed (paired across variants)."""
+    @property
+    def variant_key(self) -> str:
+        """The variant's key (``nominal``: none)."""
+    @property
+    def variant_name(self) -> str:
+        """The variant's name."""
+    @property
+    def variant(self) -> dict[str, Any]:
+        """The variant's dump (its ``perturbations``)."""
+    @property
+    def instruction(self) -> str:
+        """The instruction the episode ran under."""
+    @property
+    def outcome(self) -> Outcome:
+        """How the episode ended."""
 
 
 @dataclass(frozen=True)
@@ -76,11 +109,11 @@ def _phase(category: Category | None) -> str | None:
     return None
 
 
-def _axes(record: EpisodeRecord) -> set[str]:
+def _axes(record: Failed) -> set[str]:
     return {p["axis"] for p in record.variant.get("perturbations", [])}
 
 
-def from_trace(record: EpisodeRecord, trace: Mapping[str, Any]) -> tuple[str, str] | None:
+def from_trace(record: Failed, trace: Mapping[str, Any]) -> tuple[str, str] | None:
     """(capability, evidence) when the policy's own account shows which layer failed; else None."""
     detected = trace.get("detected.goal")
     if isinstance(detected, float) and detected < DETECTION_RATE:
@@ -99,7 +132,7 @@ def from_trace(record: EpisodeRecord, trace: Mapping[str, Any]) -> tuple[str, st
     return None
 
 
-def attribute(records: list[EpisodeRecord], categories: dict[str, Categorized],
+def attribute(records: Sequence[Failed], categories: Mapping[str, Categorized],
               nominal_successes: dict[tuple[str, str, int], str] | None = None) -> list[Attribution]:
     """One attribution per non-successful episode of ``records``. ``nominal_successes``: the key of each
     successful nominal episode by (policy, task, seed), when ``records`` does not hold them (the report reads
@@ -142,7 +175,15 @@ def attribute(records: list[EpisodeRecord], categories: dict[str, Categorized],
 def coverage(attributions: list[Attribution]) -> list[dict[str, object]]:
     """Rows (policy, capability, confidence, failures, share of that policy's failures), per policy by
     name, largest first within it."""
-    totals = Counter(a.policy for a in attributions)
-    counts = Counter((a.policy, a.capability, a.confidence) for a in attributions)
+    return coverage_of(Counter((a.policy, a.capability, a.confidence) for a in attributions))
+
+
+def coverage_of(counts: Mapping[tuple[str, str, str], int]) -> list[dict[str, object]]:
+    """:func:`coverage` of attributions counted by (policy, capability, confidence) (a report counts a large
+    campaign's a chunk at a time, never holding them)."""
+    totals: Counter[str] = Counter()
+    for (policy, _, _), n in counts.items():
+        totals[policy] += n
     return [{"policy": policy, "capability": cap, "confidence": conf, "failures": n, "share": n / totals[policy]}
-            for (policy, cap, conf), n in sorted(counts.items(), key=lambda item: (item[0][0], -item[1], item[0][1:]))]
+            for (policy, cap, conf), n in sorted(counts.items(), key=lambda item: (item[0][0], -item[1], item[0][1:]))
+            if n]

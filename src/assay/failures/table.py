@@ -11,6 +11,7 @@ recorded data, so this is idempotent). The table is registered with the catalog
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 from assay.errors import StoreError
 from assay.failures.categories import Categorized, Category
 from assay.store import Store
+from assay.store.chunks import delete_in, insert_rows, select_in
 
 metadata = sa.MetaData()
 failure_categories = sa.Table(
@@ -65,17 +67,17 @@ class FailureTable:
                 for key, c in items.items()]
         if not rows:
             return
-        with self.engine.begin() as conn:
-            conn.execute(failure_categories.delete().where(failure_categories.c.key.in_(list(items))))
-            conn.execute(failure_categories.insert(), rows)
+        with self.engine.begin() as conn:  # a chunk of keys per statement, in one transaction (assay.store.chunks)
+            delete_in(conn, failure_categories, failure_categories.c.key, list(items))
+            insert_rows(conn, failure_categories, rows)
 
-    def get(self, keys: list[str] | None = None) -> dict[str, Categorized]:
+    def get(self, keys: Sequence[str] | None = None) -> dict[str, Categorized]:
         """The stored categories of ``keys`` (every stored one when None), by episode key."""
         query = sa.select(failure_categories)
-        if keys is not None:
-            query = query.where(failure_categories.c.key.in_(keys))
         with self.engine.connect() as conn:
-            return {row.key: _categorized(row) for row in conn.execute(query)}
+            found: Iterable[Any] = conn.execute(query) if keys is None else \
+                select_in(conn, query, failure_categories.c.key, list(dict.fromkeys(keys)))
+            return {row.key: _categorized(row) for row in found}
 
 
 def _categorized(row: Any) -> Categorized:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-from assay.failures import SetStatus, coverage
+from assay.failures import SetStatus
+from assay.failures.attribution import coverage_of
 from assay.failures.safety import campaign_interventions
 from assay.metrics import (
     AxisProfile,
@@ -51,6 +52,7 @@ from assay.metrics.stamp import Stamp, campaign_stamp, known_manifests
 from assay.report import evidence
 from assay.report.evidence import FailureFacts
 from assay.report.flywheel import load_flywheel
+from assay.report.gallery import campaign_failures
 from assay.spec.protocol import Manifest
 from assay.store import EpisodeRecord, Outcome, Store, video_relpath
 from assay.store.aggregates import (
@@ -186,16 +188,6 @@ def labelled_rows(retention: Sequence[RetentionRow], labels: dict[str, tuple[str
     return rows
 
 
-def _category_counts(records: Sequence[EpisodeRecord], facts: dict[str, FailureFacts]) -> dict[str, dict[str, int]]:
-    """policy -> category -> count, from the categories `assay failures mine` stored (empty before that)."""
-    counts: dict[str, dict[str, int]] = defaultdict(dict)
-    for r in records:
-        category = facts[r.key].category if r.key in facts else None
-        if category is not None:
-            counts[r.policy_name][category] = counts[r.policy_name].get(category, 0) + 1
-    return dict(counts)
-
-
 def _provenance(store: Store, campaign: str) -> dict[str, Any]:
     """Episodes per code revision, package version, Python and host, and the seeds (counted by the database)."""
     found = provenance_totals(store.catalog, campaign)
@@ -205,16 +197,15 @@ def _provenance(store: Store, campaign: str) -> dict[str, Any]:
 
 
 def _failure_gallery(store: Store, campaign: str, cameras: Sequence[str]
-                     ) -> tuple[list[EpisodeRecord], dict[str, FailureFacts], list[GalleryItem]]:
-    """The unsuccessful episodes (decoded: the gallery is failure mining), what mining found about each, and the
-    gallery's cards with the videos each has in the data root."""
-    failures = evidence.unsuccessful(store, campaign)
-    facts = evidence.failure_facts(store, campaign, failures)
+                     ) -> tuple[dict[str, dict[str, int]], list[dict[str, object]], list[GalleryItem]]:
+    """Failure categories per policy, attribution coverage and the gallery's cards (with the videos each has in
+    the data root), from one bounded pass over the campaign's failures (:mod:`assay.report.gallery`)."""
+    found = campaign_failures(store, campaign, GALLERY_LIMIT)
     gallery = []
-    for r in evidence.pick_gallery(failures, facts, GALLERY_LIMIT):
+    for r in found.gallery:
         videos = tuple((c, video_relpath(r.key, c)) for c in cameras if store.files.exists(video_relpath(r.key, c)))
-        gallery.append(GalleryItem(r, videos, facts[r.key]))
-    return failures, facts, gallery
+        gallery.append(GalleryItem(r, videos, found.facts[r.key]))
+    return found.categories, coverage_of(found.attributions), gallery
 
 
 def stored_totals(store: Store, campaign: str) -> list[CellTotals]:
@@ -339,8 +330,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     retention = _stored_retention(store, campaign, totals)
     labels = {name: _variant_labels(variant) for name, variant, _ in variant_examples(store.catalog, campaign).values()
               if name != "nominal"}
-    failures, facts, gallery = _failure_gallery(store, campaign, _cameras(spec))
-    attributions = [f.attribution for f in facts.values() if f.attribution is not None]
+    categories, attribution, gallery = _failure_gallery(store, campaign, _cameras(spec))
     real_report, real_note = evidence.real_to_sim(scoped, evidence.stored_real(store) if real is None else real,
                                                   n_resamples)
     order = [p.get("name") for p in spec.get("policies", [])] or sorted({t.policy for t in totals})
@@ -361,9 +351,9 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         rates=tuple(rate_rows(scoped, by=("policy", "task"), confidence=confidence)) if scoped else (),
         leaderboard=board, signoffs=tuple(signoffs), robustness=tuple(labelled_rows(retention, labels)),
         axes=tuple(robustness_profile(retention)), categories=tuple(category_profile(retention)),
-        outcomes_by_policy=dict(outcomes), failure_categories=_category_counts(failures, facts), gallery=tuple(gallery),
+        outcomes_by_policy=dict(outcomes), failure_categories=categories, gallery=tuple(gallery),
         provenance=_provenance(store, campaign), reproduce=reproduce, notes=tuple(notes),
-        attribution=tuple(coverage(attributions)) if attributions else (),
+        attribution=tuple(attribution),
         real_to_sim=real_report, real_to_sim_note=real_note, openloop=evidence.openloop(store, campaign),
         regression=tuple(evidence.regression_status(store, campaign)), baseline=base, comparisons=tuple(comparisons),
         posteriors=posteriors, safety=tuple(campaign_interventions(store, campaign)), leakage=tuple(leakage),

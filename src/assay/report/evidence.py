@@ -113,9 +113,11 @@ def unsuccessful(store: Store, campaign: str) -> list[EpisodeRecord]:
 
 def failure_facts(store: Store, campaign: str, failed: Sequence[EpisodeRecord]) -> dict[str, FailureFacts]:
     """Category, attribution and point of no return of every unsuccessful episode in ``failed`` (None where
-    unknown); the nominal twins attribution pairs them with are looked up by key, not decoded."""
+    unknown); the nominal twins attribution pairs them with are looked up by (task, seed), only theirs, not
+    decoded: a page of failures costs its own rows."""
     categories = FailureTable(store).get([r.key for r in failed])
-    attributions = {a.key: a for a in attribute(list(failed), categories, nominal_successes(store.catalog, campaign))}
+    twins = nominal_successes(store.catalog, campaign, [(r.policy_name, r.task_id, r.seed) for r in failed])
+    attributions = {a.key: a for a in attribute(list(failed), categories, twins)}
     ponrs = load_ponrs(store.root)
     out = {}
     for r in failed:

@@ -44,6 +44,7 @@ from assay.sim import TaskRegistry, default_registry, instruct, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
 from assay.spec import CampaignSpec, EpisodeJob, TaskSpec, Variant, batch_jobs, plan
 from assay.store import EpisodeRecord, Outcome, Store
+from assay.store.linked import linked_count
 
 
 def _adapted(task: TaskSpec, spec: CampaignSpec) -> TaskSpec:
@@ -179,12 +180,9 @@ def _run_pending(campaign: CampaignPlan, store: Store, run: _Run, save_plan: boo
     if save_plan:
         _save_plan(campaign, store)
     store.clean_temporaries()
-    resume = store.resume_plan((job.key for job in campaign.jobs), run.retry_errors, verify=run.verify_files)
-    store.forget(resume.forget)
-    store.link(spec.name, [(job.key, job.policy.name) for job in campaign.jobs if job.key in resume.done])
-    pending = [job for job in campaign.jobs if job.key not in resume.done]
+    pending, repaired, retried = _resume(campaign, store, run)
     summary = CampaignSummary(spec.name, total=len(campaign.jobs), skipped=len(campaign.jobs) - len(pending),
-                              repaired=len(resume.damaged), retried=len(resume.errored))
+                              repaired=repaired, retried=retried)
     if run.on_start is not None:
         run.on_start(summary)
     batches = batch_jobs(pending, spec.envs_per_worker)
@@ -206,6 +204,30 @@ def _run_pending(campaign: CampaignPlan, store: Store, run: _Run, save_plan: boo
             store.link(spec.name, [(job.key, job.policy.name) for job in pending if job.key in done])
     summary.elsewhere = len(leases.finished_elsewhere)
     return summary
+
+
+RESUME_CHUNK = 20_000  # planned jobs a resume decides at a time
+
+
+def _resume(campaign: CampaignPlan, store: Store, run: _Run) -> tuple[list[EpisodeJob], int, int]:
+    """Decide the resume a chunk of planned jobs at a time (:meth:`Store.resume_plan`): forget what is untrusted
+    (or errored, with ``retry_errors``), link what is done to this campaign (skipped where every done job of the
+    chunk is linked already: a count, not a read), and return the jobs left to run, with how many were repaired
+    and retried. A chunk's rows are all that is held, so a rerun of a finished campaign of a million episodes holds
+    its plan and not a million rows beside it."""
+    pending: list[EpisodeJob] = []
+    repaired = retried = 0
+    for start in range(0, len(campaign.jobs), RESUME_CHUNK):
+        chunk = campaign.jobs[start:start + RESUME_CHUNK]
+        resume = store.resume_plan([job.key for job in chunk], run.retry_errors, verify=run.verify_files)
+        store.forget(resume.forget)
+        done = [(job.key, job.policy.name) for job in chunk if job.key in resume.done]
+        if linked_count(store, campaign.spec.name, [key for key, _ in done]) < len(done):
+            store.link(campaign.spec.name, done)
+        pending += [job for job in chunk if job.key not in resume.done]
+        repaired += len(resume.damaged)
+        retried += len(resume.errored)
+    return pending, repaired, retried
 
 
 def _released(store: Store, leases: Leases) -> Callable[[Sequence[EpisodeRecord]], None]:

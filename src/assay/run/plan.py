@@ -39,10 +39,18 @@ class CampaignPlan:
     def cells(self) -> list[dict[str, Any]]:
         """Episodes planned per (policy, task, variant) cell, in plan order: what results count completeness
         against (``assay.metrics.completeness``)."""
+        by_object: dict[tuple[str, str, int], list[Any]] = {}  # a plan's jobs share their Variant objects: each
+        for job in self.jobs:  # variant's name (made from its perturbations) is made once, not once per job
+            cell = (job.policy.name, job.task.id, id(job.variant))
+            found = by_object.get(cell)
+            if found is None:
+                by_object[cell] = [job.variant, 1]
+            else:
+                found[1] += 1
         counts: dict[tuple[str, str, str], int] = {}
-        for job in self.jobs:
-            cell = (job.policy.name, job.task.id, job.variant.name)
-            counts[cell] = counts.get(cell, 0) + 1
+        for (policy, task, _), (variant, n) in by_object.items():
+            cell_name = (policy, task, variant.name)
+            counts[cell_name] = counts.get(cell_name, 0) + n
         return [{"policy": p, "task": t, "variant": v, "planned": n} for (p, t, v), n in counts.items()]
 
 

@@ -48,6 +48,11 @@ from assay.spec import PolicySpec, TaskSpec, canonical_json
 from assay.store import EpisodeRecord
 from assay.store.roots import is_url
 
+# What a driver of a cluster started with Ray's token authentication needs (docs/SCALING.md, "Ray token
+# authentication"): the mode, and the cluster's token from one of Ray's three places.
+TOKEN_HINT = ("set RAY_AUTH_MODE=token and give the cluster's token as RAY_AUTH_TOKEN, a file named by "
+              "RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token, as on every node")
+
 
 def _ray() -> Any:
     try:
@@ -290,12 +295,18 @@ class RayExecutor:
             return ray
         try:
             ray.init(address=self.address, log_to_driver=False)
+        except ray.exceptions.AuthenticationError:  # RAY_AUTH_MODE=token here, and no token found
+            raise AssayError(f"cannot join the Ray cluster at {self.address}: it needs its token and this driver has "
+                             f"none: {TOKEN_HINT}") from None
         except (ImportError, ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if isinstance(exc, ImportError) or "ray[client]" in first:  # a plain `pip install ray` lacks grpcio
                 raise AssayError(f"the Ray address {self.address} needs Ray Client: pip install 'assay[ray]' "
                                  "(it installs ray[client])") from None
-            raise AssayError(f"cannot join the Ray cluster at {self.address}: {first}") from None
+            unauthenticated = os.environ.get("RAY_AUTH_MODE", "disabled") != "token"
+            hint = f" (a cluster started with RAY_AUTH_MODE=token refuses a driver without it: {TOKEN_HINT})" \
+                if unauthenticated else ""
+            raise AssayError(f"cannot join the Ray cluster at {self.address}: {first}{hint}") from None
         return ray
 
     def _servers(self, ray: Any, batches: Sequence[Batch]) -> dict[str, Any]:

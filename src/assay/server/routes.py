@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response, StreamingResponse
@@ -118,13 +119,11 @@ async def list_campaigns(store: StoreDep, runs: RunsDep) -> list[dict[str, Any]]
 
 @campaigns.get("/api/campaigns/{name}", tags=["campaigns"], summary="One campaign: progress and success table")
 async def get_campaign(name: str, store: StoreDep, runs: RunsDep) -> dict[str, Any]:
-    """Per (policy, task, variant): rates with their intervals and completeness; safety interventions and leakage."""
+    """Per (policy, task, variant): rates with their intervals and completeness, from the campaign's kept cell
+    counts only (one row per cell, whatever the campaign's size); safety and leakage are ``/extras``."""
     row = await call(views.campaign_row, store, name)
 
     def rates() -> dict[str, Any]:
-        from assay.failures.safety import campaign_interventions
-        from assay.learning.leakage import stored_leakage
-
         totals = cell_totals(store.catalog, name)  # the counts the catalog keeps: one row per cell
         scoring = campaign_scoring(store, name, totals)
         groups = ("policy", "task", "variant")
@@ -134,12 +133,28 @@ async def get_campaign(name: str, store: StoreDep, runs: RunsDep) -> dict[str, A
         each = variant_scope(scoring.variants or ["nominal"], separately=True).to_dict()
         note = coverage_note(DEFAULT_INTERVAL, [r.scored for r in found])
         return {"rates": table, "interval": interval_label(), "coverage_note": note, "rates_scope": each,
-                "completeness": whole.to_dict(), "stamp": scoring.to_dict()["stamp"],
-                "safety": campaign_interventions(store, name),
-                "safety_scope": each,  # a row per policy × task × variant, as the rates
-                "leakage": [leak.to_dict() for leak in stored_leakage(store, name)]}
+                "completeness": whole.to_dict(), "stamp": scoring.to_dict()["stamp"]}
 
     return row | {"running": runs.running(name), **await call(rates)}
+
+@campaigns.get("/api/campaigns/{name}/extras", tags=["campaigns"],
+               summary="Safety interventions per cell and the leakage check of each bc checkpoint")
+async def get_extras(name: str, store: StoreDep) -> dict[str, Any]:
+    """What the campaign page shows beside its tables once it arrives: the safety filter's interventions per
+    (policy, task, variant) (``safety_scope``: each variant, as the rates) and, per bc checkpoint, which of its
+    episodes are scenes it was trained on (reading only those checkpoints' rows)."""
+    await call(views.campaign_row, store, name)
+
+    def extras() -> dict[str, Any]:
+        from assay.failures.safety import campaign_interventions
+        from assay.learning.leakage import stored_leakage
+
+        scoring = campaign_scoring(store, name, cell_totals(store.catalog, name))
+        each = variant_scope(scoring.variants or ["nominal"], separately=True).to_dict()
+        return {"safety": campaign_interventions(store, name), "safety_scope": each,
+                "leakage": [leak.to_dict() for leak in stored_leakage(store, name)]}
+
+    return await call(extras)
 
 @campaigns.get("/api/campaigns/{name}/events", tags=["campaigns"],
          summary="Live progress as server-sent events (`progress` events, then `done` when complete)")
@@ -214,28 +229,51 @@ async def get_pass_k(name: str, store: StoreDep, k: int = Query(3, ge=1, le=1000
 
     return await call(compute, status=400)
 
-@episodes.get("/api/campaigns/{name}/episodes", tags=["episodes"], summary="Episodes of a campaign")
-async def list_episodes(name: str, store: StoreDep, policy: str | None = None, outcome: str | None = None,
-                        limit: int = Query(1000, ge=1, le=100_000)) -> list[dict[str, Any]]:
-    """The campaign's episodes (filtered by policy and outcome), newest limit first."""
+def _next_link(request: Request, following: str | None, response: Response) -> None:
+    """The next page's address in a ``Link`` header (RFC 8288, as GitHub's API pages), the query kept."""
+    if following is not None:
+        query = {k: v for k, v in request.query_params.items() if k != "after"} | {"after": following}
+        response.headers["Link"] = f'<{request.url.path}?{urlencode(query)}>; rel="next"'
+
+
+PageLimit = Annotated[int, Query(ge=1, le=views.MAX_PAGE, description="Episodes per page.")]
+After = Annotated[str | None, Query(description="The key of the last episode of the previous page (its `next`): "
+                                                "the page holds the episodes linked before it.")]
+
+
+@episodes.get("/api/campaigns/{name}/episodes", tags=["episodes"],
+              summary="Episodes of a campaign, newest first, a page at a time (`?after=KEY&limit=50`)")
+async def list_episodes(name: str, store: StoreDep, request: Request, response: Response, policy: str | None = None,
+                        outcome: str | None = None, after: After = None, limit: PageLimit = views.PAGE,
+                        ) -> list[dict[str, Any]]:
+    """The campaign's episodes (filtered by policy and outcome), newest first (in the order they were recorded for
+    the campaign), at most ``limit`` after the episode ``after``; the next page's address is the ``Link`` header
+    (none on the last page). Keyset pages: an episode recorded meanwhile never shifts a later page."""
     await call(views.campaign_row, store, name)
-    records = await call(lambda: store.catalog.episodes(campaign=name, policy=policy, outcome=outcome, limit=limit))
+    outcomes = views.OUTCOMES if outcome is None else (outcome,)
+    records, following = await call(views.episode_page, store, name, policy, outcomes, after, limit, status=400)
+    _next_link(request, following, response)
     return [views.episode_summary(r) for r in records]
 
 @results.get("/api/campaigns/{name}/failures", tags=["results"],
-         summary="Unsuccessful episodes by policy and outcome, with their videos")
-async def get_failures(name: str, store: StoreDep) -> dict[str, Any]:
-    """The campaign's failures, timeouts and errors by policy, with their videos and categories, over every
-    variant (``scope``: ``by_policy`` pools them; each episode names its own)."""
+         summary="Unsuccessful episodes counted by policy and outcome, and a page of them (newest first) with their "
+                 "videos")
+async def get_failures(name: str, store: StoreDep, request: Request, response: Response, policy: str | None = None,
+                       after: After = None, limit: PageLimit = views.PAGE) -> dict[str, Any]:
+    """The campaign's failures, timeouts and errors counted by policy (``by_policy``, from the kept cell counts),
+    and a page of them, newest first, with their videos and categories, over every variant (``scope``:
+    ``by_policy`` pools them; each episode names its own); ``next`` (and the ``Link`` header): the next page."""
     await call(views.campaign_row, store, name)
 
     def compute() -> dict[str, Any]:
         row = store.catalog.campaign(name)
         variants = planned_variants(row.spec if row is not None else {}) or sorted(
             {t.variant for t in cell_totals(store.catalog, name)}) or ["nominal"]
-        return views.failures(store, name) | {"scope": variant_scope(variants, "all").to_dict()}
+        return views.failures(store, name, after, limit, policy) | {"scope": variant_scope(variants, "all").to_dict()}
 
-    return await call(compute)
+    found = await call(compute, status=400)
+    _next_link(request, found["next"], response)
+    return found
 
 @regression_sets.get("/api/regression", tags=["regression"],
          summary="Regression sets at their latest version, with every rerun's passed count and diff")

@@ -12,12 +12,14 @@ import numpy as np
 import pyarrow as pa
 
 from assay.errors import AssayError, StoreError
-from assay.report.evidence import FailureFacts, failure_facts, unsuccessful
-from assay.store import EpisodeRecord, Outcome, Store
+from assay.report.evidence import FailureFacts, failure_facts
+from assay.store import EpisodeRecord, Outcome, Store, listing
+from assay.store.aggregates import CellTotals, cell_totals
 from assay.store.roots import local_path
 
 MAX_PLOT_POINTS = 1000  # step series longer than this are thinned evenly for the browser
 SERVED_DIRS = ("videos", "episodes", "campaigns")
+OUTCOMES = tuple(o.value for o in Outcome)
 
 
 def campaign_rows(store: Store) -> list[dict[str, Any]]:
@@ -145,17 +147,56 @@ def facts_dict(facts: FailureFacts | None) -> dict[str, Any] | None:
                                             "t_time_limited": p.t_time_limited, "summary": p.describe()}}
 
 
-def failures(store: Store, campaign: str) -> dict[str, Any]:
-    """Unsuccessful episodes with their videos and what mining found (``assay failures mine`` / ``ponr``)."""
-    records = unsuccessful(store, campaign)  # decoded: the page lists them
-    facts = failure_facts(store, campaign, records)
+UNSUCCESSFUL = ("failure", "timeout", "error")
+PAGE = 50  # episodes per page unless asked otherwise
+MAX_PAGE = 500
+
+
+def _page_cells(totals: list[CellTotals], policy: str | None, outcomes: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The (policy, outcome) ranges of the listing index a page reads: those the kept counts say hold episodes."""
+    held: dict[tuple[str, str], int] = {}
+    for t in totals:
+        for outcome, n in (("success", t.successes), ("failure", t.failures), ("timeout", t.timeouts),
+                           ("error", t.errors)):
+            held[(t.policy, outcome)] = held.get((t.policy, outcome), 0) + n
+    return sorted(cell for cell, n in held.items()
+                  if n and cell[1] in outcomes and (policy is None or cell[0] == policy))
+
+
+def episode_page(store: Store, campaign: str, policy: str | None = None, outcomes: tuple[str, ...] = OUTCOMES,
+                 after: str | None = None, limit: int = PAGE) -> tuple[list[EpisodeRecord], str | None]:
+    """A page of the campaign's episodes (of ``policy``, with one of ``outcomes``), newest first: at most
+    ``limit`` after the episode ``after`` (None: the newest), and the key the next page starts after (None: the
+    last page). Bounded by the page and the campaign's cells, never by its episodes (:mod:`assay.store.listing`);
+    an AssayError when ``after`` is not an episode of the campaign."""
+    totals = cell_totals(store.catalog, campaign)
+    with store.catalog.engine.connect() as conn:
+        cursor = None
+        if after is not None:
+            cursor = listing.cursor_of(conn, campaign, after)
+            if cursor is None:
+                raise AssayError(f"after={after!r} is not an episode of campaign {campaign!r}: pass the key the "
+                                 "previous page gave as its next")
+        found = listing.page(conn, campaign, _page_cells(totals, policy, outcomes), cursor, limit)
+    return store.catalog.records(campaign, found.keys), found.next
+
+
+def failures(store: Store, campaign: str, after: str | None = None, limit: int = PAGE,
+             policy: str | None = None) -> dict[str, Any]:
+    """The campaign's unsuccessful episodes counted per policy and outcome (``by_policy``, from the kept cell
+    counts), and one page of them, newest first, with their videos and what mining found
+    (``assay failures mine`` / ``ponr``); ``next``: the key the next page starts after (None: the last page)."""
     counts: dict[str, dict[str, int]] = {}
-    for r in records:
-        counts.setdefault(r.policy_name, {}).setdefault(r.outcome.value, 0)
-        counts[r.policy_name][r.outcome.value] += 1
-    return {"by_policy": counts, "episodes": [episode_summary(r) | {"videos": videos(store, r),
-                                                                    "failure": facts_dict(facts.get(r.key))}
-                                              for r in records]}
+    for t in cell_totals(store.catalog, campaign):
+        for outcome, n in (("failure", t.failures), ("timeout", t.timeouts), ("error", t.errors)):
+            if n:
+                counts.setdefault(t.policy, {}).setdefault(outcome, 0)
+                counts[t.policy][outcome] += n
+    records, following = episode_page(store, campaign, policy, UNSUCCESSFUL, after, limit)
+    facts = failure_facts(store, campaign, records)
+    return {"by_policy": counts, "next": following,
+            "episodes": [episode_summary(r) | {"videos": videos(store, r), "failure": facts_dict(facts.get(r.key))}
+                         for r in records]}
 
 
 def confined_file(store_root: Path, relpath: str, served: tuple[str, ...] = SERVED_DIRS) -> Path:

@@ -284,7 +284,7 @@ class ResolvedPolicy:
         return self.spec.name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a million-job plan holds a million of these
 class EpisodeJob:
     """One episode to run: task × variant × policy × seed, and its key."""
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,12 +40,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from assay.errors import DuplicateEpisodes
-from assay.store import counts
+from assay.store import counts, pairs
 from assay.store.catalog import Catalog
+from assay.store.chunks import select_in
+from assay.store.pairs import DUPLICATE as DUPLICATE  # a pattern's outcome codes, re-exported
+from assay.store.pairs import ERRORED as ERRORED
+from assay.store.pairs import FAILED as FAILED
+from assay.store.pairs import MISSING as MISSING
+from assay.store.pairs import SUCCESS as SUCCESS
 from assay.store.records import Outcome
-from assay.store.schema import OUTCOME_VALUES, campaign_episodes, cell_counts, episodes
+from assay.store.schema import OUTCOME_VALUES, campaign_episodes, cell_counts, episodes, seed_rows
+from assay.store.schema import seed_patterns as pairs_table
 
-MISSING, SUCCESS, FAILED, ERRORED = 0, 1, 2, 3  # outcome codes of a pattern: no episode, success, failure or timeout
 OUTCOMES = tuple(o.value for o in Outcome)
 Cell = tuple[str, str, str]  # (policy name, task id, variant name)
 
@@ -118,15 +125,47 @@ def cell_totals(catalog: Catalog, campaign: str | None = None, from_rows: bool =
 
 
 def seed_patterns(catalog: Catalog, campaign: str, across: str, columns: Sequence[str],
-                  variants: Iterable[str] | None = None, tasks: Iterable[str] | None = None) -> list[Pattern]:
+                  variants: Iterable[str] | None = None, tasks: Iterable[str] | None = None,
+                  from_rows: bool = False) -> list[Pattern]:
     """The paired rows of ``campaign`` counted by pattern (see the module docstring), sorted.
 
     ``across`` is ``policy`` (rows: task, variant key, seed; ``columns``: policy names) or ``variant``
     (rows: policy, task, seed; ``columns``: variant keys). ``variants`` (names) and ``tasks`` (ids) keep
-    only those episodes. :class:`DuplicateEpisodes` when a row holds two episodes of one column.
+    only those episodes. :class:`DuplicateEpisodes` when a row holds two episodes of one column. Read from the
+    pattern counts the catalog keeps (:mod:`assay.store.pairs`: one row per group and pattern), or with
+    ``from_rows`` counted by the database from the links (a ``GROUP BY`` over the campaign).
     """
     if across not in ("policy", "variant"):
         raise ValueError(f"across must be policy or variant, not {across!r}")
+    if from_rows:
+        return _counted_patterns(catalog, campaign, across, columns, variants, tasks)
+    wanted_tasks = None if tasks is None else set(tasks)
+    wanted_variants = None if variants is None else set(variants)
+    with catalog.engine.connect() as conn:
+        kept = pairs.kept_patterns(conn, campaign, across)
+        names = {str(r.variant_key): str(r.variant_name) for r in conn.execute(
+            sa.select(cell_counts.c.variant_key, cell_counts.c.variant_name).where(
+                cell_counts.c.campaign == campaign).distinct())}
+
+    def named(key: str) -> bool:
+        return wanted_variants is None or names.get(key) in wanted_variants
+
+    counted: dict[tuple[tuple[str, str], tuple[int, ...]], int] = defaultdict(int)
+    for found in kept:
+        task, variant = (found.g0, found.g1) if across == "policy" else (found.g1, None)
+        if wanted_tasks is not None and task not in wanted_tasks or variant is not None and not named(variant):
+            continue
+        codes = tuple(found.codes.get(c, MISSING) if across == "policy" or named(c) else MISSING for c in columns)
+        if DUPLICATE in codes:
+            raise DuplicateEpisodes(f"two episodes of one {across} on one paired row of {found.g0} / {found.g1}")
+        if any(codes):
+            counted[((found.g0, found.g1), codes)] += found.rows
+    return [Pattern(group, codes, n) for (group, codes), n in sorted(counted.items()) if n]
+
+
+def _counted_patterns(catalog: Catalog, campaign: str, across: str, columns: Sequence[str],
+                      variants: Iterable[str] | None, tasks: Iterable[str] | None) -> list[Pattern]:
+    """:func:`seed_patterns` counted by the database from the links (what the kept counts must equal)."""
     column = campaign_episodes.c.policy_name if across == "policy" else episodes.c.variant_key
     first = episodes.c.variant_key if across == "policy" else campaign_episodes.c.policy_name
     group = (episodes.c.task_id, first) if across == "policy" else (first, episodes.c.task_id)
@@ -146,7 +185,7 @@ def seed_patterns(catalog: Catalog, campaign: str, across: str, columns: Sequenc
     inner = rows.group_by(*group, episodes.c.seed).subquery()
     kept = [inner.c.g0, inner.c.g1, *(inner.c[name] for name in names)]
     query = sa.select(*kept, sa.func.count().label("rows"), sa.func.max(inner.c.duplicates).label("duplicates")) \
-        .group_by(*kept).order_by(*kept)
+        .group_by(*kept)
     found: list[Pattern] = []
     with catalog.engine.connect() as conn:
         for r in conn.execute(query):
@@ -154,7 +193,7 @@ def seed_patterns(catalog: Catalog, campaign: str, across: str, columns: Sequenc
                 raise DuplicateEpisodes(f"two episodes of one {across} on one paired row of {r.g0} / {r.g1}")
             found.append(Pattern((str(r.g0), str(r.g1)), tuple(MISSING if r[2 + i] is None else int(r[2 + i])
                                                                for i in range(len(columns))), int(r.rows)))
-    return found
+    return sorted(found, key=lambda p: (p.group, p.codes))
 
 
 def _json(catalog: Catalog, column: sa.ColumnElement[Any], *path: str) -> sa.ColumnElement[Any]:
@@ -242,35 +281,44 @@ def routing_totals(catalog: Catalog, campaign: str) -> list[tuple[Cell, str, boo
 
 def provenance_totals(catalog: Catalog, campaign: str) -> dict[str, dict[str, Any]]:
     """Episodes per code revision, Python version and host, and per package and version (``packages``:
-    name -> version -> episodes)."""
+    name -> version -> episodes): one ``GROUP BY`` over the four fields together (a campaign has a few
+    combinations), so the rows' JSON is read once."""
     found: dict[str, dict[str, Any]] = {"code_revisions": {}, "python": {}, "hosts": {}, "packages": {}}
-    fields = {"code_revisions": "code_revision", "python": "python", "hosts": "host"}
+    fields = {"code_revisions": "code_revision", "python": "python", "hosts": "host", "packages": "packages"}
+    values = [_json(catalog, episodes.c.provenance_json, field).label(name) for name, field in fields.items()]
+    query = _linked(campaign).add_columns(*values, sa.func.count().label("n")).where(_sound()).group_by(*values)
     with catalog.engine.connect() as conn:
-        for name, field in fields.items():
-            value = _json(catalog, episodes.c.provenance_json, field).label("value")
-            for r in conn.execute(_linked(campaign).add_columns(value, sa.func.count().label("n"))
-                                  .where(_sound()).group_by(value)):
-                found[name]["unknown" if r.value is None else str(r.value)] = int(r.n)
-        packages = _json(catalog, episodes.c.provenance_json, "packages").label("value")
-        for r in conn.execute(_linked(campaign).add_columns(packages, sa.func.count().label("n"))
-                              .where(_sound()).group_by(packages)):
-            for package, version in (json.loads(r.value) if r.value else {}).items():
+        for r in conn.execute(query):
+            for name in ("code_revisions", "python", "hosts"):
+                value = r._mapping[name]
+                shown = "unknown" if value is None else str(value)
+                found[name][shown] = found[name].get(shown, 0) + int(r.n)
+            for package, version in (json.loads(r.packages) if r.packages else {}).items():
                 versions = found["packages"].setdefault(str(package), {})
                 versions[str(version)] = versions.get(str(version), 0) + int(r.n)
     return found
 
 
 def error_reasons(catalog: Catalog, campaign: str) -> dict[str, int]:
-    """Error episodes per reason."""
-    query = _linked(campaign).add_columns(episodes.c.reason, sa.func.count().label("n")) \
-        .where(episodes.c.outcome == Outcome.ERROR.value).group_by(episodes.c.reason)
+    """Error episodes per reason: the campaign's error links (a range of the listing index per policy, from the
+    links' outcome, which they copy from their episodes) and their rows' reasons."""
     with catalog.engine.connect() as conn:
+        named: Sequence[Any] = conn.execute(sa.select(cell_counts.c.policy_name).distinct().where(
+            cell_counts.c.campaign == campaign, cell_counts.c.errors > 0)).scalars().all()
+        policies = [str(p) for p in named]
+        if not policies:
+            return {}
+        query = _linked(campaign).add_columns(episodes.c.reason, sa.func.count().label("n")) \
+            .where(campaign_episodes.c.policy_name.in_(policies), campaign_episodes.c.outcome == Outcome.ERROR.value,
+                   episodes.c.outcome == Outcome.ERROR.value).group_by(episodes.c.reason)
         return {str(r.reason): int(r.n) for r in conn.execute(query)}
 
 
 def campaign_seeds(catalog: Catalog, campaign: str) -> list[int]:
-    """The distinct episode seeds of the campaign, sorted."""
-    query = _linked(campaign).add_columns(episodes.c.seed).where(_sound()).distinct().order_by(episodes.c.seed)
+    """The distinct episode seeds of the campaign's sound episodes, sorted (read from its paired seed rows,
+    :mod:`assay.store.pairs`: a row per task, variant and seed)."""
+    query = sa.select(seed_rows.c.seed).where(seed_rows.c.campaign == campaign, seed_rows.c.across == "policy") \
+        .distinct().order_by(seed_rows.c.seed)
     with catalog.engine.connect() as conn:
         seeds: Sequence[Any] = conn.execute(query).scalars().all()
         return [int(seed) for seed in seeds]
@@ -289,30 +337,71 @@ def unsound_rows(catalog: Catalog, campaign: str | None = None) -> dict[str, str
         return {str(r.key): f"ValueError: {r.outcome!r} is not a valid Outcome" for r in conn.execute(query)}
 
 
+def variant_dumps(catalog: Catalog, keys: Iterable[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Per variant key: its name and stored dump, from one row of each (a key is the hash of its variant)."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    with catalog.engine.connect() as conn:
+        for key in sorted(set(keys)):
+            query = sa.select(episodes.c.variant_name, episodes.c.variant_json).where(
+                episodes.c.variant_key == key).limit(20)
+            for r in conn.execute(query):
+                try:
+                    found[key] = (str(r.variant_name), json.loads(r.variant_json))
+                    break
+                except ValueError:
+                    continue  # an undecodable row names no variant
+    return found
+
+
 def variant_examples(catalog: Catalog, campaign: str) -> dict[str, tuple[str, dict[str, Any], bool]]:
     """Per variant key: its name, its stored dump, and whether its first non-error episode in listing order
-    (policy, task, episode index) ran under a conflicting instruction (``provenance.instruction.conflict_with``)."""
+    (policy, task, episode index) ran under a conflicting instruction (``provenance.instruction.conflict_with``).
+
+    Only a semantic variant's episodes can carry that mark (``sim.semantic.conflict_marks``); so the episodes are
+    read (ranked per variant) for the semantic variants alone, and every other variant with a scored episode
+    (``cell_counts``) is named from one of its rows, unmarked."""
+    with catalog.engine.connect() as conn:
+        keys: Sequence[Any] = conn.execute(sa.select(cell_counts.c.variant_key).distinct().where(
+            cell_counts.c.campaign == campaign, cell_counts.c.episodes > cell_counts.c.errors)).scalars().all()
+    scored = {str(k) for k in keys}
+    dumps = variant_dumps(catalog, scored)
+    semantic = sorted(k for k, (_, dump) in dumps.items() if any(
+        isinstance(p, dict) and p.get("axis") == "semantic" for p in dump.get("perturbations", [])))
+    found = {key: (name, dump, False) for key, (name, dump) in dumps.items() if key not in semantic}
+    if not semantic:
+        return found
     order = sa.func.row_number().over(partition_by=episodes.c.variant_key,
                                       order_by=(campaign_episodes.c.policy_name, episodes.c.task_id,
                                                 episodes.c.episode_index))
     conflict = _json(catalog, episodes.c.provenance_json, "instruction", "conflict_with")
     ranked = _linked(campaign).add_columns(episodes.c.variant_key, episodes.c.variant_name, episodes.c.variant_json,
                                            conflict.label("conflict"), order.label("rank")) \
-        .where(_sound(), episodes.c.outcome != Outcome.ERROR.value).subquery()
+        .where(_sound(), episodes.c.outcome != Outcome.ERROR.value, episodes.c.variant_key.in_(semantic)).subquery()
     query = sa.select(ranked).where(ranked.c.rank == 1)
     with catalog.engine.connect() as conn:
-        return {str(r.variant_key): (str(r.variant_name), json.loads(r.variant_json), bool(r.conflict))
-                for r in conn.execute(query)}
+        found |= {str(r.variant_key): (str(r.variant_name), json.loads(r.variant_json), bool(r.conflict))
+                  for r in conn.execute(query)}
+    return found
 
 
-def nominal_successes(catalog: Catalog, campaign: str) -> dict[tuple[str, str, int], str]:
+def nominal_successes(catalog: Catalog, campaign: str,
+                      among: Iterable[tuple[str, str, int]] | None = None) -> dict[tuple[str, str, int], str]:
     """The key of every successful nominal episode of the campaign by (policy, task, seed): the twins failure
-    attribution pairs a perturbed failure with (read from the covering indexes, no row decoded)."""
+    attribution pairs a perturbed failure with (read from the covering indexes, no row decoded). ``among``: only
+    the twins of these (policy, task, seed), looked up by (task, seed) in ``ix_episodes_paired`` (a page of
+    failures reads its own twins, not the campaign's)."""
     query = _linked(campaign).add_columns(campaign_episodes.c.policy_name, episodes.c.task_id, episodes.c.seed,
                                           episodes.c.key) \
         .where(episodes.c.variant_key == "nominal", episodes.c.outcome == Outcome.SUCCESS.value)
     with catalog.engine.connect() as conn:
-        return {(str(r.policy_name), str(r.task_id), int(r.seed)): str(r.key) for r in conn.execute(query)}
+        if among is None:
+            rows: Iterable[Any] = conn.execute(query)
+        else:
+            wanted = set(among)
+            rows = [r for r in select_in(conn, query, sa.tuple_(episodes.c.task_id, episodes.c.seed),
+                                         sorted({(task, seed) for _, task, seed in wanted}), size=250)
+                    if (str(r.policy_name), str(r.task_id), int(r.seed)) in wanted]
+        return {(str(r.policy_name), str(r.task_id), int(r.seed)): str(r.key) for r in rows}
 
 
 @dataclass(frozen=True)
@@ -359,3 +448,41 @@ def count_differences(catalog: Catalog, campaign: str | None = None) -> tuple[in
         if fields and holder is not None:  # one of the two holds the cell
             found.append(CountDifference(cell[0], cell[1], cell[2], holder.variant, fields))
     return len(set(kept) | set(counted)), found
+
+
+
+def pattern_differences(catalog: Catalog, campaign: str | None = None) -> list[str]:
+    """The groups whose kept paired seed patterns (:mod:`assay.store.pairs`) differ from a fresh ``GROUP BY`` of
+    the rows (:func:`seed_patterns` both ways, over every column either names), one line per group and pattern:
+    ``campaign / across / g0 / g1: pattern {...} kept N, counted M``. Empty when they agree."""
+    columns: dict[tuple[str, str], set[str]] = {}
+    with catalog.engine.connect() as conn:
+        query = sa.select(cell_counts.c.campaign, cell_counts.c.policy_name, cell_counts.c.variant_key).distinct()
+        kept_names = sa.select(pairs_table.c.campaign).distinct()
+        if campaign is not None:
+            query = query.where(cell_counts.c.campaign == campaign)
+            kept_names = kept_names.where(pairs_table.c.campaign == campaign)
+        for r in conn.execute(query):
+            columns.setdefault((str(r.campaign), "policy"), set()).add(str(r.policy_name))
+            columns.setdefault((str(r.campaign), "variant"), set()).add(str(r.variant_key))
+        kept_campaigns: Sequence[Any] = conn.execute(kept_names).scalars().all()
+        for name in map(str, kept_campaigns):
+            for across in pairs.ACROSS:
+                for found in pairs.kept_patterns(conn, name, across):
+                    columns.setdefault((name, across), set()).update(found.codes)
+    lines = []
+    for (name, across), named in sorted(columns.items()):
+        names = sorted(named)
+        both = []
+        for from_rows in (False, True):
+            try:
+                both.append({(p.group, p.codes): p.count
+                             for p in seed_patterns(catalog, name, across, names, from_rows=from_rows)})
+            except DuplicateEpisodes:
+                both.append({})
+        kept, counted = both
+        for group, codes in sorted({k for k in kept.keys() | counted.keys() if kept.get(k) != counted.get(k)}):
+            lines.append(f"{name} / {across} / {group[0]} / {group[1]}: pattern "
+                         f"{dict(zip(names, codes, strict=True))} kept {kept.get((group, codes), 0)}, "
+                         f"counted {counted.get((group, codes), 0)}")
+    return lines

@@ -15,7 +15,7 @@ import functools
 import json
 import re
 import typing
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -26,21 +26,22 @@ from sqlalchemy.exc import SQLAlchemyError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from assay.errors import StoreError, UndecodableRow
-from assay.store import claims, counts, relinks
+from assay.store import claims, counts, listing, relinks
+from assay.store.chunks import WIDE_CHUNK, insert_rows, select_in
+from assay.store.chunks import chunked as _chunks  # every IN over keys is chunked (assay.store.chunks)
 from assay.store.records import SCHEMA_VERSION, EpisodeRecord, Outcome
 from assay.store.schema import (
     ADDED_COLUMNS,
+    ADDED_INDEXES,
     campaign_episodes,
     campaigns,
     cell_counts,
-    episode_facts,
     episodes,
     failed_checks,
-    link_policies,
     metadata,
     pruned_episodes,
     store_meta,
-    unsound_outcomes,
+    unparsable_rows,
 )
 from assay.store.validation import Summary, mark_seals
 
@@ -122,7 +123,7 @@ def _row(record: EpisodeRecord) -> dict[str, Any]:
 
 def _facts(record: EpisodeRecord) -> counts.Facts:
     return counts.Facts(record.task_id, record.variant_key, record.variant_name, record.outcome.value, record.steps,
-                        record.total_return)
+                        record.total_return, record.seed)
 
 
 def _record(row: Any) -> EpisodeRecord:
@@ -249,11 +250,13 @@ class Catalog:
     def _count_cells(self, conn: sa.Connection) -> None:
         """The indexes the aggregate queries read (built once on a catalog from before them), and ``cell_counts``
         counted from the rows unless it is this version's (:mod:`assay.store.counts`)."""
-        for index in (episode_facts, link_policies, unsound_outcomes):
+        for index in ADDED_INDEXES:
             index.create(conn, checkfirst=True)
         found = conn.execute(sa.select(store_meta.c.value).where(store_meta.c.name == counts.META)).scalar()
         if found != counts.VERSION:
             counts.rebuild(conn)
+        else:
+            listing.fill_links(conn)  # links an older Assay made (none: a read of an empty partial index)
 
     def rebuild_counts(self) -> None:
         """Count every cell of ``cell_counts`` anew from the rows (``assay store verify --recount``)."""
@@ -316,7 +319,7 @@ class Catalog:
             fresh = {r.key: r for r in records if r.key not in present}
             facts = {r.key: _facts(r) for r in fresh.values()}
             if fresh:
-                conn.execute(episodes.insert(), [_row(r) for r in fresh.values()])
+                insert_rows(conn, episodes, (_row(r) for r in fresh.values()))
                 self._relink(conn, list(fresh), facts)
             by_campaign: dict[str, list[tuple[str, str]]] = {}
             for r in records:
@@ -356,10 +359,10 @@ class Catalog:
             )
         rows = [{"campaign": campaign, "key": k, "policy_name": p} for k, p in pairs if k not in present]
         if rows:
-            conn.execute(campaign_episodes.insert(), rows)
             known = facts or {}
             missing = [r["key"] for r in rows if r["key"] not in known]
             known = {**known, **counts.facts_of(conn, missing)} if missing else known
+            insert_rows(conn, campaign_episodes, listing.listed(rows, known))  # with outcome and time, to page
             counts.add_links(conn, campaign, [(r["policy_name"], known[r["key"]]) for r in rows if r["key"] in known])
 
     # -- job leases (claims): which driver runs a job that has no row yet (:mod:`assay.store.claims`) ------------
@@ -496,25 +499,25 @@ class Catalog:
     @_guarded
     def resume_rows(self, keys: Iterable[str]) -> dict[str, ResumeRow]:
         """For each key present: its outcome, file, file size and whether the row is sound, checked by the
-        database in the query (what a resume needs; nothing is decoded in Python)."""
+        database (what a resume needs; nothing is decoded in Python). The outcome, file and size are read from
+        ``ix_episodes_resume`` (no wide row is read); on SQLite the rows whose JSON ``json_valid`` rejects are the
+        partial index ``ix_episodes_unparsable`` (normally empty), asked once."""
         outcomes = [o.value for o in Outcome]
-        bad_outcome = sa.case((episodes.c.outcome.in_(outcomes), None), else_=sa.literal("outcome"))
-        checks = [bad_outcome]
-        if self.engine.dialect.name == "sqlite":  # json_valid is SQLite's; elsewhere `assay store verify` decodes
-            checks += [sa.case((sa.func.json_valid(episodes.c[f.column]) == 1, None), else_=sa.literal(f.column))
-                       for f in _FIELDS if f.kind == "json"]
-        problem = sa.func.coalesce(*checks) if len(checks) > 1 else checks[0]
-        columns = (episodes.c.key, episodes.c.outcome, episodes.c.data_path, episodes.c.data_bytes,
-                   problem.label("problem"))
+        columns = (episodes.c.key, episodes.c.outcome, episodes.c.data_path, episodes.c.data_bytes)
         found: dict[str, ResumeRow] = {}
         with self.engine.connect() as conn:
-            for chunk in _chunks(list(keys), 500):
-                for row in conn.execute(sa.select(*columns).where(episodes.c.key.in_(chunk))):
-                    why = None if row.problem is None else \
-                        f"outcome {row.outcome!r} is not one of {', '.join(outcomes)}" if row.problem == "outcome" \
-                        else f"{row.problem} is not JSON"
-                    found[row.key] = ResumeRow(str(row.outcome), row.data_path,
-                                               None if row.data_bytes is None else int(row.data_bytes), why)
+            unparsable: dict[str, str] = {}
+            if self.engine.dialect.name == "sqlite":  # json_valid is SQLite's; elsewhere `assay store verify` decodes
+                first = sa.func.coalesce(*(sa.case((sa.func.json_valid(episodes.c[f.column]) == 1, None),
+                                                   else_=sa.literal(f.column)) for f in _FIELDS if f.kind == "json"))
+                unparsable = {str(r.key): str(r.problem) for r in conn.execute(
+                    sa.select(episodes.c.key, first.label("problem")).where(unparsable_rows.dialect_options[
+                        "sqlite"]["where"]))}
+            for key, outcome, path, size in select_in(conn, sa.select(*columns), episodes.c.key, list(keys),
+                                                      size=WIDE_CHUNK):
+                why = f"outcome {outcome!r} is not one of {', '.join(outcomes)}" if outcome not in outcomes \
+                    else f"{unparsable[key]} is not JSON" if key in unparsable else None
+                found[key] = ResumeRow(str(outcome), path, None if size is None else int(size), why)
         return found
 
     @_guarded
@@ -620,6 +623,22 @@ class Catalog:
         return found
 
     @_guarded
+    def records(self, campaign: str, keys: Sequence[str]) -> list[EpisodeRecord]:
+        """The records of ``keys`` as ``campaign`` links them (its policy names), in the order of ``keys``; keys it
+        does not link, or whose row does not decode (kept in ``skipped``), are left out. A page's rows, by key."""
+        query = sa.select(episodes, campaign_episodes.c.campaign, campaign_episodes.c.policy_name) \
+            .join(campaign_episodes, campaign_episodes.c.key == episodes.c.key) \
+            .where(campaign_episodes.c.campaign == campaign)
+        found: dict[str, EpisodeRecord] = {}
+        with self.engine.connect() as conn:
+            for row in select_in(conn, query, episodes.c.key, list(dict.fromkeys(keys))):
+                try:
+                    found[row.key] = _record(row)
+                except UndecodableRow as bad:
+                    self.skipped[bad.key] = bad.why
+        return [found[key] for key in keys if key in found]
+
+    @_guarded
     def undecodable(self, keys: Iterable[str] | None = None) -> dict[str, str]:
         """Episodes (among ``keys``, or all) whose row does not decode: key -> why."""
         found: dict[str, str] = {}
@@ -641,7 +660,7 @@ class Catalog:
         query = (
             sa.select(episodes, campaign_episodes.c.campaign, campaign_episodes.c.policy_name)
             .join(campaign_episodes, campaign_episodes.c.key == episodes.c.key)
-            .where(episodes.c.key.startswith(key_prefix, autoescape=True))
+            .where(episodes.c.key.startswith(key_prefix, autoescape=True), *_key_range(key_prefix))
             .limit(10)
         )
         with self.engine.connect() as conn:
@@ -654,11 +673,20 @@ class Catalog:
         return _record(rows[0])
 
 
+def _key_range(prefix: str) -> tuple[sa.ColumnElement[bool], ...]:
+    """The keys starting with ``prefix`` as a range of the primary key (``LIKE 'abc%'`` alone is a scan of every
+    key on SQLite, whose ``LIKE`` ignores case)."""
+    if not prefix or ord(prefix[-1]) >= 0x10FFFF:
+        return ()
+    return episodes.c.key >= prefix, episodes.c.key < prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 # What SQLite's planner is told of the indexes the aggregate queries read (sqlite_stat1): without statistics it
 # joins a link to its episode through the primary key's index and reads the wide row, though the covering index
 # is as selective (each holds one entry per key); told so, it reads the covering index alone (~6x faster here).
 _PLANNER_STATS = (("episodes", "sqlite_autoindex_episodes_1", "1000000 1"),
                   ("episodes", "ix_episodes_facts", "1000000 1 1 1 1 1 1 1 1"),
+                  ("episodes", "ix_episodes_resume", "1000000 1 1 1 1"),
                   ("campaign_episodes", "sqlite_autoindex_campaign_episodes_1", "1000000 100000 1"),
                   ("campaign_episodes", "ix_campaign_episodes_policy", "1000000 100000 1 1"))
 
@@ -695,11 +723,6 @@ def _registered(conn: sa.Connection) -> list[str]:
     names: Sequence[str] = conn.execute(
         sa.select(store_meta.c.name).where(store_meta.c.name.startswith(_FORGET))).scalars().all()
     return sorted(name[len(_FORGET):] for name in names)
-
-
-def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -20,17 +20,16 @@ These functions take a connection inside a transaction; :class:`~assay.store.cat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import sqlalchemy as sa
 
+from assay.store.chunks import CHUNK, chunked
 from assay.store.schema import episodes, job_claims
 
-CHUNK = 500  # keys per statement (SQLite's bound-parameter limit is far above)
 
-
-def _chunks(items: Sequence[str]) -> list[list[str]]:
-    return [list(items[i:i + CHUNK]) for i in range(0, len(items), CHUNK)]
+def _chunks(items: Sequence[str]) -> Iterator[list[str]]:
+    return chunked(items, CHUNK)  # keys per statement: assay.store.chunks, as every IN over keys
 
 
 def _insert_new(conn: sa.Connection, rows: list[dict[str, object]]) -> int | None:

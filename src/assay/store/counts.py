@@ -15,6 +15,11 @@ table of its own, changed in the same transaction as the rows they count:
   :data:`VERSION`; ``assay store verify`` compares the table with a fresh count,
   ``aggregates.count_differences``, and names the cells that differ; ``--recount`` rebuilds it).
 
+The same transactions keep each link's paired seed rows (:mod:`assay.store.pairs`: :func:`add_links` and
+:func:`recount` move them too, :func:`rebuild` counts them anew) and fill a catalog's links' listing columns
+(:mod:`assay.store.listing`); :data:`VERSION` 2 is all three, so a catalog an older Assay last counted is
+counted anew on open.
+
 Only rows whose outcome is one of Assay's are counted (a reader that decodes rows leaves the
 others out too).
 """
@@ -26,10 +31,12 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
+from assay.store import listing, pairs
+from assay.store.chunks import select_in
 from assay.store.records import Outcome
 from assay.store.schema import campaign_episodes, cell_counts, episodes, store_meta
 
-VERSION = "1"
+VERSION = "2"  # 2: paired seed rows (pairs) and the links' listing columns (listing) kept too
 META = "cell_counts"
 CELL = ("campaign", "policy_name", "task_id", "variant_key")
 SUMS = ("episodes", "successes", "failures", "timeouts", "errors", "steps", "return_sum", "return_squares")
@@ -45,16 +52,16 @@ class Facts(NamedTuple):
     outcome: str
     steps: int
     total_return: float
+    seed: int
 
 
 def facts_of(conn: sa.Connection, keys: Sequence[str]) -> dict[str, Facts]:
     """The facts of the episodes among ``keys`` that are recorded."""
     found: dict[str, Facts] = {}
     columns = (episodes.c.key, *(episodes.c[name] for name in Facts._fields))
-    for start in range(0, len(keys), 500):
-        for row in conn.execute(sa.select(*columns).where(episodes.c.key.in_(keys[start:start + 500]))):
-            found[row.key] = Facts(row.task_id, row.variant_key, row.variant_name, row.outcome, int(row.steps),
-                                   float(row.total_return))
+    for row in select_in(conn, sa.select(*columns), episodes.c.key, keys):
+        found[row.key] = Facts(row.task_id, row.variant_key, row.variant_name, row.outcome, int(row.steps),
+                               float(row.total_return), int(row.seed))
     return found
 
 
@@ -66,7 +73,9 @@ def _delta(facts: Facts) -> list[float]:
 
 
 def add_links(conn: sa.Connection, campaign: str, links: Iterable[tuple[str, Facts]]) -> None:
-    """Add new links of ``campaign`` (each a policy name and its episode's facts) to their cells' counts."""
+    """Add new links of ``campaign`` (each a policy name and its episode's facts) to their cells' counts and
+    their paired seed rows (:mod:`assay.store.pairs`)."""
+    links = list(links)
     cells: dict[tuple[str, str, str, str], list[Any]] = {}
     for policy, facts in links:
         if facts.outcome not in OUTCOMES:
@@ -79,6 +88,8 @@ def add_links(conn: sa.Connection, campaign: str, links: Iterable[tuple[str, Fac
         name, *sums = cells[key]
         _upsert(conn, dict(zip(CELL, key, strict=True)) | {"variant_name": name} |
                 {column: int(v) if i < 6 else float(v) for i, (column, v) in enumerate(zip(SUMS, sums, strict=True))})
+    pairs.add_links(conn, campaign, [pairs.Link(policy, f.task_id, f.variant_key, f.seed, f.outcome)
+                                     for policy, f in links])
 
 
 def _upsert(conn: sa.Connection, row: dict[str, Any]) -> None:
@@ -129,29 +140,35 @@ def cells_of(conn: sa.Connection, keys: Sequence[str]) -> set[tuple[str, str, st
     columns = (campaign_episodes.c.campaign, campaign_episodes.c.policy_name, episodes.c.task_id,
                episodes.c.variant_key)
     joined = campaign_episodes.join(episodes, campaign_episodes.c.key == episodes.c.key)
-    for start in range(0, len(keys), 500):
-        query = sa.select(*columns).select_from(joined).where(campaign_episodes.c.key.in_(keys[start:start + 500]))
-        found |= {(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in conn.execute(query)}
+    query = sa.select(*columns).select_from(joined)
+    found |= {(str(r.campaign), str(r.policy_name), str(r.task_id), str(r.variant_key))
+              for r in select_in(conn, query, campaign_episodes.c.key, keys)}
     return found
 
 
 def recount(conn: sa.Connection, cells: Iterable[tuple[str, str, str, str]]) -> None:
-    """Count ``cells`` anew from the rows (after links were deleted)."""
-    for campaign, policy, task, variant in sorted(cells):
+    """Count ``cells`` anew from the rows (after links were deleted), and the paired seed rows they touch."""
+    cells = sorted(cells)
+    for campaign, policy, task, variant in cells:
         match = sa.and_(cell_counts.c.campaign == campaign, cell_counts.c.policy_name == policy,
                         cell_counts.c.task_id == task, cell_counts.c.variant_key == variant)
         conn.execute(cell_counts.delete().where(match))
         _insert_counted(conn, sa.and_(campaign_episodes.c.campaign == campaign,
                                       campaign_episodes.c.policy_name == policy, episodes.c.task_id == task,
                                       episodes.c.variant_key == variant))
+    pairs.recount(conn, cells)
 
 
 def rebuild(conn: sa.Connection) -> None:
-    """Count every cell anew from the rows, and mark the table as this version's."""
+    """Count every cell (and every paired seed row, :func:`assay.store.pairs.rebuild`) anew from the rows, fill the
+    links' listing columns where missing (:func:`assay.store.listing.fill_links`), and mark the tables as this
+    version's."""
     if conn.dialect.name == "postgresql":  # writers' increments wait: none is lost between the delete and the count
         conn.exec_driver_sql("LOCK TABLE cell_counts IN EXCLUSIVE MODE")
     conn.execute(cell_counts.delete())
     _insert_counted(conn, None)
+    pairs.rebuild(conn)
+    listing.fill_links(conn)
     if conn.execute(sa.select(store_meta.c.name).where(store_meta.c.name == META)).first() is None:
         conn.execute(store_meta.insert().values(name=META, value=VERSION))
     else:

@@ -41,6 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from assay.errors import StoreError
 from assay.store.catalog import Catalog
+from assay.store.chunks import chunked
 from assay.store.packs import PACK_DIR
 from assay.store.roots import DataRoot
 from assay.store.schema import campaign_episodes, campaigns, episodes, pruned_episodes
@@ -48,7 +49,7 @@ from assay.store.video import video_relpath
 
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 AGE_FORMS = "a number and a unit: 90s, 45m, 12h, 30d, 2w"
-CHUNK = 500
+CHUNK = 500  # episodes per transaction (and keys per statement)
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 
 
@@ -282,5 +283,4 @@ def _scalars(catalog: Catalog, query: sa.Select[Any]) -> set[str]:
 
 
 def _chunks(items: list[str]) -> Iterator[list[str]]:
-    for start in range(0, len(items), CHUNK):
-        yield items[start:start + CHUNK]
+    return chunked(items, CHUNK)  # assay.store.chunks: every IN over keys is chunked there

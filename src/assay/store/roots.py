@@ -173,9 +173,10 @@ class LocalRoot:
     def sizes(self, relpaths: Iterable[str]) -> dict[str, int | None]:
         """The size of each file (None where there is none)."""
         found: dict[str, int | None] = {}
+        base = f"{self.path}{os.sep}"  # joined as text: a million Path objects cost more than the stats themselves
         for relpath in relpaths:
             try:
-                found[relpath] = os.stat(self.path / relpath).st_size
+                found[relpath] = os.stat(base + relpath).st_size
             except OSError:  # missing, or a path through a file: either way not a step file there
                 found[relpath] = None
         return found

@@ -152,28 +152,38 @@ function completenessText(c) {
   return `${c.complete ? "complete" : "incomplete"}: ${c.recorded} of ${c.planned} planned episodes recorded${missing}`;
 }
 
-async function campaignTables(name) {
-  const [campaign, board, episodes, sets, mined, passk] = await Promise.all([
-    api(`/api/campaigns/${encodeURIComponent(name)}`), api(`/api/campaigns/${encodeURIComponent(name)}/leaderboard`),
-    api(`/api/campaigns/${encodeURIComponent(name)}/episodes`), api(`/api/regression?campaign=${encodeURIComponent(name)}`),
-    api(`/api/campaigns/${encodeURIComponent(name)}/failures`), api(`/api/campaigns/${encodeURIComponent(name)}/pass-k?k=${passK}`)]);
-  const failures = mined.episodes;
-  const leaks = (campaign.leakage || []).map(l => html`<p class="${l.contaminated ? "warn" : "muted"}" data-leakage="${l.contaminated}">leakage:
+// The campaign page is drawn from the campaign's cell counts first (header, completeness, the rate table: one
+// request, bounded by cells), then each other section fills in as its own request arrives; episodes and failures
+// come a page at a time (newest first, `?after=KEY&limit=50`), with a button for the next page.
+const PAGE = 50;
+let generation = 0;  // a refresh's sections replace an older one's only while it is the newest
+
+function leakageLines(extras) {
+  return (extras.leakage || []).map(l => html`<p class="${l.contaminated ? "warn" : "muted"}" data-leakage="${l.contaminated}">leakage:
       ${l.checkpoint}: ${l.error ? `not checked (${l.error})` : l.contaminated ? `${l.contaminated} of ${l.episodes} episodes are scenes it was trained on` : "clean"}</p>`);
-  const safety = (campaign.safety || []).length ? html`<section id="safety-section"><h2>Safety filter interventions (steps)${campaign.safety_scope ? html` <span class="muted">(${campaign.safety_scope.label})</span>` : ""}</h2><table id="safety"><thead><tr>
+}
+
+function safetySection(extras) {
+  if (!(extras.safety || []).length) return html``;
+  return html`<section id="safety-section"><h2>Safety filter interventions (steps)${extras.safety_scope ? html` <span class="muted">(${extras.safety_scope.label})</span>` : ""}</h2><table id="safety"><thead><tr>
       <th>policy</th><th>task</th><th>variant</th><th class="num">episodes</th><th class="num">nan</th><th class="num">limit</th><th class="num">workspace</th></tr></thead><tbody>
-      ${campaign.safety.map(r => html`<tr><td>${r.policy}</td><td>${r.task}</td><td>${r.variant}</td><td class="num">${r.episodes}</td>
-        <td class="num">${r.nan}</td><td class="num">${r.limit}</td><td class="num">${r.workspace}</td></tr>`)}</tbody></table></section>` : "";
-  return {campaign, episodes: episodes.length, html: html`${leaks}
-    <section><h2>Leaderboard <span class="muted" id="leaderboard-scope">(${board.scope ? board.scope.label : ""})</span></h2>
+      ${extras.safety.map(r => html`<tr><td>${r.policy}</td><td>${r.task}</td><td>${r.variant}</td><td class="num">${r.episodes}</td>
+        <td class="num">${r.nan}</td><td class="num">${r.limit}</td><td class="num">${r.workspace}</td></tr>`)}</tbody></table></section>`;
+}
+
+function leaderboardSection(board) {
+  return html`<section id="leaderboard-section"><h2>Leaderboard <span class="muted" id="leaderboard-scope">(${board.scope ? board.scope.label : ""})</span></h2>
       ${board.withheld ? html`<p class="warn" id="leaderboard-withheld">${board.withheld}</p>` : ""}
       <table id="leaderboard"><thead><tr><th>policy</th><th>rank [interval]</th><th class="num">score</th>
       <th class="num">${pct(board.confidence)} interval</th><th class="num">scored</th><th class="num">errors</th><th class="num">recorded</th></tr></thead><tbody>
       ${(board.rows || []).map(r => html`<tr><td>${r.policy}</td><td>${board.rank_text[r.policy]}</td><td class="num">${pct(r.score)}</td>
         <td class="num">[${pct(r.ci_low)}, ${pct(r.ci_high)}]</td><td class="num">${r.scored}</td><td class="num">${r.errors}</td>
         <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`)}</tbody></table>
-      <p>${(board.signoff || []).map((s, i) => html`${i ? html`<br>` : ""}${s.task}: <span class="${s.validated ? "success" : "warn"}">${s.status}</span> <span class="muted">(${s.reason})</span>`)}</p></section>
-    <section><h2>Success by policy × task × variant <span class="muted">(${campaign.rates_scope.label})</span></h2>
+      <p>${(board.signoff || []).map((s, i) => html`${i ? html`<br>` : ""}${s.task}: <span class="${s.validated ? "success" : "warn"}">${s.status}</span> <span class="muted">(${s.reason})</span>`)}</p></section>`;
+}
+
+function ratesSection(campaign) {
+  return html`<section><h2>Success by policy × task × variant <span class="muted">(${campaign.rates_scope.label})</span></h2>
       <p id="completeness" class="${campaign.completeness.complete ? "muted" : "warn"}">${completenessText(campaign.completeness)}</p>
       ${campaign.stamp ? html`<p id="stamp" class="${campaign.stamp.status === "reportable" ? "success" : "warn"}">${campaign.stamp.label}</p>` : ""}
       <table id="rates"><thead><tr><th>policy</th><th>task</th><th>variant</th><th class="num">success</th>
@@ -181,12 +191,81 @@ async function campaignTables(name) {
       ${campaign.rates.map(r => html`<tr><td>${r.group.policy}</td><td>${r.group.task}</td><td>${r.group.variant}</td>
         <td class="num">${pct(r.rate)}</td><td class="num">${r.ci_low === null ? "–" : `[${pct(r.ci_low)}, ${pct(r.ci_high)}]`}</td><td class="num">${r.successes}/${r.scored}</td>
         <td class="num${r.complete ? "" : " warn"}">${r.recorded}/${r.planned}</td></tr>`)}</tbody></table>
-      ${campaign.coverage_note ? html`<p class="warn" id="coverage-note">${campaign.coverage_note}</p>` : ""}</section>
-    ${passKTables(passk)}
-    ${safety}
-    <section><h2>Failures (${failures.length})${mined.scope ? html` <span class="muted" id="failures-scope">(${mined.scope.label})</span>` : ""}</h2>${failureTable(failures)}</section>
-    <section><h2>Regression sets mined from ${name} (${sets.length})</h2>${setTable(sets, "campaign-sets")}</section>
-    <section><h2 id="episodes-title">Episodes (${episodes.length})</h2>${episodeTable(episodes, "episodes")}</section>`};
+      ${campaign.coverage_note ? html`<p class="warn" id="coverage-note">${campaign.coverage_note}</p>` : ""}</section>`;
+}
+
+function loading(title) {
+  return html`<section><h2>${title}</h2><p class="muted loading">loading…</p></section>`;
+}
+
+// Draws the campaign's tables into `box`: what the cell counts say at once, the rest as each request arrives. A
+// redraw (the run moved on) keeps each section as it is until its new content arrives.
+function drawCampaign(name, campaign, box) {
+  const mine = ++generation;
+  const path = `/api/campaigns/${encodeURIComponent(name)}`;
+  if (!document.getElementById("rates-box")) {
+    show(box, html`<div id="leakage-box"></div><div id="leaderboard-box">${loading("Leaderboard")}</div><div id="rates-box"></div>
+      <div id="pass-k-box">${loading("Reliability: pass^k")}</div><div id="safety-box"></div>
+      <div id="failures-box">${loading("Failures")}</div><div id="sets-box">${loading(`Regression sets mined from ${name}`)}</div>
+      <div id="episodes-box">${loading(`Episodes (${campaign.episodes})`)}</div>`);
+  }
+  const place = (id, value) => { const node = document.getElementById(id); if (node) show(node, value); };
+  place("rates-box", ratesSection(campaign));
+  const fill = (request, draw) => request.then(found => { if (mine === generation) draw(found); })
+    .catch(error => { if (mine === generation) console.warn(error); });
+  fill(api(`${path}/leaderboard`), board => place("leaderboard-box", leaderboardSection(board)));
+  fillPassK(name, mine);
+  fill(api(`${path}/extras`), extras => {
+    place("leakage-box", html`${leakageLines(extras)}`);
+    place("safety-box", safetySection(extras));
+  });
+  fill(api(`/api/regression?campaign=${encodeURIComponent(name)}`), sets => place("sets-box",
+    html`<section><h2>Regression sets mined from ${name} (${sets.length})</h2>${setTable(sets, "campaign-sets")}</section>`));
+  const failures = pager(`${path}/failures`, "failures", mine, (found, first) => {
+    if (!first) return append(document.querySelector("#failures tbody"), failureRows(found.episodes));
+    const total = Object.values(found.by_policy).reduce((n, o) => n + Object.values(o).reduce((a, b) => a + b, 0), 0);
+    place("failures-box", html`<section id="failures-section"><h2 id="failures-title">Failures (${total})${found.scope ? html` <span class="muted" id="failures-scope">(${found.scope.label})</span>` : ""}</h2>
+      ${failureTable(found.episodes)}<p><button id="failures-more" hidden>next ${PAGE}</button></p></section>`);
+  });
+  const episodes = pager(`${path}/episodes`, "episodes", mine, (found, first) => {
+    if (!first) return append(document.querySelector("#episodes tbody"), episodeRows(found.rows));
+    place("episodes-box", html`<section id="episodes-section"><h2 id="episodes-title">Episodes (${campaign.episodes})</h2>
+      ${episodeTable(found.rows, "episodes")}<p><button id="episodes-more" hidden>next ${PAGE}</button></p></section>`);
+  });
+  failures();
+  episodes();
+}
+
+// One paged list: each call fetches the next page (`after` the last one's `next`) and hands it to `draw` (the first
+// page draws the section, a later one appends its rows); the section's "next" button asks for the page after.
+function pager(address, id, mine, draw) {
+  let after = null, first = true;
+  const next = async () => {
+    const url = `${address}?limit=${PAGE}${after ? `&after=${encodeURIComponent(after)}` : ""}`;
+    const response = await fetch(url);
+    const body = await response.json().catch(() => ({}));
+    if (mine !== generation) return;
+    if (!response.ok) { console.warn(body.detail || response.statusText); return; }
+    const found = Array.isArray(body) ? {rows: body, next: nextOf(response)} : body;
+    draw(found, first);
+    after = found.next;
+    first = false;
+    const button = document.getElementById(`${id}-more`);
+    if (button) { button.hidden = !after; button.onclick = () => { button.disabled = true; next().finally(() => { button.disabled = false; }); }; }
+  };
+  return next;
+}
+
+function nextOf(response) {  // the `after` of the Link header's rel="next" address (none on the last page)
+  const link = response.headers.get("Link") || "";
+  const found = link.match(/[?&]after=([^&>]+)[^>]*>;\s*rel="next"/);
+  return found ? decodeURIComponent(found[1]) : null;
+}
+
+function fillPassK(name, mine) {
+  api(`/api/campaigns/${encodeURIComponent(name)}/pass-k?k=${passK}`).then(passk => {
+    if (mine === generation) show(document.getElementById("pass-k-box"), passKTables(passk));
+  }).catch(error => console.warn(error));
 }
 
 function passKTables(passk) {
@@ -207,26 +286,26 @@ function passKTables(passk) {
 
 async function campaignView(name) {
   show(crumbs, html`/ <a href="#/c/${encodeURIComponent(name)}">${name}</a>`);
-  const first = await campaignTables(name);
-  const campaign = first.campaign;
+  const campaign = await api(`/api/campaigns/${encodeURIComponent(name)}`);
   show(view, html`<section><h2>${name}</h2><p id="progress"><span class="bar"><span style="width:${pct(campaign.progress)}"></span></span>
       <span id="progress-text">${campaign.episodes} / ${campaign.jobs} episodes</span></p></section>
-    <div id="campaign-tables">${first.html}</div>`);
+    <div id="campaign-tables"></div>`);
   const box = document.getElementById("campaign-tables");
+  drawCampaign(name, campaign, box);
   const onK = event => {
     if (event.target.id !== "pass-k") return;
     const k = parseInt(event.target.value, 10);
-    if (k >= 1 && k <= 1000 && k !== passK) { passK = k; refresh(); }
+    if (k >= 1 && k <= 1000 && k !== passK) { passK = k; fillPassK(name, generation); }
   };
   box.addEventListener("change", onK);
   // Tables follow the run: re-read them when the episode count moves (at most every REFRESH_MS) and once at the end.
-  let shown = first.episodes, pending = null, live = true;
+  let shown = campaign.episodes, pending = null, live = true;
   const refresh = async () => {
     pending = null;
-    const next = await campaignTables(name);
+    const next = await api(`/api/campaigns/${encodeURIComponent(name)}`);
     const box = document.getElementById("campaign-tables");
     if (!live || !box) return;
-    show(box, next.html);
+    drawCampaign(name, next, box);
     shown = next.episodes;
   };
   const source = new EventSource(`/api/campaigns/${encodeURIComponent(name)}/events`);
@@ -239,15 +318,18 @@ async function campaignView(name) {
   };
   source.addEventListener("progress", event => update(event, false));
   source.addEventListener("done", event => { update(event, true); source.close(); });
-  cleanup.push(() => { live = false; clearTimeout(pending); source.close(); });
+  cleanup.push(() => { live = false; generation++; clearTimeout(pending); source.close(); });
+}
+
+function episodeRows(episodes) {
+  return html`${episodes.map(e => html`<tr data-key="${e.key}"><td><a href="#/e/${e.key}">${e.key.slice(0, 12)}</a></td><td>${e.policy}</td><td>${e.task}</td>
+      <td>${e.variant}</td><td class="num">${e.seed}</td><td class="${e.outcome}">${e.outcome}</td>
+      <td class="num">${e.steps}</td><td class="num">${e.return.toFixed(1)}</td></tr>`)}`;
 }
 
 function episodeTable(episodes, id) {
   return html`<table id="${id}"><thead><tr><th>episode</th><th>policy</th><th>task</th><th>variant</th><th class="num">seed</th>
-    <th>outcome</th><th class="num">steps</th><th class="num">return</th></tr></thead><tbody>
-    ${episodes.map(e => html`<tr><td><a href="#/e/${e.key}">${e.key.slice(0, 12)}</a></td><td>${e.policy}</td><td>${e.task}</td>
-      <td>${e.variant}</td><td class="num">${e.seed}</td><td class="${e.outcome}">${e.outcome}</td>
-      <td class="num">${e.steps}</td><td class="num">${e.return.toFixed(1)}</td></tr>`)}</tbody></table>`;
+    <th>outcome</th><th class="num">steps</th><th class="num">return</th></tr></thead><tbody>${episodeRows(episodes)}</tbody></table>`;
 }
 
 const REFRESH_MS = 1500;
@@ -260,15 +342,18 @@ function ponrText(p) {
   return `step ${p.t} of ${p.steps}`;
 }
 
-function failureTable(failures) {
+function failureRows(failures) {
   // what `assay failures mine` and `assay failures ponr` found, beside each unsuccessful episode
-  return html`<table id="failures"><thead><tr><th>episode</th><th>policy</th><th>task</th><th>variant</th><th>outcome</th>
-    <th>category</th><th>attributed to</th><th>point of no return</th><th>per-layer trace</th></tr></thead><tbody>
-    ${failures.map(e => { const f = e.failure || {}, a = f.attribution;
+  return html`${failures.map(e => { const f = e.failure || {}, a = f.attribution;
       return html`<tr data-key="${e.key}"><td><a href="#/e/${e.key}">${e.key.slice(0, 12)}</a></td><td>${e.policy}</td>
       <td>${e.task}</td><td>${e.variant}</td><td class="${e.outcome}">${e.outcome}</td>
       <td>${f.category ?? "–"}</td><td title="${a ? a.evidence : ""}">${a ? html`${a.capability} <span class="muted">(${a.confidence})</span>` : "–"}</td>
-      <td class="ponr">${ponrText(f.ponr)}</td><td><a class="timeline-link" href="/timeline#${e.key}">timeline</a></td></tr>`; })}</tbody></table>`;
+      <td class="ponr">${ponrText(f.ponr)}</td><td><a class="timeline-link" href="/timeline#${e.key}">timeline</a></td></tr>`; })}`;
+}
+
+function failureTable(failures) {
+  return html`<table id="failures"><thead><tr><th>episode</th><th>policy</th><th>task</th><th>variant</th><th>outcome</th>
+    <th>category</th><th>attributed to</th><th>point of no return</th><th>per-layer trace</th></tr></thead><tbody>${failureRows(failures)}</tbody></table>`;
 }
 
 // -- regression sets -------------------------------------------------------------------------------
