@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: env-robosuite demo report serve lint semantic-profile libero-plus libero-plus-shift flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare libero-zoo test test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
+.PHONY: env-robosuite demo report serve lint semantic-profile libero-plus libero-plus-shift flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare libero-zoo test test-extended test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa);
 # Mesa's EGL (libegl1, libegl-mesa0) lets the tests check EGL's pixels against OSMesa's on the CPU (on a GPU
@@ -100,8 +100,12 @@ serve: install
 # Two pytest processes: the multi-node Ray cluster tests run in one of their own (a local Ray session earlier in
 # the same process leaves state behind that kills a later cluster's actors).
 test: install-test
-	$(PY) -m pytest -q -m "not ray_cluster" --durations=40
-	$(PY) -m pytest -q -m ray_cluster --durations=10
+	$(PY) -m pytest -q -m "not ray_cluster and not extended" --durations=40
+	$(PY) -m pytest -q -m "ray_cluster and not extended" --durations=10
+
+# The slowest known-answer tiers, kept out of make test's 30 minutes (pyproject.toml's `extended` marker).
+test-extended: install-test
+	$(PY) -m pytest -q -m extended
 
 # The fast core tier: no simulator is built (tests/conftest.py refuses one under ASSAY_TEST_TIER=fast, in the
 # test process and in every process it spawns), no Ray, no PostgreSQL, nothing slow.

@@ -49,7 +49,10 @@ def _actions(steps: int) -> np.ndarray:
     return np.concatenate([moves, gripper], axis=1)
 
 
-@pytest.mark.parametrize(("ref", "sizes"), SCENES, ids=[ref.split("/")[1] for ref, _ in SCENES])
+# make test draws LIBERO-Object's scene; the other suites' are `extended` (make test-extended: 4-7 minutes)
+@pytest.mark.parametrize(("ref", "sizes"), [
+    pytest.param(ref, sizes, id=ref.split("/")[1], marks=() if "/object/" in ref else pytest.mark.extended)
+    for ref, sizes in SCENES])
 def test_frames_are_robosuites_for_both_cameras_at_224_and_256(ref, sizes):
     from assay.sim.libero_env import _quiet
 
