@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -35,8 +35,13 @@ import pyarrow as pa
 from assay.errors import TraceError
 from assay.store.records import EpisodeRecord
 
-if TYPE_CHECKING:  # the reader takes a Store; the writer's side (episodes, packs) imports this module
-    from assay.store.store import Store
+
+class _StepSource(Protocol):
+    """What the reader needs of a ``Store`` (not imported: ``store.store`` imports the writer's side, which imports
+    this module)."""
+
+    def steps(self, record: EpisodeRecord) -> pa.Table: ...
+
 
 TRACE_FORMAT = 1  # 1: layers policy, action, controller, physics, render, recorder; executor in the metadata
 TRACE_VERSION_KEY = b"trace_version"
@@ -294,7 +299,7 @@ def episode_trace(table: pa.Table, key: str) -> EpisodeTrace:
     return EpisodeTrace(key, table.num_rows, columns, facts if isinstance(facts, dict) else {}, context)
 
 
-def read_trace(store: Store, record: EpisodeRecord) -> EpisodeTrace:
+def read_trace(store: _StepSource, record: EpisodeRecord) -> EpisodeTrace:
     """An episode's trace from its step file (checked against its catalog row); TraceError (one line) when it
     recorded none or its step data is gone."""
     if record.data_path is None:
