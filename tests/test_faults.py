@@ -78,6 +78,7 @@ def test_a_job_that_always_kills_its_worker_ends_as_error_after_bounded_retries(
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # two minutes of waiting on a wall clock; tests/test_store_concurrency.py's hung policy stays
 def test_a_hung_episode_becomes_wall_timeout_and_its_batch_mates_finish(tmp_path):
     data = {"name": "hangs", "seed": 5, "episodes": 4, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
             "policies": [{"name": "hanger", "entrypoint": "tests.faulty_policies:HangingExpert", "params": {"modulo": 3}}]}

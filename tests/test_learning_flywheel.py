@@ -350,6 +350,7 @@ ponr: false
 
 @pytest.mark.sim
 @pytest.mark.slow
+@pytest.mark.extended
 def test_a_pixel_flywheel_trains_every_arm_on_recorded_frames(tmp_path):
     """The same machinery with pixel BC under a visual gap (light 0.3 unseen by the base) at a tiny budget: every
     campaign records the front camera, every arm is a pixel-bc checkpoint trained on the frames of the steps

@@ -143,6 +143,7 @@ def _diff_manifests() -> tuple[dict, dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # over a minute; make test-extended
 def test_knob_attribution_finds_the_known_answers(tmp_path):
     """Each constructed policy is sensitive to one knob (or to two only together); the diff must say exactly that."""
     from assay.policies import add_import_root

@@ -63,6 +63,7 @@ def test_a_sigkilled_actor_is_replaced_and_its_batch_retried(tmp_path):
     assert on_ray == reference
 
 
+@pytest.mark.extended  # a minute and a half of waiting on a wall clock
 def test_a_hung_episode_on_ray_becomes_wall_timeout(tmp_path):
     data = {"name": "ray-hangs", "seed": 5, "episodes": 2, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],
             "policies": [{"name": "hanger", "entrypoint": "tests.faulty_policies:HangingExpert", "params": {"modulo": 3}}]}

@@ -15,7 +15,7 @@ from assay.spec import CameraSpec, PolicySpec
 from assay.twin import Twin, TwinSettings
 from assay.twin.blind import BlindBudget, blind_attribution
 
-pytestmark = [pytest.mark.sim, pytest.mark.slow]
+pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.extended]  # 2 minutes; make test-extended, make twin-blind
 
 TASK = "metaworld/reach@1"
 CAMERA = (CameraSpec(name="front", width=64, height=64, depth=True),)
