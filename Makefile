@@ -195,8 +195,8 @@ libero-plus-shift: install-test
 # three LIBERO-Object and three LIBERO-Spatial tasks (the 64 px agent view recorded at every step for the pixel
 # members), four state and two pixel BC checkpoints of graded skill, each evaluated on initial states 20-49
 # (the best of each kind, state-20 and pixel-20, on 30 per task, never trained on; the others on 20-29 only: a
-# pixel episode costs ~10-25 CPU s here) and graded:
-# the best state member must reach 70%, the best pixel member 40%.
+# pixel step costs ~3x a state step here, docs/PERFORMANCE.md) and graded: the best pixel member must reach 40%,
+# the best state member 70% (measured 2026-12-06: pixel-20 0.79 passes; state-20 0.67 fails, so the target exits 1).
 # Hours on 2 CPU cores (every frame is rasterised on the CPU); every step resumes.
 LIBERO_ZOO_STORE ?= runs/libero-zoo
 LIBERO_ZOO_EPISODES ?= 30
@@ -214,8 +214,8 @@ libero-zoo: install-test
 	$(ASSAY) zoo campaign $(LIBERO_ZOO_STORE)/zoo -o $(LIBERO_ZOO_STORE)/pixel5.yaml --name libero-zoo-pixel-5 --kind pixel \
 		--members pixel-5 --no-expert --episodes 10
 	$(ASSAY) run $(LIBERO_ZOO_STORE)/pixel5.yaml --store $(LIBERO_ZOO_STORE) --workers 2
-	$(ASSAY) zoo grade $(LIBERO_ZOO_STORE)/zoo --campaign libero-zoo-state-best --store $(LIBERO_ZOO_STORE) --min state=0.7
 	$(ASSAY) zoo grade $(LIBERO_ZOO_STORE)/zoo --campaign libero-zoo-pixel --store $(LIBERO_ZOO_STORE) --min pixel=0.4
+	$(ASSAY) zoo grade $(LIBERO_ZOO_STORE)/zoo --campaign libero-zoo-state-best --store $(LIBERO_ZOO_STORE) --min state=0.7
 
 # The policy zoo (docs/RESULTS.md): camera demos, six pixel BC checkpoints on three tasks, their nominal
 # evaluation with open- vs closed-loop, and their visual robustness profile beside the state expert.
