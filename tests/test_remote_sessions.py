@@ -109,7 +109,9 @@ def test_sessions_beyond_the_limit_are_refused_and_live_ones_never_evicted():
                                                     r"\(--max-sessions\), each stepped within the last 120 s.*; "
                                                     r"still refused after it waited 0.2 s \(capacity_wait_s\)$"):
             policy.act({**one, "env_ids": np.array([2])})
-        assert server.sessions.refused_full >= 3, "asked again, with backoff, until capacity_wait_s had passed"
+        # asked again after its first refusal (a wait is always taken then); how many more times fit into
+        # capacity_wait_s depends on the machine's load, so only the second ask is certain
+        assert server.sessions.refused_full >= 2, "asked again, with backoff, until capacity_wait_s had passed"
         owner = ("client", policy._client)
         assert sorted(name.rsplit("/", 1)[1] for name in server.sessions.names(owner)) == ["0", "1"]
         assert policy.act({**one, "env_ids": np.array([1])})[0, 0, 0] == 2, "a live session goes on"
