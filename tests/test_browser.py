@@ -92,6 +92,7 @@ def test_dashboard_campaign_and_episode_viewer(server: str, page: object, report
     assert page.locator("#leaderboard tbody tr").count() == 2
     assert page.locator("#leaderboard tbody tr").first.inner_text().startswith("expert")
     page.wait_for_function("document.getElementById('progress-text').textContent.startsWith('8 / 8')")
+    page.locator("#failures-section").wait_for()  # the failures section fills in by its own request
     failures = page.locator("#failures tbody tr")
     assert failures.count() == len(unsuccessful) >= 4  # random never reaches in 60 steps
     [analysed] = load_ponrs(report_store).values()  # the fixture found one point of no return

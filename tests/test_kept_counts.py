@@ -222,22 +222,13 @@ def server_url():
     yield from test_postgres.postgres_url.__wrapped__()
 
 
-def _fresh_database(server_url: str, name: str) -> str:
-    engine = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    engine.dispose()
-    return server_url.rsplit("/", 1)[0] + f"/{name}"
-
-
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_kept_counts_survive_kills_and_repairs_on_postgres(tmp_path, server_url):
-    _kill_and_resume(tmp_path / "store", _fresh_database(server_url, "kills"))
+    _kill_and_resume(tmp_path / "store", test_postgres.fresh_database(server_url, "kills"))
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_two_writers_of_the_same_episodes_keep_exact_counts_on_postgres(tmp_path, server_url):
-    _two_writers(tmp_path / "store", _fresh_database(server_url, "racers"))
+    _two_writers(tmp_path / "store", test_postgres.fresh_database(server_url, "racers"))

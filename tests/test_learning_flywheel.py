@@ -225,6 +225,7 @@ def test_relabels_and_recoveries_replay_each_failure_in_its_own_variant(tmp_path
 
 @pytest.mark.sim
 @pytest.mark.slow
+@pytest.mark.extended  # make test-extended; the scene design and the per-variant replays stay in make test
 def test_flywheel_variant_design_runs_end_to_end_and_a_rerun_reproduces_it(tmp_path):
     """The example variant design's distribution and slice (nominal + control.gain 0.5, base on nominal only) on
     reach at a tiny budget: pool, probe and evaluation run in both variants, the arms' data come from where

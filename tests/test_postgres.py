@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from assay.errors import StoreError
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
@@ -59,6 +60,16 @@ def postgres_url():
     finally:
         subprocess.run(as_user + [pg_ctl, "-D", str(data / "db"), "-m", "immediate", "stop"], capture_output=True)
         shutil.rmtree(data, ignore_errors=True)
+
+
+def fresh_database(server_url: str, name: str) -> str:
+    """An empty database ``name`` on the server (dropped first if there): one catalog per test on a shared server."""
+    engine = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    engine.dispose()
+    return server_url.rsplit("/", 1)[0] + f"/{name}"
 
 
 @pytest.fixture

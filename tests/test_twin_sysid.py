@@ -154,6 +154,7 @@ def test_max_trajectories_and_fitted_on_count_the_same_episodes_per_policy():
 
 @pytest.mark.sim
 @pytest.mark.slow
+@pytest.mark.extended  # make test-extended; the latency and damping fits above stay in make test
 def test_the_all_factor_fit_finds_friction_between_the_grid_points(tmp_path):
     """Issue 55's reality: pick-place friction 0.12, all seven factors fitted on two 100-step episodes. The search
     used to end at 0.153 (a coarse grid point) with [0.135, 0.173], 1.7x the tolerance, and advised more replays;
