@@ -25,7 +25,8 @@ def build_command(
     preset: Annotated[str, typer.Option(
         "--preset", help="metaworld (the pixel zoo on reach, button-press-topdown, drawer-open) or libero (three "
                          "LIBERO-Object and three LIBERO-Spatial tasks; state and pixel members on 2-20 demos "
-                         "per task).")] = "metaworld",
+                         "per task) or libero-state (the same six tasks, no camera: state-20 and state-50, the latter "
+                         "on 30 more demos per task from LIBERO's sampled layouts).")] = "metaworld",
     tasks: Annotated[str | None, typer.Option("--tasks", help="Comma-separated task ids (default: the preset's).")]
     = None,
     demos: Annotated[int | None, typer.Option("--demos", help="Expert episodes per task (default: the preset's).")]

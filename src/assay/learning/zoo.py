@@ -55,6 +55,7 @@ class Member:
     demos: int | None = None
     epochs: int | None = None
     chunk: int = 1
+    sampled: int = 0  # LIBERO: sampled-layout demos per task on top of ``demos`` (the zoo's ``sampled_demos``)
 
     def __post_init__(self) -> None:
         if self.obs not in OBS:
@@ -115,6 +116,7 @@ class ZooConfig:
     demo_seed: int = DEMO_SEED  # LIBERO: the first initial state of the demos
     eval_seed: int = EVAL_SEED  # LIBERO: the first initial state of the evaluation
     video_fps: float | None = None  # the demo videos' rate (None: the task's own; LIBERO's is 4: set 20)
+    sampled_demos: int = 0  # LIBERO: expert episodes per task on sampled layouts (``libero.init: sampled``)
 
     def __post_init__(self) -> None:
         if not self.tasks or self.demos < 1 or self.epochs < 1 or len(self.members) < 1:
@@ -122,6 +124,13 @@ class ZooConfig:
         names = [m.name for m in self.members]
         if len(set(names)) != len(names):
             raise AssayError(f"zoo member names must be unique: {names}")
+        wanting = [m.name for m in self.members if m.sampled > self.sampled_demos]
+        if wanting:
+            raise AssayError(f"zoo members {', '.join(wanting)} train on more sampled-layout demos than the zoo "
+                             f"records ({self.sampled_demos} per task, sampled_demos)")
+        if self.sampled_demos and not all(t.startswith("libero/") for t in self.tasks):
+            raise AssayError("sampled_demos draws LIBERO's sampled layouts (libero.init: sampled); tasks "
+                             f"{', '.join(t for t in self.tasks if not t.startswith('libero/'))} are not LIBERO's")
 
     @property
     def pixels(self) -> bool:
@@ -144,12 +153,21 @@ class ZooConfig:
         return content_hash(data, length=8)
 
 
-_ADDED_CONFIG = {"camera_name": "front", "demo_seed": DEMO_SEED, "eval_seed": EVAL_SEED, "video_fps": None}
-_ADDED_MEMBER = {f.name: f.default for f in fields(Member) if f.name in ("obs", "demos", "epochs", "chunk")}
+_ADDED_CONFIG = {"camera_name": "front", "demo_seed": DEMO_SEED, "eval_seed": EVAL_SEED, "video_fps": None,
+                 "sampled_demos": 0}
+_ADDED_MEMBER = {f.name: f.default for f in fields(Member)
+                 if f.name in ("obs", "demos", "epochs", "chunk", "sampled")}
+SAMPLED = {"libero.init": "sampled"}
 
 LIBERO_ZOO = ZooConfig(tasks=LIBERO_TASKS, demos=20, epochs=300, camera_size=64, horizon=None,
                        members=LIBERO_MEMBERS, camera_name="agentview", demo_seed=0, eval_seed=20, video_fps=20.0)
-PRESETS = {"metaworld": ZooConfig(), "libero": LIBERO_ZOO}
+# State members only (no camera): the zoo's 20 fixed-state demos per task and 30 more on LIBERO's sampled layouts
+# (examples/libero_zoo/state-50-design.md; the evaluation's fixed initial states 20-49 stay held out).
+LIBERO_STATE_ZOO = ZooConfig(tasks=LIBERO_TASKS, demos=20, epochs=1000, horizon=None, camera_name="agentview",
+                             demo_seed=0, eval_seed=20, sampled_demos=30,
+                             members=(Member("state-20", obs=STATE, demos=20, epochs=1000),
+                                      Member("state-50", obs=STATE, demos=20, sampled=30, epochs=1000)))
+PRESETS = {"metaworld": ZooConfig(), "libero": LIBERO_ZOO, "libero-state": LIBERO_STATE_ZOO}
 
 
 def zoo_dir(store: Store, config: ZooConfig) -> Path:
@@ -157,21 +175,23 @@ def zoo_dir(store: Store, config: ZooConfig) -> Path:
     return store.root / "zoo" / config.tag()
 
 
-def _collect(store: Store, config: ZooConfig) -> tuple[dict[str, list[EpisodeRecord]], int, float]:
+def _collect(store: Store, config: ZooConfig, name: str, episodes: int, variant: dict[str, Any] | None = None,
+             ) -> tuple[dict[str, list[EpisodeRecord]], int, float]:
     """The expert's demos (resumed if stored), its successes by task in episode order, and the CPU seconds this call
     spent on them, worker processes included (0 when every demo was already in the store)."""
     started = _cpu_seconds()
-    _, records = run_grid(store, f"zoo-{config.tag()}-demos", config.tasks,
-                          [PolicySpec(name="expert", builtin="expert")], config.demos, config.demo_seed,
-                          config.horizon, config.workers, cameras=(config.camera(),) if config.pixels else (),
+    _, records = run_grid(store, name, config.tasks, [PolicySpec(name="expert", builtin="expert")], episodes,
+                          config.demo_seed, config.horizon, config.workers,
+                          cameras=(config.camera(),) if config.pixels else (), variants=(variant or {},),
                           video_fps=config.video_fps if config.pixels else None)
     by_task: dict[str, list[EpisodeRecord]] = {}
     for record in sorted((r for r in records if r.outcome is Outcome.SUCCESS), key=lambda r: r.episode_index):
         by_task.setdefault(record.task_id, []).append(record)
     unsolved = sorted(set(config.tasks) - set(by_task))
     if unsolved:
-        raise AssayError(f"the expert solved none of its {config.demos} demo episodes of {', '.join(unsolved)}; "
-                         "a zoo needs successful demos of every task (choose tasks the scripted expert solves)")
+        raise AssayError(f"the expert solved none of its {episodes} demo episodes of {', '.join(unsolved)} in "
+                         f"{name}; a zoo needs successful demos of every task (choose tasks the scripted expert "
+                         "solves)")
     return by_task, len(records), _cpu_seconds() - started
 
 
@@ -199,13 +219,21 @@ def build_zoo(
     """Collect the demos (or reuse them: the campaign resumes), train every member, write ``zoo.json``
     (in ``folder``, default ``STORE/zoo/<tag>``)."""
     started = time.perf_counter()
-    by_task, episodes, collect_cpu = _collect(store, config)
+    by_task, episodes, collect_cpu = _collect(store, config, f"zoo-{config.tag()}-demos", config.demos)
     solved = sum(len(v) for v in by_task.values())
     progress(f"demos: {solved} successes of {episodes} expert episodes ({collect_cpu:.0f} CPU s)")
+    sampled: dict[str, list[EpisodeRecord]] = {}
+    if config.sampled_demos:
+        sampled, more, cpu = _collect(store, config, f"zoo-{config.tag()}-demos-sampled", config.sampled_demos,
+                                      SAMPLED)
+        episodes, collect_cpu = episodes + more, collect_cpu + cpu
+        progress(f"sampled-layout demos: {sum(len(v) for v in sampled.values())} successes of {more} expert "
+                 f"episodes ({cpu:.0f} CPU s)")
     folder = Path(folder).resolve() if folder is not None else zoo_dir(store, config)
     members = []
     for member in config.members:
-        chosen = [r for task in sorted(by_task) for r in by_task[task][:_per_task(member, len(by_task[task]))]]
+        chosen = [r for task in sorted(by_task) for r in
+                  by_task[task][:_per_task(member, len(by_task[task]))] + sampled.get(task, [])[:member.sampled]]
         cpu = time.process_time()
         result, epochs = _train(store, config, member, chosen, folder / f"{member.name}.pt")
         seconds = time.process_time() - cpu
@@ -216,6 +244,7 @@ def build_zoo(
             "policy": "pixel-bc" if member.pixels else "bc", "path": str(Path(result.path).resolve()),
             "version": result.version, "demos": result.demos, "frames": result.frames, "epochs": epochs,
             "augment": member.augment, "image_size": member.image_size, "chunk": member.chunk,
+            "sampled": sum(len(v[:member.sampled]) for v in sampled.values()),
             "final_loss": result.final_loss, "train_cpu_s": round(seconds, 1), "episodes": [r.key for r in chosen],
         })
     manifest = {
@@ -226,6 +255,9 @@ def build_zoo(
         "demo_campaign": f"zoo-{config.tag()}-demos",
         "demo_episodes": episodes,
         "demo_successes": {task: len(records) for task, records in sorted(by_task.items())},
+        **({"sampled_demo_campaign": f"zoo-{config.tag()}-demos-sampled",
+            "sampled_demo_successes": {task: len(records) for task, records in sorted(sampled.items())}}
+           if config.sampled_demos else {}),
         "collect_cpu_s": round(collect_cpu, 1),
         "build_s": round(time.perf_counter() - started, 1),
         "members": members,
