@@ -22,10 +22,14 @@ code is a debt, not a gate, so these tests read the configuration and the source
 from __future__ import annotations
 
 import ast
+import copy
 import fnmatch
 import re
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "assay"
@@ -124,6 +128,50 @@ def test_mypy_switches_off_no_error_for_assay_modules_and_is_strict_where_plugin
     assert not fixed, f"{sorted(fixed)} left the mypy overrides: delete them from GRANDFATHERED_MYPY too"
     for package in STRICT_PACKAGES:
         assert f"{package}.*" in strict, f"{package} must be checked strictly (disallow_untyped_defs, ...)"
+
+
+# The checkers' global settings, pinned: a rule switched off for the whole tree (ruff's ``ignore``) or a mypy
+# setting that loosens every module passes every other gate, so each change here is a reviewed edit with its
+# reason written beside the setting in pyproject.toml.
+RUFF_GLOBAL = {"line-length": 120, "select": ["F", "E", "W", "I", "B", "UP", "SIM", "BLE", "D1"],
+               "ignore": ["D105", "D107", "UP042"]}
+MYPY_GLOBAL = {"python_version": "3.11", "files": ["src/assay"], "mypy_path": "src", "warn_unused_configs": True,
+               "warn_redundant_casts": True, "warn_unused_ignores": True, "check_untyped_defs": True,
+               "ignore_missing_imports": True}
+LOOSENING = ("disable_error_code", "ignore_errors", "follow_imports", "allow_untyped_globals", "allow_redefinition",
+             "disable_bytearray_promotion", "implicit_optional", "implicit_reexport", "allow_untyped_calls")
+
+
+def test_the_checkers_global_settings_are_pinned_and_every_ignored_rule_gives_its_reason():
+    tool = _config()["tool"]
+    ruff, lint = tool["ruff"], tool["ruff"]["lint"]
+    assert {"line-length": ruff.get("line-length"), "select": lint.get("select"), "ignore": lint.get("ignore")} \
+        == RUFF_GLOBAL, "ruff's global rules changed: say why beside the setting and update RUFF_GLOBAL"
+    for loose in ("extend-ignore", "unfixable", "extend-safe-fixes", "external"):
+        assert loose not in lint and loose not in ruff, f"ruff's {loose} is a global exemption: use select/ignore"
+    assert "exclude" not in ruff and "extend-exclude" not in ruff, "ruff must see every file"
+    mypy = {k: v for k, v in tool["mypy"].items() if k != "overrides"}
+    assert mypy == MYPY_GLOBAL, "mypy's global settings changed: say why and update MYPY_GLOBAL"
+    assert not set(mypy) & set(LOOSENING)
+    text = (ROOT / "pyproject.toml").read_text()
+    block = text[text.index("ignore = [", text.index("[tool.ruff.lint]")):]
+    block = block[:block.index("]")]
+    for rule in RUFF_GLOBAL["ignore"]:
+        line = next(line for line in block.splitlines() if f'"{rule}"' in line)
+        assert re.search(r"#\s*\S", line), f"ruff ignores {rule} for the whole tree without a reason beside it"
+
+
+def test_the_settings_gate_catches_a_loosened_setting(monkeypatch):
+    """The pin has teeth: an added global ignore or a top-level mypy error switch fails it."""
+    real = _config()
+    for edit in (lambda c: c["tool"]["ruff"]["lint"]["ignore"].append("E501"),
+                 lambda c: c["tool"]["ruff"]["lint"]["ignore"].append("B"),
+                 lambda c: c["tool"]["mypy"].__setitem__("disable_error_code", ["attr-defined"])):
+        loosened = copy.deepcopy(real)
+        edit(loosened)
+        monkeypatch.setattr(sys.modules[__name__], "_config", lambda loosened=loosened: loosened)
+        with pytest.raises(AssertionError):
+            test_the_checkers_global_settings_are_pinned_and_every_ignored_rule_gives_its_reason()
 
 
 def test_suppression_comments_in_src_are_precise_and_give_a_reason():
