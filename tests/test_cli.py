@@ -168,3 +168,13 @@ def test_a_sweeps_horizon_caps_every_episode_and_is_part_of_its_campaign(tmp_pat
     assert full["campaign"] != capped["campaign"]  # another horizon, another campaign (and other episode keys)
     bad = invoke(*args, "--horizon", "0")
     assert bad.exit_code == 2 and "--horizon" in bad.stderr
+
+
+def test_an_unknown_name_is_one_wording_with_the_closest_known_names():
+    from assay.errors import unknown_name
+
+    assert unknown_name("campaign", "libero-zoo-stat", ["libero-zoo-state-best", "tiny", "libero-zoo-pixel"], "/s") \
+        == "no campaign 'libero-zoo-stat' in /s; known: libero-zoo-pixel, libero-zoo-state-best, tiny; did you " \
+           "mean 'libero-zoo-state-best' or 'libero-zoo-pixel'?"
+    assert unknown_name("campaign", "x", []) == "no campaign 'x'; known: none yet"  # an empty store
+    assert unknown_name("regression set", "zzz", ["abc"]) == "no regression set 'zzz'; known: abc"  # none close

@@ -51,7 +51,18 @@ there.)
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import difflib
+from collections.abc import Iterable, Iterator
+
+
+def unknown_name(kind: str, name: str, known: Iterable[str], where: object = None, none: str = "none yet") -> str:
+    """The one wording for a name that is not there (a campaign, a regression set, a protocol):
+    ``no campaign 'x' in ROOT; known: a, b; did you mean 'a'?`` (the closest known names, when any is close)."""
+    names = sorted({str(n) for n in known})
+    close = difflib.get_close_matches(str(name), names, n=2, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    at = f" in {where}" if where is not None else ""
+    return f"no {kind} {name!r}{at}; known: {', '.join(names) or none}{hint}"
 
 
 class AssayError(Exception):

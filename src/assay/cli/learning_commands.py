@@ -11,7 +11,7 @@ import typer
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
 from assay.cli.stats_render import signoff_table
-from assay.errors import AssayError
+from assay.errors import AssayError, unknown_name
 from assay.metrics import GateCell, Signoff, load_calibration, load_thresholds, signoff
 
 if TYPE_CHECKING:
@@ -308,7 +308,7 @@ def leakage_command(checkpoint: Annotated[Path, typer.Argument(help="A bc checkp
     with user_errors(), open_store(store, catalog) as opened:
         known = [c.name for c in opened.catalog.campaigns()]
         if campaign not in known:
-            raise AssayError(f"no campaign {campaign!r} in {opened.root}; known: {', '.join(known) or 'none yet'}")
+            raise AssayError(unknown_name("campaign", campaign, known, opened.root))
         records = opened.catalog.episodes(campaign=campaign)
         try:
             found = leakage(records, str(checkpoint), opened)

@@ -26,7 +26,7 @@ from rich.markup import escape
 
 from assay.cli import render
 from assay.cli.common import say_latest
-from assay.errors import AssayError
+from assay.errors import AssayError, unknown_name
 from assay.metrics import Completeness, OutcomeGrid, VariantScope, planned_variants, variant_scope
 from assay.metrics.completeness import totals_completeness
 from assay.metrics.outcomes import SharedRows, match_tasks, stored_grid, stored_shared_grid
@@ -160,7 +160,7 @@ def campaign_name(store: Store, name: str | None) -> str:
         return say_latest(store, known)  # said on stderr: nobody reads another campaign's numbers by mistake
     name = unicodedata.normalize("NFC", name)  # as campaign specs store names (assay.spec.names)
     if name not in known:
-        raise AssayError(f"no campaign {name!r} in {store.root}; known: {', '.join(known)}")
+        raise AssayError(unknown_name("campaign", name, known, store.root))
     return name
 
 

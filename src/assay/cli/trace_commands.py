@@ -18,7 +18,7 @@ import typer
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, user_errors
-from assay.errors import AssayError, TraceError
+from assay.errors import AssayError, TraceError, unknown_name
 from assay.failures.ponr import load_ponrs
 from assay.metrics.trace_diff import ATOL, RTOL, Side, TraceDiff, diff
 from assay.store import EpisodeRecord, Store
@@ -57,8 +57,8 @@ def _targets(store: Store, key: str | None, campaign: str | None, count: int) ->
         return record.key[:12], [record]
     assert campaign is not None
     if store.campaign(campaign) is None:
-        known = sorted(row.name for row in store.catalog.campaigns())
-        raise AssayError(f"no campaign {campaign!r} in this store; known: {', '.join(known) or 'none'}")
+        known = (row.name for row in store.catalog.campaigns())
+        raise AssayError(unknown_name("campaign", campaign, known, "this store", none="none"))
     chosen = sample(list(store.catalog.episodes(campaign=campaign)), count)
     if not chosen:
         raise TraceError(f"campaign {campaign!r} has no episode with a step file to export")

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
-from assay.errors import AssayError
+from assay.errors import AssayError, unknown_name
 from assay.metrics.rates import rate_table
 from assay.store import EpisodeRecord, Outcome, Store
 
@@ -25,8 +25,8 @@ _RATE_TYPES = {"episodes": pa.int64(), "scored": pa.int64(), "successes": pa.int
 def _records(source: Store | Iterable[EpisodeRecord], campaign: str | None) -> list[EpisodeRecord]:
     if isinstance(source, Store):
         if campaign is not None and campaign not in {c.name for c in source.catalog.campaigns()}:
-            known = ", ".join(sorted(c.name for c in source.catalog.campaigns())) or "none"
-            raise AssayError(f"no campaign {campaign!r} in {source.root}; known: {known}")
+            known = (c.name for c in source.catalog.campaigns())
+            raise AssayError(unknown_name("campaign", campaign, known, source.root))
         return source.catalog.episodes(campaign=campaign)
     return [r for r in source if campaign is None or r.campaign == campaign]
 

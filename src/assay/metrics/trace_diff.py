@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.errors import TraceError
+from assay.errors import TraceError, unknown_name
 from assay.store import EpisodeRecord, Outcome, Store
 from assay.store.trace import EpisodeTrace, Kind, Layer, Stage, field_of, kind_of, read_trace
 
@@ -273,8 +273,8 @@ def success_change(a: EpisodeTrace, b: EpisodeTrace) -> int | None:
 def side_records(store: Store, side: Side) -> list[EpisodeRecord]:
     """The side's episodes; a one-line error for a campaign, policy or variant that is not there."""
     if store.campaign(side.campaign) is None:
-        known = sorted(row.name for row in store.catalog.campaigns())
-        raise TraceError(f"no campaign {side.campaign!r} in this store; known: {', '.join(known) or 'none'}")
+        known = (row.name for row in store.catalog.campaigns())
+        raise TraceError(unknown_name("campaign", side.campaign, known, "this store", none="none"))
     records = list(store.catalog.episodes(campaign=side.campaign))
     for attribute, wanted in (("policy_name", side.policy), ("variant_name", side.variant)):
         if wanted is None:

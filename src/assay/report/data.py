@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.errors import AssayError
+from assay.errors import AssayError, unknown_name
 from assay.failures import SetStatus
 from assay.failures.attribution import coverage_of
 from assay.failures.safety import campaign_interventions
@@ -300,8 +300,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     """
     known = {c.name: c for c in store.catalog.campaigns()}
     if campaign not in known:
-        valid = ", ".join(known) or "none yet"
-        raise AssayError(f"no campaign {campaign!r} in {store.root}; known: {valid}")
+        raise AssayError(unknown_name("campaign", campaign, known, store.root))
     spec = known[campaign].spec
     totals = stored_totals(store, campaign)
     adaptive_path = store.campaign_dir(campaign) / "adaptive.json"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from assay.errors import AssayError
+from assay.errors import AssayError, unknown_name
 from assay.failures.regression import HELDOUT_SUFFIX, is_set_name, load_set, runs, statuses
 
 
@@ -35,7 +35,7 @@ def set_detail(root: Path, name: str) -> dict[str, Any]:
                          f"optionally ending in {HELDOUT_SUFFIX!r}); known: {_known(root)}")
     found = {status.name: status for status in statuses(root)}
     if name not in found:
-        raise AssayError(f"no regression set {name!r}; known: {_known(root)}")
+        raise AssayError(unknown_name("regression set", name, (s.name for s in found.values())))
     regression_set = load_set(root, name)
     history = runs(root, name)
     cases = []

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from assay.errors import AssayError, StoreError
+from assay.errors import AssayError, StoreError, unknown_name
 from assay.report.evidence import FailureFacts, failure_facts
 from assay.store import EpisodeRecord, Outcome, Store, listing
 from assay.store.aggregates import CellTotals, cell_totals
@@ -41,8 +41,7 @@ def campaign_row(store: Store, name: str) -> dict[str, Any]:
     for row in campaign_rows(store):
         if row["name"] == name:
             return row
-    known = ", ".join(r["name"] for r in campaign_rows(store)) or "none yet"
-    raise AssayError(f"no campaign {name!r}; known: {known}")
+    raise AssayError(unknown_name("campaign", name, (r["name"] for r in campaign_rows(store))))
 
 
 def episode_summary(record: EpisodeRecord) -> dict[str, Any]:
