@@ -135,7 +135,9 @@ def test_a_rerun_of_a_safety_cell_keeps_every_setting(tmp_path):
         assert row["cases"] == len(cases)
     with Store(tmp_path / "s", create=False) as opened:
         original = {r.key for r in opened.catalog.episodes(campaign="safe-cells")}
-        reruns = opened.catalog.episodes(campaign="regress-safe-v1")
+        reruns = [r for policy in ("random", "shaky") for r in opened.catalog.episodes(campaign=f"regress-safe-v1-{policy}")]
+        listed = {c.name for c in opened.catalog.campaigns()}
+    assert {"regress-safe-v1-random", "regress-safe-v1-shaky"} <= listed  # campaigns: results and the dashboard see them
     assert reruns and all(r.provenance["run"]["safety"] and r.provenance["run"]["replan_every"] == 2 for r in reruns)
     # the same policy with the same settings is the same episode: the mined failures themselves
     mined = {c.source_key for c in cases}

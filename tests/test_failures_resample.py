@@ -62,6 +62,8 @@ def test_resample_estimates_the_local_failure_rate(tmp_path, write_campaign):
     counts = [json.loads(runner.invoke(app, ["failures", "resample", failed["key"], "--samples", str(n), "--seeds", "2",
                                              "--store", nominal, "--json"]).stdout)["episodes"] for n in (1, 2)]
     assert counts == [2, 4]
+    resampled = [c for c in _campaigns(nominal) if c.startswith("resample-")]
+    assert sorted(resampled) == [f"resample-{failed['key'][:12]}-{n}x2-r0.1" for n in (1, 2)]  # results sees them
 
 
 @pytest.mark.sim
@@ -77,3 +79,23 @@ def test_boundary_bisects_a_real_factor(tmp_path):
     assert document["probes"][0]["successes"] == 2  # the expert with no latency
     assert document["boundary"] is not None
     assert document["interval"] is not None and document["bracket"][1] == document["boundary"]
+    # each probed level is a campaign of its own (the one episode loop): results reads it like any other
+    for probe in document["probes"]:
+        names = [c for c in _campaigns(tmp_path / "s") if c.startswith(f"boundary-action.noise-{probe['level']:.6g}-")]
+        assert len(names) == 1, names
+        shown = json.loads(runner.invoke(app, ["results", "--store", str(tmp_path / "s"), "--campaign", names[0],
+                                               "--json"]).stdout)
+        [row] = shown["leaderboard"]["rows"]
+        assert shown["completeness"]["complete"] and row["recorded"] == probe["episodes"]
+        assert row["score"] * row["scored"] == pytest.approx(probe["successes"])
+    again = json.loads(runner.invoke(app, ["boundary", "--task", "metaworld/pick-place@1", "--factor", "action.noise",
+                                           "--safe", "0", "--hard", "1", "--episodes", "2", "--iterations", "1",
+                                           "--store", str(tmp_path / "s"), "--json"]).stdout)
+    assert again == document  # a rerun resumes: the same episodes, nothing run twice
+
+
+def _campaigns(store):
+    from assay.store import Store
+
+    with Store(store, create=False) as opened:
+        return [c.name for c in opened.catalog.campaigns()]

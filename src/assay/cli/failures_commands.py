@@ -1,14 +1,16 @@
 """CLI: ``assay failures mine|ponr|resample``, ``assay regress add|run``, ``assay priorities``, ``assay boundary``.
 
 The glue that runs episodes (regression reruns, boundary probes, resampling) lives here, as
-``assay.failures`` may not import ``assay.run``. A command that runs episodes writes step files
-and catalog rows as ``assay run`` does, so it holds the store's run lock (:func:`locked_store`):
-beside a running campaign it waits, as a second ``assay run`` does, instead of writing at once.
+``assay.failures`` may not import ``assay.run``. A command that runs episodes runs them as a campaign
+(:func:`run_jobs`: ``assay.run.job_campaign`` through ``run_campaign``: leases, resume, batched commits, the
+fault policy, the campaign's record), holding the store's run lock (:func:`locked_store`): beside a running
+campaign it waits, as a second ``assay run`` does, instead of writing at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,9 +37,9 @@ from assay.failures.ponr import camera_keyframes, load_ponrs, save_ponr, state_p
 from assay.failures.priorities import priorities
 from assay.failures.recovery import gated_recovery_demos
 from assay.failures.regression import HELDOUT_SUFFIX, Case, add_sets, load_set, record_run, versions
-from assay.run import InlineExecutor, phase
+from assay.run import FaultPolicy, job_campaign, make_executor, phase, run_campaign
 from assay.sim import default_registry, resolve_variant
-from assay.spec import EpisodeJob, Pipeline, ResolvedPolicy, TaskSpec, Variant, batch_jobs, episode_key
+from assay.spec import EpisodeJob, Pipeline, ResolvedPolicy, TaskSpec, Variant, content_hash, episode_key
 from assay.store import EpisodeRecord, Outcome, Store, run_lock
 
 NO_EVENTS = ("backend {backend} records no per-step events, and categories are read from them "
@@ -302,6 +304,23 @@ def case_job(campaign: str, index: int, case: Case, policy: ResolvedPolicy) -> E
                       Pipeline(settings["pipeline"]), safety)
 
 
+def campaign_name(*parts: str) -> str:
+    """A campaign name from ``parts`` (characters a name cannot hold become ``_``; a name past the 100 allowed
+    keeps its first 87 and a hash of the whole)."""
+    name = re.sub(r"[^\w.\-]", "_", "-".join(parts))
+    return name if len(name) <= 100 else f"{name[:87]}-{content_hash(name, length=12)}"
+
+
+def run_jobs(opened: Store, name: str, jobs: list[EpisodeJob], executor: str = "inline", workers: int = 1,
+             envs_per_worker: int = 4) -> dict[str, EpisodeRecord]:
+    """Run ``jobs`` as campaign ``name`` through the campaign loop (leases, resume, batched commits, the fault
+    policy; ``results`` and the dashboard see it); every job's record by key."""
+    runner = make_executor(executor, str(opened.data_root), workers, faults=FaultPolicy())
+    run_campaign(job_campaign(name, jobs, envs_per_worker=envs_per_worker), opened, runner)
+    records = {r.key: r for r in opened.catalog.episodes(campaign=name)}
+    return {job.key: records[job.key] for job in jobs}
+
+
 def _source_policies(opened: Store, source: str) -> dict[str, dict]:
     """The policies of campaign ``source`` by name, as its spec stored them (with their parameters)."""
     row = opened.catalog.campaign(source)
@@ -320,22 +339,9 @@ def _rerun(opened: Store, set_name: str, policy_value: str) -> dict:
     known = _source_policies(opened, regression_set.source)
     known.update({c.policy["name"]: c.policy for c in regression_set.cases if c.policy.get("name")})
     policy = policy_option(policy_value, known)
-    campaign = f"regress-{set_name}-v{regression_set.version}"
+    campaign = campaign_name("regress", set_name, f"v{regression_set.version}", policy.name)
     jobs = [(case.id, case_job(campaign, index, case, policy)) for index, case in enumerate(regression_set.cases)]
-    done = opened.catalog.existing_keys(job.key for _, job in jobs)
-    cells: dict[tuple, list[EpisodeJob]] = {}
-    for _, job in jobs:  # one batch per cell: a batch shares its settings
-        if job.key not in done:
-            cells.setdefault((job.task.id, job.task.content_hash(), job.variant.key, job.replan_every, job.pipeline,
-                              job.safety), []).append(job)
-    batches = [batch for group in cells.values() for batch in batch_jobs(group, 4)]
-    records = {r.key: r for r in InlineExecutor(opened.data_root).run(batches)}
-    for record in records.values():
-        opened.catalog.add(record)
-    opened.catalog.link(campaign, [(job.key, job.policy.name) for _, job in jobs])
-    for _, job in jobs:
-        if job.key not in records:
-            records[job.key] = opened.catalog.episode(job.key)
+    records = run_jobs(opened, campaign, [job for _, job in jobs])
     run, diff = record_run(opened.root, regression_set, policy.name, {case: records[job.key] for case, job in jobs})
     return {"set": set_name, "split": regression_set.split, "version": regression_set.version, "run": run["run"],
             "passed": sum(run["passed"].values()), "cases": len(jobs), "baseline": diff.baseline, **diff.counts()}
@@ -416,18 +422,15 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
         spec = default_registry().get(task)
         resolved = policy_option(policy)
         seeds = [derive_seed("boundary", seed, spec.id, i) for i in range(episodes)]
+        probe = content_hash({"task": spec.id, "policy": resolved.name, "version": resolved.version, "seed": seed,
+                              "episodes": episodes}, length=8)
         with locked_store(store, catalog, create=True) as opened:
-            def evaluate(level: float) -> tuple[int, int]:
+            def evaluate(level: float) -> tuple[int, int]:  # one campaign per probed level, its seeds paired
                 variant = resolve_variant({factor: level}, spec)
-                jobs = [EpisodeJob(f"boundary-{factor}", spec, variant, resolved, i, s,
-                                   episode_key(spec, variant, resolved, s), spec.instruction)
-                        for i, s in enumerate(seeds)]
-                done = opened.catalog.existing_keys(j.key for j in jobs)
-                for record in InlineExecutor(opened.data_root).run(
-                    batch_jobs([j for j in jobs if j.key not in done], 4)):
-                    opened.catalog.add(record)
-                opened.catalog.link(f"boundary-{factor}", [(j.key, j.policy.name) for j in jobs])
-                outcomes = [opened.catalog.episode(j.key).outcome for j in jobs]
+                name = campaign_name("boundary", factor, f"{level:.6g}", probe)
+                jobs = [EpisodeJob(name, spec, variant, resolved, i, s, episode_key(spec, variant, resolved, s),
+                                   spec.instruction) for i, s in enumerate(seeds)]
+                outcomes = [r.outcome for r in run_jobs(opened, name, jobs).values()]
                 return sum(o is Outcome.SUCCESS for o in outcomes), len(outcomes)
 
             level, probes = bisect_boundary(evaluate, safe, hard, threshold, iterations)
@@ -461,7 +464,6 @@ def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or
     run with the failed cell's own settings (safety, replan_every, pipeline)."""
     from assay.failures.resample import nearest_seeds, neighbourhood, variant_request
     from assay.metrics import success_interval
-    from assay.run import make_executor
     from assay.spec import derive_seed
 
     with user_errors():
@@ -477,7 +479,7 @@ def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or
             requests = [original] + nearby
             per_variant = seeds if original else samples * seeds
             target = list(record.initial_conditions.get("rand_vec", []))
-            campaign = f"resample-{record.key[:12]}"
+            campaign = campaign_name("resample", record.key[:12], f"{samples}x{seeds}", f"r{radius:g}")
             case = Case("", task.model_dump(mode="json"), {}, 0, record.instruction, record.key, settings)
             jobs: list[EpisodeJob] = []
             distances: list[float] = []
@@ -490,16 +492,8 @@ def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or
                     job = case_job(campaign, len(jobs), Case(case.id, case.task, variant.model_dump(mode="json"), seed,
                                                              record.instruction, record.key, settings), policy)
                     jobs.append(job)
-            done = opened.catalog.existing_keys(j.key for j in jobs)
-            cells: dict[str, list[EpisodeJob]] = {}
-            for job in jobs:
-                if job.key not in done:
-                    cells.setdefault(job.variant.key, []).append(job)
-            batches = [b for group in cells.values() for b in batch_jobs(group, min(4, per_variant))]
-            for result in make_executor(executor, opened.data_root, workers).run(batches):
-                opened.catalog.add(result)
-            opened.catalog.link(campaign, [(j.key, j.policy.name) for j in jobs])
-            around = [opened.catalog.episode(j.key) for j in jobs]
+            found = run_jobs(opened, campaign, jobs, executor, workers, envs_per_worker=min(4, per_variant))
+            around = [found[j.key] for j in jobs]
         scored = [r for r in around if r.outcome is not Outcome.ERROR]
         failures = sum(r.outcome is not Outcome.SUCCESS for r in scored)
         interval = success_interval(failures, len(scored))

@@ -6,6 +6,7 @@ May import ``assay.spec``, ``assay.sim``, ``assay.policies`` and ``assay.store``
 from assay.run.campaign import prepare_campaign, run_campaign
 from assay.run.executors import Executor, InlineExecutor, LocalExecutor, make_executor
 from assay.run.faults import DEFAULT_EPISODE_TIMEOUT_S, FaultPolicy
+from assay.run.jobs import job_campaign
 from assay.run.observers import Observer, observing, phase
 from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.run.recorder import EpisodeRecorder
@@ -23,6 +24,7 @@ __all__ = [
     "LocalExecutor",
     "Observer",
     "Worker",
+    "job_campaign",
     "make_executor",
     "observing",
     "phase",
