@@ -29,8 +29,9 @@ def _catalog_count(store: Path) -> int:
 
 @pytest.mark.sim
 @pytest.mark.slow
-@pytest.mark.parametrize("executor", ["inline", "local"])
-def test_ctrl_c_during_a_sweep_says_how_many_episodes_the_catalog_holds(tmp_path, executor):
+@pytest.mark.parametrize(("executor", "sent"), [("inline", signal.SIGINT), ("local", signal.SIGINT),
+                                               ("local", signal.SIGTERM)])
+def test_ctrl_c_during_a_sweep_says_how_many_episodes_the_catalog_holds(tmp_path, executor, sent):
     store, log = tmp_path / "s", tmp_path / "stderr.txt"
     with log.open("w") as errors:
         process = popen_as_from_a_terminal(
@@ -43,13 +44,17 @@ def test_ctrl_c_during_a_sweep_says_how_many_episodes_the_catalog_holds(tmp_path
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
-        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the driver and its workers
+        if sent == signal.SIGINT:
+            os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the driver and its workers
+        else:
+            os.kill(process.pid, signal.SIGTERM)  # a scheduler's stop: the driver alone, which stops its workers
         status = process.wait(timeout=120)
     lines = log.read_text().splitlines()
-    assert status == 130, lines
+    assert status == (130 if sent == signal.SIGINT else 143), lines
     stored = _catalog_count(store)
     assert 1 <= stored < 2 * EPISODES
-    assert lines[-1] == f"interrupted: {stored} of {2 * EPISODES} episodes stored; rerun the same command to resume"
+    how = "interrupted" if sent == signal.SIGINT else "terminated (SIGTERM)"
+    assert lines[-1] == f"{how}: {stored} of {2 * EPISODES} episodes stored; rerun the same command to resume"
     assert not any("Traceback" in line for line in lines), lines
 
 

@@ -8,6 +8,8 @@ until the end, so plain lines go to stderr instead: at the start, every ``every`
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -126,23 +128,51 @@ class CampaignProgress:
             f"errors {errors}", highlight=False, markup=False, soft_wrap=True)
 
 
-def interrupted_line(stored: int, total: int) -> str:
-    """What Ctrl-C prints: how much of the work is safe in the store, and how to go on."""
-    return f"interrupted: {stored} of {total} episodes stored; rerun the same command to resume"
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a scheduler's stop, a container's shutdown) during a command that runs episodes: it
+    unwinds as Ctrl-C does (what finished is committed, workers are stopped) and the command exits 143."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """In the block, SIGTERM raises :class:`Terminated` (only the main thread can take a signal handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupted_line(stored: int, total: int, terminated: bool = False) -> str:
+    """What Ctrl-C (or SIGTERM) prints: how much of the work is safe in the store, and how to go on."""
+    how = "terminated (SIGTERM)" if terminated else "interrupted"
+    return f"{how}: {stored} of {total} episodes stored; rerun the same command to resume"
+
+
+def _status(exc: KeyboardInterrupt) -> int:
+    return 143 if isinstance(exc, Terminated) else 130
 
 
 @contextlib.contextmanager
 def interrupt_told(progress: CampaignProgress, console: Console) -> Iterator[None]:
-    """Ctrl-C during a campaign prints :func:`interrupted_line` (the campaign's episodes in the store, of its
-    total) and exits with status 130; before the campaign started it is left as it was."""
+    """Ctrl-C (or SIGTERM) during a campaign prints :func:`interrupted_line` (the campaign's episodes in the store,
+    of its total) and exits with status 130 (143); before the campaign started it is left as it was."""
     try:
-        yield
-    except KeyboardInterrupt:
+        with sigterm_as_interrupt():
+            yield
+    except KeyboardInterrupt as exc:
         if not progress.total:
             raise
-        console.print(interrupted_line(progress.stored, progress.total), highlight=False, markup=False,
-                      soft_wrap=True)
-        raise typer.Exit(130) from None
+        console.print(interrupted_line(progress.stored, progress.total, isinstance(exc, Terminated)),
+                      highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(_status(exc)) from None
 
 
 class WorkProgress:
@@ -273,24 +303,26 @@ def watch(name: str, console: Console,
     """Show the progress of the work done in the block; Ctrl-C after an episode was queued prints how many of
     the queued episodes are stored (``count_stored`` counts the finished ones in the catalog after the block
     has unwound: the rows it committed on the way out; without it, or when the catalog cannot be read, the
-    finished episodes count) and exits with status 130 (a Ctrl-C before any is left as it was)."""
+    finished episodes count) and exits with status 130 (a Ctrl-C before any is left as it was); SIGTERM the same
+    way, with status 143."""
     progress = WorkProgress(name, console)
-    interrupted, ended = False, False
+    interrupted: KeyboardInterrupt | None = None
+    ended = False
     try:
-        with observing(progress):
+        with observing(progress), sigterm_as_interrupt():
             yield progress
         ended = True
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if not progress.queued_total:
             raise
-        interrupted = True
+        interrupted = exc
     finally:
         progress.close(final=ended)  # a command that failed or was interrupted has said why: no "done" line
-    if interrupted:
+    if interrupted is not None:
         stored = progress.finished_total
         if count_stored is not None and progress.finished_keys:
             with contextlib.suppress(AssayError, OSError):
                 stored = count_stored(progress.finished_keys)
-        console.print(interrupted_line(stored, progress.queued_total), highlight=False, markup=False,
-                      soft_wrap=True)
-        raise typer.Exit(130)
+        console.print(interrupted_line(stored, progress.queued_total, isinstance(interrupted, Terminated)),
+                      highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(_status(interrupted))
