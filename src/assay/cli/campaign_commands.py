@@ -22,6 +22,7 @@ from assay.cli.common import (
     split_list,
     user_errors,
 )
+from assay.cli.dry_run import dry_run as check_only
 from assay.cli.gates import FailUnderOpt, check_rates, gate_failed, is_stdout
 from assay.cli.lazy import subgroup
 from assay.cli.options import AddressOpt, ProtocolOpt, ProtocolPolicyOpt, UpstreamOpt
@@ -95,6 +96,9 @@ def run(
         "--progress-every", min=0.0, metavar="SECONDS",
         help="Without a terminal (a cluster log, CI), print a progress line to stderr this often.")] = 30.0,
     json_out: JsonOpt = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Resolve the tasks and variants, build each policy once, check every contract and print "
+        "the episode count (planned, stored, to run); run nothing and create no store.")] = False,
     simulator: Annotated[list[str] | None, typer.Option(
         "--simulator", metavar="BACKEND=ws://HOST:PORT", help="Step BACKEND's environments on the simulator `assay "
         "serve-sim BACKEND` serves there (repeat per backend; overrides the campaign's simulators:); the episodes "
@@ -105,11 +109,10 @@ def run(
 
     with user_errors():
         spec, planned, manifest = campaign_plan(campaign, protocol, policy, upstream, simulator or [])
-        if (weak := power_warning(spec)) is not None:
-            render.err_console.print(f"[yellow]warning:[/] {weak}", highlight=False, soft_wrap=True)
-        slow_frames = software_rendering(planned, executor, address)
-        if slow_frames is not None:
-            render.err_console.print(f"[yellow]warning:[/] {slow_frames}", highlight=False, soft_wrap=True)
+        if dry_run:
+            check_only(planned, store, catalog, json_out)
+            return
+        slow_frames = _warn_before(spec, planned, executor, address)
         faults = fault_policy(spec, episode_timeout)
         # a bad option (or a memory:// --data with worker processes) fails before the store is created
         make_executor(executor, data if data is not None else store, workers, address=address)
@@ -130,6 +133,15 @@ def run(
             adaptive = load_state(opened, spec.name) if spec.adaptive is not None else None
             _report_run(opened, spec, planned, summary, adaptive, json_out, fail_under,
                         warned_software=slow_frames is not None, allow_errors=allow_errors)
+
+
+def _warn_before(spec: CampaignSpec, planned: CampaignPlan, executor: str, address: str | None) -> str | None:
+    """Warn (stderr) of a campaign too small to decide what it compares and of frames a GPU host would draw in
+    software; the latter's text, or None."""
+    for warning in (power_warning(spec), slow := software_rendering(planned, executor, address)):
+        if warning is not None:
+            render.err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    return slow
 
 
 def software_rendering(planned: CampaignPlan, executor: str, address: str | None) -> str | None:
