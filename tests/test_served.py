@@ -187,14 +187,15 @@ def test_a_libero_campaign_with_a_camera_is_bit_identical_in_process_and_served(
 
 
 def test_the_robosuite_lock_pins_what_the_handshake_expects_each_with_a_hash():
-    from assay.served import BACKENDS, lock_path
+    from assay.served import backend_of, lock_path
 
     lock = lock_path("robosuite")
     assert lock is not None
     lines = [line for line in lock.read_text().splitlines() if line and not line.startswith("#")]
     pinned = {line.split("==")[0]: line.split("==")[1].split()[0] for line in lines}
     assert all("--hash=sha256:" in line for line in lines)
-    assert {name: pinned[name] for name in BACKENDS["robosuite"].pins} == BACKENDS["robosuite"].pins
+    pins = backend_of("robosuite").pins
+    assert pins and {name: pinned[name] for name in pins} == pins
 
 
 @pytest.mark.sim

@@ -114,6 +114,6 @@ def env_create(
 
 
 def _own() -> dict[str, bool]:
-    from assay.served import BACKENDS
+    from assay.served import served_backends
 
-    return {name: facts.lock is not None for name, facts in BACKENDS.items()}
+    return {name: facts.lock is not None for name, facts in served_backends().items()}

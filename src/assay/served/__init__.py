@@ -6,13 +6,13 @@ May import ``assay.spec``, ``assay.sim`` and ``assay.policies`` (for the wire co
 
 from assay.errors import SimulatorLostError, SimulatorRefused
 from assay.served.backends import (
-    BACKENDS,
     ServedBackend,
     backend_of,
     checkout,
     environment_path,
     environment_python,
     lock_path,
+    served_backends,
 )
 from assay.served.client import ServedEnv, close_links
 from assay.served.preflight import check_served_backends, check_simulators, make_served_env
@@ -20,7 +20,6 @@ from assay.served.protocol import PROTOCOL
 from assay.served.server import SimServer, SimServerConfig
 
 __all__ = [
-    "BACKENDS",
     "PROTOCOL",
     "ServedBackend",
     "ServedEnv",
@@ -36,5 +35,6 @@ __all__ = [
     "environment_path",
     "environment_python",
     "lock_path",
+    "served_backends",
     "make_served_env",
 ]

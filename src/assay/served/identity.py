@@ -6,7 +6,7 @@ Three things, compared in the handshake (:mod:`assay.served.protocol`):
   (a task's definition changed on one side gives another hash);
 * the **code** that turns a task spec into episodes: a hash of Assay's ``spec``, ``sim`` and ``served``
   sources (an edit on one side only would change episodes silently);
-* the **package versions** that decide the backend's results (:data:`assay.served.backends.BACKENDS`'s
+* the **package versions** that decide the backend's results (the registry's
   ``packages``): a backend that runs in the campaign's own environment is expected at the versions
   installed there (its in-process episodes are the reference); one that runs only in its own environment
   (robosuite 1.5) at the versions its lock file pins.

@@ -1,6 +1,6 @@
 """Before episode 1: every served simulator a campaign names is reached, fits (the handshake) and has its tasks.
 
-A backend that runs only served (:data:`assay.served.backends.BACKENDS`) and is not named in ``simulators:`` is
+A backend that runs only served (:func:`assay.served.backends.served_backends`) and is not named in ``simulators:`` is
 refused here too, with the commands that serve it.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from assay.errors import SpecError
-from assay.served.backends import BACKENDS, backend_of
+from assay.served.backends import backend_of, served_backends
 from assay.served.client import ServedEnv, link
 from assay.sim import SimEnv
 from assay.spec import TaskSpec
@@ -35,7 +35,7 @@ def check_served_backends(simulators: Mapping[str, str], tasks: Sequence[TaskSpe
             raise SpecError(f"simulators: names {backend}, but no task of the campaign is a {backend} task; "
                             f"its backends: {', '.join(sorted(backends))}", at=("simulators",))
     for task in tasks:
-        facts = BACKENDS.get(task.backend)
+        facts = served_backends().get(task.backend)
         if task.backend not in simulators and facts is not None and facts.only_served:
             raise SpecError(f"{task.id} runs only on a served simulator (its environment conflicts with this one): "
                             f"`assay env create {task.backend}`, `assay serve-sim {task.backend} --port 8711`, then "

@@ -3,6 +3,7 @@
 May import ``assay.spec`` only.
 """
 
+from assay.sim.backends import Backend, backend
 from assay.sim.factors import FACTORS, Factor, get_factor, resolve_variant, value_of
 from assay.sim.gymnasium_env import GymnasiumEnv, gymnasium_task
 from assay.sim.instructions import instruct
@@ -18,7 +19,7 @@ from assay.sim.protocol import (
     SupportsUnwrapped,
     Transition,
 )
-from assay.sim.registry import BACKENDS, TaskRegistry, default_registry, make_env, tasks_kept
+from assay.sim.registry import TaskRegistry, default_registry, make_env, tasks_kept
 from assay.sim.render import RendererInfo, configure_gl, renderer_info
 from assay.sim.safety import SafetyFilter
 from assay.sim.semantic import conflict_marks
@@ -29,7 +30,8 @@ from assay.sim.wrapper import SimEnvWrapper
 configure_gl()
 
 __all__ = [
-    "BACKENDS",
+    "Backend",
+    "backend",
     "FACTORS",
     "Factor",
     "PerturbedEnv",
