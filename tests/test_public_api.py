@@ -104,7 +104,7 @@ def test_no_package_imports_another_packages_private_names():
 def test_what_plugin_authors_build_on_carries_a_stability_marker():
     from assay import policies, sim, spec, store, testing
     from assay.annotations import DEVELOPER, PUBLIC, STABILITY, public_api, stability
-    from assay.run import Executor, InlineExecutor, LocalExecutor, prepare_campaign, run_campaign
+    from assay.run import Executor, InlineExecutor, LocalExecutor, job_campaign, prepare_campaign, run_campaign
 
     public = [sim.SimEnv, sim.Transition, sim.SimEnvWrapper, sim.SupportsFramesOnDemand, sim.SupportsUnwrapped,
               policies.Policy, policies.PolicyContext, policies.PolicyClass, policies.SupportsContract,
@@ -114,7 +114,8 @@ def test_what_plugin_authors_build_on_carries_a_stability_marker():
               policies.SupportsTaskCheck, policies.SupportsVersion, policies.PolicyContract,
               spec.TaskSpec, spec.CameraSpec, spec.ActionSpec, spec.Array, spec.BoundedArray, spec.PolicySpec,
               spec.Variant, spec.Perturbation, store.EpisodeRecord, store.Outcome, testing.check_sim_env,
-              testing.check_policy, InlineExecutor, LocalExecutor, prepare_campaign, run_campaign]
+              testing.check_policy, InlineExecutor, LocalExecutor, prepare_campaign, run_campaign, store.Store,
+              spec.load_campaign, spec.campaign_from_data, spec.CampaignSpec, sim.Backend, job_campaign]
     developer = [testing.FunctionEnv, testing.ConstantPolicy, testing.ConstantChunkPolicy, testing.ImageChunkPolicy,
                  testing.fake_task, testing.running, Executor, policies.reads_frames]
     assert [o.__qualname__ for o in public if stability(o) != PUBLIC] == []

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from assay.annotations import public_api
 from assay.errors import SpecError
 from assay.spec.hashing import canonical_json, content_hash, derive_seed
 from assay.spec.names import clean_name
@@ -113,6 +114,7 @@ class AdaptiveSpec(BaseModel):
         return self
 
 
+@public_api
 class CampaignSpec(BaseModel):
     """The grid: policies × tasks × variants × ``episodes`` seeds (or adaptively, up to ``adaptive.max_episodes``)."""
 

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from assay.annotations import public_api
 from assay.errors import SpecError
 from assay.spec.campaign import CampaignSpec
 from assay.spec.hashing import canonical_json
@@ -264,6 +265,7 @@ def _variant_entry(raw: Any, index: int) -> int:
     return index
 
 
+@public_api
 def campaign_from_data(data: Any, source: str = "<campaign>", lines: dict[Path_, int] | None = None) -> CampaignSpec:
     """Validate plain data (as loaded from YAML) into a CampaignSpec."""
     lines = lines or {}
@@ -278,6 +280,7 @@ def campaign_from_data(data: Any, source: str = "<campaign>", lines: dict[Path_,
         raise validation_error(exc, source, lines, model=CampaignSpec) from None
 
 
+@public_api
 def load_campaign(path: str | Path) -> CampaignSpec:
     """Read a campaign YAML file; errors are one line naming file, line and field."""
     path = Path(path)

@@ -46,6 +46,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
+from assay.annotations import public_api
 from assay.errors import SpecError, StoreError
 from assay.store.catalog import CampaignRow, Catalog, IntegrityRow, ResumeRow
 from assay.store.checks import FileCheck, check_files, failed, record_verdicts, require_seals
@@ -109,6 +110,7 @@ def summary_of(record: EpisodeRecord) -> Summary:
     return Summary(record.outcome.value, record.steps, record.total_return, record.success_step)
 
 
+@public_api
 class Store:
     """A store directory, the catalog indexing it and its data root (see the module docstring).
 
