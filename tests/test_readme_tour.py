@@ -246,3 +246,13 @@ def test_the_demos_episode_counts_are_its_campaigns():
     assert f"= {episodes('quickstart.yaml')} closed-loop episodes" in README
     assert f"{episodes('reality-proxy.yaml')} more\nepisodes" in README or \
         f"{episodes('reality-proxy.yaml')} more episodes" in README
+
+
+def test_every_tour_line_that_reads_a_campaign_names_it():
+    """A store holds many campaigns (a sweep, a boundary search and a regression rerun each add one), and a
+    command without a campaign reads the latest: a tour line that scores one must say which."""
+    reads = ("assay results ", "assay compare ", "assay leaderboard ", "assay failures mine", "assay priorities",
+             "assay openloop", "assay correlate", "assay estimate-real", "assay leakage")
+    loose = [line for line in TOUR if line.startswith(reads) and "--campaign" not in line and "-c " not in line
+             and "--csv leaderboard" not in line]
+    assert loose == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from html import unescape
 from html.parser import HTMLParser
@@ -82,6 +83,13 @@ def test_gather_uses_the_real_leaderboard_and_counts(report_store: Path) -> None
     assert data.axes == tuple(robustness_profile(retention_table(records)))
     assert [(a.policy, a.axis, a.variants) for a in data.axes] == [("expert", "behavioral", 1), ("random", "behavioral", 1)]
     assert data.provenance["code_revisions"] and data.provenance["seeds"] == sorted({r.seed for r in records})
+    # what to collect next: assay priorities' own rows, heaviest first, over every episode, all mined
+    listed = json.loads(runner.invoke(app, ["priorities", "--store", str(report_store), "--campaign", "tiny",
+                                            "--json"]).stdout)
+    ranked = sorted(listed, key=lambda p: (p["score"] is None, -(p["score"] or 0.0), -p["mass"]))
+    assert [p.advice for p in data.collect_next] == [p["advice"] for p in ranked][:10] and data.collect_next
+    assert data.collect_next_note == f"over all 8 episodes; categories of {len(unsuccessful)} of {len(unsuccessful)} " \
+                                     "unsuccessful episodes mined"
 
 
 class _Collector(HTMLParser):
@@ -108,8 +116,8 @@ def test_report_is_one_self_contained_file(report_store: Path, tmp_path: Path) -
     parsed = _Collector()
     parsed.feed(html)
     assert parsed.sections == ["leaderboard", "rates", "reliability", "checkpoints", "robustness", "real-to-sim",
-                               "openloop", "failures", "gallery", "timelines", "regression", "integrity",
-                               "provenance"]
+                               "openloop", "failures", "gallery", "timelines", "collect-next", "regression",
+                               "integrity", "provenance"]
     # nothing fetched from anywhere: every src/href is an in-page anchor or a data: URI
     assert parsed.urls and all(u.startswith(("#", "data:")) for u in parsed.urls), \
         [u[:40] for u in parsed.urls if not u.startswith(("#", "data:"))]
@@ -143,7 +151,7 @@ def test_report_can_link_video_instead(report_store: Path, tmp_path: Path) -> No
 def test_report_errors_are_one_line(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     result = runner.invoke(app, ["report", "nope", "--store", str(report_store), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 2
-    assert "no campaign 'nope'" in result.output and "known: tiny" in result.output
+    assert "no campaign 'nope'" in result.output and "known: regress-tiny-fails-v1-expert, tiny" in result.output
     (tmp_path / "adir").mkdir()
     result = runner.invoke(app, ["report", "tiny", "--store", str(report_store), "-o", str(tmp_path / "adir")])
     assert result.exit_code == 2 and "cannot write report" in result.output

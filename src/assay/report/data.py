@@ -22,6 +22,7 @@ from typing import Any
 from assay.errors import AssayError, unknown_name
 from assay.failures import SetStatus
 from assay.failures.attribution import coverage_of
+from assay.failures.priorities import Priority
 from assay.failures.safety import campaign_interventions
 from assay.metrics import (
     AxisProfile,
@@ -133,6 +134,8 @@ class ReportData:
     safety: tuple[dict[str, Any], ...] = ()  # failures.safety.intervention_rows: the filter's counts per cell
     leakage: tuple[dict[str, Any], ...] = ()  # per bc checkpoint (learning.leakage.Leakage.to_dict), from the caller
     flywheel: tuple[dict[str, Any], ...] = ()  # STORE/learning/flywheel/*.json that ran this campaign
+    collect_next: tuple[Priority, ...] = ()  # failures.priorities: the heaviest cells, what to collect there
+    collect_next_note: str = ""  # the data they were computed over (bounded) and how much of it was mined
     pass_k: PassKTable | None = None  # pass^k per policy × task and per policy (metrics.passk)
     scoring: Scoring | None = None  # the variant scope of the headline numbers and the campaign's completeness
     unsuccessful: int = 0  # episodes that did not succeed (the gallery shows a few of them)
@@ -330,6 +333,7 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
     labels = {name: _variant_labels(variant) for name, variant, _ in variant_examples(store.catalog, campaign).values()
               if name != "nominal"}
     categories, attribution, gallery = _failure_gallery(store, campaign, _cameras(spec))
+    collect, collect_note = evidence.collect_next(store, campaign, sum(t.episodes for t in totals))
     real_report, real_note = evidence.real_to_sim(scoped, evidence.stored_real(store) if real is None else real,
                                                   n_resamples)
     order = [p.get("name") for p in spec.get("policies", [])] or sorted({t.policy for t in totals})
@@ -356,6 +360,6 @@ def gather(store: Store, campaign: str, confidence: float = 0.95, n_resamples: i
         real_to_sim=real_report, real_to_sim_note=real_note, openloop=evidence.openloop(store, campaign),
         regression=tuple(evidence.regression_status(store, campaign)), baseline=base, comparisons=tuple(comparisons),
         posteriors=posteriors, safety=tuple(campaign_interventions(store, campaign)), leakage=tuple(leakage),
-        flywheel=tuple(load_flywheel(store, campaign)),
+        flywheel=tuple(load_flywheel(store, campaign)), collect_next=tuple(collect), collect_next_note=collect_note,
         pass_k=pass_k_rows(scoped, pass_k, confidence=confidence) if scoped else None,  # the scope's, as results
     )

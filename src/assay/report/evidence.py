@@ -21,6 +21,7 @@ from typing import Any
 from assay.errors import AssayError
 from assay.failures import Attribution, PointOfNoReturn, SetStatus, attribute, statuses
 from assay.failures.ponr import load_ponrs
+from assay.failures.priorities import Priority, priorities
 from assay.failures.table import FailureTable
 from assay.metrics import (
     Comparison,
@@ -149,6 +150,25 @@ def pick_gallery(failed: Sequence[EpisodeRecord], facts: dict[str, FailureFacts]
 def regression_status(store: Store, campaign: str) -> list[SetStatus]:
     """The regression sets mined from ``campaign``, with their reruns."""
     return statuses(store.root, source=campaign)
+
+
+PRIORITY_LIMIT = 50_000  # episodes read for "what to collect next" (a bounded report at millions of episodes)
+PRIORITY_ROWS = 10  # the heaviest (policy, task, region) cells shown
+
+
+def collect_next(store: Store, campaign: str, planned: int) -> tuple[list[Priority], str]:
+    """``assay priorities`` for the report: the heaviest cells by failure mass x recoverability (categories as
+    ``assay failures mine`` stored them, recoverability from ``assay failures ponr``), and a note of the data it
+    read (at most ``PRIORITY_LIMIT`` episodes)."""
+    records = store.catalog.episodes(campaign=campaign, limit=PRIORITY_LIMIT)
+    failed = [r.key for r in records if r.outcome is not Outcome.SUCCESS]
+    mined = FailureTable(store).get(failed)
+    rows = priorities(records, mined, load_ponrs(store.root))
+    scope = (f"over the first {len(records):,} of {planned:,} episodes" if planned > len(records)
+             else f"over all {len(records):,} episodes")
+    note = (f"{scope}; categories of {len(mined):,} of {len(failed):,} unsuccessful episodes mined"
+            + ("" if len(mined) == len(failed) else f" (`assay failures mine --campaign {campaign}` mines the rest)"))
+    return sorted(rows, key=lambda p: (p.score is None, -(p.score or 0.0), -p.mass))[:PRIORITY_ROWS], note
 
 
 def openloop(store: Store, campaign: str) -> dict[str, Any] | None:

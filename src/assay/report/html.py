@@ -234,6 +234,7 @@ def render_html(data: ReportData, store: Store, embed_video: bool = True, out_di
         ("failures", "Failure breakdown (every variant)", _failures(data)),
         ("gallery", "Failure gallery (every variant)", parts.gallery(data, store, embed_video, out_dir or Path.cwd())),
         ("timelines", "Trace timelines (the gallery's failures)", parts.timelines(data, store)),
+        ("collect-next", "What to collect next", parts.collect_next(data)),
         ("regression", "Regression sets", parts.regression(data)),
         ("integrity", "Leakage and safety", parts.integrity(data)),
         ("provenance", "Provenance and reproduction", _provenance(data)),

@@ -152,6 +152,24 @@ def regression(data: ReportData) -> Markup:
     return table(["set", "split", "version", "cases", "runs", "latest run", "pass history"], rows, {3, 4})
 
 
+def collect_next(data: ReportData) -> Markup:
+    """What to collect next (``assay priorities``): the heaviest (policy, task, region) cells by failure mass x
+    recoverability, each as the demos to collect and why."""
+    if not data.collect_next:
+        return html("<p class='muted'>No failure to collect demos for ({}).</p>",
+                    data.collect_next_note or "no episode")
+    rows = [[p.policy, p.task, p.region, f"{p.failures}/{p.episodes}" + (f" {_span(p.interval)}" if p.interval else ""),
+             ", ".join(f"{c} {n}" for c, n in sorted(p.categories.items(), key=lambda kv: (-kv[1], kv[0]))),
+             "unknown" if p.recoverability is None else f"{p.recoverable}/{p.searched}",
+             "n/a" if p.score is None else f"{p.score:.3f}", str(p.demos)] for p in data.collect_next]
+    return join([html("<p class='muted'>Ranked by failure mass (the cell's share of its policy's episodes on the task) "
+                      "x recoverability (the share of searched failures the expert recovers from: <code>assay "
+                      "failures ponr</code>); computed {}. <code>assay priorities --campaign {}</code> lists every "
+                      "cell.</p>", data.collect_next_note, data.campaign),
+                 table(["policy", "task", "region", "failures [95%]", "categories", "recoverable", "score",
+                        "demos to collect"], rows, {3, 5, 6, 7})])
+
+
 def attribution_table(data: ReportData) -> Markup:
     """Failures by the capability their evidence names, per policy."""
     if not data.attribution:
