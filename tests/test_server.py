@@ -40,8 +40,11 @@ def client(report_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.mark.sim
 def test_campaigns_progress_and_openapi(client: TestClient) -> None:
-    [row] = client.get("/api/campaigns").json()
+    rows = {r["name"]: r for r in client.get("/api/campaigns").json()}
+    assert sorted(rows) == ["regress-tiny-fails-v1-expert", "tiny"]  # a regression rerun is a campaign too
+    row, rerun = rows["tiny"], rows["regress-tiny-fails-v1-expert"]
     assert (row["name"], row["episodes"], row["jobs"], row["progress"], row["running"]) == ("tiny", 8, 8, 1.0, False)
+    assert rerun["episodes"] == rerun["jobs"] >= 1 and rerun["progress"] == 1.0
     assert row["variants"] == ["nominal", "action.noise=0.5"]
     paths = client.get("/openapi.json").json()["paths"]
     for path in ("/api/campaigns", "/api/campaigns/{name}/events", "/api/campaigns/{name}/leaderboard",
@@ -163,7 +166,8 @@ def test_regression_sets_match_their_files(client: TestClient, report_store: Pat
     assert row["latest"] == row["runs"][-1]
     assert client.get("/api/regression", params={"campaign": frozen["source"]}).json() == [row]
     unknown = client.get("/api/regression", params={"campaign": "nope"})
-    assert unknown.status_code == 404 and unknown.json()["detail"] == "no campaign 'nope'; known: tiny"
+    assert unknown.status_code == 404
+    assert unknown.json()["detail"] == "no campaign 'nope'; known: regress-tiny-fails-v1-expert, tiny"
 
     detail = client.get(f"/api/regression/{REGRESSION_SET}").json()
     assert detail["set"] == row
