@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from assay.cli.app import app
-from assay.run.rollout import outcome_after
+from assay.run.closed_loop import outcome_after
 from assay.sim import Transition
 from assay.spec import SuccessMode, TaskSpec
 from assay.store import Store

@@ -13,8 +13,8 @@ import pytest
 
 from assay.errors import SpecError, TraceError
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
+from assay.run.closed_loop import rollout
 from assay.run.recorder import EpisodeRecorder
-from assay.run.rollout import rollout
 from assay.sim import SupportsLayerTrace, perturbed
 from assay.spec import NOMINAL, Variant, campaign_from_data, episode_key
 from assay.spec.campaign import ResolvedPolicy

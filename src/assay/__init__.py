@@ -12,10 +12,10 @@ only runs episodes start without the simulator, torch, SQLAlchemy or scipy they 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from assay.errors import AssayError, SpecError, StoreError, UnknownPolicyError, UnknownTaskError, UnsupportedError
+from assay.lazy import lazy_names
 
 if TYPE_CHECKING:
     from assay.metrics import rate_table, results_table, success_interval
@@ -45,17 +45,7 @@ _LAZY = {
                    "campaign_from_data", "load_campaign"),
     "assay.store": ("EpisodeRecord", "Outcome", "Store"),
 }
-_HOME = {name: module for module, names in _LAZY.items() for name in names}
-
-
-def __getattr__(name: str) -> object:
-    """Load a public name from its package on first use and keep it."""
-    if name not in _HOME:
-        raise AttributeError(f"module 'assay' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_names(__name__, _LAZY, globals())  # a public name loads from its package on first use
 
 __all__ = [
     "AssayError",

@@ -100,7 +100,7 @@ COMMANDS: dict[str, LazyCommand] = {
                        "recovery demos vs fresh demos on one task.", "learning_commands"),
     "semantic-profile": _entry("Train BC conditioned on the instruction's MiniLM embedding; its semantic retention "
                                "beside router and expert.", "semantic_commands"),
-    "episodes": _entry("Inspect recorded episodes.", "campaign_commands", "store_commands"),
+    "episodes": _entry("Inspect recorded episodes.", "episodes_commands", "store_commands"),
     "failures": _entry("Mine failures: categories, attribution, point of no return.", "failures_commands"),
     "regress": _entry("Regression sets of failing cases.", "failures_commands"),
     "twin": _entry("Layered digital twin: calibrate, attribute the sim-to-real gap, check asset swaps.",

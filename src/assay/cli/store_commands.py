@@ -299,7 +299,7 @@ def summary_differences(record: EpisodeRecord, task: TaskSpec, transitions: Sequ
     An ``error`` episode's outcome came from outside the simulation (a policy fault, a wall-clock limit), so
     only its steps, return and success step are compared.
     """
-    from assay.run.rollout import outcome_after
+    from assay.run.closed_loop import outcome_after
 
     outcome = None
     for step, transition in enumerate(transitions, start=1):

@@ -30,8 +30,8 @@ from tenacity import Retrying, retry_if_not_exception_type, stop_after_attempt, 
 from assay.errors import AssayError
 from assay.policies import Policy, make_policy
 from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
+from assay.run.closed_loop import rollout
 from assay.run.recorder import EpisodeRecorder
-from assay.run.rollout import rollout
 from assay.served import close_links, make_served_env
 from assay.sim import SafetyFilter, SimEnv, make_env, perturbed, tasks_kept
 from assay.spec import EpisodeJob, PolicySpec, TaskSpec, canonical_json

@@ -9,7 +9,7 @@ every summary field from it and compares:
 * ``total_return``: the sum of the ``reward`` column (as the recorder sums it: ``np.sum`` over float64);
 * ``success_step``: the first row whose ``success`` flag is set, or none;
 * ``trajectory_hash``: SHA-256 over the states, actions and rewards and the outcome (as the recorder hashes);
-* ``outcome``: the rule the rollout ends an episode by (``run.rollout.outcome_after``, restated here below the
+* ``outcome``: the rule the rollout ends an episode by (``run.closed_loop.outcome_after``, restated here below the
   run layer and tested equal to it), applied to the ``success``, ``terminated`` and ``truncated`` flags with
   the task's horizon and success mode (:class:`TaskRule`). The first step the rule ends the episode at must be
   the last row, and the outcome it gives there the row's; an ``error`` (an episode stopped from outside the
@@ -87,7 +87,7 @@ def step_facts(table: pa.Table) -> StepFacts | None:
 
 def ended_at(facts: StepFacts, rule: TaskRule) -> tuple[int, str] | None:
     """The first row (from 0) at which the rollout's rule ends the episode, and the outcome it gives; None when no
-    row ends it. The rule (``run.rollout.outcome_after``) after the ``t``-th step: at the horizon when ``t >=
+    row ends it. The rule (``run.closed_loop.outcome_after``) after the ``t``-th step: at the horizon when ``t >=
     horizon`` or truncated; ``any_step``: success on a success flag; ``at_end``: at the horizon or on termination,
     success if the flag is set, else failure; then termination is a failure, the horizon a timeout."""
     index = np.arange(1, facts.rows + 1)
