@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: env-robosuite demo report serve lint semantic-profile libero-plus libero-plus-shift flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare libero-zoo test test-extended test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
+.PHONY: env-robosuite demo report serve lint semantic-profile libero-plus libero-plus-shift flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare libero-zoo libero-zoo-state test test-extended test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa);
 # Mesa's EGL (libegl1, libegl-mesa0) lets the tests check EGL's pixels against OSMesa's on the CPU (on a GPU
@@ -216,6 +216,15 @@ libero-zoo: install-test
 	$(ASSAY) run $(LIBERO_ZOO_STORE)/pixel5.yaml --store $(LIBERO_ZOO_STORE) --workers 2
 	$(ASSAY) zoo grade $(LIBERO_ZOO_STORE)/zoo --campaign libero-zoo-pixel --store $(LIBERO_ZOO_STORE) --min pixel=0.4
 	$(ASSAY) zoo grade $(LIBERO_ZOO_STORE)/zoo --campaign libero-zoo-state-best --store $(LIBERO_ZOO_STORE) --min state=0.7
+
+# The state member on 50 demos per task (examples/libero_zoo/state-50-design.md): 20 fixed-state and 30
+# sampled-layout demos, no camera; graded on the same held-out initial states 20-49 (about 40 minutes on 2 cores).
+libero-zoo-state: install-test
+	$(ASSAY) zoo build --preset libero-state --store $(LIBERO_ZOO_STORE) --out $(LIBERO_ZOO_STORE)/zoo-state --workers 2
+	$(ASSAY) zoo campaign $(LIBERO_ZOO_STORE)/zoo-state -o $(LIBERO_ZOO_STORE)/state-50.yaml --name libero-zoo-state-50 \
+		--kind state --members state-50 --no-expert --episodes $(LIBERO_ZOO_EPISODES)
+	$(ASSAY) run $(LIBERO_ZOO_STORE)/state-50.yaml --store $(LIBERO_ZOO_STORE) --workers 2
+	$(ASSAY) zoo grade $(LIBERO_ZOO_STORE)/zoo-state --campaign libero-zoo-state-50 --store $(LIBERO_ZOO_STORE) --min state=0.7
 
 # The policy zoo (docs/RESULTS.md): camera demos, six pixel BC checkpoints on three tasks, their nominal
 # evaluation with open- vs closed-loop, and their visual robustness profile beside the state expert.
