@@ -280,9 +280,9 @@ def test_priorities_are_per_policy_over_initial_condition_regions():
     rows = priorities(records, categories, ponrs)
     by_policy = {p: [r for r in rows if r.policy == p] for p in ("a", "random")}
     [a] = by_policy["a"]
-    assert a.region == "nominal, init[0] < 0.000" and (a.episodes, a.failures) == (4, 4)
+    assert a.region == "nominal, object x < 0.000" and (a.episodes, a.failures) == (4, 4)
     assert a.mass == 0.5 and a.recoverability == 0.5 and a.score == 0.25 and a.demos == 12
-    assert a.advice.startswith("collect 12 demos of metaworld/push@1 in nominal, init[0] < 0.000 (a fails 4/4")
+    assert a.advice.startswith("collect 12 demos of metaworld/push@1 in nominal, object x < 0.000 (a fails 4/4")
     assert "the expert recovers 1/2 searched" in a.advice
     [r] = by_policy["random"]  # fails everywhere: no region inside the cell
     assert r.region == "nominal (all initial conditions)" and r.failures == 8 and r.score == 1.0

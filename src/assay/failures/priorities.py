@@ -168,6 +168,16 @@ def failure_region(records: Sequence[EpisodeRecord]) -> InitRegion | None:
     return InitRegion(best[1], best[2], best[3])
 
 
+def component_name(task_id: str, component: int) -> str:
+    """What component ``component`` of a task's recorded initial conditions is (its backend's
+    ``initial_condition_names``: ``object y``), else ``init[component]``."""
+    from assay.sim.backends import backends
+
+    found = backends().get(task_id.split("/", 1)[0])
+    names = found.initial_condition_names if found is not None else ()
+    return names[component] if component < len(names) else f"init[{component}]"
+
+
 def split_initial_conditions(records: Sequence[EpisodeRecord]) -> tuple[str, list[EpisodeRecord]] | None:
     """(label, episodes) of the failure-heaviest side of the best one-threshold split, or None."""
     found = _outcome_matrix(records)
@@ -184,7 +194,7 @@ def split_initial_conditions(records: Sequence[EpisodeRecord]) -> tuple[str, lis
         return None
     _, component, threshold, below_worse = best
     side = matrix[:, component] < threshold if below_worse else matrix[:, component] >= threshold
-    label = f"init[{component}] {'<' if below_worse else '>='} {threshold:.3f}"
+    label = f"{component_name(records[0].task_id, component)} {'<' if below_worse else '>='} {threshold:.3f}"
     return label, [r for r, inside in zip(records, side, strict=True) if inside]
 
 

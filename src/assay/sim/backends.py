@@ -45,7 +45,8 @@ class Backend:
     rule that gives a task's own instruction under a variant (before paraphrases); ``packages`` the
     distributions whose versions decide its results (provenance, the served handshake); ``lock``, ``pins`` and
     ``only_served`` for a backend with an environment of its own (``requirements/<lock>``, the versions it pins,
-    and whether it runs only behind ``assay serve-sim``)."""
+    and whether it runs only behind ``assay serve-sim``); ``initial_condition_names`` what each component of the
+    recorded initial-condition vector (``rand_vec``) is, for regions named by what moved (``object y < 0.64``)."""
 
     name: str
     make_env: Callable[[TaskSpec], SimEnv]
@@ -60,6 +61,7 @@ class Backend:
     lock: str | None = None
     pins: Mapping[str, str] = field(default_factory=dict)
     only_served: bool = False
+    initial_condition_names: tuple[str, ...] = ()  # the recorded ``rand_vec``'s components, in order
 
 
 def _builtin() -> list[Backend]:
@@ -76,7 +78,9 @@ def _builtin() -> list[Backend]:
 
     return [
         Backend("metaworld", MetaWorldEnv, lambda: [metaworld_task(name) for name in METAWORLD_TASKS],
-                cameras=tuple(VIEWS), packages=("metaworld", "mujoco", "numpy")),
+                cameras=tuple(VIEWS), packages=("metaworld", "mujoco", "numpy"),
+                # Meta-World's random reset space: the object's initial position, then (where drawn) the goal's
+                initial_condition_names=("object x", "object y", "object z", "goal x", "goal y", "goal z")),
         Backend("gymnasium", GymnasiumEnv, describe=gymnasium_task, packages=("gymnasium", "mujoco", "numpy")),
         # a LIBERO environment holds ~1.1 GB and takes ~10 s to build: a worker keeps one task's at a time
         Backend("libero", LiberoEnv, libero_tasks, cameras=LIBERO_CAMERAS, presets=LIBERO_PRESETS,
