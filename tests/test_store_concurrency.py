@@ -93,7 +93,7 @@ def test_every_run_has_a_default_wall_clock_limit():
 def test_a_hung_policy_becomes_an_error_and_the_campaign_goes_on(tmp_path):
     campaign = tmp_path / "hang.yaml"
     campaign.write_text(
-        "name: hang\nseed: 5\nepisodes: 1\nepisode_timeout_s: 25\ntasks: [metaworld/reach@1]\n"
+        "name: hang\nseed: 5\nepisodes: 1\nepisode_timeout_s: 12\ntasks: [metaworld/reach@1]\n"
         "policies: [{name: hanger, entrypoint: 'tests.faulty_policies:HangingExpert', params: {modulo: 1}}, expert]\n")
     started = time.monotonic()
     # --allow-errors: every episode of 'hanger' is an error by design, which the gate otherwise fails loudly
