@@ -16,7 +16,7 @@ import argparse
 import logging
 from typing import Any
 
-from assay.policies.remote import PolicyServer, RemotePolicy, ServerConfig, ServerThread
+from assay.policies.remote import PolicyServer, PolicyServerConfig, RemotePolicy, ServerThread
 from assay.policies.remote.client import RemoteParams
 from assay.run import rollout
 from tests.remote_support import Integrator, SeededNoise, jobs_for, state_task
@@ -25,7 +25,7 @@ SEEDS, TASK = [10, 11, 12, 13, 14, 15], state_task(horizon=8)
 
 
 def episodes(factory: Any, params: dict[str, Any] | None = None, **config: Any) -> list[Any]:
-    server = PolicyServer(factory(), TASK, ServerConfig(port=0, max_wait_ms=2.0, **config),
+    server = PolicyServer(factory(), TASK, PolicyServerConfig(port=0, max_wait_ms=2.0, **config),
                           {"policy": "noise", "version": "1"}, factory=factory)
     with ServerThread(server):
         policy = RemotePolicy(server.url, timeout_s=10, **(params or {}))

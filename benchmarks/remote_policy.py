@@ -166,9 +166,10 @@ def main() -> None:
             n: steps_per_s(envs, remote, task, n, Pipeline.DECOUPLED) for n in sizes}
         remote.close()
         serving["dynamic batching (max-batch 32)"] = {n: serving_rows_per_s(url, n) for n in sizes}
-    from assay.policies.remote import PolicyServer, ServerConfig, ServerThread
+    from assay.policies.remote import PolicyServer, PolicyServerConfig, ServerThread
 
-    device = PolicyServer(DeviceTimePolicy(args.device_ms), task, ServerConfig(port=0, max_batch=32, max_wait_ms=1))
+    device = PolicyServer(DeviceTimePolicy(args.device_ms), task,
+                          PolicyServerConfig(port=0, max_batch=32, max_wait_ms=1))
     with ServerThread(device) as running:
         remote = RemotePolicy(running.url, timeout_s=120)
         offcpu = {mode: {n: steps_per_s(envs, remote, task, n, mode) for n in sizes}

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.policies.remote import PolicyServer, ServerConfig, ServerThread
+from assay.policies.remote import PolicyServer, PolicyServerConfig, ServerThread
 from assay.spec import ActionSpec, PolicySpec, ResolvedPolicy, TaskSpec, Variant, episode_key
 from assay.spec.campaign import EpisodeJob, Pipeline
 
@@ -17,7 +17,7 @@ SMALL_MLP = {"hidden": [32, 32], "state_dim": 39, "action_dim": 4}
 
 @contextlib.contextmanager
 def serving(policy: Any, task: TaskSpec, **config: Any) -> Iterator[PolicyServer]:
-    server = PolicyServer(policy, task, ServerConfig(**{"port": 0, **config}), {"policy": "test", "version": "1"})
+    server = PolicyServer(policy, task, PolicyServerConfig(**{"port": 0, **config}), {"policy": "test", "version": "1"})
     with ServerThread(server) as running:
         yield running
 

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from assay.policies.remote import PolicyServer, ServerConfig, ServerThread
+from assay.policies.remote import PolicyServer, PolicyServerConfig, ServerThread
 from tests.remote_support import state_task
 
 
@@ -43,7 +43,7 @@ class Counter:
 
 def build(arguments: argparse.Namespace) -> PolicyServer:
     """The server the command line asks for."""
-    config = ServerConfig(port=0, max_buffer_bytes=int(arguments.budget_mb * 2**20),
+    config = PolicyServerConfig(port=0, max_buffer_bytes=int(arguments.budget_mb * 2**20),
                           max_connections=arguments.max_connections)
     if arguments.stateful:
         return PolicyServer(Counter(), state_task(), config, {"policy": "counter", "version": "1"}, factory=Counter)

@@ -248,11 +248,11 @@ def test_a_pixel_checkpoint_served_by_serve_policy_gets_its_images_and_matches_i
     """serve-policy publishes the checkpoint's image.front (64 px) and resets it for a task with that camera;
     the client sends exactly that key, so remote episodes equal the in-process ones bit for bit."""
     from assay.cli.serve_commands import policy_server
-    from assay.policies.remote import ServerConfig, ServerThread
+    from assay.policies.remote import PolicyServerConfig, ServerThread
     from tests.test_faults import run_and_collect
 
     params = {"path": str(Path(tiny_checkpoint.path).resolve())}
-    server = policy_server("pixel-bc", TASK, params, ServerConfig(port=0, max_wait_ms=1))
+    server = policy_server("pixel-bc", TASK, params, PolicyServerConfig(port=0, max_wait_ms=1))
     assert [c.name for c in server.task.cameras] == ["front"]
     assert server.metadata["contract"]["images"] == {"image.front": {"height": 64, "width": 64, "channels": 3,
                                                                       "layout": "HWC"}}

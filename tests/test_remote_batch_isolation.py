@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from assay.policies.remote import PolicyServer, RemotePolicy, ServerConfig, ServerThread
+from assay.policies.remote import PolicyServer, PolicyServerConfig, RemotePolicy, ServerThread
 from assay.run import rollout
 from assay.spec import Pipeline
 from assay.store import Outcome
@@ -22,7 +22,7 @@ TASK = state_task(horizon=8)
 
 def _episodes(pipeline: Pipeline, factory: Any, params: dict[str, Any] | None = None, **config: Any) -> list[Any]:
     """The six episodes of one batch against a fresh server whose sessions ``factory`` makes."""
-    server = PolicyServer(factory(), TASK, ServerConfig(port=0, max_wait_ms=2.0, **config),
+    server = PolicyServer(factory(), TASK, PolicyServerConfig(port=0, max_wait_ms=2.0, **config),
                           {"policy": "noise", "version": "1"}, factory=factory)
     with ServerThread(server):
         policy = RemotePolicy(server.url, timeout_s=10, **(params or {}))
@@ -74,7 +74,7 @@ def test_a_request_the_server_closed_unread_goes_to_another_connection_once() ->
     from assay.policies import PolicyContext
     from tests.test_remote_many_clients import Counter
 
-    server = PolicyServer(Counter(), TASK, ServerConfig(port=0, max_wait_ms=0.0, max_connections=2,
+    server = PolicyServer(Counter(), TASK, PolicyServerConfig(port=0, max_wait_ms=0.0, max_connections=2,
                                                        evict_idle_after_s=0.2), {"policy": "c", "version": "1"},
                           factory=Counter)
     with ServerThread(server):

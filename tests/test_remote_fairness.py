@@ -19,7 +19,7 @@ from websockets.sync.client import connect
 
 from assay.errors import SessionRefused
 from assay.policies import PolicyContext
-from assay.policies.remote import PolicyServer, RemotePolicy, ServerConfig, ServerThread, packb
+from assay.policies.remote import PolicyServer, PolicyServerConfig, RemotePolicy, ServerThread, packb
 from assay.policies.remote.limits import SHARE_IDLE_S, ConnectionBook, RequestRate
 from assay.policies.remote.sessions import SessionTable
 from assay.policies.remote.wire import CLIENT_HEADER, SEED_KEY, SESSION_KEY, STEP_KEY
@@ -117,12 +117,12 @@ def test_each_client_has_its_own_request_rate() -> None:
 
 
 def test_the_limits_are_published_and_checked() -> None:
-    config = ServerConfig(min_sessions_per_client=8, max_requests_per_s=50.0)
+    config = PolicyServerConfig(min_sessions_per_client=8, max_requests_per_s=50.0)
     assert config.limits()["min_sessions_per_client"] == 8 and config.limits()["max_requests_per_s"] == 50.0
     with pytest.raises(ValueError, match="max_requests_per_s must be positive"):
-        ServerConfig(max_requests_per_s=0)
+        PolicyServerConfig(max_requests_per_s=0)
     with pytest.raises(ValueError, match="reserved_sessions must be 0 or more"):
-        ServerConfig(reserved_sessions=-1)
+        PolicyServerConfig(reserved_sessions=-1)
 
 
 # -- end to end ---------------------------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def _campaign(url: str, results: dict[int, list[Any]], worker: int) -> None:
 
 
 def _serve(**config: Any) -> PolicyServer:
-    return PolicyServer(SeededNoise(), TASK, ServerConfig(port=0, max_wait_ms=1.0, **config),
+    return PolicyServer(SeededNoise(), TASK, PolicyServerConfig(port=0, max_wait_ms=1.0, **config),
                         {"policy": "noise", "version": "1"}, factory=SeededNoise)
 
 

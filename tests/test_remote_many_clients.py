@@ -21,8 +21,8 @@ from assay.policies import PolicyContext
 from assay.policies.remote import (
     CapacityWarning,
     PolicyServer,
+    PolicyServerConfig,
     RemotePolicy,
-    ServerConfig,
     ServerThread,
     packb,
     unpackb,
@@ -49,7 +49,7 @@ class Counter:
 
 
 def _counter_server(**config: Any) -> PolicyServer:
-    return PolicyServer(Counter(), state_task(), ServerConfig(**{"port": 0, "max_wait_ms": 0.0, **config}),
+    return PolicyServer(Counter(), state_task(), PolicyServerConfig(**{"port": 0, "max_wait_ms": 0.0, **config}),
                         {"policy": "counter", "version": "1"}, factory=Counter)
 
 
@@ -254,7 +254,7 @@ def test_a_campaign_of_2_workers_by_40_envs_against_a_64_connection_server_has_n
     data = {"name": "wide", "seed": 4, "episodes": 80, "envs_per_worker": 40, "horizon": 10,
             "tasks": ["gymnasium/Pendulum-v1"], "policies": [{"name": "random", "builtin": "random"}]}
     _, local, _ = run_and_collect(tmp_path / "in-process", InlineExecutor(tmp_path / "in-process"), data)
-    server = policy_server("random", "gymnasium/Pendulum-v1", {}, ServerConfig(port=0, max_connections=64))
+    server = policy_server("random", "gymnasium/Pendulum-v1", {}, PolicyServerConfig(port=0, max_connections=64))
     assert server.factory is not None, "random keeps a generator per environment: served with sessions"
     with ServerThread(server):
         served = {**data, "policies": [{"name": "random", "remote": server.url}]}
@@ -301,5 +301,5 @@ def test_serve_policy_announces_its_session_limits_and_idle_window():
         "40, an instance each, ended after 120 s idle), API key required; GET /healthz for health")
     never = _counter_server(session_idle_s=None)
     assert "sessions (at most 1024, an instance each);" in announcement(never)
-    shared = policy_server("mlp", "metaworld/reach@1", {"hidden": [8]}, ServerConfig(port=0))
+    shared = policy_server("mlp", "metaworld/reach@1", {"hidden": [8]}, PolicyServerConfig(port=0))
     assert "stateless (one instance);" in announcement(shared)

@@ -161,6 +161,6 @@ def test_policy_exception_is_one_coded_line_to_the_client_and_a_traceback_in_the
 
 
 def test_server_binds_loopback_by_default():
-    from assay.policies.remote import ServerConfig
+    from assay.policies.remote import PolicyServerConfig
 
-    assert ServerConfig().host == "127.0.0.1"
+    assert PolicyServerConfig().host == "127.0.0.1"

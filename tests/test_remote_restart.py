@@ -15,7 +15,7 @@ import time
 import pytest
 
 from assay.policies import ExpertPolicy
-from assay.policies.remote import PolicyServer, ServerConfig, ServerThread
+from assay.policies.remote import PolicyServer, PolicyServerConfig, ServerThread
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
 from assay.sim import default_registry
 from assay.spec import campaign_from_data
@@ -40,7 +40,7 @@ class _Tripwire(ExpertPolicy):
 def _server(port: int) -> ServerThread:
     task = default_registry().get("metaworld/reach@1")
     identity = {"policy": "expert", "version": "1"}
-    server = PolicyServer(_Tripwire(), task, ServerConfig(port=port, max_wait_ms=1), identity)
+    server = PolicyServer(_Tripwire(), task, PolicyServerConfig(port=port, max_wait_ms=1), identity)
     return ServerThread(server)
 
 

@@ -15,7 +15,7 @@ import pytest
 from assay.cli.serve_commands import policy_server
 from assay.errors import RemotePolicyError, SessionRefused
 from assay.policies import PolicyContext
-from assay.policies.remote import PolicyServer, RemotePolicy, ServerConfig, ServerThread
+from assay.policies.remote import PolicyServer, PolicyServerConfig, RemotePolicy, ServerThread
 from assay.policies.remote.sessions import SessionTable
 from assay.run import InlineExecutor, LocalExecutor
 from assay.store import Outcome
@@ -41,8 +41,8 @@ class Counter:
 
 
 def _counter_server(**config: Any) -> PolicyServer:
-    return PolicyServer(Counter(), state_task(), ServerConfig(port=0, **config), {"policy": "counter", "version": "1"},
-                        factory=Counter)
+    return PolicyServer(Counter(), state_task(), PolicyServerConfig(port=0, **config),
+                        {"policy": "counter", "version": "1"}, factory=Counter)
 
 
 def _campaign(name: str, policy: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def test_a_plain_openpi_client_is_one_session_per_connection():
 
 
 def test_a_stateless_class_is_served_as_one_batched_instance():
-    server = policy_server("mlp", "metaworld/reach@1", SMALL_MLP, ServerConfig(port=0))
+    server = policy_server("mlp", "metaworld/reach@1", SMALL_MLP, PolicyServerConfig(port=0))
     assert server.factory is None and server.metadata["server"]["sessions"] is False
     assert server.metadata["assay"]["sessions"] is False
 
@@ -150,8 +150,8 @@ def test_a_served_stateful_policy_matches_it_in_process_on_any_worker_count(tmp_
                                   _campaign("degraded", {"builtin": "degraded-expert", "params": DEGRADED}))
     served = {}
     for stateless in (False, True):
-        server = policy_server("degraded-expert", "metaworld/reach@1", DEGRADED, ServerConfig(port=0, max_wait_ms=2),
-                               stateless=stateless)
+        server = policy_server("degraded-expert", "metaworld/reach@1", DEGRADED,
+                               PolicyServerConfig(port=0, max_wait_ms=2), stateless=stateless)
         with ServerThread(server):
             runs = [("inline", InlineExecutor)] + ([] if stateless else [("local-2", lambda r: LocalExecutor(r, 2))])
             for label, make in runs:
@@ -175,7 +175,7 @@ def test_server_errors_are_assay_errors_naming_the_cause():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = PolicyServer(Counter(), state_task(), ServerConfig(port=port))
+        server = PolicyServer(Counter(), state_task(), PolicyServerConfig(port=port))
         cause = rf"127.0.0.1:{port} did not start \(OSError: .*address already in use"
         with pytest.raises(ServerStartError, match=cause), ServerThread(server):
             pass
@@ -263,7 +263,7 @@ def test_the_server_ends_idle_sessions_without_any_request():
 
 def test_session_idle_must_be_positive_or_none():
     with pytest.raises(ValueError, match="session_idle_s must be positive"):
-        ServerConfig(session_idle_s=0)
+        PolicyServerConfig(session_idle_s=0)
     with pytest.raises(ValueError, match="idle_s must be positive"):
         SessionTable(Counter, idle_s=-1.0)
     assert SessionTable(Counter, idle_s=None).expire() == 0

@@ -14,7 +14,7 @@ from assay.errors import SpecError
 from assay.policies import ContractError, MLPPolicy, PolicyContext, check_contract
 from assay.policies.contract import ActionContract, ActionMode, ArraySpec, GripperPolarity, ImageSpec, PolicyContract
 from assay.policies.loader import remote_version
-from assay.policies.remote import RemotePolicy, ServerConfig
+from assay.policies.remote import PolicyServerConfig, RemotePolicy
 from assay.run import InlineExecutor, prepare_campaign, rollout, run_campaign
 from assay.sim import Transition, default_registry
 from assay.spec import CameraSpec, PolicySpec, campaign_from_data
@@ -192,7 +192,7 @@ def test_a_server_bound_to_another_task_is_refused_in_one_line():
 def test_serve_policy_publishes_the_classs_own_contract():
     from assay.cli.serve_commands import policy_server
 
-    server = policy_server("tests.helpers:SevenDimPolicy", "metaworld/reach@1", {}, ServerConfig(port=0))
+    server = policy_server("tests.helpers:SevenDimPolicy", "metaworld/reach@1", {}, PolicyServerConfig(port=0))
     assert server.metadata["contract"]["action"]["dim"] == 7
     assert server.metadata["assay"]["task"] == "metaworld/reach@1"
 

@@ -16,7 +16,7 @@ from assay.errors import AssayError, SpecError
 
 if TYPE_CHECKING:
     from assay.policies.contract import PolicyContract
-    from assay.policies.remote import PolicyServer, ServerConfig
+    from assay.policies.remote import PolicyServer, PolicyServerConfig
     from assay.spec import TaskSpec
 
 DEFAULT_BUFFER_MB = 256.0  # serve-policy's byte budget for frames in flight, unless --max-message-mb is larger
@@ -35,7 +35,8 @@ def register(app: typer.Typer) -> None:
     app.command("serve-policy")(serve_policy)
 
 
-def policy_server(policy: str, task: str, params: dict, config: ServerConfig, stateless: bool = False) -> PolicyServer:
+def policy_server(policy: str, task: str, params: dict, config: PolicyServerConfig,
+                  stateless: bool = False) -> PolicyServer:
     """The server ``serve-policy`` runs: the policy, its identity and its class's own declared contract
     (else the served task's interface), bound to ``task``; one policy instance per session unless the
     class declares ``stateless = True`` or ``stateless`` is asked for."""
@@ -135,7 +136,7 @@ def serve_policy(
 
     Frames in flight add at most --max-buffer-mb.
     """
-    from assay.policies.remote import ServerConfig
+    from assay.policies.remote import PolicyServerConfig
 
     with user_errors():
         try:
@@ -148,7 +149,7 @@ def serve_policy(
             raise AssayError(f"--max-buffer-mb {max_buffer_mb:g} cannot hold one frame of --max-message-mb "
                              f"{max_message_mb:g}; give --max-buffer-mb {max_message_mb:g} or more")
         budget_mb = max(DEFAULT_BUFFER_MB, max_message_mb) if max_buffer_mb is None else max_buffer_mb
-        config = ServerConfig(host=host, port=port, max_batch=max_batch, max_wait_ms=max_wait_ms,
+        config = PolicyServerConfig(host=host, port=port, max_batch=max_batch, max_wait_ms=max_wait_ms,
                               api_key=api_key or os.environ.get("ASSAY_API_KEY") or None,
                               max_message_bytes=int(max_message_mb * 1024 * 1024), max_connections=max_connections,
                               idle_timeout_s=idle_timeout or None, max_sessions=max_sessions,

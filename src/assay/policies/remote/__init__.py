@@ -10,7 +10,7 @@ from assay.errors import (
 )
 from assay.policies.remote.client import RemotePolicy
 from assay.policies.remote.connecting import capacity_warning, fetch_metadata, warn_capacity
-from assay.policies.remote.server import PolicyServer, ServerConfig, ServerThread
+from assay.policies.remote.server import PolicyServer, PolicyServerConfig, ServerThread
 from assay.policies.remote.wire import MAX_MESSAGE_BYTES, packb, unpackb
 
 __all__ = [
@@ -21,7 +21,7 @@ __all__ = [
     "ProtocolError",
     "RemotePolicy",
     "RemotePolicyError",
-    "ServerConfig",
+    "PolicyServerConfig",
     "ServerStartError",
     "ServerThread",
     "WireError",

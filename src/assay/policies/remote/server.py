@@ -15,7 +15,7 @@ Protocol (openpi's, so its clients work unchanged):
   then close 1011; the session codes below). A traceback never reaches a client: it goes to the
   server's log (logger ``assay.policy_server``). The server itself survives every error.
 
-Limits (each set in :class:`ServerConfig`; see ``remote.limits``): at most ``max_connections``
+Limits (each set in :class:`PolicyServerConfig`; see ``remote.limits``): at most ``max_connections``
 websockets, and at that limit the connection idle longest (``evict_idle_after_s`` at least) is
 closed (1013) to seat a newcomer, so only busy connections make the server answer HTTP 503, with a
 ``Retry-After`` saying when a seat can next be freed (at most ``evict_idle_after_s``); an upgrade
@@ -127,7 +127,7 @@ SERVER_LOGGERS = ("websockets", "websockets.server", "asyncio", log.name)
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class PolicyServerConfig:
     """The server's address, batching and limits (see the module docstring for what each bounds)."""
 
     host: str = "127.0.0.1"
@@ -214,7 +214,7 @@ class _Row:
 class PolicyServer:
     """Serves ``policy`` for ``task``: one shared instance, or a session each from ``factory`` (module docstring)."""
 
-    def __init__(self, policy: Policy, task: TaskSpec, config: ServerConfig = ServerConfig(),
+    def __init__(self, policy: Policy, task: TaskSpec, config: PolicyServerConfig = PolicyServerConfig(),
                  identity: dict[str, Any] | None = None, contract: PolicyContract | None = None,
                  factory: Callable[[], Policy] | None = None) -> None:
         self.policy, self.task, self.config = policy, task, config
