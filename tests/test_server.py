@@ -248,8 +248,7 @@ def _request(url: str, method: str = "GET", body: dict | None = None) -> dict:
 @pytest.mark.sim
 @pytest.mark.slow
 def test_start_stream_progress_and_cancel_a_campaign(tmp_path: Path) -> None:
-    store_root = tmp_path / "store"
-    Store(store_root).close()
+    store_root = tmp_path / "store"  # no store yet: the dashboard creates it, and its first campaign starts there
     (tmp_path / "live.yaml").write_text(
         "name: live\nseed: 0\nepisodes: 60\nenvs_per_worker: 1\ntasks: [metaworld/reach@1]\npolicies: [random]\n")
     port = _free_port()
@@ -291,7 +290,7 @@ def test_start_stream_progress_and_cancel_a_campaign(tmp_path: Path) -> None:
     finally:
         server.terminate()
         output = server.communicate(timeout=20)[0]
-    assert f"write token: {TOKEN}" in output
+    assert f"write token: {TOKEN}" in output and f"created an empty store at {store_root}" in output
 
 
 def test_non_loopback_bind_warns(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +17,9 @@ from assay.cli.common import (
     CatalogOpt,
     JsonOpt,
     StoreOpt,
+    create_store,
     open_store,
+    say_waiting,
     split_list,
     user_errors,
 )
@@ -110,9 +111,9 @@ def run(
         faults = fault_policy(spec, episode_timeout)
         # a bad option (or a memory:// --data with worker processes) fails before the store is created
         make_executor(executor, data if data is not None else store, workers, address=address)
-        _create_store(store, catalog, data, new_catalog)
+        create_store(store, catalog, data, new_catalog)
         # the run holds the lock shared: other runs go on beside it, job leases keep each job to one of them
-        with render.json_stdout(json_out), run_lock(store, on_wait=_say_waiting, shared=True), \
+        with render.json_stdout(json_out), run_lock(store, on_wait=say_waiting, shared=True), \
                 open_store(store, catalog, create=True, data_url=data) as opened:
             keep_manifest(opened.root, manifest)  # the stamp finds the manifest a campaign ran in its store
             runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
@@ -221,33 +222,11 @@ def _check_errors(summary: CampaignSummary, cells: Sequence[CellTotals], allow_e
         gate_failed(broken)
 
 
-def _create_store(store: Path, catalog: str | None, data: str | None, new_catalog: bool) -> None:
-    """Create the store (or index it anew) under the exclusive run lock, as two first runs would race to create its
-    catalog; a store that another run creates meanwhile (it then holds the lock shared) is left to it."""
-    if not new_catalog and _has_identity(store):
-        return
-    with run_lock(store, on_wait=_say_waiting, unless=None if new_catalog else lambda: _has_identity(store)) as held:
-        if held:
-            open_store(store, catalog, create=True, data_url=data, new_catalog=new_catalog).close()
-
-
-def _has_identity(store: Path) -> bool:
-    """Whether ``store`` exists with its store ID: opening it then writes nothing that two runs could race on."""
-    try:
-        return bool(json.loads((Path(store) / "store.json").read_text()).get("store_id"))
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def fault_policy(spec: CampaignSpec, episode_timeout: float | None) -> FaultPolicy:
     """The run's limits: ``--episode-timeout``, else the campaign's ``episode_timeout_s``, else the default."""
     chosen = episode_timeout if episode_timeout is not None else spec.episode_timeout_s
     return FaultPolicy() if chosen is None else FaultPolicy(episode_timeout_s=chosen)
 
-
-def _say_waiting(holder: str) -> None:
-    render.err_console.print(f"another campaign run ({holder}) holds this store; waiting for it to finish",
-                             highlight=False, soft_wrap=True)
 
 def results(
     store: StoreOpt = Path(DEFAULT_STORE),

@@ -8,6 +8,7 @@ Command modules import this, never ``cli.app`` (which loads them to register).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,31 @@ def say_latest(opened: Store, known: list[str]) -> str:
     render.err_console.print(f"campaign {name}{others} (no --campaign given)", highlight=False, markup=False,
                              soft_wrap=True)
     return name
+
+
+def say_waiting(holder: str) -> None:
+    """What a command says once while another run holds the store's run lock."""
+    render.err_console.print(f"another run ({holder}) holds this store; waiting for it to finish", highlight=False,
+                             soft_wrap=True)
+
+
+def has_identity(store: Path) -> bool:
+    """Whether ``store`` exists with its store ID: opening it then writes nothing that two runs could race on."""
+    try:
+        return bool(json.loads((Path(store) / "store.json").read_text()).get("store_id"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def create_store(store: Path, catalog: str | None, data: str | None = None, new_catalog: bool = False) -> bool:
+    """Create the store (or index it anew) under the exclusive run lock, as two first runs would race to create its
+    catalog; a store that another run creates meanwhile (it then holds the lock shared) is left to it. Whether this
+    call created it."""
+    from assay.store import run_lock
+
+    if not new_catalog and has_identity(store):
+        return False
+    with run_lock(store, on_wait=say_waiting, unless=None if new_catalog else lambda: has_identity(store)) as held:
+        if held:
+            open_store(store, catalog, create=True, data_url=data, new_catalog=new_catalog).close()
+    return held

@@ -27,6 +27,7 @@ from assay.cli.common import (
     open_store,
     policy_option,
     say_latest,
+    say_waiting,
     user_errors,
 )
 from assay.cli.gates import gate_failed
@@ -48,18 +49,13 @@ failures_app = typer.Typer(no_args_is_help=True, help="Mine failures: categories
 regress_app = typer.Typer(no_args_is_help=True, help="Regression sets of failing cases.")
 
 
-def _say_waiting(holder: str) -> None:
-    render.err_console.print(f"another run ({holder}) holds this store; waiting for it to finish", highlight=False,
-                             soft_wrap=True)
-
-
 @contextlib.contextmanager
 def locked_store(store: Path, catalog: str | None, create: bool = False) -> Iterator[Store]:
     """The store opened under its run lock (its directory's, then its data root's), as ``assay run`` holds it;
     ``create``: the lock is taken before the store is created (two first writers would race to create its
     catalog). Waits, saying so once, while another run holds it."""
-    with run_lock(store, on_wait=_say_waiting) if create else contextlib.nullcontext(), \
-            open_store(store, catalog, create=create) as opened, opened.run_lock(on_wait=_say_waiting):
+    with run_lock(store, on_wait=say_waiting) if create else contextlib.nullcontext(), \
+            open_store(store, catalog, create=create) as opened, opened.run_lock(on_wait=say_waiting):
         yield opened
 
 

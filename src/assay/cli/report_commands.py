@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from assay.cli import render
-from assay.cli.common import DEFAULT_STORE, CatalogOpt, StoreOpt, user_errors
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, StoreOpt, create_store, user_errors
 from assay.cli.gates import is_stdout
 from assay.errors import AssayError
 
@@ -104,6 +104,9 @@ def serve(
         if not campaigns_dir.is_dir():
             raise AssayError(f"campaign directory {campaigns_dir} does not exist")
         token = token or os.environ.get("ASSAY_TOKEN") or secrets.token_urlsafe(24)
+        if create_store(Path(store), catalog):  # a first campaign can be started from the dashboard
+            render.err_console.print(f"created an empty store at {Path(store).resolve()}", highlight=False,
+                                     soft_wrap=True)
         config = ServerConfig(Path(store), token, campaigns_dir, catalog, executor, workers, host=host)
         app = create_app(config)
     if not is_loopback(host):
