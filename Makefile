@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ASSAY := $(VENV)/bin/assay
 STORE ?= runs/demo
 
-.PHONY: env-robosuite demo report serve lint semantic-profile libero-plus libero-plus-shift flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare libero-zoo libero-zoo-state test test-extended test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind install install-test clean zoo
+.PHONY: env-robosuite demo report serve lint semantic-profile libero-plus libero-plus-shift flywheel flywheel-confirm flywheel-rare-pilot flywheel-pixel-pilot flywheel-rare libero-zoo libero-zoo-state test test-extended test-fast test-ray test-postgres test-interop test-libero bench bench-scale sequential-evidence twin-blind twin-smoke install install-test clean zoo
 
 # System libraries: OSMesa renders camera observations on CPU-only machines (MuJoCo, MUJOCO_GL=osmesa);
 # Mesa's EGL (libegl1, libegl-mesa0) lets the tests check EGL's pixels against OSMesa's on the CPU (on a GPU
@@ -254,6 +254,12 @@ sequential-evidence: install
 	$(PY) benchmarks/sequential_evidence.py
 
 # Blind twin attribution over six hidden realities (docs/TWIN.md; about 40 min on 2 cores).
+# The twin protocol's blind smoke tier (issue 55): eight hidden realities (two controls) at 1 lab episode per
+# policy and 60 sysid replays, about 2.5 CPU-minutes; exit 1 unless each is named exactly (docs/TWIN.md).
+twin-smoke: install
+	$(PY) benchmarks/twin_blind.py --out runs/twin-smoke --set smoke --episodes 1 --evaluations 60 --resamples 200 \
+		--rendering-steps 10 --jobs 2 --check
+
 twin-blind: install
 	$(PY) benchmarks/twin_blind.py --out runs/twin-blind --set a
 	$(PY) benchmarks/twin_blind.py --out runs/twin-blind --set b

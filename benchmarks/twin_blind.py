@@ -70,7 +70,13 @@ NULL = {"null-push-wall": Twin(name="null", task="metaworld/push-wall@1"),
 WRONG_FITS = {"c-gain-0.6+damping-5": Twin(name="two", task="metaworld/pick-place@1", control={"control.gain": 0.6},
                                            dynamics={"joint.damping": 5.0}),
               "c-friction-0.12": Twin(name="friction", task="metaworld/pick-place@1", dynamics={"friction": 0.12})}
-SETS = {"a": list(REALITIES), "b": list(FRESH), "c": list(WRONG_FITS), "null": list(NULL)}
+# The smoke tier (`make twin-smoke`: 1 lab episode per policy, 60 replays, ~2.5 CPU-minutes): a regression check
+# anyone can rerun, on the realities this budget resolves. Chosen after a trial at this budget (2026-12-06), so it
+# is not an accuracy estimate: on push-back, friction 0.1 left no trace in one episode and arm damping 10 did not
+# converge (named control); push-wall's mass and friction did resolve. The full sets above are the protocol.
+SMOKE = ["gain-0.35", "latency-5", "light-0.1", "gain-0.5+light-0.1", "b-mass-4", "b-friction-0.3", "null-reach",
+         "null-push-wall"]
+SETS = {"a": list(REALITIES), "b": list(FRESH), "c": list(WRONG_FITS), "null": list(NULL), "smoke": SMOKE}
 REALITIES = {**REALITIES, **FRESH, **WRONG_FITS, **NULL}
 HORIZON = {"metaworld/reach@1": 70, "metaworld/push-back@1": 100, "metaworld/push-wall@1": 100,
            "metaworld/pick-place@1": 100}
@@ -128,7 +134,9 @@ def main() -> int:
     parser.add_argument("--only", action="append", choices=sorted(REALITIES))
     parser.add_argument("--set", choices=sorted(SETS), default="a",
                         help="a: reach and push-back; b: push-wall; c: pick-place, the two earlier wrong fits; "
-                             "null: no change (controls)")
+                             "null: no change (controls); smoke: the smoke tier's eight (make twin-smoke)")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 unless every reality's named layers are its changed layers (none for a control)")
     parser.add_argument("--evaluations", type=int, default=BlindBudget.sysid_evaluations,
                         help="system identification's search budget (twin replays)")
     parser.add_argument("--resamples", type=int, default=BlindBudget.resamples, help="bootstrap resamples")
@@ -154,7 +162,10 @@ def main() -> int:
           f"{sum(set(r['named']) == set(r['changed']) and not r['flagged'] for r in single)}"
           f" of {len(single)} (by the success counts alone: "
           f"{sum(set(r['named_by']['success']) == set(r['changed']) for r in single)})")
-    return 0
+    wrong = [r["name"] for r in results if set(r["named"]) != set(r["changed"]) or r["flagged"]]
+    print(f"every reality (controls included) named exactly: {len(results) - len(wrong)} of {len(results)}"
+          + (f"; wrong: {', '.join(wrong)}" if wrong else ""))
+    return 1 if args.check and wrong else 0
 
 
 if __name__ == "__main__":
