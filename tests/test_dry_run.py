@@ -61,3 +61,13 @@ def test_a_policy_that_cannot_be_built_fails_the_dry_run_in_one_line(tmp_path, m
     assert result.exit_code == 2, result.output
     assert "policy 'b' could not be built: FileNotFoundError: weights.pt" in " ".join(result.output.split())
     assert "Traceback" not in result.output and not (tmp_path / "s").exists()
+
+
+def test_one_policy_under_two_names_is_refused_in_one_line(tmp_path):
+    """Two names for one policy (same source, params, version) would record the same episodes twice; it used to end
+    in the catalog's "UNIQUE constraint failed" after the first batch."""
+    (tmp_path / "c.yaml").write_text(CAMPAIGN.replace("[expert, random]", "[expert, {name: again, builtin: expert}]"))
+    result = runner.invoke(app, ["run", str(tmp_path / "c.yaml"), "--store", str(tmp_path / "s"), "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "policies 'expert' and 'again' are the same policy (same source, params and version)" in \
+        " ".join(result.output.split())

@@ -191,8 +191,8 @@ def register(app: typer.Typer) -> None:
 
 
 def compare_command(
-    a: Annotated[str, typer.Argument(help="Policy A (the checkpoint under test).")],
-    others: Annotated[list[str], typer.Argument(help="Policy B, or several (Holm-corrected).")],
+    a: Annotated[str | None, typer.Argument(help="Policy A (the checkpoint under test).")] = None,
+    others: Annotated[list[str] | None, typer.Argument(help="Policy B, or several (Holm-corrected).")] = None,
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
     campaign: CampaignOpt = None,
@@ -206,10 +206,21 @@ def compare_command(
     allow_partial: AllowPartialOpt = False,
     bundles: Annotated[list[str] | None, typer.Option("--bundle", help="Compare across result bundles instead of a "
                        "store: [LABEL=]DIR, repeated; policies are LABEL:policy (LABEL: the directory name).")] = None,
+    recipes: Annotated[str | None, typer.Option("--recipes", help="Compare two training recipes instead, A.yaml,B.yaml "
+                       "(assay noise's recipes): each trained with --seeds, retraining noise counted.")] = None,
+    recipe_seeds: Annotated[str, typer.Option("--seeds", help="With --recipes: training seeds.")] = "0,1,2,3",
     json_out: JsonOpt = False,
 ) -> None:
     """Per-task and suite differences A − B with intervals, p-values and verdicts. Tasks without a
     success signal (gymnasium ids) are compared on paired mean return instead (``returns`` in --json)."""
+    if recipes is not None:
+        from assay.cli.noise_commands import compare_recipes_command
+
+        compare_recipes_command(recipes, recipe_seeds, alpha, 1, None, store, catalog, json_out)
+        return
+    if a is None or not others:
+        with user_errors():
+            raise AssayError("compare needs policies A and B (or --recipes A.yaml,B.yaml)")
     if bundles:
         from assay.cli.protocol_commands import compare_bundles
 

@@ -416,6 +416,14 @@ def plan(
     gives the instruction an episode (task, variant, seed) runs under (semantic perturbations change it).
     """
     variants = variants if variants is not None else [Variant()]
+    seen: dict[str, str] = {}
+    for policy in policies:  # two names for one policy would record one episode twice under two names
+        identity = content_hash(policy.spec.identity(policy.version))
+        if identity in seen:
+            raise SpecError(f"campaign {campaign.name!r}: policies {seen[identity]!r} and {policy.name!r} are the same "
+                            "policy (same source, params and version), so their episodes would be the same ones; "
+                            "list it once", at=("policies",))
+        seen[identity] = policy.name
     jobs: list[EpisodeJob] = []
     seeds = {task.id: [episode_seed(campaign.seed, task, i) for i in range(campaign.episodes)] for task in tasks}
     for policy in policies:
