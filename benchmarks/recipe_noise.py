@@ -1,8 +1,9 @@
 """Null recipe pairs: how often does a comparison "ship" a difference between two identical training recipes?
 
-Design (stated before running): one recipe (Meta-World reach, 5 expert demos, a BC trained ``--epochs``, 20
-evaluation seeds); ``--pairs`` null pairs, each the recipe against itself with disjoint training seeds (R each:
-pair k uses seeds 2kR..2kR+R-1 against 2kR+R..2kR+2R-1), on the same demos and the same evaluation episodes. Two
+Design (stated before running): one recipe (Meta-World reach, 5 expert demos, a BC trained ``--epochs``,
+``--eval-episodes`` evaluation seeds, 20 by default); ``--pairs`` null pairs, each the recipe against itself with
+disjoint training seeds (R each: pair k uses seeds 2kR..2kR+R-1 against 2kR+R..2kR+2R-1), on the same demos and
+the same evaluation episodes. Two
 decisions per pair at alpha 0.05: the checkpoint-only comparison (the first checkpoint of each side, exact McNemar
 over the paired evaluation episodes: what comparing one checkpoint per recipe does) and the recipe comparison
 (Welch's t test over the R checkpoint success rates of each side: ``assay compare --recipes``). Every pair is
@@ -29,11 +30,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--seeds", type=int, default=4, help="training seeds (checkpoints) per side")
     parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--eval-episodes", type=int, default=20, help="evaluation seeds per checkpoint")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--store", default="runs/recipe-noise")
     args = parser.parse_args()
-    base = Recipe(name="null-a", tasks=("metaworld/reach@1",), demos=5, epochs=args.epochs, eval_episodes=20,
-                  horizon=100)
+    base = Recipe(name="null-a", tasks=("metaworld/reach@1",), demos=5, epochs=args.epochs,
+                  eval_episodes=args.eval_episodes, horizon=100)
     other = replace(base, name="null-b")
     only = recipe = 0
     retrain, harness = [], []
@@ -51,8 +53,9 @@ def main() -> None:
                 if side.retrain_variance is not None:
                     retrain.append(side.retrain_variance)
             print(f"pair {k}: A {[c.successes for c in found.a.checkpoints]} B "
-                  f"{[c.successes for c in found.b.checkpoints]} (of 20): Welch p {found.p:.3f}, one checkpoint each "
-                  f"{found.checkpoint_only_difference:+.2f} p {found.checkpoint_only_p:.3f}", flush=True)
+                  f"{[c.successes for c in found.b.checkpoints]} (of {args.eval_episodes}): Welch p {found.p:.3f}, "
+                  f"one checkpoint each {found.checkpoint_only_difference:+.2f} p {found.checkpoint_only_p:.3f}",
+                  flush=True)
     for label, count in (("checkpoint-only (exact McNemar, one checkpoint each)", only),
                          (f"recipe (Welch t over {args.seeds} checkpoints each)", recipe)):
         interval = success_interval(count, args.pairs)
