@@ -115,3 +115,27 @@ def test_stored_episodes_counts_the_keys_in_the_catalog(tmp_path):
     keys = [r.key for r in rows]
     assert stored_episodes(root, None, [*keys[:2], "not-a-key"]) == 2
     assert stored_episodes(root, None, keys) == 3
+
+
+def test_sigterm_to_a_command_that_queued_no_episode_ends_it_by_the_signal(tmp_path):
+    """A server (here the dashboard) or a command still planning has nothing to resume: SIGTERM ends it as the
+    signal does (exit -15), not as an interrupted campaign (130/143), and it says nothing about episodes."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "assay", "serve", "--store", str(tmp_path / "s"), "--port",
+                                str(port), "--token", "t"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while True:  # wait until it listens
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=60)[0]
+    assert process.returncode == -signal.SIGTERM, output
+    assert "episodes stored" not in output and "Traceback" not in output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from assay.errors import AssayError
@@ -52,3 +54,18 @@ def test_a_job_campaign_is_recorded_resumes_and_is_refused_under_another_spec(tm
         with pytest.raises(AssayError, match="probe"):  # one name, two job lists: refused, never mixed
             run_campaign(job_campaign("probe", _jobs("probe", [1, 2], noise=0.3)), store,
                          InlineExecutor(store.data_root))
+
+
+def test_jobs_of_one_cell_with_another_task_or_setting_never_share_a_batch():
+    """A regression set's cases may share a cell and differ in horizon or safety: each batch is one task as run and
+    one set of settings (a batch builds its environments from its first job's task)."""
+    from assay.spec import batch_jobs
+
+    long, short = _jobs("p", [1, 2]), _jobs("p", [3])
+    short = [dataclasses.replace(j, task=j.task.model_copy(update={"horizon": 10})) for j in short]
+    safe = [dataclasses.replace(j, safety=True) for j in _jobs("p", [4], safety=True)]
+    plan = job_campaign("p", [long[0], *short, long[1], *safe])
+    assert [j.seed for j in plan.jobs] == [1, 2, 3, 4]  # grouped: the two jobs of the 20-step task side by side
+    batches = batch_jobs(list(plan.jobs), 4)
+    assert [[j.seed for j in b] for b in batches] == [[1, 2], [3], [4]]
+    assert all(len({(j.task.horizon, j.safety) for j in b}) == 1 for b in batches)

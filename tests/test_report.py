@@ -151,7 +151,8 @@ def test_report_can_link_video_instead(report_store: Path, tmp_path: Path) -> No
 def test_report_errors_are_one_line(report_store: Path, tmp_path: Path) -> None:  # noqa: F811
     result = runner.invoke(app, ["report", "nope", "--store", str(report_store), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 2
-    assert "no campaign 'nope'" in result.output and "known: regress-tiny-fails-v1-expert, tiny" in result.output
+    assert "no campaign 'nope'" in result.output and "known: regress-tiny-fails-v1-expert-" in result.output
+    assert result.output.rstrip().endswith(", tiny")
     (tmp_path / "adir").mkdir()
     result = runner.invoke(app, ["report", "tiny", "--store", str(report_store), "-o", str(tmp_path / "adir")])
     assert result.exit_code == 2 and "cannot write report" in result.output

@@ -335,9 +335,10 @@ def _rerun(opened: Store, set_name: str, policy_value: str) -> dict:
     known = _source_policies(opened, regression_set.source)
     known.update({c.policy["name"]: c.policy for c in regression_set.cases if c.policy.get("name")})
     policy = policy_option(policy_value, known)
-    campaign = campaign_name("regress", set_name, f"v{regression_set.version}", policy.name)
+    identity = content_hash(policy.spec.identity(policy.version), length=8)  # another checkpoint: another campaign
+    campaign = campaign_name("regress", set_name, f"v{regression_set.version}", policy.name, identity)
     jobs = [(case.id, case_job(campaign, index, case, policy)) for index, case in enumerate(regression_set.cases)]
-    records = run_jobs(opened, campaign, [job for _, job in jobs])
+    records = run_jobs(opened, campaign, [job for _, job in jobs]) if jobs else {}  # a set may hold no case
     run, diff = record_run(opened.root, regression_set, policy.name, {case: records[job.key] for case, job in jobs})
     return {"set": set_name, "split": regression_set.split, "version": regression_set.version, "run": run["run"],
             "passed": sum(run["passed"].values()), "cases": len(jobs), "baseline": diff.baseline, **diff.counts()}
@@ -418,7 +419,7 @@ def boundary(task: Annotated[str, typer.Option("--task", "-t")], factor: Annotat
         spec = default_registry().get(task)
         resolved = policy_option(policy)
         seeds = [derive_seed("boundary", seed, spec.id, i) for i in range(episodes)]
-        probe = content_hash({"task": spec.id, "policy": resolved.name, "version": resolved.version, "seed": seed,
+        probe = content_hash({"task": spec.id, "policy": resolved.spec.identity(resolved.version), "seed": seed,
                               "episodes": episodes}, length=8)
         with locked_store(store, catalog, create=True) as opened:
             def evaluate(level: float) -> tuple[int, int]:  # one campaign per probed level, its seeds paired

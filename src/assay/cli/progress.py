@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import typer
@@ -134,20 +135,30 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """In the block, SIGTERM raises :class:`Terminated` (only the main thread can take a signal handler)."""
+def sigterm_as_interrupt(running: Callable[[], bool]) -> Iterator[None]:
+    """In the block, SIGTERM raises :class:`Terminated` once ``running()`` says episodes were queued; before that
+    (planning, a server that runs none) it does what it did before the block: by default the process ends by the
+    signal. Only the main thread can take a signal handler."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    previous = signal.getsignal(signal.SIGTERM)
+    before = previous if previous is not None else signal.SIG_DFL  # None: a handler installed from C
 
-    def terminate(signum: int, frame: object) -> None:
-        raise Terminated()
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        if running():
+            raise Terminated()
+        signal.signal(signal.SIGTERM, before)
+        if callable(before):
+            before(signum, frame)
+        else:
+            signal.raise_signal(signal.SIGTERM)
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGTERM, terminate)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, before)
 
 
 def interrupted_line(stored: int, total: int, terminated: bool = False) -> str:
@@ -165,7 +176,7 @@ def interrupt_told(progress: CampaignProgress, console: Console) -> Iterator[Non
     """Ctrl-C (or SIGTERM) during a campaign prints :func:`interrupted_line` (the campaign's episodes in the store,
     of its total) and exits with status 130 (143); before the campaign started it is left as it was."""
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(lambda: bool(progress.total)):
             yield
     except KeyboardInterrupt as exc:
         if not progress.total:
@@ -309,7 +320,7 @@ def watch(name: str, console: Console,
     interrupted: KeyboardInterrupt | None = None
     ended = False
     try:
-        with observing(progress), sigterm_as_interrupt():
+        with observing(progress), sigterm_as_interrupt(lambda: bool(progress.queued_total)):
             yield progress
         ended = True
     except KeyboardInterrupt as exc:

@@ -7,7 +7,7 @@ demos, how the BC is trained, where it is evaluated) is trained with R seeds on 
 checkpoint is evaluated on the *same* evaluation seeds (paired episodes), so two sources separate:
 
 * **harness (seed) variance**: a checkpoint's success over M evaluation episodes is binomial; its variance is
-  p (1 − p) / M, estimated per checkpoint and averaged;
+  p (1 − p) / M, estimated per checkpoint without bias by p̂ (1 − p̂) / (M − 1) and averaged;
 * **retrain variance**: what the checkpoints' success rates vary by beyond that, the method-of-moments estimate
   var(p_r) − mean(p_r (1 − p_r) / M), floored at 0.
 
@@ -15,7 +15,8 @@ Renderer variance is 0 by construction for these state-input recipes (they read 
 add it, and none is measured here.
 
 :func:`compare_recipes` decides between two recipes with the retraining noise counted: the unit that varies is
-the checkpoint, so the test is Welch's t test over the R checkpoint success rates of each recipe (two-sided).
+the checkpoint, so the test is Welch's t test over the R checkpoint success rates of each recipe (two-sided;
+Fisher's exact test on the pooled episodes where neither recipe's checkpoints vary at all).
 Beside it, the checkpoint-only comparison of the first checkpoint of each (exact McNemar over the paired
 evaluation episodes) is reported as the comparison that ignores retraining; ``benchmarks/recipe_noise.py``
 measures how often each one ships a difference between two identical recipes.
@@ -127,8 +128,10 @@ class Noise:
 
     @property
     def harness_variance(self) -> float:
-        """The binomial variance of one checkpoint's rate over its evaluation episodes, averaged."""
-        return sum(c.rate * (1 - c.rate) / c.trials for c in self.checkpoints if c.trials) / len(self.checkpoints)
+        """The binomial variance of one checkpoint's rate over its M evaluation episodes, p (1 − p) / M, estimated
+        without bias by p̂ (1 − p̂) / (M − 1) and averaged over the checkpoints."""
+        return sum(c.rate * (1 - c.rate) / (c.trials - 1) for c in self.checkpoints if c.trials > 1) / \
+            len(self.checkpoints)
 
     @property
     def retrain_variance(self) -> float | None:
@@ -217,17 +220,23 @@ def noise(store: Store, recipe: Recipe, seeds: Sequence[int], folder: Path, work
     return evaluate(store, [recipe], [trained], workers)[0][0]
 
 
-def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided Welch t test p-value of mean(a) = mean(b); with no spread on either side, 1 if the means are equal
-    and 0 if not (the difference is then exactly known)."""
+def recipe_p(a: Sequence[Checkpoint], b: Sequence[Checkpoint]) -> tuple[float, str]:
+    """Two-sided p-value of equal mean success, and the test: Welch's t over the checkpoints' rates; where neither
+    recipe's checkpoints vary at all (the observed retrain variance is 0, common near a ceiling), Fisher's exact
+    test on the pooled episodes instead (the t statistic is undefined there, and a zero spread is no proof of an
+    exact difference)."""
     from scipy import stats
 
     if len(a) < 2 or len(b) < 2:
         raise AssayError("a recipe comparison needs at least two checkpoints per recipe")
-    if len(set(a)) == 1 and len(set(b)) == 1:
-        return 1.0 if a[0] == b[0] else 0.0
-    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-    return p if math.isfinite(p) else 1.0
+    rates_a, rates_b = [c.rate for c in a], [c.rate for c in b]
+    if len(set(rates_a)) == 1 and len(set(rates_b)) == 1:
+        sa, na = sum(c.successes for c in a), sum(c.trials for c in a)
+        sb, nb = sum(c.successes for c in b), sum(c.trials for c in b)
+        return float(stats.fisher_exact([[sa, na - sa], [sb, nb - sb]]).pvalue), \
+            "Fisher exact on the pooled episodes (no spread between checkpoints on either side)"
+    p = float(stats.ttest_ind(rates_a, rates_b, equal_var=False).pvalue)
+    return (p if math.isfinite(p) else 1.0), "Welch t over checkpoint success rates (two-sided)"
 
 
 @dataclass(frozen=True)
@@ -236,10 +245,11 @@ class RecipeComparison:
 
     a: Noise
     b: Noise
-    p: float  # Welch over the checkpoints' rates
+    p: float  # Welch over the checkpoints' rates (Fisher on pooled episodes where neither side varies)
     checkpoint_only_difference: float
     checkpoint_only_p: float  # exact McNemar of the first checkpoints on the paired episodes
     alpha: float
+    test: str = "Welch t over checkpoint success rates (two-sided)"
 
     @property
     def difference(self) -> float:
@@ -256,7 +266,7 @@ class RecipeComparison:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``--json``."""
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "difference": self.difference, "p": self.p,
-                "test": "Welch t over checkpoint success rates (two-sided)", "alpha": self.alpha,
+                "test": self.test, "alpha": self.alpha,
                 "verdict": self.verdict, "checkpoint_only": {
                     "difference": self.checkpoint_only_difference, "p": self.checkpoint_only_p,
                     "test": "exact McNemar, first checkpoint of each, paired evaluation episodes",
@@ -271,6 +281,6 @@ def compare_recipes(store: Store, a: Recipe, b: Recipe, seeds_a: Sequence[int], 
 
     trained = [train_checkpoints(store, r, s, folder, workers, progress) for r, s in ((a, seeds_a), (b, seeds_b))]
     (noise_a, noise_b), outcomes = evaluate(store, [a, b], trained, workers)
-    p = welch_p([c.rate for c in noise_a.checkpoints], [c.rate for c in noise_b.checkpoints])
+    p, test = recipe_p(noise_a.checkpoints, noise_b.checkpoints)
     only = paired_difference(outcomes[f"{a.name}-s{seeds_a[0]}"], outcomes[f"{b.name}-s{seeds_b[0]}"])
-    return RecipeComparison(noise_a, noise_b, p, only.difference, float(only.p_value), alpha)
+    return RecipeComparison(noise_a, noise_b, p, only.difference, float(only.p_value), alpha, test)

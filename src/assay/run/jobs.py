@@ -30,7 +30,8 @@ def _request(variant: Variant) -> dict[str, object]:
 @public_api
 def job_campaign(name: str, jobs: Sequence[EpisodeJob], seed: int = 0, envs_per_worker: int = 4) -> CampaignPlan:
     """A campaign named ``name`` that runs exactly ``jobs`` (each job's ``campaign`` must be ``name``; a job whose
-    key another job of the list has is run once). Its spec names the tasks, policies and variants the jobs use,
+    key another job of the list has is run once; jobs that may share a lockstep batch, one cell, task and run
+    settings, are put side by side). Its spec names the tasks, policies and variants the jobs use,
     the largest (policy, task, variant) cell as ``episodes`` and the run settings every job shares; ``seed`` is
     recorded as the campaign's (the jobs carry their own seeds)."""
     if not jobs:
@@ -41,7 +42,11 @@ def job_campaign(name: str, jobs: Sequence[EpisodeJob], seed: int = 0, envs_per_
     first: dict[str, EpisodeJob] = {}
     for job in jobs:
         first.setdefault(job.key, job)
-    unique = tuple(first.values())  # the first job of each key, in order
+    groups: dict[tuple[Any, ...], list[EpisodeJob]] = {}  # jobs that may share a lockstep batch, side by side
+    for job in first.values():
+        groups.setdefault((job.cell, job.task.content_hash(), job.replan_every, job.pipeline, job.safety,
+                           job.video_fps, job.trace, job.simulator), []).append(job)
+    unique = tuple(job for group in groups.values() for job in group)  # the first job of each key, grouped
     tasks: dict[tuple[str, str], TaskSpec] = {}
     policies: dict[str, ResolvedPolicy] = {}
     variants: dict[str, Variant] = {}

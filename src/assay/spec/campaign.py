@@ -452,8 +452,17 @@ def plan(
     return jobs
 
 
+def _one_batch(first: EpisodeJob, job: EpisodeJob) -> bool:
+    """Whether ``job`` may share ``first``'s lockstep batch: one cell, one task as run (a plan's jobs share the
+    task object; a campaign of explicit jobs may not), and every run setting alike."""
+    return (first.cell == job.cell and (first.task is job.task or first.task == job.task)
+            and (first.replan_every, first.pipeline, first.safety, first.video_fps, first.trace, first.simulator)
+            == (job.replan_every, job.pipeline, job.safety, job.video_fps, job.trace, job.simulator))
+
+
 def batch_jobs(jobs: list[EpisodeJob], batch_size: int) -> list[tuple[EpisodeJob, ...]]:
-    """Group jobs of one cell into lockstep batches of at most ``batch_size`` environments.
+    """Group consecutive jobs of one cell (and one task and run settings) into lockstep batches of at most
+    ``batch_size`` environments.
 
     Results never depend on the grouping (policies keep per-environment state keyed
     by seed), so resuming with a different set of pending jobs changes nothing.
@@ -461,7 +470,7 @@ def batch_jobs(jobs: list[EpisodeJob], batch_size: int) -> list[tuple[EpisodeJob
     batches: list[tuple[EpisodeJob, ...]] = []
     current: list[EpisodeJob] = []
     for job in jobs:
-        if current and (len(current) == batch_size or current[0].cell != job.cell):
+        if current and (len(current) == batch_size or not _one_batch(current[0], job)):
             batches.append(tuple(current))
             current = []
         current.append(job)
