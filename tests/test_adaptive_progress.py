@@ -113,7 +113,7 @@ def test_a_bad_endpoint_is_one_line_naming_the_valid_ones():
 
 def test_progress_is_refused_before_running_on_a_task_without_a_progress_score(tmp_path):
     spec = campaign_from_data({"name": "g", "tasks": ["gymnasium/Pendulum-v1"],
-                               "policies": ["random", {"name": "r2", "builtin": "random"}],
+                               "policies": ["random", {"name": "r2", "builtin": "random", "version": "r2"}],
                                "adaptive": {"goal": "compare", "endpoint": "progress", "max_episodes": 8,
                                             "batch": 4}}, "c.yaml")
     with Store(tmp_path, create=True) as store, pytest.raises(SpecError, match="valid endpoints: success, progress"):

@@ -92,8 +92,8 @@ COMMANDS: dict[str, LazyCommand] = {
                        "(empty, and another task's: a policy that keeps its success was not tested on language) and, "
                        "on tasks with fixed initial states, with layouts resampled (a policy that does worse learned "
                        "the fixed set); paired intervals.", "validity_commands"),
-    "noise": _entry("Retraining noise of a training recipe: trained once per seed on the same demos, every "
-                    "checkpoint on the same episodes, its success variance split into harness and retrain parts.",
+    "noise": _entry("Train a recipe once per training seed on the same demos, evaluate every checkpoint on the same "
+                    "episodes, and split its success variance into harness (binomial) and retrain parts.",
                     "noise_commands"),
     "ladder": _entry("The learning sanity ladder: expert demos, a BC trained on them, then rung 1 (its own demos' "
                      "initial states: at least --own-min must succeed, else exit 1) and rung 2 (held-out initial "

@@ -44,7 +44,7 @@ def noise_command(
 ) -> None:
     """Train a recipe once per training seed on the same demos, evaluate every checkpoint on the same episodes, and
     split its success variance into harness (binomial) and retrain parts."""
-    from assay.learning.noise import load_recipe, noise
+    from assay.learning import load_recipe, noise
 
     with user_errors():
         chosen, loaded = _seeds(seeds), load_recipe(recipe)
@@ -59,11 +59,15 @@ def noise_command(
 
 
 def compare_recipes_command(recipes: str, seeds: str, alpha: float, workers: int, out: Path | None, store: Path,
-                            catalog: str | None, json_out: bool) -> None:
-    """``assay compare --recipes A.yaml,B.yaml``: B − A with the retraining noise counted."""
-    from assay.learning.noise import compare_recipes, load_recipe
+                            catalog: str | None, json_out: bool, beside: bool = False) -> None:
+    """``assay compare --recipes A.yaml,B.yaml``: B − A with the retraining noise counted (``beside``: policies,
+    ``--campaign`` or ``--bundle`` were given too, which is refused)."""
+    from assay.learning import compare_recipes, load_recipe
 
     with user_errors():
+        if beside:
+            raise AssayError("--recipes compares two training recipes: give no policies, --campaign or --bundle "
+                             "with it")
         paths = split_list(recipes)
         if len(paths) != 2:
             raise AssayError(f"--recipes takes two recipe files, A,B; got {len(paths)}")

@@ -216,12 +216,8 @@ def compare_command(
     if recipes is not None:
         from assay.cli.noise_commands import compare_recipes_command
 
-        if a is not None or others or bundles or campaign is not None:
-            with user_errors():
-                raise AssayError("--recipes compares two training recipes: give no policies, --campaign or --bundle "
-                                 "with it")
-
-        compare_recipes_command(recipes, recipe_seeds, alpha, 1, None, store, catalog, json_out)
+        beside = a is not None or bool(others) or bool(bundles) or campaign is not None
+        compare_recipes_command(recipes, recipe_seeds, alpha, 1, None, store, catalog, json_out, beside)
         return
     if a is None or not others:
         with user_errors():

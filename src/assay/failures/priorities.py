@@ -171,10 +171,13 @@ def failure_region(records: Sequence[EpisodeRecord]) -> InitRegion | None:
 def component_name(task_id: str, component: int) -> str:
     """What component ``component`` of a task's recorded initial conditions is (its backend's
     ``initial_condition_names``: ``object y``), else ``init[component]``."""
-    from assay.sim.backends import backends
+    from assay.errors import SpecError
+    from assay.sim import backend
 
-    found = backends().get(task_id.split("/", 1)[0])
-    names = found.initial_condition_names if found is not None else ()
+    try:
+        names = backend(task_id.split("/", 1)[0]).initial_condition_names
+    except SpecError:  # a task of no registered backend: its components by index
+        names = ()
     return names[component] if component < len(names) else f"init[{component}]"
 
 

@@ -13,10 +13,12 @@ from assay.learning.flywheel import FlywheelConfig, SeedResult, run_flywheel
 from assay.learning.flywheel_design import FlywheelDesign, load_design
 from assay.learning.flywheel_run import run_design
 from assay.learning.leakage import contaminated, leakage_report
+from assay.learning.noise import Recipe, compare_recipes, load_recipe, noise
 from assay.learning.olcl import OLCLConfig, OLCLResult, run_olcl
 
 __all__ = [
     "DataQuery", "DataQueryError", "Demo", "FlywheelConfig", "FlywheelDesign", "OLCLConfig", "OLCLResult", "run_olcl",
     "SeedResult", "TrainConfig", "TrainResult",
     "contaminated", "leakage_report", "load_demos", "load_design", "run_design", "run_flywheel", "train_bc",
+    "Recipe", "compare_recipes", "load_recipe", "noise",
 ]

@@ -277,7 +277,7 @@ def compare_recipes(store: Store, a: Recipe, b: Recipe, seeds_a: Sequence[int], 
                     folder: Path, alpha: float = 0.05, workers: int = 1,
                     progress: Callable[[str], None] = lambda _: None) -> RecipeComparison:
     """Train both recipes with their seeds, evaluate every checkpoint on the same episodes, and compare."""
-    from assay.metrics.paired import paired_difference
+    from assay.metrics import paired_difference
 
     trained = [train_checkpoints(store, r, s, folder, workers, progress) for r, s in ((a, seeds_a), (b, seeds_b))]
     (noise_a, noise_b), outcomes = evaluate(store, [a, b], trained, workers)

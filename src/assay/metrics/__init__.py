@@ -54,6 +54,7 @@ from assay.metrics.openloop import (
     save_openloop,
 )
 from assay.metrics.outcomes import OutcomeGrid, grid_of, match_tasks, outcome_grid, patterns_of, stored_grid
+from assay.metrics.paired import PairedDifference, paired_difference
 from assay.metrics.posterior import Posterior, PosteriorComparison, posterior, posterior_comparison, prob_greater
 from assay.metrics.ranking import Leaderboard, leaderboard
 from assay.metrics.rates import (
@@ -97,6 +98,7 @@ from assay.metrics.tables import EPISODE_COLUMNS, results_table
 
 __all__ = [
     "EPISODE_COLUMNS",
+    "PairedDifference", "paired_difference",
     "results_table",
     "AxisProfile", "CategoryProfile", "RetentionRow", "category_profile", "retention_table", "robustness_profile",
     "Budget", "CalibrationRecord", "Comparison", "CorrelationReport", "GROUP_FIELDS", "INTERVAL_METHODS", "Interval",
