@@ -26,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     task = default_registry().get(f"metaworld/{args.task}@1")
     env = make_env(task)
-    sawyer = env.unwrapped
+    sawyer = env.simulator
     theirs = type(sawyer).touching_object
     expert = ExpertPolicy()
     spent = {"Meta-World's touching_object": 0.0, "Assay's array version": 0.0}

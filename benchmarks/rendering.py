@@ -27,16 +27,16 @@ from assay.store import Store
 def per_frame(frames: int) -> None:
     env = make_env(default_registry().get("metaworld/push@1"))
     env.reset(0)
-    renderer = CameraRenderer(env.unwrapped.model)
+    renderer = CameraRenderer(env.simulator.model)
     print("resolution  RGB ms/frame  RGB frames/s  RGB-D ms/frame")
     for size in (64, 128, 224):
         for depth in (False, True):
-            renderer.render(env.unwrapped.data, VIEWS["front"], size, size, depth)  # warm-up (GL context)
+            renderer.render(env.simulator.data, VIEWS["front"], size, size, depth)  # warm-up (GL context)
         timings = {}
         for depth in (False, True):
             start = time.perf_counter()
             for _ in range(frames):
-                renderer.render(env.unwrapped.data, VIEWS["front"], size, size, depth)
+                renderer.render(env.simulator.data, VIEWS["front"], size, size, depth)
             timings[depth] = (time.perf_counter() - start) / frames * 1000
         print(f"{size:>4} px     {timings[False]:10.2f}  {1000 / timings[False]:12.1f}  {timings[True]:14.2f}")
     renderer.close()

@@ -188,16 +188,19 @@ def test_the_metaworld_backend_and_its_wrappers_pass(reach_env):
     assert isinstance(wrapped, PerturbedEnv) and isinstance(wrapped, SimEnv)
     check_sim_env(wrapped, seeds=(0, 1))
     check_sim_env(SafetyFilter(reach_env), seeds=(2, 3), episode_steps=50)
-    # unwrapped reaches through every wrapper to the backend's simulator (the Sawyer the safety filter reads)
-    assert SafetyFilter(wrapped).unwrapped is wrapped.unwrapped is reach_env.unwrapped
-    assert hasattr(reach_env.unwrapped, "mocap_low")
+    # unwrapped (Gymnasium's meaning) reaches through every wrapper to the backend environment, simulator to
+    # the backend's simulator object (the Sawyer the safety filter reads)
+    assert SafetyFilter(wrapped).unwrapped is wrapped.unwrapped is reach_env.unwrapped is reach_env
+    assert SafetyFilter(wrapped).simulator is wrapped.simulator is reach_env.simulator
+    assert hasattr(reach_env.simulator, "mocap_low") and not hasattr(reach_env, "mocap_low")
 
 
 def test_a_wrapper_forwards_what_it_does_not_change_and_unwraps_to_a_backend_without_a_simulator():
     inner = FunctionEnv(fake_task())
     outer = SafetyFilter(perturbed(inner, Variant()))
     assert isinstance(outer, SimEnvWrapper) and isinstance(outer, SimEnv)
-    assert outer.unwrapped is inner  # a backend that hands out no simulator object is its own innermost
+    assert outer.unwrapped is inner  # the innermost environment, as Gymnasium's Wrapper.unwrapped
+    assert outer.simulator is None  # a backend that hands out no simulator object
     outer.reset(3)
     assert outer.initial_conditions() == inner.initial_conditions() == {"seed": 3}
     outer.skip_next_frames()  # passed on; a no-op for a backend that always renders

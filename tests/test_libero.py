@@ -110,7 +110,7 @@ def test_the_conformance_kit_passes_on_a_libero_task(soup_env):
 
 def test_state_is_openpi_eight_numbers(soup_env):
     observation = soup_env.reset(0)
-    inner = soup_env.unwrapped
+    inner = soup_env.simulator
     raw = inner._get_observations()
     expected = np.concatenate([raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]),
                                raw["robot0_gripper_qpos"]])
@@ -292,8 +292,8 @@ def test_each_pro_scene_factor_changes_what_it_declares(soup_env, factor):
     task = soup_env.task
     variant = resolve_variant({factor: "pro"}, task)
     nominal = soup_env.reset(3)
-    nominal_positions = soup_env.unwrapped.sim.data.body_xpos.copy()
-    nominal_names = sorted(soup_env.unwrapped.objects_dict)
+    nominal_positions = soup_env.simulator.sim.data.body_xpos.copy()
+    nominal_names = sorted(soup_env.simulator.objects_dict)
     perturbed = soup_env.reset(3, variant)
     conditions = soup_env.initial_conditions()
     assert conditions["suite"] == f"libero_object_{factor.split('.')[1]}" and conditions["init_state_index"] == 3
@@ -302,12 +302,12 @@ def test_each_pro_scene_factor_changes_what_it_declares(soup_env, factor):
     if factor == "libero.swap":  # the object to pick starts elsewhere
         assert np.linalg.norm(perturbed["privileged.goal"][:2] - nominal["privileged.goal"][:2]) > 0.05
     elif factor == "libero.object":  # other objects in the scene
-        assert sorted(soup_env.unwrapped.objects_dict) != nominal_names
+        assert sorted(soup_env.simulator.objects_dict) != nominal_names
     else:  # another goal: the cream cheese, not the soup
         assert not np.allclose(perturbed["privileged.goal"][:3], nominal["privileged.goal"][:3])
         assert "cream_cheese_1" in [p[1] for p in soup_env._scene.goal]
     assert soup_env.reset(3)["state"].tolist() == nominal["state"].tolist()  # nominal comes back
-    assert np.array_equal(soup_env.unwrapped.sim.data.body_xpos, nominal_positions)
+    assert np.array_equal(soup_env.simulator.sim.data.body_xpos, nominal_positions)
 
 
 @pytest.mark.slow
@@ -316,13 +316,13 @@ def test_generated_pro_combinations_and_the_environment_change_what_they_declare
     layouts sampled per seed; environment: the living-room table replaces the floor; nominal comes back."""
     task = soup_env.task
     nominal = soup_env.reset(3)
-    nominal_names = sorted(soup_env.unwrapped.objects_dict)
+    nominal_names = sorted(soup_env.simulator.objects_dict)
     combined = resolve_variant({"libero.swap": "pro", "libero.object": "pro", "libero.language": "pro"}, task)
     first = soup_env.reset(3, combined)
     conditions = soup_env.initial_conditions()
     assert conditions["suite"] == "libero_object+swap+object+lan" and conditions["init_state_index"] is None
     assert conditions["bddl"].startswith("generated/pick_up_the_alphabet_soup_and_place_it_in_the_basket.")
-    names = sorted(soup_env.unwrapped.objects_dict)
+    names = sorted(soup_env.simulator.objects_dict)
     assert names != nominal_names and "red_alphabet_soup_1" in names  # upstream's look-alike at seed 0
     assert [p[1] for p in soup_env._scene.goal] == ["red_alphabet_soup_1"]
     again = soup_env.reset(3, combined)
@@ -332,10 +332,10 @@ def test_generated_pro_combinations_and_the_environment_change_what_they_declare
     assert np.linalg.norm(first["privileged.goal"][:2] - nominal["privileged.goal"][:2]) > 0.05
     environment = resolve_variant({"libero.environment": "pro"}, task)
     soup_env.reset(3, environment)
-    assert soup_env.unwrapped.parsed_problem["problem_name"] == "libero_living_room_tabletop_manipulation"
+    assert soup_env.simulator.parsed_problem["problem_name"] == "libero_living_room_tabletop_manipulation"
     assert soup_env.initial_conditions()["suite"] == "libero_object+environment"
     assert soup_env.reset(3)["state"].tolist() == nominal["state"].tolist()  # nominal comes back
-    assert soup_env.unwrapped.parsed_problem["problem_name"] == "libero_floor_manipulation"
+    assert soup_env.simulator.parsed_problem["problem_name"] == "libero_floor_manipulation"
 
 
 def _start_openpi_server(port: int, log):

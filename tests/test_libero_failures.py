@@ -58,7 +58,7 @@ GOLDEN = {
 
 def _episode(env, task, fault: str, steps: int, distractor: str | None) -> tuple[Outcome, dict[str, np.ndarray]]:
     """One episode of the faulty expert, as the step columns the recorder writes (info.* and the state)."""
-    inner = env.unwrapped
+    inner = env.simulator
 
     def position() -> np.ndarray:
         return np.asarray(inner.sim.data.body_xpos[inner.obj_body_id[distractor]], dtype=np.float64)

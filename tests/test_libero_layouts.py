@@ -36,7 +36,7 @@ variant = resolve_variant(request, task)
 out = []
 for seed in seeds:
     obs = env.reset(seed, variant)
-    qpos = env.unwrapped.sim.data.qpos
+    qpos = env.simulator.sim.data.qpos
     out.append({"seed": seed, "qpos": hashlib.sha256(np.asarray(qpos).tobytes()).hexdigest(),
                 "goal": [round(float(v), 6) for v in obs["privileged.goal"]],
                 "frame": hashlib.sha256(obs["image.agentview"].tobytes()).hexdigest(),

@@ -53,4 +53,4 @@ def test_scenes_beyond_the_bound_are_closed_and_freed_and_a_rebuilt_scene_repeat
         env.close()
     assert not env._scenes
     with pytest.raises(RuntimeError, match="this LIBERO environment is closed"):
-        _ = env.unwrapped
+        _ = env.simulator

@@ -103,7 +103,7 @@ def soup_env():
 
 def _snapshot(env, observation) -> dict[str, np.ndarray]:
     """What the seven factors change: the frames, the camera, lights, materials, the arm and the goal's object."""
-    model, data, scene = env.unwrapped.sim.model._model, env.unwrapped.sim.data._data, env._scene
+    model, data, scene = env.simulator.sim.model._model, env.simulator.sim.data._data, env._scene
     camera = model.camera("agentview").id
     return {"agentview": observation["image.agentview"].copy(), "wrist": observation["image.wrist"].copy(),
             "camera": np.concatenate([model.cam_pos[camera], model.cam_quat[camera]]),

@@ -81,7 +81,7 @@ def test_behavioral_factors_change_the_dynamics_and_are_undone(push_env, factor,
 
 
 def test_model_parameters_really_change(push_env):
-    model = push_env.unwrapped.model
+    model = push_env.simulator.model
     base_friction, base_damping = model.geom_friction[:, 0].copy(), model.dof_damping.copy()
     perturbed(push_env, resolve_variant({"friction": 0.5, "joint.damping": 2.0}, PUSH)).reset(1)
     np.testing.assert_allclose(model.geom_friction[:, 0], base_friction * 0.5)

@@ -108,7 +108,7 @@ def test_what_plugin_authors_build_on_carries_a_stability_marker():
     from assay.annotations import DEVELOPER, PUBLIC, STABILITY, public_api, stability
     from assay.run import Executor, InlineExecutor, LocalExecutor, job_campaign, prepare_campaign, run_campaign
 
-    public = [sim.SimEnv, sim.Transition, sim.SimEnvWrapper, sim.SupportsFramesOnDemand, sim.SupportsUnwrapped,
+    public = [sim.SimEnv, sim.Transition, sim.SimEnvWrapper, sim.SupportsFramesOnDemand, sim.SupportsSimulator,
               policies.Policy, policies.PolicyContext, policies.PolicyClass, policies.SupportsContract,
               policies.SupportsEpisodeInfo, policies.SupportsFrameNeeds, policies.SupportsMetadata,
               policies.SupportsParams, policies.SupportsResolveVersion, policies.SupportsRowAnswers,

@@ -133,7 +133,7 @@ class Replayer:
         # The budget counts from the hand-over: Meta-World's path-length counter (a benchmark limit, not
         # physics) restarts here, so a state late in a long episode gets the same budget as an early one.
         # (LIBERO's backend never truncates: robosuite's own limit is set far beyond horizon + budget.)
-        sawyer = self._noisy.unwrapped
+        sawyer = self._noisy.simulator
         if hasattr(sawyer, "curr_path_length"):
             sawyer.curr_path_length = 0
         if draw and self.stochastic:

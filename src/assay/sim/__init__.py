@@ -16,7 +16,7 @@ from assay.sim.protocol import (
     SimEnv,
     SupportsFramesOnDemand,
     SupportsLayerTrace,
-    SupportsUnwrapped,
+    SupportsSimulator,
     Transition,
 )
 from assay.sim.registry import TaskRegistry, default_registry, make_env, tasks_kept
@@ -52,7 +52,7 @@ __all__ = [
     "SimEnvWrapper",
     "SupportsFramesOnDemand",
     "SupportsLayerTrace",
-    "SupportsUnwrapped",
+    "SupportsSimulator",
     "TaskRegistry",
     "configure_gl",
     "renderer_info",

@@ -372,9 +372,14 @@ class LiberoEnv:
                 "bddl": f"generated/{bddl.name}" if generated else f"{bddl.parent.name}/{bddl.name}"}
 
     @property
-    def unwrapped(self) -> Any:
+    def simulator(self) -> Any:
         """The robosuite environment of the current scene (for scripted experts)."""
         return self._scene.inner
+
+    @property
+    def unwrapped(self) -> Any:
+        """This environment: the innermost one (Gymnasium's ``unwrapped``); its simulator object is ``simulator``."""
+        return self
 
     def close(self) -> None:
         """Close every scene kept."""

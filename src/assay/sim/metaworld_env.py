@@ -184,9 +184,14 @@ class MetaWorldEnv:
         return {"rand_vec": [] if self._rand_vec is None else [float(v) for v in self._rand_vec]}
 
     @property
-    def unwrapped(self) -> Any:
+    def simulator(self) -> Any:
         """The Sawyer environment (for scripted experts and, later, perturbations)."""
         return self._env
+
+    @property
+    def unwrapped(self) -> Any:
+        """This environment: the innermost one (Gymnasium's ``unwrapped``); its simulator object is ``simulator``."""
+        return self
 
     def close(self) -> None:
         """Close the renderer and the Sawyer environment."""

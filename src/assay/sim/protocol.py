@@ -76,12 +76,15 @@ class SupportsFramesOnDemand(Protocol):
 
 @public_api
 @runtime_checkable
-class SupportsUnwrapped(Protocol):
+class SupportsSimulator(Protocol):
     """A backend that hands out its simulator object (Meta-World's Sawyer, LIBERO's robosuite environment),
-    for scripted experts and the safety filter; a wrapper's ``unwrapped`` is its innermost environment's."""
+    for scripted experts and the safety filter; a wrapper's ``simulator`` is its innermost environment's.
+
+    ``unwrapped`` keeps Gymnasium's meaning: the innermost environment (a backend is its own), not the
+    simulator object inside it."""
 
     @property
-    def unwrapped(self) -> Any:
+    def simulator(self) -> Any:
         """The backend's own simulator object."""
 
 

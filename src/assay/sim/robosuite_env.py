@@ -138,9 +138,14 @@ class RobosuiteEnv:
         return dict(self._initial)
 
     @property
-    def unwrapped(self) -> Any:
+    def simulator(self) -> Any:
         """robosuite's environment."""
         return self._env
+
+    @property
+    def unwrapped(self) -> Any:
+        """This environment: the innermost one (Gymnasium's ``unwrapped``); its simulator object is ``simulator``."""
+        return self
 
     def close(self) -> None:
         """Close robosuite's environment (and its renderer)."""

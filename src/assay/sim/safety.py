@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.sim.protocol import Observation, SimEnv, SupportsUnwrapped, Transition
+from assay.sim.protocol import Observation, SimEnv, SupportsSimulator, Transition
 from assay.sim.wrapper import SimEnvWrapper
 from assay.spec import Variant
 
@@ -28,8 +28,8 @@ MARGIN_M = 0.005  # inside the box by this much: a hand pressed against the limi
 
 
 def _sawyer(env: SimEnv) -> Any:
-    """The innermost environment's Sawyer (Meta-World's ``unwrapped``), through wrappers; None if there is none."""
-    simulator = env.unwrapped if isinstance(env, SupportsUnwrapped) else None
+    """The innermost environment's Sawyer (Meta-World's ``simulator``), through wrappers; None if there is none."""
+    simulator = env.simulator if isinstance(env, SupportsSimulator) else None
     return simulator if hasattr(simulator, "mocap_low") else None
 
 

@@ -4,9 +4,9 @@ A wrapper holds the environment it wraps as ``env`` and forwards what it does no
 change: ``reset``, ``step``, ``initial_conditions``, ``skip_next_frames`` (to an
 environment that renders on demand; a no-op otherwise), ``layer_trace`` (the wrapped
 environment's per-layer trace, nothing when it keeps none) and ``close``.
-``unwrapped`` reaches through any number of wrappers to the innermost backend's
-simulator object (or the innermost environment, when it exposes none), so no
-caller walks ``.env`` attributes itself.
+``unwrapped`` reaches through any number of wrappers to the innermost environment
+(Gymnasium's meaning) and ``simulator`` to that environment's simulator object (None
+when it hands out none), so no caller walks ``.env`` attributes itself.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from assay.sim.protocol import (
     Observation,
     SimEnv,
     SupportsFramesOnDemand,
-    SupportsUnwrapped,
+    SupportsSimulator,
     Transition,
 )
 from assay.spec import Variant
@@ -67,5 +67,10 @@ class SimEnvWrapper:
 
     @property
     def unwrapped(self) -> Any:
-        """The innermost environment's simulator object (``SupportsUnwrapped``), else the innermost environment."""
-        return self.env.unwrapped if isinstance(self.env, SupportsUnwrapped) else self.env
+        """The innermost environment, through any number of wrappers (Gymnasium's ``unwrapped``)."""
+        return self.env.unwrapped if isinstance(self.env, SimEnvWrapper) else getattr(self.env, "unwrapped", self.env)
+
+    @property
+    def simulator(self) -> Any:
+        """The innermost environment's simulator object (``SupportsSimulator``); None when it hands out none."""
+        return self.env.simulator if isinstance(self.env, SupportsSimulator) else None
