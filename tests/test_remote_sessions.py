@@ -140,6 +140,20 @@ def test_a_stateless_class_is_served_as_one_batched_instance():
     assert server.metadata["assay"]["sessions"] is False
 
 
+def test_only_a_declared_true_makes_a_policy_stateless():
+    from assay.policies import MLPPolicy, SupportsStateless, is_stateless
+
+    class Truthy:
+        stateless = "yes"  # a truthy string is not a declaration
+
+    class Undeclared:
+        pass
+
+    assert is_stateless(MLPPolicy) and isinstance(MLPPolicy, SupportsStateless)
+    assert not is_stateless(Truthy) and not is_stateless(Truthy())
+    assert not is_stateless(Undeclared()) and not isinstance(Undeclared(), SupportsStateless)
+
+
 @pytest.mark.slow
 @pytest.mark.sim
 def test_a_served_stateful_policy_matches_it_in_process_on_any_worker_count(tmp_path):

@@ -40,7 +40,7 @@ def policy_server(policy: str, task: str, params: dict, config: PolicyServerConf
     """The server ``serve-policy`` runs: the policy, its identity and its class's own declared contract
     (else the served task's interface), bound to ``task``; one policy instance per session unless the
     class declares ``stateless = True`` or ``stateless`` is asked for."""
-    from assay.policies import add_import_root, make_policy, policy_contract, resolve_policy
+    from assay.policies import add_import_root, is_stateless, make_policy, policy_contract, resolve_policy
     from assay.policies.remote import PolicyServer
     from assay.sim import default_registry
     from assay.spec import PolicySpec, policy_from_shorthand
@@ -55,7 +55,7 @@ def policy_server(policy: str, task: str, params: dict, config: PolicyServerConf
     contract = policy_contract(resolved)
     served_task = with_policy_cameras(default_registry().get(task), contract)
     served = make_policy(spec)
-    sessions = not (stateless or getattr(served, "stateless", False))
+    sessions = not (stateless or is_stateless(served))
     identity = {"policy": spec.name, "source": spec.source, "params": spec.params, "version": resolved.version,
                 "sessions": sessions}
     return PolicyServer(served, served_task, config, identity, contract,

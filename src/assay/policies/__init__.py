@@ -27,9 +27,11 @@ from assay.policies.protocol import (
     SupportsParams,
     SupportsResolveVersion,
     SupportsRowAnswers,
+    SupportsStateless,
     SupportsStepTrace,
     SupportsTaskCheck,
     SupportsVersion,
+    is_stateless,
     reads_frames,
 )
 from assay.policies.registry import BUILTIN_POLICIES
@@ -53,6 +55,7 @@ __all__ = [
     "SupportsParams",
     "SupportsResolveVersion",
     "SupportsRowAnswers",
+    "SupportsStateless",
     "SupportsStepTrace",
     "SupportsTaskCheck",
     "SupportsVersion",
@@ -63,6 +66,7 @@ __all__ = [
     "import_roots",
     "make_policy",
     "policy_contract",
+    "is_stateless",
     "reads_frames",
     "resolve_policy",
 ]

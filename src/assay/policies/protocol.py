@@ -51,7 +51,8 @@ hook                        meaning                                             
 ``reads_frames()``          instance; ``False``: ``act`` never reads ``image.*`` or      runner
                             ``depth.*``, so frames are rendered for the video only (and
                             left out of the batch); without the hook a policy reads them
-``stateless``               ``True``: actions depend on each row's observation only, so  server
+``stateless``               ``True`` (``SupportsStateless``, read by ``is_stateless``):  server
+                            actions depend on each row's observation only, so
                             one instance serves every environment, batched (else one
                             instance per environment session)
 ==========================  =========================================================  ==============
@@ -212,6 +213,21 @@ class SupportsFrameNeeds(Protocol):
 def reads_frames(policy: Policy) -> bool:
     """Whether ``policy`` reads camera frames: its ``reads_frames()`` hook, True without one."""
     return bool(policy.reads_frames()) if isinstance(policy, SupportsFrameNeeds) else True
+
+
+@public_api
+@runtime_checkable
+class SupportsStateless(Protocol):
+    """A policy class that says whether each row's action depends on that row's observation only (``True``:
+    one instance serves every environment, batched; else the server keeps one instance per session)."""
+
+    stateless: ClassVar[bool]
+
+
+@developer_api
+def is_stateless(policy: object) -> bool:
+    """Whether ``policy`` (a class or an instance) declares ``stateless = True``; False without the hook."""
+    return isinstance(policy, SupportsStateless) and policy.stateless is True
 
 
 @public_api

@@ -75,7 +75,7 @@ from assay.policies.contract import (
     PolicyContract,
     task_interface,
 )
-from assay.policies.protocol import Policy, PolicyContext, SupportsMetadata
+from assay.policies.protocol import Policy, PolicyContext, SupportsMetadata, is_stateless
 from assay.policies.remote.batcher import DynamicBatcher
 from assay.policies.remote.limits import (
     SMALL_FRAME_BYTES,
@@ -219,7 +219,7 @@ class PolicyServer:
                  factory: Callable[[], Policy] | None = None) -> None:
         self.policy, self.task, self.config = policy, task, config
         self.contract = contract if contract is not None else default_contract(policy, task)
-        self.factory = None if getattr(policy, "stateless", False) else factory
+        self.factory = None if is_stateless(policy) else factory
         self.sessions = SessionTable(self.factory, config.max_sessions, config.max_sessions_per_client,
                                      config.session_idle_s, minimum=config.min_sessions_per_client,
                                      reserved=config.reserved_sessions) if self.factory is not None else None
