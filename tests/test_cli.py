@@ -113,6 +113,18 @@ def test_reading_a_missing_store_or_unknown_key_is_one_line(tmp_path):
     assert result.exit_code == 2 and "valid: success, failure, timeout, error" in result.stderr
 
 
+@pytest.mark.parametrize(("command", "valid"), [
+    (("run", "campaign.yaml"), "'inline', 'local', 'ray'"),
+    (("serve",), "'inline', 'local', 'ray'"),
+    (("failures", "resample", "KEY"), "'inline', 'local'."),  # resampling has no Ray executor
+])
+def test_an_unknown_executor_is_refused_naming_the_valid_ones_before_anything_runs(tmp_path, command, valid):
+    result = invoke(*command, "--executor", "fast", "--store", str(tmp_path / "never"))
+    message = " ".join(line.strip("│ ") for line in result.stderr.splitlines())
+    assert result.exit_code == 2 and "'fast' is not one of" in message and valid in message
+    assert not (tmp_path / "never").exists()
+
+
 def test_factors_are_listed_with_axis_range_and_stage():
     document = json.loads(invoke("factors", "--json").stdout)
     factors = {f["name"]: f for f in document["factors"]}

@@ -25,7 +25,7 @@ from assay.cli.common import (
 )
 from assay.cli.dry_run import dry_run as check_only
 from assay.cli.gates import FailUnderOpt, check_rates, gate_failed, is_stdout
-from assay.cli.options import AddressOpt, ProtocolOpt, ProtocolPolicyOpt, UpstreamOpt
+from assay.cli.options import AddressOpt, ExecutorOpt, ProtocolOpt, ProtocolPolicyOpt, UpstreamOpt
 from assay.cli.progress import CampaignProgress, interrupt_told
 from assay.cli.scoring import AllowPartialOpt, VariantScopeOpt, scored_campaign
 from assay.errors import AssayError
@@ -58,7 +58,7 @@ def run(
     catalog: CatalogOpt = None,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1,
                                          help="Worker processes (local) or actors (ray).")] = 2,
-    executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local | ray")] = "local",
+    executor: ExecutorOpt = "local",
     address: AddressOpt = None,
     data: Annotated[str | None, typer.Option(
         "--data", help="Where step files go: a shared directory or fsspec URL (default: the store).")] = None,

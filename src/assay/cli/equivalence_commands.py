@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from assay.cli import render
 from assay.cli.common import JsonOpt, user_errors
-from assay.cli.options import ProtocolOpt, ProtocolPolicyOpt
+from assay.cli.options import ExecutorOpt, ProtocolOpt, ProtocolPolicyOpt
 from assay.errors import AssayError
 
 EnvOpt = Annotated[str, typer.Option(help="An environment: 'python=/path/to/python VAR=VALUE ...' (python: this "
@@ -35,7 +35,7 @@ def equivalence_command(
     out: Annotated[Path, typer.Option("-o", "--out", help="Where the two stores go (OUT/A, OUT/B).")] = Path(
         "equivalence"),
     workers: Annotated[int, typer.Option("--workers", "-w", min=1)] = 1,
-    executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local | ray")] = "local",
+    executor: ExecutorOpt = "local",
     frames: Annotated[bool, typer.Option("--frames/--no-frames", help="Compare the videos' pixels too.")] = True,
     json_out: JsonOpt = False,
 ) -> None:

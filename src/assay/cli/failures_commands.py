@@ -31,6 +31,7 @@ from assay.cli.common import (
     user_errors,
 )
 from assay.cli.gates import gate_failed
+from assay.cli.options import SerialExecutorOpt
 from assay.errors import AssayError
 from assay.failures import FailureTable, Replayer, attribute, case_from, categorize, coverage, find_ponr, step_arrays
 from assay.failures.boundary import bisect_boundary, boundary_interval
@@ -454,7 +455,7 @@ def resample(key: Annotated[str, typer.Argument(help="A failed episode's key (or
              seeds: Annotated[int, typer.Option("--seeds", min=1, max=100, help="Nearest initial conditions per "
                                                 "variant.")] = 5,
              radius: Annotated[float, typer.Option("--radius", help="Fraction of each factor's range.")] = 0.1,
-             executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local")] = "inline",
+             executor: SerialExecutorOpt = "inline",
              workers: Annotated[int, typer.Option("--workers", "-w", min=1)] = 2,
              store: StoreOpt = Path(DEFAULT_STORE), catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
     """Estimate the failure rate around one failure: nearby factor values and nearby initial conditions,

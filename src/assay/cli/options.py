@@ -7,7 +7,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -24,6 +24,13 @@ AddressOpt = Annotated[str | None, typer.Option(
     "--address", help="Ray cluster to join (ray executor): HOST:PORT as `ray start --head` prints it (on a node of "
     "that cluster), ray://HOST:PORT (Ray Client, from anywhere) or auto (the cluster of this node); default: env "
     "RAY_ADDRESS, else a local Ray.")]
+
+ExecutorOpt = Annotated[Literal["inline", "local", "ray"], typer.Option(
+    "--executor", "-x",
+    help="Where episodes run: in this process, in local worker processes, or on Ray.")]
+SerialExecutorOpt = Annotated[Literal["inline", "local"], typer.Option(
+    "--executor", "-x",
+    help="Where episodes run: in this process or in local worker processes.")]
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from rich.table import Table
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, policy_option, user_errors
 from assay.cli.lazy import subgroup
-from assay.cli.options import UpstreamOpt
+from assay.cli.options import ExecutorOpt, UpstreamOpt
 from assay.cli.protocol_build import resolve_protocol
 from assay.errors import AssayError, BundleError
 from assay.metrics.bundle import Bundle, bundle_files, bundle_records, verify_bundle
@@ -107,7 +107,7 @@ def diff_command(
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1)] = 2,
-    executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local | ray")] = "local",
+    executor: ExecutorOpt = "local",
     json_out: JsonOpt = False,
 ) -> None:
     """Run one policy under P and Q on paired seeds and split the difference across the knobs that differ (horizon,

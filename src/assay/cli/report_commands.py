@@ -14,6 +14,7 @@ import typer
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, StoreOpt, create_store, user_errors
 from assay.cli.gates import is_stdout
+from assay.cli.options import ExecutorOpt
 from assay.errors import AssayError
 
 
@@ -88,8 +89,7 @@ def serve(
     catalog: CatalogOpt = None,
     campaigns: Annotated[Path | None, typer.Option("--campaigns", help="Directory of campaign YAML files that "
                                                       "may be started (default: the current directory).")] = None,
-    executor: Annotated[str, typer.Option(
-        "--executor", "-x", help="Executor for started campaigns: inline | local | ray")] = "local",
+    executor: ExecutorOpt = "local",
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Workers for started campaigns.")] = 2,
 ) -> None:
     """Serve the dashboard and JSON API (OpenAPI at /docs) over a store."""
@@ -98,8 +98,6 @@ def serve(
     from assay.server import ServerConfig, create_app, is_loopback
 
     with user_errors():
-        if executor not in ("inline", "local", "ray"):
-            raise AssayError(f"executor {executor!r} is not valid; valid: inline, local, ray")
         campaigns_dir = (campaigns or Path.cwd()).expanduser().resolve()
         if not campaigns_dir.is_dir():
             raise AssayError(f"campaign directory {campaigns_dir} does not exist")

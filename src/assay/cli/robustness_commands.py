@@ -10,6 +10,7 @@ from rich.table import Table
 
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, split_list, user_errors
+from assay.cli.options import SerialExecutorOpt
 from assay.cli.scoring import Scored
 from assay.cli.stats_render import signoff_table
 from assay.errors import AssayError
@@ -109,7 +110,7 @@ def sweep(
     horizon: Annotated[int | None, typer.Option("--horizon", min=1, help="Cap on steps per episode (default: the "
                                                 "task's).")] = None,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1)] = 2,
-    executor: Annotated[str, typer.Option("--executor", "-x", help="inline | local")] = "local",
+    executor: SerialExecutorOpt = "local",
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
