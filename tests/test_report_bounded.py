@@ -126,3 +126,35 @@ def server_url():
 @pytest.mark.postgres
 def test_bounded_report_equals_the_row_based_one_on_postgres(tmp_path, server_url):
     _check(tmp_path / "store", 1500, server_url)
+
+
+def test_a_page_of_failures_finds_its_nominal_twins_through_the_paired_index(tmp_path):
+    """``nominal_successes(among=...)`` gives exactly the full lookup's twins of the page, and SQLite answers it
+    from ``ix_episodes_paired`` (a tuple ``IN`` made the planner scan every nominal episode: 0.44 s for one
+    dashboard page at a million episodes, 0.21 s after)."""
+    import sqlalchemy as sa
+
+    from assay.store.aggregates import nominal_successes
+
+    records = _store(tmp_path / "s", 600)
+    page = [(r.policy_name, r.task_id, r.seed) for r in records if r.outcome is not Outcome.SUCCESS][:50]
+    page.append(("alpha", "metaworld/reach@1", 99_999))  # a seed no episode has: no twin
+    statements: list[tuple[str, object]] = []
+
+    def seen(conn, cursor, sql, params, context, many):
+        statements.append((sql, params))
+
+    with Store(tmp_path / "s") as store:
+        everything = nominal_successes(store.catalog, "c")
+        sa.event.listen(store.catalog.engine, "before_cursor_execute", seen)
+        found = nominal_successes(store.catalog, "c", page)
+        sa.event.remove(store.catalog.engine, "before_cursor_execute", seen)
+        assert found == {k: v for k, v in everything.items() if k in set(page)}
+        assert 0 < len(found) < len(page)
+        selects = [(sql, params) for sql, params in statements if sql.lstrip().upper().startswith("SELECT")]
+        with store.catalog.engine.connect() as conn:
+            cursor = conn.connection.driver_connection.cursor()
+            for sql, params in selects:
+                plan = " ".join(str(row[-1]) for row in cursor.execute("EXPLAIN QUERY PLAN " + sql, params))
+                assert "ix_episodes_paired" in plan and "SCAN" not in plan, plan
+        assert len(selects) == len({task for _, task, _ in page})  # one lookup per task of the page

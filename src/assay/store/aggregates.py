@@ -388,8 +388,9 @@ def nominal_successes(catalog: Catalog, campaign: str,
                       among: Iterable[tuple[str, str, int]] | None = None) -> dict[tuple[str, str, int], str]:
     """The key of every successful nominal episode of the campaign by (policy, task, seed): the twins failure
     attribution pairs a perturbed failure with (read from the covering indexes, no row decoded). ``among``: only
-    the twins of these (policy, task, seed), looked up by (task, seed) in ``ix_episodes_paired`` (a page of
-    failures reads its own twins, not the campaign's)."""
+    the twins of these (policy, task, seed), looked up per task by its seeds in ``ix_episodes_paired`` (a page of
+    failures reads its own twins, not the campaign's; a tuple ``IN (task, seed)`` led SQLite's planner to scan
+    every nominal episode instead)."""
     query = _linked(campaign).add_columns(campaign_episodes.c.policy_name, episodes.c.task_id, episodes.c.seed,
                                           episodes.c.key) \
         .where(episodes.c.variant_key == "nominal", episodes.c.outcome == Outcome.SUCCESS.value)
@@ -398,8 +399,12 @@ def nominal_successes(catalog: Catalog, campaign: str,
             rows: Iterable[Any] = conn.execute(query)
         else:
             wanted = set(among)
-            rows = [r for r in select_in(conn, query, sa.tuple_(episodes.c.task_id, episodes.c.seed),
-                                         sorted({(task, seed) for _, task, seed in wanted}), size=250)
+            seeds: dict[str, set[int]] = {}
+            for _, task, seed in wanted:
+                seeds.setdefault(task, set()).add(seed)
+            rows = [r for task in sorted(seeds)
+                    for r in select_in(conn, query.where(episodes.c.task_id == task), episodes.c.seed,
+                                       sorted(seeds[task]))
                     if (str(r.policy_name), str(r.task_id), int(r.seed)) in wanted]
         return {(str(r.policy_name), str(r.task_id), int(r.seed)): str(r.key) for r in rows}
 
