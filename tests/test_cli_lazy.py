@@ -95,3 +95,22 @@ def test_python_dash_m_assay_is_the_command():
 
     done = subprocess.run([sys.executable, "-m", "assay", "--version"], capture_output=True, text=True, check=True)
     assert done.stdout == f"assay {__version__}\n"
+
+
+SHADOWED = """
+import assay.metrics.correlation, assay.metrics.stability  # the submodules first, as a lazy package allows
+import assay.metrics as metrics
+from assay.metrics import completeness, correlation, posterior, stability
+loaded = "assay.metrics.ranking" in __import__("sys").modules
+print([callable(f) and f.__module__ for f in (completeness, correlation, posterior, stability, metrics.correlation)],
+      loaded)
+"""
+
+
+def test_a_lazy_package_keeps_a_function_named_like_its_module():
+    """``metrics.correlation`` is the function (as it was when the package imported everything), even after the
+    submodule of the same name was imported; reading it loads no other module of the package."""
+    done = subprocess.run([sys.executable, "-c", SHADOWED], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["['assay.metrics.completeness',", "'assay.metrics.correlation',",
+                                   "'assay.metrics.posterior',", "'assay.metrics.stability',",
+                                   "'assay.metrics.correlation']", "False"]

@@ -8,6 +8,8 @@ its ``__init__`` also imports the names under ``if TYPE_CHECKING:`` for type che
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,6 +18,7 @@ def lazy_names(package: str, table: Mapping[str, tuple[str, ...]], namespace: di
     """The module ``__getattr__`` of ``package``: a name of ``table`` (module -> names) is imported from its module
     the first time it is read and kept in ``namespace`` (the package's globals); any other is an AttributeError."""
     home = {name: module for module, names in table.items() for name in names}
+    _shield(package, frozenset(name for name in home if f"{package}.{name}" in table))
 
     def __getattr__(name: str) -> Any:
         if name not in home:
@@ -25,3 +28,19 @@ def lazy_names(package: str, table: Mapping[str, tuple[str, ...]], namespace: di
         return value
 
     return __getattr__
+
+
+def _shield(package: str, shadowed: frozenset[str]) -> None:
+    """Keep the names in ``shadowed`` (a function named like the submodule it lives in: ``metrics.correlation``)
+    from being bound to that submodule when it is imported: importing ``package.NAME`` sets the package's ``NAME``
+    to the module, which an eager ``__init__`` rebinds to the function afterwards and a lazy one never would."""
+    if not shadowed:
+        return
+
+    class ShieldedPackage(types.ModuleType):
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name in shadowed and isinstance(value, types.ModuleType):
+                return  # the package's NAME stays the function (read through __getattr__), as it was eagerly
+            super().__setattr__(name, value)
+
+    sys.modules[package].__class__ = ShieldedPackage
