@@ -56,8 +56,9 @@ def run(
     upstream: UpstreamOpt = None,
     store: StoreOpt = Path(DEFAULT_STORE),
     catalog: CatalogOpt = None,
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1,
-                                         help="Worker processes (local) or actors (ray).")] = 2,
+    workers: Annotated[str, typer.Option("--workers", "-w", metavar="N|auto", help="Worker processes (local) or "
+                                         "actors (ray); auto: a short probe of this host, backend and policy picks "
+                                         "the local processes (and envs_per_worker: auto the environments).")] = "2",
     executor: ExecutorOpt = "local",
     address: AddressOpt = None,
     data: Annotated[str | None, typer.Option(
@@ -107,20 +108,22 @@ def run(
         if dry_run:
             check_only(planned, store, catalog, json_out)
             return
+        auto_workers, count = worker_count(workers, executor)
         slow_frames = _warn_before(spec, planned, executor, address)
         faults = fault_policy(spec, episode_timeout)
         # a bad option (or a memory:// --data with worker processes) fails before the store is created
-        make_executor(executor, data if data is not None else store, workers, address=address)
+        make_executor(executor, data if data is not None else store, count, address=address)
         create_store(store, catalog, data, new_catalog)
         # the run holds the lock shared: other runs go on beside it, job leases keep each job to one of them
         with render.json_stdout(json_out), run_lock(store, on_wait=say_waiting, shared=True), \
                 open_store(store, catalog, create=True, data_url=data) as opened:
             keep_manifest(opened.root, manifest)  # the stamp finds the manifest a campaign ran in its store
-            runner = make_executor(executor, str(opened.data_root), workers, address=address, faults=faults)
+            runner = make_executor(executor, str(opened.data_root), count, address=address, faults=faults)
             progress = CampaignProgress(render.err_console, enabled=not json_out or not render.err_console.is_terminal,
                                         every=progress_every)
             with interrupt_told(progress, render.err_console), progress:
-                summary = run_campaign(planned, opened, runner, on_start=progress.start, on_record=progress.record,
+                summary = run_campaign(planned, opened, runner, on_start=_say_sizing(progress.start),
+                                       on_record=progress.record, auto_workers=auto_workers,
                                        retry_errors=retry_errors, verify_files=verify_files,
                                        commit=CommitPolicy(commit_rows, commit_seconds), lease_s=lease,
                                        judge=judge_for(spec) if spec.adaptive is not None else None)
@@ -170,6 +173,7 @@ def _report_run(opened: Store, spec: CampaignSpec, planned: CampaignPlan, summar
         render.print_json({"campaign": spec.name, "store": str(opened.root), "total": summary.total,
                            "skipped": summary.skipped, "ran": summary.ran, "repaired": summary.repaired,
                            "retried": summary.retried, "elsewhere": summary.elsewhere, "outcomes": summary.outcomes,
+                           "sizing": summary.sizing,
                            **scored.document(covered), "notes": notes,
                            "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
                            "errors": {kind: vars(found) for kind, found in summary.errors.items()},
@@ -220,6 +224,33 @@ def _check_errors(summary: CampaignSummary, cells: Sequence[CellTotals], allow_e
               for policy, (episodes, errors) in totals.items() if episodes and errors == episodes]
     if broken and not allow_errors:
         gate_failed(broken)
+
+
+def worker_count(workers: str, executor: str) -> tuple[bool, int]:
+    """(``--workers auto``?, the count to build the executor with): a whole number ≥ 1, or auto (local only)."""
+    if workers == "auto":
+        if executor != "local":
+            raise AssayError(f"--workers auto sizes local worker processes on this host; the {executor} executor "
+                             "takes a number (--workers N)")
+        from assay.run.autosize import usable_cores
+
+        return True, usable_cores()
+    if not workers.isdigit() or int(workers) < 1:
+        raise AssayError(f"--workers {workers!r} is not valid; valid: a whole number ≥ 1, or auto")
+    return False, int(workers)
+
+
+def _say_sizing(start: Any) -> Any:
+    """``on_start`` that first prints what ``auto`` chose, once (an adaptive campaign starts once a round)."""
+    said: list[bool] = []
+
+    def started(summary: CampaignSummary) -> None:
+        if summary.sizing is not None and not said:
+            render.err_console.print(summary.sizing["line"], highlight=False, soft_wrap=True)
+            said.append(True)
+        start(summary)
+
+    return started
 
 
 def fault_policy(spec: CampaignSpec, episode_timeout: float | None) -> FaultPolicy:

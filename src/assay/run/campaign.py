@@ -28,21 +28,23 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from assay.annotations import public_api
 from assay.errors import SpecError, UnsupportedError, located
 from assay.policies import check_policy_contract, check_supports, resolve_policy
 from assay.policies.remote import warn_capacity
 from assay.run.adaptive import Judge, run_rounds
+from assay.run.autosize import Sizing, size_run
 from assay.run.catalog_writer import CatalogWriter, CommitPolicy
-from assay.run.executors import Executor
+from assay.run.executors import Executor, SupportsWorkers
 from assay.run.leases import DEFAULT_LEASE_S, Leases
 from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.served import check_served_backends, check_simulators
 from assay.sim import TaskRegistry, default_registry, instruct, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
 from assay.spec import CampaignSpec, EpisodeJob, TaskSpec, Variant, batch_jobs, plan
+from assay.spec.campaign import DEFAULT_ENVS_PER_WORKER
 from assay.store import EpisodeRecord, Outcome, Store
 from assay.store.linked import linked_count
 
@@ -131,6 +133,7 @@ def run_campaign(
     verify_files: bool = False,
     commit: CommitPolicy | None = None,
     lease_s: float = DEFAULT_LEASE_S,
+    auto_workers: bool = False,
 ) -> CampaignSummary:
     """Run the campaign's pending jobs, holding the store's run lock shared: other runs on the same store, of
     this campaign or another, go on beside it, and job leases in the catalog keep each job to one driver
@@ -139,8 +142,14 @@ def run_campaign(
     An adaptive campaign (``adaptive:`` in its spec) runs in rounds judged by ``judge``
     (``assay.metrics.adaptive.judge_for(spec)``), see :mod:`assay.run.adaptive`. ``verify_files`` reads and
     checks every recorded step file before the resume (see the module docstring); ``commit`` sizes the
-    catalog's transactions (default :class:`~assay.run.catalog_writer.CommitPolicy`)."""
-    run = _Run(executor, on_start, on_record, retry_errors, verify_files, commit, lease_s)
+    catalog's transactions (default :class:`~assay.run.catalog_writer.CommitPolicy`). ``auto_workers`` (``--workers
+    auto``) lets a probe set a local executor's process count, as ``envs_per_worker: auto`` lets it choose the
+    environments (:mod:`assay.run.autosize`; once, before the first episode runs; the summary's ``sizing``)."""
+    if auto_workers and not isinstance(executor, SupportsWorkers):
+        name = getattr(type(executor), "name", type(executor).__name__)
+        raise UnsupportedError(f"--workers auto sizes local worker processes on this host; the {name} executor takes "
+                               "a number (--workers N)")
+    run = _Run(executor, on_start, on_record, retry_errors, verify_files, commit, lease_s, auto_workers)
     with store.run_lock(shared=True):
         if campaign.spec.adaptive is None:
             return _run_pending(campaign, store, run)
@@ -171,6 +180,27 @@ class _Run:
     verify_files: bool
     commit: CommitPolicy | None
     lease_s: float
+    auto_workers: bool = False
+    sized: dict[str, Sizing] = field(default_factory=dict)  # the probe's choice, kept for every adaptive round
+
+
+def _batch_size(campaign: CampaignPlan, pending: list[EpisodeJob], run: _Run, summary: CampaignSummary) -> int:
+    """The campaign's ``envs_per_worker``, or what the probe chooses for ``auto`` (and for ``--workers auto``,
+    which also sets the executor's processes); probed once per run, before any episode."""
+    asked = campaign.spec.envs_per_worker
+    if asked != "auto" and not run.auto_workers:
+        return asked
+    if "chosen" not in run.sized:
+        if not pending:
+            return DEFAULT_ENVS_PER_WORKER if asked == "auto" else asked
+        workers = None if run.auto_workers else (run.executor.workers if isinstance(run.executor, SupportsWorkers)
+                                                 else 1)
+        run.sized["chosen"] = size_run(pending, workers, None if asked == "auto" else asked)
+    sizing = run.sized["chosen"]
+    if run.auto_workers and isinstance(run.executor, SupportsWorkers):
+        run.executor.workers = sizing.workers
+    summary.sizing = sizing.to_dict() | {"line": sizing.describe()}
+    return sizing.envs_per_worker
 
 
 def _run_pending(campaign: CampaignPlan, store: Store, run: _Run, save_plan: bool = True) -> CampaignSummary:
@@ -183,9 +213,10 @@ def _run_pending(campaign: CampaignPlan, store: Store, run: _Run, save_plan: boo
     pending, repaired, retried = _resume(campaign, store, run)
     summary = CampaignSummary(spec.name, total=len(campaign.jobs), skipped=len(campaign.jobs) - len(pending),
                               repaired=repaired, retried=retried)
+    size = _batch_size(campaign, pending, run, summary)
     if run.on_start is not None:
         run.on_start(summary)
-    batches = batch_jobs(pending, spec.envs_per_worker)
+    batches = batch_jobs(pending, size)
     if pending and spec.simulators:  # the served simulators' handshake: before episode 1, never during
         check_simulators(spec.simulators, [t for t in campaign.tasks if t.backend in spec.simulators], spec.safety)
     _warn_capacity(campaign, run.executor, batches)
@@ -196,7 +227,7 @@ def _run_pending(campaign: CampaignPlan, store: Store, run: _Run, save_plan: boo
         writer.flush()  # this driver's rows are in before it waits for the others'
         left = [job for job in pending if job.key in leases.elsewhere]
         for taken in leases.wait_for_others(left):  # jobs whose driver died
-            for record in _claimed_run(run.executor, batch_jobs(taken, spec.envs_per_worker), leases):
+            for record in _claimed_run(run.executor, batch_jobs(taken, size), leases):
                 _count(summary, record, writer, run.on_record)
             writer.flush()
         if leases.finished_elsewhere:  # another campaign's driver ran them: link them to this campaign too

@@ -29,7 +29,7 @@ from enum import Enum
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from assay.annotations import developer_api, public_api
 from assay.errors import AssayError
@@ -87,6 +87,13 @@ class Executor(Protocol):
         campaign runner gives one) is called with each batch just before it first runs: run only the jobs it
         returns, and skip the batch when it returns none. An executor whose ``run`` takes no ``claim`` still
         works: the runner then claims every pending job before it calls ``run``."""
+
+
+@runtime_checkable
+class SupportsWorkers(Protocol):
+    """An executor whose process count may be set before it runs (``--workers auto``: the local executor)."""
+
+    workers: int
 
 
 def _root(store_root: str | Path) -> str | Path:

@@ -68,6 +68,7 @@ class CampaignSummary:
     elsewhere: int = 0  # pending episodes another driver on the same store ran meanwhile (job leases)
     outcomes: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
     errors: dict[str, ErrorCount] = field(default_factory=dict)  # this run's error episodes by reason (error_kind)
+    sizing: dict[str, Any] | None = None  # what --workers auto / envs_per_worker: auto chose (assay.run.autosize)
 
     def count_error(self, policy: str, reason: str) -> None:
         """One more ``error`` episode of ``policy`` ran now, for ``reason``."""

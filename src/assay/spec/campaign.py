@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -36,6 +36,7 @@ VariantRequest = dict[str, Any]
 # Fields that change how a campaign is executed, never what its episodes are: left out of its hash,
 # so changing them keeps the campaign (and the stores that hold it) the same campaign.
 EXECUTION_SETTINGS = {"episode_timeout_s", "storage", "simulators"}
+DEFAULT_ENVS_PER_WORKER = 4
 # Fields added later, left out of the hash and the dump when unset, so older campaigns hash as before.
 OPTIONAL_SETTINGS = ("adaptive", "video_fps", "preset", "storage", "prompt", "protocol", "trace", "simulators")
 
@@ -134,7 +135,11 @@ class CampaignSpec(BaseModel):
         default=None, description="the cameras every task renders (unset: each task's own; []: none at all)")
     horizon: int | None = Field(
         default=None, gt=0, strict=True, description="cap every task's horizon (a new task hash)")
-    envs_per_worker: int = Field(default=4, gt=0, le=256, strict=True)
+    envs_per_worker: Annotated[int, Field(gt=0, le=256, strict=True)] | Literal["auto"] = Field(
+        default=DEFAULT_ENVS_PER_WORKER,
+        description="environments each worker steps in lockstep per policy call; auto: a short probe of this host, "
+                    "backend and policy picks it when the campaign runs (assay.run.autosize). It never changes "
+                    "results, so auto hashes as the default")
     replan_every: int | None = Field(
         default=None, gt=0, le=10_000, strict=True,
         description="execute at most this many actions of each returned chunk before asking again (default: all)")
@@ -234,6 +239,13 @@ class CampaignSpec(BaseModel):
     def _clean_name(cls, name: Any) -> Any:
         return clean_name(name, "campaign name") if isinstance(name, str) else name
 
+    @field_validator("envs_per_worker", mode="before")
+    @classmethod
+    def _envs_per_worker(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 256):
+            return value
+        raise ValueError(f"envs_per_worker {value!r} is not valid; valid: a whole number 1-256, or auto")
+
     @field_validator("tasks", mode="before")
     @classmethod
     def _clean_tasks(cls, tasks: Any) -> Any:
@@ -261,6 +273,8 @@ class CampaignSpec(BaseModel):
         _drop_unset(data)  # unset, they hash as campaigns did before the settings existed
         # unset cameras hash as before ([] meant each task's own); an explicit [] (no camera) is another campaign
         data["cameras"] = "none" if data["cameras"] == [] else data["cameras"] or []
+        if data["envs_per_worker"] == "auto":  # chosen when it runs; batching never changes an episode
+            data["envs_per_worker"] = DEFAULT_ENVS_PER_WORKER
         return content_hash(data)
 
 

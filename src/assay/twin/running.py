@@ -12,7 +12,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from assay.errors import TwinError
 from assay.metrics.results_csv import RateEntry, entries_from_records
@@ -31,7 +31,7 @@ class TwinSettings:
     seed: int = 0
     horizon: int | None = None
     cameras: tuple[CameraSpec, ...] = ()
-    envs_per_worker: int = 4
+    envs_per_worker: int | Literal["auto"] = 4
 
 
 def unique_twins(twins: Sequence[Twin]) -> list[Twin]:

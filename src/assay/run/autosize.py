@@ -1,0 +1,202 @@
+"""``--workers auto`` and ``envs_per_worker: auto``: a short probe of this host, backend and policy picks them.
+
+The probe runs the first pending cell's own episodes, cut to :data:`PROBE_STEPS` steps, in this process through
+a :class:`~assay.run.worker.Worker` (the same builds, policy calls, recording and per-step work as a campaign;
+nothing is written to the store): first one environment twice (the second run is timed, the first pays the
+builds and any warm-up), then 2, 4, 8, ... environments in lockstep, until a doubling gains less than
+:data:`GAIN`, the cell has no more episodes, or the probe has spent :data:`PROBE_BUDGET_S`. Each point gives the
+seconds of one lockstep step with ``B`` environments, the seconds to build one more environment and the resident
+memory it added.
+
+The choice minimises the predicted wall time of the pending episodes over ``W`` worker processes (at most the
+cores this process may use: simulation and CPU inference are compute-bound, one process a core) and ``B``
+environments each::
+
+    time(W, B) = B * build + ceil(E / (W * B)) * H * step(B)
+
+with ``E`` the pending episodes and ``H`` their horizon (an upper bound: episodes that succeed stop early), and
+keeps ``W * B`` environments within :data:`MEMORY_SHARE` of the memory available now. A tie goes to fewer
+processes, then fewer environments. The grouping of episodes into batches never changes their results
+(:func:`assay.spec.batch_jobs`), so neither does the choice; it is printed with the figures it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from assay.spec import EpisodeJob, batch_jobs
+
+PROBE_STEPS = 30  # steps of each probe episode (the task's horizon, cut)
+GAIN = 1.05  # a doubling of the environments that raises steps/s by less than this ends the probe
+PROBE_BUDGET_S = 20.0  # the probe stops doubling once it has spent this long
+MAX_ENVS = 32  # the most environments a worker is probed with
+MEMORY_SHARE = 0.8  # of the memory available now, the most the chosen environments may take
+
+
+@dataclass(frozen=True)
+class ProbePoint:
+    """One probe: ``envs`` environments in lockstep; seconds a lockstep step took, seconds to build one more
+    environment, MiB one more environment took (None where the platform does not say)."""
+
+    envs: int
+    step_s: float
+    build_s: float
+    env_mib: float | None
+
+    @property
+    def steps_per_s(self) -> float:
+        """Environment steps a second of one worker with this many environments."""
+        return self.envs / self.step_s if self.step_s > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What ``auto`` chose: worker processes and environments per worker, and the figures it chose from."""
+
+    workers: int
+    envs_per_worker: int
+    cores: int
+    pending: int
+    horizon: int
+    points: tuple[ProbePoint, ...]
+    probe_s: float
+    predicted_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        """One line: the choice and why."""
+        probed = ", ".join(f"{p.envs} env{'s' if p.envs > 1 else ''} {p.steps_per_s:.0f} steps/s" for p in self.points)
+        build = f"; {self.points[0].build_s:.2f} s to build an environment" if self.points else ""
+        return (f"auto: {self.workers} worker{'s' if self.workers > 1 else ''} x {self.envs_per_worker} "
+                f"environment{'s' if self.envs_per_worker > 1 else ''} for {self.pending} episodes on {self.cores} "
+                f"core{'s' if self.cores > 1 else ''} (probe {self.probe_s:.1f} s: {probed or 'not run'}{build})")
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def available_mib() -> float | None:
+    """Memory available now (``MemAvailable`` of /proc/meminfo), MiB; None where the platform does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _rss_mib() -> float | None:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return None
+
+
+def _probe_cell(jobs: Sequence[EpisodeJob]) -> list[EpisodeJob]:
+    """The first job's cell, in order, each cut to :data:`PROBE_STEPS` steps."""
+    first = jobs[0]
+    cell = [j for j in jobs if j.cell == first.cell and j.task == first.task][:MAX_ENVS]
+    short = first.task.model_copy(update={"horizon": min(PROBE_STEPS, first.task.horizon)})
+    return [dataclasses.replace(j, task=short) for j in cell]
+
+
+def probe(jobs: Sequence[EpisodeJob], max_envs: int = MAX_ENVS) -> list[ProbePoint]:
+    """Time the first pending cell's episodes on 1, 2, 4, ... environments (the module docstring)."""
+    from assay.run.worker import Worker
+
+    cell = _probe_cell(jobs)
+    points: list[ProbePoint] = []
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="assay-probe-") as scratch:
+        worker = Worker(scratch)
+        try:
+            memory = _rss_mib()
+            worker.roll(cell[:1])  # builds the policy and one environment and warms both up
+            build_s, built, env_mib = time.perf_counter() - began, 1, _grown(memory, 1)
+            envs = 1
+            while envs <= min(max_envs, len(cell)):
+                memory, started = _rss_mib(), time.perf_counter()
+                recorders = worker.roll(cell[:envs])
+                elapsed = time.perf_counter() - started
+                setup = max((r.executor.get("setup_ms", 0.0) for r in recorders), default=0.0) / 1000.0
+                if envs > built:  # this roll built the new environments: their time and memory each
+                    build_s, env_mib, built = setup / (envs - built), _grown(memory, envs - built), envs
+                lockstep = max((r.steps for r in recorders), default=0)
+                points.append(ProbePoint(envs, max(elapsed - setup, 1e-9) / max(lockstep, 1), build_s, env_mib))
+                if len(points) > 1 and points[-1].steps_per_s < GAIN * points[-2].steps_per_s:
+                    break
+                if time.perf_counter() - began > PROBE_BUDGET_S:
+                    break
+                envs *= 2
+        finally:
+            worker.close()
+    if len(points) > 1:  # the first build also paid the imports and the policy, once per worker whatever B is
+        points[0] = dataclasses.replace(points[0], build_s=points[1].build_s)
+    return points
+
+
+def _grown(before: float | None, count: int) -> float | None:
+    """MiB the resident memory grew since ``before``, per one of ``count`` new environments."""
+    after = _rss_mib()
+    return None if before is None or after is None else max(0.0, after - before) / count
+
+
+def predicted_s(point: ProbePoint, workers: int, pending: Sequence[EpisodeJob], horizon: int) -> float:
+    """The wall time the module docstring's model predicts for ``pending`` on ``workers`` processes of
+    ``point.envs`` environments each (rounds of batches as :func:`assay.spec.batch_jobs` forms them)."""
+    rounds = math.ceil(len(batch_jobs(list(pending), point.envs)) / workers)
+    return point.envs * point.build_s + rounds * horizon * point.step_s
+
+
+def choose(points: Sequence[ProbePoint], pending: Sequence[EpisodeJob], horizon: int, cores: int,
+           workers: int | None = None, memory_mib: float | None = None) -> tuple[int, ProbePoint, float]:
+    """(workers, the probe point chosen, its predicted seconds): the least predicted wall time over the process
+    counts 1..``cores`` (or ``workers``, fixed) and the probed environment counts whose memory fits (the module
+    docstring); with none that fits, one process of the fewest environments probed."""
+    counts = [workers] if workers is not None else list(range(1, max(1, cores) + 1))
+
+    def fits(w: int, point: ProbePoint) -> bool:
+        unknown = memory_mib is None or point.env_mib is None
+        return unknown or w * point.envs * point.env_mib <= MEMORY_SHARE * memory_mib  # type: ignore[operator]
+
+    options = [(round(predicted_s(point, w, pending, horizon), 6), w, point.envs, point)
+               for point in points for w in counts if fits(w, point)]
+    best = min(options, key=lambda o: o[:3]) if options else (
+        round(predicted_s(points[0], counts[0], pending, horizon), 6), counts[0], points[0].envs, points[0])
+    return best[1], best[3], best[0]
+
+
+def size_run(pending: Sequence[EpisodeJob], workers: int | None, envs_per_worker: int | None,
+             cores: int | None = None) -> Sizing:
+    """Choose what is ``None`` of ``workers`` and ``envs_per_worker`` for ``pending`` on this host: the
+    environments by a probe; the processes alone (environments fixed) as one a core, no more than there are
+    batches, which the model above always prefers without one."""
+    cores = usable_cores() if cores is None else cores
+    horizon = max((j.task.horizon for j in pending), default=1)
+    if envs_per_worker is not None or not pending:
+        envs = envs_per_worker or 1
+        chosen = workers or max(1, min(cores, len(batch_jobs(list(pending), envs))))
+        return Sizing(chosen, envs, cores, len(pending), horizon, (), 0.0, None)
+    began = time.perf_counter()
+    points = probe(pending)
+    chosen, point, seconds = choose(points, pending, horizon, cores, workers, available_mib())
+    return Sizing(chosen, point.envs, cores, len(pending), horizon, tuple(points), time.perf_counter() - began,
+                  seconds)
