@@ -32,7 +32,7 @@ import numpy as np
 
 from assay.errors import AssayError
 from assay.metrics.paired import Equivalence, equivalence
-from assay.store import EpisodeRecord, Outcome, Store
+from assay.store import EpisodeRecord, Outcome, Store, step_matrix
 from assay.store.video import read_video, video_relpath
 
 DIFFERENT_PIXEL = 10  # /255: a pixel differs when a channel moves by more than this
@@ -150,8 +150,7 @@ def _trajectory(a: Store, b: Store, first: EpisodeRecord, second: EpisodeRecord)
     left, right = a.steps(first), b.steps(second)
     worst, divergence = [0.0, 0.0], None
     for i, column in enumerate(("observation.state", "action")):
-        x = np.asarray(left.column(column).to_pylist(), dtype=float)
-        y = np.asarray(right.column(column).to_pylist(), dtype=float)
+        x, y = step_matrix(left, column, np.float64), step_matrix(right, column, np.float64)
         steps = min(len(x), len(y))
         if len(x) != len(y):
             divergence = steps if divergence is None else min(divergence, steps)

@@ -46,7 +46,7 @@ from assay.run.observers import advanced
 from assay.sim import FACTORS, make_env, perturbed
 from assay.sim.factors import not_applicable
 from assay.spec import TaskSpec
-from assay.store import EpisodeRecord, Store
+from assay.store import EpisodeRecord, Store, step_matrix
 from assay.twin.config import Layer, Twin, layer_of
 from assay.twin.identifiability import intervals
 from assay.twin.search import PRUNE_EVALUATIONS, Optimum, Search, find, prune
@@ -103,15 +103,10 @@ def trajectories_from_store(store: Store, campaign: str, policy: str | None = No
         table = store.steps(record)
         trace = {name[len("trace."):]: table.column(name).to_numpy(zero_copy_only=False)
                  for name in table.column_names if name.startswith("trace.")}
-        out.append(Trajectory(record.seed, _matrix(table, "action"), _matrix(table, "observation.state"),
+        out.append(Trajectory(record.seed, step_matrix(table, "action"), step_matrix(table, "observation.state"),
                               record.policy_name, record.instruction,
                               dict(record.policy_spec), trace))
     return out
-
-
-def _matrix(table, name: str) -> np.ndarray:
-    column = table.column(name).combine_chunks()
-    return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), -1)
 
 
 class OpenLoopReplay:
