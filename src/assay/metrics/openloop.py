@@ -42,6 +42,7 @@ import numpy as np
 from assay.errors import AssayError, StoreError
 from assay.metrics.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, percentile_interval
 from assay.metrics.correlation import _rows, correlation
+from assay.serialize import DictMixin
 from assay.spec import derive_seed
 from assay.store import EpisodeRecord, Outcome, Store, step_matrix, write_blob
 
@@ -99,7 +100,7 @@ def r_squared(predicted: np.ndarray, recorded: np.ndarray) -> tuple[float | None
 
 
 @dataclass(frozen=True)
-class OpenLoopRow:
+class OpenLoopRow(DictMixin):
     """One (policy, task): action MSE and R² over every recorded step, and the per-episode errors."""
 
     policy: str
@@ -112,10 +113,6 @@ class OpenLoopRow:
     constant_dims: int
     clipped: bool = False  # actions clipped to the task's box before the error
     per_episode: tuple[tuple[int, float, int], ...] = ()  # (seed, summed squared error, values) per episode
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 Bounds = Mapping[str, tuple[float, float]]  # task id -> the action box (low, high)

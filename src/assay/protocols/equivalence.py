@@ -24,7 +24,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import numpy as np
 
 from assay.errors import AssayError
 from assay.metrics.paired import Equivalence, equivalence
+from assay.serialize import DictMixin
 from assay.store import EpisodeRecord, Outcome, Store, step_matrix
 from assay.store.video import read_video, video_relpath
 
@@ -94,7 +95,7 @@ def run_in(environment: Environment, run_args: Sequence[str], store: Path, worke
 
 
 @dataclass(frozen=True)
-class Trajectories:
+class Trajectories(DictMixin):
     """How the paired episodes' trajectories (and frames) differ between A and B."""
 
     pairs: int
@@ -105,10 +106,6 @@ class Trajectories:
     frames_compared: int = 0
     max_pixel: int = 0
     share_different: float = 0.0  # of the pixels compared, those more than DIFFERENT_PIXEL apart
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)

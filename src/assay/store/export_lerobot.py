@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from assay.errors import StoreError
+from assay.serialize import DictMixin
 from assay.store.columns import step_matrix
 from assay.store.records import EpisodeRecord
 from assay.store.store import Store
@@ -45,7 +46,7 @@ IMAGE_PREFIX = "observation.images."
 
 
 @dataclass(frozen=True)
-class ExportSummary:
+class ExportSummary(DictMixin):
     """What an export wrote: where, how many episodes, frames and tasks, at what fps, with which cameras."""
 
     path: str
@@ -54,10 +55,6 @@ class ExportSummary:
     tasks: int
     fps: int
     cameras: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, object]:
-        """The summary as a JSON-ready dict."""
-        return asdict(self)
 
 
 def _fps(records: list[EpisodeRecord], store: Store) -> int:
