@@ -17,7 +17,8 @@ EXPECTED = {
     "run_campaign", "success_interval", "campaign_from_data", "results_table", "make_executor",
 }
 
-# package -> the assay packages it may import (errors and the stability markers, annotations, are everyone's)
+# package -> the assay packages it may import (errors, the stability markers (annotations), lazy and the to_dict
+# mixin (serialize) are everyone's)
 ALLOWED = {
     "spec": set(),
     "sim": {"spec"},
@@ -52,7 +53,8 @@ def test_layers_import_one_way():
                 names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
                 for name in names:
                     parts = name.split(".")
-                    if parts[0] != "assay" or len(parts) < 2 or parts[1] in ("errors", "annotations", "lazy", package):
+                    if parts[0] != "assay" or len(parts) < 2 or parts[1] in ("errors", "annotations", "lazy", "serialize",
+                                                                              package):
                         continue
                     assert parts[1] in allowed, f"{path.relative_to(SRC)} imports assay.{parts[1]}"
 
@@ -138,7 +140,7 @@ def test_what_plugin_authors_build_on_carries_a_stability_marker():
 # Imports of another package's internal modules (``from assay.store.catalog import X`` in ``assay.cli``) rather than
 # its public ``__init__``: each is a coupling the owner cannot see. A ratchet: the count may only shrink; lower it
 # here when a change removes some (a change that adds one goes through the package's ``__init__`` instead).
-INTERNAL_IMPORTS_CEILING = 259
+INTERNAL_IMPORTS_CEILING = 258
 
 
 def _internal_imports() -> list[str]:
@@ -151,7 +153,7 @@ def _internal_imports() -> list[str]:
             for name in names:
                 parts = name.split(".")
                 if parts[0] == "assay" and len(parts) >= 3 and parts[1] not in (package, "errors", "annotations",
-                                                                                   "lazy"):
+                                                                                   "lazy", "serialize"):
                     found.append(f"{path.relative_to(SRC)}: {name}")
     return found
 

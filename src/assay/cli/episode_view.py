@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from assay.cli.render import console
-from assay.store import EpisodeRecord, Store, renderer_label, renderer_of
+from assay.store import EpisodeRecord, Store, renderer_label, renderer_of, step_matrix
 
 
 def episode_summary(store: Store, record: EpisodeRecord) -> dict[str, Any]:
@@ -21,8 +21,7 @@ def episode_summary(store: Store, record: EpisodeRecord) -> dict[str, Any]:
     for name in table.column_names:
         column = table.column(name).combine_chunks()
         if pa.types.is_fixed_size_list(column.type):
-            matrix = column.flatten().to_numpy().reshape(len(column), column.type.list_size)
-            norms = np.linalg.norm(matrix, axis=1)
+            norms = np.linalg.norm(step_matrix(table, name), axis=1)
             columns[name] = {"dims": column.type.list_size, "norm_first": float(norms[0]),
                              "norm_last": float(norms[-1])}
         elif pa.types.is_boolean(column.type):

@@ -42,7 +42,7 @@ from assay.failures.regression import HELDOUT_SUFFIX, Case, add_sets, load_set, 
 from assay.run import FaultPolicy, job_campaign, make_executor, phase, run_campaign
 from assay.sim import default_registry, resolve_variant
 from assay.spec import EpisodeJob, Pipeline, ResolvedPolicy, TaskSpec, Variant, content_hash, episode_key
-from assay.store import EpisodeRecord, Outcome, Store, run_lock
+from assay.store import EpisodeRecord, Outcome, Store, run_lock, step_matrix
 
 NO_EVENTS = ("backend {backend} records no per-step events, and categories are read from them "
              "(Meta-World and LIBERO record them)")
@@ -171,7 +171,7 @@ def _ponr_one(opened: Store, record: EpisodeRecord, demos: bool, budget: int | N
     phase(f"point of no return of episode {record.key[:12]} ({record.policy_name} on {record.task_id})")
     table = opened.steps(record)
     arrays = step_arrays(table)
-    actions = table.column("action").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(len(table), -1)
+    actions = step_matrix(table, "action")
     task = _task_of(opened, record)
     replayer = Replayer(
         task, Variant.model_validate(record.variant), safety=bool(run_settings(opened, record)["safety"]))

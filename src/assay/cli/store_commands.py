@@ -14,7 +14,7 @@ import typer
 from assay.cli import render
 from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, open_store, user_errors
 from assay.cli.lazy import subgroup
-from assay.store import EpisodeRecord, Outcome
+from assay.store import EpisodeRecord, Outcome, step_matrix
 from assay.store.store import summary_of
 from assay.store.validation import seal_problem
 
@@ -262,8 +262,8 @@ def episodes_replay(
             task = _task_of(opened, record)
         sealed = seal_problem(table.schema.metadata or {}, summary_of(record))
         n = len(table)
-        states = table.column("observation.state").combine_chunks().flatten().to_numpy().reshape(n, -1)
-        actions = table.column("action").combine_chunks().flatten().to_numpy().reshape(n, -1)
+        states = step_matrix(table, "observation.state")
+        actions = step_matrix(table, "action")
         rewards = table.column("reward").to_numpy()
         replayer = Replayer(task, Variant.model_validate(record.variant))
         if record.provenance.get("run", {}).get("safety"):

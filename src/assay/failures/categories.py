@@ -48,7 +48,7 @@ import numpy as np
 
 from assay.spec.libero_catalog import SUITES, libero_entry
 from assay.spec.metaworld_catalog import METAWORLD_TASKS
-from assay.store import EpisodeRecord, Outcome
+from assay.store import EpisodeRecord, Outcome, step_matrix
 
 STALL_STEPS = 40  # the last this many steps ...
 STALL_HAND_M = 0.01  # ... moved the hand less than this (range per axis) ...
@@ -314,12 +314,9 @@ def step_arrays(table: Any) -> dict[str, np.ndarray]:
     for name in wanted:
         if name not in table.column_names:
             continue
-        column = table.column(name).combine_chunks()
-        if name == "observation.state":
-            width = column.type.list_size
-            out[name] = column.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-        elif name.startswith("trace.") and not (pa_types.is_floating(column.type) or pa_types.is_integer(column.type)):
-            out[name] = np.asarray(column.to_pylist(), dtype=object)
+        kind = table.schema.field(name).type
+        if name.startswith("trace.") and not (pa_types.is_floating(kind) or pa_types.is_integer(kind)):
+            out[name] = np.asarray(table.column(name).to_pylist(), dtype=object)
         else:
-            out[name] = column.to_numpy(zero_copy_only=False)
+            out[name] = step_matrix(table, name)
     return out

@@ -33,13 +33,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from assay.errors import AssayError
 from assay.failures.replay import Replayer
+from assay.serialize import DictMixin
 from assay.store import write_blob
 from assay.store.roots import Root
 
@@ -47,7 +48,7 @@ DEFAULT_PROBES = 12  # bracket: about this many evenly spaced probes before refi
 
 
 @dataclass(frozen=True)
-class PointOfNoReturn:
+class PointOfNoReturn(DictMixin):
     """A failed episode's point of no return: the last recorded step the reference policy still recovers from."""
 
     key: str
@@ -65,10 +66,6 @@ class PointOfNoReturn:
     verified: bool | None = None  # the replay reproduced the recording
     mismatch: str | None = None  # why not, when it did not
     probes: dict[str, float] = field(default_factory=dict)  # t -> share of draws that succeeded
-
-    def to_dict(self) -> dict[str, object]:
-        """The result as a JSON-ready dict (one file per episode under ``STORE/failures/ponr/``)."""
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> PointOfNoReturn:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.store import REQUIRED_COLUMNS, EpisodeRecord, Store
+from assay.store import REQUIRED_COLUMNS, EpisodeRecord, Store, step_matrix
 from assay.store.aggregates import safety_totals
 
 SAFETY_KINDS = ("nan", "limit", "workspace")
@@ -64,9 +64,7 @@ def quality_gate(trajectories: dict[str, Any], jitter_threshold: float = 0.5) ->
         if missing:
             dropped[name] = f"missing field(s): {', '.join(missing)}"
             continue
-        width = table.schema.field("action").type.list_size
-        actions = table.column("action").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-        states = table.column("observation.state").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        actions, states = step_matrix(table, "action"), step_matrix(table, "observation.state")
         unstable = "info.unstable" in table.column_names and np.nansum(table.column("info.unstable").to_numpy()) > 0
         if unstable or not (np.all(np.isfinite(actions)) and np.all(np.isfinite(states))):
             dropped[name] = "unstable: non-finite values or a simulator instability event"

@@ -37,6 +37,7 @@ from assay.policies.bc import CHECKPOINT_FORMAT, build_network, checkpoint_versi
 from assay.policies.features import ActionHead, InputFeatures
 from assay.policies.mlp import import_torch
 from assay.run.observers import advanced
+from assay.serialize import DictMixin
 from assay.spec.state_layout import StateLayout, backend_of, environment_layout, state_layout
 from assay.store import write_blob
 
@@ -64,7 +65,7 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
-class TrainResult:
+class TrainResult(DictMixin):
     """A trained checkpoint: where it is, its content version, and what it was trained on."""
 
     path: str
@@ -73,10 +74,6 @@ class TrainResult:
     frames: int
     tasks: tuple[str, ...]
     final_loss: float
-
-    def to_dict(self) -> dict[str, object]:
-        """The result as a JSON-ready dict."""
-        return asdict(self)
 
 
 @contextmanager

@@ -23,8 +23,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from assay.errors import DataQueryError
-from assay.metrics.openloop import column_matrix
-from assay.store import EpisodeRecord, Store, check_step_format
+from assay.store import EpisodeRecord, Store, check_step_format, step_matrix
 
 ENVIRONMENT_COLUMN = "observation.environment_state"
 QUERY_KEYS = ("campaign", "task", "policy", "outcome", "demos")
@@ -92,10 +91,10 @@ class Demo:
 def episode_demo(store: Store, record: EpisodeRecord) -> Demo:
     """A stored episode's states and actions as a demo."""
     table = store.steps(record)
-    environment = (column_matrix(table, ENVIRONMENT_COLUMN, record.key)
+    environment = (step_matrix(table, ENVIRONMENT_COLUMN, np.float64)
                    if ENVIRONMENT_COLUMN in table.column_names else None)
     return Demo(record.key, record.task_id, record.task_hash, record.variant_key, record.seed, "episode",
-                column_matrix(table, "observation.state", record.key), column_matrix(table, "action", record.key),
+                step_matrix(table, "observation.state", np.float64), step_matrix(table, "action", np.float64),
                 record.instruction, environment=environment)
 
 
@@ -110,7 +109,7 @@ def recovery_demo(store: Store, path: Path) -> Demo:
     record = store.catalog.episode(source)
     relpath = str(path.relative_to(store.root)) if path.is_relative_to(store.root) else str(path)
     return Demo(relpath, record.task_id, record.task_hash, record.variant_key, record.seed, "recovery",
-                column_matrix(table, "observation.state", relpath), column_matrix(table, "action", relpath),
+                step_matrix(table, "observation.state", np.float64), step_matrix(table, "action", np.float64),
                 record.instruction)
 
 

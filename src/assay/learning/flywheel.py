@@ -31,7 +31,7 @@ from assay.learning.leakage import contaminated
 from assay.learning.runs import DEMO_SEED, EVAL_SEED, PROBE_SEED, Score, bc_spec, run_grid, score
 from assay.metrics import mcnemar_exact
 from assay.spec import PolicySpec, content_hash
-from assay.store import EpisodeRecord, Outcome, Store
+from assay.store import EpisodeRecord, Outcome, Store, step_matrix
 
 
 @dataclass(frozen=True)
@@ -126,10 +126,8 @@ def mine_recovery(
         searched += 1
         replayer = replayers.for_record(record)
         table = store.steps(record)
-        flat = table.column("action").combine_chunks().flatten()
-        actions = np.asarray(flat, dtype=np.float64).reshape(len(table), -1)
-        states = np.asarray(table.column("observation.state").combine_chunks().flatten(),
-                            dtype=np.float64).reshape(len(table), -1)
+        actions = step_matrix(table, "action", np.float64)
+        states = step_matrix(table, "observation.state", np.float64)
         ponr = find_ponr(replayer, record.key, record.seed, actions, record.instruction, states=states)
         per_failure.append(
             recovery_demos(replayer, store.root, ponr, record.seed, actions, instruction=record.instruction))

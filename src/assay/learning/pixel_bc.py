@@ -50,6 +50,7 @@ from assay.policies.bc import checkpoint_version
 from assay.policies.features import ActionHead, InputFeatures
 from assay.policies.mlp import import_torch
 from assay.policies.pixel_bc import PIXEL_FORMAT, build_pixel_network, proprio_layout, proprio_of, to_tensor_images
+from assay.serialize import DictMixin
 from assay.store import Store, read_video, video_relpath
 
 AUGMENTATIONS = ("none", "shift")
@@ -94,7 +95,7 @@ class PixelTrainConfig:
 
 
 @dataclass(frozen=True)
-class PixelTrainResult:
+class PixelTrainResult(DictMixin):
     """What training wrote: the checkpoint, its version, the data it saw and the final loss."""
     path: str
     version: str
@@ -102,10 +103,6 @@ class PixelTrainResult:
     frames: int
     tasks: tuple[str, ...]
     final_loss: float
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for ``--json``."""
-        return asdict(self)
 
 
 def demo_frames(store: Store, demo: Demo, camera: str) -> np.ndarray:

@@ -42,17 +42,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import gammaln
 from scipy.stats import binom, norm
 
 from assay.errors import AssayError
+from assay.serialize import DictMixin
 
 
 @dataclass(frozen=True)
-class Budget:
+class Budget(DictMixin):
     """The episodes per cell a comparison needs for a power at a level, with the settings and formula that gave it."""
 
     episodes_per_cell: int
@@ -68,10 +69,6 @@ class Budget:
     test: str = "exact"  # exact: n for the exact test compare runs; approx: the normal-approximation formula
     approx_episodes: int | None = None  # the formula's n (z test / Connor), for comparison
     achieved_power: float | None = None  # exact power of the exact test at episodes_per_cell
-
-    def to_dict(self) -> dict[str, object]:
-        """The budget as a JSON-ready dict."""
-        return asdict(self)
 
 
 def _unpaired(p1: float, p2: float, z_alpha: float, z_power: float) -> float:

@@ -51,7 +51,7 @@ is defined from 2 policies (one pair that is ordered right or not) and averaged 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import kendalltau, pearsonr, rankdata
@@ -60,6 +60,7 @@ from assay.errors import AssayError, ResultsCsvError
 from assay.metrics.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, check_settings, generator, percentile_interval
 from assay.metrics.correlation_checks import Checks, fisher_interval, leverage, permutation_p
 from assay.metrics.results_csv import RateEntry
+from assay.serialize import DictMixin
 
 STATISTICS = ("pearson", "spearman", "kendall", "mmrv")
 COEFFICIENTS = ("pearson", "spearman", "kendall")  # ±1 by construction at two policies
@@ -189,7 +190,7 @@ class TaskCorrelation:
 
 
 @dataclass(frozen=True)
-class CorrelationReport:
+class CorrelationReport(DictMixin):
     """A correlate run: each task's correlations, their averages over tasks, and the cells that had no reference."""
 
     labels: tuple[str, str]
@@ -202,10 +203,6 @@ class CorrelationReport:
     seed: int
     mmrv_convention: MmrvConvention = SIMPLER
     left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # statistic -> task -> why not averaged
-
-    def to_dict(self) -> dict[str, object]:
-        """The report as a JSON-ready dict."""
-        return asdict(self)
 
 
 Aligned = list[tuple[str, str, list[tuple[RateEntry, RateEntry]]]]

@@ -25,10 +25,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import norm
+
+from assay.serialize import DictMixin
 
 EXACT_UP_TO = 9
 DEFAULT_PERMUTATIONS = 100_000
@@ -43,7 +45,7 @@ class Leverage:
 
 
 @dataclass(frozen=True)
-class Checks:
+class Checks(DictMixin):
     """What limits one task's correlation: k, Fisher-z interval, leverage, permutation p and its floor."""
     k: int
     fisher_low: float | None
@@ -54,10 +56,6 @@ class Checks:
     permutation_p: float | None
     permutation_floor: float | None  # 1 / k!
     permutation_mode: str  # "exact", "sampled" or "undefined: ..."
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 def fisher_interval(r: float | None, k: int, confidence: float = 0.95) -> tuple[float | None, float | None, str | None]:

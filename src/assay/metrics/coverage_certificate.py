@@ -33,7 +33,7 @@ dependence of paired outcomes): those are searched on fine grids, not certified 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -42,6 +42,7 @@ from scipy import special, stats
 from assay.errors import AssayError
 from assay.metrics.intervals import retention_interval
 from assay.metrics.rates import INTERVAL_METHODS, success_interval
+from assay.serialize import DictMixin
 
 MAX_N = 50
 BELOW = 0.93  # an interval whose infimum falls below this is flagged where it is printed
@@ -59,7 +60,7 @@ MOVER_SEARCHED: tuple[float, ...] = (0.0000, 0.3590, 0.6874, 0.8311, 0.8834, 0.8
 
 
 @dataclass(frozen=True)
-class Certificate:
+class Certificate(DictMixin):
     """One interval at one n: its coverage's infimum over p (and a p at which it is approached) and mean."""
 
     method: str
@@ -67,10 +68,6 @@ class Certificate:
     minimum: float
     at: float  # the breakpoint whose one-sided limit is the infimum
     mean: float  # over p uniform on [0, 1]
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 def certify_ends(low: np.ndarray, high: np.ndarray) -> tuple[float, float, float]:

@@ -37,6 +37,7 @@ from assay.metrics.bootstrap import check_settings
 from assay.metrics.outcomes import OutcomeGrid
 from assay.metrics.ranking import competition_ranks
 from assay.metrics.results_csv import RateEntry
+from assay.serialize import DictMixin
 
 MODELS = ("irt", "bt")
 TIE_DIGITS = 6  # scores equal to 1e-6 share a rank
@@ -169,7 +170,7 @@ def model_scores(model: str, counts: Counts, tables: list[np.ndarray] | None = N
 
 
 @dataclass(frozen=True)
-class ModelRow:
+class ModelRow(DictMixin):
     """One policy on a model leaderboard, with the plain average beside it."""
 
     policy: str
@@ -187,11 +188,6 @@ class ModelRow:
         if self.rank is None:
             return "-"
         return str(self.rank) if self.rank_low == self.rank_high else f"{self.rank} [{self.rank_low}–{self.rank_high}]"
-
-    def to_dict(self) -> dict[str, object]:
-
-        """A JSON-ready dict of every field."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,19 @@ is Spearman's ρ between each method's scores and the true θ: the plain average
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import special, stats
 
 from assay.metrics.irt import Counts, average_scores, fit_bt, fit_irt, paired_wins
+from assay.serialize import DictMixin
 
 MISSING = ("random", "informative")
 
 
 @dataclass(frozen=True)
-class RankRecovery:
+class RankRecovery(DictMixin):
     """Mean (and lowest) Spearman ρ to the truth over replicates, per method."""
 
     policies: int
@@ -40,11 +41,6 @@ class RankRecovery:
     average_min: float
     irt_min: float
     bt_min: float
-
-    def to_dict(self) -> dict[str, object]:
-
-        """A JSON-ready dict of every field."""
-        return asdict(self)
 
 
 def _leaderboard(rng: np.random.Generator, policies: int, tasks: int, coverage: float, episodes: int, missing: str,

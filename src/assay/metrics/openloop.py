@@ -36,15 +36,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 
 from assay.errors import AssayError, StoreError
 from assay.metrics.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, percentile_interval
 from assay.metrics.correlation import _rows, correlation
+from assay.serialize import DictMixin
 from assay.spec import derive_seed
-from assay.store import EpisodeRecord, Outcome, Store, write_blob
+from assay.store import EpisodeRecord, Outcome, Store, step_matrix, write_blob
 
 
 @dataclass(frozen=True)
@@ -62,16 +62,6 @@ class Trajectory:
 Predictor = Callable[[Sequence[Trajectory]], list[np.ndarray]]
 
 
-def column_matrix(table: Any, column: str, key: str) -> np.ndarray:
-    """A fixed-size list column of an episode's step table as a float64 ``(steps, width)`` array."""
-    names = table.column_names  # a pyarrow Table (pyarrow is not followed by mypy)
-    if column not in names:
-        raise AssayError(f"episode {key[:12]} has no column {column!r}; open-loop needs observation.state and action")
-    chunked = table.column(column).combine_chunks()
-    width = chunked.type.list_size
-    return np.asarray(chunked.flatten(), dtype=np.float64).reshape(len(chunked), width)
-
-
 def load_trajectories(store: Store, records: Sequence[EpisodeRecord], cameras: Sequence[str] = ()) -> list[Trajectory]:
     """Recorded observations and actions of every record that has step data (checksums verified), with the
     recorded frames of ``cameras`` (for pixel policies; a camera the episode did not record is left out)."""
@@ -82,12 +72,12 @@ def load_trajectories(store: Store, records: Sequence[EpisodeRecord], cameras: S
         if record.data_path is None:
             continue
         table = store.steps(record)
-        actions = column_matrix(table, "action", record.key)
+        actions = step_matrix(table, "action", np.float64)
         frames = {camera: step_frames(store.data_root, record.key, camera, len(actions))
                   for camera in cameras if store.files.exists(video_relpath(record.key, camera))}
-        environment = (column_matrix(table, "observation.environment_state", record.key)
+        environment = (step_matrix(table, "observation.environment_state", np.float64)
                        if "observation.environment_state" in table.column_names else None)
-        out.append(Trajectory(record, column_matrix(table, "observation.state", record.key), actions, frames,
+        out.append(Trajectory(record, step_matrix(table, "observation.state", np.float64), actions, frames,
                               environment))
     return out
 
@@ -110,7 +100,7 @@ def r_squared(predicted: np.ndarray, recorded: np.ndarray) -> tuple[float | None
 
 
 @dataclass(frozen=True)
-class OpenLoopRow:
+class OpenLoopRow(DictMixin):
     """One (policy, task): action MSE and R² over every recorded step, and the per-episode errors."""
 
     policy: str
@@ -123,10 +113,6 @@ class OpenLoopRow:
     constant_dims: int
     clipped: bool = False  # actions clipped to the task's box before the error
     per_episode: tuple[tuple[int, float, int], ...] = ()  # (seed, summed squared error, values) per episode
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 Bounds = Mapping[str, tuple[float, float]]  # task id -> the action box (low, high)

@@ -32,7 +32,7 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -40,6 +40,7 @@ from scipy import stats
 from assay.errors import AssayError
 from assay.metrics.intervals import DRAWS, central, mean_rate_interval, rate_draws
 from assay.metrics.rates import DEFAULT_INTERVAL, GROUP_FIELDS, METHOD_NAMES, success_interval, totals_of
+from assay.serialize import DictMixin
 from assay.store import EpisodeRecord
 from assay.store.aggregates import CellTotals
 
@@ -47,7 +48,7 @@ MAX_K = 1000
 
 
 @dataclass(frozen=True)
-class PassK:
+class PassK(DictMixin):
     """pass^k of one cell: the unbiased estimate C(c, k)/C(n, k) and the interval [L^k, U^k]."""
 
     k: int
@@ -65,14 +66,9 @@ class PassK:
         """``C(c,k)/C(n,k)`` unreduced, e.g. ``10/56``; ``-`` when undefined."""
         return "-" if self.numerator is None else f"{self.numerator}/{self.denominator}"
 
-    def to_dict(self) -> dict[str, object]:
-
-        """A JSON-ready dict of every field."""
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class PolicyPassK:
+class PolicyPassK(DictMixin):
     """pass^k of one policy: the mean over its tasks of the per-task estimates, with an interval of draws."""
 
     policy: str
@@ -83,11 +79,6 @@ class PolicyPassK:
     ci_high: float | None
     reason: str | None = None
     variant: str | None = None  # set when the table shows each variant separately: the policy under this variant
-
-    def to_dict(self) -> dict[str, object]:
-
-        """A JSON-ready dict of every field."""
-        return asdict(self)
 
 
 def check_k(k: int) -> None:

@@ -22,29 +22,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import betaln, logsumexp
 from scipy.stats import beta as beta_dist
 
 from assay.errors import AssayError
+from assay.serialize import DictMixin
 
 DEFAULT_DRAWS = 20000
 
 
 @dataclass(frozen=True)
-class Posterior:
+class Posterior(DictMixin):
     """A cell's Beta posterior: mean and central credible interval."""
     successes: int
     trials: int
     mean: float
     low: float  # central credible interval
     high: float
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 def _check(successes: int, trials: int) -> None:
@@ -79,16 +76,12 @@ def prob_greater(successes_a: int, trials_a: int, successes_b: int, trials_b: in
 
 
 @dataclass(frozen=True)
-class PosteriorComparison:
+class PosteriorComparison(DictMixin):
     """P(θ_A > θ_B) per task and for the suite mean."""
     per_task: dict[str, float]  # P(θ_A > θ_B) per task
     suite: float  # P(mean over tasks of θ_A > that of θ_B)
     draws: int
     seed: int
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 def posterior_comparison(counts: Mapping[str, tuple[int, int, int, int]], draws: int = DEFAULT_DRAWS,

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from assay.metrics.ppi import DRAWS, PairedCounts, estimate_real
+from assay.serialize import DictMixin
 
 
 @dataclass(frozen=True)
-class PpiCoverage:
+class PpiCoverage(DictMixin):
     """Realised coverage and mean width of each interval on one grid point."""
 
     rates: tuple[float, ...]  # real success rate per policy
@@ -42,11 +43,6 @@ class PpiCoverage:
     classical_width: float
     clt_width: float
     effective_real_trials: float  # n·(mean classical width / mean PPI width)²
-
-    def to_dict(self) -> dict[str, object]:
-
-        """A JSON-ready dict of every field."""
-        return asdict(self)
 
 
 def joint_table(sim_rate: float, real_rate: float, rho: float) -> tuple[float, float]:

@@ -26,7 +26,7 @@ with ``score=None`` and left out of ranks and probabilities.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,10 +41,11 @@ from assay.metrics.bootstrap import (
 )
 from assay.metrics.intervals import mean_rate_interval
 from assay.metrics.outcomes import OutcomeGrid
+from assay.serialize import DictMixin
 
 
 @dataclass(frozen=True)
-class LeaderboardRow:
+class LeaderboardRow(DictMixin):
     """One policy's leaderboard line: mean success over tasks, its interval, and its rank with the rank's interval."""
 
     policy: str
@@ -64,10 +65,6 @@ class LeaderboardRow:
         if self.rank is None:
             return "-"
         return str(self.rank) if self.rank_low == self.rank_high else f"{self.rank} [{self.rank_low}–{self.rank_high}]"
-
-    def to_dict(self) -> dict[str, object]:
-        """The row as a JSON-ready dict."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from assay.errors import AssayError
+from assay.serialize import DictMixin
 from assay.store import EpisodeRecord, Outcome
 from assay.store.aggregates import CellTotals
 
@@ -105,7 +106,7 @@ def return_interval(values: Sequence[float], confidence: float = 0.95) -> Interv
 
 
 @dataclass(frozen=True)
-class RateRow:
+class RateRow(DictMixin):
     """One group's episode counts by outcome, its success rate and the rate's interval."""
 
     group: dict[str, str]
@@ -122,10 +123,6 @@ class RateRow:
     mean_steps: float | None
     return_ci_low: float | None = None  # Student-t interval of the mean return (the endpoint of tasks
     return_ci_high: float | None = None  # without a success signal); None below two scored episodes
-
-    def to_dict(self) -> dict[str, object]:
-        """The row as a JSON-ready dict."""
-        return asdict(self)
 
 
 def totals_of(records: Iterable[EpisodeRecord]) -> list[CellTotals]:

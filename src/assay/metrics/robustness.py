@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from assay.errors import AssayError
 from assay.metrics.comparisons import mcnemar_exact
 from assay.metrics.intervals import retention_interval
 from assay.metrics.outcomes import patterns_of
+from assay.serialize import DictMixin
 from assay.spec.libero_catalog import plus_category
 from assay.store import Catalog, EpisodeRecord, Outcome
 from assay.store.aggregates import (
@@ -46,7 +47,7 @@ from assay.store.aggregates import (
 
 
 @dataclass(frozen=True)
-class RetentionRow:
+class RetentionRow(DictMixin):
     """One policy's retention under one variant, on the seeds both nominal and the variant ran."""
 
     policy: str
@@ -62,10 +63,6 @@ class RetentionRow:
     only_nominal: int  # discordant: succeeded at nominal, failed under the variant
     only_variant: int
     p_value: float
-
-    def to_dict(self) -> dict[str, object]:
-        """The row as a JSON-ready dict."""
-        return asdict(self)
 
 
 def _axis(variant: dict[str, Any], conflict: bool) -> str:
@@ -159,7 +156,7 @@ def stored_retention(catalog: Catalog, campaign: str, totals: Iterable[CellTotal
 
 
 @dataclass(frozen=True)
-class AxisProfile:
+class AxisProfile(DictMixin):
     """One policy's pooled retention on one perturbation axis, and the variant that hurts it most."""
 
     policy: str
@@ -169,10 +166,6 @@ class AxisProfile:
     retention: float | None  # pooled over every level of every factor on the axis
     worst_variant: str | None
     worst_retention: float | None
-
-    def to_dict(self) -> dict[str, object]:
-        """The profile as a JSON-ready dict."""
-        return asdict(self)
 
 
 def robustness_profile(rows: Iterable[RetentionRow]) -> list[AxisProfile]:
@@ -192,7 +185,7 @@ def robustness_profile(rows: Iterable[RetentionRow]) -> list[AxisProfile]:
 
 
 @dataclass(frozen=True)
-class CategoryProfile:
+class CategoryProfile(DictMixin):
     """One policy's retention pooled over a LIBERO-Plus category's variants, with its interval and worst variant."""
 
     policy: str
@@ -206,10 +199,6 @@ class CategoryProfile:
     ci_high: float | None
     worst_variant: str | None
     worst_retention: float | None
-
-    def to_dict(self) -> dict[str, object]:
-        """The row as JSON-ready fields."""
-        return asdict(self)
 
 
 def category_profile(rows: Iterable[RetentionRow], confidence: float = 0.95,

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from assay.metrics.rates import success_interval
+from assay.serialize import DictMixin
 from assay.store import EpisodeRecord, Outcome
 
 
 @dataclass(frozen=True)
-class RoutingRow:
+class RoutingRow(DictMixin):
     """Routing of one (policy, task, variant) cell."""
 
     policy: str
@@ -34,10 +35,6 @@ class RoutingRow:
     success_when_correct: float | None
     success_when_misrouted: float | None
     misrouted_to: dict[str, int]  # chosen skill -> episodes
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 def task_skill(task_id: str) -> str:

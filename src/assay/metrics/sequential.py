@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -65,6 +65,7 @@ from scipy.special import betaln
 
 from assay.errors import AssayError
 from assay.metrics.budget import episode_budget
+from assay.serialize import DictMixin
 
 METHODS = ("mixture", "lattice")
 GRID = 201  # candidate means for the betting confidence sequence (step 1/200)
@@ -310,7 +311,7 @@ BUDGET = "budget reached"
 
 
 @dataclass(frozen=True)
-class SequentialComparison:
+class SequentialComparison(DictMixin):
     """Where and why a sequential paired comparison stopped, with its anytime-valid figures."""
     pairs: int  # pairs used when it stopped
     reason: str
@@ -322,10 +323,6 @@ class SequentialComparison:
     b_only: int
     method: str
     fixed_n: int  # pairs of the fixed-n McNemar design of the same alpha, power, delta
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 def fixed_n_pairs(alpha: float, power: float, delta: float) -> int:

@@ -14,7 +14,7 @@ vectorized rule and ``compare_stop`` stop at the same look on the same draws.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,10 +26,11 @@ from assay.metrics.sequential import (
     mean_cs_path,
     mixture_log_e,
 )
+from assay.serialize import DictMixin
 
 
 @dataclass(frozen=True)
-class SimulatedDesign:
+class SimulatedDesign(DictMixin):
     """Operating characteristics of one (p_A, p_B) point over many simulated campaigns."""
     p_a: float
     p_b: float
@@ -42,10 +43,6 @@ class SimulatedDesign:
     mean_pairs: float
     fixed_n: int
     saved: float  # 1 − mean_pairs / fixed_n
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 def draw_pairs(p_a: float, p_b: float, campaigns: int, max_pairs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ Beta-distributed scores with known means (no simulator).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from assay.metrics.sequential import (
     mean_cs_path,
     mean_p_path,
 )
+from assay.serialize import DictMixin
 
 SCORE_METHOD = "betting"
 
@@ -80,7 +81,7 @@ def scores_compare_stop(a: Sequence[float], b: Sequence[float], *, alpha: float 
 
 
 @dataclass(frozen=True)
-class SimulatedScores:
+class SimulatedScores(DictMixin):
     """Operating characteristics of the score rule at one (mean A, mean B) over many simulated campaigns."""
     mean_a: float
     mean_b: float
@@ -93,10 +94,6 @@ class SimulatedScores:
     mean_pairs: float
     fixed_n: int
     saved: float
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 def draw_scores(mean_a: float, mean_b: float, campaigns: int, max_pairs: int, seed: int,

@@ -9,11 +9,12 @@ figures on the suite scores (mean over the common tasks of each policy's rates).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TypedDict
 
 from assay.metrics.correlation import STATISTICS, CorrelationReport, correlate, correlation
 from assay.metrics.results_csv import RateEntry
+from assay.serialize import DictMixin
 
 
 class SuiteStatistic(TypedDict):
@@ -24,7 +25,7 @@ class SuiteStatistic(TypedDict):
 
 
 @dataclass(frozen=True)
-class Stability:
+class Stability(DictMixin):
     """The correlation report with the suite-level correlation over the policies common to every task."""
 
     report: CorrelationReport
@@ -32,10 +33,6 @@ class Stability:
     suite_reference: tuple[float, ...]
     suite_other: tuple[float, ...]
     suite: dict[str, SuiteStatistic]  # statistic -> its value or the reason it has none
-
-    def to_dict(self) -> dict[str, object]:
-        """The stability result as a JSON-ready dict."""
-        return asdict(self)
 
 
 def stability(reference: Sequence[RateEntry], other: Sequence[RateEntry], labels: tuple[str, str],

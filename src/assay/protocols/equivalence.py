@@ -24,7 +24,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,8 @@ import numpy as np
 
 from assay.errors import AssayError
 from assay.metrics.paired import Equivalence, equivalence
-from assay.store import EpisodeRecord, Outcome, Store
+from assay.serialize import DictMixin
+from assay.store import EpisodeRecord, Outcome, Store, step_matrix
 from assay.store.video import read_video, video_relpath
 
 DIFFERENT_PIXEL = 10  # /255: a pixel differs when a channel moves by more than this
@@ -94,7 +95,7 @@ def run_in(environment: Environment, run_args: Sequence[str], store: Path, worke
 
 
 @dataclass(frozen=True)
-class Trajectories:
+class Trajectories(DictMixin):
     """How the paired episodes' trajectories (and frames) differ between A and B."""
 
     pairs: int
@@ -105,10 +106,6 @@ class Trajectories:
     frames_compared: int = 0
     max_pixel: int = 0
     share_different: float = 0.0  # of the pixels compared, those more than DIFFERENT_PIXEL apart
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -150,8 +147,7 @@ def _trajectory(a: Store, b: Store, first: EpisodeRecord, second: EpisodeRecord)
     left, right = a.steps(first), b.steps(second)
     worst, divergence = [0.0, 0.0], None
     for i, column in enumerate(("observation.state", "action")):
-        x = np.asarray(left.column(column).to_pylist(), dtype=float)
-        y = np.asarray(right.column(column).to_pylist(), dtype=float)
+        x, y = step_matrix(left, column, np.float64), step_matrix(right, column, np.float64)
         steps = min(len(x), len(y))
         if len(x) != len(y):
             divergence = steps if divergence is None else min(divergence, steps)

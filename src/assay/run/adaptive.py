@@ -35,7 +35,7 @@ import numpy as np
 from assay.errors import SpecError
 from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.spec import EpisodeJob
-from assay.store import Outcome, Store, read_episode, write_blob
+from assay.store import Outcome, Store, read_episode, step_matrix, write_blob
 
 ADAPTIVE_FILE = "adaptive.json"
 Cell = tuple[str, str, str]  # (policy, task id, variant key)
@@ -84,8 +84,7 @@ def progress_score(store: Store, job: EpisodeJob, found: tuple[str, str | None, 
     if data_path is None:
         raise SpecError(f"episode {job.key[:12]} of {job.task.id} has no step data to read its progress from")
     table = read_episode(store.data_root, data_path, sha, key=job.key)
-    values = (np.asarray(table.column(PROGRESS_COLUMN).to_numpy(zero_copy_only=False), dtype=np.float64)
-              if PROGRESS_COLUMN in table.column_names else np.array([]))
+    values = step_matrix(table, PROGRESS_COLUMN, np.float64) if PROGRESS_COLUMN in table.column_names else np.array([])
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         raise SpecError(f"task {job.task.id} reports no progress ({PROGRESS_COLUMN} is missing or NaN: no object "

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from assay.errors import AssayError, StoreError, unknown_name
 from assay.report.evidence import FailureFacts, failure_facts
-from assay.store import EpisodeRecord, Outcome, Store, listing
+from assay.store import EpisodeRecord, Outcome, Store, listing, step_matrix
 from assay.store.aggregates import CellTotals, cell_totals
 from assay.store.roots import local_path
 
@@ -59,11 +59,9 @@ def videos(store: Store, record: EpisodeRecord) -> list[dict[str, str]]:
     return [{"camera": name.rsplit("/", 1)[-1][len(record.key) + 1 : -len(".mp4")], "path": name} for name in found]
 
 
-def _matrix(column: pa.ChunkedArray) -> np.ndarray:
-    array = column.combine_chunks()
-    if pa.types.is_fixed_size_list(array.type):
-        return array.flatten().to_numpy().reshape(len(array), array.type.list_size)
-    return array.to_numpy(zero_copy_only=False).astype(np.float64).reshape(len(array), 1)
+def _matrix(table: pa.Table, name: str) -> np.ndarray:
+    values = step_matrix(table, name, np.float64)
+    return values if values.ndim == 2 else values.reshape(-1, 1)
 
 
 def _clean(matrix: np.ndarray) -> list[list[float | None]]:
@@ -86,9 +84,9 @@ def episode_detail(store: Store, key: str) -> dict[str, Any]:
     t = table.column("t").to_numpy()
     detail["series"] = {
         "t": [round(float(x), 6) for x in t[rows]],
-        "action": _clean(_matrix(table.column("action"))[rows]),
-        "state": _clean(_matrix(table.column("observation.state"))[rows]),
-        "reward": _clean(_matrix(table.column("reward"))[rows]),
+        "action": _clean(_matrix(table, "action")[rows]),
+        "state": _clean(_matrix(table, "observation.state")[rows]),
+        "reward": _clean(_matrix(table, "reward")[rows]),
         "control_dt": float(t[1] - t[0]) if n > 1 else None,
     }
     detail["trace"] = trace_series(table, rows)

@@ -22,10 +22,12 @@ import glob
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from assay.serialize import DictMixin
 
 EGL_EXTENSIONS = 0x3055  # eglQueryDeviceStringEXT's name for a device's extension list
 NVIDIA_DEVICE_EXTENSION = "EGL_NV_device_cuda"  # present on NVIDIA's EGL devices only
@@ -113,7 +115,7 @@ def gpu_software_warning() -> str | None:
 
 
 @dataclass(frozen=True)
-class RendererInfo:
+class RendererInfo(DictMixin):
     """What drew a process's frames: MuJoCo's GL backend and the context's GL strings."""
 
     backend: str  # MUJOCO_GL: egl, osmesa, glfw
@@ -122,10 +124,6 @@ class RendererInfo:
     version: str  # GL_VERSION
     software: bool  # a CPU rasteriser (OSMesa, or Mesa's llvmpipe/softpipe behind EGL)
     gpu_host: bool  # the host has an NVIDIA GPU
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON data, as recorded in an episode's provenance."""
-        return asdict(self)
 
 
 _RENDERER: list[RendererInfo] = []  # this process's renderer, once a context has been made

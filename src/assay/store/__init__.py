@@ -4,6 +4,7 @@ May import ``assay.spec`` only.
 """
 
 from assay.store.catalog import CampaignRow, Catalog, IntegrityRow, redact_url
+from assay.store.columns import step_matrix
 from assay.store.episodes import (
     build_table,
     encode_episode,
@@ -44,6 +45,7 @@ __all__ = [
     "read_episode",
     "read_video",
     "step_frames",
+    "step_matrix",
     "redact_url",
     "run_lock",
     "video_relpath",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from assay.errors import StoreError
+from assay.serialize import DictMixin
+from assay.store.columns import step_matrix
 from assay.store.records import EpisodeRecord
 from assay.store.store import Store
 from assay.store.video import encode_video, read_video, step_frames
@@ -44,7 +46,7 @@ IMAGE_PREFIX = "observation.images."
 
 
 @dataclass(frozen=True)
-class ExportSummary:
+class ExportSummary(DictMixin):
     """What an export wrote: where, how many episodes, frames and tasks, at what fps, with which cameras."""
 
     path: str
@@ -53,15 +55,6 @@ class ExportSummary:
     tasks: int
     fps: int
     cameras: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, object]:
-        """The summary as a JSON-ready dict."""
-        return asdict(self)
-
-
-def _matrix(table: pa.Table, column: str) -> np.ndarray:
-    chunked = table.column(column).combine_chunks()
-    return np.asarray(chunked.flatten(), dtype=np.float64).reshape(len(chunked), chunked.type.list_size)
 
 
 def _fps(records: list[EpisodeRecord], store: Store) -> int:
@@ -140,8 +133,8 @@ def export_lerobot(store: Store, records: list[EpisodeRecord], out: Path, robot_
 
 def _write(store: Store, records: list[EpisodeRecord], tables: list[pa.Table], root: Path, fps: int,
            tasks: list[str], cameras: list[str], robot_type: str) -> tuple[int, int, int, int, tuple[str, ...]]:
-    state = [_matrix(t, "observation.state").astype(np.float32) for t in tables]
-    action = [_matrix(t, "action").astype(np.float32) for t in tables]
+    state = [step_matrix(t, "observation.state", np.float32) for t in tables]
+    action = [step_matrix(t, "action", np.float32) for t in tables]
     lengths = [len(t) for t in tables]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     total = int(offsets[-1])
@@ -265,6 +258,7 @@ def read_lerobot(root: Path) -> tuple[dict[str, Any], list[LeRobotEpisode]]:
             frames[key] = read_video(path.parent, path.name)[start:stop]
         task = {tasks[i] for i in rows.column("task_index").to_pylist()}
         out.append(LeRobotEpisode(row["episode_index"], task.pop() if len(task) == 1 else "",
-                                  _matrix(rows, "observation.state"), _matrix(rows, "action"),
+                                  step_matrix(rows, "observation.state", np.float64),
+                                  step_matrix(rows, "action", np.float64),
                                   rows.column("timestamp").to_numpy(), frames, row["assay/key"]))
     return info, out

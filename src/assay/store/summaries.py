@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from assay.spec import SuccessMode, TaskSpec
+from assay.store.columns import step_matrix
 
 FLAG_COLUMNS = ("success", "terminated", "truncated")
 FACT_COLUMNS = ("observation.state", "action", "reward", *FLAG_COLUMNS)  # what the summary is recomputed from
@@ -68,17 +69,11 @@ def step_facts(table: pa.Table) -> StepFacts | None:
     if any(name not in table.column_names for name in FACT_COLUMNS):
         return None
     rows = table.num_rows
-
-    def flat(name: str) -> np.ndarray:
-        column = table.column(name).combine_chunks()
-        values = column.flatten() if pa.types.is_fixed_size_list(column.type) or pa.types.is_list(column.type) \
-            else column
-        return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64)
-
-    rewards = flat("reward")
+    rewards = step_matrix(table, "reward", np.float64)
     flags = {name: np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=bool) for name in FLAG_COLUMNS}
     digest = hashlib.sha256()
-    for values in (flat("observation.state"), flat("action"), rewards):
+    for values in (step_matrix(table, "observation.state", np.float64), step_matrix(table, "action", np.float64),
+                   rewards):
         digest.update(np.ascontiguousarray(values).tobytes())
     hits = np.flatnonzero(flags["success"])
     return StepFacts(rows, float(np.sum(rewards)) if rows else 0.0, int(hits[0]) if hits.size else None,

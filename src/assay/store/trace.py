@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from assay.errors import TraceError
+from assay.store.columns import step_matrix
 from assay.store.records import EpisodeRecord
 
 
@@ -272,14 +273,11 @@ class EpisodeTrace:
                 if (f := field_of(name)) is not None and f.layer is layer}
 
 
-def _numpy(column: pa.ChunkedArray) -> np.ndarray:
-    array = column.combine_chunks()
-    if pa.types.is_fixed_size_list(array.type):
-        width = array.type.list_size
-        return np.asarray(array.flatten().to_numpy(zero_copy_only=False), dtype=np.float64).reshape(-1, width)
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        return np.asarray(array.to_pylist(), dtype=object)
-    return np.asarray(array.to_numpy(zero_copy_only=False))
+def _numpy(table: pa.Table, name: str) -> np.ndarray:
+    kind = table.schema.field(name).type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return np.asarray(table.column(name).to_pylist(), dtype=object)
+    return step_matrix(table, name, np.float64 if pa.types.is_fixed_size_list(kind) else None)
 
 
 def episode_trace(table: pa.Table, key: str) -> EpisodeTrace:
@@ -293,8 +291,8 @@ def episode_trace(table: pa.Table, key: str) -> EpisodeTrace:
     except ValueError:
         raise TraceError(f"episode {key[:12]}: its trace facts are not JSON (a damaged step file: `assay store "
                          "verify`)") from None
-    columns = {name: _numpy(table.column(name)) for name in table.column_names if field_of(name) is not None}
-    context = {name: _numpy(table.column(name)) for name in table.column_names
+    columns = {name: _numpy(table, name) for name in table.column_names if field_of(name) is not None}
+    context = {name: _numpy(table, name) for name in table.column_names
                if name in ("t", "success", "reward") or name.startswith("info.")}
     return EpisodeTrace(key, table.num_rows, columns, facts if isinstance(facts, dict) else {}, context)
 

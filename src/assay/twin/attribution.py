@@ -44,6 +44,7 @@ from assay.metrics.budget import episode_budget
 from assay.metrics.correlation import correlation
 from assay.metrics.results_csv import RateEntry
 from assay.run import Executor
+from assay.serialize import DictMixin
 from assay.spec import derive_seed
 from assay.store import Outcome, Store
 from assay.twin.config import Layer, Twin
@@ -82,7 +83,7 @@ class LayerShare:
 
 
 @dataclass(frozen=True)
-class Attribution:
+class Attribution(DictMixin):
     """A gap attribution: every configuration's scores, each layer's share, and the gap the calibrated twin closes."""
 
     task: str
@@ -102,10 +103,6 @@ class Attribution:
     flagged: dict[str, str] = field(default_factory=dict)  # named layers that close no success gap beyond noise
     nominal_gap_p: float | None = None  # Holm-adjusted smallest Fisher exact p of nominal sim vs real per policy;
     # None when the real side has no counts (the gap's significance is unknown)
-
-    def to_dict(self) -> dict[str, object]:
-        """The attribution as a JSON-ready dict."""
-        return asdict(self)
 
 
 def configurations(nominal: Twin, calibrated: Twin) -> list[tuple[str, Twin]]:

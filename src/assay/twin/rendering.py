@@ -25,13 +25,14 @@ cannot identify rendering at all: every factor comes out not identifiable.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize_scalar
 
 from assay.errors import TwinError
 from assay.policies import PolicyContext, SupportsStepTrace, make_policy
+from assay.serialize import DictMixin
 from assay.sim import FACTORS, make_env, perturbed
 from assay.spec import CameraSpec, PolicySpec, TaskSpec
 from assay.twin.config import Layer, Twin, layer_of
@@ -51,7 +52,7 @@ DEFAULT_TRACE_TOLERANCE = 0.01  # the mismatch (action RMS + detections disagree
 
 
 @dataclass(frozen=True)
-class RenderingFit:
+class RenderingFit(DictMixin):
     """Start and fitted rendering values, the mismatch before and after, intervals and warnings."""
 
     task: str
@@ -70,10 +71,6 @@ class RenderingFit:
     evaluations: int
     trajectories: int
     twin: dict[str, object]
-
-    def to_dict(self) -> dict[str, object]:
-        """The fit as JSON-able data."""
-        return asdict(self)
 
 
 class TraceReplay:

@@ -11,12 +11,13 @@ that changed dynamics would be a different robot cell, not a different rendering
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from assay.errors import TwinError
 from assay.metrics.stability import stability
 from assay.run import Executor
+from assay.serialize import DictMixin
 from assay.store import Store
 from assay.twin.config import Layer, Twin, layer_of
 from assay.twin.running import TwinSettings, content_campaign, run_twins
@@ -37,7 +38,7 @@ class SwapResult:
 
 
 @dataclass(frozen=True)
-class StabilityReport:
+class StabilityReport(DictMixin):
     """Whether the twin's policy ranking survives asset swaps: the base rates, every swap, and the worst agreement."""
 
     task: str
@@ -46,10 +47,6 @@ class StabilityReport:
     swaps: tuple[SwapResult, ...]
     min_kendall: float | None
     max_mmrv: float | None
-
-    def to_dict(self) -> dict[str, object]:
-        """The report as a JSON-ready dict."""
-        return asdict(self)
 
 
 def swap_twins(base: Twin, swaps: Sequence[dict[str, Any]]) -> list[Twin]:

@@ -35,7 +35,7 @@ image); :mod:`assay.twin.rendering` fits it from a camera policy's trace instead
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,10 +43,11 @@ from scipy.stats import pearsonr
 
 from assay.errors import TwinError
 from assay.run.observers import advanced
+from assay.serialize import DictMixin
 from assay.sim import FACTORS, make_env, perturbed
 from assay.sim.factors import not_applicable
 from assay.spec import TaskSpec
-from assay.store import EpisodeRecord, Store
+from assay.store import EpisodeRecord, Store, step_matrix
 from assay.twin.config import Layer, Twin, layer_of
 from assay.twin.identifiability import intervals
 from assay.twin.search import PRUNE_EVALUATIONS, Optimum, Search, find, prune
@@ -103,15 +104,10 @@ def trajectories_from_store(store: Store, campaign: str, policy: str | None = No
         table = store.steps(record)
         trace = {name[len("trace."):]: table.column(name).to_numpy(zero_copy_only=False)
                  for name in table.column_names if name.startswith("trace.")}
-        out.append(Trajectory(record.seed, _matrix(table, "action"), _matrix(table, "observation.state"),
+        out.append(Trajectory(record.seed, step_matrix(table, "action"), step_matrix(table, "observation.state"),
                               record.policy_name, record.instruction,
                               dict(record.policy_spec), trace))
     return out
-
-
-def _matrix(table, name: str) -> np.ndarray:
-    column = table.column(name).combine_chunks()
-    return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), -1)
 
 
 class OpenLoopReplay:
@@ -249,7 +245,7 @@ def check_parameters(parameters: Sequence[str], task: TaskSpec | None = None) ->
 
 
 @dataclass(frozen=True)
-class SysIdResult:
+class SysIdResult(DictMixin):
     """A fit: the parameters, their start and fitted values, the residual and correlation before and after."""
 
     task: str
@@ -275,10 +271,6 @@ class SysIdResult:
     optima: tuple[dict[str, Any], ...] = ()  # every local optimum refined: moved factors, residual, where it began
     screening: dict[str, dict[str, float]] = field(default_factory=dict)  # factor -> its single-factor fit
     found: tuple[str, ...] = ()  # the factors screening (or re-screening) found and the refinement fitted
-
-    def to_dict(self) -> dict[str, object]:
-        """The result as a JSON-ready dict."""
-        return asdict(self)
 
 
 def identify(task: TaskSpec, trajectories: Sequence[Trajectory], start: Twin,

@@ -27,11 +27,12 @@ see), or the figures are in-sample and say so.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from assay.errors import TwinError
+from assay.serialize import DictMixin
 from assay.spec import CameraSpec, TaskSpec, derive_seed
 from assay.twin.attribution import LEVEL, configurations
 from assay.twin.config import Layer, Twin
@@ -55,7 +56,7 @@ class TrajectoryLayer:
 
 
 @dataclass(frozen=True)
-class TrajectoryAttribution:
+class TrajectoryAttribution(DictMixin):
     """A trajectory measure's gap per configuration and each layer's part in closing it."""
 
     measure: str  # state (metres RMS) or trace (action RMS + detection disagreement)
@@ -68,10 +69,6 @@ class TrajectoryAttribution:
     unexplained: float | None  # gap(calibrated) / gap(nominal)
     named: tuple[str, ...]
     resamples: int
-
-    def to_dict(self) -> dict[str, object]:
-        """The attribution as JSON-able data."""
-        return asdict(self)
 
 
 def _percentiles(values: np.ndarray) -> tuple[float, float]:
