@@ -108,11 +108,9 @@ def run(
         if dry_run:
             check_only(planned, store, catalog, json_out)
             return
-        auto_workers, count = worker_count(workers, executor)
+        (auto_workers, count), faults = worker_count(workers, executor), fault_policy(spec, episode_timeout)
         slow_frames = _warn_before(spec, planned, executor, address)
-        faults = fault_policy(spec, episode_timeout)
-        # a bad option (or a memory:// --data with worker processes) fails before the store is created
-        make_executor(executor, data if data is not None else store, count, address=address)
+        make_executor(executor, data if data is not None else store, count, address=address)  # bad options fail here
         create_store(store, catalog, data, new_catalog)
         # the run holds the lock shared: other runs go on beside it, job leases keep each job to one of them
         with render.json_stdout(json_out), run_lock(store, on_wait=say_waiting, shared=True), \
@@ -123,8 +121,8 @@ def run(
                                         every=progress_every)
             with interrupt_told(progress, render.err_console), progress:
                 summary = run_campaign(planned, opened, runner, on_start=_say_sizing(progress.start),
-                                       on_record=progress.record, auto_workers=auto_workers,
-                                       retry_errors=retry_errors, verify_files=verify_files,
+                                       on_record=progress.record, auto_workers=auto_workers, retry_errors=retry_errors,
+                                       verify_files=verify_files,
                                        commit=CommitPolicy(commit_rows, commit_seconds), lease_s=lease,
                                        judge=judge_for(spec) if spec.adaptive is not None else None)
                 progress.ran_elsewhere(summary.elsewhere)
@@ -232,7 +230,7 @@ def worker_count(workers: str, executor: str) -> tuple[bool, int]:
         if executor != "local":
             raise AssayError(f"--workers auto sizes local worker processes on this host; the {executor} executor "
                              "takes a number (--workers N)")
-        from assay.run.autosize import usable_cores
+        from assay.run import usable_cores
 
         return True, usable_cores()
     if not workers.isdigit() or int(workers) < 1:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from assay.lazy import lazy_names
 
 if TYPE_CHECKING:
+    from assay.run.autosize import Sizing, size_run, usable_cores
     from assay.run.campaign import prepare_campaign, run_campaign
     from assay.run.closed_loop import rollout
     from assay.run.executors import Executor, InlineExecutor, LocalExecutor, make_executor
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from assay.run.worker import Worker
 
 _LAZY = {
+    "assay.run.autosize": ("Sizing", "size_run", "usable_cores"),
     "assay.run.campaign": ("prepare_campaign", "run_campaign"),
     "assay.run.executors": ("Executor", "InlineExecutor", "LocalExecutor", "make_executor"),
     "assay.run.faults": ("DEFAULT_EPISODE_TIMEOUT_S", "FaultPolicy"),
@@ -37,6 +39,9 @@ _LAZY = {
 __getattr__ = lazy_names(__name__, _LAZY, globals())
 
 __all__ = [
+    "Sizing",
+    "size_run",
+    "usable_cores",
     "DEFAULT_EPISODE_TIMEOUT_S",
     "CampaignPlan",
     "CampaignSummary",

@@ -43,8 +43,7 @@ from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.served import check_served_backends, check_simulators
 from assay.sim import TaskRegistry, default_registry, instruct, resolve_variant
 from assay.sim.registry import apply_preset, camera_names, offers_fast_cameras
-from assay.spec import CampaignSpec, EpisodeJob, TaskSpec, Variant, batch_jobs, plan
-from assay.spec.campaign import DEFAULT_ENVS_PER_WORKER
+from assay.spec import DEFAULT_ENVS_PER_WORKER, CampaignSpec, EpisodeJob, TaskSpec, Variant, batch_jobs, plan
 from assay.store import EpisodeRecord, Outcome, Store
 from assay.store.linked import linked_count
 

@@ -7,6 +7,7 @@ Imports nothing of assay but ``assay.errors``.
 
 from assay.spec.arrays import DEPTH_PREFIX, ENVIRONMENT_STATE, IMAGE_PREFIX, STATE, Array, BoundedArray
 from assay.spec.campaign import (
+    DEFAULT_ENVS_PER_WORKER,
     CampaignSpec,
     EpisodeJob,
     Pipeline,
@@ -24,6 +25,7 @@ from assay.spec.task import ActionSpec, CameraSpec, Level, SuccessMode, TaskSpec
 from assay.spec.variant import NOMINAL, Axis, Perturbation, Variant
 
 __all__ = [
+    "DEFAULT_ENVS_PER_WORKER",
     "ActionSpec",
     "Array",
     "BoundedArray",
