@@ -61,6 +61,8 @@ def test_memory_caps_the_environments_and_a_fixed_process_count_is_kept():
 def test_a_fixed_environment_count_needs_no_probe_and_takes_one_process_a_core_up_to_the_batches():
     sized = size_run(_jobs(6), workers=None, envs_per_worker=4, cores=8)
     assert (sized.workers, sized.envs_per_worker, sized.points, sized.probe_s) == (2, 4, (), 0.0)
+    singles = size_run(_jobs(1, tasks=("metaworld/reach@1", "metaworld/push@1")), None, None, cores=8)
+    assert (singles.workers, singles.envs_per_worker, singles.points) == (2, 1, ())  # one episode a cell: no probe
     nothing = size_run([], workers=None, envs_per_worker=None, cores=8)
     assert (nothing.workers, nothing.envs_per_worker, nothing.pending) == (1, 1, 0)
 

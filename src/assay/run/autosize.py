@@ -12,12 +12,16 @@ The choice minimises the predicted wall time of the pending episodes over ``W`` 
 cores this process may use: simulation and CPU inference are compute-bound, one process a core) and ``B``
 environments each::
 
-    time(W, B) = B * build + ceil(E / (W * B)) * H * step(B)
+    time(W, B) = B * build + ceil(batches(B) / W) * H * step(B)
 
-with ``E`` the pending episodes and ``H`` their horizon (an upper bound: episodes that succeed stop early), and
-keeps ``W * B`` environments within :data:`MEMORY_SHARE` of the memory available now. A tie goes to fewer
-processes, then fewer environments. The grouping of episodes into batches never changes their results
-(:func:`assay.spec.batch_jobs`), so neither does the choice; it is printed with the figures it came from.
+with ``batches(B)`` the lockstep batches the pending episodes form (:func:`assay.spec.batch_jobs`: one cell's
+episodes, B at a time) and ``H`` their horizon (an upper bound: episodes that succeed stop early), and
+keeps ``W * B`` environments within :data:`MEMORY_SHARE` of the memory available now. A prediction within
+:data:`TIE` of the fastest is a tie, which goes to fewer processes, then fewer environments (a lockstep batch
+waits for its longest episode, which the model, running every episode to the horizon, does not see). The
+grouping of episodes into batches never changes their results (:func:`assay.spec.batch_jobs`), so neither
+does the choice; it is printed with the figures it came from. A campaign of one episode a cell is not probed
+(a batch never holds two cells): one environment a worker.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import math
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +43,7 @@ GAIN = 1.05  # a doubling of the environments that raises steps/s by less than t
 PROBE_BUDGET_S = 20.0  # the probe stops doubling once it has spent this long
 MAX_ENVS = 32  # the most environments a worker is probed with
 MEMORY_SHARE = 0.8  # of the memory available now, the most the chosen environments may take
+TIE = 0.05  # predicted times this close to the fastest count as a tie
 
 
 @dataclass(frozen=True)
@@ -179,8 +185,12 @@ def choose(points: Sequence[ProbePoint], pending: Sequence[EpisodeJob], horizon:
 
     options = [(round(predicted_s(point, w, pending, horizon), 6), w, point.envs, point)
                for point in points for w in counts if fits(w, point)]
-    best = min(options, key=lambda o: o[:3]) if options else (
-        round(predicted_s(points[0], counts[0], pending, horizon), 6), counts[0], points[0].envs, points[0])
+    if not options:
+        return counts[0], points[0], predicted_s(points[0], counts[0], pending, horizon)
+    fastest = min(o[0] for o in options)
+    # within TIE of the fastest is a tie (the probe's own noise): fewer processes, then fewer environments, which
+    # also wait less in lockstep for a batch's longest episode (the model runs every episode to the horizon)
+    best = min((o for o in options if o[0] <= fastest * (1 + TIE)), key=lambda o: (o[1], o[2]))
     return best[1], best[3], best[0]
 
 
@@ -191,6 +201,8 @@ def size_run(pending: Sequence[EpisodeJob], workers: int | None, envs_per_worker
     batches, which the model above always prefers without one."""
     cores = usable_cores() if cores is None else cores
     horizon = max((j.task.horizon for j in pending), default=1)
+    if envs_per_worker is None and max(Counter(j.cell for j in pending).values(), default=0) <= 1:
+        envs_per_worker = 1  # a batch holds one cell's episodes: with one episode a cell there is nothing to probe
     if envs_per_worker is not None or not pending:
         envs = envs_per_worker or 1
         chosen = workers or max(1, min(cores, len(batch_jobs(list(pending), envs))))
