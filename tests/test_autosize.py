@@ -17,9 +17,10 @@ from assay.store import Store
 runner = CliRunner()
 
 
-def _jobs(episodes: int, tasks: tuple[str, ...] = ("metaworld/reach@1",), policies: tuple[str, ...] = ("expert",)):
+def _jobs(episodes: int, tasks: tuple[str, ...] = ("metaworld/reach@1",), policies: tuple[str, ...] = ("expert",),
+          horizon: int = 100):
     spec = campaign_from_data({"name": "sizing", "seed": 0, "episodes": episodes, "tasks": list(tasks),
-                               "policies": list(policies), "horizon": 100})
+                               "policies": list(policies), "horizon": horizon})
     return list(prepare_campaign(spec).jobs)
 
 
@@ -68,14 +69,16 @@ def test_a_fixed_environment_count_needs_no_probe_and_takes_one_process_a_core_u
 
 
 @pytest.mark.sim
-def test_a_real_probe_times_the_first_cell_and_chooses_within_it():
-    jobs = _jobs(3, policies=("expert", "random"))
-    sized = size_run(jobs, workers=None, envs_per_worker=None, cores=2)
-    assert [p.envs for p in sized.points][:2] == [1, 2]  # 1, then 2; 4 would exceed the cell's 3 episodes
+def test_a_real_probe_times_the_first_cell_and_stops_when_it_would_cost_more_than_it_saves():
+    # 2 x 400 episodes to a horizon of 400: minutes of work, so seconds of probing are worth it
+    sized = size_run(_jobs(400, policies=("expert", "random"), horizon=400), None, None, cores=2)
+    assert [p.envs for p in sized.points][:2] == [1, 2]  # the first cell's episodes: 1, then 2, ...
     assert all(p.step_s > 0 and p.build_s > 0 for p in sized.points)
-    assert 1 <= sized.envs_per_worker <= 3 and 1 <= sized.workers <= 2
-    assert sized.pending == 6 and sized.horizon == 100 and sized.predicted_s > 0
+    assert 1 <= sized.envs_per_worker <= 32 and 1 <= sized.workers <= 2
+    assert sized.pending == 800 and sized.horizon == 400 and sized.predicted_s > 20 * sized.probe_s
     assert sized.describe().startswith(f"auto: {sized.workers} worker")
+    small = size_run(_jobs(3), None, None, cores=2)  # ~1 s of work: the first roll decides
+    assert [p.envs for p in small.points] == [1] and (small.workers, small.envs_per_worker) == (2, 1)
 
 
 CAMPAIGN = """

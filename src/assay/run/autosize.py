@@ -4,9 +4,10 @@ The probe runs the first pending cell's own episodes, cut to :data:`PROBE_STEPS`
 a :class:`~assay.run.worker.Worker` (the same builds, policy calls, recording and per-step work as a campaign;
 nothing is written to the store): first one environment twice (the second run is timed, the first pays the
 builds and any warm-up), then 2, 4, 8, ... environments in lockstep, until a doubling gains less than
-:data:`GAIN`, the cell has no more episodes, or the probe has spent :data:`PROBE_BUDGET_S`. Each point gives the
-seconds of one lockstep step with ``B`` environments, the seconds to build one more environment and the resident
-memory it added.
+:data:`GAIN`, the cell has no more episodes, or the probe has spent :data:`PROBE_BUDGET_S` or more than
+:data:`PROBE_SHARE` of the campaign's predicted wall time (a short campaign is sized from its first roll).
+Each point gives the seconds of one lockstep step with ``B`` environments, the seconds to build one more
+environment and the resident memory it added.
 
 The choice minimises the predicted wall time of the pending episodes over ``W`` worker processes (at most the
 cores this process may use: simulation and CPU inference are compute-bound, one process a core) and ``B``
@@ -32,7 +33,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ from assay.spec import EpisodeJob, batch_jobs
 PROBE_STEPS = 30  # steps of each probe episode (the task's horizon, cut)
 GAIN = 1.05  # a doubling of the environments that raises steps/s by less than this ends the probe
 PROBE_BUDGET_S = 20.0  # the probe stops doubling once it has spent this long
+PROBE_SHARE = 0.05  # ... or more than this share of the campaign's predicted wall time
 MAX_ENVS = 32  # the most environments a worker is probed with
 MEMORY_SHARE = 0.8  # of the memory available now, the most the chosen environments may take
 TIE = 0.05  # predicted times this close to the fastest count as a tie
@@ -124,32 +126,33 @@ def _probe_cell(jobs: Sequence[EpisodeJob]) -> list[EpisodeJob]:
     return [dataclasses.replace(j, task=short) for j in cell]
 
 
-def probe(jobs: Sequence[EpisodeJob], max_envs: int = MAX_ENVS) -> list[ProbePoint]:
-    """Time the first pending cell's episodes on 1, 2, 4, ... environments (the module docstring)."""
+def probe(jobs: Sequence[EpisodeJob], worth: Callable[[ProbePoint, float], bool] = lambda point, spent: True,
+          max_envs: int = MAX_ENVS) -> list[ProbePoint]:
+    """Time the first pending cell's episodes on 1, 2, 4, ... environments (the module docstring). ``worth(point,
+    seconds spent)``, asked after each roll, ends the probe when it answers False (``size_run``: the probe may
+    cost at most :data:`PROBE_SHARE` of the campaign it sizes)."""
     from assay.run.worker import Worker
 
     cell = _probe_cell(jobs)
-    points: list[ProbePoint] = []
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="assay-probe-") as scratch:
         worker = Worker(scratch)
         try:
             memory = _rss_mib()
-            worker.roll(cell[:1])  # builds the policy and one environment and warms both up
-            build_s, built, env_mib = time.perf_counter() - began, 1, _grown(memory, 1)
+            warm = _point(worker.roll(cell[:1]), 1, time.perf_counter() - began, 0, 0.0)  # builds, warms up
+            points, built = [dataclasses.replace(warm, env_mib=_grown(memory, 1))], 1
             envs = 1
-            while envs <= min(max_envs, len(cell)):
+            while envs <= min(max_envs, len(cell)) and worth(points[-1], time.perf_counter() - began):
                 memory, started = _rss_mib(), time.perf_counter()
-                recorders = worker.roll(cell[:envs])
-                elapsed = time.perf_counter() - started
-                setup = max((r.executor.get("setup_ms", 0.0) for r in recorders), default=0.0) / 1000.0
-                if envs > built:  # this roll built the new environments: their time and memory each
-                    build_s, env_mib, built = setup / (envs - built), _grown(memory, envs - built), envs
-                lockstep = max((r.steps for r in recorders), default=0)
-                points.append(ProbePoint(envs, max(elapsed - setup, 1e-9) / max(lockstep, 1), build_s, env_mib))
-                if len(points) > 1 and points[-1].steps_per_s < GAIN * points[-2].steps_per_s:
-                    break
-                if time.perf_counter() - began > PROBE_BUDGET_S:
+                point = _point(worker.roll(cell[:envs]), envs, time.perf_counter() - started, built, points[-1].build_s)
+                if envs > built:  # this roll built the new environments: their memory each
+                    point, built = dataclasses.replace(point, env_mib=_grown(memory, envs - built)), envs
+                if envs == 1:  # the warm roll measured again, warm: its build time stays the first build's
+                    points[0] = dataclasses.replace(point, build_s=warm.build_s, env_mib=points[0].env_mib)
+                    envs *= 2
+                    continue
+                points.append(point)
+                if point.steps_per_s < GAIN * points[-2].steps_per_s or time.perf_counter() - began > PROBE_BUDGET_S:
                     break
                 envs *= 2
         finally:
@@ -157,6 +160,16 @@ def probe(jobs: Sequence[EpisodeJob], max_envs: int = MAX_ENVS) -> list[ProbePoi
     if len(points) > 1:  # the first build also paid the imports and the policy, once per worker whatever B is
         points[0] = dataclasses.replace(points[0], build_s=points[1].build_s)
     return points
+
+
+def _point(recorders: Sequence[Any], envs: int, elapsed: float, built: int, build_s: float) -> ProbePoint:
+    """A probe point from one roll of ``envs`` environments that took ``elapsed`` seconds, ``built`` of them built
+    before it: the lockstep step's seconds (the roll less its set-up) and the set-up's seconds per environment
+    this roll built (``build_s`` when it built none)."""
+    setup = max((r.executor.get("setup_ms", 0.0) for r in recorders), default=0.0) / 1000.0
+    lockstep = max((r.steps for r in recorders), default=0)
+    build = setup / (envs - built) if envs > built else build_s
+    return ProbePoint(envs, max(elapsed - setup, 1e-9) / max(lockstep, 1), build, None)
 
 
 def _grown(before: float | None, count: int) -> float | None:
@@ -208,7 +221,12 @@ def size_run(pending: Sequence[EpisodeJob], workers: int | None, envs_per_worker
         chosen = workers or max(1, min(cores, len(batch_jobs(list(pending), envs))))
         return Sizing(chosen, envs, cores, len(pending), horizon, (), 0.0, None)
     began = time.perf_counter()
-    points = probe(pending)
+
+    def worth(point: ProbePoint, spent: float) -> bool:  # the probe's cost against the campaign it sizes
+        workers_then = workers or max(1, min(cores, len(batch_jobs(list(pending), point.envs))))
+        return spent <= PROBE_SHARE * predicted_s(point, workers_then, pending, horizon)
+
+    points = probe(pending, worth)
     chosen, point, seconds = choose(points, pending, horizon, cores, workers, available_mib())
     return Sizing(chosen, point.envs, cores, len(pending), horizon, tuple(points), time.perf_counter() - began,
                   seconds)
