@@ -1,0 +1,90 @@
+"""State-only LIBERO episodes per core-hour beside the physics + controller floor, in one process, one run.
+
+    MUJOCO_GL=osmesa python benchmarks/libero_state_rate.py [--episodes 10] [--floor-steps 300]
+
+LIBERO-Object's soup task with ``cameras: []`` (issue 57's state case), CPU seconds of this process
+(``time.process_time``), so other jobs on the machine change the figures little:
+
+1. **floor**: robosuite's own ``step`` of the scene Assay builds (OSC_POSE and 25 MuJoCo substeps a policy step,
+   robosuite's observables), with the scripted expert's first actions replayed: what any loop pays a step;
+2. **backend**: Assay's LIBERO ``step`` (the floor plus its per-step events and the observation it returns);
+3. **campaign**: the scripted expert's episodes, initial states 0..N-1, through a ``Worker`` (rollout, the recorder,
+   the Parquet step file), the scene built once as a campaign's worker builds it (counted).
+
+A "full" LIBERO-Object episode is 290 steps (280 policy steps and 10 settle steps, openpi's loop): each line gives
+its episodes per core-hour at that length, and the campaign line also at the expert's own lengths (it succeeds
+early). Issue 57's target: ≥ 1,000 full episodes per core-hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+
+TASK = "libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket@2"
+FULL = 290
+
+
+def _jobs(episodes: int) -> list:
+    from assay.run import prepare_campaign
+    from assay.spec import campaign_from_data
+
+    spec = campaign_from_data({"name": "state-rate", "seed": 0, "episodes": episodes, "tasks": [TASK],
+                               "policies": ["expert"], "cameras": [], "envs_per_worker": 1})
+    return list(prepare_campaign(spec).jobs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--floor-steps", type=int, default=300)
+    args = parser.parse_args()
+    from assay.run import Worker
+
+    jobs = _jobs(args.episodes)
+    print(f"load at start {os.getloadavg()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="assay-state-rate-") as root:
+        worker = Worker(root)
+        (first,) = worker.roll(jobs[:1])  # builds the policy and the scene, as a campaign's first batch does
+        build_s = first.executor["setup_ms"] / 1000  # wall seconds of the builds (this roll also ran an episode)
+        actions = np.asarray(first.actions)
+        rollout_cpu, steps = 0.0, 0
+        records = []
+        for job in jobs:
+            started = time.process_time()
+            records += worker.run_batch([job])
+            rollout_cpu += time.process_time() - started
+        steps = sum(r.steps for r in records)
+        env = worker._environments(jobs[0], 1)[0]  # the scene the worker keeps
+        env.reset(jobs[0].seed)
+        started = time.process_time()
+        for i in range(args.floor_steps):
+            env.step(actions[i % len(actions)])
+        backend_ms = (time.process_time() - started) / args.floor_steps * 1000
+        env.reset(jobs[0].seed)
+        robosuite = env.simulator
+        started = time.process_time()
+        for i in range(args.floor_steps):
+            robosuite.step(actions[i % len(actions)])
+        floor_ms = (time.process_time() - started) / args.floor_steps * 1000
+        worker.close()
+    per_step_ms = rollout_cpu / steps * 1000
+    episodes = len(records)
+    own_rate = episodes / ((rollout_cpu + build_s) / 3600)
+    print(f"\nsoup task, cameras: [], {episodes} expert episodes ({steps} steps, "
+          f"{sum(r.outcome.value == 'success' for r in records)} succeeded); load at end {os.getloadavg()}\n")
+    print("| loop | CPU ms a step | full (290-step) episodes per core-hour |\n|---|---:|---:|")
+    for name, ms in (("floor: robosuite's step", floor_ms), ("Assay's LIBERO backend step", backend_ms),
+                     ("Assay campaign (worker, recorder, Parquet)", per_step_ms)):
+        print(f"| {name} | {ms:.2f} | {3_600_000 / (ms * FULL):.0f} |")
+    print(f"\nscene and policy build (once per worker): {build_s:.2f} s wall")
+    print(f"campaign at the expert's own lengths, the build counted once: {own_rate:.0f} episodes per core-hour")
+    print(f"campaign / floor per step: {per_step_ms / floor_ms:.2f}")
+
+
+if __name__ == "__main__":
+    main()
