@@ -81,6 +81,40 @@ def test_a_real_probe_times_the_first_cell_and_stops_when_it_would_cost_more_tha
     assert [p.envs for p in small.points] == [1] and (small.workers, small.envs_per_worker) == (2, 1)
 
 
+class BrokenPolicy:
+    """A policy whose constructor raises: the campaign records it; the probe must not size from it."""
+
+    def __init__(self) -> None:
+        raise RuntimeError("no weights here")
+
+
+@pytest.mark.sim
+def test_a_probe_whose_episode_fails_falls_back_to_the_defaults_and_says_why():
+    spec = campaign_from_data({"name": "broken", "seed": 0, "episodes": 64, "tasks": ["metaworld/reach@1"],
+                               "horizon": 400, "policies": [{"name": "broken",
+                                                             "entrypoint": "tests.test_autosize:BrokenPolicy"}]})
+    sized = size_run(list(prepare_campaign(spec).jobs), None, None, cores=2)
+    assert (sized.workers, sized.envs_per_worker, sized.points, sized.predicted_s) == (2, 4, (), None)
+    assert "the probe's episode failed" in sized.describe() and "no weights here" in sized.describe()
+
+
+def test_envs_per_worker_auto_is_refused_for_an_executor_whose_workers_run_elsewhere(tmp_path):
+    from assay.errors import UnsupportedError
+    from assay.run import run_campaign
+
+    class Elsewhere:  # a cluster executor: no local process count (Ray's has actors)
+        name = "ray"
+
+        def run(self, batches, claim=None):
+            raise AssertionError("never reached")
+
+    spec = campaign_from_data({"name": "far", "seed": 0, "episodes": 2, "tasks": ["metaworld/reach@1"],
+                               "policies": ["expert"], "envs_per_worker": "auto"})
+    with Store(tmp_path / "s") as store, pytest.raises(UnsupportedError, match="the ray executor's workers run "
+                                                       "elsewhere: give envs_per_worker a number"):
+        run_campaign(prepare_campaign(spec), store, Elsewhere())
+
+
 CAMPAIGN = """
 name: {name}
 seed: 3
@@ -118,6 +152,7 @@ def test_auto_runs_the_same_episodes_as_a_fixed_setting(tmp_path, write_campaign
 @pytest.mark.parametrize(("workers", "executor", "message"), [
     ("0", "local", "--workers '0' is not valid; valid: a whole number ≥ 1, or auto"),
     ("many", "local", "--workers 'many' is not valid; valid: a whole number ≥ 1, or auto"),
+    ("²", "local", "--workers '²' is not valid; valid: a whole number ≥ 1, or auto"),
     ("auto", "ray", "--workers auto sizes local worker processes on this host; the ray executor takes a number"),
     ("auto", "inline", "the inline executor takes a number"),
 ])

@@ -105,10 +105,10 @@ def run(
 
     with user_errors():
         spec, planned, manifest = campaign_plan(campaign, protocol, policy, upstream, simulator or [])
+        (auto_workers, count), faults = worker_count(workers, executor), fault_policy(spec, episode_timeout)
         if dry_run:
             check_only(planned, store, catalog, json_out)
             return
-        (auto_workers, count), faults = worker_count(workers, executor), fault_policy(spec, episode_timeout)
         slow_frames = _warn_before(spec, planned, executor, address)
         make_executor(executor, data if data is not None else store, count, address=address)  # bad options fail here
         create_store(store, catalog, data, new_catalog)
@@ -233,7 +233,7 @@ def worker_count(workers: str, executor: str) -> tuple[bool, int]:
         from assay.run import usable_cores
 
         return True, usable_cores()
-    if not workers.isdigit() or int(workers) < 1:
+    if not (workers.isascii() and workers.isdecimal()) or int(workers) < 1:
         raise AssayError(f"--workers {workers!r} is not valid; valid: a whole number ≥ 1, or auto")
     return False, int(workers)
 

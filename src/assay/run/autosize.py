@@ -13,15 +13,18 @@ The choice minimises the predicted wall time of the pending episodes over ``W`` 
 cores this process may use: simulation and CPU inference are compute-bound, one process a core) and ``B``
 environments each::
 
-    time(W, B) = B * build + ceil(batches(B) / W) * H * step(B)
+    time(W, B) = T * B * build + ceil(batches(B) / W) * H * step(B)
 
 with ``batches(B)`` the lockstep batches the pending episodes form (:func:`assay.spec.batch_jobs`: one cell's
-episodes, B at a time) and ``H`` their horizon (an upper bound: episodes that succeed stop early), and
+episodes, B at a time), ``T`` the tasks a worker sees (it keeps B environments of each; at most its rounds) and
+``H`` their horizon (an upper bound: episodes that succeed stop early), and
 keeps ``W * B`` environments within :data:`MEMORY_SHARE` of the memory available now. A prediction within
 :data:`TIE` of the fastest is a tie, which goes to fewer processes, then fewer environments (a lockstep batch
 waits for its longest episode, which the model, running every episode to the horizon, does not see). The
 grouping of episodes into batches never changes their results (:func:`assay.spec.batch_jobs`), so neither
-does the choice; it is printed with the figures it came from. A campaign of one episode a cell is not probed
+does the choice for a batch-invariant policy; it is printed with the figures it came from. Not done: the probe
+runs in the driver without a timeout of its own, and it times the first pending cell (after a resume, or in an
+adaptive campaign's first round, that cell may be small). A campaign of one episode a cell is not probed
 (a batch never holds two cells): one environment a worker.
 """
 
@@ -37,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from assay.spec import EpisodeJob, batch_jobs
+from assay.spec import DEFAULT_ENVS_PER_WORKER, EpisodeJob, batch_jobs
 
 PROBE_STEPS = 30  # steps of each probe episode (the task's horizon, cut)
 GAIN = 1.05  # a doubling of the environments that raises steps/s by less than this ends the probe
@@ -76,6 +79,7 @@ class Sizing:
     points: tuple[ProbePoint, ...]
     probe_s: float
     predicted_s: float | None
+    note: str | None = None  # why the choice is not the model's (a probe that failed)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
@@ -85,6 +89,9 @@ class Sizing:
         """One line: the choice and why."""
         probed = ", ".join(f"{p.envs} env{'s' if p.envs > 1 else ''} {p.steps_per_s:.0f} steps/s" for p in self.points)
         build = f"; {self.points[0].build_s:.2f} s to build an environment" if self.points else ""
+        if self.note is not None:
+            return f"auto: {self.workers} worker{'s' if self.workers > 1 else ''} x {self.envs_per_worker} " \
+                   f"({self.note})"
         return (f"auto: {self.workers} worker{'s' if self.workers > 1 else ''} x {self.envs_per_worker} "
                 f"environment{'s' if self.envs_per_worker > 1 else ''} for {self.pending} episodes on {self.cores} "
                 f"core{'s' if self.cores > 1 else ''} (probe {self.probe_s:.1f} s: {probed or 'not run'}{build})")
@@ -139,12 +146,14 @@ def probe(jobs: Sequence[EpisodeJob], worth: Callable[[ProbePoint, float], bool]
         worker = Worker(scratch)
         try:
             memory = _rss_mib()
-            warm = _point(worker.roll(cell[:1]), 1, time.perf_counter() - began, 0, 0.0)  # builds, warms up
+            warm = _point(_rolled(worker, cell[:1]), 1, time.perf_counter() - began, 0, 0.0)  # builds, warms up
             points, built = [dataclasses.replace(warm, env_mib=_grown(memory, 1))], 1
             envs = 1
-            while envs <= min(max_envs, len(cell)) and worth(points[-1], time.perf_counter() - began):
+            while envs <= min(max_envs, len(cell)) and worth(points[-1], time.perf_counter() - began) and \
+                    _affordable(points[-1], envs - built, time.perf_counter() - began):
                 memory, started = _rss_mib(), time.perf_counter()
-                point = _point(worker.roll(cell[:envs]), envs, time.perf_counter() - started, built, points[-1].build_s)
+                point = _point(_rolled(worker, cell[:envs]), envs, time.perf_counter() - started, built,
+                               points[-1].build_s)
                 if envs > built:  # this roll built the new environments: their memory each
                     point, built = dataclasses.replace(point, env_mib=_grown(memory, envs - built)), envs
                 if envs == 1:  # the warm roll measured again, warm: its build time stays the first build's
@@ -157,9 +166,32 @@ def probe(jobs: Sequence[EpisodeJob], worth: Callable[[ProbePoint, float], bool]
                 envs *= 2
         finally:
             worker.close()
-    if len(points) > 1:  # the first build also paid the imports and the policy, once per worker whatever B is
-        points[0] = dataclasses.replace(points[0], build_s=points[1].build_s)
+            worker.close_policies()
+    if len(points) > 1:  # the first build also paid the imports and the policy (and their memory), once per worker
+        points[0] = dataclasses.replace(points[0], build_s=points[1].build_s, env_mib=points[1].env_mib)
     return points
+
+
+class ProbeFailed(Exception):
+    """A probe roll whose episode did not run (its set-up or its first step failed): no figure to choose from."""
+
+
+def _rolled(worker: Any, jobs: Sequence[EpisodeJob]) -> list[Any]:
+    """``worker.roll(jobs)``; :class:`ProbeFailed` when an episode failed before its first step."""
+    recorders: list[Any] = worker.roll(jobs)
+    failed = [r for r in recorders if r.steps == 0]
+    if failed:
+        raise ProbeFailed(failed[0].reason or "an episode ended before its first step")
+    return recorders
+
+
+def _affordable(last: ProbePoint, new_envs: int, spent: float) -> bool:
+    """Whether building ``new_envs`` more environments keeps the probe within :data:`PROBE_BUDGET_S` and the
+    memory available now (checked before they are built, from the last point's figures)."""
+    if spent + max(0, new_envs) * last.build_s > PROBE_BUDGET_S:
+        return False
+    available = available_mib()
+    return available is None or last.env_mib is None or max(0, new_envs) * last.env_mib <= MEMORY_SHARE * available
 
 
 def _point(recorders: Sequence[Any], envs: int, elapsed: float, built: int, build_s: float) -> ProbePoint:
@@ -181,8 +213,10 @@ def _grown(before: float | None, count: int) -> float | None:
 def predicted_s(point: ProbePoint, workers: int, pending: Sequence[EpisodeJob], horizon: int) -> float:
     """The wall time the module docstring's model predicts for ``pending`` on ``workers`` processes of
     ``point.envs`` environments each (rounds of batches as :func:`assay.spec.batch_jobs` forms them)."""
-    rounds = math.ceil(len(batch_jobs(list(pending), point.envs)) / workers)
-    return point.envs * point.build_s + rounds * horizon * point.step_s
+    batches = len(batch_jobs(list(pending), point.envs))
+    rounds = math.ceil(batches / workers)
+    tasks = min(len({j.task.id for j in pending}), rounds)  # a worker keeps B environments of each task it runs
+    return tasks * point.envs * point.build_s + rounds * horizon * point.step_s
 
 
 def choose(points: Sequence[ProbePoint], pending: Sequence[EpisodeJob], horizon: int, cores: int,
@@ -226,7 +260,12 @@ def size_run(pending: Sequence[EpisodeJob], workers: int | None, envs_per_worker
         workers_then = workers or max(1, min(cores, len(batch_jobs(list(pending), point.envs))))
         return spent <= PROBE_SHARE * predicted_s(point, workers_then, pending, horizon)
 
-    points = probe(pending, worth)
+    try:
+        points = probe(pending, worth)
+    except ProbeFailed as exc:  # the campaign itself records what fails; the probe only sizes it
+        envs = DEFAULT_ENVS_PER_WORKER
+        return Sizing(workers or max(1, min(cores, len(batch_jobs(list(pending), envs)))), envs, cores, len(pending),
+                      horizon, (), time.perf_counter() - began, None, f"the probe's episode failed ({exc}): defaults")
     chosen, point, seconds = choose(points, pending, horizon, cores, workers, available_mib())
     return Sizing(chosen, point.envs, cores, len(pending), horizon, tuple(points), time.perf_counter() - began,
                   seconds)

@@ -37,7 +37,7 @@ from assay.policies.remote import warn_capacity
 from assay.run.adaptive import Judge, run_rounds
 from assay.run.autosize import Sizing, size_run
 from assay.run.catalog_writer import CatalogWriter, CommitPolicy
-from assay.run.executors import Executor, SupportsWorkers
+from assay.run.executors import Executor, InlineExecutor, SupportsWorkers
 from assay.run.leases import DEFAULT_LEASE_S, Leases
 from assay.run.plan import CampaignPlan, CampaignSummary
 from assay.served import check_served_backends, check_simulators
@@ -144,6 +144,10 @@ def run_campaign(
     catalog's transactions (default :class:`~assay.run.catalog_writer.CommitPolicy`). ``auto_workers`` (``--workers
     auto``) lets a probe set a local executor's process count, as ``envs_per_worker: auto`` lets it choose the
     environments (:mod:`assay.run.autosize`; once, before the first episode runs; the summary's ``sizing``)."""
+    if campaign.spec.envs_per_worker == "auto" and not isinstance(executor, SupportsWorkers | InlineExecutor):
+        name = getattr(type(executor), "name", type(executor).__name__)
+        raise UnsupportedError(f"envs_per_worker: auto is probed on this host, for its local or inline executor; the "
+                               f"{name} executor's workers run elsewhere: give envs_per_worker a number")
     if auto_workers and not isinstance(executor, SupportsWorkers):
         name = getattr(type(executor), "name", type(executor).__name__)
         raise UnsupportedError(f"--workers auto sizes local worker processes on this host; the {name} executor takes "
@@ -212,12 +216,12 @@ def _run_pending(campaign: CampaignPlan, store: Store, run: _Run, save_plan: boo
     pending, repaired, retried = _resume(campaign, store, run)
     summary = CampaignSummary(spec.name, total=len(campaign.jobs), skipped=len(campaign.jobs) - len(pending),
                               repaired=repaired, retried=retried)
+    if pending and spec.simulators:  # the served simulators' handshake: before episode 1 (and the probe), never during
+        check_simulators(spec.simulators, [t for t in campaign.tasks if t.backend in spec.simulators], spec.safety)
     size = _batch_size(campaign, pending, run, summary)
     if run.on_start is not None:
         run.on_start(summary)
     batches = batch_jobs(pending, size)
-    if pending and spec.simulators:  # the served simulators' handshake: before episode 1, never during
-        check_simulators(spec.simulators, [t for t in campaign.tasks if t.backend in spec.simulators], spec.safety)
     _warn_capacity(campaign, run.executor, batches)
     with Leases(store, spec.name, run.lease_s) as leases, \
             CatalogWriter(_released(store, leases), run.commit) as writer:  # closing commits what finished

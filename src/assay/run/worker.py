@@ -185,6 +185,15 @@ class Worker:
         self._envs.clear()
         close_links()
 
+    def close_policies(self) -> None:
+        """Close the policies the worker built (those with a ``close``: remote clients' connections) and forget
+        them; a worker process leaves with its policies, the driver's probe (``run.autosize``) does not."""
+        for policy in self._policies.values():
+            closing = getattr(policy, "close", None)
+            if callable(closing):
+                closing()
+        self._policies.clear()
+
 
 def file_metadata(job: EpisodeJob) -> dict[str, str]:
     """What makes a step file meaningful without the catalog: key, task, variant, seed, instruction, policy."""
