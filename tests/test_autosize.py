@@ -98,6 +98,20 @@ def test_a_probe_whose_episode_fails_falls_back_to_the_defaults_and_says_why():
     assert "the probe's episode failed" in sized.describe() and "no weights here" in sized.describe()
 
 
+@pytest.mark.sim
+def test_a_probe_that_hangs_is_left_behind_and_the_defaults_are_used(monkeypatch):
+    from assay.run import autosize
+
+    monkeypatch.setattr(autosize, "PROBE_TIMEOUT_S", 3.0)
+    spec = campaign_from_data({"name": "hung", "seed": 0, "episodes": 64, "tasks": ["metaworld/reach@1"],
+                               "horizon": 400, "policies": [{"name": "hung", "entrypoint":
+                                                             "tests.faulty_policies:HangingExpert",
+                                                             "params": {"modulo": 1, "at_step": 0}}]})
+    sized = size_run(list(prepare_campaign(spec).jobs), None, None, cores=2)  # returns: the policy sleeps an hour
+    assert (sized.workers, sized.envs_per_worker, sized.points) == (2, 4, ())
+    assert "the probe did not finish in 3 s: the defaults" in sized.describe()
+
+
 def test_envs_per_worker_auto_is_refused_for_an_executor_whose_workers_run_elsewhere(tmp_path):
     from assay.errors import UnsupportedError
     from assay.run import run_campaign

@@ -22,8 +22,9 @@ keeps ``W * B`` environments within :data:`MEMORY_SHARE` of the memory available
 :data:`TIE` of the fastest is a tie, which goes to fewer processes, then fewer environments (a lockstep batch
 waits for its longest episode, which the model, running every episode to the horizon, does not see). The
 grouping of episodes into batches never changes their results (:func:`assay.spec.batch_jobs`), so neither
-does the choice for a batch-invariant policy; it is printed with the figures it came from. Not done: the probe
-runs in the driver without a timeout of its own, and it times the first pending cell (after a resume, or in an
+does the choice for a batch-invariant policy; it is printed with the figures it came from. The probe runs on a
+thread of the driver: one that fails or has not finished after :data:`PROBE_TIMEOUT_S` (a hanging policy) leaves
+the defaults (4 environments) and says so. Not done: it times the first pending cell (after a resume, or in an
 adaptive campaign's first round, that cell may be small). A campaign of one episode a cell is not probed
 (a batch never holds two cells): one environment a worker.
 """
@@ -34,6 +35,7 @@ import dataclasses
 import math
 import os
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -46,6 +48,7 @@ PROBE_STEPS = 30  # steps of each probe episode (the task's horizon, cut)
 GAIN = 1.05  # a doubling of the environments that raises steps/s by less than this ends the probe
 PROBE_BUDGET_S = 20.0  # the probe stops doubling once it has spent this long
 PROBE_SHARE = 0.05  # ... or more than this share of the campaign's predicted wall time
+PROBE_TIMEOUT_S = 120.0  # a probe still running after this long is left behind: the defaults are used
 MAX_ENVS = 32  # the most environments a worker is probed with
 MEMORY_SHARE = 0.8  # of the memory available now, the most the chosen environments may take
 TIE = 0.05  # predicted times this close to the fastest count as a tie
@@ -241,6 +244,29 @@ def choose(points: Sequence[ProbePoint], pending: Sequence[EpisodeJob], horizon:
     return best[1], best[3], best[0]
 
 
+def _probe_within(pending: Sequence[EpisodeJob], worth: Callable[[ProbePoint, float], bool],
+                  timeout_s: float) -> tuple[list[ProbePoint], str | None]:
+    """:func:`probe` on a thread of its own, waited for at most ``timeout_s``: (its points, None), or ([], why not)
+    when it failed or did not finish (a policy or a simulator that hangs: the thread is left behind, a daemon, and
+    the campaign's own workers, under its episode timeout, meet the hang)."""
+    found: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            found["points"] = probe(pending, worth)
+        except ProbeFailed as exc:
+            found["failed"] = f"the probe's episode failed ({exc})"
+        except Exception as exc:  # noqa: BLE001 - any fault of the probe leaves the campaign to meet it
+            found["failed"] = f"the probe failed ({type(exc).__name__}: {exc})"
+
+    thread = threading.Thread(target=run, name="assay-autosize-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return [], f"the probe did not finish in {timeout_s:.0f} s"
+    return found.get("points", []), found.get("failed")
+
+
 def size_run(pending: Sequence[EpisodeJob], workers: int | None, envs_per_worker: int | None,
              cores: int | None = None) -> Sizing:
     """Choose what is ``None`` of ``workers`` and ``envs_per_worker`` for ``pending`` on this host: the
@@ -260,12 +286,11 @@ def size_run(pending: Sequence[EpisodeJob], workers: int | None, envs_per_worker
         workers_then = workers or max(1, min(cores, len(batch_jobs(list(pending), point.envs))))
         return spent <= PROBE_SHARE * predicted_s(point, workers_then, pending, horizon)
 
-    try:
-        points = probe(pending, worth)
-    except ProbeFailed as exc:  # the campaign itself records what fails; the probe only sizes it
+    points, failed = _probe_within(pending, worth, PROBE_TIMEOUT_S)
+    if failed is not None:  # the campaign itself records what fails or hangs; the probe only sizes it
         envs = DEFAULT_ENVS_PER_WORKER
         return Sizing(workers or max(1, min(cores, len(batch_jobs(list(pending), envs)))), envs, cores, len(pending),
-                      horizon, (), time.perf_counter() - began, None, f"the probe's episode failed ({exc}): defaults")
+                      horizon, (), time.perf_counter() - began, None, f"{failed}: the defaults")
     chosen, point, seconds = choose(points, pending, horizon, cores, workers, available_mib())
     return Sizing(chosen, point.envs, cores, len(pending), horizon, tuple(points), time.perf_counter() - began,
                   seconds)
