@@ -59,6 +59,15 @@ def test_memory_caps_the_environments_and_a_fixed_process_count_is_kept():
     assert (fallback[0], fallback[1].envs) == (1, 1)
 
 
+def test_the_probe_times_the_largest_pending_cell():
+    from assay.run.autosize import _probe_cell
+
+    jobs = _jobs(5, policies=("expert", "random"))
+    resumed = jobs[:1] + jobs[5:]  # the expert's cell has one episode left, random's five
+    cell = _probe_cell(resumed)
+    assert [j.key for j in cell] == [j.key for j in jobs[5:]] and {j.task.horizon for j in cell} == {30}
+
+
 def test_a_fixed_environment_count_needs_no_probe_and_takes_one_process_a_core_up_to_the_batches():
     sized = size_run(_jobs(6), workers=None, envs_per_worker=4, cores=8)
     assert (sized.workers, sized.envs_per_worker, sized.points, sized.probe_s) == (2, 4, (), 0.0)

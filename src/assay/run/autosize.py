@@ -1,6 +1,6 @@
 """``--workers auto`` and ``envs_per_worker: auto``: a short probe of this host, backend and policy picks them.
 
-The probe runs the first pending cell's own episodes, cut to :data:`PROBE_STEPS` steps, in this process through
+The probe runs the largest pending cell's own episodes, cut to :data:`PROBE_STEPS` steps, in this process through
 a :class:`~assay.run.worker.Worker` (the same builds, policy calls, recording and per-step work as a campaign;
 nothing is written to the store): first one environment twice (the second run is timed, the first pays the
 builds and any warm-up), then 2, 4, 8, ... environments in lockstep, until a doubling gains less than
@@ -24,9 +24,9 @@ waits for its longest episode, which the model, running every episode to the hor
 grouping of episodes into batches never changes their results (:func:`assay.spec.batch_jobs`), so neither
 does the choice for a batch-invariant policy; it is printed with the figures it came from. The probe runs on a
 thread of the driver: one that fails or has not finished after :data:`PROBE_TIMEOUT_S` (a hanging policy) leaves
-the defaults (4 environments) and says so. Not done: it times the first pending cell (after a resume, or in an
-adaptive campaign's first round, that cell may be small). A campaign of one episode a cell is not probed
-(a batch never holds two cells): one environment a worker.
+the defaults (4 environments) and says so. A campaign of one episode a cell is not probed (a batch never holds
+two cells): one environment a worker. Not done: an adaptive campaign is sized from its first round's pending
+episodes (small rounds: usually one roll) and keeps that choice for its later rounds.
 """
 
 from __future__ import annotations
@@ -129,16 +129,19 @@ def _rss_mib() -> float | None:
 
 
 def _probe_cell(jobs: Sequence[EpisodeJob]) -> list[EpisodeJob]:
-    """The first job's cell, in order, each cut to :data:`PROBE_STEPS` steps."""
-    first = jobs[0]
-    cell = [j for j in jobs if j.cell == first.cell and j.task == first.task][:MAX_ENVS]
-    short = first.task.model_copy(update={"horizon": min(PROBE_STEPS, first.task.horizon)})
+    """The pending cell with the most episodes (the first of them on a tie), in order, each cut to
+    :data:`PROBE_STEPS` steps: after a resume the first cell may hold one episode where others hold hundreds."""
+    sizes = Counter(j.cell for j in jobs)
+    largest = max(sizes.values())
+    chosen = next(j for j in jobs if sizes[j.cell] == largest)
+    cell = [j for j in jobs if j.cell == chosen.cell and j.task == chosen.task][:MAX_ENVS]
+    short = chosen.task.model_copy(update={"horizon": min(PROBE_STEPS, chosen.task.horizon)})
     return [dataclasses.replace(j, task=short) for j in cell]
 
 
 def probe(jobs: Sequence[EpisodeJob], worth: Callable[[ProbePoint, float], bool] = lambda point, spent: True,
           max_envs: int = MAX_ENVS) -> list[ProbePoint]:
-    """Time the first pending cell's episodes on 1, 2, 4, ... environments (the module docstring). ``worth(point,
+    """Time the largest pending cell's episodes on 1, 2, 4, ... environments (the module docstring). ``worth(point,
     seconds spent)``, asked after each roll, ends the probe when it answers False (``size_run``: the probe may
     cost at most :data:`PROBE_SHARE` of the campaign it sizes)."""
     from assay.run.worker import Worker
