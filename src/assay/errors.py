@@ -188,6 +188,11 @@ class SimulatorRefused(AssayError):
     """A served simulator (``assay serve-sim``) cannot serve this campaign; the message names the fix."""
 
 
+class ProbeFailed(AssayError):
+    """A ``--workers auto`` probe roll whose episode did not run (its set-up or its first step failed): no figure
+    to size a campaign from (``assay.run.autosize`` then leaves the defaults)."""
+
+
 class ConformanceError(AssayError):
     """A SimEnv or Policy does not do what its protocol promises (found by ``assay.testing``)."""
 

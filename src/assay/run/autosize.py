@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from assay.errors import ProbeFailed
 from assay.spec import DEFAULT_ENVS_PER_WORKER, EpisodeJob, batch_jobs
 
 PROBE_STEPS = 30  # steps of each probe episode (the task's horizon, cut)
@@ -176,10 +177,6 @@ def probe(jobs: Sequence[EpisodeJob], worth: Callable[[ProbePoint, float], bool]
     if len(points) > 1:  # the first build also paid the imports and the policy (and their memory), once per worker
         points[0] = dataclasses.replace(points[0], build_s=points[1].build_s, env_mib=points[1].env_mib)
     return points
-
-
-class ProbeFailed(Exception):
-    """A probe roll whose episode did not run (its set-up or its first step failed): no figure to choose from."""
 
 
 def _rolled(worker: Any, jobs: Sequence[EpisodeJob]) -> list[Any]:

@@ -23,7 +23,7 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
+from tenacity import Retrying, retry_if_exception, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from assay.errors import StoreError, UndecodableRow
 from assay.store import claims, counts, listing, relinks
@@ -178,15 +178,25 @@ _CREATE_RACES = (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.Programm
 _CREATE_LOCK = 0x4153534159_0001  # "ASSAY", 1
 
 
+def sqlite_busy(exc: BaseException) -> bool:
+    """SQLite's "database is locked" (SQLITE_BUSY) for a write: the whole transaction was rolled back, and running
+    it again is safe. Seen once in an interrupted sweep on a loaded machine (``add_many``, the catalog writer's
+    thread beside the driver's lease claims), despite the 30 s busy timeout; SQLite also returns it at once, without
+    waiting, to a WAL transaction that cannot upgrade a read snapshot older than another connection's commit."""
+    return isinstance(exc, sa.exc.OperationalError) and "database is locked" in str(getattr(exc, "orig", exc))
+
+
 def _raced(method: Callable[P, R]) -> Callable[P, R]:
     """Run a write again when it lost a race with another driver on the same rows: two drivers of one store (job
     leases, :mod:`assay.store.claims`) may both find a campaign or a link missing and insert it; the loser's
-    transaction is rolled back whole by its IntegrityError, and the retry reads what the winner committed."""
+    transaction is rolled back whole by its IntegrityError, and the retry reads what the winner committed. A write
+    that SQLite refused as busy (:func:`sqlite_busy`) is rolled back whole too, and run again."""
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        retried = retry_if_exception_type(sa.exc.IntegrityError) | retry_if_exception(sqlite_busy)
         for attempt in Retrying(stop=stop_after_attempt(4), wait=wait_incrementing(0.05, 0.1), reraise=True,
-                                retry=retry_if_exception_type(sa.exc.IntegrityError)):
+                                retry=retried):
             with attempt:
                 return method(*args, **kwargs)
         raise AssertionError("unreachable")  # Retrying re-raises the last error
