@@ -78,16 +78,25 @@ def test_a_fixed_environment_count_needs_no_probe_and_takes_one_process_a_core_u
 
 
 @pytest.mark.sim
-def test_a_real_probe_times_the_first_cell_and_stops_when_it_would_cost_more_than_it_saves():
-    # 2 x 400 episodes to a horizon of 400: minutes of work, so seconds of probing are worth it
-    sized = size_run(_jobs(400, policies=("expert", "random"), horizon=400), None, None, cores=2)
-    assert [p.envs for p in sized.points][:2] == [1, 2]  # the first cell's episodes: 1, then 2, ...
-    assert all(p.step_s > 0 and p.build_s > 0 for p in sized.points)
-    assert 1 <= sized.envs_per_worker <= 32 and 1 <= sized.workers <= 2
-    assert sized.pending == 800 and sized.horizon == 400 and sized.predicted_s > 20 * sized.probe_s
-    assert sized.describe().startswith(f"auto: {sized.workers} worker")
-    small = size_run(_jobs(3), None, None, cores=2)  # ~1 s of work: the first roll decides
+def test_a_real_probe_times_the_cell_on_1_then_2_environments(monkeypatch):
+    from assay.run import autosize
+
+    monkeypatch.setattr(autosize, "GAIN", 0.0)  # never stop for want of gain ...
+    monkeypatch.setattr(autosize, "PROBE_BUDGET_S", 1e9)  # ... nor of time: what is probed is the cell's to say
+    points = autosize.probe(_jobs(3, policies=("expert", "random")), lambda point, spent: True)
+    assert [p.envs for p in points] == [1, 2]  # 4 would exceed the cell's 3 episodes
+    assert all(p.step_s > 0 and p.build_s > 0 for p in points)
+    assert points[0].build_s == points[1].build_s  # the first build's imports are not charged to an environment
+
+
+@pytest.mark.sim
+def test_a_probe_worth_less_than_its_cost_stops_after_its_first_roll(monkeypatch):
+    from assay.run import autosize
+
+    monkeypatch.setattr(autosize, "PROBE_SHARE", 0.0)  # any cost is too much: the first roll decides
+    small = size_run(_jobs(3), None, None, cores=2)
     assert [p.envs for p in small.points] == [1] and (small.workers, small.envs_per_worker) == (2, 1)
+    assert small.describe().startswith("auto: 2 workers x 1 environment for 3 episodes on 2 cores")
 
 
 class BrokenPolicy:
