@@ -114,3 +114,28 @@ def test_a_lazy_package_keeps_a_function_named_like_its_module():
     assert done.stdout.split() == ["['assay.metrics.completeness',", "'assay.metrics.correlation',",
                                    "'assay.metrics.posterior',", "'assay.metrics.stability',",
                                    "'assay.metrics.correlation']", "False"]
+
+
+def test_reading_commands_load_neither_the_runner_nor_scipy_stats(tmp_path):
+    """``results``, ``leaderboard`` and ``episodes ls`` read the catalog: none imports the worker, a policy,
+    torch or ``scipy.stats`` (their intervals take scipy.special's quantiles), and ``episodes ls`` no pyarrow and
+    no scipy at all. What the CPU time follows from (figures in docs/PERFORMANCE.md, "CLI start-up")."""
+    from tests.record_store import fake_store
+    from tests.stats_fixtures import records
+
+    store = fake_store(tmp_path / "s", "small", records({("a", "metaworld/reach@1"): "SSFS",
+                                                         ("b", "metaworld/reach@1"): "FSFF"}))
+    probe = PROBE.replace('"assay.cli.stats_commands")', '"assay.cli.stats_commands", "scipy.stats", '
+                          '"assay.run.worker", "assay.policies.builtin", "assay.learning.bc", "pyarrow.parquet")')
+
+    def imported(*args: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-c", probe, *args, "--store", str(store)], capture_output=True,
+                              text=True, check=True)
+        return json.loads(done.stderr.strip().splitlines()[-1])
+
+    # `assay.run` is its lazy package alone (cli.progress's observers); `assay.sim` the task registry, which says
+    # whether a task has a success signal
+    reading = ["assay.metrics", "assay.run", "assay.store", "scipy", "sqlalchemy"]
+    assert imported("results") == sorted(["assay.sim", *reading])
+    assert imported("leaderboard") == sorted(reading)
+    assert imported("episodes", "ls") == ["assay.run", "assay.store", "sqlalchemy"]

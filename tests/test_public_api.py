@@ -140,7 +140,7 @@ def test_what_plugin_authors_build_on_carries_a_stability_marker():
 # Imports of another package's internal modules (``from assay.store.catalog import X`` in ``assay.cli``) rather than
 # its public ``__init__``: each is a coupling the owner cannot see. A ratchet: the count may only shrink; lower it
 # here when a change removes some (a change that adds one goes through the package's ``__init__`` instead).
-INTERNAL_IMPORTS_CEILING = 258
+INTERNAL_IMPORTS_CEILING = 257
 
 
 def _internal_imports() -> list[str]:

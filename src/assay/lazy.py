@@ -44,3 +44,21 @@ def _shield(package: str, shadowed: frozenset[str]) -> None:
             super().__setattr__(name, value)
 
     sys.modules[package].__class__ = ShieldedPackage
+
+
+class _Deferred(types.ModuleType):
+    """Stands in for a module until an attribute is read, then imports it (the import system's own lock makes two
+    first reads in two threads safe) and copies its names in, so that later reads find them directly."""
+
+    def __getattr__(self, attribute: str) -> Any:
+        module = importlib.import_module(self.__name__)
+        self.__dict__.update(module.__dict__)
+        return getattr(module, attribute)
+
+
+def deferred_module(name: str) -> Any:
+    """Module ``name`` imported at the first read of one of its attributes, for a heavy library (pyarrow) that only
+    some paths of a module use. Not put in ``sys.modules``: ``import name`` elsewhere is unchanged. A module keeps
+    its type checking with ``if TYPE_CHECKING: import pyarrow as pa`` / ``else: pa = deferred_module("pyarrow")``."""
+    loaded = sys.modules.get(name)
+    return loaded if loaded is not None else _Deferred(name)

@@ -38,13 +38,13 @@ COMMANDS: dict[str, LazyCommand] = {
     "policies": _entry("List built-in policies and their parameters.", "listing_commands"),
     "results": _entry("Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog, "
                       "with each row's recorded/planned episodes; nominal variant unless --variant (grouped by "
-                      "variant: each one).", "campaign_commands"),
+                      "variant: each one).", "results_commands"),
     "compare": _entry("Per-task and suite differences A − B with intervals, p-values and verdicts. Tasks without a "
                       "success signal (gymnasium ids) are compared on paired mean return instead (``returns`` in "
                       "--json).", "stats_commands"),
     "leaderboard": _entry("Suite scores with bootstrap intervals, rank intervals, P(A better than B) and the "
                           "sign-off gate (``--model irt|bt``: a ranking model over policies × tasks that tolerates "
-                          "missing cells).", "stats_commands"),
+                          "missing cells).", "leaderboard_commands"),
     "budget": _entry("How many episodes per cell detect a difference of --delta with --power.", "stats_commands"),
     "correlate": _entry("Pearson, Spearman, Kendall and MMRV between real and sim success rates, per task and "
                         "averaged, with what limits them: k, a Fisher-z interval, drop-one leverage and the exact "

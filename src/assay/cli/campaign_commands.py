@@ -1,16 +1,14 @@
-"""``assay run``, ``assay results`` and ``assay episodes ls|show``: running a campaign and reading what it stored."""
+"""``assay run``: running a campaign (``results_commands`` reads what it stored)."""
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from assay.cli import render, robustness_commands, stats_commands
+from assay.cli import render
 from assay.cli.adaptive_render import adaptive_render, power_warning
 from assay.cli.common import (
     DEFAULT_STORE,
@@ -20,19 +18,17 @@ from assay.cli.common import (
     create_store,
     open_store,
     say_waiting,
-    split_list,
     user_errors,
 )
 from assay.cli.dry_run import dry_run as check_only
-from assay.cli.gates import FailUnderOpt, check_rates, gate_failed, is_stdout
+from assay.cli.gates import FailUnderOpt, check_rates, gate_failed
 from assay.cli.options import AddressOpt, ExecutorOpt, ProtocolOpt, ProtocolPolicyOpt, UpstreamOpt
 from assay.cli.progress import CampaignProgress, interrupt_told
-from assay.cli.scoring import AllowPartialOpt, VariantScopeOpt, scored_campaign
+from assay.cli.scoring import scored_campaign
 from assay.errors import AssayError
-from assay.metrics import entries_of, missing_rows, rate_rows, write_results_csv
+from assay.metrics import missing_rows, rate_rows
 from assay.metrics.adaptive import judge_for
 from assay.metrics.adaptive_power import equal_power_view
-from assay.metrics.results_csv import format_results_csv
 from assay.run import CampaignPlan, CampaignSummary, FaultPolicy, make_executor, run_campaign
 from assay.run.adaptive import load_state
 from assay.run.catalog_writer import DEFAULT_COMMIT_ROWS, DEFAULT_COMMIT_SECONDS, CommitPolicy
@@ -44,9 +40,8 @@ from assay.store.provenance import renderer_notes_of
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``run`` and ``results`` to the ``assay`` command."""
+    """Add ``run`` to the ``assay`` command."""
     app.command()(run)
-    app.command()(results)
 
 
 def run(
@@ -255,70 +250,3 @@ def fault_policy(spec: CampaignSpec, episode_timeout: float | None) -> FaultPoli
     """The run's limits: ``--episode-timeout``, else the campaign's ``episode_timeout_s``, else the default."""
     chosen = episode_timeout if episode_timeout is not None else spec.episode_timeout_s
     return FaultPolicy() if chosen is None else FaultPolicy(episode_timeout_s=chosen)
-
-
-def results(
-    store: StoreOpt = Path(DEFAULT_STORE),
-    catalog: CatalogOpt = None,
-    campaign: Annotated[str | None, typer.Option(help="Campaign name (default: the latest).")] = None,
-    by: Annotated[str, typer.Option(help="Group by any of policy,task,variant,campaign.")] = "policy,task",
-    profile: Annotated[bool, typer.Option(
-        "--profile", help="Robustness retention per variant and axis (paired seeds).")] = False,
-    variant: VariantScopeOpt = None,
-    csv_out: Annotated[Path | None, typer.Option("--csv", help="Also write task,policy,successes,trials to this "
-                                                    "file (one variant: what `assay correlate` reads); `-`: "
-                                                    "stdout, the tables then go to stderr.")] = None,
-    errors_as_failures: Annotated[bool, typer.Option("--errors-as-failures", help="Score error episodes as failures "
-                                                     "(default: left out of the denominator, marked *).")] = False,
-    pass_k: Annotated[int | None, typer.Option("--pass-k", min=1, max=1000, metavar="K", help="Also pass^k: the "
-                                               "probability that K independent episodes all succeed, per cell and "
-                                               "per policy.")] = None,
-    interval: Annotated[str, typer.Option("--interval", help="The rate interval (and pass^k cells'): midp (default), "
-                                          "exact (Clopper–Pearson: ≥ 0.95 at every rate and n), wilson, jeffreys; "
-                                          "a table says when its interval dips below 0.93 at the n it shows.")
-                        ] = "midp",
-    allow_partial: AllowPartialOpt = False,
-    fail_under: FailUnderOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Success rates with mid-p 95% intervals and mean returns with t intervals, from the catalog, with each
-    row's recorded/planned episodes; nominal variant unless --variant (grouped by variant: each one)."""
-    with user_errors():
-        groups = split_list(by)
-        with open_store(store, catalog) as opened:
-            scored = scored_campaign(opened, campaign, variant, separately="variant" in groups)
-            name, cells = scored.name, scored.scoped
-            if csv_out is not None:
-                if len(scored.scope.variants) > 1:
-                    raise AssayError(f"campaign {name!r} has variants {', '.join(scored.scope.variants)}; a results "
-                                     "CSV holds one rate per (task, policy): pick one with --variant")
-                if is_stdout(csv_out):
-                    sys.stdout.write(format_results_csv(entries_of(cells, name)))
-                else:
-                    write_results_csv(csv_out, entries_of(cells, name))
-            covered = scored.within()
-            rows = rate_rows(cells, by=groups, method=interval, errors_as_failures=errors_as_failures)
-            rows += missing_rows(covered, groups, rows)
-            extras = stats_commands.results_extras(opened, scored, allow_partial)
-            if pass_k is not None:
-                stats_commands.add_pass_k(extras, cells, pass_k, groups, scored.title(f"campaign {name}"), interval)
-            robustness = robustness_commands.stored_profile(opened, scored, interval) if profile else None
-        method = stats_commands.interval_document(interval, [r.scored for r in rows])
-        if json_out:
-            render.print_json({"campaign": name, "by": groups, "errors_as_failures": errors_as_failures,
-                               **scored.document(covered), "interval": method,
-                               "results": [r.to_dict() | covered.of(r.group).summary() for r in rows],
-                               **extras.document, **(robustness or {})})
-        else:
-            no_success = frozenset(t for t in {c.task for c in cells} if stats_commands.return_scored(t))
-            # With the CSV on stdout, the tables go to stderr (the console writes to whatever sys.stdout is).
-            with contextlib.redirect_stdout(sys.stderr) if is_stdout(csv_out) else contextlib.nullcontext():
-                render.console.print(render.rate_table(rows, scored.title(f"campaign {name}"), no_success,
-                                                       errors_as_failures, covered, method["label"]))
-                if method["coverage_note"]:
-                    render.console.print(f"[yellow]{method['coverage_note']}[/]", highlight=False, soft_wrap=True)
-                scored.say(covered)
-                extras.print()
-                if robustness is not None:
-                    robustness_commands.print_profile(robustness)
-        check_rates(rows, fail_under)

@@ -11,7 +11,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -22,9 +22,10 @@ from assay.cli.options import JsonOpt as JsonOpt
 from assay.cli.options import StoreOpt as StoreOpt
 from assay.cli.options import user_errors as user_errors
 from assay.errors import AssayError, SpecError
-from assay.spec import CampaignSpec, load_campaign
-from assay.spec.loading import field_line
 from assay.store import Store
+
+if TYPE_CHECKING:  # the spec models load on first use: reading commands never parse a campaign file
+    from assay.spec import CampaignSpec
 
 
 class _CommandStore(Store):
@@ -105,6 +106,7 @@ def campaign_file(path: Path) -> CampaignSpec:
     policies, here and in the worker processes and Ray actors that run it, so a policy module beside the file
     imports without ``PYTHONPATH``."""
     from assay.policies import add_import_root
+    from assay.spec import load_campaign
 
     spec = load_campaign(path)
     if any(policy.entrypoint is not None for policy in spec.policies):
@@ -121,6 +123,8 @@ def campaign_errors(path: Path) -> Iterator[None]:
     except SpecError as exc:
         if not exc.at or str(exc).startswith(f"{path}:"):
             raise
+        from assay.spec.loading import field_line
+
         raise type(exc)(f"{path}:{field_line(path, exc.at)}: {exc}", at=exc.at) from None
 
 

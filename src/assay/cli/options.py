@@ -20,6 +20,12 @@ StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (env AS
 CatalogOpt = Annotated[str | None, typer.Option("--catalog",
                                                 help="Catalog database URL (default: SQLite in the store).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+# The statistics commands' (compare, leaderboard, correlate, ...)
+ConfidenceOpt = Annotated[float, typer.Option("--confidence", help="Interval level.")]
+ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Bootstrap seed (same seed, same intervals).")]
+CampaignOpt = Annotated[str | None, typer.Option("--campaign", help="Campaign name (default: the latest).")]
+TasksOpt = Annotated[str | None, typer.Option("--tasks", help="Comma-separated task ids (default: all).")]
 AddressOpt = Annotated[str | None, typer.Option(
     "--address", help="Ray cluster to join (ray executor): HOST:PORT as `ray start --head` prints it (on a node of "
     "that cluster), ray://HOST:PORT (Ray Client, from anywhere) or auto (the cluster of this node); default: env "

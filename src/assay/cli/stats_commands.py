@@ -1,4 +1,4 @@
-"""Statistics commands: compare, leaderboard, budget, correlate, stability, openloop.
+"""Statistics commands: compare, budget, correlate, stability, openloop (``leaderboard_commands``: the leaderboard).
 
 Every command takes ``--json`` and prints one JSON document with the figures of
 its tables (per task and averaged). ``results_extras`` adds the leaderboard with
@@ -8,19 +8,17 @@ rank intervals and the sign-off gate to ``assay results``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.text import Text
 
 from assay.cli import render
 from assay.cli import stats_render as show
-from assay.cli.adaptive_render import adaptive_render
-from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, user_errors
-from assay.cli.gates import gate_failed
+from assay.cli.common import DEFAULT_STORE, CatalogOpt, JsonOpt, StoreOpt, split_list, user_errors
+from assay.cli.options import CampaignOpt, ConfidenceOpt, ResamplesOpt, SeedOpt, TasksOpt
+from assay.cli.results_view import Extras, add_adaptive, return_scored
 from assay.cli.scoring import (
     AllowPartialOpt,
     Scored,
@@ -33,12 +31,10 @@ from assay.cli.scoring import (
 from assay.errors import AssayError
 from assay.metrics import (
     INSUFFICIENT,
-    INTERVAL_METHODS,
     MmrvConvention,
     Pairing,
     PosteriorComparison,
     RateEntry,
-    Thresholds,
     campaign_signoff,
     compare,
     compare_returns,
@@ -47,129 +43,19 @@ from assay.metrics import (
     episode_budget,
     evidence_gap,
     gate_cells_of,
-    interval_label,
-    leaderboard,
     load_thresholds,
     posterior_comparison,
     rate_table,
     read_results_csv,
     records_from_report,
-    routing_rows,
     save_calibration,
     save_real_results,
     stability,
     totals_signoff,
 )
-from assay.metrics.adaptive_power import equal_power_view
-from assay.run.adaptive import load_state
 from assay.store import Store
-from assay.store.aggregates import CellTotals, renderer_totals, routing_totals
-from assay.store.provenance import renderer_counts_of, renderer_notes_of
 
-ConfidenceOpt = Annotated[float, typer.Option("--confidence", help="Interval level.")]
-ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Bootstrap seed (same seed, same intervals).")]
-CampaignOpt = Annotated[str | None, typer.Option("--campaign", help="Campaign name (default: the latest).")]
-TasksOpt = Annotated[str | None, typer.Option("--tasks", help="Comma-separated task ids (default: all).")]
 VariantOpt = VariantScopeOpt
-
-
-def _split(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",") if part.strip()]
-
-
-def _thresholds(root: Path | None, min_pearson: float | None, max_mmrv: float | None,
-                min_policies: int | None, min_pearson_low: float | None = None,
-                max_permutation_p: float | None = None) -> Thresholds:
-    base = load_thresholds(root)
-    given = {"min_pearson": min_pearson, "max_mmrv": max_mmrv, "min_policies": min_policies,
-             "min_pearson_low": min_pearson_low, "max_permutation_p": max_permutation_p}
-    return Thresholds(**{**asdict(base), **{k: v for k, v in given.items() if v is not None}})
-
-
-@dataclass
-class Extras:
-    """What ``assay results`` shows beside its rate table."""
-
-    document: dict[str, Any]
-    tables: list[Any] = field(default_factory=list)
-
-    def print(self) -> None:
-        """Print every extra table."""
-        for table in self.tables:
-            render.console.print(table)
-
-
-def results_extras(store: Store, scored: Scored, allow_partial: bool = False) -> Extras:
-    """Leaderboard (suite score, CI, rank interval; in the campaign's scope, refused over cells with no
-    episode unless ``allow_partial``) and sign-off status of each task of a campaign; routing, safety and
-    leakage over all its episodes. Counts from the database; rows are decoded for bc policies' leakage only."""
-    from assay.failures.safety import campaign_interventions
-    from assay.learning.leakage import stored_leakage
-
-    gate = totals_signoff(scored.scoped, store.root)
-    leaks = stored_leakage(store, scored.name)
-    safety = campaign_interventions(store, scored.name)
-    routing = routing_rows(routing_totals(store.catalog, scored.name))
-    document: dict[str, Any] = {"leaderboard": None}
-    tables: list[Any] = []
-    try:
-        scored.within().refuse_missing(f"the leaderboard of campaign {scored.name}", allow_partial)
-    except AssayError as exc:
-        document["leaderboard_withheld"] = str(exc)
-        tables.append(f"[yellow]{escape(str(exc))}[/]")
-    else:
-        board = leaderboard(scored.grid())
-        document["leaderboard"] = {**board.to_dict(), "rows": [r.to_dict() | scored.within([r.policy]).summary()
-                                                               for r in board.rows]}
-        tables.append(show.leaderboard_table(board, scored.title(f"campaign {scored.name}: leaderboard "
-                                                                 "(rank [95% interval])")))
-    tables.append(show.signoff_table(gate))
-    if routing:
-        tables.append(show.routing_table(routing))
-    if safety:
-        tables.append(show.safety_table(safety))
-    if leaks:
-        tables.append(show.leakage_table(leaks))
-    renderers = renderer_totals(store.catalog, scored.name)
-    notes = renderer_notes_of(renderers)  # frames drawn by several renderers, or in software on a GPU host
-    tables += [Text(note, style="yellow") for note in notes]
-    extras = Extras({**document, "signoff": [s.to_dict() for s in gate],
-                     "safety": safety, "leakage": [leak.to_dict() for leak in leaks],
-                     "routing": [r.to_dict() for r in routing], "renderers": renderer_counts_of(renderers),
-                     "notes": notes}, tables)
-    _add_adaptive(extras, store.root, scored.name)
-    return extras
-
-
-def add_pass_k(extras: Extras, totals: Sequence[CellTotals], k: int, by: Sequence[str], title: str,
-               method: str = "midp") -> None:
-    """pass^k per cell of ``by`` and per policy (``pass_k`` in the JSON), for ``assay results --pass-k K``."""
-    from assay.cli.passk_render import pass_k_tables
-    from assay.metrics.passk import pass_k_rows
-
-    table = pass_k_rows(totals, k, by, method=method)
-    extras.document["pass_k"] = table.to_dict()
-    extras.tables.extend(pass_k_tables(table, title))
-
-
-def interval_document(method: str, trials: Sequence[int]) -> dict[str, Any]:
-    """The rate interval a table prints (``method``, ``label``) and, when it dips below 0.93 at a trial count the
-    table shows, the line that says so (``coverage_note``; ``metrics.coverage_certificate``)."""
-    from assay.metrics.coverage_certificate import coverage_note
-
-    if method not in INTERVAL_METHODS:
-        raise AssayError(f"--interval {method!r} is not valid; valid: {', '.join(INTERVAL_METHODS)}")
-    return {"method": method, "label": interval_label(method), "coverage_note": coverage_note(method, list(trials))}
-
-
-def _add_adaptive(extras: Extras, root: Path, campaign: str) -> None:
-    """An adaptive campaign's stopping reasons, sequential p-values/intervals and episodes saved."""
-    state = load_state(root, campaign)
-    if state is not None:
-        extras.document["adaptive"] = state
-        extras.document["adaptive_equal_power"] = equal_power_view(state)
-        extras.tables.extend(adaptive_render(state))
 
 
 def _posterior(grid: Any, a: str, others: Sequence[str], seed: int) -> list[PosteriorComparison]:
@@ -181,9 +67,8 @@ def _posterior(grid: Any, a: str, others: Sequence[str], seed: int) -> list[Post
 
 
 def register(app: typer.Typer) -> None:
-    """Add the statistics commands (compare, leaderboard, budget, correlate, stability, openloop, ...) to ``app``."""
+    """Add the statistics commands (compare, budget, correlate, stability, openloop) to ``app``."""
     app.command("compare")(compare_command)
-    app.command("leaderboard")(leaderboard_command)
     app.command("budget")(budget_command)
     app.command("correlate")(correlate_command)
     app.command("stability")(stability_command)
@@ -233,7 +118,7 @@ def compare_command(
         name = scored.name
         covered = scored.within([a, *others], planned_tasks(scored, tasks))
         covered.refuse_missing(f"comparing {a} with {', '.join(others)} on campaign {name}", allow_partial)
-        grid = scored.grid(scored.tasks(_split(tasks) if tasks else None))
+        grid = scored.grid(scored.tasks(split_list(tasks) if tasks else None))
         grid.require([a, *others])
         by_return = [t for t in grid.task_ids if return_scored(t)]
         by_success = [t for t in grid.task_ids if t not in by_return]
@@ -245,7 +130,7 @@ def compare_command(
         posteriors = _posterior(success_grid, a, others, seed) if success_grid is not None else []
         gate = totals_signoff(scored.ranked(grid.task_ids, [a, *others]), root)
         extras = Extras({"signoff": [g.to_dict() for g in gate]})
-        _add_adaptive(extras, root, name)
+        add_adaptive(extras, root, name)
         if json_out:
             render.print_json({"campaign": name, "a": a, "others": others, "alpha": alpha, "confidence": confidence,
                                "seed": seed, "n_resamples": resamples, **scored.document(covered),
@@ -268,106 +153,6 @@ def compare_command(
             render.console.print("[yellow]adaptive campaign: the fixed-n p-values above are not valid after optional "
                                  "stopping; use the sequential p-values below[/]")
             extras.print()
-
-
-def return_scored(task_id: str) -> bool:
-    """Whether a task has no success signal (``SuccessMode.NONE``), so return is its endpoint."""
-    from assay.sim import default_registry
-    from assay.spec import SuccessMode
-
-    try:
-        return default_registry().get(task_id).success is SuccessMode.NONE
-    except AssayError:
-        return False
-
-
-def leaderboard_command(
-    store: StoreOpt = Path(DEFAULT_STORE),
-    catalog: CatalogOpt = None,
-    campaign: CampaignOpt = None,
-    tasks: TasksOpt = None,
-    variant: VariantOpt = None,
-    confidence: ConfidenceOpt = 0.95,
-    resamples: Annotated[int | None, typer.Option("--resamples", help="Bootstrap resamples (default 2000; with "
-                                                  "--model, 200 refits).")] = None,
-    seed: SeedOpt = 0,
-    model: Annotated[str | None, typer.Option("--model", help="Rank with a model that tolerates missing cells: irt "
-                                              "(2PL item response) or bt (Bradley–Terry on paired wins).")] = None,
-    csv_in: Annotated[Path | None, typer.Option("--csv", help="With --model: rank a results CSV "
-                                                "(task,policy,successes,trials; absent cells allowed) instead of "
-                                                "a campaign.")] = None,
-    min_pearson: Annotated[float | None, typer.Option(help="Sign-off: least Pearson r.")] = None,
-    max_mmrv: Annotated[float | None, typer.Option(help="Sign-off: largest MMRV.")] = None,
-    min_policies: Annotated[int | None, typer.Option(help="Sign-off: fewest calibration policies.")] = None,
-    min_pearson_low: Annotated[float | None, typer.Option(
-        help="Sign-off: least lower end of r's 95% interval.")] = None,
-    max_permutation_p: Annotated[float | None, typer.Option(
-        help="Sign-off evidence: largest permutation p of r (default 0.05).")] = None,
-    require_signoff: Annotated[bool, typer.Option(
-        "--require-signoff", help="Exit with status 1 unless every task passes the sign-off gate (CI).")] = False,
-    allow_partial: AllowPartialOpt = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Suite scores with bootstrap intervals, rank intervals, P(A better than B) and the sign-off gate
-    (``--model irt|bt``: a ranking model over policies × tasks that tolerates missing cells)."""
-    if model is not None or csv_in is not None:
-        _model_leaderboard(model, store, catalog, campaign, tasks, variant, csv_in, confidence, resamples, seed,
-                           require_signoff, json_out, allow_partial)
-        return
-    with user_errors(), Store(store, catalog, create=False) as opened:
-        scored = scored_campaign(opened, campaign, variant)
-        root = opened.root
-        name = scored.name
-        covered = scored.within(None, planned_tasks(scored, tasks))
-        covered.refuse_missing(f"the leaderboard of campaign {name}", allow_partial)
-        grid, shared = scored.shared_grid(f"the leaderboard of campaign {name}", allow_partial,
-                                          scored.tasks(_split(tasks) if tasks else None))
-        board = leaderboard(grid, confidence, 2000 if resamples is None else resamples, seed)
-        thresholds = _thresholds(root, min_pearson, max_mmrv, min_policies, min_pearson_low, max_permutation_p)
-        gate = totals_signoff(scored.ranked(grid.task_ids), root, thresholds)
-        extras = Extras({})
-        _add_adaptive(extras, root, name)
-        if json_out:
-            document = board.to_dict()
-            document["rows"] = [r.to_dict() | covered.select([r.policy]).summary() for r in board.rows]
-            render.print_json({"campaign": name, **scored.document(covered), "shared_rows": shared.to_dict(),
-                               "leaderboard": document,
-                               "thresholds": asdict(thresholds), "signoff": [s.to_dict() for s in gate],
-                               **extras.document})
-        else:
-            render.console.print(show.leaderboard_table(board, scored.title(f"campaign {name}: leaderboard")))
-            scored.say(covered)
-            if not shared.equal:
-                render.console.print(f"[yellow]{shared.describe()}[/]", highlight=False, soft_wrap=True)
-            render.console.print(show.p_better_table(board))
-            render.console.print(show.signoff_table(gate))
-            extras.print()
-    if require_signoff and not all(s.validated for s in gate):
-        gate_failed([f"task {s.task} is not signed off: {s.reason}" for s in gate if not s.validated])
-
-
-def _model_leaderboard(model: str | None, store: Path, catalog: str | None, campaign: str | None, tasks: str | None,
-                       variant: str | None, csv_in: Path | None, confidence: float, resamples: int | None, seed: int,
-                       require_signoff: bool, json_out: bool, allow_partial: bool) -> None:
-    from assay.cli.ranking_commands import model_board, print_model_board
-
-    with user_errors():
-        if model is None:
-            raise AssayError("--csv ranks a results table with a model: give --model irt or --model bt")
-        source, board, gate, scoring = model_board(model, store, catalog, campaign, _split(tasks) if tasks else None,
-                                                   variant, csv_in, confidence, resamples, seed, allow_partial)
-        if json_out:
-            per_policy = scoring.pop("policies", {})
-            rows = [r.to_dict() | per_policy.get(r.policy, {}) for r in board.rows]
-            render.print_json({"source": source, **scoring, "leaderboard": {**board.to_dict(), "rows": rows},
-                               "signoff": [s.to_dict() for s in gate]})
-        else:
-            print_model_board(source, board)
-            if gate:
-                render.console.print(show.signoff_table(gate))
-    if require_signoff and (not gate or not all(s.validated for s in gate)):
-        gate_failed([f"task {s.task} is not signed off: {s.reason}" for s in gate if not s.validated]
-                    or ["a results CSV carries no sign-off gate (it has no calibration to check)"])
 
 
 def budget_command(
@@ -570,7 +355,7 @@ def openloop_command(
             if reference not in specs:
                 raise AssayError(f"--reference {reference!r} is not a policy of campaign {name}; valid: "
                                  f"{', '.join(specs)}")
-            chosen = _split(policies) if policies else list(specs)
+            chosen = split_list(policies) if policies else list(specs)
             unknown = [p for p in chosen if p not in specs]
             if unknown:
                 raise AssayError(f"unknown policy {', '.join(unknown)} in campaign {name}; valid: {', '.join(specs)}")

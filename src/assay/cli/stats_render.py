@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from assay.metrics import (
-    Comparison,
-    CorrelationReport,
-    Leaderboard,
-    OpenLoopRow,
-    PosteriorComparison,
-    ReturnComparison,
-    Signoff,
-    Verdict,
-)
-from assay.metrics.correlation import STATISTICS, Estimate
-from assay.metrics.openloop import RankAgreement
+if TYPE_CHECKING:  # the statistics modules load scipy: `assay results` draws its tables without them
+    from assay.metrics import (
+        Comparison,
+        CorrelationReport,
+        Leaderboard,
+        OpenLoopRow,
+        PosteriorComparison,
+        RankAgreement,
+        ReturnComparison,
+        Signoff,
+    )
+    from assay.metrics.correlation import Estimate
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -29,7 +29,8 @@ def _ci(low: float | None, high: float | None, digits: int = 2) -> str:
     return "-" if low is None or high is None else f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
-VERDICT_STYLE = {Verdict.BETTER: "green", Verdict.WORSE: "red", Verdict.NO_DIFFERENCE: "dim"}
+# keyed by `metrics.Verdict`'s values (a str enum: `Verdict.BETTER == "better"`)
+VERDICT_STYLE = {"better": "green", "worse": "red", "no detectable difference": "dim"}
 
 
 def comparison_table(rows: Sequence[Comparison], title: str) -> Table:
@@ -107,6 +108,8 @@ def _estimate(e: Estimate, digits: int = 3) -> str:
 
 def correlation_table(report: CorrelationReport, title: str) -> Table:
     """The correlation table: each task's statistics with intervals, and their averages."""
+    from assay.metrics.correlation import STATISTICS
+
     table = Table(title=title, title_justify="left")
     for column in ("task", "policies", "resampling", *STATISTICS):
         table.add_column(column, justify="left" if column in ("task", "resampling") else "right")

@@ -83,6 +83,7 @@ if TYPE_CHECKING:
         RateEntry,
         entries_from_records,
         entries_of,
+        format_results_csv,
         read_results_csv,
         write_results_csv,
     )
@@ -142,7 +143,7 @@ _LAZY = {
         "return_interval_of", "success_interval", "totals_of"
     ),
     "assay.metrics.results_csv": (
-        "RateEntry", "entries_from_records", "entries_of", "read_results_csv", "write_results_csv"
+        "RateEntry", "entries_from_records", "entries_of", "format_results_csv", "read_results_csv", "write_results_csv"
     ),
     "assay.metrics.returns": ("ReturnComparison", "compare_returns", "return_interval"),
     "assay.metrics.robustness": (
@@ -169,7 +170,8 @@ __all__ = [
     "correlate", "correlation", "entries_from_records", "episode_budget", "holm", "leaderboard", "load_calibration",
     "load_openloop", "load_real_results", "load_thresholds", "load_trajectories", "mcnemar_exact", "mmrv",
     "newcombe_interval", "openloop_table", "outcome_grid", "RankAgreement", "rank_agreement", "rate_table",
-    "interval_label", "read_results_csv", "records_from_report", "save_calibration", "save_openloop",
+    "interval_label", "format_results_csv", "read_results_csv", "records_from_report", "save_calibration",
+    "save_openloop",
     "save_real_results", "signoff", "stability", "success_interval", "write_results_csv", "LatticeBoundary",
     "MmrvConvention", "Posterior", "PosteriorComparison", "SequentialComparison", "compare_stop", "lattice_boundary",
     "mean_cs", "paired_difference_cs", "posterior", "posterior_comparison", "prob_greater", "rate_cs", "GateCell",

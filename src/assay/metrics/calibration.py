@@ -41,13 +41,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from assay.errors import StoreError
-from assay.metrics.correlation import CorrelationReport
 from assay.metrics.rates import totals_of
 from assay.metrics.results_csv import RateEntry
 from assay.store import EpisodeRecord, write_blob
 from assay.store.aggregates import CellTotals
+
+if TYPE_CHECKING:  # correlation loads scipy.stats; the sign-off gate only reads its records
+    from assay.metrics.correlation import CorrelationReport
 
 CALIBRATION_FILE = "calibration.json"
 NOT_VALIDATED = "not validated for sign-off"

@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Concatenate, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeAlias, TypeVar
 
-from assay.run.faults import Batch
-from assay.store import EpisodeRecord
+if TYPE_CHECKING:  # `cli.progress` watches read-only commands too: neither the runner nor the store is loaded here
+    from assay.run.faults import Batch
+    from assay.store import EpisodeRecord
 
 
 class Observer(Protocol):
@@ -64,7 +65,7 @@ def advanced(text: str, done: int, total: int, unit: str) -> None:
 
 E = TypeVar("E")
 P = ParamSpec("P")
-Run = Callable[Concatenate[E, Sequence[Batch], P], Iterator[EpisodeRecord]]
+Run: TypeAlias = "Callable[Concatenate[E, Sequence[Batch], P], Iterator[EpisodeRecord]]"
 
 
 def observed(run: Run[E, P]) -> Run[E, P]:

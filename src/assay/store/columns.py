@@ -8,12 +8,20 @@ one (a single chunk of floats without nulls) and a copy otherwise; pass ``dtype`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from numpy.typing import DTypeLike
 
 from assay.errors import StoreError
+from assay.lazy import deferred_module
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:  # loaded at first use: listing and scoring commands read the catalog only
+    pa = deferred_module("pyarrow")
+    pc = deferred_module("pyarrow.compute")
 
 __all__ = ["step_matrix"]
 

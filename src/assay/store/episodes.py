@@ -18,17 +18,23 @@ sees a partial file.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from assay.errors import StoreError, WriteError
+from assay.lazy import deferred_module
 from assay.store.features import FORMAT_KEY, REQUIRED_COLUMNS, STEP_FORMAT, check_step_columns, check_step_format
 from assay.store.packs import episode_table
 from assay.store.roots import Root, is_url, open_root, remove_stale_temporaries
 from assay.store.trace import codecs
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+else:  # loaded at first use: listing and scoring commands read the catalog only
+    pa = deferred_module("pyarrow")
+    pq = deferred_module("pyarrow.parquet")
 
 __all__ = ["Root", "build_table", "encode_episode", "episode_relpath", "is_url", "read_episode",
            "remove_stale_temporaries", "write_blob", "write_episode"]

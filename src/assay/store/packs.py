@@ -20,14 +20,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any, NamedTuple
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from assay.errors import StoreError
+from assay.lazy import deferred_module
 from assay.store.features import FORMAT_KEY, STEP_FORMAT
 from assay.store.trace import codecs
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+else:  # loaded at first use: listing and scoring commands read the catalog only
+    pa = deferred_module("pyarrow")
+    pq = deferred_module("pyarrow.parquet")
 
 PACK_KEY = b"assay.pack"
 PACK_FORMAT = 1  # the layout of the index; a reader refuses another

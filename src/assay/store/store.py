@@ -40,14 +40,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from assay.annotations import public_api
 from assay.errors import SpecError, StoreError
+from assay.lazy import deferred_module
 from assay.store.catalog import CampaignRow, Catalog, IntegrityRow, ResumeRow
 from assay.store.checks import FileCheck, check_files, failed, record_verdicts, require_seals
 from assay.store.episodes import (
@@ -65,6 +65,11 @@ from assay.store.roots import DataRoot, local_path, open_root
 from assay.store.schema import episodes
 from assay.store.summaries import TaskLookup
 from assay.store.validation import Summary, table_problem
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:  # loaded at first use: listing and scoring commands read the catalog only
+    pa = deferred_module("pyarrow")
 
 
 def public_catalog_url(url: str | None) -> str:

@@ -24,13 +24,18 @@ import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import pyarrow as pa
 
+from assay.lazy import deferred_module
 from assay.spec import SuccessMode, TaskSpec
 from assay.store.columns import step_matrix
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:  # loaded at first use: listing and scoring commands read the catalog only
+    pa = deferred_module("pyarrow")
 
 FLAG_COLUMNS = ("success", "terminated", "truncated")
 FACT_COLUMNS = ("observation.state", "action", "reward", *FLAG_COLUMNS)  # what the summary is recomputed from

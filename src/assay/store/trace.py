@@ -27,14 +27,19 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import pyarrow as pa
 
 from assay.errors import TraceError
+from assay.lazy import deferred_module
 from assay.store.columns import step_matrix
 from assay.store.records import EpisodeRecord
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:  # loaded at first use: listing and scoring commands read the catalog only
+    pa = deferred_module("pyarrow")
 
 
 class _StepSource(Protocol):

@@ -21,18 +21,24 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from assay.errors import StoreError
+from assay.lazy import deferred_module
 from assay.store.features import FORMAT_KEY, REQUIRED_COLUMNS, STEP_FORMAT
 from assay.store.packs import PACK_DIR, locate, pack_index
 from assay.store.roots import Root, open_root
 from assay.store.schema import episodes, store_meta
 from assay.store.summaries import FACT_COLUMNS, StepFacts, step_facts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+else:  # loaded at first use: listing and scoring commands read the catalog only
+    pa = deferred_module("pyarrow")
+    pq = deferred_module("pyarrow.parquet")
 
 
 class Summary(NamedTuple):
