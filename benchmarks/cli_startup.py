@@ -1,7 +1,9 @@
 """How long the listings take to answer, for docs/PERFORMANCE.md: ``assay --version``, ``--help``,
-``tasks``, ``policies`` and ``factors``, each in a fresh process, against one or more source trees.
+``tasks``, ``policies`` and ``factors``, each in a fresh process, against one or more source trees; with
+``--store DIR``, also the reading commands ``results``, ``leaderboard`` and ``episodes ls`` on that store, and the
+floor under them: a fresh process that only imports the libraries every reading command needs.
 
-    python benchmarks/cli_startup.py [--src src] [--src /tmp/old/src] [--repeat 7]
+    python benchmarks/cli_startup.py [--src src] [--src /tmp/old/src] [--repeat 7] [--store DIR]
 
 Each tree is put first on ``PYTHONPATH`` and each listing runs ``--repeat`` times as
 ``python -m assay.cli.app ARGS`` (the entry point every version has), interleaved across trees so that a
@@ -23,6 +25,9 @@ import time
 from pathlib import Path
 
 LISTINGS = (("--version",), ("--help",), ("tasks",), ("tasks", "--family", "pick-place"), ("policies",), ("factors",))
+READING = (("results",), ("leaderboard",), ("episodes", "ls"))
+# What a reading command cannot do without: the catalog's SQLAlchemy, NumPy, the CLI's Typer and Rich, pydantic
+FLOOR = "import sqlalchemy, numpy, typer, rich.console, rich.table, pydantic, yaml"
 
 
 def _env(src: Path) -> dict[str, str]:
@@ -35,10 +40,11 @@ def _cpu_of_children() -> float:
 
 
 def _wall(src: Path, args: tuple[str, ...]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of one fresh ``python -m assay.cli.app ARGS``."""
+    """(wall seconds, CPU seconds) of one fresh ``python -m assay.cli.app ARGS`` (``("-c", CODE)``: of that)."""
     cpu = _cpu_of_children()
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "assay.cli.app", *args], env=_env(src), check=True,
+    command = list(args) if args[0] == "-c" else ["-m", "assay.cli.app", *args]
+    subprocess.run([sys.executable, *command], env=_env(src), check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - started, _cpu_of_children() - cpu
 
@@ -54,25 +60,30 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--src", type=Path, action="append", help="A source tree (repeatable; default: src).")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--store", type=Path, help="Also time the reading commands on this store.")
     args = parser.parse_args()
     trees: list[Path] = args.src or [Path("src")]
+    commands = LISTINGS
+    if args.store is not None:
+        commands += tuple((*c, "--store", str(args.store)) for c in READING) + (("-c", FLOOR),)
     times: dict[tuple[Path, tuple[str, ...]], list[tuple[float, float]]] = {(t, a): [] for t in trees
-                                                                             for a in LISTINGS}
+                                                                             for a in commands}
     imports: dict[Path, list[float]] = {t: [] for t in trees}
     load_before = os.getloadavg()[0]
     for _ in range(args.repeat):
         for tree in trees:
             imports[tree].append(_import_ms(tree))
-            for listing in LISTINGS:
+            for listing in commands:
                 times[tree, listing].append(_wall(tree, listing))
     print(f"median of {args.repeat} fresh processes each, seconds wall / CPU (python -m assay.cli.app ARGS; "
           f"1-minute load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, on "
           f"{os.cpu_count()} cores)")
     print(f"{'command':<26}" + "".join(f"{str(t):>28}" for t in trees))
-    for listing in LISTINGS:
+    for listing in commands:
         cells = "".join(f"{statistics.median(w for w, _ in times[t, listing]):>19.2f} / "
                         f"{statistics.median(c for _, c in times[t, listing]):.2f}" for t in trees)
-        print(f"{' '.join(listing):<26}{cells}")
+        name = "floor: " + FLOOR.removeprefix("import ")[:19] if listing[0] == "-c" else " ".join(listing[:2])
+        print(f"{name:<26}{cells}")
     print(f"{'import ms':<12}" + "".join(f"{statistics.median(imports[t]):>28.0f}" for t in trees)
           + "   (cumulative -X importtime of assay.cli.app, median)")
 

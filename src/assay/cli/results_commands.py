@@ -1,8 +1,8 @@
 """``assay results``: the rate table of a stored campaign, with its leaderboard, sign-off, routing, safety, leakage
 and renderer notes (``results_view``), and on request pass^k, the robustness profile and a results CSV.
 
-It reads counts from the catalog. The modules it imports at start-up load neither the runner nor scipy's statistics
-(docs/PERFORMANCE.md, "CLI start-up"): a reading command costs about what the catalog and its tables cost.
+It reads counts from the catalog. The modules it imports load neither the runner nor ``scipy.stats`` (its intervals take
+``scipy.special``'s quantiles); docs/PERFORMANCE.md, "CLI start-up", has what that costs.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 ``leaderboard``: the leaderboard with rank intervals, the sign-off gate, routing, safety, leakage, renderer notes,
 an adaptive campaign's stopping record, pass^k and the interval's coverage note.
 
-Kept apart from ``stats_commands`` so that ``results`` loads no comparison, correlation or scipy module.
+Kept apart from ``stats_commands`` so that ``results`` loads no comparison, correlation or ``scipy.stats`` module.
 """
 
 from __future__ import annotations
