@@ -53,7 +53,7 @@ def _fast_contacts(env):
     """``env`` (a gymnasium-wrapped MT1 environment) with Assay's exact array ``touching_object``."""
     from assay.sim import metaworld_contacts
 
-    metaworld_contacts.install(env.simulator)
+    metaworld_contacts.install(env.unwrapped)  # gymnasium's innermost: the Sawyer environment
     return env
 
 
