@@ -82,7 +82,8 @@ def main() -> None:
     for listing in commands:
         cells = "".join(f"{statistics.median(w for w, _ in times[t, listing]):>19.2f} / "
                         f"{statistics.median(c for _, c in times[t, listing]):.2f}" for t in trees)
-        name = "floor: " + FLOOR.removeprefix("import ")[:19] if listing[0] == "-c" else " ".join(listing[:2])
+        shown = listing[:listing.index("--store")] if "--store" in listing else listing
+        name = "floor: " + FLOOR.removeprefix("import ")[:19] if listing[0] == "-c" else " ".join(shown)
         print(f"{name:<26}{cells}")
     print(f"{'import ms':<12}" + "".join(f"{statistics.median(imports[t]):>28.0f}" for t in trees)
           + "   (cumulative -X importtime of assay.cli.app, median)")

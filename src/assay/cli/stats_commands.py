@@ -1,8 +1,8 @@
 """Statistics commands: compare, budget, correlate, stability, openloop (``leaderboard_commands``: the leaderboard).
 
 Every command takes ``--json`` and prints one JSON document with the figures of
-its tables (per task and averaged). ``results_extras`` adds the leaderboard with
-rank intervals and the sign-off gate to ``assay results``.
+its tables (per task and averaged). What ``assay results`` adds beside its rate table
+(the leaderboard with rank intervals, the sign-off gate) is ``results_view``.
 """
 
 from __future__ import annotations
