@@ -222,8 +222,11 @@ def server_url():
     yield from test_postgres.postgres_url.__wrapped__()
 
 
+# make test-extended; make test kills and repairs on SQLite above, and checks PostgreSQL's kept counts against its rows
+# in test_postgres.test_counts_equal_rows_on_postgres
 @pytest.mark.slow
 @pytest.mark.postgres
+@pytest.mark.extended
 def test_kept_counts_survive_kills_and_repairs_on_postgres(tmp_path, server_url):
     _kill_and_resume(tmp_path / "store", test_postgres.fresh_database(server_url, "kills"))
 

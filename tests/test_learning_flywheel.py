@@ -39,6 +39,7 @@ def test_train_bc_cli_and_bad_input(tmp_path):
 
 @pytest.mark.sim
 @pytest.mark.slow
+@pytest.mark.extended  # make test-extended; make test runs `assay flywheel --task` in the README tour and the design below
 def test_flywheel_runs_end_to_end_on_a_tiny_budget(tmp_path):
     store = tmp_path / "store"
     args = ["flywheel", "--task", "metaworld/reach@1", "--base", "3", "--extra", "3", "--probe", "6", "--eval", "6",

@@ -120,6 +120,7 @@ def test_attribution_names_the_layer_that_differs_without_seeing_the_proxy(real_
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # make test-extended; make test keeps darkness blinding the perception policy (test_vision_language)
 def test_asset_swaps_leave_state_policies_untouched_and_move_the_perception_policy(tmp_path):
     from assay.spec import CameraSpec
     from assay.twin import asset_stability
