@@ -79,6 +79,23 @@ def test_clopper_pearson_never_undercovers():
     assert min(coverage(p, n, "exact") for p, n in CELLS) >= 0.95
 
 
+def test_clopper_pearson_quantiles_equal_scipys_root_search_at_every_k():
+    """Blind against scipy's own Clopper–Pearson (binomtest's root search, not used by Assay): every k of n = 1..40
+    and a few large n, at three levels; n = 1 and k = 0, n included."""
+    from scipy.stats import binomtest
+
+    cases = [(k, n) for n in range(1, 41) for k in range(n + 1)]
+    cases += [(0, 1000), (1, 1000), (500, 1000), (99_999, 100_000)]
+    for confidence in (0.90, 0.95, 0.99):
+        for k, n in cases:
+            ours = success_interval(k, n, confidence, "exact")
+            theirs = binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+            assert ours is not None, (k, n)
+            assert abs(ours.low - theirs.low) < 1e-11 and abs(ours.high - theirs.high) < 1e-11, (k, n, confidence)
+    one = success_interval(1, 1, method="exact")  # n = 1 by hand: the low end solves p = 0.025
+    assert one is not None and one.low == pytest.approx(0.025, abs=1e-12) and one.high == 1.0
+
+
 def test_clopper_pearson_by_hand():
     # 0 of 10: upper bound 1 - 0.025**(1/10); 10 of 10: lower bound 0.025**(1/10).
     assert success_interval(0, 10, method="exact").high == pytest.approx(1 - 0.025 ** 0.1, abs=1e-9)

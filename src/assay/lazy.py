@@ -59,6 +59,8 @@ class _Deferred(types.ModuleType):
 def deferred_module(name: str) -> Any:
     """Module ``name`` imported at the first read of one of its attributes, for a heavy library (pyarrow) that only
     some paths of a module use. Not put in ``sys.modules``: ``import name`` elsewhere is unchanged. A module keeps
-    its type checking with ``if TYPE_CHECKING: import pyarrow as pa`` / ``else: pa = deferred_module("pyarrow")``."""
+    its type checking with ``if TYPE_CHECKING: import pyarrow as pa`` / ``else: pa = deferred_module("pyarrow")``.
+    Not ``importlib.util.LazyLoader``: that one replaces the module in ``sys.modules`` for every importer, and on
+    Python 3.11 two threads reading its first attribute at once can see it half-loaded (fixed in 3.12)."""
     loaded = sys.modules.get(name)
     return loaded if loaded is not None else _Deferred(name)
