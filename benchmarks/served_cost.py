@@ -7,7 +7,8 @@ against a served simulator with 2 server processes (started here, ``python -m as
 LIBERO: expert episodes of one LIBERO-Object task with the 128 px agentview camera rendered at every step
 (``video_fps: 20``), inline, in process and served. Each loop alternates in process / served for ``--rounds``
 rounds and keeps each side's best round (the machine is shared; its load is printed). Where the time goes: the
-recorder's own per-episode ``sim_s`` (the time in ``env.step``) per step on each side, and the wire alone (a
+recorder's own per-episode ``sim_s`` (the time in ``env.step``) per step on each side, the CPU time of every
+process per step (the campaign's, and the server's processes from /proc), and the wire alone (a
 request the server refuses at once, so no environment is stepped) timed from this process.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -37,19 +39,39 @@ def _server(backend: str, clients: int) -> tuple[subprocess.Popen[str], str]:
     return process, line.split(" on ", 1)[1].split(" ", 1)[0]
 
 
-def _campaign(data: dict, executor: str, workers: int) -> tuple[int, float, float]:
-    """Steps, seconds, and the recorder's seconds inside env.step, of one run of the campaign ``data``."""
+def _cpu_here() -> float:
+    """CPU seconds of this process and its waited-for children (the campaign's worker processes)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _cpu_of_children(pid: int) -> float:
+    """CPU seconds the live children of ``pid`` (a server's processes) have used, from /proc."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _campaign(data: dict, executor: str, workers: int, server: int | None = None) -> tuple[int, float, float, float]:
+    """Steps, seconds, the recorder's seconds inside env.step, and CPU seconds (the campaign's processes and, with
+    ``server`` (its pid), the server's), of one run of the campaign ``data``."""
     from assay.run import make_executor, prepare_campaign, run_campaign
     from assay.spec import campaign_from_data
     from assay.store import Store
 
     spec = campaign_from_data(data)
     with tempfile.TemporaryDirectory(prefix="assay-served-") as root, Store(root) as store:
+        cpu, served_cpu = _cpu_here(), _cpu_of_children(server) if server else 0.0
         started = time.perf_counter()
         run_campaign(prepare_campaign(spec), store, make_executor(executor, root, workers))
         elapsed = time.perf_counter() - started
+        cpu = _cpu_here() - cpu + (_cpu_of_children(server) - served_cpu if server else 0.0)
         rows = store.catalog.episodes(campaign=spec.name)
-    return sum(r.steps for r in rows), elapsed, sum(r.timings.get("sim_s", 0.0) for r in rows)
+    return sum(r.steps for r in rows), elapsed, sum(r.timings.get("sim_s", 0.0) for r in rows), cpu
 
 
 def _wire_us(url: str, backend: str, task_id: str, n: int = 500) -> float:
@@ -96,17 +118,17 @@ def tight_loop(url: str, task_id: str, steps: int = 400, rounds: int = 5) -> tup
 
 def compare(label: str, data: dict, backend: str, executor: str, workers: int, clients: int, rounds: int) -> None:
     process, url = _server(backend, clients)
-    best: dict[str, tuple[float, int, float, float]] = {}
+    best: dict[str, tuple[float, int, float, float, float]] = {}
     try:
         for _ in range(rounds):
             for side, simulators in (("in process", None), ("served", {backend: url})):
                 spec = {**data, "simulators": simulators} if simulators else data
-                steps, seconds, sim = _campaign(spec, executor, workers)
+                steps, seconds, sim, cpu = _campaign(spec, executor, workers, process.pid if simulators else None)
                 rate = steps / seconds
-                print(f"  {label}, {side}: {steps} steps in {seconds:.1f} s ({rate:.0f} steps/s), load "
-                      f"{os.getloadavg()[0]:.1f}", flush=True)
+                print(f"  {label}, {side}: {steps} steps in {seconds:.1f} s ({rate:.0f} steps/s, {cpu:.1f} CPU s), "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
                 if rate > best.get(side, (0.0,))[0]:
-                    best[side] = (rate, steps, seconds, sim / steps * 1e6)
+                    best[side] = (rate, steps, seconds, sim / steps * 1e6, cpu / steps * 1e6)
         wire = _wire_us(url, backend, data["tasks"][0])
         alone = tight_loop(url, data["tasks"][0]) if backend == "metaworld" else None
     finally:
@@ -114,9 +136,10 @@ def compare(label: str, data: dict, backend: str, executor: str, workers: int, c
         process.wait()
     local, served = best["in process"], best["served"]
     print(f"\n{label} (best of {rounds})\n")
-    print("| side | steps | seconds | steps/s | in env.step, µs/step |\n|---|---:|---:|---:|---:|")
-    for side, (rate, steps, seconds, sim_us) in best.items():
-        print(f"| {side} | {steps} | {seconds:.1f} | {rate:.1f} | {sim_us:.0f} |")
+    print("| side | steps | seconds | steps/s | in env.step, µs/step | CPU, µs/step (every process) |\n"
+          "|---|---:|---:|---:|---:|---:|")
+    for side, (rate, steps, seconds, sim_us, cpu_us) in best.items():
+        print(f"| {side} | {steps} | {seconds:.1f} | {rate:.1f} | {sim_us:.0f} | {cpu_us:.0f} |")
     slower = 100 * (1 - served[0] / local[0])
     print(f"\nserved / in process: {served[0] / local[0]:.3f} (served {slower:+.1f}% slower); "
           f"time in env.step: {served[3] - local[3]:+.0f} µs/step served; the wire alone (a round trip that steps "

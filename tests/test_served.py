@@ -246,3 +246,49 @@ def test_a_served_episode_is_traced_on_the_campaigns_side_and_exports(tmp_path):
     result = CliRunner().invoke(app, ["trace", "diff", "traced:expert:nominal", "traced:expert:action.noise=0.1",
                                       "--store", str(tmp_path)])
     assert result.exit_code == 0 and "first diverges in action" in result.output, result.output
+
+
+@pytest.mark.sim
+def test_a_lockstep_batch_steps_in_one_round_trip_and_each_environment_as_it_would_alone():
+    """``step_together`` on three served sessions of one connection: one request per lockstep step, every
+    observation, reward and info bit-identical to in-process environments stepped one by one under the same
+    campaign-side factors (latency, action and observation noise); one session's fault or refusal is its own."""
+    import numpy as np
+
+    from assay.errors import SimulatorLostError
+    from assay.sim import make_env, perturbed, resolve_variant
+    from assay.sim.together import step_together
+
+    task = default_registry().get("metaworld/pick-place@1")
+    variant = resolve_variant({"action.noise": 0.05, "observation.noise": 0.01, "control.latency": 1}, task)
+    actions = np.random.default_rng(3).uniform(-1.0, 1.0, (12, 3, task.action.dim))
+    with served("metaworld", clients=1) as server:
+        remote = [perturbed(ServedEnv(task, server.url), variant) for _ in range(3)]
+        local = [perturbed(make_env(task), variant) for _ in range(3)]
+        try:
+            for seed, (mine, theirs) in enumerate(zip(remote, local, strict=True)):
+                assert np.array_equal(mine.reset(seed)["state"], theirs.reset(seed)["state"])
+            wire = remote[0].env._link
+            requests = []
+            request = wire.request
+            wire.request = lambda message: requests.append(message["op"]) or request(message)
+            for step in actions:
+                together = step_together(remote, list(step))
+                alone = [env.step(action) for env, action in zip(local, step, strict=True)]
+                for a, b in zip(together, alone, strict=True):
+                    assert np.array_equal(a.observation["state"], b.observation["state"])
+                    assert (a.reward, a.success, a.info) == (b.reward, b.success, b.info)
+            assert requests == ["steps"] * len(actions)  # one round trip per lockstep step, not one per environment
+
+            wire.request({"op": "close", "session": remote[2].env._session})  # the server forgets the third
+            bad = np.zeros(task.action.dim + 3)  # a shape the backend cannot take: its fault, that step's alone
+            inner = [env.env for env in remote]  # past the latency queue: the bad action reaches the server now
+            first, second, third = step_together(inner, [actions[0, 0], bad, actions[0, 2]])
+            assert first.observation["state"].shape == (39,)
+            assert isinstance(second, SimulatorLostError) and "raised" in str(second)
+            assert isinstance(third, SimulatorRefused) and str(third).startswith("E_SESSION")
+            assert not wire.dead
+        finally:
+            for env in remote + local:
+                env.close()
+            close_links()

@@ -61,7 +61,14 @@ from assay.policies import (
 )
 from assay.run.batch import EpisodeBatch, Fault, FaultKind, describe_error
 from assay.run.recorder import EpisodeRecorder
-from assay.sim import Observation, SimEnv, SupportsFramesOnDemand, Transition
+from assay.sim import (
+    Observation,
+    SimEnv,
+    SupportsFramesOnDemand,
+    Transition,
+    innermost_steps_together,
+    step_together,
+)
 from assay.spec import EpisodeJob, Pipeline, SuccessMode, TaskSpec
 from assay.store import Outcome
 
@@ -174,6 +181,8 @@ class _Episodes:
             for env in envs]
         self.task = batch.task
         self.replan_every = batch.replan_every
+        # a served simulator's sessions step in one round trip per lockstep step (decided once)
+        self.together = len(envs) > 1 and any(innermost_steps_together(env) for env in envs)
         # decided once: a runtime Protocol check costs ~50 us, too much for every answer
         self.traces = isinstance(policy, SupportsStepTrace)
         self.rows_apart = isinstance(policy, SupportsRowAnswers)
@@ -264,41 +273,73 @@ class _Episodes:
 
     def step(self, slots: Sequence[int]) -> None:
         """Execute the next queued action of every live slot in ``slots``."""
+        if self.together:
+            self._step_together(slots)
+            return
         for slot in slots:
-            recorder, queue = self.recorders[slot], self.slots[slot].queue
-            if recorder.done or not queue:
+            move = self._next(slot)
+            if move is None:
                 continue
-            action, chunk_id, index, latency_ms, trace, request = queue.popleft()
-            observation = self.observations[slot]
-            assert observation is not None  # every slot is reset before its first step
-            env, skipper = self.envs[slot], self.on_demand[slot]
-            # the next observation's frames are read if a replan follows (empty queue) and the policy reads
-            # frames, or if the video keeps its frame; never after the horizon's last step
-            following = recorder.steps + 1
-            if skipper is not None and (following >= self.task.horizon or (
-                    (queue or not self.frames_read) and not recorder.records_frame(following))):
-                skipper.skip_next_frames()
             t1 = time.perf_counter()
             try:
-                transition = env.step(action)
+                transition: Transition | Exception = self.envs[slot].step(move[0])
             except Exception as exc:  # noqa: BLE001 - a simulator fault becomes that episode's outcome
-                fault = Fault(FaultKind.SIMULATOR, f"simulator raised {describe_error(exc)}")
-                recorder.fail(fault.at_step(recorder.steps))
-                continue
-            finally:
-                t2 = time.perf_counter()
-                recorder.timed("sim", t2 - t1)
-            layers = self._layers(slot, request, t1, t2, transition.observation) if self.tracing else None
-            recorder.add(observation, action, transition, latency_ms, chunk_id, index, trace)
-            self.observations[slot] = transition.observation
-            recorder.observe(transition.observation)
-            if layers is not None:
-                layers["recorder.ms"] = (time.perf_counter() - t2) * 1000.0
-                recorder.layers.append(layers)
-            outcome = outcome_after(self.task, transition, recorder.steps)
-            if outcome is not None:
-                recorder.finish(outcome, duration_s=time.perf_counter() - self.started)
-                queue.clear()
+                transition = exc
+            self._stepped(slot, move, transition, t1, time.perf_counter())
+
+    def _step_together(self, slots: Sequence[int]) -> None:
+        """As :meth:`step`, the slots' environments stepped in one call (``assay.sim.together``: a served
+        simulator's sessions in one round trip); each slot is timed its share of the call."""
+        moves = [(slot, move) for slot in slots if (move := self._next(slot)) is not None]
+        if not moves:
+            return
+        t1 = time.perf_counter()
+        outcomes = step_together([self.envs[slot] for slot, _ in moves], [move[0] for _, move in moves])
+        share = (time.perf_counter() - t1) / len(moves)
+        for order, ((slot, move), outcome) in enumerate(zip(moves, outcomes, strict=True)):
+            start = t1 + order * share
+            self._stepped(slot, move, outcome, start, start + share)
+
+    def _next(self, slot: int) -> _Queued | None:
+        """The slot's next queued action (None when its episode is over or its queue empty); tells its
+        environment to leave out the frames of the observation it returns when nobody reads them."""
+        recorder, queue = self.recorders[slot], self.slots[slot].queue
+        if recorder.done or not queue:
+            return None
+        move = queue.popleft()
+        skipper = self.on_demand[slot]
+        # the next observation's frames are read if a replan follows (empty queue) and the policy reads
+        # frames, or if the video keeps its frame; never after the horizon's last step
+        following = recorder.steps + 1
+        if skipper is not None and (following >= self.task.horizon or (
+                (queue or not self.frames_read) and not recorder.records_frame(following))):
+            skipper.skip_next_frames()
+        return move
+
+    def _stepped(self, slot: int, move: _Queued, transition: Transition | Exception, t1: float, t2: float) -> None:
+        """Record the slot's step (``transition``, or what its environment's step raised), taken from ``t1`` to
+        ``t2``, and end its episode when the step ended it."""
+        began = time.perf_counter()
+        action, chunk_id, index, latency_ms, trace, request = move
+        recorder, queue = self.recorders[slot], self.slots[slot].queue
+        recorder.timed("sim", t2 - t1)
+        if isinstance(transition, Exception):  # a simulator fault becomes that episode's outcome
+            fault = Fault(FaultKind.SIMULATOR, f"simulator raised {describe_error(transition)}")
+            recorder.fail(fault.at_step(recorder.steps))
+            return
+        observation = self.observations[slot]
+        assert observation is not None  # every slot is reset before its first step
+        layers = self._layers(slot, request, t1, t2, transition.observation) if self.tracing else None
+        recorder.add(observation, action, transition, latency_ms, chunk_id, index, trace)
+        self.observations[slot] = transition.observation
+        recorder.observe(transition.observation)
+        if layers is not None:
+            layers["recorder.ms"] = (time.perf_counter() - began) * 1000.0
+            recorder.layers.append(layers)
+        outcome = outcome_after(self.task, transition, recorder.steps)
+        if outcome is not None:
+            recorder.finish(outcome, duration_s=time.perf_counter() - self.started)
+            queue.clear()
 
     def _layers(self, slot: int, request: Request, t1: float, t2: float,
                 observation: Observation) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -133,17 +134,22 @@ class _Link:
                                          f"restart `assay serve-sim {self.backend}`; rerun with --retry-errors for "
                                          "the episodes it took") from None
         if isinstance(frame, str):
-            code, text = split_error(frame)
-            if code == E_SIM:
-                raise SimulatorLostError(f"the served {self.backend} simulator raised: {text}")
-            if code == E_PROTOCOL:
-                self.dead = True
-            raise SimulatorRefused(frame)
+            raise self.refusal(frame)
         reply = unpackb(frame, MAX_FRAME_BYTES)
         if not isinstance(reply, dict):
             raise SimulatorRefused(f"{self.where} answered {message.get('op')} with a {type(reply).__name__}: it does "
                                    f"not speak {PROTOCOL}")
         return reply
+
+    def refusal(self, frame: str) -> SimulatorLostError | SimulatorRefused:
+        """What an error frame (``CODE: message``) raises: the backend's fault as SimulatorLostError (the
+        episode's error), a refusal as SimulatorRefused (E_PROTOCOL also ends the connection)."""
+        code, text = split_error(frame)
+        if code == E_SIM:
+            return SimulatorLostError(f"the served {self.backend} simulator raised: {text}")
+        if code == E_PROTOCOL:
+            self.dead = True
+        return SimulatorRefused(frame)
 
     def close(self) -> None:
         """Close the connection (the server closes this connection's environments)."""
@@ -224,6 +230,26 @@ class ServedEnv:
         reply = self._link.request({"op": "step", "session": self._session, "skip_frames": skip,
                                     "action": np.asarray(action, dtype=np.float64)})
         return decode_transition(reply, self._link.where)
+
+    def together_key(self) -> _Link | None:
+        """The connection: environments on one step together, in one request (None once it broke: alone)."""
+        return None if self._link.dead else self._link
+
+    def step_together(self, others: Sequence[ServedEnv], actions: Sequence[np.ndarray]) -> list[Transition | Exception]:
+        """This environment's step and ``others``' (on the same connection) in one request (``steps``): each one's
+        transition, or what its step raised (a backend's fault is that environment's alone)."""
+        envs = [self, *others]
+        steps = []
+        for env, action in zip(envs, actions, strict=True):
+            skip, env._skip = env._skip, False
+            steps.append({"session": env._session, "skip_frames": skip,
+                          "action": np.asarray(action, dtype=np.float64)})
+        replies = self._link.request({"op": "steps", "steps": steps}).get("replies")
+        if not isinstance(replies, list) or len(replies) != len(envs):
+            raise SimulatorRefused(f"{self._link.where} answered {len(envs)} steps with {replies!r:.80}: it does not "
+                                   f"speak {PROTOCOL}; point the campaign's `simulators:` at `assay serve-sim`")
+        return [self._link.refusal(reply) if isinstance(reply, str) else decode_transition(reply, self._link.where)
+                for reply in replies]
 
     def initial_conditions(self) -> dict[str, Any]:
         """What the served environment's last reset chose."""

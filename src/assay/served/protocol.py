@@ -15,11 +15,15 @@ then carries requests, each answered in order::
     {op: open, session, task}                    {ok, task_hash}   or  "E_TASK: ..." (connection stays)
     {op: reset, session, seed, variant}          {observation, initial_conditions, renderer}
     {op: step, session, action, skip_frames}     {observation, reward, terminated, truncated, success, info}
+    {op: steps, steps: [{session, action,         {replies: [each step's answer, or its error line]}
+                         skip_frames}, ...]}
     {op: close, session}                         {ok}
 
 One session is one environment: the client numbers them, the server builds the task's environment on
 ``open`` and keeps it until ``close`` or the connection ends. ``skip_frames`` on a step is the
-backend's ``skip_next_frames()`` for that step, so frames on demand cost no round trip.
+backend's ``skip_next_frames()`` for that step, so frames on demand cost no round trip. ``steps`` is a worker's
+lockstep batch in one round trip (:mod:`assay.sim.together`): the server steps the sessions in the order given and
+answers each as ``step`` would, a fault (``E_SIM``) or a refusal (``E_SESSION``) as that step's error line.
 """
 
 from __future__ import annotations

@@ -59,8 +59,10 @@ class Sessions:
             return self._open(session, message)
         if op == "check":
             return {"ok": True, "task_hash": self._task(message).content_hash()}
+        if op == "steps":
+            return {"replies": self._steps(message)}
         if op not in ("reset", "step", "close"):
-            raise _Refusal(E_PROTOCOL, f"unknown op {op!r}; valid: check, open, reset, step, close")
+            raise _Refusal(E_PROTOCOL, f"unknown op {op!r}; valid: check, open, reset, step, steps, close")
         env = self.envs.get(session) if isinstance(session, int) else None
         if env is None or not isinstance(session, int):
             raise _Refusal(E_SESSION, f"session {session!r} is not open on this connection; open it first")
@@ -111,6 +113,20 @@ class Sessions:
         info = renderer_info()
         return {"observation": observation, "initial_conditions": env.initial_conditions(),
                 "renderer": info.to_dict() if info is not None else None}
+
+    def _steps(self, message: dict[str, Any]) -> list[dict[str, Any] | str]:
+        """A lockstep batch's steps (``steps``: a list of step requests without ``op``), in order: each one's answer,
+        or its error line (one environment's fault or refusal is its own)."""
+        steps = message.get("steps")
+        if not isinstance(steps, list) or not all(isinstance(step, dict) for step in steps):
+            raise _Refusal(E_PROTOCOL, "steps needs a list of {session, action, skip_frames} maps")
+        replies: list[dict[str, Any] | str] = []
+        for step in steps:
+            try:
+                replies.append(self.answer({**step, "op": "step"}))
+            except _Refusal as exc:
+                replies.append(error_line(exc.code, exc.message))
+        return replies
 
     def _step(self, env: SimEnv, message: dict[str, Any]) -> dict[str, Any]:
         action = message["action"]

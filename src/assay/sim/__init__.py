@@ -23,6 +23,7 @@ from assay.sim.registry import TaskRegistry, default_registry, make_env, tasks_k
 from assay.sim.render import RendererInfo, configure_gl, renderer_info
 from assay.sim.safety import SafetyFilter
 from assay.sim.semantic import conflict_marks
+from assay.sim.together import SupportsSteppingTogether, innermost_steps_together, step_together
 from assay.sim.wrapper import SimEnvWrapper
 
 # MuJoCo's GL backend is chosen when assay.sim is imported (EGL on an NVIDIA device, else OSMesa): no module above
@@ -53,6 +54,9 @@ __all__ = [
     "SupportsFramesOnDemand",
     "SupportsLayerTrace",
     "SupportsSimulator",
+    "SupportsSteppingTogether",
+    "innermost_steps_together",
+    "step_together",
     "TaskRegistry",
     "configure_gl",
     "renderer_info",

@@ -58,15 +58,20 @@ class PerturbedEnv(SimEnvWrapper):
         """Draw the noise of the steps from here on from ``seed`` (another draw of the same variant)."""
         self._rng = np.random.default_rng(derive_seed("perturbation-redraw", seed))
 
-    def step(self, action: np.ndarray) -> Transition:
-        """Apply latency and action noise, step, and add observation noise."""
+    def before_step(self, action: np.ndarray) -> np.ndarray:
+        """Apply latency and action noise (the step is ``after_step(env.step(before_step(action)))``)."""
         self._queue.append(np.asarray(action, dtype=np.float64))
         applied = self._queue.popleft()
         noise = self._rng.normal(0.0, self._action_noise, applied.shape) if self._action_noise else 0.0
         self._unclipped = applied + noise
         applied = self._applied = np.clip(self._unclipped, self.task.action.low, self.task.action.high)
         self._noise = noise
-        transition = self.env.step(applied)
+        return applied
+
+    def after_step(self, transition: Transition) -> Transition:
+        """Add observation noise."""
+        if not self._observation_noise:
+            return transition
         return Transition(self._noisy(transition.observation), transition.reward, transition.terminated,
                           transition.truncated, transition.success, transition.info)
 

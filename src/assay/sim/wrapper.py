@@ -1,7 +1,9 @@
 """The base of every SimEnv wrapper (Gymnasium's ``core.Wrapper``).
 
 A wrapper holds the environment it wraps as ``env`` and forwards what it does not
-change: ``reset``, ``step``, ``initial_conditions``, ``skip_next_frames`` (to an
+change: ``reset``, ``step`` (as ``before_step``, the wrapped environment's step, then ``after_step``: a wrapper
+that changes the action or the transition overrides those two, so that environments can be stepped together,
+:mod:`assay.sim.together`), ``initial_conditions``, ``skip_next_frames`` (to an
 environment that renders on demand; a no-op otherwise), ``layer_trace`` (the wrapped
 environment's per-layer trace, nothing when it keeps none) and ``close``.
 ``unwrapped`` reaches through any number of wrappers to the innermost environment
@@ -45,8 +47,16 @@ class SimEnvWrapper:
         return self.env.reset(seed, variant)
 
     def step(self, action: np.ndarray) -> Transition:
-        """Step the wrapped environment."""
-        return self.env.step(action)
+        """Step the wrapped environment: ``after_step(env.step(before_step(action)))``."""
+        return self.after_step(self.env.step(self.before_step(action)))
+
+    def before_step(self, action: np.ndarray) -> np.ndarray:
+        """The action the wrapped environment is given for ``action`` (this wrapper's own: unchanged)."""
+        return action
+
+    def after_step(self, transition: Transition) -> Transition:
+        """The transition this wrapper returns for the wrapped environment's ``transition`` (unchanged)."""
+        return transition
 
     def initial_conditions(self) -> dict[str, Any]:
         """The wrapped environment's initial conditions."""
