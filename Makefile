@@ -98,9 +98,12 @@ serve: install
 	$(ASSAY) serve --store $(STORE) --campaigns examples
 
 # Two pytest processes: the multi-node Ray cluster tests run in one of their own (a local Ray session earlier in
-# the same process leaves state behind that kills a later cluster's actors).
+# the same process leaves state behind that kills a later cluster's actors). The first runs on TEST_WORKERS
+# pytest-xdist workers, each test file in one worker, every file with a Ray test in the same one
+# (tests/conftest.py's scheduler); TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: install-test
-	$(PY) -m pytest -q -m "not ray_cluster and not extended" --durations=40
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not ray_cluster and not extended" --durations=40
 	$(PY) -m pytest -q -m "ray_cluster and not extended" --durations=10
 
 # The slowest known-answer tiers, kept out of make test's 30 minutes (pyproject.toml's `extended` marker).

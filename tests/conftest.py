@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import textwrap
 from pathlib import Path
@@ -94,3 +95,25 @@ def write_campaign(tmp_path: Path):
         return path
 
     return write
+
+
+RAY_MARK = re.compile(r"pytest\.mark\.ray(_cluster)?\b")
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown to a pytest without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under pytest-xdist (``make test``: ``-n 2``), each test file runs in one worker, so a module's fixtures are
+    built once, and every file that marks a test ``ray`` or ``ray_cluster`` runs in one worker, one after another
+    (each starts its own local Ray instance; two at once on a 2-core machine starve each other). pytest-xdist's
+    ``loadgroup`` cannot say this under pytest 9 (it renames node ids, which pytest 9 no longer reads)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    tests = Path(__file__).parent
+    ray_files = {f"tests/{path.name}" for path in tests.glob("test_*.py") if RAY_MARK.search(path.read_text())}
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "ray" if path in ray_files else path
+
+    return ByFile(config, log)
