@@ -1,0 +1,163 @@
+"""Where a served Meta-World step's time goes: the codec, a step after a wait, and a batch's round trip.
+
+    MUJOCO_GL=osmesa PYTHONPATH=src python benchmarks/served_anatomy.py [--steps 300] [--rounds 5]
+
+1. **codec**: CPU µs to encode and decode one step's request and answer (msgpack, openpi's array form) and to frame
+   both as websocket messages (websockets' sans-I/O objects), no socket;
+2. **a step after a wait**: one in-process environment stepped back to back, and with a 300 µs sleep before each
+   step (as a served simulator waits for its client's next action between steps), median µs of ``step`` alone;
+3. **one round trip per environment or per batch**: two sessions of one connection to ``assay serve-sim``
+   (started here, one server process), stepped as two ``step`` requests or one ``steps`` request per lockstep
+   step; wall µs per environment step, and CPU µs per environment step of this process and of the server's.
+
+Medians over ``--rounds`` alternating rounds. Figures and their reading: docs/PERFORMANCE.md, "Served simulators".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+TASK = "metaworld/pick-place@1"
+
+
+def codec(repeat: int = 5000) -> dict[str, float]:
+    """CPU µs of each part of a round trip's encoding, no socket."""
+    from websockets.client import ClientProtocol
+    from websockets.server import ServerProtocol
+    from websockets.uri import parse_uri
+
+    from assay.served.protocol import decode_transition, packb, unpackb
+
+    client, server = ClientProtocol(parse_uri("ws://localhost:1")), ServerProtocol()
+    client.send_request(client.connect())
+    server.receive_data(b"".join(client.data_to_send()))
+    server.send_response(server.accept(server.events_received()[0]))
+    client.receive_data(b"".join(server.data_to_send()))
+    client.events_received()
+    action = np.zeros(4)
+    answer = {"observation": {"state": np.zeros(39)}, "reward": 1.0, "terminated": False, "truncated": False,
+              "success": False, "info": {f"event{i}": 0.5 for i in range(19)}}  # Meta-World's 19 info fields
+    request, packed = packb({"op": "step", "session": 1, "skip_frames": False, "action": action}), packb(answer)
+
+    def framed() -> None:
+        client.send_binary(request)
+        server.receive_data(b"".join(client.data_to_send()))
+        server.events_received()
+        server.send_binary(packed)
+        client.receive_data(b"".join(server.data_to_send()))
+        client.events_received()
+
+    parts = {"encode the request": lambda: packb({"op": "step", "session": 1, "skip_frames": False,
+                                                   "action": action}),
+             "decode the request": lambda: unpackb(request), "encode the answer": lambda: packb(answer),
+             "decode the answer": lambda: decode_transition(unpackb(packed), "here"),
+             "websocket framing, both messages, both sides": framed}
+    out = {}
+    for name, part in parts.items():
+        started = time.process_time()
+        for _ in range(repeat):
+            part()
+        out[name] = (time.process_time() - started) / repeat * 1e6
+    return out
+
+
+def after_a_wait(steps: int, rounds: int, wait_us: float = 300.0) -> tuple[float, float]:
+    """Median µs of an in-process ``step`` stepped back to back, and after a ``wait_us`` sleep before each."""
+    from assay.sim import default_registry, make_env
+
+    task = default_registry().get(TASK)
+    env = make_env(task)
+    actions = np.random.default_rng(0).uniform(-1.0, 1.0, (steps, task.action.dim))
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for index in range(rounds):
+        for wait in (False, True):
+            env.reset(index)
+            for action in actions:
+                if wait:
+                    time.sleep(wait_us / 1e6)
+                started = time.perf_counter()
+                env.step(action)
+                times[wait].append(time.perf_counter() - started)
+    env.close()
+    return statistics.median(times[False]) * 1e6, statistics.median(times[True]) * 1e6
+
+
+def _cpu_of_children(pid: int) -> float:
+    """CPU seconds of the live children of ``pid`` (the server's processes), from /proc."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def each_or_batch(steps: int, rounds: int) -> dict[str, tuple[float, float, float]]:
+    """Per environment step: wall µs, this process's CPU µs, the server's CPU µs, for two sessions stepped by two
+    ``step`` requests or one ``steps`` request."""
+    from assay.served import ServedEnv, close_links
+    from assay.sim import default_registry, step_together
+
+    process = subprocess.Popen([sys.executable, "-m", "assay.served", "metaworld", "--port", "0", "--clients", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    assert process.stdout is not None
+    url = process.stdout.readline().split(" on ", 1)[1].split(" ", 1)[0]
+    task = default_registry().get(TASK)
+    try:
+        envs = [ServedEnv(task, url), ServedEnv(task, url)]
+        actions = np.random.default_rng(0).uniform(-1.0, 1.0, (steps, task.action.dim))
+        found: dict[str, list[tuple[float, float, float]]] = {"step per environment": [], "steps per batch": []}
+        for index in range(rounds):
+            for way in found:
+                for seed, env in enumerate(envs):
+                    env.reset(index * 2 + seed)
+                cpu, served, started = time.process_time(), _cpu_of_children(process.pid), time.perf_counter()
+                for action in actions:
+                    if way == "steps per batch":
+                        step_together(envs, [action, action])
+                    else:
+                        for env in envs:
+                            env.step(action)
+                n = 2 * steps
+                found[way].append(((time.perf_counter() - started) / n * 1e6, (time.process_time() - cpu) / n * 1e6,
+                                   (_cpu_of_children(process.pid) - served) / n * 1e6))
+        for env in envs:
+            env.close()
+        close_links()
+    finally:
+        process.kill()
+        process.wait()
+    return {way: tuple(statistics.median(r[i] for r in runs) for i in range(3)) for way, runs in found.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300, help="steps a round (Meta-World's horizon is 500)")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    os.environ.setdefault("MUJOCO_GL", "osmesa")
+    print(f"load average {os.getloadavg()[0]:.1f}\n\n| codec, no socket | CPU µs |\n|---|---:|")
+    for name, us in codec().items():
+        print(f"| {name} | {us:.1f} |")
+    hot, waited = after_a_wait(args.steps, args.rounds)
+    print(f"\nin-process step, back to back: {hot:.0f} µs; after a 300 µs sleep: {waited:.0f} µs "
+          f"({waited / hot:.2f}×)\n\n| two sessions of one connection | wall µs per env step | client CPU µs | "
+          "server CPU µs |\n|---|---:|---:|---:|")
+    for way, (wall, mine, theirs) in each_or_batch(args.steps, args.rounds).items():
+        print(f"| {way} | {wall:.0f} | {mine:.0f} | {theirs:.0f} |")
+    print(f"load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
