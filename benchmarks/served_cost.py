@@ -2,8 +2,9 @@
 
     PYTHONPATH=src python benchmarks/served_cost.py [--episodes 40] [--rounds 2] [--libero-episodes 2]
 
-Meta-World: expert episodes of pick-place (``envs_per_worker: 2``) on 2 local worker processes, in process and
-against a served simulator with 2 server processes (started here, ``python -m assay.served metaworld``).
+Meta-World: expert episodes of pick-place (``envs_per_worker: 2``, or ``--envs-per-worker``) on 2 local worker
+processes, in process and against a served simulator with 2 server processes (started here,
+``python -m assay.served metaworld``).
 LIBERO: expert episodes of one LIBERO-Object task with the 128 px agentview camera rendered at every step
 (``video_fps: 20``), inline, in process and served. Each loop alternates in process / served for ``--rounds``
 rounds and keeps each side's best round (the machine is shared; its load is printed). Where the time goes: the
@@ -155,11 +156,13 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--libero-episodes", type=int, default=2, help="0 leaves LIBERO out")
+    parser.add_argument("--envs-per-worker", type=int, default=2, help="Meta-World's (a campaign's default is 4)")
     args = parser.parse_args()
     os.environ.setdefault("MUJOCO_GL", "osmesa")
-    metaworld = {"name": "served-cost-mw", "seed": 0, "episodes": args.episodes, "envs_per_worker": 2,
-                 "tasks": ["metaworld/pick-place@1"], "policies": ["expert"]}
-    compare("Meta-World pick-place, expert, 2 local workers", metaworld, "metaworld", "local", 2, 2, args.rounds)
+    metaworld = {"name": "served-cost-mw", "seed": 0, "episodes": args.episodes,
+                 "envs_per_worker": args.envs_per_worker, "tasks": ["metaworld/pick-place@1"], "policies": ["expert"]}
+    compare(f"Meta-World pick-place, expert, 2 local workers, {args.envs_per_worker} environments each", metaworld,
+            "metaworld", "local", 2, 2, args.rounds)
     if args.libero_episodes:
         libero = {"name": "served-cost-libero", "episodes": args.libero_episodes, "envs_per_worker": 1,
                   "horizon": 60, "video_fps": 20, "tasks": [LIBERO_TASK], "policies": ["expert"],
