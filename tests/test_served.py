@@ -288,6 +288,15 @@ def test_a_lockstep_batch_steps_in_one_round_trip_and_each_environment_as_it_wou
             assert isinstance(second, SimulatorLostError) and "raised" in str(second)
             assert isinstance(third, SimulatorRefused) and str(third).startswith("E_SESSION")
             assert not wire.dead
+
+            # a malformed step (an action that is not an array) refuses the whole request and ends the connection,
+            # as a malformed `step` does; the server's one slot is free again, so the next reset connects anew
+            malformed = {"op": "steps", "steps": [{"session": inner[0]._session, "action": actions[0, 0]},
+                                                  {"session": inner[1]._session, "action": "not an array"}]}
+            with pytest.raises(SimulatorRefused, match="^E_PROTOCOL"):
+                wire.request(malformed)
+            assert wire.dead
+            assert inner[0].reset(7)["state"].shape == (39,) and inner[0]._link is not wire
         finally:
             for env in remote + local:
                 env.close()

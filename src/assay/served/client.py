@@ -147,8 +147,8 @@ class _Link:
         code, text = split_error(frame)
         if code == E_SIM:
             return SimulatorLostError(f"the served {self.backend} simulator raised: {text}")
-        if code == E_PROTOCOL:
-            self.dead = True
+        if code == E_PROTOCOL:  # the server closes the connection after it: so does this side (its slot is freed)
+            self.close()
         return SimulatorRefused(frame)
 
     def close(self) -> None:
@@ -248,8 +248,19 @@ class ServedEnv:
         if not isinstance(replies, list) or len(replies) != len(envs):
             raise SimulatorRefused(f"{self._link.where} answered {len(envs)} steps with {replies!r:.80}: it does not "
                                    f"speak {PROTOCOL}; point the campaign's `simulators:` at `assay serve-sim`")
-        return [self._link.refusal(reply) if isinstance(reply, str) else decode_transition(reply, self._link.where)
-                for reply in replies]
+        return [self._answer(reply) for reply in replies]
+
+    def _answer(self, reply: Any) -> Transition | Exception:
+        """One step's answer within a ``steps`` reply: its transition, or what its step raised (its alone)."""
+        if isinstance(reply, str):
+            return self._link.refusal(reply)
+        if not isinstance(reply, dict):
+            return SimulatorRefused(f"{self._link.where} answered a step with a {type(reply).__name__}: it does not "
+                                    f"speak {PROTOCOL}")
+        try:
+            return decode_transition(reply, self._link.where)
+        except SimulatorRefused as exc:
+            return exc
 
     def initial_conditions(self) -> dict[str, Any]:
         """What the served environment's last reset chose."""

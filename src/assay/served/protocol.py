@@ -23,7 +23,8 @@ One session is one environment: the client numbers them, the server builds the t
 ``open`` and keeps it until ``close`` or the connection ends. ``skip_frames`` on a step is the
 backend's ``skip_next_frames()`` for that step, so frames on demand cost no round trip. ``steps`` is a worker's
 lockstep batch in one round trip (:mod:`assay.sim.together`): the server steps the sessions in the order given and
-answers each as ``step`` would, a fault (``E_SIM``) or a refusal (``E_SESSION``) as that step's error line.
+answers each as ``step`` would, a fault (``E_SIM``) or a refusal (``E_SESSION``) as that step's error line; a
+malformed step refuses the whole request (``E_PROTOCOL``, and the connection closes, as for ``step``).
 """
 
 from __future__ import annotations

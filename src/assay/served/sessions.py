@@ -116,7 +116,8 @@ class Sessions:
 
     def _steps(self, message: dict[str, Any]) -> list[dict[str, Any] | str]:
         """A lockstep batch's steps (``steps``: a list of step requests without ``op``), in order: each one's answer,
-        or its error line (one environment's fault or refusal is its own)."""
+        or its error line (a backend's fault, ``E_SIM``, or an unknown session, ``E_SESSION``, is that step's own); a
+        malformed step refuses the whole request (``E_PROTOCOL``, which closes the connection, as for ``step``)."""
         steps = message.get("steps")
         if not isinstance(steps, list) or not all(isinstance(step, dict) for step in steps):
             raise _Refusal(E_PROTOCOL, "steps needs a list of {session, action, skip_frames} maps")
@@ -125,6 +126,8 @@ class Sessions:
             try:
                 replies.append(self.answer({**step, "op": "step"}))
             except _Refusal as exc:
+                if exc.code in CLOSES:
+                    raise
                 replies.append(error_line(exc.code, exc.message))
         return replies
 

@@ -46,6 +46,7 @@ class SafetyFilter(SimEnvWrapper):
         self.low, self.high = workspace if workspace is not None else WORKSPACE
         self._state: np.ndarray | None = None
         self.counts = {"nan": 0, "limit": 0, "workspace": 0}
+        self._hit: dict[str, float] = {}  # the latest step's interventions (after_step writes them into info)
 
     def reset(self, seed: int, variant: Variant | None = None) -> Observation:
         """Reset the wrapped environment and this episode's intervention counts."""
@@ -73,13 +74,16 @@ class SafetyFilter(SimEnvWrapper):
                 hit["workspace"] = 1.0
         return action, hit
 
-    def step(self, action: np.ndarray) -> Transition:
-        """Step with the filtered action; the interventions go into ``info`` as ``safety.<kind>``."""
-        safe, hit = self.filter(action)
-        for kind, value in hit.items():
+    def before_step(self, action: np.ndarray) -> np.ndarray:
+        """The filtered action (the step is ``after_step(env.step(before_step(action)))``)."""
+        safe, self._hit = self.filter(action)
+        for kind, value in self._hit.items():
             self.counts[kind] += int(value)
-        transition = self.env.step(safe)
+        return safe
+
+    def after_step(self, transition: Transition) -> Transition:
+        """The step's interventions go into ``info`` as ``safety.<kind>``."""
         self._state = transition.observation["state"]
-        info = {**transition.info, **{f"safety.{k}": v for k, v in hit.items()}}
+        info = {**transition.info, **{f"safety.{k}": v for k, v in self._hit.items()}}
         return Transition(transition.observation, transition.reward, transition.terminated, transition.truncated,
                           transition.success, info)
