@@ -18,12 +18,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from served_cost import _cpu_of_children, _server  # this directory's: run as a script
 
 TASK = "metaworld/pick-place@1"
 
@@ -90,29 +88,13 @@ def after_a_wait(steps: int, rounds: int, wait_us: float = 300.0) -> tuple[float
     return statistics.median(times[False]) * 1e6, statistics.median(times[True]) * 1e6
 
 
-def _cpu_of_children(pid: int) -> float:
-    """CPU seconds of the live children of ``pid`` (the server's processes), from /proc."""
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
 def each_or_batch(steps: int, rounds: int) -> dict[str, tuple[float, float, float]]:
     """Per environment step: wall µs, this process's CPU µs, the server's CPU µs, for two sessions stepped by two
     ``step`` requests or one ``steps`` request."""
     from assay.served import ServedEnv, close_links
     from assay.sim import default_registry, step_together
 
-    process = subprocess.Popen([sys.executable, "-m", "assay.served", "metaworld", "--port", "0", "--clients", "1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-    assert process.stdout is not None
-    url = process.stdout.readline().split(" on ", 1)[1].split(" ", 1)[0]
+    process, url = _server("metaworld", 1)
     task = default_registry().get(TASK)
     try:
         envs = [ServedEnv(task, url), ServedEnv(task, url)]
