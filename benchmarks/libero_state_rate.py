@@ -6,9 +6,12 @@ LIBERO-Object's soup task with ``cameras: []`` (issue 57's state case), CPU seco
 (``time.process_time``), so other jobs on the machine change the figures little:
 
 1. **floor**: robosuite's own ``step`` of the scene Assay builds (OSC_POSE and 25 MuJoCo substeps a policy step,
-   robosuite's observables), with the scripted expert's first actions replayed: what any loop pays a step;
-2. **backend**: Assay's LIBERO ``step`` (the floor plus its per-step events and the observation it returns);
-3. **campaign**: the scripted expert's episodes, initial states 0..N-1, through a ``Worker`` (rollout, the recorder,
+   robosuite's observables), with the scripted expert's first actions replayed: what robosuite's loop pays a step
+   (``sim.libero_forward`` removed for it);
+2. **robosuite's step as Assay runs it**: the same, with the substeps' repeated position and velocity stages
+   skipped (``sim.libero_forward``; every state bit-identical);
+3. **backend**: Assay's LIBERO ``step`` (2 plus its per-step events and the observation it returns);
+4. **campaign**: the scripted expert's episodes, initial states 0..N-1, through a ``Worker`` (rollout, the recorder,
    the Parquet step file), the scene built once as a campaign's worker builds it (counted).
 
 A "full" LIBERO-Object episode is 290 steps (280 policy steps and 10 settle steps, openpi's loop): each line gives
@@ -44,6 +47,7 @@ def main() -> None:
     parser.add_argument("--floor-steps", type=int, default=300)
     args = parser.parse_args()
     from assay.run import Worker
+    from assay.sim import libero_forward
 
     jobs = _jobs(args.episodes)
     print(f"load at start {os.getloadavg()}", flush=True)
@@ -65,12 +69,18 @@ def main() -> None:
         for i in range(args.floor_steps):
             env.step(actions[i % len(actions)])
         backend_ms = (time.process_time() - started) / args.floor_steps * 1000
-        env.reset(jobs[0].seed)
-        robosuite = env.simulator
-        started = time.process_time()
-        for i in range(args.floor_steps):
-            robosuite.step(actions[i % len(actions)])
-        floor_ms = (time.process_time() - started) / args.floor_steps * 1000
+        robosuite, inner = env.simulator, env._scene.inner
+        timed = {}
+        for name, fast in (("floor", False), ("fast", True), ("floor again", False), ("fast again", True)):
+            if not fast:
+                libero_forward.uninstall(inner)
+            env.reset(jobs[0].seed)
+            started = time.process_time()
+            for i in range(args.floor_steps):
+                robosuite.step(actions[i % len(actions)])
+            timed[name] = (time.process_time() - started) / args.floor_steps * 1000
+            libero_forward.install(inner)
+        floor_ms, fast_ms = min(timed["floor"], timed["floor again"]), min(timed["fast"], timed["fast again"])
         worker.close()
     per_step_ms = rollout_cpu / steps * 1000
     episodes = len(records)
@@ -78,7 +88,9 @@ def main() -> None:
     print(f"\nsoup task, cameras: [], {episodes} expert episodes ({steps} steps, "
           f"{sum(r.outcome.value == 'success' for r in records)} succeeded); load at end {os.getloadavg()}\n")
     print("| loop | CPU ms a step | full (290-step) episodes per core-hour |\n|---|---:|---:|")
-    for name, ms in (("floor: robosuite's step", floor_ms), ("Assay's LIBERO backend step", backend_ms),
+    for name, ms in (("floor: robosuite's step", floor_ms),
+                     ("robosuite's step, the repeated stages skipped (sim.libero_forward)", fast_ms),
+                     ("Assay's LIBERO backend step", backend_ms),
                      ("Assay campaign (worker, recorder, Parquet)", per_step_ms)):
         print(f"| {name} | {ms:.2f} | {3_600_000 / (ms * FULL):.0f} |")
     print(f"\nscene and policy build (once per worker): {build_s:.2f} s wall")

@@ -1,0 +1,111 @@
+"""The LIBERO substep's repeated forward, run from its acceleration stage (``sim.libero_forward``), steps exactly as
+robosuite's own step: every MuJoCo state of the scripted expert's episodes and of random-action episodes is
+bit-identical with it and without it (positions, velocities, the solver's warm start, controls, sensors, the
+observation, reward and success), on two LIBERO-Object scenes."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+
+from assay.policies.builtin import ExpertPolicy
+from assay.policies.protocol import PolicyContext
+from assay.sim import default_registry, libero_forward, make_env
+
+pytestmark = [pytest.mark.libero, pytest.mark.sim]
+
+REGISTRY = default_registry()
+TASKS = ["libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket@2",
+         "libero/object/pick_up_the_cream_cheese_and_place_it_in_the_basket@2"]
+
+
+def _expert_actions(env, seed: int) -> np.ndarray:
+    """The scripted expert's actions of one episode (stepped on ``env`` as it is)."""
+    task = env.task
+    policy = ExpertPolicy()
+    policy.reset(PolicyContext(task, (seed,), (task.instruction,)))
+    observation, actions = env.reset(seed), []
+    for _ in range(task.horizon):
+        batch = {"state": observation["state"][None], "privileged.goal": observation["privileged.goal"][None],
+                 "env_ids": np.array([0]), "instruction": [task.instruction]}
+        actions.append(policy.act(batch)[0])
+        transition = env.step(actions[-1])
+        observation = transition.observation
+        if transition.success:
+            break
+    return np.asarray(actions)
+
+
+def _states(env, seed: int, actions: np.ndarray) -> np.ndarray:
+    """Every step's whole record of ``actions`` replayed from ``reset(seed)``."""
+    data = env._scene.inner.sim.data._data
+    env.reset(seed)
+    rows = []
+    for action in actions:
+        transition = env.step(action)
+        rows.append(np.concatenate([data.qpos, data.qvel, data.qacc_warmstart, data.ctrl, data.sensordata,
+                                    transition.observation["state"], [transition.reward, transition.success]]))
+    return np.asarray(rows)
+
+
+def _continued(env, actions: np.ndarray) -> np.ndarray:
+    """Every step's record of ``actions`` from where ``env`` is (NaN-safe bytes: compared with tobytes)."""
+    data = env._scene.inner.sim.data._data
+    rows = []
+    for action in actions:
+        transition = env.step(action)
+        rows.append(np.concatenate([data.qpos, data.qvel, data.qacc_warmstart, data.ctrl,
+                                    transition.observation["state"]]))
+    return np.asarray(rows)
+
+
+@pytest.mark.parametrize("ref", TASKS)
+def test_the_repeated_forward_from_its_acceleration_stage_steps_exactly_as_robosuite(ref):
+    env = make_env(REGISTRY.get(ref).model_copy(update={"cameras": ()}))
+    try:
+        inner = env._scene.inner
+        assert "_pre_action" in inner.__dict__  # installed on LIBERO's OSC_POSE scenes
+        actions = _expert_actions(env, 1)
+        rng = np.random.default_rng(5)
+        shaky = np.clip(actions[:60] + rng.normal(0.0, 0.5, actions[:60].shape), -1.0, 1.0)  # other contacts
+        for seed, replayed in ((1, actions), (2, shaky)):
+            fast = _states(env, seed, replayed)
+            libero_forward.uninstall(inner)
+            try:
+                plain = _states(env, seed, replayed)
+            finally:
+                assert libero_forward.install(inner)
+            assert fast.shape == plain.shape and fast.tobytes() == plain.tobytes(), (ref, seed)
+            if replayed is actions and ref == TASKS[0]:  # the soup: grasped, carried, placed (its last step succeeded)
+                assert plain[-1, -1] == 1.0
+        if ref == TASKS[0]:  # a state MuJoCo finds bad mid-step (a NaN velocity): reset and warned alike both ways
+            runs = []
+            for fast in (True, False):
+                if not fast:
+                    libero_forward.uninstall(inner)
+                try:
+                    env.reset(1)
+                    data = inner.sim.data._data
+                    env.step(actions[0])
+                    data.qvel[0] = np.nan
+                    record = _continued(env, actions[1:6])
+                    runs.append((record, [int(w.number) for w in data.warning]))
+                finally:
+                    libero_forward.install(inner)
+            assert runs[0][0].tobytes() == runs[1][0].tobytes() and runs[0][1] == runs[1][1]
+            assert runs[0][1][int(mujoco.mjtWarning.mjWARN_BADQVEL)] > 0
+    finally:
+        env.close()
+
+
+def test_it_is_installed_only_where_its_premise_holds():
+    class NotOsc:
+        controller = object()
+
+    class Scene:
+        robots = [NotOsc()]
+
+    assert not libero_forward.applies(Scene())
+    assert not libero_forward.install(Scene())
+    assert not libero_forward.applies(type("Empty", (), {"robots": []})())
