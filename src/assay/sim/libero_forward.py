@@ -15,9 +15,9 @@ first step). So:
 
 * inside ``_pre_action``, ``sim.forward()`` runs ``mj_forwardSkip(model, data, mjSTAGE_VEL, 0)``: the actuation,
   the acceleration, the constraint solve and the acceleration sensors, as the full forward runs them;
-* the ``sim.step()`` that follows runs ``mj_checkPos``, ``mj_checkVel`` and ``mj_step2`` (the same stages, then
-  the integration): ``mj_step`` less its position and velocity stages. Where a check finds a bad state (MuJoCo
-  then resets it and warns), that step is ``mj_step`` whole.
+* the ``sim.step()`` that follows runs ``mj_step2`` (the same stages, then the integration): ``mj_step`` less its
+  checks and its position and velocity stages. Where the checks would find a bad state (a NaN, or a value beyond
+  ``mjMAXVAL``: MuJoCo then resets it and warns), that step is ``mj_step`` whole.
 
 One thing is counted differently: a warning that MuJoCo raises in a position or velocity stage (a full contact
 buffer) is counted once a substep, where robosuite's three runs of those stages counted it up to three times; a
@@ -34,6 +34,15 @@ environment steps as robosuite wrote it.
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
+
+MAX_VALUE = 1e10  # mujoco.mjMAXVAL: a position or velocity beyond it is bad (reset and warned by mj_step)
+
+
+def _good(values: np.ndarray) -> bool:
+    """What ``mj_checkPos``/``mj_checkVel`` accept: no NaN and nothing beyond ``mjMAXVAL`` (MuJoCo's ``mju_isBad``)."""
+    return bool(np.abs(values).max(initial=0.0) <= MAX_VALUE)
 
 
 def applies(inner: Any) -> bool:
@@ -59,7 +68,6 @@ def install(inner: Any) -> bool:
     sim = inner.sim
     pre_action = inner._pre_action  # robosuite's own, bound
     stage = mujoco.mjtStage.mjSTAGE_VEL
-    bad = (int(mujoco.mjtWarning.mjWARN_BADQPOS), int(mujoco.mjtWarning.mjWARN_BADQVEL))
 
     def repeated_forward() -> None:
         mujoco.mj_forwardSkip(sim.model._model, sim.data._data, stage, 0)
@@ -67,13 +75,10 @@ def install(inner: Any) -> bool:
     def step_after_forward() -> None:
         del sim.step  # once: the substep's own step
         model, data = sim.model._model, sim.data._data
-        warned = [int(data.warning[kind].number) for kind in bad]
-        mujoco.mj_checkPos(model, data)
-        mujoco.mj_checkVel(model, data)
-        if [int(data.warning[kind].number) for kind in bad] != warned:  # reset to a good state: nothing is current
-            mujoco.mj_step(model, data)
-        else:
+        if _good(data.qpos) and _good(data.qvel):
             mujoco.mj_step2(model, data)
+        else:  # mj_step's checks reset a bad state (and warn): then nothing computed before is current
+            mujoco.mj_step(model, data)
 
     def assay_pre_action(action: Any, policy_step: bool = False) -> Any:
         sim.forward = repeated_forward  # instance attributes: the controllers hold this same sim
