@@ -18,7 +18,7 @@ import pytest
 from assay.sim import default_registry, make_env
 from assay.sim.events import COLLISION_N, JOINT_LIMIT_TOL, LIFT_M, SATURATION, EventTracker
 
-pytestmark = pytest.mark.filterwarnings("ignore:Constant\\(s\\) may be too high")
+pytestmark = [pytest.mark.sim, pytest.mark.filterwarnings("ignore:Constant\\(s\\) may be too high")]
 
 
 class _Plain(EventTracker):

@@ -49,6 +49,14 @@ def _states(env, seed: int, actions: np.ndarray) -> np.ndarray:
     return np.asarray(rows)
 
 
+def _position_stages(env, action: np.ndarray) -> int:
+    """How many times MuJoCo computed the positions during one step (its own timer's count)."""
+    timer = env._scene.inner.sim.data._data.timer[int(mujoco.mjtTimer.mjTIMER_POSITION)]
+    before = int(timer.number)
+    env.step(action)
+    return int(timer.number) - before
+
+
 def _continued(env, actions: np.ndarray) -> np.ndarray:
     """Every step's record of ``actions`` from where ``env`` is (NaN-safe bytes: compared with tobytes)."""
     data = env._scene.inner.sim.data._data
@@ -66,6 +74,16 @@ def test_the_repeated_forward_from_its_acceleration_stage_steps_exactly_as_robos
     try:
         inner = env._scene.inner
         assert "_pre_action" in inner.__dict__  # installed on LIBERO's OSC_POSE scenes
+        assert libero_forward.install(inner)  # a second install is a no-op (it used to wrap the first and break)
+        env.reset(1)
+        positions = [_position_stages(env, np.zeros(7))]
+        libero_forward.uninstall(inner)
+        try:
+            positions.append(_position_stages(env, np.zeros(7)))
+        finally:
+            libero_forward.install(inner)
+        substeps = int(round(inner.control_timestep / inner.model_timestep))
+        assert positions == [substeps, 3 * substeps]  # it took effect: one position stage a substep, not three
         actions = _expert_actions(env, 1)
         rng = np.random.default_rng(5)
         shaky = np.clip(actions[:60] + rng.normal(0.0, 0.5, actions[:60].shape), -1.0, 1.0)  # other contacts

@@ -19,12 +19,17 @@ first step). So:
   checks and its position and velocity stages. Where the checks would find a bad state (a NaN, or a value beyond
   ``mjMAXVAL``: MuJoCo then resets it and warns), that step is ``mj_step`` whole.
 
+Every state is bit-identical to robosuite's own step (``tests/test_libero_forward.py`` compares positions,
+velocities, warm start, controls, sensors, observations and rewards at every step of expert and noisy episodes,
+and counts the position stages MuJoCo ran). Measured here: a state-only LIBERO-Object step costs ~22% less CPU
+(docs/PERFORMANCE.md).
+
 One thing is counted differently: a warning that MuJoCo raises in a position or velocity stage (a full contact
-buffer) is counted once a substep, where robosuite's three runs of those stages counted it up to three times; a
-step is unstable (``info.unstable``) exactly when it was before, and the trace's ``physics.warnings`` counts
-fewer. Every state is bit-identical to robosuite's own step (``tests/test_libero_forward.py`` compares positions,
-velocities, warm start, controls, sensors, observations and rewards at every step of expert and noisy
-episodes). Measured here: a state-only LIBERO-Object step costs ~20% less CPU (docs/PERFORMANCE.md).
+buffer) is counted once a substep, where robosuite's three runs of those stages counted it up to three times, so
+the trace's ``physics.warnings`` counts fewer. ``info.unstable`` (a warning count that rose) is what it was, except
+in one case: a step in which MuJoCo resets a bad state (a reset zeroes the counters) after such warnings earlier in
+the episode, where the smaller count before can read as unchanged after. ``mj_step2`` also does not call MuJoCo's
+global ``mjcb_control`` callback, which ``mj_step``'s forward does; nothing in robosuite or LIBERO sets it.
 
 Installed only where the premise is known to hold: robosuite 1.4 with every robot under the OSC controller
 (LIBERO's ``OSC_POSE``) and MuJoCo's Euler or implicit integrators (``mj_step2`` does not run RK4); elsewhere the
@@ -61,18 +66,21 @@ def applies(inner: Any) -> bool:
 def install(inner: Any) -> bool:
     """Make ``inner``'s substeps skip the repeated position and velocity stages (the module docstring); True when
     installed, False (nothing changed) where :func:`applies` says no."""
+    if "_pre_action" in inner.__dict__:  # installed already (a second wrapper would undo the first's attributes)
+        return True
     if not applies(inner):
         return False
     import mujoco
 
-    sim = inner.sim
     pre_action = inner._pre_action  # robosuite's own, bound
     stage = mujoco.mjtStage.mjSTAGE_VEL
 
     def repeated_forward() -> None:
+        sim = inner.sim
         mujoco.mj_forwardSkip(sim.model._model, sim.data._data, stage, 0)
 
     def step_after_forward() -> None:
+        sim = inner.sim
         del sim.step  # once: the substep's own step
         model, data = sim.model._model, sim.data._data
         if _good(data.qpos) and _good(data.qvel):
@@ -81,6 +89,7 @@ def install(inner: Any) -> bool:
             mujoco.mj_step(model, data)
 
     def assay_pre_action(action: Any, policy_step: bool = False) -> Any:
+        sim = inner.sim  # the environment's sim now (robosuite replaces it on a hard reset)
         sim.forward = repeated_forward  # instance attributes: the controllers hold this same sim
         try:
             result = pre_action(action, policy_step)
