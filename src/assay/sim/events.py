@@ -166,11 +166,20 @@ class EventTracker:
                 force = max(force, abs(float(self._wrench[0])))
         return left, right, force
 
+    def _at_limit(self) -> int:
+        """How many arm joints sit within ``JOINT_LIMIT_TOL`` of a limit."""
+        qpos = self.env.data.qpos[self._joint_qpos]
+        return int(np.count_nonzero((qpos <= self._at_low) | (qpos >= self._at_high)))
+
+    def _finite(self, state: np.ndarray) -> bool:
+        """Whether MuJoCo's positions and velocities and the observation sum to a finite number."""
+        data, total = self.env.data, np.add.reduce  # what ndarray.sum and np.sum call, without their wrappers
+        return math.isfinite(float(total(data.qpos)) + float(total(data.qvel)) + float(total(state)))
+
     def step(self, action: np.ndarray, state: np.ndarray) -> dict[str, float]:
         """The step's events from MuJoCo state: contact, grasp, lift, drop, collision, joint limits, instability,
         progress.
         """
-        data = self.env.data
         left, right, force = self._contacts()
         grasped = left and right
         has_object = self._root is not None
@@ -181,12 +190,8 @@ class EventTracker:
         lifted = has_object and float(position[2]) > self._z0 + LIFT_M
         dropped = self._held and not grasped
         self._held = grasped and lifted
-        qpos = data.qpos[self._joint_qpos]
-        at_limit = (qpos <= self._at_low) | (qpos >= self._at_high)
         warnings = self._warning_count()
-        total = np.add.reduce  # what ndarray.sum and np.sum call, without their wrappers: this is the hot path
-        finite = math.isfinite(float(total(data.qpos)) + float(total(data.qvel)) + float(total(state)))
-        unstable = warnings > self._warnings or not finite
+        unstable = warnings > self._warnings or not self._finite(state)
         self._warnings = warnings
         return {
             "ee_obj_dist": math.dist(state[0:3], position) if has_object else nan,
@@ -199,7 +204,7 @@ class EventTracker:
             "object_moved": self._moved(),
             "collision_force": force,
             "collision": float(force > COLLISION_N),
-            "joint_limit": float(np.count_nonzero(at_limit)),
+            "joint_limit": float(self._at_limit()),
             "action_saturated": float(np.count_nonzero(np.abs(action) >= SATURATION * self._bound)),
             "unstable": float(unstable),
         }
