@@ -42,12 +42,11 @@ from typing import Any
 
 import numpy as np
 
-MAX_VALUE = 1e10  # mujoco.mjMAXVAL: a position or velocity beyond it is bad (reset and warned by mj_step)
 
-
-def _good(values: np.ndarray) -> bool:
-    """What ``mj_checkPos``/``mj_checkVel`` accept: no NaN and nothing beyond ``mjMAXVAL`` (MuJoCo's ``mju_isBad``)."""
-    return bool(np.abs(values).max(initial=0.0) <= MAX_VALUE)
+def _good(values: np.ndarray, limit: float) -> bool:
+    """What ``mj_checkPos``/``mj_checkVel`` accept: no NaN and nothing beyond ``limit`` (``mujoco.mjMAXVAL``; MuJoCo's
+    ``mju_isBad``)."""
+    return bool(np.abs(values).max(initial=0.0) <= limit)
 
 
 def applies(inner: Any) -> bool:
@@ -73,7 +72,7 @@ def install(inner: Any) -> bool:
     import mujoco
 
     pre_action = inner._pre_action  # robosuite's own, bound
-    stage = mujoco.mjtStage.mjSTAGE_VEL
+    stage, limit = mujoco.mjtStage.mjSTAGE_VEL, float(mujoco.mjMAXVAL)
 
     def repeated_forward() -> None:
         sim = inner.sim
@@ -83,7 +82,7 @@ def install(inner: Any) -> bool:
         sim = inner.sim
         del sim.step  # once: the substep's own step
         model, data = sim.model._model, sim.data._data
-        if _good(data.qpos) and _good(data.qvel):
+        if _good(data.qpos, limit) and _good(data.qvel, limit):
             mujoco.mj_step2(model, data)
         else:  # mj_step's checks reset a bad state (and warn): then nothing computed before is current
             mujoco.mj_step(model, data)
