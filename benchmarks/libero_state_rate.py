@@ -32,12 +32,12 @@ TASK = "libero/object/pick_up_the_alphabet_soup_and_place_it_in_the_basket@2"
 FULL = 290
 
 
-def _jobs(episodes: int) -> list:
+def _jobs(episodes: int, policy: str = "expert") -> list:
     from assay.run import prepare_campaign
     from assay.spec import campaign_from_data
 
     spec = campaign_from_data({"name": "state-rate", "seed": 0, "episodes": episodes, "tasks": [TASK],
-                               "policies": ["expert"], "cameras": [], "envs_per_worker": 1})
+                               "policies": [policy], "cameras": [], "envs_per_worker": 1})
     return list(prepare_campaign(spec).jobs)
 
 
@@ -45,9 +45,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--floor-steps", type=int, default=300)
+    parser.add_argument("--full-episodes", type=int, default=3, help="random-policy episodes run to the horizon")
     args = parser.parse_args()
     from assay.run import Worker
-    from assay.sim import libero_forward
+    from assay.sim import libero_forward, libero_observables
 
     jobs = _jobs(args.episodes)
     print(f"load at start {os.getloadavg()}", flush=True)
@@ -63,6 +64,10 @@ def main() -> None:
             records += worker.run_batch([job])
             rollout_cpu += time.process_time() - started
         steps = sum(r.steps for r in records)
+        full_jobs = _jobs(args.full_episodes, "random")
+        started = time.process_time()
+        full = [record for job in full_jobs for record in worker.run_batch([job])]
+        full_cpu = time.process_time() - started
         env = worker._environments(jobs[0], 1)[0]  # the scene the worker keeps
         env.reset(jobs[0].seed)
         started = time.process_time()
@@ -74,12 +79,14 @@ def main() -> None:
         for name, fast in (("floor", False), ("fast", True), ("floor again", False), ("fast again", True)):
             if not fast:
                 libero_forward.uninstall(inner)
+                libero_observables.uninstall(inner)
             env.reset(jobs[0].seed)
             started = time.process_time()
             for i in range(args.floor_steps):
                 robosuite.step(actions[i % len(actions)])
             timed[name] = (time.process_time() - started) / args.floor_steps * 1000
             libero_forward.install(inner)
+            libero_observables.install(inner)
         floor_ms, fast_ms = min(timed["floor"], timed["floor again"]), min(timed["fast"], timed["fast again"])
         worker.close()
     per_step_ms = rollout_cpu / steps * 1000
@@ -89,10 +96,13 @@ def main() -> None:
           f"{sum(r.outcome.value == 'success' for r in records)} succeeded); load at end {os.getloadavg()}\n")
     print("| loop | CPU ms a step | full (290-step) episodes per core-hour |\n|---|---:|---:|")
     for name, ms in (("floor: robosuite's step", floor_ms),
-                     ("robosuite's step, the repeated stages skipped (sim.libero_forward)", fast_ms),
+                     ("robosuite's step as Assay runs it (sim.libero_forward, sim.libero_observables)", fast_ms),
                      ("Assay's LIBERO backend step", backend_ms),
                      ("Assay campaign (worker, recorder, Parquet)", per_step_ms)):
         print(f"| {name} | {ms:.2f} | {3_600_000 / (ms * FULL):.0f} |")
+    full_steps = sum(r.steps for r in full)
+    print(f"| full episodes, counted: the random policy, {len(full)} episodes of {full_steps / len(full):.0f} policy "
+          f"steps | {full_cpu / len(full) / FULL * 1000:.2f} | **{len(full) / (full_cpu / 3600):.0f}** |")
     print(f"\nscene and policy build (once per worker): {build_s:.2f} s wall")
     print(f"campaign at the expert's own lengths, the build counted once: {own_rate:.0f} episodes per core-hour")
     print(f"campaign / floor per step: {per_step_ms / floor_ms:.2f}")
