@@ -18,7 +18,9 @@ a word. So before the first batch, the driver runs a probe on every node: it wri
 small file to the data root there, and the driver reads it back through its own view of
 the data root. Every environment actor writes one more when it starts, before it gets
 any batch (nodes that join later are covered too). A probe the driver cannot read, or
-a node that cannot write, is a one-line :class:`AssayError` naming the node.
+a node that cannot write, is a one-line :class:`AssayError` naming the node. The node of a
+Ray instance this process started itself (its raylet and workers are this process's children,
+with its environment) is probed in process, with no task to start.
 
 Probes are ``.assay-probes/<run>-<node>-<pid>.txt`` at the top of the data root, deleted once read.
 """
@@ -108,11 +110,26 @@ def preflight(ray: Any, root: str, token: str, actor_cpus: float = 1.0) -> int:
     task = ray.remote(num_cpus=0, max_retries=0)(node_probe)
     nodes = [n["NodeID"] for n in ray.nodes()
              if n.get("Alive") and float(n.get("Resources", {}).get("CPU", 0.0)) >= actor_cpus]
+    own = _own_head_node(ray)
     refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(root, token)
-            for node in nodes]
+            for node in nodes if node != own]
+    if own in nodes:  # its workers see the root as this process does: written and read back here
+        probe_in_process(root)
     for probe in ray.get(refs):
         check_probe(root, probe)
     return len(nodes)
+
+
+def _own_head_node(ray: Any) -> str | None:
+    """The node ID of the Ray instance this process started itself (``ray.init`` with no cluster to join: its
+    raylet and workers are this process's children, with its environment and file system), else None."""
+    try:
+        node = ray._private.worker._global_node
+        if node is not None and node.head and not ray.util.client.ray.is_connected():
+            return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # noqa: BLE001 - Ray's internals moved: probe every node, as for a cluster
+        return None
+    return None
 
 
 def refuse_process_memory(root: Root, executor: str) -> None:
