@@ -170,20 +170,12 @@ def test_a_remote_campaign_on_ray_gives_exactly_the_local_results(tmp_path):
     assert all(v[0] is not Outcome.ERROR for v in local.values())
 
 
-def test_on_the_ray_instance_this_process_started_the_preflight_probes_in_process(tmp_path, monkeypatch):
-    """Its one node's workers are this process's raylet's children (its environment, its file system): the root is
-    written and read back here, with no task to start; a cluster's nodes are probed each (test_ray_preflight)."""
-    from assay.errors import AssayError
+
+def test_a_ray_instance_with_a_runtime_environment_has_its_node_probed_by_a_task(tmp_path):
+    """This module's Ray carries a runtime environment (``env_vars``): its workers' environment is not this
+    process's, so the preflight starts its task there (tests/test_ray_own_node.py: the in-process probe)."""
     from assay.run import preflight
 
-    assert preflight._own_head_node(ray) == ray.get_runtime_context().get_node_id()
-
-    def no_task(root: str, token: str) -> None:
-        raise AssertionError("a probe task ran on the driver's own node")
-
-    monkeypatch.setattr(preflight, "node_probe", no_task)
+    assert preflight._own_head_node(ray) is None
     assert preflight.preflight(ray, str(tmp_path / "root"), preflight.run_token()) == 1
-    assert list((tmp_path / "root" / preflight.PROBE_DIR).iterdir()) == []  # read back and deleted
-    (tmp_path / "a-file").write_text("not a directory")
-    with pytest.raises(AssayError, match=r"^node this-process .* cannot write the data root .*a-file"):
-        preflight.preflight(ray, str(tmp_path / "a-file"), preflight.run_token())
+    assert list((tmp_path / "root" / preflight.PROBE_DIR).iterdir()) == []  # the task's probe, read back and deleted

@@ -19,8 +19,9 @@ small file to the data root there, and the driver reads it back through its own 
 the data root. Every environment actor writes one more when it starts, before it gets
 any batch (nodes that join later are covered too). A probe the driver cannot read, or
 a node that cannot write, is a one-line :class:`AssayError` naming the node. The node of a
-Ray instance this process started itself (its raylet and workers are this process's children,
-with its environment) is probed in process, with no task to start.
+Ray instance this process started itself with no runtime environment (its raylet and workers
+are this process's children, with the environment it had) is probed in process, with no task
+to start; its actors still write theirs.
 
 Probes are ``.assay-probes/<run>-<node>-<pid>.txt`` at the top of the data root, deleted once read.
 """
@@ -121,12 +122,14 @@ def preflight(ray: Any, root: str, token: str, actor_cpus: float = 1.0) -> int:
 
 
 def _own_head_node(ray: Any) -> str | None:
-    """The node ID of the Ray instance this process started itself (``ray.init`` with no cluster to join: its
-    raylet and workers are this process's children, with its environment and file system), else None."""
+    """The node ID of the Ray instance this process started itself with no runtime environment (``ray.init`` with
+    no cluster to join and no ``runtime_env``: its raylet and workers are this process's children, with the
+    environment and file system it had), else None."""
     try:
         node = ray._private.worker._global_node
-        if node is not None and node.head and not ray.util.client.ray.is_connected():
-            return str(ray.get_runtime_context().get_node_id())
+        context = ray.get_runtime_context()
+        if node is not None and node.head and not ray.util.client.ray.is_connected() and not context.runtime_env:
+            return str(context.get_node_id())
     except Exception:  # noqa: BLE001 - Ray's internals moved: probe every node, as for a cluster
         return None
     return None
