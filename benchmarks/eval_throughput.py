@@ -24,6 +24,7 @@ table under its own heading into docs/PERFORMANCE.md.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import sys
@@ -160,6 +161,7 @@ def main() -> None:
         (FAST_VEC, lambda: async_vector(args.task, seeds, 2, fast=True)),
     ]
     results: dict[str, tuple[int, float, float]] = {}
+    load_before = os.getloadavg()
     for round_ in range(args.repeat):  # round-robin, so load from other jobs hits every loop alike
         for name, fn in loops:
             steps, seconds = _time(fn)
@@ -168,6 +170,7 @@ def main() -> None:
             if name not in results or seconds < results[name][1]:
                 results[name] = (steps, seconds, steps / seconds)
     ray.shutdown()
+    load = f"load average {load_before[0]:.1f} before the first loop, {os.getloadavg()[0]:.1f} after the last"
 
     base = results["bare Meta-World loop (1 process)"][2]
     vec = results["LeRobot-style AsyncVectorEnv, 2 workers"][2]
@@ -181,7 +184,7 @@ def main() -> None:
         f"`{command}` — {args.episodes} expert episodes of `{args.task}` per loop (end at first success or "
         f"{HORIZON} steps), {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
         "2 CPU cores (best of the rounds); set-up (spawn, `gym.make`, actors) inside the "
-        "timing, Ray start-up outside.",
+        f"timing, Ray start-up outside; {load}.",
         "", "| loop | steps | seconds | steps/s | × bare |", "|---|---:|---:|---:|---:|",
     ]
     for name, (steps, seconds, rate) in results.items():
