@@ -139,8 +139,11 @@ def locate(schema: pa.Schema, footer: pq.FileMetaData, key: str | None) -> Locat
 def episode_table(data: bytes, key: str | None) -> pa.Table:
     """The step table of episode ``key`` in the step file ``data`` (its own file, or a pack), exactly as its own
     file reads; StoreError when a pack does not hold it."""
+    # Read on this thread, never Arrow's pool (nor pq.read_table's dataset scan): the reader holds ``data``, and
+    # a pool thread that drops it last must take the GIL; at interpreter exit that aborts the process (SIGABRT,
+    # "terminate called without an active exception"; apache/arrow#34314). Step tables are small.
     parquet = pq.ParquetFile(pa.BufferReader(data))
     found = locate(parquet.schema_arrow, parquet.metadata, key)
     if found.row_group is None:
-        return pq.read_table(pa.BufferReader(data))
-    return parquet.read_row_group(found.row_group).replace_schema_metadata(found.schema.metadata)
+        return parquet.read(use_threads=False)
+    return parquet.read_row_group(found.row_group, use_threads=False).replace_schema_metadata(found.schema.metadata)
