@@ -63,6 +63,24 @@ def test_a_sigkilled_actor_is_replaced_and_its_batch_retried(tmp_path):
     assert on_ray == reference
 
 
+def test_an_actor_killed_holding_a_batch_sent_ahead_loses_and_repeats_nothing(tmp_path):
+    """Twelve episodes in six batches on two actors: each actor is sent its next batch while it runs one. The
+    policy kills its actor on its first visit to every third episode; whatever a dead actor held runs again
+    elsewhere, and the records equal a run in this process."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    data = killing_campaign(markers, name="ray-kills-ahead", episodes=12)
+    executor = RayExecutor(tmp_path / "ray", actors=2)
+    summary, on_ray, records = run_and_collect(tmp_path / "ray", executor, data)
+    killed = len(list(markers.iterdir()))
+    assert killed >= 2 and executor.restarts == killed
+    assert executor.sent_ahead >= 2 and executor.put_back >= 1  # a dead actor held a batch sent ahead
+    assert summary.ran == 12 and all(r.outcome is Outcome.SUCCESS for r in records)
+    assert_no_partial_files(tmp_path / "ray")
+    _, reference, _ = run_and_collect(tmp_path / "inline", InlineExecutor(tmp_path / "inline"), data)
+    assert on_ray == reference
+
+
 @pytest.mark.extended  # a minute and a half of waiting on a wall clock
 def test_a_hung_episode_on_ray_becomes_wall_timeout(tmp_path):
     data = {"name": "ray-hangs", "seed": 5, "episodes": 2, "envs_per_worker": 2, "tasks": ["metaworld/reach@1"],

@@ -5,7 +5,12 @@ client has one request loop and many transports). The pool starts workers, sends
 batch, and reports what happened as :class:`Event`\\ s; the driver decides everything else, the same
 way for every pool:
 
-* a worker holds at most one batch, so a death or a timeout is attributable to it;
+* a worker runs one batch at a time, so a death or a timeout is attributable to it; a pool that
+  ``sends ahead`` (Ray, where each hand-over is two remote calls) also holds the worker's next batch,
+  which has not begun while the first runs: a death or a timeout is charged to the running batch,
+  the one sent ahead goes back to the queue as it was (``Dispatcher.put_back``). Batches are sent
+  ahead only while more are waiting than there are workers, so none waits at the end behind another
+  worker's batch while a worker is idle;
 * a batch's wall-clock limit starts once its worker is ready (start-up is not the batch's fault); a
   worker says when its batch has started (STARTED: built, reset, and its policy's first ``act``
   returned), so a timeout knows whether the batch hung in its set-up or first inference (recorded
@@ -49,6 +54,7 @@ class Event:
     what: Happened
     records: Sequence[EpisodeRecord] = ()
     detail: str = ""
+    batch: Hashable = None  # STARTED and DONE: the name ``assign`` gave the batch (pools that send ahead)
 
 
 class WorkerPool(Protocol):
@@ -56,12 +62,14 @@ class WorkerPool(Protocol):
     the campaign (a worker that cannot start, an infrastructure error inside one)."""
 
     reuse_environments: bool  # hand a worker batches of the environments it has built, when there is a choice
+    send_ahead: bool  # send a busy worker its next batch, which it runs once its batch is done
+
 
     def spawn(self) -> Hashable:
         """Start a worker; it reports READY when it is up."""
 
-    def assign(self, worker: Hashable, jobs: Batch) -> None:
-        """Send ``worker`` a batch (before it is READY is fine)."""
+    def assign(self, worker: Hashable, jobs: Batch) -> Hashable:
+        """Send ``worker`` a batch (before it is READY is fine); the batch's name in later events, or None."""
 
     def wait(self, busy: Sequence[Hashable], timeout: float | None) -> list[Event]:
         """Block until one of ``busy`` (the workers holding a batch) has news, or ``timeout`` seconds."""
@@ -82,18 +90,25 @@ class WorkerPool(Protocol):
 @dataclass
 class _State:
     ready: bool = False
-    item: WorkItem | None = None
+    item: WorkItem | None = None  # the batch it runs
+    name: Hashable = None  # ``item``'s name from the pool's ``assign``
     deadline: float | None = None
-    started: bool = False  # the batch held has begun stepping
+    started: bool = False  # ``item`` has begun stepping
     environments: set[str] = field(default_factory=set)
+    ahead: WorkItem | None = None  # its next batch, sent ahead: not begun while ``item`` runs
+    ahead_name: Hashable = None
+    ahead_started: bool = False  # the batch sent ahead said STARTED before ``item``'s DONE was handled
 
 
 class Driver:
-    """Runs batches on a pool of ``workers`` workers; ``restarts`` counts workers replaced."""
+    """Runs batches on a pool of ``workers`` workers; ``restarts`` counts workers replaced, ``sent_ahead`` the
+    batches sent to a worker while it ran another, ``put_back`` those of them that went back to the queue."""
 
     def __init__(self, pool: WorkerPool, workers: int, faults: FaultPolicy, store_root: str | Path) -> None:
         self.pool, self.workers, self.faults, self.store_root = pool, workers, faults, store_root
         self.restarts = 0
+        self.sent_ahead = 0
+        self.put_back = 0
         self._states: dict[Hashable, _State] = {}
 
     def run(self, batches: Sequence[Batch], claim: Claim | None = None) -> Iterator[EpisodeRecord]:
@@ -125,8 +140,13 @@ class Driver:
     def _spawn(self) -> None:
         self._states[self.pool.spawn()] = _State()
 
-    def _replace(self, worker: Hashable, kill: bool) -> None:
-        del self._states[worker]
+    def _replace(self, worker: Hashable, kill: bool, dispatcher: Dispatcher | None = None) -> None:
+        """Stop ``worker`` and spawn another; with ``dispatcher``, the batch sent ahead to it goes back to the
+        queue uncharged: it had not begun (the batch before it was running), or the driver stopped it."""
+        state = self._states.pop(worker)
+        if dispatcher is not None and state.ahead is not None:
+            dispatcher.put_back(state.ahead)
+            self.put_back += 1
         if kill:
             self.pool.kill(worker)
             remove_stale_temporaries(self.store_root)  # what a dead or killed writer left half-written
@@ -145,15 +165,25 @@ class Driver:
                 state.deadline = self.faults.deadline(time.monotonic())
             return []
         if event.what is Happened.STARTED:
-            state.started = state.item is not None
-            return []
-        item, state.item, state.deadline = state.item, None, None
+            if state.ahead is not None and event.batch is not None and event.batch == state.ahead_name:
+                state.ahead_started = True
+            elif event.batch is None or event.batch == state.name:
+                state.started = state.item is not None
+            return []  # else: news of a batch already done
+        item = state.item
         if event.what is Happened.DIED:
-            self._replace(event.worker, kill=True)
+            self._replace(event.worker, kill=True, dispatcher=dispatcher)
             return dispatcher.failed(item, Failure.DIED, event.detail) if item is not None else []
         records = dispatcher.succeeded(event.records)
         if exhausted(event.records) is not None or self.pool.worn_out(event.worker, event.records):
-            self._replace(event.worker, kill=False)  # a fresh process for the next batch
+            # a fresh worker for the next batch; one that may have begun the batch sent ahead is killed
+            self._replace(event.worker, kill=state.ahead is not None, dispatcher=dispatcher)
+            return records
+        state.item, state.name, state.started = state.ahead, state.ahead_name, state.ahead_started  # begun now
+        state.deadline = None
+        state.ahead, state.ahead_name, state.ahead_started = None, None, False
+        if state.item is not None and state.ready:
+            state.deadline = self.faults.deadline(time.monotonic())
         return records
 
     def _expire(self, dispatcher: Dispatcher) -> list[EpisodeRecord]:
@@ -161,7 +191,7 @@ class Driver:
         for worker, state in list(self._states.items()):
             if state.item is not None and state.deadline is not None and now >= state.deadline:
                 item, started = state.item, state.started
-                self._replace(worker, kill=True)
+                self._replace(worker, kill=True, dispatcher=dispatcher)
                 out += dispatcher.failed(item, Failure.TIMED_OUT, "wall-clock limit", started=started)
         return out
 
@@ -169,20 +199,32 @@ class Driver:
         for worker, state in list(self._states.items()):
             if state.item is not None:
                 continue
-            if not dispatcher.has_work():
-                del self._states[worker]  # nothing left for it
-                self.pool.retire(worker)
-                continue
-            if self.pool.reuse_environments:
-                elsewhere = {environment_key(s.item) for s in self._states.values() if s.item is not None}
-                item = dispatcher.take(state.environments, elsewhere)
-            else:
-                item = dispatcher.take()
-            if item is None:  # the claim granted nothing of what was left: other drivers run it
+            item = self._take(dispatcher, state) if dispatcher.has_work() else None
+            if item is None:  # nothing left for it, or the claim granted nothing of what was left (other drivers)
                 del self._states[worker]
                 self.pool.retire(worker)
                 continue
             state.item, state.started = item, False
-            state.environments.add(environment_key(item))
             state.deadline = self.faults.deadline(time.monotonic()) if state.ready else None
-            self.pool.assign(worker, item.jobs)
+            state.name = self.pool.assign(worker, item.jobs)
+        if not self.pool.send_ahead:
+            return
+        for worker, state in list(self._states.items()):
+            if state.item is None or state.ahead is not None or dispatcher.waiting() <= len(self._states):
+                continue  # at the end, a batch waits for an idle worker rather than behind another's
+            item = self._take(dispatcher, state)
+            if item is not None:
+                state.ahead, state.ahead_started = item, False
+                state.ahead_name = self.pool.assign(worker, item.jobs)
+                self.sent_ahead += 1
+
+    def _take(self, dispatcher: Dispatcher, state: _State) -> WorkItem | None:
+        if self.pool.reuse_environments:
+            elsewhere = {environment_key(held) for other in self._states.values()
+                         for held in (other.item, other.ahead) if held is not None}
+            item = dispatcher.take(state.environments, elsewhere)
+        else:
+            item = dispatcher.take()
+        if item is not None:
+            state.environments.add(environment_key(item))
+        return item

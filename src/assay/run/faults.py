@@ -168,6 +168,15 @@ class Dispatcher:
         """Whether any batch is still queued or waiting for a retry."""
         return bool(self._retries) or bool(self._queues)
 
+    def waiting(self) -> int:
+        """How many items are still queued or waiting for a retry."""
+        return len(self._retries) + sum(len(queue) for queue in self._queues.values())
+
+    def put_back(self, item: WorkItem) -> None:
+        """Return ``item``, taken but never begun (it was sent ahead to a worker that died, timed out or was
+        retired first): it goes first, as it is, claims kept, no attempt charged."""
+        self._retries.appendleft(item)
+
     def take(self, warm: Collection[str] = (), elsewhere: Collection[str] = ()) -> WorkItem | None:
         """The next item: a retry; else one for an environment in ``warm`` (built by the taker); else one
         no other worker is on (not in ``elsewhere``); else the oldest queued environment's next item. With a
