@@ -13,9 +13,11 @@ from collections.abc import Hashable, Sequence
 
 import pytest
 
+from assay.errors import AssayError
 from assay.run import InlineExecutor, prepare_campaign, run_campaign
+from assay.run import driver as driver_module
 from assay.run.driver import Driver, Event, Happened
-from assay.run.faults import FaultPolicy
+from assay.run.faults import Dispatcher, FaultPolicy
 from assay.run.worker import Worker
 from assay.spec import batch_jobs, campaign_from_data
 from assay.store import EpisodeRecord, Outcome, Store
@@ -92,16 +94,19 @@ class ScriptedPool:
 
 class AheadPool(ScriptedPool):
     """A :class:`ScriptedPool` that sends ahead, as Ray's does: each worker runs the batches sent to it one at a
-    time in the order sent, names each batch, and names it in STARTED and DONE. ``sent`` logs (worker, name,
-    job keys) of every batch sent."""
+    time in the order sent, names each batch (1, 2, ... in the order sent), and names it in STARTED and DONE.
+    ``sent`` logs (worker, name, job keys) of every batch sent; ``die_at``: names of batches that kill their
+    worker; ``worn``: names of batches after which their worker reads as worn out."""
 
     send_ahead = True
 
-    def __init__(self, root: str, **kwargs) -> None:
+    def __init__(self, root: str, die_at: Sequence[int] = (), worn: Sequence[int] = (), **kwargs) -> None:
         super().__init__(root, **kwargs)
+        self.die_at, self.worn = set(die_at), set(worn)
         self.queues: dict[Hashable, deque[tuple[int, list]]] = {}
         self.sent: list[tuple[Hashable, int, tuple[str, ...]]] = []
         self.begun: set[int] = set()  # hung batches (by name) that reported STARTED
+        self.last: dict[Hashable, int] = {}  # each worker's last batch done
         self._named = 0
 
     def assign(self, worker: Hashable, jobs) -> int:
@@ -122,13 +127,17 @@ class AheadPool(ScriptedPool):
                     return events
                 continue
             self.queues[worker].popleft()
-            if worker in self.die:
+            if name in self.die_at:
                 events.append(Event(worker, Happened.DIED, detail="killed by SIGKILL"))
             else:
+                self.last[worker] = name
                 events.append(Event(worker, Happened.DONE, self.workers[worker].run_batch(jobs), batch=name))
             return events
         time.sleep(timeout or 0)
         return events
+
+    def worn_out(self, worker: Hashable, records: Sequence[EpisodeRecord]) -> bool:
+        return self.last.get(worker) in self.worn
 
     def kill(self, worker: Hashable) -> None:
         self.queues.pop(worker, None)
@@ -197,44 +206,77 @@ def test_a_batch_hung_before_it_began_stepping_costs_one_timeout_and_is_recorded
     assert driver.restarts == 1  # one timeout: its worker, once
 
 
-LONGER = {**CAMPAIGN, "episodes": 12}  # six batches of two: enough waiting for two workers to be sent ahead
+LONGER = {**CAMPAIGN, "episodes": 12}  # six batches of two: enough waiting for a worker to be sent ahead
+# How AheadPool plays LONGER on two workers: batch 1 (jobs 0-1) to worker 1 and 2 (jobs 2-3) to worker 2; once
+# batch 1 is done (a short batch: the worker qualifies), 3 (jobs 4-5) to worker 1, and 4 (jobs 6-7) sent ahead
+# to it while 3 runs (three wait, more than the two workers); no more are sent ahead (two or fewer wait).
 
 
-def test_batches_are_sent_ahead_only_while_more_wait_than_there_are_workers(tmp_path):
+def _keys(plan, *indexes: int) -> tuple[str, ...]:
+    return tuple(plan.jobs[i].key for i in indexes)
+
+
+def test_a_batch_is_sent_ahead_to_a_worker_with_a_short_last_batch_while_more_wait_than_workers(tmp_path):
     plan, records, pool, driver = _drive(tmp_path, {}, FaultPolicy(), campaign=LONGER, pool_class=AheadPool)
     assert sorted(r.key for r in records) == sorted(j.key for j in plan.jobs)
     assert {r.key: (r.outcome, r.steps, r.trajectory_hash) for r in records} == _reference(tmp_path, LONGER)
-    # each worker's first batch, then one ahead each while 4 and 3 wait (> 2 workers); then none while 2 wait:
-    # those two go out one at a time, each to a worker that finished what it held
-    assert [(w, n) for w, n, _ in pool.sent[:4]] == [(1, 1), (2, 2), (1, 3), (2, 4)]
-    assert len(pool.sent) == 6 and driver.restarts == 0 and pool.workers == {}
+    assert pool.sent[:4] == [(1, 1, _keys(plan, 0, 1)), (2, 2, _keys(plan, 2, 3)), (1, 3, _keys(plan, 4, 5)),
+                             (1, 4, _keys(plan, 6, 7))]
+    assert len(pool.sent) == 6 and driver.sent_ahead == 1 and driver.put_back == 0
+    assert driver.restarts == 0 and pool.workers == {}
+
+
+def test_no_batch_is_sent_ahead_to_a_worker_whose_last_batch_was_long(tmp_path, monkeypatch):
+    monkeypatch.setattr(driver_module, "AHEAD_BELOW_S", 0.0)  # every batch counts as long
+    plan, records, pool, driver = _drive(tmp_path, {}, FaultPolicy(), campaign=LONGER, pool_class=AheadPool)
+    assert sorted(r.key for r in records) == sorted(j.key for j in plan.jobs)
+    assert driver.sent_ahead == 0 and all(len(pool.queues.get(w, ())) <= 1 for w in pool.queues)
 
 
 def test_a_worker_that_dies_holding_a_batch_sent_ahead_is_charged_only_the_batch_it_ran(tmp_path):
-    plan, records, pool, driver = _drive(tmp_path, {"die": [1]}, FaultPolicy(max_attempts=2, episode_timeout_s=60),
+    plan, records, pool, driver = _drive(tmp_path, {"die_at": [3]}, FaultPolicy(max_attempts=2, episode_timeout_s=60),
                                          campaign=LONGER, pool_class=AheadPool)
     assert sorted(r.key for r in records) == sorted(j.key for j in plan.jobs)  # each job exactly once
     assert {r.key: (r.outcome, r.steps, r.trajectory_hash) for r in records} == _reference(tmp_path, LONGER)
-    ran, ahead = pool.sent[0][2], pool.sent[2][2]  # worker 1's batch, and the one sent ahead to it
-    assert pool.sent[0][0] == pool.sent[2][0] == 1
-    assert driver.restarts == 1 and ("kill", 1) in pool.log
-    again = [keys for _, _, keys in pool.sent[3:]]
-    assert ahead in again  # sent again whole, as it was: not split, so not charged an attempt
-    assert all(len(keys) == 1 for keys in again if set(keys) <= set(ran))  # the batch that ran is split
-    assert sum(1 for keys in again if set(keys) <= set(ran)) == 2
+    assert driver.restarts == 1 and ("kill", 1) in pool.log and driver.put_back == 1
+    again = [keys for _, _, keys in pool.sent[4:]]
+    assert again.count(_keys(plan, 6, 7)) == 1  # the batch sent ahead: sent again once, whole (not charged)
+    assert again.count(_keys(plan, 4)) == again.count(_keys(plan, 5)) == 1  # the batch that ran: split, charged
 
 
 def test_a_timed_out_batch_is_charged_and_the_batch_sent_ahead_of_it_runs_once_elsewhere(tmp_path):
     plan = prepare_campaign(campaign_from_data(LONGER))
-    hung = plan.jobs[1].key  # worker 1's first batch is jobs[0:2]
+    hung = plan.jobs[5].key  # batch 3, running on worker 1 with batch 4 sent ahead
     _, records, pool, driver = _drive(tmp_path, {"hang": [hung]}, FaultPolicy(max_attempts=1, episode_timeout_s=0.05),
                                       campaign=LONGER, pool_class=AheadPool)
     assert sorted(r.key for r in records) == sorted(j.key for j in plan.jobs)  # each job exactly once
     assert [r.key for r in records if r.outcome is Outcome.ERROR] == [hung]
     reference = _reference(tmp_path, LONGER)
     assert all((r.outcome, r.steps, r.trajectory_hash) == reference[r.key] for r in records if r.key != hung)
-    ahead = pool.sent[2]
-    assert ahead[0] == 1 and [keys for _, _, keys in pool.sent].count(ahead[2]) == 2  # sent again, once, whole
+    assert pool.sent[3] == (1, 4, _keys(plan, 6, 7)) and driver.put_back == 1
+    assert [keys for _, _, keys in pool.sent].count(_keys(plan, 6, 7)) == 2  # sent again, once, whole
+
+
+def test_a_worn_out_worker_holding_a_batch_sent_ahead_is_killed_and_that_batch_runs_once_elsewhere(tmp_path):
+    plan, records, pool, driver = _drive(tmp_path, {"worn": [3]}, FaultPolicy(), campaign=LONGER,
+                                         pool_class=AheadPool)
+    assert sorted(r.key for r in records) == sorted(j.key for j in plan.jobs)  # each job exactly once
+    assert {r.key: (r.outcome, r.steps, r.trajectory_hash) for r in records} == _reference(tmp_path, LONGER)
+    assert ("kill", 1) in pool.log and ("retire", 1) not in pool.log  # it may have begun batch 4: killed
+    assert driver.put_back == 1 and [keys for _, _, keys in pool.sent].count(_keys(plan, 6, 7)) == 2
+
+
+def test_a_pool_that_reports_a_batch_sent_ahead_done_first_is_refused(tmp_path):
+    class OutOfOrder(AheadPool):
+        def wait(self, busy, timeout):
+            for worker in busy:
+                queue = self.queues[worker]
+                if len(queue) == 2:
+                    queue.rotate()  # the batch sent ahead runs first
+            return super().wait(busy, timeout)
+
+    with pytest.raises(AssayError, match="reported batch 4 done before batch 3"):
+        _drive(tmp_path, {}, FaultPolicy(), campaign=LONGER, pool_class=OutOfOrder)
 
 
 class EarlyAhead(AheadPool):
@@ -253,23 +295,23 @@ class EarlyAhead(AheadPool):
 
 @pytest.mark.parametrize("began", [True, False])
 def test_the_batch_sent_ahead_keeps_its_own_started_when_it_hangs_after_taking_over(tmp_path, began):
-    """Worker 1's batch sent ahead (jobs 4-5) hangs once it runs. Having said STARTED while the batch before it
-    ran, its timeout splits it and only the hung episode is an error; never having said it, it is recorded
+    """Batch 4 (jobs 6-7), sent ahead to worker 1, hangs once it runs. Having said STARTED while the batch before
+    it ran, its timeout splits it and only the hung episode is an error; never having said it, it is recorded
     whole (a timed-out batch that took no step)."""
     plan = prepare_campaign(campaign_from_data(LONGER))
-    hung = plan.jobs[5].key
+    hung = plan.jobs[7].key
     _, records, pool, driver = _drive(tmp_path, {"hang": [hung], "hang_before_start": not began},
                                       FaultPolicy(max_attempts=1, episode_timeout_s=0.05), campaign=LONGER,
                                       pool_class=EarlyAhead)
-    assert pool.sent[2] == (1, 3, (plan.jobs[4].key, hung))
+    assert pool.sent[3] == (1, 4, _keys(plan, 6, 7))
     assert sorted(r.key for r in records) == sorted(j.key for j in plan.jobs)
     errors = sorted(r.key for r in records if r.outcome is Outcome.ERROR)
-    assert errors == ([hung] if began else sorted([plan.jobs[4].key, hung]))
+    assert errors == ([hung] if began else sorted(_keys(plan, 6, 7)))
 
 
 def test_a_started_that_names_the_batch_sent_ahead_is_not_given_to_the_running_one(tmp_path):
-    """The running batch hangs before it steps while the batch sent ahead says STARTED: the running batch is
-    still not started, and is recorded whole."""
+    """Batch 3 (jobs 4-5) hangs before it steps while batch 4, sent ahead, says STARTED: batch 3 is still not
+    started, and is recorded whole."""
 
     class AheadSaysStarted(AheadPool):
         def wait(self, busy, timeout):
@@ -281,18 +323,18 @@ def test_a_started_that_names_the_batch_sent_ahead_is_not_given_to_the_running_o
             return super().wait(busy, timeout)
 
     plan = prepare_campaign(campaign_from_data(LONGER))
-    hung = plan.jobs[1].key
+    hung = plan.jobs[5].key
     _, records, pool, driver = _drive(tmp_path, {"hang": [hung], "hang_before_start": True},
                                       FaultPolicy(max_attempts=1, episode_timeout_s=0.05), campaign=LONGER,
                                       pool_class=AheadSaysStarted)
     assert sorted(r.key for r in records) == sorted(j.key for j in plan.jobs)
     errors = sorted(r.key for r in records if r.outcome is Outcome.ERROR)
-    assert errors == sorted([plan.jobs[0].key, hung])  # recorded whole: it never began stepping
+    assert errors == sorted(_keys(plan, 4, 5))  # recorded whole: it never began stepping
 
 
 def test_a_late_started_of_a_batch_already_done_is_not_given_to_the_batch_that_took_over(tmp_path):
-    """Each batch's STARTED arrives only after its DONE (reports can come out of order); worker 1's batch sent
-    ahead (jobs 4-5) then hangs before it steps: it is still not started, and is recorded whole."""
+    """Each batch's STARTED arrives only after its DONE (reports can come out of order); batch 4 (jobs 6-7), sent
+    ahead to worker 1, then hangs before it steps: it is still not started, and is recorded whole."""
 
     class LateStarted(AheadPool):
         def __init__(self, root, **kwargs):
@@ -307,10 +349,22 @@ def test_a_late_started_of_a_batch_already_done_is_not_given_to_the_batch_that_t
             return events
 
     plan = prepare_campaign(campaign_from_data(LONGER))
-    hung = plan.jobs[5].key
+    hung = plan.jobs[7].key
     _, records, pool, driver = _drive(tmp_path, {"hang": [hung], "hang_before_start": True},
                                       FaultPolicy(max_attempts=1, episode_timeout_s=0.05), campaign=LONGER,
                                       pool_class=LateStarted)
-    assert pool.sent[2] == (1, 3, (plan.jobs[4].key, hung))
+    assert pool.sent[3] == (1, 4, _keys(plan, 6, 7))
     assert sorted(r.key for r in records) == sorted(j.key for j in plan.jobs)
-    assert sorted(r.key for r in records if r.outcome is Outcome.ERROR) == sorted([plan.jobs[4].key, hung])
+    assert sorted(r.key for r in records if r.outcome is Outcome.ERROR) == sorted(_keys(plan, 6, 7))
+
+
+def test_an_item_put_back_goes_first_as_it_was_and_is_not_a_retry():
+    jobs = list(prepare_campaign(campaign_from_data(LONGER)).jobs)
+    dispatcher = Dispatcher(batch_jobs(jobs, 2), FaultPolicy())
+    assert dispatcher.waiting() == 6
+    first, second = dispatcher.take(), dispatcher.take()
+    assert dispatcher.waiting() == 4
+    dispatcher.put_back(second)
+    assert dispatcher.waiting() == 5 and dispatcher.retries == 0
+    assert dispatcher.take() is second and second.attempt == first.attempt
+    assert [item.jobs for item in iter(dispatcher.take, None)] == [tuple(jobs[i:i + 2]) for i in range(4, 12, 2)]

@@ -8,9 +8,13 @@ way for every pool:
 * a worker runs one batch at a time, so a death or a timeout is attributable to it; a pool that
   ``sends ahead`` (Ray, where each hand-over is two remote calls) also holds the worker's next batch,
   which has not begun while the first runs: a death or a timeout is charged to the running batch,
-  the one sent ahead goes back to the queue as it was (``Dispatcher.put_back``). Batches are sent
-  ahead only while more are waiting than there are workers, so none waits at the end behind another
-  worker's batch while a worker is idle;
+  the one sent ahead goes back to the queue as it was (``Dispatcher.put_back``). A batch is sent
+  ahead only to a worker whose last batch took under ``AHEAD_BELOW_S`` (short batches, where the
+  hand-over's milliseconds count; a LIBERO batch of a minute gains nothing and could hold its
+  successor back for a minute) and only while more batches wait than there are workers. What it
+  costs: at the end, a batch sent ahead may wait behind its worker's batch (short, by the first rule)
+  while another worker has nothing left; and its wall-clock limit starts when the driver sees the
+  batch before it done, a few milliseconds after the worker began it;
 * a batch's wall-clock limit starts once its worker is ready (start-up is not the batch's fault); a
   worker says when its batch has started (STARTED: built, reset, and its policy's first ``act``
   returned), so a timeout knows whether the batch hung in its set-up or first inference (recorded
@@ -18,7 +22,8 @@ way for every pool:
 * a worker that dies, or runs past the limit, is killed and replaced, and :class:`Dispatcher`
   decides whether its batch is retried or recorded as ``error``; half-written files are removed;
 * a worker whose batch ended in a resource error, or that the pool finds worn out (resident memory
-  above the limit), is retired and replaced before it gets another batch;
+  above the limit), is retired and replaced before it gets another batch (one that holds a batch sent
+  ahead, and may have begun it, is killed, and that batch goes back to the queue);
 * the next batches go out before the finished records are passed on, so no worker waits while the
   caller writes catalog rows; workers left with nothing to do are retired at once.
 """
@@ -32,9 +37,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
+from assay.errors import AssayError
 from assay.run.faults import Batch, Claim, Dispatcher, Failure, FaultPolicy, WorkItem, environment_key, exhausted
 from assay.store import EpisodeRecord
 from assay.store.roots import remove_stale_temporaries
+
+AHEAD_BELOW_S = 1.0  # send ahead only to a worker whose last batch was this short (the hand-over: ~5 ms on Ray)
 
 
 class Happened(Enum):
@@ -62,8 +70,7 @@ class WorkerPool(Protocol):
     the campaign (a worker that cannot start, an infrastructure error inside one)."""
 
     reuse_environments: bool  # hand a worker batches of the environments it has built, when there is a choice
-    send_ahead: bool  # send a busy worker its next batch, which it runs once its batch is done
-
+    send_ahead: bool  # send a busy worker its next batch, which it runs once its batch is done (see the module)
 
     def spawn(self) -> Hashable:
         """Start a worker; it reports READY when it is up."""
@@ -98,6 +105,8 @@ class _State:
     ahead: WorkItem | None = None  # its next batch, sent ahead: not begun while ``item`` runs
     ahead_name: Hashable = None
     ahead_started: bool = False  # the batch sent ahead said STARTED before ``item``'s DONE was handled
+    began: float | None = None  # when ``item`` was handed out or took over (monotonic)
+    last_s: float | None = None  # how long its last batch took, hand-out or take-over to DONE
 
 
 class Driver:
@@ -140,11 +149,11 @@ class Driver:
     def _spawn(self) -> None:
         self._states[self.pool.spawn()] = _State()
 
-    def _replace(self, worker: Hashable, kill: bool, dispatcher: Dispatcher | None = None) -> None:
-        """Stop ``worker`` and spawn another; with ``dispatcher``, the batch sent ahead to it goes back to the
-        queue uncharged: it had not begun (the batch before it was running), or the driver stopped it."""
+    def _replace(self, worker: Hashable, kill: bool, dispatcher: Dispatcher) -> None:
+        """Stop ``worker`` and spawn another; a batch sent ahead to it goes back to the queue uncharged: it had
+        not begun (the batch before it was running), or the driver stopped it."""
         state = self._states.pop(worker)
-        if dispatcher is not None and state.ahead is not None:
+        if state.ahead is not None:
             dispatcher.put_back(state.ahead)
             self.put_back += 1
         if kill:
@@ -174,16 +183,21 @@ class Driver:
         if event.what is Happened.DIED:
             self._replace(event.worker, kill=True, dispatcher=dispatcher)
             return dispatcher.failed(item, Failure.DIED, event.detail) if item is not None else []
+        if event.batch is not None and state.name is not None and event.batch != state.name:
+            raise AssayError(f"the worker pool reported batch {event.batch!r} done before batch {state.name!r}, "
+                             "which was sent to that worker first: a pool that sends ahead runs its batches in order")
         records = dispatcher.succeeded(event.records)
+        now = time.monotonic()
+        state.last_s = now - state.began if state.began is not None else None
         if exhausted(event.records) is not None or self.pool.worn_out(event.worker, event.records):
             # a fresh worker for the next batch; one that may have begun the batch sent ahead is killed
             self._replace(event.worker, kill=state.ahead is not None, dispatcher=dispatcher)
             return records
         state.item, state.name, state.started = state.ahead, state.ahead_name, state.ahead_started  # begun now
-        state.deadline = None
+        state.deadline, state.began = None, now if state.ahead is not None else None
         state.ahead, state.ahead_name, state.ahead_started = None, None, False
         if state.item is not None and state.ready:
-            state.deadline = self.faults.deadline(time.monotonic())
+            state.deadline = self.faults.deadline(now)
         return records
 
     def _expire(self, dispatcher: Dispatcher) -> list[EpisodeRecord]:
@@ -204,18 +218,21 @@ class Driver:
                 del self._states[worker]
                 self.pool.retire(worker)
                 continue
-            state.item, state.started = item, False
-            state.deadline = self.faults.deadline(time.monotonic()) if state.ready else None
+            state.item, state.started, state.began = item, False, time.monotonic()
+            state.deadline = self.faults.deadline(state.began) if state.ready else None
             state.name = self.pool.assign(worker, item.jobs)
         if not self.pool.send_ahead:
             return
         for worker, state in list(self._states.items()):
-            if state.item is None or state.ahead is not None or dispatcher.waiting() <= len(self._states):
-                continue  # at the end, a batch waits for an idle worker rather than behind another's
+            if state.item is None or state.ahead is not None or state.last_s is None or \
+                    state.last_s >= AHEAD_BELOW_S or dispatcher.waiting() <= len(self._states):
+                continue  # long batches, and the last ones, wait for a free worker rather than behind a batch
             item = self._take(dispatcher, state)
             if item is not None:
                 state.ahead, state.ahead_started = item, False
                 state.ahead_name = self.pool.assign(worker, item.jobs)
+                if state.ahead_name is None or state.ahead_name == state.name:
+                    raise AssayError("a worker pool that sends ahead names each batch it is sent")
                 self.sent_ahead += 1
 
     def _take(self, dispatcher: Dispatcher, state: _State) -> WorkItem | None:

@@ -254,7 +254,8 @@ def cluster_address(address: str | None, environ: Mapping[str, str] | None = Non
 
 
 class RayExecutor:
-    """Environment actors on a Ray cluster, one batch in flight each.
+    """Environment actors on a Ray cluster, each running one batch at a time and sent its next while it runs one
+    (short batches only: ``run.driver``).
 
     ``address`` (see :func:`cluster_address`): ``HOST:PORT`` joins the cluster whose head
     ``ray start --head`` started there (this process must run on a node of it); ``ray://HOST:PORT``
@@ -362,8 +363,8 @@ class _ActorPool:
 
     It sends ahead: an actor runs its batches one at a time in the order sent, so its next ``run_batch``
     waits in the actor while the batch before it runs, and the actor goes from one to the next without
-    waiting for the driver (a hand-over through the driver took ~5 ms a batch, against ~2 ms for a
-    worker process's pipe). Each batch is named by its number; DONE comes in the order sent."""
+    waiting for the driver (a hand-over through the driver idled an actor ~6 ms a batch, against ~2 ms for
+    a worker process's pipe). Each batch is named by its number; DONE comes in the order sent."""
 
     reuse_environments: bool
     send_ahead = True
