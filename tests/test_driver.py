@@ -368,3 +368,28 @@ def test_an_item_put_back_goes_first_as_it_was_and_is_not_a_retry():
     assert dispatcher.waiting() == 5 and dispatcher.retries == 0
     assert dispatcher.take() is second and second.attempt == first.attempt
     assert [item.jobs for item in iter(dispatcher.take, None)] == [tuple(jobs[i:i + 2]) for i in range(4, 12, 2)]
+
+
+def test_a_death_after_the_batch_sent_ahead_said_started_is_charged_to_that_batch(tmp_path):
+    """Batch 4, sent ahead to worker 1, says STARTED (so batch 3 was done) and the worker dies before batch 3's
+    answer arrives: batch 4 is charged (split and retried), batch 3 goes back whole."""
+
+    class DiesAfterAheadStarted(AheadPool):
+        def wait(self, busy, timeout):
+            for worker in busy:
+                queue = self.queues[worker]
+                if len(queue) == 2 and queue[1][0] in self.die_at:
+                    if queue[1][0] not in self.begun:
+                        self.begun.add(queue[1][0])
+                        return [Event(worker, Happened.STARTED, batch=queue[1][0])]
+                    queue.clear()
+                    return [Event(worker, Happened.DIED, detail="killed by SIGKILL")]
+            return super().wait(busy, timeout)
+
+    plan, records, pool, driver = _drive(tmp_path, {"die_at": [4]}, FaultPolicy(max_attempts=2, episode_timeout_s=60),
+                                         campaign=LONGER, pool_class=DiesAfterAheadStarted)
+    assert sorted(r.key for r in records) == sorted(j.key for j in plan.jobs)  # each job exactly once
+    assert {r.key: (r.outcome, r.steps, r.trajectory_hash) for r in records} == _reference(tmp_path, LONGER)
+    again = [keys for _, _, keys in pool.sent[4:]]
+    assert again.count(_keys(plan, 4, 5)) == 1  # batch 3: back whole, uncharged
+    assert again.count(_keys(plan, 6)) == again.count(_keys(plan, 7)) == 1  # batch 4: charged, split

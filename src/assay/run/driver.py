@@ -7,8 +7,9 @@ way for every pool:
 
 * a worker runs one batch at a time, so a death or a timeout is attributable to it; a pool that
   ``sends ahead`` (Ray, where each hand-over is two remote calls) also holds the worker's next batch,
-  which has not begun while the first runs: a death or a timeout is charged to the running batch,
-  the one sent ahead goes back to the queue as it was (``Dispatcher.put_back``). A batch is sent
+  which has not begun while the first runs: a death or a timeout is charged to the running batch
+  (the one sent ahead once it has said STARTED: the batch before it was done, though its answer
+  died with the worker), and the other goes back to the queue as it was (``Dispatcher.put_back``). A batch is sent
   ahead only to a worker whose last batch took under ``AHEAD_BELOW_S`` (short batches, where the
   hand-over's milliseconds count; a LIBERO batch of a minute gains nothing and could hold its
   successor back for a minute) and only while more batches wait than there are workers. What it
@@ -181,6 +182,8 @@ class Driver:
             return []  # else: news of a batch already done
         item = state.item
         if event.what is Happened.DIED:
+            if state.ahead is not None and state.ahead_started:  # it had finished ``item``, whose answer died with it
+                item, state.ahead = state.ahead, item  # the batch it was running is charged; ``item`` goes back
             self._replace(event.worker, kill=True, dispatcher=dispatcher)
             return dispatcher.failed(item, Failure.DIED, event.detail) if item is not None else []
         if event.batch is not None and state.name is not None and event.batch != state.name:
