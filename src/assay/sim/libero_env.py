@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import UnsupportedError
-from assay.sim import libero_forward, libero_observables
+from assay.sim import libero_control, libero_forward, libero_observables
 from assay.sim.factors import value_of
 from assay.sim.libero_events import LiberoEvents
 from assay.sim.libero_plus import PlusScene
@@ -193,6 +193,7 @@ class _Scene:
         self.inner: Any = self.env.env
         libero_forward.install(self.inner)  # the controller's repeat of the substep's forward: from its last stage
         libero_observables.install(self.inner)  # the observables' clocks advanced once a substep, not 38 times
+        libero_control.install(self.inner)  # the arm's control without its per-substep lookups
         model = self.inner.sim.model._model
         # LIBERO places fixtures by writing the model's body poses, and places objects on fixtures from the sites
         # of the poses already there: a sampled layout read the last episode's fixtures (issue 50). The poses as

@@ -1,0 +1,113 @@
+"""The arm's control without robosuite's per-substep lookups (``sim.libero_control``) controls exactly as robosuite:
+every control, joint torque, gripper state and MuJoCo state of the scripted expert's episode and of a shaky
+random-action episode is bit-identical with it and without it, and it took effect (robosuite's ``grip_action``
+runs once a step, on the policy step's substep, not at every substep)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from assay.sim import default_registry, libero_control, libero_env, make_env
+from tests.test_libero_forward import TASKS, _expert_actions
+
+pytestmark = [pytest.mark.libero, pytest.mark.sim]
+
+REGISTRY = default_registry()
+
+
+def _states(env, seed: int, actions: np.ndarray) -> np.ndarray:
+    inner = env._scene.inner
+    robot, data = inner.robots[0], inner.sim.data._data
+    env.reset(seed)
+    rows = []
+    for action in actions:
+        transition = env.step(action)
+        rows.append(np.concatenate([data.qpos, data.qvel, data.qacc_warmstart, data.ctrl, data.sensordata,
+                                    robot.torques, robot.gripper.current_action, transition.observation["state"],
+                                    [transition.reward, transition.success]]))
+    return np.asarray(rows)
+
+
+def test_the_control_without_lookups_is_robosuites_bit_for_bit_and_takes_effect(monkeypatch):
+    env = make_env(REGISTRY.get(TASKS[0]).model_copy(update={"cameras": ()}))
+    try:
+        inner = env._scene.inner
+        robot = inner.robots[0]
+        assert getattr(vars(robot).get("control"), "assay_cached_lookups", False)  # installed with the scene
+        assert libero_control.install(inner) == 1  # a second install changes nothing
+        with libero_env._quiet():
+            from robosuite.robots.manipulator import Manipulator
+        calls = []
+        grip = Manipulator.grip_action
+        monkeypatch.setattr(Manipulator, "grip_action", lambda self, **kw: (calls.append(1), grip(self, **kw))[1])
+        env.reset(1)  # its settle steps are policy steps too
+        calls.clear()
+        env.step(np.zeros(7))
+        grouped = len(calls)
+        libero_control.uninstall(inner)
+        env.step(np.zeros(7))
+        libero_control.install(inner)
+        substeps = int(round(inner.control_timestep / inner.model_timestep))
+        assert (grouped, len(calls) - grouped) == (1, substeps)
+        monkeypatch.undo()
+        actions = _expert_actions(env, 1)
+        rng = np.random.default_rng(7)
+        shaky = np.clip(actions[:60] + rng.normal(0.0, 0.7, actions[:60].shape), -1.0, 1.0)  # the gripper flips
+        for seed, replayed in ((1, actions), (3, shaky)):
+            fast = _states(env, seed, replayed)
+            libero_control.uninstall(inner)
+            try:
+                plain = _states(env, seed, replayed)
+            finally:
+                assert libero_control.install(inner) == 1
+            assert fast.shape == plain.shape and fast.tobytes() == plain.tobytes(), seed
+            if replayed is actions:  # the soup: grasped, carried, placed (its last step succeeded)
+                assert plain[-1, -1] == 1.0
+        with pytest.raises(AssertionError, match="expected 7, got 6"):  # a wrong action: robosuite's own message
+            env.step(np.zeros(6))
+    finally:
+        env.close()
+
+
+def test_the_gripper_ids_are_looked_up_once_per_model_and_gripper():
+    class Model:
+        def __init__(self, offset: int) -> None:
+            self.offset, self.lookups = offset, 0
+
+        def actuator_name2id(self, name: str) -> int:
+            self.lookups += 1
+            return self.offset + int(name[-1])
+
+    class Gripper:
+        actuators = ["finger0", "finger1"]
+
+    ids, first, second, gripper = libero_control.GripperIds(), Model(10), Model(20), Gripper()
+    assert [ids.lookup(first, gripper) for _ in range(3)] == [[10, 11]] * 3 and first.lookups == 2
+    assert ids.lookup(second, gripper) == [20, 21] and second.lookups == 2  # a new model: looked up again
+    assert ids.lookup(second, Gripper()) == [20, 21] and second.lookups == 4  # a new gripper: again
+
+
+def test_it_is_installed_only_on_robosuites_own_single_arm_with_a_gripper():
+    with libero_env._quiet():
+        from robosuite.robots.single_arm import SingleArm
+
+    class Subclass(SingleArm):
+        def __init__(self) -> None:  # not built: applies() reads only its class and flags
+            self.has_gripper = True
+
+    class Bare(SingleArm):
+        pass
+
+    plain = object.__new__(Bare)
+    plain.has_gripper = True
+    assert not libero_control.applies(Subclass())  # a subclass may control otherwise
+    gripperless = object.__new__(SingleArm)
+    gripperless.has_gripper = False
+    assert not libero_control.applies(gripperless)
+    own = object.__new__(SingleArm)
+    own.has_gripper = True
+    assert libero_control.applies(own)
+    own.grip_action = lambda **kw: None  # an instance's own grip_action: robosuite's control would call it
+    assert not libero_control.applies(own)
+    assert libero_control.install(type("Scene", (), {"robots": [gripperless]})()) == 0
