@@ -7,9 +7,11 @@ LIBERO-Object's soup task with ``cameras: []`` (issue 57's state case), CPU seco
 
 1. **floor**: robosuite's own ``step`` of the scene Assay builds (OSC_POSE and 25 MuJoCo substeps a policy step,
    robosuite's observables), with the scripted expert's first actions replayed: what robosuite's loop pays a step
-   (``sim.libero_forward`` removed for it);
+   (``sim.libero_forward``, ``sim.libero_observables`` and ``sim.libero_control`` removed for it);
 2. **robosuite's step as Assay runs it**: the same, with the substeps' repeated position and velocity stages
-   skipped (``sim.libero_forward``; every state bit-identical);
+   skipped (``sim.libero_forward``), the observables' clocks advanced once a substep (``sim.libero_observables``)
+   and the arm's control without its per-substep lookups (``sim.libero_control``; every state bit-identical),
+   and beside it the same without ``sim.libero_control`` (each arm timed twice, alternating, its better kept);
 3. **backend**: Assay's LIBERO ``step`` (2 plus its per-step events and the observation it returns);
 4. **campaign**: the scripted expert's episodes, initial states 0..N-1, through a ``Worker`` (rollout, the recorder,
    the Parquet step file), the scene built once as a campaign's worker builds it (counted);
@@ -53,7 +55,7 @@ def main() -> None:
     parser.add_argument("--full-episodes", type=int, default=3, help="random-policy episodes run to the horizon")
     args = parser.parse_args()
     from assay.run import Worker
-    from assay.sim import libero_forward, libero_observables
+    from assay.sim import libero_control, libero_forward, libero_observables
 
     jobs = _jobs(args.episodes)
     print(f"load at start {os.getloadavg()}", flush=True)
@@ -84,19 +86,22 @@ def main() -> None:
             env.step(actions[i % len(actions)])
         backend_ms = (time.process_time() - started) / args.floor_steps * 1000
         robosuite, inner = env.simulator, env._scene.inner
-        timed = {}
-        for name, fast in (("floor", False), ("fast", True), ("floor again", False), ("fast again", True)):
-            if not fast:
+        timed: dict[str, list[float]] = {"floor": [], "fast": [], "no control": []}
+        for name in [*timed, *timed]:  # each arm twice, alternating: each keeps its better round
+            if name != "fast":
+                libero_control.uninstall(inner)
+            if name == "floor":
                 libero_forward.uninstall(inner)
                 libero_observables.uninstall(inner)
             env.reset(jobs[0].seed)
             started = time.process_time()
             for i in range(args.floor_steps):
                 robosuite.step(actions[i % len(actions)])
-            timed[name] = (time.process_time() - started) / args.floor_steps * 1000
+            timed[name].append((time.process_time() - started) / args.floor_steps * 1000)
             libero_forward.install(inner)
             libero_observables.install(inner)
-        floor_ms, fast_ms = min(timed["floor"], timed["floor again"]), min(timed["fast"], timed["fast again"])
+            libero_control.install(inner)
+        floor_ms, fast_ms, no_control_ms = (min(timed[name]) for name in ("floor", "fast", "no control"))
         worker.close()
     per_step_ms = rollout_cpu / steps * 1000
     episodes = len(records)
@@ -105,7 +110,8 @@ def main() -> None:
           f"{sum(r.outcome.value == 'success' for r in records)} succeeded); load at end {os.getloadavg()}\n")
     print("| loop | CPU ms a step | full (290-step) episodes per core-hour |\n|---|---:|---:|")
     for name, ms in (("floor: robosuite's step", floor_ms),
-                     ("robosuite's step as Assay runs it (sim.libero_forward, sim.libero_observables)", fast_ms),
+                     ("robosuite's step with sim.libero_forward and sim.libero_observables", no_control_ms),
+                     ("robosuite's step as Assay runs it (and sim.libero_control)", fast_ms),
                      ("Assay's LIBERO backend step", backend_ms),
                      ("Assay campaign (worker, recorder, Parquet)", per_step_ms)):
         print(f"| {name} | {ms:.2f} | {3_600_000 / (ms * FULL):.0f} |")
