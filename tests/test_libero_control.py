@@ -34,8 +34,9 @@ def test_the_control_without_lookups_is_robosuites_bit_for_bit_and_takes_effect(
     try:
         inner = env._scene.inner
         robot = inner.robots[0]
-        assert getattr(vars(robot).get("control"), "assay_cached_lookups", False)  # installed with the scene
-        assert libero_control.install(inner) == 1  # a second install changes nothing
+        ours = vars(robot).get("control")
+        assert ours is not None and libero_control.install(inner) == 1  # installed with the scene; again: nothing
+        assert vars(robot)["control"] is ours
         with libero_env._quiet():
             from robosuite.robots.manipulator import Manipulator
         calls = []
@@ -47,10 +48,11 @@ def test_the_control_without_lookups_is_robosuites_bit_for_bit_and_takes_effect(
         grouped = len(calls)
         libero_control.uninstall(inner)
         env.step(np.zeros(7))
-        libero_control.install(inner)
+        assert libero_control.install(inner) == 0  # robosuite's grip_action is patched: not robosuite's own code
+        monkeypatch.undo()
+        assert libero_control.install(inner) == 1
         substeps = int(round(inner.control_timestep / inner.model_timestep))
         assert (grouped, len(calls) - grouped) == (1, substeps)
-        monkeypatch.undo()
         actions = _expert_actions(env, 1)
         rng = np.random.default_rng(7)
         shaky = np.clip(actions[:60] + rng.normal(0.0, 0.7, actions[:60].shape), -1.0, 1.0)  # the gripper flips
@@ -64,6 +66,15 @@ def test_the_control_without_lookups_is_robosuites_bit_for_bit_and_takes_effect(
             assert fast.shape == plain.shape and fast.tobytes() == plain.tobytes(), seed
             if replayed is actions:  # the soup: grasped, carried, placed (its last step succeeded)
                 assert plain[-1, -1] == 1.0
+        env.reset(3)
+        saturated = 0
+        for action in shaky[:40]:  # the clip is exercised: shaky actions drive joint torques to their limits
+            env.step(action)
+            low, high = robot.torque_limits
+            saturated += int(np.sum((robot.torques == low) | (robot.torques == high)))
+        assert saturated > 0
+        with pytest.raises(AssertionError, match="expected 7, got 6"):  # the arm's own check, past the policy step
+            robot.control(np.zeros(6), policy_step=False)
         with pytest.raises(AssertionError, match="expected 7, got 6"):  # a wrong action: robosuite's own message
             env.step(np.zeros(6))
     finally:
@@ -111,3 +122,42 @@ def test_it_is_installed_only_on_robosuites_own_single_arm_with_a_gripper():
     own.grip_action = lambda **kw: None  # an instance's own grip_action: robosuite's control would call it
     assert not libero_control.applies(own)
     assert libero_control.install(type("Scene", (), {"robots": [gripperless]})()) == 0
+
+
+@pytest.mark.parametrize("owner, name", [("SingleArm", "control"), ("SingleArm", "action_limits"),
+                                         ("Manipulator", "grip_action"), ("Robot", "torque_limits"),
+                                         ("Robot", "action_dim")])
+def test_a_patched_robosuite_class_is_not_robosuites_own_code(monkeypatch, owner, name):
+    import functools
+
+    with libero_env._quiet():
+        from robosuite.robots.manipulator import Manipulator
+        from robosuite.robots.robot import Robot
+        from robosuite.robots.single_arm import SingleArm
+    kind = {"SingleArm": SingleArm, "Manipulator": Manipulator, "Robot": Robot}[owner]
+    own = object.__new__(SingleArm)
+    own.has_gripper = True
+    assert libero_control.applies(own)
+    original = vars(kind)[name]
+    if isinstance(original, property):
+        patched = property(functools.wraps(original.fget)(lambda self: original.fget(self)))
+    else:
+        patched = functools.wraps(original)(lambda self, *a, **kw: original(self, *a, **kw))
+    monkeypatch.setattr(kind, name, patched)  # a wrapper that says it is robosuite's (wraps copies the names)
+    assert not libero_control.applies(own)
+
+
+def test_install_and_uninstall_leave_a_control_that_is_not_theirs():
+    with libero_env._quiet():
+        from robosuite.robots.single_arm import SingleArm
+    robot = object.__new__(SingleArm)
+    robot.has_gripper = True
+
+    def theirs(action, policy_step=False):
+        return None
+
+    robot.control = theirs
+    scene = type("Scene", (), {"robots": [robot]})()
+    assert libero_control.install(scene) == 0 and robot.control is theirs
+    libero_control.uninstall(scene)
+    assert robot.control is theirs

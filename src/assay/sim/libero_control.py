@@ -13,36 +13,50 @@ does robosuite's arithmetic in robosuite's order with three changes of bookkeepi
   ``action_dim`` computes (the length of their concatenation);
 * the torque limits are the same two columns of ``actuator_ctrlrange`` at the arm's actuators, read fresh at each
   substep from one fancy index;
-* the gripper's actuator ids are looked up once per compiled model and gripper (the name-to-id map of a compiled
-  MuJoCo model never changes; a hard reset builds a new model and a new gripper, and the ids are looked up
-  again). The control ranges themselves are read fresh at each substep.
+* the gripper's actuator ids are looked up once per compiled model and gripper (robosuite builds a model's
+  name-to-id map once; ``reset_from_xml_string`` gives the robot a new model, and its ids are looked up again).
+  The control ranges themselves are read fresh at each substep.
 
 A policy step's substep is robosuite's own ``control``. Every control, torque, gripper state and simulation state
-is bit-identical to robosuite's (``tests/test_libero_control.py``). Installed only where robosuite's own classes
-are in place (``SingleArm`` with a gripper, robosuite's ``control``, ``grip_action``, ``torque_limits``,
-``action_dim`` and ``action_limits``); elsewhere the robot controls as robosuite wrote it.
+is bit-identical to robosuite's (``tests/test_libero_control.py``). Installed only where robosuite's own code is in
+place when the scene is built (``SingleArm`` with a gripper, and ``control``, ``grip_action``, ``torque_limits``,
+``action_dim`` and ``action_limits`` as robosuite's files define them); elsewhere the robot controls as robosuite
+wrote it. A hard reset (not Assay's: its scenes reset softly) builds new robots, which then control as robosuite
+wrote it; a patch to robosuite's classes after a scene is built is not seen by that scene's robots.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
+
+_OURS: weakref.WeakSet[Any] = weakref.WeakSet()  # the controls this module made (a wrapper that copies attributes
+# from one is not one of them)
+
+
+def _robosuites(value: Any, module: Any, name: str) -> bool:
+    """Whether ``value`` (a function, or a property's getter) is ``name`` as ``module``'s file defines it."""
+    function = value.fget if isinstance(value, property) else value
+    code = getattr(function, "__code__", None)
+    return code is not None and code.co_name == name and code.co_filename == module.__file__
 
 
 def applies(robot: Any) -> bool:
     """Whether ``robot`` is robosuite 1.4's ``SingleArm`` with a gripper and robosuite's own control code."""
     import robosuite
-    from robosuite.robots.manipulator import Manipulator
-    from robosuite.robots.robot import Robot
-    from robosuite.robots.single_arm import SingleArm
+    from robosuite.robots import manipulator, single_arm
+    from robosuite.robots import robot as robot_module
 
     kind = type(robot)
-    return robosuite.__version__.startswith("1.4.") and kind is SingleArm and bool(robot.has_gripper) and \
-        "grip_action" not in vars(robot) and \
-        kind.control is SingleArm.control and kind.grip_action is Manipulator.grip_action and \
-        kind.torque_limits is Robot.torque_limits and kind.action_dim is Robot.action_dim and \
-        kind.action_limits is SingleArm.action_limits
+    return robosuite.__version__.startswith("1.4.") and kind is single_arm.SingleArm and \
+        bool(robot.has_gripper) and "grip_action" not in vars(robot) and \
+        _robosuites(kind.control, single_arm, "control") and \
+        _robosuites(kind.action_limits, single_arm, "action_limits") and \
+        _robosuites(kind.grip_action, manipulator, "grip_action") and \
+        _robosuites(kind.torque_limits, robot_module, "torque_limits") and \
+        _robosuites(kind.action_dim, robot_module, "action_dim")
 
 
 def install(inner: Any) -> int:
@@ -50,8 +64,8 @@ def install(inner: Any) -> int:
     module docstring; how many robots have it. Installing twice changes nothing."""
     installed = 0
     for robot in getattr(inner, "robots", None) or []:
-        if "control" in vars(robot):
-            installed += getattr(robot.control, "assay_cached_lookups", False)
+        if "control" in vars(robot):  # ours already, or another's: left as it is
+            installed += vars(robot)["control"] in _OURS
             continue
         if applies(robot):
             robot.control = _control(robot)
@@ -62,7 +76,7 @@ def install(inner: Any) -> int:
 def uninstall(inner: Any) -> None:
     """Control ``inner``'s robots as robosuite wrote it again (for comparisons)."""
     for robot in getattr(inner, "robots", None) or []:
-        if getattr(vars(robot).get("control"), "assay_cached_lookups", False):
+        if vars(robot).get("control") in _OURS:
             del robot.control
 
 
@@ -83,9 +97,7 @@ class GripperIds:
 
 
 def _control(robot: Any) -> Any:
-    from robosuite.robots.single_arm import SingleArm
-
-    own = SingleArm.control
+    own = type(robot).control  # robosuite's, as applies() found it
     gripper_ids = GripperIds()
 
     def control(action: Any, policy_step: bool = False) -> None:
@@ -109,7 +121,7 @@ def _control(robot: Any) -> Any:
         robot.sim.data.ctrl[joints] = robot.torques
         return None
 
-    control.assay_cached_lookups = True  # type: ignore[attr-defined]
+    _OURS.add(control)
     return control
 
 
