@@ -264,7 +264,7 @@ function nextOf(response) {  // the `after` of the Link header's rel="next" addr
 
 function fillPassK(name, mine) {
   api(`/api/campaigns/${encodeURIComponent(name)}/pass-k?k=${passK}`).then(passk => {
-    if (mine === generation) show(document.getElementById("pass-k-box"), passKTables(passk));
+    if (mine === generation && passk.k === passK) show(document.getElementById("pass-k-box"), passKTables(passk));
   }).catch(error => console.warn(error));
 }
 
@@ -297,6 +297,9 @@ async function campaignView(name) {
     const k = parseInt(event.target.value, 10);
     if (k >= 1 && k <= 1000 && k !== passK) { passK = k; fillPassK(name, generation); }
   };
+  // as typed, not only on change: the campaign's last refresh redraws this box, and a k typed but not yet
+  // committed would be lost with the old input (a later answer for another k is not drawn: fillPassK)
+  box.addEventListener("input", onK);
   box.addEventListener("change", onK);
   // Tables follow the run: re-read them when the episode count moves (at most every REFRESH_MS) and once at the end.
   let shown = campaign.episodes, pending = null, live = true;
