@@ -171,8 +171,9 @@ class Driver:
             return []
         if event.what is Happened.READY:
             state.ready = True
-            if state.item is not None:
-                state.deadline = self.faults.deadline(time.monotonic())
+            if state.item is not None:  # its batch starts now: start-up is neither its limit's nor its length's
+                state.began = time.monotonic()
+                state.deadline = self.faults.deadline(state.began)
             return []
         if event.what is Happened.STARTED:
             if state.ahead is not None and event.batch is not None and event.batch == state.ahead_name:
