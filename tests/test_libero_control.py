@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from assay.sim import default_registry, libero_control, libero_env, make_env
-from tests.test_libero_forward import TASKS, _expert_actions
+from tests.test_libero_forward import TASKS, _expert_actions, with_and_without
 
 pytestmark = [pytest.mark.libero, pytest.mark.sim]
 
@@ -57,12 +57,7 @@ def test_the_control_without_lookups_is_robosuites_bit_for_bit_and_takes_effect(
         rng = np.random.default_rng(7)
         shaky = np.clip(actions[:60] + rng.normal(0.0, 0.7, actions[:60].shape), -1.0, 1.0)  # the gripper flips
         for seed, replayed in ((1, actions), (3, shaky)):
-            fast = _states(env, seed, replayed)
-            libero_control.uninstall(inner)
-            try:
-                plain = _states(env, seed, replayed)
-            finally:
-                assert libero_control.install(inner) == 1
+            fast, plain = with_and_without(lambda s, a: _states(env, s, a), libero_control, inner, seed, replayed)
             assert fast.shape == plain.shape and fast.tobytes() == plain.tobytes(), seed
             if replayed is actions:  # the soup: grasped, carried, placed (its last step succeeded)
                 assert plain[-1, -1] == 1.0

@@ -49,6 +49,18 @@ def _states(env, seed: int, actions: np.ndarray) -> np.ndarray:
     return np.asarray(rows)
 
 
+def with_and_without(record, patch, inner, seed: int, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``record(seed, actions)`` with ``patch`` (a module of ``sim``: install/uninstall) on ``inner``, then without
+    it; installed again after."""
+    fast = record(seed, actions)
+    patch.uninstall(inner)
+    try:
+        plain = record(seed, actions)
+    finally:
+        assert patch.install(inner)
+    return fast, plain
+
+
 def _position_stages(env, action: np.ndarray) -> int:
     """How many times MuJoCo computed the positions during one step (its own timer's count)."""
     timer = env._scene.inner.sim.data._data.timer[int(mujoco.mjtTimer.mjTIMER_POSITION)]
@@ -88,12 +100,7 @@ def test_the_repeated_forward_from_its_acceleration_stage_steps_exactly_as_robos
         rng = np.random.default_rng(5)
         shaky = np.clip(actions[:60] + rng.normal(0.0, 0.5, actions[:60].shape), -1.0, 1.0)  # other contacts
         for seed, replayed in ((1, actions), (2, shaky)):
-            fast = _states(env, seed, replayed)
-            libero_forward.uninstall(inner)
-            try:
-                plain = _states(env, seed, replayed)
-            finally:
-                assert libero_forward.install(inner)
+            fast, plain = with_and_without(lambda s, a: _states(env, s, a), libero_forward, inner, seed, replayed)
             assert fast.shape == plain.shape and fast.tobytes() == plain.tobytes(), (ref, seed)
             if replayed is actions and ref == TASKS[0]:  # the soup: grasped, carried, placed (its last step succeeded)
                 assert plain[-1, -1] == 1.0
