@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from assay.sim import default_registry, make_env
-from assay.sim.events import JOINT_LIMIT_TOL, EventTracker
+from assay.sim.events import COLLISION_N, JOINT_LIMIT_TOL, LIFT_M, SATURATION, EventTracker
 
 pytestmark = [pytest.mark.sim, pytest.mark.filterwarnings("ignore:Constant\\(s\\) may be too high")]
 
@@ -67,6 +67,45 @@ class _Plain(EventTracker):
         data = self.env.data
         return math.isfinite(float(data.qpos.sum()) + float(data.qvel.sum()) + float(np.sum(state)))
 
+    def _warning_count(self) -> int:
+        return int(sum(int(w.number) for w in self.env.data.warning))
+
+    def _object_pos(self, state: np.ndarray) -> np.ndarray:
+        if self._root is None or self._from_state:
+            return np.asarray(state[4:7], dtype=np.float64)
+        return self.env.data.xpos[self._root].copy()
+
+    def step(self, action: np.ndarray, state: np.ndarray) -> dict[str, float]:
+        """The step as first written: on NumPy arrays throughout, NumPy's ``abs`` and ``count_nonzero``."""
+        left, right, force = self._contacts()
+        grasped = left and right
+        has_object = self._root is not None
+        nan = float("nan")
+        position = self._object_pos(state)
+        goal = getattr(self.env, "_target_pos", None)
+        goal_dist = math.dist(position, goal) if has_object and goal is not None else nan
+        lifted = has_object and float(position[2]) > self._z0 + LIFT_M
+        dropped = self._held and not grasped
+        self._held = grasped and lifted
+        warnings = self._warning_count()
+        unstable = warnings > self._warnings or not self._finite(state)
+        self._warnings = warnings
+        return {
+            "ee_obj_dist": math.dist(state[0:3], position) if has_object else nan,
+            "contact": float(left or right) if has_object else nan,
+            "grasped": float(grasped) if has_object else nan,
+            "lifted": float(lifted) if has_object else nan,
+            "dropped": float(dropped) if has_object else nan,
+            "obj_goal_dist": goal_dist,
+            "goal_progress": 1.0 - goal_dist / self._goal_d0 if has_object else nan,
+            "object_moved": self._moved(),
+            "collision_force": force,
+            "collision": float(force > COLLISION_N),
+            "joint_limit": float(self._at_limit()),
+            "action_saturated": float(np.count_nonzero(np.abs(action) >= SATURATION * 1.0)),
+            "unstable": float(unstable),
+        }
+
 
 def _same(a: dict[str, float], b: dict[str, float]) -> bool:
     return a.keys() == b.keys() and all(
@@ -110,3 +149,29 @@ def test_the_fast_event_tracker_equals_the_plain_one_at_every_step(name):
     # finger contacts on the object
     assert sum(force > 0 for force in forces) >= 5, name
     assert (np.nanmax(contacts) == 1.0) == (name in ("pick-place", "door-open", "button-press")), name
+
+
+def test_a_joint_exactly_at_a_limit_and_a_nan_position_read_alike():
+    """The edges no episode reaches: an arm joint exactly at its limit (tolerance applied), a scene joint's value
+    NaN (``object_moved`` is NaN, ``unstable`` 1), and an action exactly at the saturation bound."""
+    task = default_registry().get("metaworld/pick-place@1")
+    env = make_env(task)
+    try:
+        state = np.asarray(env.reset(0)["state"])
+        fast, plain = env._events, _Plain(env.simulator, task.action.high)
+        plain.reset(env._perturber.object_body, state)
+        data = env.simulator.data
+        joint, (low, _) = fast._joint_qpos[0], fast._joint_range[0]
+        action = np.array([SATURATION, -SATURATION, np.nextafter(SATURATION, 0.0), 0.0])
+        for value in (low + JOINT_LIMIT_TOL, np.nextafter(low + JOINT_LIMIT_TOL, np.inf)):
+            data.qpos[joint] = value
+            assert _same(fast.step(action, state), plain.step(action, state))
+        assert fast._at_limit() == 0 and plain._at_limit() == 0  # just past the tolerance: not at the limit
+        data.qpos[joint] = low + JOINT_LIMIT_TOL
+        assert fast._at_limit() == 1
+        data.qpos[fast._scene_from[1]] = np.nan
+        events = fast.step(action, state)
+        assert _same(events, plain.step(action, state))
+        assert math.isnan(events["object_moved"]) and events["unstable"] == 1.0 and events["action_saturated"] == 2.0
+    finally:
+        env.close()

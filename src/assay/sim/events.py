@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+NAN = float("nan")
+
 LIFT_M = 0.02  # above the initial height: off the table, not jitter
 COLLISION_N = 200.0  # normal force of a robot-scene contact counted as a collision
 JOINT_LIMIT_TOL = 1e-3  # rad (or m) from a limit counts as at the limit
@@ -96,8 +98,15 @@ class EventTracker:
         self._at_low = self._joint_range[:, 0] + JOINT_LIMIT_TOL
         self._at_high = self._joint_range[:, 1] - JOINT_LIMIT_TOL
         self._wrench = np.zeros(6)
+        self._contact_force = _mujoco().mj_contactForce
+        # each scene joint's width in ``_scene_from``'s values, the arm joints' limits as floats, the saturation
+        # threshold: ``step`` reads these in plain Python, which at a handful of values costs less than NumPy
+        self._widths = widths
+        self._low, self._high = self._at_low.tolist(), self._at_high.tolist()
+        self._saturated = SATURATION * action_bound
+        self._q0: list[float] = []
+        self._bind()
         self._from_state = False
-        self._bound = action_bound
         self._object: frozenset[int] = frozenset()
         self._root: int | None = None
         self._z0 = 0.0
@@ -105,26 +114,48 @@ class EventTracker:
         self._warnings = 0
         self._held = False
 
+    def _bind(self) -> None:
+        """Keep views of the MuJoCo arrays every step reads (each attribute read of ``data`` builds a new view);
+        taken again if the environment's ``data`` is ever another object."""
+        data = self.env.data
+        self._data = data
+        self._qpos, self._qvel, self._xpos, self._warning = data.qpos, data.qvel, data.xpos, data.warning.number
+
     def _warning_count(self) -> int:
-        return int(self.env.data.warning.number.sum())  # the array view: ~100x cheaper than iterating
+        return sum(self._warning.tolist())  # MuJoCo's warning counters, summed
 
     def _object_pos(self, state: np.ndarray) -> np.ndarray:
         if self._root is None or self._from_state:
             return np.asarray(state[4:7], dtype=np.float64)
-        return self.env.data.xpos[self._root].copy()
+        return self._xpos[self._root].copy()
 
     def _joint_values(self) -> np.ndarray:
         """Each scene joint's position as three values: a free joint's x, y, z; a slide's or hinge's value, 0, 0."""
         out = np.zeros(len(self._scene_joints) * 3)
-        out[self._scene_to] = self.env.data.qpos[self._scene_from]
+        out[self._scene_to] = self._qpos[self._scene_from]
         return out
 
     def _moved(self) -> float:
+        """The largest of the scene joints' distances from reset: ``max(norm(values - at reset, axis=1))`` over
+        the three values a joint has (a slide's or hinge's two zeros add nothing), with NumPy's rounding (its
+        sum over three is left to right; ``math.sqrt`` and ``np.sqrt`` are both correctly rounded) and NaN
+        when any is NaN (``tests/test_events_exact.py``)."""
         if not self._scene_joints:
-            return float("nan")
-        delta = (self._joint_values() - self._qpos0).reshape(-1, 3)
-        # np.linalg.norm(delta, axis=1) computes exactly this for real arrays, behind a wrapper that cost more
-        return float(np.sqrt(np.add.reduce(delta * delta, axis=1)).max())
+            return NAN
+        values, q0 = self._qpos[self._scene_from].tolist(), self._q0
+        largest, i = 0.0, 0
+        for width in self._widths:
+            a = values[i] - q0[i]
+            if width == 3:
+                b, c = values[i + 1] - q0[i + 1], values[i + 2] - q0[i + 2]
+                norm = math.sqrt(a * a + b * b + c * c)
+            else:
+                norm = math.sqrt(a * a)
+            if norm != norm:
+                return NAN
+            largest = norm if norm > largest else largest
+            i += width
+        return largest
 
     def _goal_dist(self, state: np.ndarray) -> float:
         goal = getattr(self.env, "_target_pos", None)
@@ -136,7 +167,10 @@ class EventTracker:
         """Start an episode: remember the object, its joints' and height's starting values, and the goal distance."""
         self._from_state = object_body is None and bool(self._scene_joints)
         self._root = self._scene_joints[0][2] if self._from_state else object_body
+        if self.env.data is not self._data:
+            self._bind()
         self._qpos0 = self._joint_values()
+        self._q0 = self._qpos[self._scene_from].tolist()
         self._object = object_bodies(self.env.model, self._root)
         self._z0 = float(self._object_pos(state)[2])
         self._goal_d0 = max(self._goal_dist(state), 1e-6)
@@ -145,9 +179,7 @@ class EventTracker:
 
     def _contacts(self) -> tuple[bool, bool, float]:
         """(left finger on object, right finger on object, largest robot-scene normal force)."""
-        import mujoco
-
-        model, data = self.env.model, self.env.data
+        model, data = self.env.model, self._data
         if not data.ncon:
             return False, False, 0.0
         body, touched, robot = self._geom_body, self._object, self._robot
@@ -162,39 +194,51 @@ class EventTracker:
                 right |= other in self._right
                 continue
             if (a in robot) != (b in robot):  # robot against the scene, not against itself
-                mujoco.mj_contactForce(model, data, i, self._wrench)
+                self._contact_force(model, data, i, self._wrench)
                 force = max(force, abs(float(self._wrench[0])))
         return left, right, force
 
     def _at_limit(self) -> int:
         """How many arm joints sit within ``JOINT_LIMIT_TOL`` of a limit."""
-        qpos = self.env.data.qpos[self._joint_qpos]
-        return int(np.count_nonzero((qpos <= self._at_low) | (qpos >= self._at_high)))
+        count = 0
+        for q, low, high in zip(self._qpos[self._joint_qpos].tolist(), self._low, self._high, strict=True):
+            if q <= low or q >= high:
+                count += 1
+        return count
 
     def _finite(self, state: np.ndarray) -> bool:
         """Whether MuJoCo's positions and velocities and the observation sum to a finite number."""
-        data, total = self.env.data, np.add.reduce  # what ndarray.sum and np.sum call, without their wrappers
-        return math.isfinite(float(total(data.qpos)) + float(total(data.qvel)) + float(total(state)))
+        total = np.add.reduce  # what ndarray.sum and np.sum call, without their wrappers
+        return math.isfinite(float(total(self._qpos)) + float(total(self._qvel)) + float(total(state)))
 
     def step(self, action: np.ndarray, state: np.ndarray) -> dict[str, float]:
         """The step's events from MuJoCo state: contact, grasp, lift, drop, collision, joint limits, instability,
         progress.
         """
+        if self.env.data is not self._data:
+            self._bind()
         left, right, force = self._contacts()
         grasped = left and right
         has_object = self._root is not None
-        nan = float("nan")
-        position = self._object_pos(state)  # once per step: this runs on the hot path
+        nan = NAN
+        # once per step, as floats (math.dist reads the same doubles from a list as from an array, faster)
+        position = (state[4:7] if self._root is None or self._from_state else self._xpos[self._root]).tolist()
         goal = getattr(self.env, "_target_pos", None)
+        if isinstance(goal, np.ndarray):
+            goal = goal.tolist()
         goal_dist = math.dist(position, goal) if has_object and goal is not None else nan
-        lifted = has_object and float(position[2]) > self._z0 + LIFT_M
+        lifted = has_object and position[2] > self._z0 + LIFT_M
         dropped = self._held and not grasped
         self._held = grasped and lifted
         warnings = self._warning_count()
         unstable = warnings > self._warnings or not self._finite(state)
         self._warnings = warnings
+        saturated = 0
+        for value in np.asarray(action).tolist():
+            if abs(value) >= self._saturated:
+                saturated += 1
         return {
-            "ee_obj_dist": math.dist(state[0:3], position) if has_object else nan,
+            "ee_obj_dist": math.dist(state[0:3].tolist(), position) if has_object else nan,
             "contact": float(left or right) if has_object else nan,
             "grasped": float(grasped) if has_object else nan,
             "lifted": float(lifted) if has_object else nan,
@@ -205,6 +249,12 @@ class EventTracker:
             "collision_force": force,
             "collision": float(force > COLLISION_N),
             "joint_limit": float(self._at_limit()),
-            "action_saturated": float(np.count_nonzero(np.abs(action) >= SATURATION * self._bound)),
+            "action_saturated": float(saturated),
             "unstable": float(unstable),
         }
+
+
+def _mujoco() -> Any:
+    import mujoco  # an environment exists before its tracker, so MuJoCo is imported by then
+
+    return mujoco
