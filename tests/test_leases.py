@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import signal
 import subprocess
@@ -119,6 +120,94 @@ def test_a_rerun_releases_the_claims_of_a_dead_driver_of_its_host_at_once(tmp_pa
             jobs: Any = tuple(SimpleNamespace(key=key) for key in "abc")  # what a claim reads of a job
             assert [job.key for job in leases.claim(jobs)] == ["a"]
         assert store.claim_owners() == sorted([f"{host}:{os.getpid()}:1111", f"elsewhere:{dead.pid}:2222"])
+
+
+class _Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _planned(n: int, size: int = 2) -> list[tuple[Any, ...]]:
+    """``n`` batches of ``size`` jobs (what a claim reads of a job: its key)."""
+    return [tuple(SimpleNamespace(key=f"k{b:03d}{j}") for j in range(size)) for b in range(n)]
+
+
+def _granted(batch: tuple[Any, ...]) -> list[str]:
+    return [job.key for job in batch]
+
+
+def test_short_batches_are_claimed_many_at_a_time_and_each_job_granted_once(tmp_path):
+    from assay.run.leases import AHEAD_S, PACE_AFTER_S
+
+    batches, clock = _planned(200), _Clock()
+    with Store(tmp_path / "s") as store, Leases(store, "c", ttl_s=60) as leases:
+        ahead = leases.ahead(batches, clock)
+        got = []
+        for batch in batches:  # an executor asking every 10 ms
+            got.append(_granted(ahead(batch)))
+            clock.now += 0.01
+        assert got == [_granted(batch) for batch in batches]  # every job, in its own batch, once
+        # one transaction each until the pace is read (PACE_AFTER_S), then about AHEAD_S of asks a transaction
+        alone = int(PACE_AFTER_S / 0.01) + 1
+        assert alone - 1 + math.ceil((200 - alone) / (AHEAD_S / 0.01)) <= ahead.transactions <= alone + 4
+        assert sorted(store.claims_elsewhere([j.key for b in batches for j in b], "nobody")) == sorted(
+            j.key for b in batches for j in b)  # all held by this driver
+    with Store(tmp_path / "s") as store:
+        assert store.claim_owners() == []  # released at the end
+
+
+def test_long_batches_are_claimed_one_at_a_time(tmp_path):
+    batches, clock = _planned(6, size=1), _Clock()
+    with Store(tmp_path / "s") as store, Leases(store, "c", ttl_s=600) as leases:
+        ahead = leases.ahead(batches, clock)
+        for i, batch in enumerate(batches):  # two workers asking at once, then a batch of a minute each
+            assert _granted(ahead(batch)) == _granted(batch)
+            clock.now += 60.0 if i % 2 else 0.0
+            # nothing beyond the batch asked for is held: a batch of a minute is never claimed ahead
+            held = store.claims_elsewhere([j.key for b in batches for j in b], "nobody")
+            assert sorted(held) == sorted(j.key for b in batches[: i + 1] for j in b)
+        assert ahead.transactions == 6
+
+
+def test_a_claim_ahead_leaves_out_what_another_driver_holds_and_retries_alone(tmp_path):
+    batches, clock = _planned(40), _Clock()
+    taken = batches[30][1].key
+    with Store(tmp_path / "s") as store, Leases(store, "c", ttl_s=60) as leases:
+        store.claim([taken], "c", "other", now=time.time(), ttl_s=60)
+        ahead = leases.ahead(batches, clock)
+        for batch in batches[:30]:
+            ahead(batch)
+            clock.now += 0.05
+        assert _granted(ahead(batches[30])) == [batches[30][0].key] and leases.elsewhere == {taken}
+        before = ahead.transactions
+        assert _granted(ahead(batches[3])) == _granted(batches[3])  # a retry: its own claims, renewed, alone
+        assert _granted(ahead(batches[39])) == _granted(batches[39])  # out of order
+        assert _granted(ahead(batches[35])) == _granted(batches[35])
+        stranger = (SimpleNamespace(key="not-planned"),)
+        assert _granted(ahead(stranger)) == ["not-planned"]
+        assert ahead.transactions >= before + 2
+
+
+def test_a_claim_ahead_takes_at_most_ahead_jobs_jobs(tmp_path, monkeypatch):
+    from assay.run import leases as module
+
+    monkeypatch.setattr(module, "PACE_AFTER_S", 0.0)  # the pace is read from the second ask on
+    batches, clock = _planned(module.AHEAD_JOBS, size=4), _Clock()
+    with Store(tmp_path / "s") as store, Leases(store, "c", ttl_s=60) as leases:
+        sizes: list[int] = []
+        claim = leases.claim
+        monkeypatch.setattr(leases, "claim", lambda jobs: sizes.append(len(jobs)) or claim(jobs))
+        ahead = leases.ahead(batches, clock)
+        for batch in batches:  # a microsecond an ask: the pace alone would take every batch at once
+            assert _granted(ahead(batch)) == _granted(batch)
+            clock.now += 1e-6
+        assert sizes == [4] + [module.AHEAD_JOBS] * 3 + [module.AHEAD_JOBS - 4]
+        assert ahead.transactions == len(sizes) == 5
 
 
 CLAIMER = """

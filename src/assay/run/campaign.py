@@ -279,7 +279,8 @@ def _claimed_run(executor: Executor, batches: Sequence[Sequence[EpisodeJob]], le
     """The executor's run with each batch claimed as it goes out; an executor whose ``run`` takes no ``claim``
     gets the jobs the leases grant up front."""
     if "claim" in inspect.signature(executor.run).parameters:
-        return executor.run([tuple(b) for b in batches], claim=leases.claim)
+        planned = [tuple(b) for b in batches]
+        return executor.run(planned, claim=leases.ahead(planned))  # short batches claimed many at a time
     held = {job.key for job in leases.claim(tuple(job for b in batches for job in b))}  # one transaction
     granted = [g for g in (tuple(job for job in b if job.key in held) for b in batches) if g]
     return executor.run(granted)
