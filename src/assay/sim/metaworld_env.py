@@ -25,6 +25,7 @@ from assay.errors import UnsupportedError
 from assay.sim import metaworld_contacts
 from assay.sim.events import EventTracker
 from assay.sim.metaworld_perturb import ModelPerturber, distractor_geoms, view_for
+from assay.sim.mujoco_compile import compiled_once
 from assay.sim.mujoco_trace import DrawingTrace, MocapTrace, PhysicsTrace
 from assay.sim.protocol import LayerValue, Observation, Transition
 from assay.sim.render import VIEWS, CameraRenderer, calibration
@@ -44,7 +45,8 @@ def sawyer_env(env_name: str) -> Any:
     (``tests/test_sim.py``)."""
     from metaworld.env_dict import ALL_V3_ENVIRONMENTS, ML1_ARGS_KWARGS
 
-    env = ALL_V3_ENVIRONMENTS[env_name]()
+    with compiled_once():  # a worker's second environment of a task: its model copied, not compiled again
+        env = ALL_V3_ENVIRONMENTS[env_name]()
     env.seed(0)
     arguments = dict(ML1_ARGS_KWARGS[env_name]["kwargs"])
     del arguments["task_id"]
