@@ -174,23 +174,101 @@ def test_long_batches_are_claimed_one_at_a_time(tmp_path):
         assert ahead.transactions == 6
 
 
-def test_a_claim_ahead_leaves_out_what_another_driver_holds_and_retries_alone(tmp_path):
-    batches, clock = _planned(40), _Clock()
+def _spied(leases: Leases, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The jobs of each claim ``leases`` sends to the catalog, in order."""
+    claims: list[list[str]] = []
+    claim = leases.claim
+    monkeypatch.setattr(leases, "claim", lambda jobs: claims.append(_granted(jobs)) or claim(jobs))
+    return claims
+
+
+def test_a_claim_ahead_leaves_out_what_another_driver_holds_and_retries_alone(tmp_path, monkeypatch):
+    batches, clock = _planned(80), _Clock()
     taken = batches[30][1].key
     with Store(tmp_path / "s") as store, Leases(store, "c", ttl_s=60) as leases:
         store.claim([taken], "c", "other", now=time.time(), ttl_s=60)
+        claims = _spied(leases, monkeypatch)
         ahead = leases.ahead(batches, clock)
         for batch in batches[:30]:
             ahead(batch)
             clock.now += 0.05
         assert _granted(ahead(batches[30])) == [batches[30][0].key] and leases.elsewhere == {taken}
-        before = ahead.transactions
+        last = max(int(key[1:4]) for claim in claims for key in claim)  # the last batch claimed ahead
+        assert 40 <= last < 79
+        del claims[:]
         assert _granted(ahead(batches[3])) == _granted(batches[3])  # a retry: its own claims, renewed, alone
-        assert _granted(ahead(batches[39])) == _granted(batches[39])  # out of order
-        assert _granted(ahead(batches[35])) == _granted(batches[35])
+        assert _granted(ahead(batches[79])) == _granted(batches[79])  # out of order, not claimed yet: alone
+        assert _granted(ahead(batches[last])) == _granted(batches[last])  # claimed ahead: no transaction
         stranger = (SimpleNamespace(key="not-planned"),)
         assert _granted(ahead(stranger)) == ["not-planned"]
-        assert ahead.transactions >= before + 2
+        assert claims == [_granted(batches[3]), _granted(batches[79]), ["not-planned"]]
+        # the batch after the last claimed ahead, asked now, takes along those right after it, short of batch 79
+        assert _granted(ahead(batches[last + 1])) == _granted(batches[last + 1])
+        n = len(claims[-1]) // 2
+        assert n >= 2 and last + 1 + n <= 79
+        assert claims[-1] == [key for b in batches[last + 1: last + 1 + n] for key in _granted(b)]
+
+
+def test_a_grant_kept_past_half_the_lease_is_claimed_again(tmp_path, monkeypatch):
+    """A driver that stalls (stopped, suspended) past its lease, while another takes its jobs over, does not run
+    what it claimed ahead: a grant older than half the lease goes back to the catalog first."""
+    batches, clock, wall = _planned(40), _Clock(), _Clock()
+    wall.now = 1_000.0
+    with Store(tmp_path / "s") as store, Leases(store, "c", ttl_s=30, clock=wall) as a:
+        ahead = a.ahead(batches, clock)
+        for batch in batches[:10]:
+            ahead(batch)
+            clock.now += 0.05
+        keys = _granted(batches[15])
+        assert sorted(store.claims_elsewhere(keys, "nobody")) == keys  # claimed ahead by A, not asked yet
+        wall.now += 120.0  # A stalls; B takes the expired claims over
+        b = Leases(store, "c", ttl_s=30, clock=wall)
+        assert _granted(b.claim(batches[15])) == keys
+        assert _granted(ahead(batches[15])) == [] and a.elsewhere >= set(keys)
+        assert _granted(ahead(batches[16])) == _granted(batches[16])  # expired, nobody took it: A's again
+        b.close()
+
+
+def test_a_dispatcher_on_two_environments_gets_every_job_once_and_each_soon_after_its_claim(tmp_path, monkeypatch):
+    """The local and Ray executors' dispatcher asks environment by environment: what a claim takes along is the
+    next batches of the asked one's environment, handed out within about ``AHEAD_S`` of the claim."""
+    from assay.run.faults import Dispatcher, FaultPolicy
+    from assay.run.leases import AHEAD_S
+
+    tasks = [SimpleNamespace(id=f"t{i}", content_hash=lambda i=i: f"h{i}") for i in range(3)]
+    # the plan's order: policy by policy, task by task (as campaigns plan), 8 batches a cell of 2 jobs each
+    batches = [tuple(SimpleNamespace(key=f"{p:02d}{t}{b}{j}", task=tasks[t]) for j in range(2))
+               for p in range(4) for t in range(3) for b in range(8)]
+    clock = _Clock()
+    with Store(tmp_path / "s") as store, Leases(store, "c", ttl_s=60) as leases:
+        claimed_at: dict[str, float] = {}
+        claim = leases.claim
+
+        def spy(jobs):
+            for job in jobs:
+                claimed_at.setdefault(job.key, clock.now)
+            return claim(jobs)
+
+        monkeypatch.setattr(leases, "claim", spy)
+        ahead = leases.ahead(batches, clock)
+        dispatcher = Dispatcher(batches, FaultPolicy(), ahead)
+        warm: list[set[str]] = [set(), set()]
+        handed: list[str] = []
+        waited: list[float] = []
+        while dispatcher.has_work():
+            for worker in (0, 1):  # two workers taking turns, 25 ms a batch between them
+                other = warm[1 - worker]
+                item = dispatcher.take(warm[worker], other)
+                if item is None:
+                    continue
+                warm[worker] = {f"{item.jobs[0].task.id}#{item.jobs[0].task.content_hash()}"}
+                handed += [job.key for job in item.jobs]
+                waited += [clock.now - claimed_at[job.key] for job in item.jobs]
+                clock.now += 0.025
+        assert sorted(handed) == sorted(job.key for batch in batches for job in batch)  # each once
+        # nothing waits long after its claim (taking along another environment's batches, 1.45 s here)
+        assert max(waited) <= AHEAD_S
+        assert ahead.transactions < len(batches) / 2  # 34 for 96 batches here
 
 
 def test_a_claim_ahead_takes_at_most_ahead_jobs_jobs(tmp_path, monkeypatch):

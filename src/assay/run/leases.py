@@ -27,7 +27,8 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 from assay.errors import AssayError
@@ -40,6 +41,7 @@ DEFAULT_LEASE_S = 300.0  # a driver that dies holds its jobs this long; its hear
 POLL_S = 1.0  # how often a driver waiting for other drivers' jobs looks again (at most)
 AHEAD_S = 1.0  # a claim takes along the batches the executor will ask for within this long, at its pace so far
 PACE_AFTER_S = 0.25  # the pace is read only once asks have come in for this long (the first asks come at once)
+PACE_WINDOW_S = 2.0  # the pace is that of the asks of the last this long
 AHEAD_JOBS = 256  # at most this many jobs in one claim
 
 
@@ -177,63 +179,91 @@ class Leases:
 
 
 class ClaimAhead:
-    """:meth:`Leases.claim` for an executor that asks for ``batches`` in about the order given, with one catalog
-    transaction for many short batches instead of one each.
+    """:meth:`Leases.claim` for an executor that asks for ``batches`` in about the order given (the inline
+    executor), or environment by environment in that order (the dispatcher of local and Ray workers), with one
+    catalog transaction for many short batches instead of one each.
 
-    An ask that finds nothing claimed for its batch claims it together with the batches after it that the
-    executor would ask for within ``AHEAD_S`` at the pace of its asks so far (read once the asks have come in for
-    ``PACE_AFTER_S``: at first every worker asks at once), at most ``AHEAD_JOBS`` jobs; what each of those is
+    An ask for a batch not claimed yet claims it together with the batches right after it in the plan that need
+    the same environment (what a worker on that environment is handed next), as many as the executor asks for
+    within ``AHEAD_S`` at that environment's pace (its answered asks of the last ``PACE_WINDOW_S``, read once
+    they span ``PACE_AFTER_S``: at first every worker asks at once), at most ``AHEAD_JOBS`` jobs. What each was
     granted is handed over when it is asked for. So a batch of a minute (LIBERO) is claimed alone, as before,
-    and batches of 50 ms (Meta-World) about twenty at a time. A batch asked for again (a retry) or not planned
-    is claimed alone. Jobs claimed ahead are held as any claim is: renewed, released when their rows are
-    committed or when the leases close, and waited out by other drivers for at most ``AHEAD_S`` of this
-    driver's work longer than before."""
+    and batches of 50 ms (Meta-World) about twenty at a time; an environment's pace never sets another's. A
+    grant older than half the lease (the driver stalled: stopped, suspended) is claimed again first, so jobs
+    another driver took over meanwhile are not run twice. A batch asked for again (a retry), or not planned, is
+    claimed alone. Jobs claimed ahead are held as any claim is: renewed, released once their rows are committed
+    or when the leases close."""
 
     def __init__(self, leases: Leases, batches: Sequence[Batch], clock: Callable[[], float]) -> None:
         self._leases, self._clock = leases, clock
         self._batches = [tuple(batch) for batch in batches]
         self._place = {_keys(batch): i for i, batch in enumerate(self._batches)}
-        self._granted: dict[tuple[str, ...], Batch] = {}
-        self._next = 0  # the first planned batch not claimed yet
-        self._first: float | None = None
-        self._asks = 0
+        self._claimed = bytearray(len(self._batches))  # 1: the planned batch went into a claim
+        self._granted: dict[tuple[str, ...], tuple[float, Batch]] = {}  # claimed ahead: (lease clock, jobs)
+        self._answered: dict[Hashable, deque[float]] = {}  # per environment: its answered asks, recent ones
+        self._environments: dict[int, Hashable] = {}
         self.transactions = 0  # how many claims went to the catalog (for tests and benchmarks)
 
-    def _pace(self, now: float) -> float | None:
-        """Seconds between asks so far, or None while too little time has passed to tell."""
-        if self._first is None or not self._asks or now - self._first < PACE_AFTER_S:
+    def _environment(self, batch: Batch) -> Hashable:
+        """The environment ``batch`` needs (``faults.environment_key``), once per task object."""
+        task = getattr(batch[0], "task", None) if batch else None
+        if task is None:
             return None
-        return (now - self._first) / self._asks
+        found = self._environments.get(id(task))
+        if found is None:
+            found = self._environments[id(task)] = f"{task.id}#{task.content_hash()}"
+        return found
+
+    def _pace(self, environment: Hashable, now: float) -> float | None:
+        """Seconds between the environment's answered asks lately, or None while too little time has passed."""
+        answered = self._answered.get(environment)
+        if not answered or now - answered[0] < PACE_AFTER_S:  # two workers asking at once tell no pace
+            return None
+        return (now - answered[0]) / len(answered)
+
+    def _note(self, environment: Hashable, now: float, jobs: Batch) -> Batch:
+        if jobs:  # an ask answered with nothing (all held elsewhere, or done) is followed at once by another
+            answered = self._answered.setdefault(environment, deque())
+            answered.append(now)
+            while len(answered) > 1 and now - answered[0] > PACE_WINDOW_S:
+                answered.popleft()
+        return jobs
+
+    def _alone(self, jobs: Batch) -> Batch:
+        self.transactions += 1
+        return self._leases.claim(jobs)
 
     def __call__(self, batch: Batch) -> Batch:
         """The jobs of ``batch`` this driver holds and that have no row (as :meth:`Leases.claim`)."""
-        now = self._clock()
-        if self._first is None:
-            self._first = now
-        pace, self._asks = self._pace(now), self._asks + 1
-        key = _keys(batch)
+        now, key = self._clock(), _keys(batch)
+        environment = self._environment(batch)
         if key in self._granted:
-            return self._granted.pop(key)
-        place = self._place.pop(key, None)
-        if place is None or place < self._next:  # asked again, or not planned: alone, as Leases.claim
-            self.transactions += 1
-            return self._leases.claim(batch)
-        along = [place]
+            claimed_at, jobs = self._granted.pop(key)
+            if jobs and self._leases.clock() - claimed_at > self._leases.ttl_s / 2:
+                jobs = self._alone(jobs)  # a stall: the leases may have run out and been taken over
+            return self._note(environment, now, jobs)
+        place = self._place.get(key)
+        if place is None or self._claimed[place]:  # asked again, or not planned: alone, as Leases.claim
+            return self._note(environment, now, self._alone(batch))
+        pace = self._pace(environment, now)
         wanted = 1 if pace is None else max(1, int(AHEAD_S / pace)) if pace > 0 else len(self._batches)
-        jobs = len(batch)
-        for i in range(max(self._next, place + 1), len(self._batches)):
-            if len(along) >= wanted or jobs + len(self._batches[i]) > AHEAD_JOBS:
+        along, count = [place], len(batch)
+        for i in range(place + 1, len(self._batches)):
+            following = self._batches[i]
+            if len(along) >= wanted or self._claimed[i] or count + len(following) > AHEAD_JOBS \
+                    or self._environment(following) != environment:
                 break
-            if _keys(self._batches[i]) in self._place:  # not asked for yet
-                along.append(i)
-                jobs += len(self._batches[i])
-        self._next = max(self._next, along[-1] + 1)
+            along.append(i)
+            count += len(following)
+        for i in along:
+            self._claimed[i] = 1
+        claimed_at = self._leases.clock()
         self.transactions += 1
         held = {job.key for job in self._leases.claim(tuple(job for i in along for job in self._batches[i]))}
         for i in along[1:]:
-            self._place.pop(_keys(self._batches[i]), None)
-            self._granted[_keys(self._batches[i])] = tuple(job for job in self._batches[i] if job.key in held)
-        return tuple(job for job in batch if job.key in held)
+            following = self._batches[i]
+            self._granted[_keys(following)] = (claimed_at, tuple(job for job in following if job.key in held))
+        return self._note(environment, now, tuple(job for job in batch if job.key in held))
 
 
 def _keys(batch: Any) -> tuple[str, ...]:
