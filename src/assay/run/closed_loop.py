@@ -69,14 +69,13 @@ from assay.sim import (
     innermost_steps_together,
     step_together,
 )
-from assay.spec import EpisodeJob, Pipeline, SuccessMode, TaskSpec
+from assay.spec import BoundedArray, EpisodeJob, Pipeline, SuccessMode, TaskSpec
 from assay.store import Outcome
 
 
-def _check_chunk(chunk: np.ndarray, task: TaskSpec, filtered: bool = False) -> Fault | None:
-    """Why the policy's answer cannot be executed, or None. With the safety filter on (``filtered``),
-    non-finite values pass: the filter replaces and counts them."""
-    spec = task.action_spec()
+def _check_chunk(chunk: np.ndarray, spec: BoundedArray, filtered: bool = False) -> Fault | None:
+    """Why the policy's answer cannot be executed under the task's action ``spec``, or None. With the safety
+    filter on (``filtered``), non-finite values pass: the filter replaces and counts them."""
     (dim,) = spec.shape
     if not spec.dtype_conforms(chunk.dtype):
         return Fault(FaultKind.INVALID_ACTION, f"invalid action: dtype {chunk.dtype}, expected floating point")
@@ -180,6 +179,7 @@ class _Episodes:
             env if render_on_demand and batch.task.cameras and isinstance(env, SupportsFramesOnDemand) else None
             for env in envs]
         self.task = batch.task
+        self.action = batch.task.action_spec()  # every answer is checked against it: built once
         self.replan_every = batch.replan_every
         # a served simulator's sessions step in one round trip per lockstep step (decided once)
         self.together = len(envs) > 1 and any(innermost_steps_together(env) for env in envs)
@@ -259,7 +259,7 @@ class _Episodes:
         for slot, answer in zip(slots, answers, strict=True):
             recorder, state = self.recorders[slot], self.slots[slot]
             recorder.timed("policy", latency / len(slots))
-            problem = answer if isinstance(answer, Fault) else _check_chunk(answer, self.task, self.batch.safety)
+            problem = answer if isinstance(answer, Fault) else _check_chunk(answer, self.action, self.batch.safety)
             if problem is not None:
                 recorder.fail(problem.at_step(recorder.steps))
                 continue
