@@ -184,7 +184,7 @@ def main() -> None:
         f"`{command}` — {args.episodes} expert episodes of `{args.task}` per loop (end at first success or "
         f"{HORIZON} steps), {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
         "2 CPU cores (best of the rounds); set-up (spawn, `gym.make`, actors) inside the "
-        f"timing, Ray start-up outside; {load}.",
+        f"timing, Ray start-up outside; {load}; {_when()}.",
         "", "| loop | steps | seconds | steps/s | × bare |", "|---|---:|---:|---:|---:|",
     ]
     for name, (steps, seconds, rate) in results.items():
@@ -198,6 +198,21 @@ def main() -> None:
     print("\n" + section)
     if not args.no_write:
         _write_section(section)
+
+
+def _when() -> str:
+    """When and on what source this ran: the UTC time and the commit (``+`` when the tree has changes)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "benchmarks"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit, dirty = "unknown commit", ""
+    return f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `{commit}`{'+' if dirty else ''}"
 
 
 def _write_section(section: str) -> None:
