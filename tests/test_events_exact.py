@@ -23,7 +23,11 @@ pytestmark = [pytest.mark.sim, pytest.mark.filterwarnings("ignore:Constant\\(s\\
 
 class _Plain(EventTracker):
     """The tracker's readings as first written: per contact, per joint, the tolerance each step, NumPy's own
-    ``norm`` and ``sum`` (its ``step``, which combines them, is the tracker's own)."""
+    ``norm`` and ``sum``, and a step of its own on NumPy arrays throughout."""
+
+    def __init__(self, env: object, action_bound: float = 1.0) -> None:
+        super().__init__(env, action_bound)
+        self.bound = action_bound
 
     def _joint_values(self) -> np.ndarray:
         qpos = self.env.data.qpos
@@ -102,7 +106,7 @@ class _Plain(EventTracker):
             "collision_force": force,
             "collision": float(force > COLLISION_N),
             "joint_limit": float(self._at_limit()),
-            "action_saturated": float(np.count_nonzero(np.abs(action) >= SATURATION * 1.0)),
+            "action_saturated": float(np.count_nonzero(np.abs(action) >= SATURATION * self.bound)),
             "unstable": float(unstable),
         }
 
@@ -173,5 +177,28 @@ def test_a_joint_exactly_at_a_limit_and_a_nan_position_read_alike():
         events = fast.step(action, state)
         assert _same(events, plain.step(action, state))
         assert math.isnan(events["object_moved"]) and events["unstable"] == 1.0 and events["action_saturated"] == 2.0
+    finally:
+        env.close()
+
+
+def test_actions_of_another_dtype_or_shape_and_a_step_before_reset_read_as_numpy_reads_them():
+    """Saturation compares in the action's own precision (a float32 action against a float threshold compares in
+    float32 under NumPy 2), a 2-D action is counted element by element, and a step before any reset measures the
+    scene joints from zero, as the NumPy tracker did."""
+    task = default_registry().get("metaworld/pick-place@1")
+    env = make_env(task)
+    try:
+        fast, plain = EventTracker(env.simulator, 0.7), _Plain(env.simulator, 0.7)
+        state = np.asarray(env.reset(0)["state"])
+        assert _same(fast.step(np.zeros(4), state), plain.step(np.zeros(4), state))  # before their own reset
+        fast.reset(env._perturber.object_body, state)
+        plain.reset(env._perturber.object_body, state)
+        for action in (np.array([0.6993, -0.6993, 0.7, 0.0], dtype=np.float32),
+                       np.array([0.6993, -0.6993, 0.7, 0.0]), np.array([[0.7, 0.1], [-0.9, 0.0]])):
+            events = fast.step(action, state)
+            assert _same(events, plain.step(action, state)), action.dtype
+        float32 = np.array([0.6993, -0.6993, 0.7, 0.0], dtype=np.float32)
+        assert fast.step(float32, state)["action_saturated"] == float(
+            np.count_nonzero(np.abs(float32) >= SATURATION * 0.7))
     finally:
         env.close()

@@ -82,3 +82,40 @@ def test_an_edited_file_is_compiled_again_and_assets_always_are(tmp_path: Path):
         d = mujoco.MjModel.from_xml_path("inline.xml", {"inline.xml": text.encode()})
         assert d.geom_size[0][0] == pytest.approx(0.5)
     mujoco_compile.forget()
+
+
+def test_the_kept_model_is_used_and_what_it_cannot_key_or_another_thread_asks_is_compiled_as_always(tmp_path: Path):
+    import threading
+
+    xml = tmp_path / "ball.xml"
+    xml.write_text("<mujoco><worldbody><body><joint type='free'/><geom size='.1'/></body></worldbody></mujoco>")
+    original, compile_file = mujoco.MjModel.__dict__["from_xml_path"], mujoco.MjModel.from_xml_path
+    compiled: list[str] = []
+
+    def counting(filename: str, assets: dict | None = None) -> mujoco.MjModel:
+        compiled.append(filename)
+        return compile_file(filename) if assets is None else compile_file(filename, assets)
+
+    mujoco_compile.forget()
+    mujoco.MjModel.from_xml_path = staticmethod(counting)
+    try:
+        with compiled_once():
+            for _ in range(3):
+                mujoco.MjModel.from_xml_path(str(xml))
+            assert compiled == [str(xml)]  # compiled once, copied twice
+            elsewhere: list[object] = []
+            thread = threading.Thread(target=lambda: elsewhere.append(mujoco.MjModel.from_xml_path(str(xml))))
+            thread.start()
+            thread.join()
+            assert compiled == [str(xml)] * 2 and isinstance(elsewhere[0], mujoco.MjModel)  # not the kept one's
+            with pytest.raises(ValueError) as inside:  # MuJoCo's own error for a file that is not there
+                mujoco.MjModel.from_xml_path(str(tmp_path / "missing.xml"))
+            with compiled_once():  # re-entrant on the same thread
+                mujoco.MjModel.from_xml_path(str(xml))
+            assert compiled == [str(xml)] * 2 + [str(tmp_path / "missing.xml")]
+        with pytest.raises(ValueError) as outside:
+            mujoco.MjModel.from_xml_path(str(tmp_path / "missing.xml"))
+        assert str(inside.value) == str(outside.value)
+    finally:
+        mujoco.MjModel.from_xml_path = original
+        mujoco_compile.forget()

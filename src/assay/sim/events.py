@@ -104,7 +104,7 @@ class EventTracker:
         self._widths = widths
         self._low, self._high = self._at_low.tolist(), self._at_high.tolist()
         self._saturated = SATURATION * action_bound
-        self._q0: list[float] = []
+        self._q0: list[float] = [0.0] * len(self._scene_from)  # before a reset: from zeros, as ``_qpos0``
         self._bind()
         self._from_state = False
         self._object: frozenset[int] = frozenset()
@@ -233,10 +233,14 @@ class EventTracker:
         warnings = self._warning_count()
         unstable = warnings > self._warnings or not self._finite(state)
         self._warnings = warnings
-        saturated = 0
-        for value in np.asarray(action).tolist():
-            if abs(value) >= self._saturated:
-                saturated += 1
+        array = np.asarray(action)
+        if array.dtype == np.float64 and array.ndim == 1:  # the runner's actions: plain floats, same comparisons
+            saturated = 0
+            for value in array.tolist():
+                if abs(value) >= self._saturated:
+                    saturated += 1
+        else:  # another dtype compares in its own precision (NumPy's rule for a Python float threshold)
+            saturated = int(np.count_nonzero(np.abs(array) >= self._saturated))
         return {
             "ee_obj_dist": math.dist(state[0:3].tolist(), position) if has_object else nan,
             "contact": float(left or right) if has_object else nan,

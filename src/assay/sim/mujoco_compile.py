@@ -7,8 +7,10 @@ before, keeps that model untouched, and hands out copies of it (``mj_copyModel``
 ~15 ms); a copy is what a fresh compile gives (``tests/test_mujoco_compile.py`` compares their saved models
 byte for byte, and the episodes run on them). Only the last file compiled is kept (a Meta-World model is
 ~21 MB); a file is known by its absolute path, size and modification time, so an edited file is compiled
-again. A call with ``assets`` (files in memory) is compiled as always. The patch is held under a lock, so
-builds in two threads of one process wait for each other rather than see it half-made.
+again (a file it includes is not looked at: an edit there needs a new process, or :func:`forget`). A call with
+``assets`` (files in memory), for a file that cannot be read, or from another thread while the block is active,
+is compiled as always. The block holds a re-entrant lock, so builds in two threads of one process wait for each
+other rather than see the patch half-made.
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 _kept: dict[tuple[str, int, int], Any] = {}  # at most one: the last file compiled, as compiled
 
 
-def _key(path: str) -> tuple[str, int, int]:
-    stat = os.stat(path)
+def _key(path: str) -> tuple[str, int, int] | None:
+    """How a file is known (absolute path, size, modification time); None where it cannot be read (MuJoCo's own
+    compile then says what is wrong, as it would have)."""
+    try:
+        stat = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
     return os.path.abspath(path), stat.st_size, stat.st_mtime_ns
 
 
@@ -43,11 +50,14 @@ def compiled_once() -> Iterator[None]:
     with _LOCK:
         original = mujoco.MjModel.__dict__["from_xml_path"]
         compile_file = mujoco.MjModel.from_xml_path
+        owner = threading.get_ident()
 
         def from_xml_path(filename: str, assets: dict[str, bytes] | None = None) -> Any:
             if assets is not None:
                 return compile_file(filename, assets)
             key = _key(filename)
+            if key is None or threading.get_ident() != owner:  # another thread's build: compiled as always
+                return compile_file(filename)
             model = _kept.get(key)
             if model is None:
                 model = compile_file(filename)
