@@ -57,9 +57,10 @@ def _cpu_of_children(pid: int) -> float:
     return total
 
 
-def _campaign(data: dict, executor: str, workers: int, server: int | None = None) -> tuple[int, float, float, float]:
-    """Steps, seconds, the recorder's seconds inside env.step, and CPU seconds (the campaign's processes and, with
-    ``server`` (its pid), the server's), of one run of the campaign ``data``."""
+def _campaign(data: dict, executor: str, workers: int,
+              server: int | None = None) -> tuple[int, float, float, float, float]:
+    """Steps, seconds, the recorder's seconds inside env.step, CPU seconds (the campaign's processes and, with
+    ``server`` (its pid), the server's), and of those the server's, of one run of the campaign ``data``."""
     from assay.run import make_executor, prepare_campaign, run_campaign
     from assay.spec import campaign_from_data
     from assay.store import Store
@@ -70,9 +71,10 @@ def _campaign(data: dict, executor: str, workers: int, server: int | None = None
         started = time.perf_counter()
         run_campaign(prepare_campaign(spec), store, make_executor(executor, root, workers))
         elapsed = time.perf_counter() - started
-        cpu = _cpu_here() - cpu + (_cpu_of_children(server) - served_cpu if server else 0.0)
+        served_cpu = _cpu_of_children(server) - served_cpu if server else 0.0
+        cpu = _cpu_here() - cpu + served_cpu
         rows = store.catalog.episodes(campaign=spec.name)
-    return sum(r.steps for r in rows), elapsed, sum(r.timings.get("sim_s", 0.0) for r in rows), cpu
+    return sum(r.steps for r in rows), elapsed, sum(r.timings.get("sim_s", 0.0) for r in rows), cpu, served_cpu
 
 
 def _wire_us(url: str, backend: str, task_id: str, n: int = 500) -> float:
@@ -119,17 +121,19 @@ def tight_loop(url: str, task_id: str, steps: int = 400, rounds: int = 5) -> tup
 
 def compare(label: str, data: dict, backend: str, executor: str, workers: int, clients: int, rounds: int) -> None:
     process, url = _server(backend, clients)
-    best: dict[str, tuple[float, int, float, float, float]] = {}
+    best: dict[str, tuple[float, int, float, float, float, float]] = {}
     try:
         for _ in range(rounds):
             for side, simulators in (("in process", None), ("served", {backend: url})):
                 spec = {**data, "simulators": simulators} if simulators else data
-                steps, seconds, sim, cpu = _campaign(spec, executor, workers, process.pid if simulators else None)
+                steps, seconds, sim, cpu, served_cpu = _campaign(spec, executor, workers,
+                                                                 process.pid if simulators else None)
                 rate = steps / seconds
-                print(f"  {label}, {side}: {steps} steps in {seconds:.1f} s ({rate:.0f} steps/s, {cpu:.1f} CPU s), "
-                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+                print(f"  {label}, {side}: {steps} steps in {seconds:.1f} s ({rate:.0f} steps/s, {cpu:.1f} CPU s, "
+                      f"{served_cpu:.1f} of them the server's), load {os.getloadavg()[0]:.1f}", flush=True)
                 if rate > best.get(side, (0.0,))[0]:
-                    best[side] = (rate, steps, seconds, sim / steps * 1e6, cpu / steps * 1e6)
+                    best[side] = (rate, steps, seconds, sim / steps * 1e6, cpu / steps * 1e6,
+                                  served_cpu / steps * 1e6)
         wire = _wire_us(url, backend, data["tasks"][0])
         alone = tight_loop(url, data["tasks"][0]) if backend == "metaworld" else None
     finally:
@@ -137,10 +141,11 @@ def compare(label: str, data: dict, backend: str, executor: str, workers: int, c
         process.wait()
     local, served = best["in process"], best["served"]
     print(f"\n{label} (best of {rounds})\n")
-    print("| side | steps | seconds | steps/s | in env.step, µs/step | CPU, µs/step (every process) |\n"
-          "|---|---:|---:|---:|---:|---:|")
-    for side, (rate, steps, seconds, sim_us, cpu_us) in best.items():
-        print(f"| {side} | {steps} | {seconds:.1f} | {rate:.1f} | {sim_us:.0f} | {cpu_us:.0f} |")
+    print("| side | steps | seconds | steps/s | in env.step, µs/step | CPU, µs/step (every process) | of it, the "
+          "campaign's | of it, the server's |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for side, (rate, steps, seconds, sim_us, cpu_us, served_us) in best.items():
+        print(f"| {side} | {steps} | {seconds:.1f} | {rate:.1f} | {sim_us:.0f} | {cpu_us:.0f} | "
+              f"{cpu_us - served_us:.0f} | {served_us:.0f} |")
     slower = 100 * (1 - served[0] / local[0])
     print(f"\nserved / in process: {served[0] / local[0]:.3f} (served {slower:+.1f}% slower); "
           f"time in env.step: {served[3] - local[3]:+.0f} µs/step served; the wire alone (a round trip that steps "
