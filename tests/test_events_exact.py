@@ -28,6 +28,11 @@ class _Plain(EventTracker):
     def __init__(self, env: object, action_bound: float = 1.0) -> None:
         super().__init__(env, action_bound)
         self.bound = action_bound
+        self._qpos0 = np.zeros(len(self._scene_joints) * 3)
+
+    def reset(self, object_body: int | None, state: np.ndarray) -> None:
+        super().reset(object_body, state)
+        self._qpos0 = self._joint_values()
 
     def _joint_values(self) -> np.ndarray:
         qpos = self.env.data.qpos

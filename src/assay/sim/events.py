@@ -87,24 +87,24 @@ class EventTracker:
                  and int(model.jnt_type[j]) != 1]  # ball joints carry no displacement we can read
         self._scene_joints = [(int(model.jnt_qposadr[j]), int(model.jnt_type[j]), int(model.jnt_bodyid[j]))
                               for j in scene]
-        # where each scene joint's displacement comes from in qpos and goes to in the 3-per-joint values
+        # where each scene joint's displacement comes from in qpos (three values for a free joint, one otherwise)
         widths = [3 if kind == 0 else 1 for _, kind, _ in self._scene_joints]
         self._scene_from = np.array([adr + k for (adr, _, _), w in zip(self._scene_joints, widths, strict=True)
                                      for k in range(w)], dtype=np.int64)
-        self._scene_to = np.array([3 * i + k for i, w in enumerate(widths) for k in range(w)], dtype=np.int64)
-        self._qpos0 = np.zeros(len(scene) * 3)
         # each step reads these: the geoms' bodies as plain ints, the joint limits with their tolerance applied
         self._geom_body: list[int] = [int(b) for b in model.geom_bodyid]
         self._at_low = self._joint_range[:, 0] + JOINT_LIMIT_TOL
         self._at_high = self._joint_range[:, 1] - JOINT_LIMIT_TOL
         self._wrench = np.zeros(6)
-        self._contact_force = _mujoco().mj_contactForce
+        import mujoco  # the environment that owns ``env`` imported it already
+
+        self._contact_force = mujoco.mj_contactForce
         # each scene joint's width in ``_scene_from``'s values, the arm joints' limits as floats, the saturation
         # threshold: ``step`` reads these in plain Python, which at a handful of values costs less than NumPy
         self._widths = widths
         self._low, self._high = self._at_low.tolist(), self._at_high.tolist()
         self._saturated = SATURATION * action_bound
-        self._q0: list[float] = [0.0] * len(self._scene_from)  # before a reset: from zeros, as ``_qpos0``
+        self._q0: list[float] = [0.0] * len(self._scene_from)  # the scene joints at reset (zeros before one)
         self._bind()
         self._from_state = False
         self._object: frozenset[int] = frozenset()
@@ -125,15 +125,10 @@ class EventTracker:
         return sum(self._warning.tolist())  # MuJoCo's warning counters, summed
 
     def _object_pos(self, state: np.ndarray) -> np.ndarray:
+        """The object's position now: a view, read at once by every caller (MuJoCo's, or the observation's)."""
         if self._root is None or self._from_state:
             return np.asarray(state[4:7], dtype=np.float64)
-        return self._xpos[self._root].copy()
-
-    def _joint_values(self) -> np.ndarray:
-        """Each scene joint's position as three values: a free joint's x, y, z; a slide's or hinge's value, 0, 0."""
-        out = np.zeros(len(self._scene_joints) * 3)
-        out[self._scene_to] = self._qpos[self._scene_from]
-        return out
+        return self._xpos[self._root]
 
     def _moved(self) -> float:
         """The largest of the scene joints' distances from reset: ``max(norm(values - at reset, axis=1))`` over
@@ -169,7 +164,6 @@ class EventTracker:
         self._root = self._scene_joints[0][2] if self._from_state else object_body
         if self.env.data is not self._data:
             self._bind()
-        self._qpos0 = self._joint_values()
         self._q0 = self._qpos[self._scene_from].tolist()
         self._object = object_bodies(self.env.model, self._root)
         self._z0 = float(self._object_pos(state)[2])
@@ -222,7 +216,7 @@ class EventTracker:
         has_object = self._root is not None
         nan = NAN
         # once per step, as floats (math.dist reads the same doubles from a list as from an array, faster)
-        position = (state[4:7] if self._root is None or self._from_state else self._xpos[self._root]).tolist()
+        position = self._object_pos(state).tolist()
         goal = getattr(self.env, "_target_pos", None)
         if isinstance(goal, np.ndarray):
             goal = goal.tolist()
@@ -256,9 +250,3 @@ class EventTracker:
             "action_saturated": float(saturated),
             "unstable": float(unstable),
         }
-
-
-def _mujoco() -> Any:
-    import mujoco  # an environment exists before its tracker, so MuJoCo is imported by then
-
-    return mujoco

@@ -26,6 +26,7 @@ class PerturbedEnv(SimEnvWrapper):
 
     def __init__(self, env: SimEnv, variant: Variant) -> None:
         super().__init__(env)
+        self._low, self._high = self.task.action.low, self.task.action.high  # every step clips to them
         self._configure(variant)
         self._rng = np.random.default_rng(0)
         self._queue: deque[np.ndarray] = deque()
@@ -36,7 +37,6 @@ class PerturbedEnv(SimEnvWrapper):
 
     def _configure(self, variant: Variant) -> None:
         self.variant = variant
-        self._low, self._high = self.task.action.low, self.task.action.high
         self._action_noise = float(value_of(variant, "action.noise"))
         self._observation_noise = float(value_of(variant, "observation.noise"))
         self._latency = int(value_of(variant, "control.latency"))
