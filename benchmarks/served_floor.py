@@ -3,7 +3,7 @@
     python benchmarks/served_floor.py [--episodes 160] [--rounds 3] [--envs 2]
 
 A control for issue 52's "served ≤ 10% slower" target. Two hand-written loops run the same Meta-World
-pick-place expert episodes (Assay's exact ``touching_object``, as the like-for-like loops of
+pick-place expert episodes (Assay's exact ``touching_object`` and hand reset, as the like-for-like loops of
 ``eval_throughput.py``), 2 client processes with ``--envs`` environments each, lockstep:
 
 * **in process**: each client steps its own environments;
@@ -40,12 +40,13 @@ def _envs(count: int) -> list[Any]:
     import gymnasium as gym
     import metaworld  # noqa: F401
 
-    from assay.sim import metaworld_contacts
+    from assay.sim import metaworld_contacts, metaworld_reset
 
     envs = []
     for i in range(count):
         env = gym.make("Meta-World/MT1", env_name=TASK, seed=i, disable_env_checker=True)
         metaworld_contacts.install(env.unwrapped)
+        metaworld_reset.install(env.unwrapped)
         envs.append(env)
     return envs
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import UnsupportedError
-from assay.sim import metaworld_contacts
+from assay.sim import metaworld_contacts, metaworld_reset
 from assay.sim.events import EventTracker
 from assay.sim.metaworld_perturb import ModelPerturber, distractor_geoms, view_for
 from assay.sim.mujoco_compile import compiled_once
@@ -42,7 +42,8 @@ def sawyer_env(env_name: str) -> Any:
     ``reset(seed=0)`` sets it up (seeded, the task's arguments, goal observable), without the MT1 benchmark's
     50 sampled goals and the second environment that samples them: each reset draws its own task vector
     from the episode seed anyway. A quarter of the build time; episodes are bit-identical
-    (``tests/test_sim.py``)."""
+    (``tests/test_sim.py``). Its hand reset and grasp test are Assay's exact faster ones (``metaworld_reset``,
+    ``metaworld_contacts``)."""
     from metaworld.env_dict import ALL_V3_ENVIRONMENTS, ML1_ARGS_KWARGS
 
     with compiled_once():  # a worker's second environment of a task: its model copied, not compiled again
@@ -55,6 +56,7 @@ def sawyer_env(env_name: str) -> Any:
     del env.sawyer_observation_space  # cached for the hidden goal; set_task drops it the same way
     env._set_task_inner(**arguments)
     env._freeze_rand_vec = False
+    metaworld_reset.install(env)  # exact: one mj_step call where Meta-World's hand reset loops 50 times
     env.reset(seed=0)
     env._freeze_rand_vec = True
     metaworld_contacts.install(env)

@@ -1,0 +1,121 @@
+"""The one-call hand reset leaves MuJoCo's data as Meta-World's own loop does, field for field, on all 50 tasks."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+
+from assay.sim import metaworld_reset
+from assay.sim.metaworld_env import sawyer_env
+from assay.spec.metaworld_catalog import METAWORLD_TASKS
+
+OWN_HAND_RESET = ("faucet-close-v3", "faucet-open-v3", "window-close-v3")  # their class overrides _reset_hand
+
+
+def _unused(name: str) -> bool:
+    """A field MuJoCo does not write in a dense-Jacobian model without islands (asserted below): the sparse
+    structure arrays, the transposed Jacobian and the island arrays hold whatever the arena held. Two stock
+    environments with the same history differ there (``test_the_unused_fields_differ_between_two_stock_builds``)."""
+    return "island" in name or name == "efc_JT" or name.endswith(("_rownnz", "_rowadr", "_rowsuper", "_colind"))
+
+
+def _fields(data) -> dict[str, np.ndarray]:
+    """Every array of ``data`` (constraint rows cut to the ``nefc`` in use, contacts to ``ncon``), and its scalars."""
+    fields: dict[str, np.ndarray] = {}
+    for name in dir(data):
+        if name.startswith("_") or _unused(name):
+            continue
+        try:
+            value = getattr(data, name)
+        except Exception:  # noqa: BLE001 - a property that needs arguments or another state
+            continue
+        if isinstance(value, np.ndarray):
+            fields[name] = value[: data.nefc].copy() if name.startswith("efc_") else value.copy()
+        elif isinstance(value, (int, float)):
+            fields[name] = np.asarray(value)
+    contact = data.contact
+    for name in ("dist", "pos", "frame", "geom1", "geom2", "efc_address", "dim", "exclude"):
+        fields[f"contact.{name}"] = np.asarray(getattr(contact, name))[: data.ncon].copy()
+    fields["warning.number"] = data.warning.number.copy()
+    return fields
+
+
+def _stock(env_name: str):
+    env = sawyer_env(env_name)
+    vars(env).pop("_reset_hand", None)  # back to Meta-World's own loop
+    return env
+
+
+def _reset(env, seed: int) -> np.ndarray:
+    """A seeded reset as the backend does it (the task vector drawn from the seed)."""
+    env.np_random = np.random.default_rng(seed)
+    env._freeze_rand_vec = False
+    env.seeded_rand_vec = True
+    observation, _ = env.reset()
+    env._freeze_rand_vec = True
+    return observation
+
+
+def _differences(one, other) -> list[str]:
+    mine, theirs = _fields(one.data), _fields(other.data)
+    assert mine.keys() == theirs.keys()
+    return [name for name in mine if not np.array_equal(mine[name], theirs[name], equal_nan=True)]
+
+
+@pytest.mark.parametrize("env_name", sorted(set(METAWORLD_TASKS) - set(OWN_HAND_RESET)))
+def test_the_one_call_hand_reset_leaves_every_field_as_metaworlds_loop(env_name):
+    fast, stock = sawyer_env(env_name), _stock(env_name)
+    assert "_reset_hand" in vars(fast) and "_reset_hand" not in vars(stock)
+    assert not mujoco.mj_isSparse(fast.model) and fast.data.nisland == 0  # what makes _unused's fields unused
+    # A fresh build's state comes from Meta-World's unseeded build-time draw (NumPy's global generator), so two
+    # builds differ, and a reset's first hand move starts from there; one seeded reset gives both the same start
+    # (only a goal marker's stale drawing position can still differ, and the next reset's steps recompute it).
+    _reset(fast, 1000), _reset(stock, 1000)
+    actions = np.random.default_rng(7).uniform(-1.0, 1.0, (12, 4))
+    for seed in (0, 1, 2):
+        assert np.array_equal(_reset(fast, seed), _reset(stock, seed))
+        assert _differences(fast, stock) == [], seed
+        for action in actions:  # and the episode that follows, the previous one's end state under the next reset
+            mine, theirs = fast.step(action), stock.step(action)
+            assert np.array_equal(mine[0], theirs[0]) and mine[1:4] == theirs[1:4] and mine[4] == theirs[4]
+        assert _differences(fast, stock) == []
+    fast.close()
+    stock.close()
+
+
+def test_the_unused_fields_differ_between_two_stock_builds():
+    """The control: what ``_unused`` leaves out differs between two stock environments after the same resets,
+    while every other field agrees; so leaving it out hides nothing the simulation computes."""
+    one, other = _stock("pick-place-v3"), _stock("pick-place-v3")
+    for seed in (1000, 0, 1):  # the first gives both the same start (see above)
+        _reset(one, seed), _reset(other, seed)
+    assert _differences(one, other) == []
+    unused = [name for name in dir(one.data) if _unused(name) and isinstance(getattr(one.data, name), np.ndarray)]
+    assert any(not np.array_equal(getattr(one.data, name), getattr(other.data, name)) for name in unused)
+    one.close()
+    other.close()
+
+
+@pytest.mark.parametrize("env_name", OWN_HAND_RESET)
+def test_a_task_with_its_own_hand_reset_keeps_it(env_name):
+    env = _stock(env_name)
+    assert metaworld_reset.install(env) is False
+    assert "_reset_hand" not in vars(env)
+    env.close()
+
+
+def test_no_steps_moves_nothing_as_the_loop_does():
+    """``_reset_hand(steps=0)``: Meta-World's loop runs no iteration, so neither the target nor the state moves."""
+    fast, stock = sawyer_env("reach-v3"), _stock("reach-v3")
+    for seed in (1000, 4):  # the first gives both the same start (see above)
+        _reset(fast, seed), _reset(stock, seed)
+    fast.step(np.array([1.0, 0.5, -0.5, 1.0])), stock.step(np.array([1.0, 0.5, -0.5, 1.0]))
+    fast.hand_init_pos = stock.hand_init_pos = np.array([0.1, 0.6, 0.25])
+    fast._reset_hand(steps=0), stock._reset_hand(steps=0)
+    assert _differences(fast, stock) == []
+    assert np.array_equal(fast.init_tcp, stock.init_tcp)
+    fast._reset_hand(steps=3), stock._reset_hand(steps=3)
+    assert _differences(fast, stock) == []
+    fast.close()
+    stock.close()
