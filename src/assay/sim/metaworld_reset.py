@@ -7,14 +7,15 @@ from Python: set the mocap target, check and set the gripper control, ``mj_step`
 control are set to the same values each time, and ``mj_rnePostConstraint`` only computes outputs (``cacc``,
 ``cfrc_int``, ``cfrc_ext``) that a step does not read. So setting them once, one ``mj_step`` of 250 substeps and
 one ``mj_rnePostConstraint`` leave MuJoCo's data as the loop leaves it, bit for bit
-(``tests/test_metaworld_reset.py`` compares every field of ``mjData`` after resets of all 50 tasks, and the
-steps that follow).
+(``tests/test_metaworld_reset.py`` compares every field of ``mjData`` after resets of the 47 tasks it is installed on,
+and after the steps that follow).
 
-It saves the loop's Python (about 1.4-2.9 ms of a 9.6-11 ms ``pick-place`` reset), and it releases the GIL twice
-in a reset instead of about 300 times: beside a thread that writes files (the inline executor's writer), each
-release let that thread in and the stepping thread waited to get back, which made a reset ~2 ms slower still
-(docs/PERFORMANCE.md, Run K). The three tasks whose class overrides ``_reset_hand`` (faucet open and close,
-window close: each sets a flag after the loop) keep Meta-World's own.
+It saves the loop's Python (a ``pick-place`` reset went from 9.6-11.1 to 8.2 ms back to back), and a reset
+releases the GIL 4 times instead of about 200 (``mj_step`` and ``mj_rnePostConstraint`` release it): beside a thread
+that writes files (the inline executor's writer), each release let that thread in and the stepping thread waited to
+get it back, which made each reset ~2 ms slower still (docs/PERFORMANCE.md, Run K). The three tasks whose class
+overrides ``_reset_hand`` (faucet open and close, window close: each sets a flag after the loop) keep Meta-World's
+own.
 """
 
 from __future__ import annotations
