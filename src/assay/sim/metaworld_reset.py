@@ -24,44 +24,44 @@ from __future__ import annotations
 
 from typing import Any
 
-import mujoco
 import numpy as np
 
 _HAND_QUAT = np.array([1, 0, 1, 0])  # Meta-World's mocap orientation, as it writes it each time
 _GRIPPER_OPEN = (-1, 1)  # the control ``_reset_hand`` gives ``do_simulation``
-_STATE = mujoco.mjtState.mjSTATE_INTEGRATION  # all a step reads: positions, velocities, mocap, control, warm start
-# the warnings after which ``mj_step`` resets ``mjData`` (mocap target and control to their defaults)
-_RESETTING = np.array([int(w) for w in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
-                                         mujoco.mjtWarning.mjWARN_BADQACC)])
 
 
 def install(env: Any) -> bool:
     """Give ``env`` (a Meta-World ``SawyerXYZEnv``) the one-call hand reset, on this instance only; False (and
     nothing changed) where its class has its own ``_reset_hand`` or it has no mocap hand."""
+    import mujoco  # here, not at import: ``assay.sim`` picks the GL backend before anything loads MuJoCo
     from metaworld.sawyer_xyz_env import SawyerXYZEnv
 
     if type(env)._reset_hand is not SawyerXYZEnv._reset_hand or env.model.nmocap < 1:
         return False
+    state_kind = mujoco.mjtState.mjSTATE_INTEGRATION  # all a step reads: positions, velocities, mocap, control, ...
+    # the warnings after which ``mj_step`` resets ``mjData`` (mocap target and control to their defaults)
+    resetting = np.array([int(w) for w in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
+                                          mujoco.mjtWarning.mjWARN_BADQACC)])
 
     def _reset_hand(steps: int = 50) -> None:
         if steps > 0:  # Meta-World's loop body, once, with all its substeps in one call
             model, data = env.model, env.data
-            start = np.empty(mujoco.mj_stateSize(model, _STATE))
-            mujoco.mj_getState(model, data, start, _STATE)
-            counts = data.warning.number[_RESETTING]
-            data.warning.number[_RESETTING] = 0  # so that a reset inside the call shows, whatever came before
+            start = np.empty(mujoco.mj_stateSize(model, state_kind))
+            mujoco.mj_getState(model, data, start, state_kind)
+            counts = data.warning.number[resetting]
+            data.warning.number[resetting] = 0  # so that a reset inside the call shows, whatever came before
             mocap_id = model.body_mocapid[data.body("mocap").id]
             data.mocap_pos[mocap_id][:] = env.hand_init_pos
             data.mocap_quat[mocap_id][:] = _HAND_QUAT
             env.do_simulation(_GRIPPER_OPEN, env.frame_skip * steps)  # its control check, one mj_step call
-            if data.warning.number[_RESETTING].any():
+            if data.warning.number[resetting].any():
                 # MuJoCo reset the data mid-call; the loop would have set the target and control again within 5
                 # substeps. It runs instead, from the same start: it meets the same reset at the same substep, which
                 # zeroes every warning counter, so the counters need no restoring.
-                mujoco.mj_setState(model, data, start, _STATE)
+                mujoco.mj_setState(model, data, start, state_kind)
                 SawyerXYZEnv._reset_hand(env, steps)
                 return
-            data.warning.number[_RESETTING] = counts  # none raised: the counts as they were
+            data.warning.number[resetting] = counts  # none raised: the counts as they were
         env.init_tcp = env.tcp_center
 
     env._reset_hand = _reset_hand
