@@ -28,6 +28,7 @@ import argparse
 import os
 import platform
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -133,6 +134,12 @@ def assay(env_name: str, episodes: int, executor_name: str, workers: int, seed: 
         return sum(r.steps for r in store.catalog.episodes(campaign="bench"))
 
 
+def _by_round(rates: dict[str, list[float]], top: str, bottom: str, label: str) -> str:
+    """``label``'s ratio in each round, and their median."""
+    ratios = [a / b for a, b in zip(rates[top], rates[bottom], strict=True)]
+    return f"{label} {', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})"
+
+
 def _time(fn: Callable[[], int]) -> tuple[int, float]:
     started = time.perf_counter()
     steps = fn()
@@ -163,12 +170,14 @@ def main() -> None:
         (FAST_VEC, lambda: async_vector(args.task, seeds, 2, fast=True)),
     ]
     results: dict[str, tuple[int, float, float]] = {}
+    rates: dict[str, list[float]] = {}  # each round's steps/s, for the round-by-round ratios
     load_before = os.getloadavg()
     for round_ in range(args.repeat):  # round-robin, so load from other jobs hits every loop alike
         for name, fn in loops:
             steps, seconds = _time(fn)
             print(f"round {round_ + 1} {name:42s} {steps:7d} steps {seconds:7.2f} s {steps / seconds:8.0f} steps/s",
                   flush=True)
+            rates.setdefault(name, []).append(steps / seconds)
             if name not in results or seconds < results[name][1]:
                 results[name] = (steps, seconds, steps / seconds)
     ray.shutdown()
@@ -195,7 +204,10 @@ def main() -> None:
               f"(target ≥ 0.95); local 2 workers / AsyncVectorEnv = **{local2 / vec:.2f}** (target ≥ 1.5); "
               f"Ray 2 actors / local 2 workers = **{ray2 / local2:.2f}** (target ≥ 0.85). Like for like (Assay's "
               f"exact array `touching_object` and one-call hand reset in the hand-written loops): inline / bare = **{inline / fast_bare:.2f}**, "
-              f"local 2 workers / AsyncVectorEnv = **{local2 / fast_vec:.2f}**.", ""]
+              f"local 2 workers / AsyncVectorEnv = **{local2 / fast_vec:.2f}**.", "",
+              "Round by round (each round's own loops, so a slow spell of the machine hits both sides of a ratio "
+              f"alike): {_by_round(rates, 'Assay inline', FAST_BARE, 'inline / bare like for like')}; "
+              f"{_by_round(rates, 'Assay on Ray, 2 actors', 'Assay local, 2 workers', 'Ray / local')}.", ""]
     section = "\n".join(lines)
     print("\n" + section)
     if not args.no_write:
