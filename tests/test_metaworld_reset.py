@@ -24,7 +24,8 @@ def _unused(name: str) -> bool:
 
 
 def _fields(data) -> dict[str, np.ndarray]:
-    """Every array of ``data`` (constraint rows cut to the ``nefc`` in use, contacts to ``ncon``), and its scalars."""
+    """Every array of ``data`` (constraint rows cut to the ``nefc`` in use), its scalars, and every field of its
+    contacts (the ``ncon`` in use), warnings and solver statistics; not its timers."""
     fields: dict[str, np.ndarray] = {}
     for name in dir(data):
         if name.startswith("_"):
@@ -37,10 +38,11 @@ def _fields(data) -> dict[str, np.ndarray]:
             fields[name] = value[: data.nefc].copy() if name.startswith("efc_") else value.copy()
         elif isinstance(value, (int, float)):
             fields[name] = np.asarray(value)
-    contact = data.contact
-    for name in ("dist", "pos", "frame", "geom1", "geom2", "efc_address", "dim", "exclude"):
-        fields[f"contact.{name}"] = np.asarray(getattr(contact, name))[: data.ncon].copy()
-    fields["warning.number"] = data.warning.number.copy()
+    for part, rows in (("contact", data.ncon), ("warning", None), ("solver", None)):  # arrays of structs: each field
+        structs = getattr(data, part)
+        for name in dir(structs):
+            if not name.startswith("_"):
+                fields[f"{part}.{name}"] = np.asarray(getattr(structs, name))[:rows].copy()
     return fields
 
 

@@ -7,14 +7,16 @@ from Python: set the mocap target, check and set the gripper control, ``mj_step`
 target and the control as they were set, and ``mj_rnePostConstraint`` only computes outputs (``cacc``, ``cfrc_int``,
 ``cfrc_ext``) that a step does not read (no Meta-World model has a sensor). So setting them once, one ``mj_step`` of
 250 substeps and one ``mj_rnePostConstraint`` leave MuJoCo's data as the loop leaves it, bit for bit
-(``tests/test_metaworld_reset.py`` compares every field of ``mjData`` after resets of the 47 tasks it is installed on,
-and after the steps that follow). One exception is caught: a bad state (NaN, a huge value) makes ``mj_step`` reset
-the data, mocap target and control included, and the loop sets them again within 5 substeps; when one of those
-warnings is raised inside the call, the state from before it is put back and Meta-World's loop runs.
+(``tests/test_metaworld_reset.py`` compares ``mjData``, all but its timers and the arrays MuJoCo leaves unwritten in
+these models, after resets of the 47 tasks it is installed on, and after the steps that follow). One exception is
+caught: a bad state (NaN, a huge value) makes ``mj_step`` reset the data, mocap target and control included, and
+the loop sets them again within 5 substeps; when one of those warnings is raised inside the call, the state from
+before it is put back and Meta-World's loop runs.
 
-A reset's two hand moves make 8 MuJoCo calls instead of 200 (a whole ``pick-place`` reset: 11 instead of 203),
-and each call releases the GIL: beside a thread that writes files (the inline executor's writer), each release let
-that thread in and the stepping thread waited to get the GIL back, which made a reset ~2 ms slower in a campaign.
+A reset's two hand moves make 8 MuJoCo calls instead of 200 (a whole ``pick-place`` reset: 11 instead of 203).
+Each of the loop's calls released the GIL: beside a thread that writes files (the inline executor's writer), each
+release let that thread in and the stepping thread waited to get the GIL back, which made a reset ~2 ms slower in a
+campaign.
 It also saves the loop's Python. Both are measured in docs/PERFORMANCE.md, Run K. The three tasks whose class
 overrides ``_reset_hand`` (faucet open and close, window close: each sets an attribute after the loop) keep
 Meta-World's own.
