@@ -63,10 +63,11 @@ def test_a_sigkilled_actor_is_replaced_and_its_batch_retried(tmp_path):
     assert on_ray == reference
 
 
-def test_an_actor_killed_holding_a_batch_sent_ahead_loses_and_repeats_nothing(tmp_path, monkeypatch):
+def test_actors_killed_while_batches_are_sent_ahead_lose_and_repeat_nothing(tmp_path, monkeypatch):
     """Twelve episodes in six batches on two actors: each actor is sent its next batch while it runs one. The
-    policy kills its actor on its first visit to every third episode; whatever a dead actor held runs again
-    elsewhere, and the records equal a run in this process. The driver's rule for short batches is lifted, so
+    policy kills its actor on its first visit to every third episode; whatever a dead actor held (its running batch
+    and, when the kill lands then, the one sent ahead) runs again elsewhere, and the records equal a run in this
+    process. The driver's rule for short batches is lifted, so
     what is sent ahead does not depend on how fast this machine runs a batch (under CI's load, over a second)."""
     from assay.run import driver
 
