@@ -9,7 +9,8 @@
                 Meta-World envs, one batched policy call per step, run until every
                 env is done, in batches of 2 episodes
 5. ray-2:       Assay's Ray executor with 2 actors (Ray started beforehand, as a
-                cluster is up before a campaign; actor start-up is counted)
+                cluster is up before a campaign; actor start-up is counted), and local-2
+                again beside it
 6. like for like: loops 1 and 4 again on a Meta-World environment given Assay's exact array
                 ``touching_object`` and one-call hand reset (``assay.sim.metaworld_contacts``,
                 ``assay.sim.metaworld_reset``): Assay's environments step
@@ -17,9 +18,12 @@
 
 Every loop ends an episode at the first success or at the 500-step horizon and
 counts only the steps of running episodes (steps/s); each loop runs ``--repeat``
-times, round-robin, and its best round counts (the machine is shared); set-up (process spawn,
-``gym.make``) is inside the timing, as a user waits for it. Writes a Markdown
-table under its own heading into docs/PERFORMANCE.md.
+times, round-robin (every other round in reverse order), and its best round counts (the machine
+is shared); set-up (process spawn, ``gym.make``) is inside the timing, as a user waits for it, and this
+process's imports (Gymnasium, Meta-World, Assay) are done once before the first loop.
+Two phases: loops 1-4 and 6 with no Ray cluster up, then Ray started and loop 5 in turn with
+local-2, so Ray / local compares two loops run beside Ray's daemons and no other ratio does.
+Writes a Markdown table under its own heading into docs/PERFORMANCE.md.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ HEADING = "## Evaluation throughput against the field's loops (benchmarks/eval_t
 HORIZON = 500
 FAST_BARE = "bare loop, Assay's touching_object and hand reset (1 process)"
 FAST_VEC = "AsyncVectorEnv, 2 workers, Assay's touching_object and hand reset"
+RAY = "Assay on Ray, 2 actors"
+LOCAL_BESIDE_RAY = "Assay local, 2 workers, beside Ray"
 
 
 def _expert(env_name: str):
@@ -140,6 +146,20 @@ def _by_round(rates: dict[str, list[float]], top: str, bottom: str, label: str) 
     return f"{label} {', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})"
 
 
+def _idle_ray_workers() -> int | None:
+    """How many of Ray's idle worker processes (``ray::IDLE``) are up: an actor starts in one without a process start."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    count = 0
+    for entry in proc.iterdir():
+        try:
+            count += (entry / "cmdline").read_bytes().startswith(b"ray::IDLE")
+        except OSError:
+            continue
+    return count
+
+
 def _time(fn: Callable[[], int]) -> tuple[int, float]:
     started = time.perf_counter()
     steps = fn()
@@ -156,38 +176,59 @@ def main() -> None:
     args = parser.parse_args()
     seeds = list(range(1000, 1000 + args.episodes))
 
+    import importlib
+
+    import gymnasium  # noqa: F401 - imported once before any timing: every loop of this process shares them
+    import metaworld  # noqa: F401
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    importlib.import_module("assay.run")  # by name: ``import assay.run`` would bind ``assay``, the loop below
+
     loops: list[tuple[str, Callable[[], int]]] = [
+        # in this order so that each like-for-like pair runs side by side (the machine drifts within a round)
         ("bare Meta-World loop (1 process)", lambda: bare(args.task, seeds)),
+        (FAST_BARE, lambda: bare(args.task, seeds, fast=True)),
         ("Assay inline", lambda: assay(args.task, args.episodes, "inline", 1, args.seed)),
         ("Assay local, 1 worker", lambda: assay(args.task, args.episodes, "local", 1, args.seed)),
         ("Assay local, 2 workers", lambda: assay(args.task, args.episodes, "local", 2, args.seed)),
-        ("LeRobot-style AsyncVectorEnv, 2 workers", lambda: async_vector(args.task, seeds, 2)),
-        ("Assay on Ray, 2 actors", lambda: assay(args.task, args.episodes, "ray", 2, args.seed)),
-        (FAST_BARE, lambda: bare(args.task, seeds, fast=True)),
         (FAST_VEC, lambda: async_vector(args.task, seeds, 2, fast=True)),
+        ("LeRobot-style AsyncVectorEnv, 2 workers", lambda: async_vector(args.task, seeds, 2)),
+    ]
+    ray_loops: list[tuple[str, Callable[[], int]]] = [
+        (LOCAL_BESIDE_RAY, lambda: assay(args.task, args.episodes, "local", 2, args.seed)),
+        (RAY, lambda: assay(args.task, args.episodes, "ray", 2, args.seed)),
     ]
     results: dict[str, tuple[int, float, float]] = {}
     rates: dict[str, list[float]] = {}  # each round's steps/s, for the round-by-round ratios
     load_before = os.getloadavg()
-    for round_ in range(args.repeat):  # round-robin, so load from other jobs hits every loop alike
-        for name, fn in loops:
-            steps, seconds = _time(fn)
-            print(f"round {round_ + 1} {name:42s} {steps:7d} steps {seconds:7.2f} s {steps / seconds:8.0f} steps/s",
-                  flush=True)
-            rates.setdefault(name, []).append(steps / seconds)
-            if name not in results or seconds < results[name][1]:
-                results[name] = (steps, seconds, steps / seconds)
-    ray.shutdown()
+
+    def run_rounds(chosen: list[tuple[str, Callable[[], int]]], phase: str) -> None:
+        # round-robin, every other round in reverse order, so the machine's drift hits both sides of a ratio alike
+        for round_ in range(args.repeat):
+            for name, fn in (chosen if round_ % 2 == 0 else chosen[::-1]):
+                idle = f" ({_idle_ray_workers()} idle Ray workers)" if name == RAY else ""
+                steps, seconds = _time(fn)
+                print(f"{phase} round {round_ + 1} {name:46s} {steps:7d} steps {seconds:7.2f} s "
+                      f"{steps / seconds:8.0f} steps/s{idle}", flush=True)
+                rates.setdefault(name, []).append(steps / seconds)
+                if name not in results or seconds < results[name][1]:
+                    results[name] = (steps, seconds, steps / seconds)
+
+    run_rounds(loops, "phase 1 (no Ray running)")
+    # Ray is started beforehand (a cluster is up before a campaign), and only for this phase: its daemons' CPU
+    # would otherwise weigh on the loops above, which use the second core too (Assay's writer threads)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        run_rounds(ray_loops, "phase 2 (Ray up)")
+    finally:
+        ray.shutdown()
     load = f"load average {load_before[0]:.1f} before the first loop, {os.getloadavg()[0]:.1f} after the last"
 
     base = results["bare Meta-World loop (1 process)"][2]
     vec = results["LeRobot-style AsyncVectorEnv, 2 workers"][2]
     inline = results["Assay inline"][2]
     local2 = results["Assay local, 2 workers"][2]
-    ray2 = results["Assay on Ray, 2 actors"][2]
+    local2_ray, ray2 = results[LOCAL_BESIDE_RAY][2], results[RAY][2]
     fast_bare, fast_vec = results[FAST_BARE][2], results[FAST_VEC][2]
     command = f"python benchmarks/eval_throughput.py --episodes {args.episodes} --task {args.task} --repeat {args.repeat}"
     lines = [
@@ -202,12 +243,17 @@ def main() -> None:
         lines.append(f"| {name} | {steps} | {seconds:.2f} | {rate:.0f} | {rate / base:.2f} |")
     lines += ["", f"Against the loops as users write them (stock Meta-World): inline / bare = **{inline / base:.2f}** "
               f"(target ≥ 0.95); local 2 workers / AsyncVectorEnv = **{local2 / vec:.2f}** (target ≥ 1.5); "
-              f"Ray 2 actors / local 2 workers = **{ray2 / local2:.2f}** (issue 17's target ≥ 0.85, issue 57's ≥ 1.0). Like for like (Assay's "
+              f"Ray 2 actors / local 2 workers (both with Ray up) = **{ray2 / local2_ray:.2f}** (issue 17's target ≥ 0.85, issue 57's ≥ 1.0). Like for like (Assay's "
               f"exact array `touching_object` and one-call hand reset in the hand-written loops): inline / bare = **{inline / fast_bare:.2f}**, "
               f"local 2 workers / AsyncVectorEnv = **{local2 / fast_vec:.2f}**.", "",
-              "Round by round (each round's own loops; in a round the two sides of a ratio run up to ~40 s apart, "
-              f"so this softens the machine's drift without removing it): {_by_round(rates, 'Assay inline', FAST_BARE, 'inline / bare like for like')}; "
-              f"{_by_round(rates, 'Assay on Ray, 2 actors', 'Assay local, 2 workers', 'Ray / local')}.", ""]
+              "Round by round (each round's own loops, every other round in reverse order; the two sides of a ratio "
+              "run back to back, like for like: fast bare and inline, local 2 and the fast AsyncVectorEnv): "
+              f"{_by_round(rates, 'Assay inline', FAST_BARE, 'inline / bare like for like')}; "
+              f"{_by_round(rates, RAY, LOCAL_BESIDE_RAY, 'Ray / local')}. Phase 1 runs with no Ray cluster up; "
+              "phase 2 starts Ray and runs local 2 workers and Ray 2 actors in turn, so both sides of Ray / local "
+              "run beside Ray's daemons. A Ray actor's process exits with it and Ray does not start idle workers "
+              "again, so after the first Ray loop each one waits for its actors' processes to start "
+              "(the idle count is printed per loop).", ""]
     section = "\n".join(lines)
     print("\n" + section)
     if not args.no_write:
