@@ -1,4 +1,4 @@
-"""Evaluation throughput: the same episodes through six loops, one run, ratios.
+"""Evaluation throughput: the same episodes through nine timed loops in six groups, one run, ratios.
 
     python benchmarks/eval_throughput.py [--episodes 160] [--task pick-place-v3]
 
@@ -8,8 +8,8 @@
 4. async-vec-2: a LeRobot-style eval loop: gymnasium ``AsyncVectorEnv`` of 2
                 Meta-World envs, one batched policy call per step, run until every
                 env is done, in batches of 2 episodes
-5. ray-2:       Assay's Ray executor with 2 actors (Ray started beforehand, as a
-                cluster is up before a campaign; actor start-up is counted), and local-2
+5. ray-2:       Assay's Ray executor with 2 actors (Ray and its idle workers started beforehand,
+                as a cluster is up before a campaign; actor start-up is counted), and local-2
                 again beside it
 6. like for like: loops 1 and 4 again on a Meta-World environment given Assay's exact array
                 ``touching_object`` and one-call hand reset (``assay.sim.metaworld_contacts``,
@@ -160,6 +160,27 @@ def _idle_ray_workers() -> int | None:
     return count
 
 
+def _settle_ray(workers: int, limit_s: float = 15.0) -> None:
+    """Wait (at most ``limit_s``) until Ray has started its ``workers`` idle worker processes, so that their start-up
+    does not land in the first loop beside Ray."""
+    deadline = time.monotonic() + limit_s
+    while (_idle_ray_workers() or 0) < workers and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # and let them finish importing
+
+
+def _ray_best_note(rates: dict[str, list[float]], idle: list[int | None]) -> str:
+    """Which round gave Ray's best, and the best to best over the rounds whose actors found no idle Ray worker."""
+    ray_rates, local_rates = rates[RAY], rates[LOCAL_BESIDE_RAY]
+    best = max(range(len(ray_rates)), key=ray_rates.__getitem__)
+    note = f"Ray's best round had {idle[best]} idle Ray workers before it"
+    cold = [i for i, n in enumerate(idle) if n == 0]
+    if cold and len(cold) < len(idle):
+        note += (f"; over the rounds with none, best to best "
+                 f"{max(ray_rates[i] for i in cold) / max(local_rates[i] for i in cold):.2f}")
+    return note
+
+
 def _time(fn: Callable[[], int]) -> tuple[int, float]:
     started = time.perf_counter()
     steps = fn()
@@ -171,18 +192,22 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=160)
     parser.add_argument("--task", default="pick-place-v3")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=2, help="rounds over all loops; the best round of each counts")
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="rounds over each phase's loops; the best round of each loop counts")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/PERFORMANCE.md alone")
     args = parser.parse_args()
     seeds = list(range(1000, 1000 + args.episodes))
 
-    import importlib
-
-    import gymnasium  # noqa: F401 - imported once before any timing: every loop of this process shares them
-    import metaworld  # noqa: F401
+    # imported once before any timing (every loop of this process shares them); ``from`` imports, as ``import
+    # assay.run`` would bind ``assay``, the loop below, and load nothing: Assay's packages load their names lazily
+    import gymnasium  # noqa: F401
+    import metaworld.policies  # noqa: F401
     import ray
 
-    importlib.import_module("assay.run")  # by name: ``import assay.run`` would bind ``assay``, the loop below
+    from assay.run import make_executor, prepare_campaign, run_campaign  # noqa: F401
+    from assay.sim import metaworld_contacts, metaworld_reset  # noqa: F401
+    from assay.spec import campaign_from_data  # noqa: F401
+    from assay.store import Store  # noqa: F401
 
     loops: list[tuple[str, Callable[[], int]]] = [
         # in this order so that each like-for-like pair runs side by side (the machine drifts within a round)
@@ -200,13 +225,17 @@ def main() -> None:
     ]
     results: dict[str, tuple[int, float, float]] = {}
     rates: dict[str, list[float]] = {}  # each round's steps/s, for the round-by-round ratios
+    idle_workers: list[int | None] = []  # Ray's idle worker processes before each Ray loop
     load_before = os.getloadavg()
 
     def run_rounds(chosen: list[tuple[str, Callable[[], int]]], phase: str) -> None:
         # round-robin, every other round in reverse order, so the machine's drift hits both sides of a ratio alike
         for round_ in range(args.repeat):
             for name, fn in (chosen if round_ % 2 == 0 else chosen[::-1]):
-                idle = f" ({_idle_ray_workers()} idle Ray workers)" if name == RAY else ""
+                idle = ""
+                if name == RAY:
+                    idle_workers.append(_idle_ray_workers())
+                    idle = f" ({idle_workers[-1]} idle Ray workers)"
                 steps, seconds = _time(fn)
                 print(f"{phase} round {round_ + 1} {name:46s} {steps:7d} steps {seconds:7.2f} s "
                       f"{steps / seconds:8.0f} steps/s{idle}", flush=True)
@@ -218,6 +247,7 @@ def main() -> None:
     # Ray is started beforehand (a cluster is up before a campaign), and only for this phase: its daemons' CPU
     # would otherwise weigh on the loops above, which use the second core too (Assay's writer threads)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    _settle_ray(2)
     try:
         run_rounds(ray_loops, "phase 2 (Ray up)")
     finally:
@@ -243,17 +273,20 @@ def main() -> None:
         lines.append(f"| {name} | {steps} | {seconds:.2f} | {rate:.0f} | {rate / base:.2f} |")
     lines += ["", f"Against the loops as users write them (stock Meta-World): inline / bare = **{inline / base:.2f}** "
               f"(target ≥ 0.95); local 2 workers / AsyncVectorEnv = **{local2 / vec:.2f}** (target ≥ 1.5); "
-              f"Ray 2 actors / local 2 workers (both with Ray up) = **{ray2 / local2_ray:.2f}** (issue 17's target ≥ 0.85, issue 57's ≥ 1.0). Like for like (Assay's "
+              f"Ray 2 actors / local 2 workers (both with Ray up) = **{ray2 / local2_ray:.2f}** (issue 17's target ≥ 0.85, "
+              f"issue 57's ≥ 1.0; {_ray_best_note(rates, idle_workers)}). Like for like (Assay's "
               f"exact array `touching_object` and one-call hand reset in the hand-written loops): inline / bare = **{inline / fast_bare:.2f}**, "
               f"local 2 workers / AsyncVectorEnv = **{local2 / fast_vec:.2f}**.", "",
-              "Round by round (each round's own loops, every other round in reverse order; the two sides of a ratio "
-              "run back to back, like for like: fast bare and inline, local 2 and the fast AsyncVectorEnv): "
-              f"{_by_round(rates, 'Assay inline', FAST_BARE, 'inline / bare like for like')}; "
-              f"{_by_round(rates, RAY, LOCAL_BESIDE_RAY, 'Ray / local')}. Phase 1 runs with no Ray cluster up; "
-              "phase 2 starts Ray and runs local 2 workers and Ray 2 actors in turn, so both sides of Ray / local "
-              "run beside Ray's daemons. A Ray actor's process exits with it and Ray does not start idle workers "
-              "again, so after the first Ray loop each one waits for its actors' processes to start "
-              "(the idle count is printed per loop).", ""]
+              "Round by round (each round's own loops, every other round in reverse order; these pairs run back to "
+              f"back): {_by_round(rates, 'Assay inline', FAST_BARE, 'inline / bare like for like')}; "
+              f"{_by_round(rates, 'Assay local, 2 workers', FAST_VEC, 'local 2 / AsyncVectorEnv like for like')}; "
+              f"{_by_round(rates, RAY, LOCAL_BESIDE_RAY, 'Ray / local')}, with "
+              f"{', '.join('?' if n is None else str(n) for n in idle_workers)} of Ray's idle worker processes up "
+              "before each Ray loop. Phase 1 runs with no Ray cluster up; phase 2 starts Ray, waits for its idle "
+              "workers, and runs local 2 workers and Ray 2 actors in turn, so both sides of Ray / local run beside "
+              "Ray's daemons. An actor takes over an idle worker process, which exits with the actor; with Ray "
+              f"{ray.__version__} here no idle worker was started again after a campaign, so a Ray loop after the "
+              "first also waits for its actors' processes to start.", ""]
     section = "\n".join(lines)
     print("\n" + section)
     if not args.no_write:

@@ -3,16 +3,20 @@ in turn, each taken apart into start-up, steady stepping and the time its episod
 
     python benchmarks/ray_gap.py [--episodes 160] [--rounds 4] [--task pick-place@1]
 
-Ray is started first (a cluster is up before a campaign) and stays up for every run, so both executors run beside
-its daemons. Each run prints:
+Ray is started first, and its idle workers waited for (a cluster is up before a campaign); it stays up for every
+run, so both executors run beside its daemons. Each run prints:
 
-- ``idle``: Ray's idle worker processes (``ray::IDLE``) before the run; an actor starts in one without a process
-  start, and an actor's process exits with it (Ray does not start idle workers again);
+- ``idle``: Ray's idle worker processes (``ray::IDLE``) before the run; an actor takes over one without a process
+  start, and that process exits with the actor (Ray 2.60 here started no idle worker again after a campaign);
 - ``ready``: seconds from the start of the campaign to the first worker's READY (started, imported, data root checked);
 - ``first`` / ``end``: to the first episode's record, and to the last;
 - ``steady``: steps per second between the records of the 10th and 90th percentile (start-up and the tail left out);
-- ``sim``, ``policy``, ``reset``: the episodes' own recorded time per step (``EpisodeRecord.timings``), which shows
-  whether an actor's stepping is itself slower than a worker process's.
+- ``sim``, ``policy``, ``reset``: the episodes' own recorded wall-clock time per step (``EpisodeRecord.timings``,
+  which includes time the process waited for a core), which shows whether an actor's stepping is slower than a
+  worker process's.
+
+The per-round Ray / local ratio is of steps per second up to the last record (pool shutdown and the store's close
+left out, which ``eval_throughput.py`` times).
 
 Only the order within a round alternates; every figure is wall-clock on a shared machine, so compare runs of one
 invocation only.
@@ -24,18 +28,9 @@ import argparse
 import statistics
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-
-def _idle_ray_workers() -> int:
-    count = 0
-    for entry in Path("/proc").iterdir():
-        try:
-            count += (entry / "cmdline").read_bytes().startswith(b"ray::IDLE")
-        except OSError:
-            continue
-    return count
+from eval_throughput import _idle_ray_workers, _settle_ray
 
 
 def run(executor_name: str, task: str, episodes: int) -> dict[str, Any]:
@@ -87,9 +82,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--task", default="pick-place@1", help="a Meta-World task of Assay's registry")
     args = parser.parse_args()
+    if args.episodes < 20:
+        parser.error(f"--episodes must be at least 20 (the steady rate spans the 10th to the 90th percentile record), "
+                     f"got {args.episodes}")
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    _settle_ray(2)
     rows: dict[str, list[dict[str, Any]]] = {"local": [], "ray": []}
     try:
         for round_ in range(args.rounds):
