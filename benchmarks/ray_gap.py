@@ -30,7 +30,7 @@ import tempfile
 import time
 from typing import Any
 
-from eval_throughput import _idle_ray_workers, _settle_ray
+from eval_throughput import _count, _idle_ray_workers, _settle_ray
 
 
 def run(executor_name: str, task: str, episodes: int) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def main() -> None:
             for name in ("local", "ray") if round_ % 2 == 0 else ("ray", "local"):
                 row = run(name, "metaworld/" + args.task, args.episodes)
                 rows[name].append(row)
-                print(f"round {round_ + 1} {name:5s} idle {row['idle']} ready {row['ready']:.2f} s first "
+                print(f"round {round_ + 1} {name:5s} idle {_count(row['idle'])} ready {row['ready']:.2f} s first "
                       f"{row['first']:.2f} s end {row['end']:.2f} s steady {row['steady']:.0f} steps/s; per step "
                       f"sim {row['sim']:.0f} us, policy {row['policy']:.0f} us, reset {row['reset']:.0f} us",
                       flush=True)
