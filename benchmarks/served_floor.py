@@ -3,8 +3,9 @@
     python benchmarks/served_floor.py [--episodes 160] [--rounds 3] [--envs 2]
 
 A control for issue 52's "served ≤ 10% slower" target. Two hand-written loops run the same Meta-World
-pick-place expert episodes (Assay's exact ``touching_object`` and hand reset, as the like-for-like loops of
-``eval_throughput.py``), 2 client processes with ``--envs`` environments each, lockstep:
+pick-place expert episodes (environments built as Assay builds them, with its exact ``touching_object`` and hand
+reset, as the like-for-like loops of ``eval_throughput.py`` step), 2 client processes with ``--envs`` environments
+each, lockstep:
 
 * **in process**: each client steps its own environments;
 * **served**: each client has a server process that builds its environments when the client connects; one
@@ -37,18 +38,13 @@ TASK = "pick-place-v3"
 
 
 def _envs(count: int) -> list[Any]:
-    import gymnasium as gym
-    import metaworld  # noqa: F401
+    """``count`` pick-place environments built as Assay builds them (``sawyer_env``: MT1's set-up without its 50
+    sampled goals, Assay's exact ``touching_object`` and hand reset), so the floor's builds cost what Assay's do:
+    ``gym.make("Meta-World/MT1")`` took ~0.5 s more a build, which landed in both of the floor's loops alike and
+    pulled its ratio toward 1."""
+    from assay.sim.metaworld_env import sawyer_env
 
-    from assay.sim import metaworld_contacts, metaworld_reset
-
-    envs = []
-    for i in range(count):
-        env = gym.make("Meta-World/MT1", env_name=TASK, seed=i, disable_env_checker=True)
-        metaworld_contacts.install(env.unwrapped)
-        metaworld_reset.install(env.unwrapped)
-        envs.append(env)
-    return envs
+    return [sawyer_env(TASK) for _ in range(count)]
 
 
 def _expert() -> Any:
@@ -65,7 +61,13 @@ class _Local:
         self.envs = _envs(count)
 
     def reset(self, seeds: list[int]) -> list[np.ndarray]:
-        return [env.reset(seed=seed)[0] for env, seed in zip(self.envs, seeds, strict=False)]
+        observations = []
+        for env, seed in zip(self.envs, seeds, strict=False):
+            env._freeze_rand_vec = False  # the seed draws the episode's task vector, frozen for its steps
+            env.seeded_rand_vec = True  # from the environment's generator, not NumPy's global one
+            observations.append(env.reset(seed=seed)[0])
+            env._freeze_rand_vec = True
+        return observations
 
     def step(self, actions: list[np.ndarray | None]) -> list[tuple[np.ndarray, bool] | None]:
         out: list[tuple[np.ndarray, bool] | None] = []
@@ -105,8 +107,9 @@ def _exactly(sock: socket.socket, size: int) -> bytes:
 
 def _serve(port_queue: Any, count: int) -> None:
     """A server process: for each connection in turn, ``count`` environments built for it, one request at a time."""
-    import gymnasium  # noqa: F401 - imported before the first client, as a running server has
-    import metaworld  # noqa: F401
+    import metaworld  # noqa: F401 - imported before the first client, as a running server has
+
+    import assay.sim.metaworld_env  # noqa: F401
 
     listener = socket.create_server(("127.0.0.1", 0))
     port_queue.put(listener.getsockname()[1])
