@@ -5,7 +5,7 @@
 A message of ``--bytes`` (a 4-environment Meta-World ``steps`` answer is ~3.4 KB) is sent over a Unix socket pair
 and read back with ``recv(size)`` for each size, in alternating rounds; prints the CPU time of a send and its reads,
 median over the rounds, and each size's time over 64 KiB's. CPython's ``recv(size)`` allocates ``size`` bytes for
-every call; with glibc a buffer above its mmap threshold (128 KiB by default) is a fresh mapping each time.
+every call (a buffer that large may be a fresh mapping from glibc each time; this script does not trace that).
 """
 
 from __future__ import annotations

@@ -63,9 +63,13 @@ class _Local:
     def reset(self, seeds: list[int]) -> list[np.ndarray]:
         observations = []
         for env, seed in zip(self.envs, seeds, strict=False):
-            env._freeze_rand_vec = False  # the seed draws the episode's task vector, frozen for its steps
-            env.seeded_rand_vec = True  # from the environment's generator, not NumPy's global one
-            observations.append(env.reset(seed=seed)[0])
+            # as Assay's reset: Meta-World's reset ignores a seed argument, so the seed seeds the environment's own
+            # generator, which draws the episode's task vector (frozen for its steps)
+            env.np_random = np.random.default_rng(seed)
+            env._freeze_rand_vec = False
+            env.seeded_rand_vec = True
+            env._did_see_sim_exception = False
+            observations.append(env.reset()[0])
             env._freeze_rand_vec = True
         return observations
 

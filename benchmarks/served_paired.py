@@ -5,8 +5,9 @@
 Issue 52's target is "served ≤ 10% slower than in process on Meta-World with 2 workers". Run alone, each of
 ``served_cost.py`` (Assay) and ``served_floor.py`` (two hand-written loops with no Assay in them) read from 0.75 to
 0.95 on this 2-core machine from one run to the next, so two separate runs cannot say whether Assay's split costs
-more than the split itself. Here every round runs the four loops back to back, on the same expert pick-place
-episodes, 2 client processes of ``--envs`` environments each, lockstep:
+more than the split itself. Here every round runs the four loops back to back, each 160 (``--episodes``) expert
+pick-place episodes (Assay's seeds are its campaign's, the floor's 1000 onwards), 2 client processes of ``--envs``
+environments each, lockstep:
 
 * **Assay, in process** and **Assay, served**: ``served_cost.py``'s campaign (2 local workers; against 2
   ``assay serve-sim metaworld`` server processes started once, before the first round);
@@ -22,14 +23,46 @@ round and the medians as Markdown; writes nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
 import time
+from typing import Any
 
 from served_cost import _campaign, _server
 from served_floor import run as floor_run
 from served_floor import start_servers
+
+LOOPS = ("Assay, in process", "Assay, served", "floor, in process", "floor, served")
+
+
+def _rounds(args: argparse.Namespace, campaign: dict[str, Any], assay_server: Any, url: str,
+            ports: list[int]) -> tuple[list[dict[str, float]], float]:
+    """Each round's steps per second of the four loops, and the load average before the first."""
+    seeds = list(range(1000, 1000 + args.episodes))
+
+    def assay(served: bool) -> float:
+        data = {**campaign, "simulators": {"metaworld": url}} if served else campaign
+        steps, seconds, *_ = _campaign(data, "local", 2, assay_server.pid if served else None)
+        return steps / seconds
+
+    def floor(served: bool) -> float:
+        steps, seconds = floor_run(ports if served else None, seeds, args.envs)
+        return steps / seconds
+
+    loops = {name: fn for name, fn in zip(LOOPS, (lambda: assay(False), lambda: assay(True), lambda: floor(False),
+                                                  lambda: floor(True)), strict=True)}
+    rounds: list[dict[str, float]] = []
+    time.sleep(2.0)  # the servers' imports done, as a running server has
+    load = os.getloadavg()[0]
+    for index in range(args.rounds):
+        order = list(loops) if index % 2 == 0 else list(reversed(loops))
+        rates = {name: loops[name]() for name in order}
+        rounds.append(rates)
+        print(f"round {index + 1} ({'forward' if index % 2 == 0 else 'reversed'}): "
+              + ", ".join(f"{name} {rates[name]:.0f}" for name in loops) + " steps/s", flush=True)
+    return rounds, load
 
 
 def main() -> None:
@@ -45,35 +78,17 @@ def main() -> None:
     campaign = {"name": "served-paired", "seed": 0, "episodes": args.episodes, "envs_per_worker": args.envs,
                 "tasks": ["metaworld/pick-place@1"], "policies": ["expert"]}
     assay_server, url = _server("metaworld", 2)
-    floor_servers, ports = start_servers(2, args.envs)
-    seeds = list(range(1000, 1000 + args.episodes))
-
-    def assay(served: bool) -> float:
-        data = {**campaign, "simulators": {"metaworld": url}} if served else campaign
-        steps, seconds, *_ = _campaign(data, "local", 2, assay_server.pid if served else None)
-        return steps / seconds
-
-    def floor(served: bool) -> float:
-        steps, seconds = floor_run(ports if served else None, seeds, args.envs)
-        return steps / seconds
-
-    loops = {"Assay, in process": lambda: assay(False), "Assay, served": lambda: assay(True),
-             "floor, in process": lambda: floor(False), "floor, served": lambda: floor(True)}
-    rounds: list[dict[str, float]] = []
+    floor_servers: list[Any] = []
     try:
-        time.sleep(2.0)  # the servers' imports done, as a running server has
-        load = os.getloadavg()[0]
-        for index in range(args.rounds):
-            order = list(loops) if index % 2 == 0 else list(reversed(loops))
-            rates = {name: loops[name]() for name in order}
-            rounds.append(rates)
-            print(f"round {index + 1} ({'forward' if index % 2 == 0 else 'reversed'}): "
-                  + ", ".join(f"{name} {rates[name]:.0f}" for name in loops) + " steps/s", flush=True)
+        floor_servers, ports = start_servers(2, args.envs)
+        rounds, load = _rounds(args, campaign, assay_server, url, ports)
     finally:
-        os.killpg(assay_server.pid, signal.SIGKILL)  # its own process group: it and its server processes
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(assay_server.pid, signal.SIGKILL)  # its own process group: it and its server processes
         assay_server.wait()
         for server in floor_servers:
             server.terminate()
+            server.join(10)
     rows = []
     for rates in rounds:
         mine = rates["Assay, served"] / rates["Assay, in process"]
@@ -85,7 +100,7 @@ def main() -> None:
     print("| round | Assay in process | Assay served | floor in process | floor served | Assay served / in process "
           "| floor served / in process | Assay's ratio / the floor's |\n|---:|---:|---:|---:|---:|---:|---:|---:|")
     for index, (rates, (mine, floor_ratio, quotient)) in enumerate(zip(rounds, rows, strict=True)):
-        print(f"| {index + 1} | " + " | ".join(f"{rates[name]:.0f}" for name in loops)
+        print(f"| {index + 1} | " + " | ".join(f"{rates[name]:.0f}" for name in LOOPS)
               + f" | {mine:.3f} | {floor_ratio:.3f} | {quotient:.3f} |")
     medians = [statistics.median(column) for column in zip(*rows, strict=True)]
     print(f"| median | | | | | {medians[0]:.3f} | {medians[1]:.3f} | {medians[2]:.3f} |")

@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +23,8 @@ from types import ModuleType
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not Path("/proc").is_dir() or sys.platform != "linux", reason="reads /proc")
+pytestmark = [pytest.mark.skipif(not Path("/proc").is_dir() or sys.platform != "linux", reason="reads /proc"),
+              pytest.mark.skipif(shutil.which("bash") is None, reason="names processes with bash's exec -a")]
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_throughput.py"
 
@@ -42,7 +44,7 @@ def _named(name: str, depth: int = 0) -> subprocess.Popen[bytes]:
     command = f"exec -a {name} sleep 60"
     for _ in range(depth):
         command = f"bash -c {shlex.quote(command)}; exit 0"
-    return subprocess.Popen(["bash", "-c", command])
+    return subprocess.Popen(["bash", "-c", command], start_new_session=True)  # its group: killed whole after
 
 
 def _orphan(name: str) -> int:
@@ -95,19 +97,22 @@ Started = list[int | subprocess.Popen[bytes]]
 
 @pytest.fixture
 def cleanup() -> Iterator[Started]:
-    """Processes (or pids) killed after the test, the ``Popen`` ones waited for."""
+    """Processes (or pids) killed after the test: a ``Popen``'s whole process group (the shells below it too), and
+    it waited for."""
     started: Started = []
     yield started
     for process in reversed(started):
         if isinstance(process, subprocess.Popen):
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, 9)
             process.wait(timeout=10)
             continue
         with contextlib.suppress(ProcessLookupError):
             os.kill(process, 9)
 
 
-def test_counts_only_idle_workers_descended_from_this_process(bench: ModuleType, cleanup: Started) -> None:
+def _no_idle_workers_of_ours(bench: ModuleType) -> None:
+    """Skip unless this process has no Ray idle workers below it (a Ray an earlier test in this process started)."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         pytest.skip("a Ray this process started is up: its idle workers would be counted too")
@@ -116,10 +121,31 @@ def test_counts_only_idle_workers_descended_from_this_process(bench: ModuleType,
         time.sleep(0.1)
     if bench._idle_ray_workers():
         pytest.skip("idle Ray workers of an earlier Ray in this process are still up")
+
+
+class _Clock:
+    """``_settle_ray``'s ``time``: the real monotonic clock; sleeps recorded, and short (the 1 s grace is not
+    waited here). Only the benchmark module's name ``time`` is replaced, not the ``time`` module."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.slept: list[float] = []
+        self.fail = fail
+        self.monotonic = time.monotonic
+
+    def sleep(self, seconds: float) -> None:
+        if self.fail:
+            pytest.fail(f"slept {seconds} s")
+        self.slept.append(seconds)
+        time.sleep(min(seconds, 0.05))
+
+
+def test_counts_only_idle_workers_descended_from_this_process(bench: ModuleType, cleanup: Started) -> None:
+    _no_idle_workers_of_ours(bench)
     orphan = _orphan("ray::IDLE")
     cleanup.append(orphan)
     _wait_named(orphan, b"ray::IDLE")
-    assert _parent(orphan) != os.getpid()
+    if _parent(orphan) == os.getpid():  # this process is PID 1 or a subreaper: it adopts orphans
+        pytest.skip("this process adopts orphans, so no process outside its tree can be made here")
     child, deep, busy = _named("ray::IDLE"), _named("ray::IDLE", depth=2), _named("ray::EnvActor")
     cleanup.extend([child, deep, busy])
     below = _named_below(deep.pid, b"ray::IDLE")
@@ -135,28 +161,23 @@ def test_counts_only_idle_workers_descended_from_this_process(bench: ModuleType,
 
 def test_settle_returns_once_reached_and_gives_up_at_its_limit(bench: ModuleType, cleanup: Started,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    slept: list[float] = []
-    real_sleep = time.sleep
-
-    def sleep(seconds: float) -> None:  # recorded, and short: the grace of 1 s is not waited here
-        slept.append(seconds)
-        real_sleep(min(seconds, 0.05))
-
-    monkeypatch.setattr(bench.time, "sleep", sleep)
+    _no_idle_workers_of_ours(bench)
+    clock = _Clock()
+    monkeypatch.setattr(bench, "time", clock)
     started = time.monotonic()
     bench._settle_ray(1, limit_s=0.5)  # none of ours will come: it gives up at the limit
-    assert 0.5 <= time.monotonic() - started < 5 and slept[-1] == 1.0
+    assert 0.5 <= time.monotonic() - started < 5 and clock.slept[-1] == 1.0
     process = _named("ray::IDLE")
     cleanup.append(process)
     _wait_named(process.pid, b"ray::IDLE")
-    slept.clear()
+    clock.slept.clear()
     bench._settle_ray(1, limit_s=30)  # already reached: no poll, only the import grace
-    assert slept == [1.0]
+    assert clock.slept == [1.0]
 
 
 def test_settle_does_not_wait_where_proc_cannot_be_read(bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench, "_idle_ray_workers", lambda: None)
-    monkeypatch.setattr(bench.time, "sleep", lambda s: pytest.fail(f"slept {s} s"))
+    monkeypatch.setattr(bench, "time", _Clock(fail=True))
     bench._settle_ray(2)
 
 

@@ -63,8 +63,8 @@ class Channel:
             if self.protocol.state is State.CLOSED:
                 raise ConnectionError("the peer closed the connection")
             try:
-                # 64 KiB a read: a larger buffer is its own mmap and munmap (glibc) on every call, ~12-15 µs a read
-                # for a 3.4 KB answer here; a frame that does not fit takes more reads
+                # 64 KiB a read: CPython allocates the whole buffer each call, and 1 MiB cost ~12.5 µs more CPU a
+                # read here (benchmarks/recv_size.py); a frame that does not fit takes more reads
                 data = self.sock.recv(READ_BYTES)
             except TimeoutError:
                 raise
