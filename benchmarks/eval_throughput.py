@@ -146,10 +146,10 @@ def _by_round(rates: dict[str, list[float]], top: str, bottom: str, label: str) 
     return f"{label} {', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})"
 
 
-def _idle_ray_workers() -> int | None:
+def _idle_ray_workers(root: int | None = None) -> int | None:
     """How many idle worker processes (``ray::IDLE``) the Ray this process started has up (its raylet is this process's
     descendant, and so are they; another Ray on the machine is not counted): an actor takes one over without a process
-    start. None where ``/proc`` cannot be read."""
+    start. ``root``: count below that process instead of this one. None where ``/proc`` cannot be read."""
     proc = Path("/proc")
     if not proc.is_dir():
         return None
@@ -165,7 +165,7 @@ def _idle_ray_workers() -> int | None:
                 idle.append(int(entry.name))
         except (OSError, ValueError):
             continue
-    me = os.getpid()
+    me = os.getpid() if root is None else root
 
     def mine(pid: int) -> bool:
         seen: set[int] = set()

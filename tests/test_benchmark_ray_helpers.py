@@ -1,10 +1,10 @@
 """The throughput benchmark's Ray helpers label its Ray rounds; they are checked here against processes whose
-ancestry and names are known.
+ancestry and names are known, and against a scripted clock.
 
-``_idle_ray_workers`` counts the processes named ``ray::IDLE`` (as Ray names its idle workers) that descend from
-this process, at any depth, and none that do not (another Ray on the machine, an orphan); ``_settle_ray`` returns
-as soon as that count is reached, and gives up at its limit; ``_ray_best_note`` and ``_by_round`` name the round
-that gave Ray's best and each round's ratio.
+``_idle_ray_workers`` counts the processes named ``ray::IDLE`` (as Ray names its idle workers) that descend from a
+root process, at any depth, and none outside its tree nor any other name; ``_settle_ray`` polls until that count is
+reached or its limit passes, then waits a second's grace; ``_ray_best_note`` and ``_by_round`` name the round that
+gave Ray's best and each round's ratio.
 """
 
 from __future__ import annotations
@@ -12,21 +12,20 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import shlex
-import shutil
+import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-pytestmark = [pytest.mark.skipif(not Path("/proc").is_dir() or sys.platform != "linux", reason="reads /proc"),
-              pytest.mark.skipif(shutil.which("bash") is None, reason="names processes with bash's exec -a")]
-
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_throughput.py"
+# A root process with, below it: an idle worker as its child, another two shells down, and an actor.
+TREE = ("(exec -a ray::IDLE sleep 60) & "
+        "bash -c '(exec -a ray::IDLE sleep 60) & wait; exit 0' & "
+        "(exec -a ray::EnvActor sleep 60) & wait")
 
 
 @pytest.fixture(scope="module")
@@ -38,147 +37,112 @@ def bench() -> ModuleType:
     return module
 
 
-def _named(name: str, depth: int = 0) -> subprocess.Popen[bytes]:
-    """A process whose command line starts with ``name``: this process's child (``depth`` 0) or ``depth`` shells
-    below it (each shell runs one more command after its child, so it cannot ``exec`` into it)."""
-    command = f"exec -a {name} sleep 60"
-    for _ in range(depth):
-        command = f"bash -c {shlex.quote(command)}; exit 0"
-    return subprocess.Popen(["bash", "-c", command], start_new_session=True)  # its group: killed whole after
+@pytest.fixture
+def groups() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Shell processes each in a process group of its own, killed whole (and waited for) after the test."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
 
 
-def _orphan(name: str) -> int:
-    """A process named ``name`` whose parent has exited (it is no descendant of this process); its pid."""
-    out = subprocess.run(["bash", "-c", f"(exec -a {name} sleep 60) </dev/null >/dev/null 2>&1 & echo $!"],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
+def _shell(command: str, started: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(["bash", "-c", command], start_new_session=True)
+    started.append(process)
+    return process
+
+
+def _named(name: bytes) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(name):
+                found.append(int(entry.name))
+    return found
+
+
+def _until(done: Callable[[], bool]) -> None:
+    """Poll ``done()`` until it holds (processes take a moment to start and to be renamed)."""
+    for _ in range(500):
+        if done():
+            return
+        time.sleep(0.02)
+    raise AssertionError("the processes never reached the expected state")
 
 
 def _parent(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def _named_below(root: int, name: bytes) -> int:
-    """The pid of the process named ``name`` that descends from ``root`` (waits for it to appear)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                if not (entry / "cmdline").read_bytes().startswith(name):
-                    continue
-                pid = int(entry.name)
-                while pid > 1 and pid != root:
-                    pid = _parent(pid)
-            except OSError:
-                continue
-            if pid == root:
-                return int(entry.name)
-        time.sleep(0.02)
-    raise AssertionError(f"no process named {name!r} appeared below {root}")
+def test_counts_the_idle_workers_below_the_root_at_any_depth_and_nothing_else(
+        bench: ModuleType, groups: list[subprocess.Popen[bytes]]) -> None:
+    root = _shell(TREE, groups)
+    outside = _shell("exec -a ray::IDLE sleep 60", groups)  # a sibling of the root: outside its tree
 
-
-def _wait_named(pid: int, name: bytes) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(name):
-                return
-        except OSError:
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"process {pid} never showed the name {name!r}")
-
-
-Started = list[int | subprocess.Popen[bytes]]
-
-
-@pytest.fixture
-def cleanup() -> Iterator[Started]:
-    """Processes (or pids) killed after the test: a ``Popen``'s whole process group (the shells below it too), and
-    it waited for."""
-    started: Started = []
-    yield started
-    for process in reversed(started):
-        if isinstance(process, subprocess.Popen):
+    def mine(name: bytes) -> list[int]:  # the processes so named in the root's process group
+        found = []
+        for pid in _named(name):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, 9)
-            process.wait(timeout=10)
-            continue
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process, 9)
+                if os.getpgid(pid) == root.pid:
+                    found.append(pid)
+        return found
 
-
-def _no_idle_workers_of_ours(bench: ModuleType) -> None:
-    """Skip unless this process has no Ray idle workers below it (a Ray an earlier test in this process started)."""
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        pytest.skip("a Ray this process started is up: its idle workers would be counted too")
-    deadline = time.monotonic() + 10  # a Ray an earlier test shut down may still have workers leaving
-    while bench._idle_ray_workers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if bench._idle_ray_workers():
-        pytest.skip("idle Ray workers of an earlier Ray in this process are still up")
+    _until(lambda: len(mine(b"ray::IDLE")) == 2 and len(mine(b"ray::EnvActor")) == 1
+           and outside.pid in _named(b"ray::IDLE"))
+    assert bench._idle_ray_workers(root.pid) == 2  # the child and the one two shells down; not the actor
+    assert bench._idle_ray_workers(outside.pid) == 0  # the renamed process itself is its root, not below it
+    child = next(pid for pid in mine(b"ray::IDLE") if _parent(pid) == root.pid)
+    os.kill(child, signal.SIGKILL)
+    _until(lambda: len(mine(b"ray::IDLE")) == 1)
+    assert bench._idle_ray_workers(root.pid) == 1
 
 
 class _Clock:
-    """``_settle_ray``'s ``time``: the real monotonic clock; sleeps recorded, and short (the 1 s grace is not
-    waited here). Only the benchmark module's name ``time`` is replaced, not the ``time`` module."""
+    """``_settle_ray``'s ``time``: a clock that moves only when slept on (whole milliseconds), sleeps recorded."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self) -> None:
+        self.ms = 0
         self.slept: list[float] = []
-        self.fail = fail
-        self.monotonic = time.monotonic
+
+    def monotonic(self) -> float:
+        return self.ms / 1000
 
     def sleep(self, seconds: float) -> None:
-        if self.fail:
-            pytest.fail(f"slept {seconds} s")
         self.slept.append(seconds)
-        time.sleep(min(seconds, 0.05))
+        self.ms += round(seconds * 1000)
 
 
-def test_counts_only_idle_workers_descended_from_this_process(bench: ModuleType, cleanup: Started) -> None:
-    _no_idle_workers_of_ours(bench)
-    orphan = _orphan("ray::IDLE")
-    cleanup.append(orphan)
-    _wait_named(orphan, b"ray::IDLE")
-    if _parent(orphan) == os.getpid():  # this process is PID 1 or a subreaper: it adopts orphans
-        pytest.skip("this process adopts orphans, so no process outside its tree can be made here")
-    child, deep, busy = _named("ray::IDLE"), _named("ray::IDLE", depth=2), _named("ray::EnvActor")
-    cleanup.extend([child, deep, busy])
-    below = _named_below(deep.pid, b"ray::IDLE")
-    cleanup.append(below)
-    assert _parent(_parent(below)) == deep.pid  # two shells below this process's child
-    _wait_named(child.pid, b"ray::IDLE")
-    _wait_named(busy.pid, b"ray::EnvActor")
-    assert bench._idle_ray_workers() == 2  # the child and the one three levels down; not the orphan, not the actor
-    child.kill()
-    child.wait(timeout=10)
-    assert bench._idle_ray_workers() == 1
+def _settle(bench: ModuleType, monkeypatch: pytest.MonkeyPatch, counts: list[int | None], workers: int,
+            limit_s: float) -> tuple[list[float], int]:
+    """The sleeps ``_settle_ray`` makes while the idle count reads ``counts`` in turn, and how many it read."""
+    clock, read = _Clock(), iter(counts)
+    asked: list[int | None] = []
 
+    def count() -> int | None:
+        asked.append(next(read))
+        return asked[-1]
 
-def test_settle_returns_once_reached_and_gives_up_at_its_limit(bench: ModuleType, cleanup: Started,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    _no_idle_workers_of_ours(bench)
-    clock = _Clock()
     monkeypatch.setattr(bench, "time", clock)
-    started = time.monotonic()
-    bench._settle_ray(1, limit_s=0.5)  # none of ours will come: it gives up at the limit
-    assert 0.5 <= time.monotonic() - started < 5 and clock.slept[-1] == 1.0
-    process = _named("ray::IDLE")
-    cleanup.append(process)
-    _wait_named(process.pid, b"ray::IDLE")
-    clock.slept.clear()
-    bench._settle_ray(1, limit_s=30)  # already reached: no poll, only the import grace
-    assert clock.slept == [1.0]
+    monkeypatch.setattr(bench, "_idle_ray_workers", count)
+    bench._settle_ray(workers, limit_s=limit_s)
+    return clock.slept, len(asked)
+
+
+def test_settle_polls_until_the_workers_are_up_then_waits_the_grace(bench: ModuleType,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _settle(bench, monkeypatch, [0, 1, 2], workers=2, limit_s=15) == ([0.2, 0.2, 1.0], 3)
+    assert _settle(bench, monkeypatch, [3], workers=2, limit_s=15) == ([1.0], 1)  # already more than asked: n = 1
+
+
+def test_settle_gives_up_at_its_limit(bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    # none come: polls at 0, 0.2, ..., 1.0 s; at the limit it stops polling and still waits the grace
+    assert _settle(bench, monkeypatch, [0] * 10, workers=2, limit_s=1.0) == ([0.2] * 5 + [1.0], 6)
 
 
 def test_settle_does_not_wait_where_proc_cannot_be_read(bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench, "_idle_ray_workers", lambda: None)
-    monkeypatch.setattr(bench, "time", _Clock(fail=True))
-    bench._settle_ray(2)
+    assert _settle(bench, monkeypatch, [None], workers=2, limit_s=15) == ([], 1)
 
 
 def test_best_note_and_rounds(bench: ModuleType) -> None:
