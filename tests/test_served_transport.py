@@ -1,7 +1,12 @@
 """The served simulators' websocket channel on a real loopback socket: every message arrives whole and in order
 whatever its size against the channel's read size (64 KiB a ``recv``, and 13 bytes, so that headers and frames split
 across reads at known places: a frame may take many reads, and one read may hold many frames), binary both ways and
-text both ways, and a peer that closes ends the channel."""
+text both ways, and a peer that closes ends the channel.
+
+The channel frames and parses whole binary frames itself and hands every other frame to websockets' protocol object:
+so a ping between data frames is answered and the data after it still arrives, fragments are joined, a frame over
+the cap and an unmasked client frame close the connection with websockets' own codes, frames that come in the same
+bytes as the handshake's response are read, and a read that times out leaves the channel usable."""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ import socket
 import threading
 
 import pytest
+from websockets.frames import CloseCode, Frame, Opcode
+from websockets.server import ServerProtocol
 
 from assay.served import transport
 from assay.served.transport import READ_BYTES, Channel, accept, connect
@@ -25,20 +32,25 @@ def _payload(size: int, seed: int) -> bytes:
         (i * 31 + seed) % 251 for i in range(size % 4096))
 
 
-@pytest.fixture
-def pair():
+def _pair(max_size: int = 1 << 23) -> tuple[Channel, Channel]:
     """(client channel, server channel) over loopback TCP, the opening handshake done."""
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     accepted: list[Channel | None] = []
-    thread = threading.Thread(target=lambda: accepted.append(accept(listener.accept()[0], 10.0, 1 << 23)),
+    thread = threading.Thread(target=lambda: accepted.append(accept(listener.accept()[0], 10.0, max_size)),
                               daemon=True)
     thread.start()
-    client = connect(f"ws://127.0.0.1:{port}", 10.0, 1 << 23)
+    client = connect(f"ws://127.0.0.1:{port}", 10.0, max_size)
     thread.join(10)
     listener.close()
     server = accepted[0]
     assert server is not None
+    return client, server
+
+
+@pytest.fixture
+def pair():
+    client, server = _pair()
     yield client, server
     client.close()
     server.close()
@@ -92,3 +104,94 @@ def test_a_closed_peer_ends_the_channel(pair) -> None:
     reader.start()
     reader.join(10)
     assert left == [[]]
+
+
+def test_a_ping_between_data_frames_is_answered_and_the_data_after_it_arrives(pair, monkeypatch) -> None:
+    client, server = pair
+    seen: list[Frame] = []
+    parsed = server.protocol.events_received
+    monkeypatch.setattr(server.protocol, "events_received", lambda: seen.extend(parsed()) or seen[len(seen):])
+    server.protocol.send_ping(b"are you there")
+    server._flush()
+    server.send(b"after the ping")
+    assert client.recv(timeout=10) == b"after the ping"  # the ping went to websockets, which queued its pong
+    client.send(b"next")
+    assert server.recv(timeout=10) == b"next"  # the pong came first, through websockets; the stream is in step
+    assert [(frame.opcode, frame.data) for frame in seen] == [(Opcode.PONG, b"are you there")]
+
+
+def test_fragments_are_joined_and_a_whole_frame_after_them_arrives(pair) -> None:
+    client, server = pair
+    client.protocol.send_binary(b"part one, ", fin=False)
+    client.protocol.send_continuation(b"part two", fin=True)
+    client.protocol.send_text(b"text in ", fin=False)
+    client.protocol.send_continuation(b"two parts", fin=True)
+    client._flush()
+    client.send(b"whole")
+    assert [server.recv(timeout=10) for _ in range(3)] == [b"part one, part two", "text in two parts", b"whole"]
+
+
+def test_a_frame_over_the_cap_closes_the_connection_as_too_big() -> None:
+    client, server = _pair(max_size=1000)
+    try:
+        client.send(b"x" * 1000)
+        assert server.recv(timeout=10) == b"x" * 1000  # at the cap: taken
+        client.send(b"x" * 1001)
+        with pytest.raises(ConnectionError, match="closed here .1009"):
+            server.recv(timeout=10)
+        with pytest.raises(ConnectionError, match="closed"):
+            client.recv(timeout=10)
+        assert client.protocol.close_rcvd is not None
+        assert client.protocol.close_rcvd.code == CloseCode.MESSAGE_TOO_BIG
+    finally:
+        client.close()
+        server.close()
+
+
+def test_an_unmasked_frame_from_a_client_is_a_protocol_error(pair) -> None:
+    client, server = pair
+    client.sock.sendall(transport._header(3, masked=False) + b"abc")  # RFC 6455 5.1: a client must mask
+    with pytest.raises(ConnectionError):
+        server.recv(timeout=10)
+    with pytest.raises(ConnectionError, match="closed"):
+        client.recv(timeout=10)
+    assert client.protocol.close_rcvd is not None and client.protocol.close_rcvd.code == CloseCode.PROTOCOL_ERROR
+
+
+def test_frames_in_the_same_bytes_as_the_handshake_response_are_read() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def server() -> None:  # the response, a binary frame, a text frame and a close, in one write
+        sock = listener.accept()[0]
+        protocol = ServerProtocol()
+        request = b""
+        while not request.endswith(b"\r\n\r\n"):
+            request += sock.recv(1)
+        protocol.receive_data(request)
+        protocol.send_response(protocol.accept(protocol.events_received()[0]))
+        sock.sendall(b"".join(protocol.data_to_send()) + transport._header(5, masked=False) + b"facts"
+                     + Frame(Opcode.TEXT, b"E_BUSY: all slots taken").serialize(mask=False)
+                     + Frame(Opcode.CLOSE, b"\x03\xe8").serialize(mask=False))
+        sock.close()
+
+    thread = threading.Thread(target=server, daemon=True)
+    thread.start()
+    client = connect(f"ws://127.0.0.1:{port}", 10.0, 1 << 20)
+    thread.join(10)
+    listener.close()
+    assert client.recv(timeout=10) == b"facts"
+    assert client.recv(timeout=10) == "E_BUSY: all slots taken"
+    with pytest.raises(ConnectionError, match="closed"):
+        client.recv(timeout=10)
+    client.close()
+
+
+def test_a_read_that_times_out_leaves_the_channel_usable(pair) -> None:
+    client, server = pair
+    with pytest.raises(TimeoutError):
+        client.recv(timeout=0.05)
+    server.send(b"late")
+    assert client.recv(timeout=10) == b"late"
+    client.send(b"and back")
+    assert server.recv() == b"and back"  # no timeout: the kernel's read waits for ever
