@@ -116,7 +116,7 @@ def test_a_policy_server_is_not_taken_for_a_simulator():
             return np.zeros((len(observations["state"]), 4))
 
     with serving(Still(), state_task()) as policy_server, \
-            pytest.raises(SimulatorRefused, match=r"is a policy server .*not a assay-sim/1 simulator server"):
+            pytest.raises(SimulatorRefused, match=r"is a policy server .*not a assay-sim/2 simulator server"):
         check_simulators({"metaworld": f"ws://127.0.0.1:{policy_server.port}"}, [metaworld_task("reach-v3")])
 
 
@@ -289,10 +289,10 @@ def test_a_lockstep_batch_steps_in_one_round_trip_and_each_environment_as_it_wou
             assert isinstance(third, SimulatorRefused) and str(third).startswith("E_SESSION")
             assert not wire.dead
 
-            # a malformed step (an action that is not an array) refuses the whole request and ends the connection,
+            # a malformed batch (actions that are not an array) refuses the whole request and ends the connection,
             # as a malformed `step` does; the server's one slot is free again, so the next reset connects anew
-            malformed = {"op": "steps", "steps": [{"session": inner[0]._session, "action": actions[0, 0]},
-                                                  {"session": inner[1]._session, "action": "not an array"}]}
+            malformed = {"op": "steps", "sessions": [inner[0]._session, inner[1]._session],
+                         "skip_frames": [False, False], "actions": "not an array"}
             with pytest.raises(SimulatorRefused, match="^E_PROTOCOL"):
                 wire.request(malformed)
             assert wire.dead

@@ -16,7 +16,7 @@ import itertools
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from assay.served.protocol import (
     E_VERSION,
     PROTOCOL,
     decode_observation,
+    decode_steps,
     decode_transition,
     packb,
     split_error,
@@ -236,22 +237,36 @@ class ServedEnv:
         return None if self._link.dead else self._link
 
     def step_together(self, others: Sequence[ServedEnv], actions: Sequence[np.ndarray]) -> list[Transition | Exception]:
-        """This environment's step and ``others``' (on the same connection) in one request (``steps``): each one's
-        transition, or what its step raised (a backend's fault is that environment's alone)."""
+        """This environment's step and ``others``' (on the same connection) in one request (``steps``; one a shape of
+        action, when the batch mixes tasks whose actions differ): each one's transition, or what its step raised (a
+        backend's fault is that environment's alone)."""
         envs = [self, *others]
-        steps = []
-        for env, action in zip(envs, actions, strict=True):
-            skip, env._skip = env._skip, False
-            steps.append({"session": env._session, "skip_frames": skip,
-                          "action": np.asarray(action, dtype=np.float64)})
-        replies = self._link.request({"op": "steps", "steps": steps}).get("replies")
-        if not isinstance(replies, list) or len(replies) != len(envs):
-            raise SimulatorRefused(f"{self._link.where} answered {len(envs)} steps with {replies!r:.80}: it does not "
-                                   f"speak {PROTOCOL}; point the campaign's `simulators:` at `assay serve-sim`")
-        return [self._answer(reply) for reply in replies]
+        arrays = [np.asarray(action, dtype=np.float64) for action in actions]
+        if len(arrays) != len(envs):
+            raise ValueError(f"{len(envs)} environments and {len(arrays)} actions")
+        shapes: dict[tuple[int, ...], list[int]] = {}
+        for index, array in enumerate(arrays):
+            shapes.setdefault(array.shape, []).append(index)
+        outcomes: list[Transition | Exception | None] = [None] * len(envs)
+        for members in shapes.values():
+            skips = []
+            for index in members:
+                skips.append(envs[index]._skip)
+                envs[index]._skip = False
+            try:
+                reply = self._link.request({"op": "steps", "sessions": [envs[index]._session for index in members],
+                                            "skip_frames": skips, "actions": np.stack([arrays[i] for i in members])})
+                answers: list[Any] = decode_steps(reply, len(members), self._link.where)
+            except (SimulatorLostError, SimulatorRefused) as exc:  # the request failed: each of its steps did
+                answers = [exc] * len(members)
+            for index, answer in zip(members, answers, strict=True):
+                outcomes[index] = self._answer(answer)
+        return cast(list[Transition | Exception], outcomes)
 
     def _answer(self, reply: Any) -> Transition | Exception:
         """One step's answer within a ``steps`` reply: its transition, or what its step raised (its alone)."""
+        if isinstance(reply, (Transition, Exception)):
+            return reply
         if isinstance(reply, str):
             return self._link.refusal(reply)
         if not isinstance(reply, dict):

@@ -15,21 +15,29 @@ then carries requests, each answered in order::
     {op: open, session, task}                    {ok, task_hash}   or  "E_TASK: ..." (connection stays)
     {op: reset, session, seed, variant}          {observation, initial_conditions, renderer}
     {op: step, session, action, skip_frames}     {observation, reward, terminated, truncated, success, info}
-    {op: steps, steps: [{session, action,         {replies: [each step's answer, or its error line]}
-                         skip_frames}, ...]}
+    {op: steps, sessions: [n session numbers],    columns, when every step succeeded alike:
+     actions: <array, n rows>,                      {observation: {name: <array, n rows>}, reward: <f8 n>,
+     skip_frames: [n booleans]}                      flags: <bool n x 3: terminated, truncated, success>,
+                                                     info_keys: [k names], info: <f8 n x k>}
+                                                   else {replies: [each step's answer as for step, or its error line]}
     {op: close, session}                         {ok}
 
 One session is one environment: the client numbers them, the server builds the task's environment on
 ``open`` and keeps it until ``close`` or the connection ends. ``skip_frames`` on a step is the
 backend's ``skip_next_frames()`` for that step, so frames on demand cost no round trip. ``steps`` is a worker's
-lockstep batch in one round trip (:mod:`assay.sim.together`): the server steps the sessions in the order given and
-answers each as ``step`` would, a fault (``E_SIM``) or a refusal (``E_SESSION``) as that step's error line; a
-malformed step refuses the whole request (``E_PROTOCOL``, and the connection closes, as for ``step``).
+lockstep batch in one round trip (:mod:`assay.sim.together`): the server steps the sessions in the order given, row
+``i`` of ``actions`` for ``sessions[i]``. When every step succeeded and their observations share names, shapes and
+dtypes and their infos share keys (a batch of one task: the common case), the answer is columns, row ``i``
+session ``i``'s; otherwise each step is answered as ``step`` would be, a fault (``E_SIM``) or a refusal
+(``E_SESSION``) as that step's error line. Columns carry one array per name where a map per step carried ``n``:
+~1/3 less CPU to encode and decode, and fewer objects between steps. A malformed request refuses the whole batch
+(``E_PROTOCOL``, and the connection closes, as for ``step``). ``assay-sim/1`` sent a list of step maps and always
+answered per step; a side of either version refuses the other at the hello (``E_VERSION``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -37,7 +45,7 @@ from assay.errors import SimulatorRefused
 from assay.policies.remote.wire import error_line, packb, unpackb
 from assay.sim.protocol import Observation, Transition
 
-PROTOCOL = "assay-sim/1"
+PROTOCOL = "assay-sim/2"
 
 # What an error frame starts with. E_PROTOCOL as on the policy side (a malformed request; the connection closes).
 E_PROTOCOL = "E_PROTOCOL"
@@ -49,8 +57,8 @@ E_SIM = "E_SIM"  # the backend raised on reset or step (its traceback is in the 
 CLOSES = (E_PROTOCOL, E_VERSION, E_BUSY)
 ERROR_CODES = (E_PROTOCOL, E_VERSION, E_BUSY, E_TASK, E_SESSION, E_SIM)
 
-__all__ = ["PROTOCOL", "ERROR_CODES", "decode_transition", "encode_transition", "error_line", "packb", "split_error",
-           "unpackb"]
+__all__ = ["PROTOCOL", "ERROR_CODES", "decode_steps", "decode_transition", "encode_steps", "encode_transition",
+           "error_line", "packb", "split_error", "unpackb"]
 
 
 def split_error(frame: str) -> tuple[str, str]:
@@ -83,3 +91,68 @@ def decode_transition(reply: dict[str, Any], where: str) -> Transition:
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise SimulatorRefused(f"{where} answered a step without {exc}: it does not speak {PROTOCOL}; "
                                "point the campaign's `simulators:` at `assay serve-sim`") from None
+
+
+def encode_steps(outcomes: list[Transition | str]) -> dict[str, Any]:
+    """A ``steps`` answer: columns when every step succeeded alike, else each step's answer or error line."""
+    if outcomes and all(isinstance(outcome, Transition) for outcome in outcomes):
+        done = cast(list[Transition], outcomes)
+        first = done[0]
+        layout = _layout(first)
+        if layout is not None and all(_layout(t) == layout for t in done[1:]):
+            keys = list(first.info)
+            try:
+                return {"observation": {name: np.stack([t.observation[name] for t in done])
+                                        for name in first.observation},
+                        "reward": np.array([t.reward for t in done], dtype=np.float64),
+                        "flags": np.array([(t.terminated, t.truncated, t.success) for t in done], dtype=bool),
+                        "info_keys": keys,
+                        "info": np.array([[t.info[key] for key in keys] for t in done],
+                                         dtype=np.float64).reshape(len(done), len(keys))}
+            except (TypeError, ValueError):  # a value that is not a number: answered per step, below
+                pass
+    replies: list[dict[str, Any] | str] = []
+    for outcome in outcomes:
+        try:
+            replies.append(encode_transition(outcome) if isinstance(outcome, Transition) else outcome)
+        except (TypeError, ValueError) as exc:  # info is float scalars only: anything else is the backend's fault
+            replies.append(error_line(E_SIM, f"step answered a value the wire cannot carry: {exc}"))
+    return {"replies": replies}
+
+
+def _layout(transition: Transition) -> tuple[Any, ...] | None:
+    """What steps must share to be answered as columns: observation names, shapes and dtypes, and info keys."""
+    names = []
+    for name, value in transition.observation.items():
+        if not isinstance(value, np.ndarray):
+            return None
+        names.append((name, value.shape, value.dtype))
+    return tuple(names), tuple(transition.info)
+
+
+def decode_steps(reply: dict[str, Any], count: int, where: str) -> list[Transition | dict[str, Any] | str]:
+    """A ``steps`` answer for ``count`` steps: columns as transitions (each observation a row of the frame's arrays,
+    read-only), or the per-step answers as sent (maps and error lines). A malformed answer is refused in one
+    line."""
+    if "replies" in reply:
+        replies = reply["replies"]
+        if not isinstance(replies, list) or len(replies) != count:
+            raise SimulatorRefused(f"{where} answered {count} steps with {replies!r:.80}: it does not speak "
+                                   f"{PROTOCOL}; point the campaign's `simulators:` at `assay serve-sim`")
+        return replies
+    try:
+        observation, keys = reply["observation"], reply["info_keys"]
+        rewards, flags, infos = reply["reward"], reply["flags"], reply["info"]
+        decode_observation(observation, where)
+        if not (all(v.shape[:1] == (count,) for v in observation.values()) and rewards.shape == (count,)
+                and flags.shape == (count, 3) and isinstance(keys, list) and infos.shape == (count, len(keys))):
+            raise ValueError("columns of other lengths")
+        names, rows, flag_rows, info_rows = [str(key) for key in keys], rewards.tolist(), flags.tolist(), infos.tolist()
+        arrays = [(str(name), array) for name, array in observation.items()]
+        return [Transition({name: array[i] for name, array in arrays}, float(rows[i]), bool(flag_rows[i][0]),
+                           bool(flag_rows[i][1]), bool(flag_rows[i][2]),
+                           dict(zip(names, map(float, info_rows[i]), strict=True)))
+                for i in range(count)]
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise SimulatorRefused(f"{where} answered {count} steps with malformed columns ({exc}): it does not speak "
+                               f"{PROTOCOL}; point the campaign's `simulators:` at `assay serve-sim`") from None

@@ -23,12 +23,14 @@ from assay.served.protocol import (
     E_SESSION,
     E_SIM,
     E_TASK,
+    encode_steps,
     encode_transition,
     error_line,
     packb,
     unpackb,
 )
 from assay.sim import SimEnv, SupportsFramesOnDemand, TaskRegistry, make_env, renderer_info
+from assay.sim.protocol import Transition
 from assay.spec import TaskSpec, Variant
 
 log = logging.getLogger("assay.served")
@@ -60,7 +62,7 @@ class Sessions:
         if op == "check":
             return {"ok": True, "task_hash": self._task(message).content_hash()}
         if op == "steps":
-            return {"replies": self._steps(message)}
+            return self._steps(message)
         if op not in ("reset", "step", "close"):
             raise _Refusal(E_PROTOCOL, f"unknown op {op!r}; valid: check, open, reset, step, steps, close")
         env = self.envs.get(session) if isinstance(session, int) else None
@@ -114,22 +116,32 @@ class Sessions:
         return {"observation": observation, "initial_conditions": env.initial_conditions(),
                 "renderer": info.to_dict() if info is not None else None}
 
-    def _steps(self, message: dict[str, Any]) -> list[dict[str, Any] | str]:
-        """A lockstep batch's steps (``steps``: a list of step requests without ``op``), in order: each one's answer,
-        or its error line (a backend's fault, ``E_SIM``, or an unknown session, ``E_SESSION``, is that step's own); a
-        malformed step refuses the whole request (``E_PROTOCOL``, which closes the connection, as for ``step``)."""
-        steps = message.get("steps")
-        if not isinstance(steps, list) or not all(isinstance(step, dict) for step in steps):
-            raise _Refusal(E_PROTOCOL, "steps needs a list of {session, action, skip_frames} maps")
-        replies: list[dict[str, Any] | str] = []
-        for step in steps:
+    def _steps(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A lockstep batch's steps, in order (``steps``: ``sessions``, one ``actions`` row and one ``skip_frames``
+        flag each): columns, or each one's answer or error line (a backend's fault, ``E_SIM``, or an unknown session,
+        ``E_SESSION``, is that step's own); a malformed request refuses the whole batch (``E_PROTOCOL``, which closes
+        the connection, as for ``step``)."""
+        sessions, actions, skips = message.get("sessions"), message.get("actions"), message.get("skip_frames")
+        if not (isinstance(sessions, list) and all(type(session) is int for session in sessions)
+                and isinstance(actions, np.ndarray) and actions.ndim >= 1 and len(actions) == len(sessions)
+                and isinstance(skips, list) and len(skips) == len(sessions)):
+            raise _Refusal(E_PROTOCOL, "steps needs sessions (a list of integers), actions (an array, a row a session) "
+                                       "and skip_frames (a list of booleans, one a session)")
+        outcomes: list[Transition | str] = []
+        for session, action, skip in zip(sessions, actions, skips, strict=True):
+            env = self.envs.get(session)
+            if env is None:
+                outcomes.append(error_line(E_SESSION, f"session {session} is not open on this connection; open it "
+                                                      "first"))
+                continue
             try:
-                replies.append(self.answer({**step, "op": "step"}))
-            except _Refusal as exc:
-                if exc.code in CLOSES:
-                    raise
-                replies.append(error_line(exc.code, exc.message))
-        return replies
+                if skip and isinstance(env, SupportsFramesOnDemand):
+                    env.skip_next_frames()
+                outcomes.append(env.step(action))
+            except Exception as exc:  # noqa: BLE001 - the backend's fault is this step's episode's, not the batch's
+                log.exception("session %s: step raised", session)
+                outcomes.append(error_line(E_SIM, f"step raised {type(exc).__name__}: {exc}"))
+        return encode_steps(outcomes)
 
     def _step(self, env: SimEnv, message: dict[str, Any]) -> dict[str, Any]:
         action = message["action"]
