@@ -40,7 +40,7 @@ def test_a_batch_of_one_task_comes_back_exactly_in_columns(count: int) -> None:
     sent = [_transition(seed) for seed in range(count)]
     reply = _wire(sent)
     assert "replies" not in reply and reply["info_keys"] == ["grasped", "near_object", "collision"]
-    assert reply["observation"]["image"].shape == (count, 4, 5, 3) and reply["flags"].shape == (count, 3)
+    assert reply["observation"]["image"].shape == (count, 4, 5, 3) and reply["values"].shape == (count, 4 + 3)
     got = decode_steps(reply, count, WHERE)
     for a, b in zip(got, sent, strict=True):
         assert isinstance(a, Transition)
@@ -84,16 +84,19 @@ def test_a_batch_that_cannot_be_columns_is_answered_per_step(odd: str) -> None:
         _same(decode_transition(replies[1], WHERE), sent[1])  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("broken", ["a column one row short", "flags of two columns", "info of another width",
-                                    "no info_keys", "an observation that is not an array", "replies one short"])
+@pytest.mark.parametrize("broken", ["values one row short", "values one column short", "values of float32",
+                                    "no info_keys", "an observation one row short",
+                                    "an observation that is not an array", "replies one short"])
 def test_a_malformed_answer_is_refused_in_one_line(broken: str) -> None:
     reply = _wire([_transition(0), _transition(1)])
-    if broken == "a column one row short":
-        reply["reward"] = reply["reward"][:1]
-    elif broken == "flags of two columns":
-        reply["flags"] = reply["flags"][:, :2]
-    elif broken == "info of another width":
-        reply["info"] = reply["info"][:, :2]
+    if broken == "values one row short":
+        reply["values"] = reply["values"][:1]
+    elif broken == "values one column short":
+        reply["values"] = reply["values"][:, :-1]
+    elif broken == "values of float32":
+        reply["values"] = reply["values"].astype(np.float32)
+    elif broken == "an observation one row short":
+        reply["observation"]["image"] = reply["observation"]["image"][:1]
     elif broken == "no info_keys":
         del reply["info_keys"]
     elif broken == "an observation that is not an array":
