@@ -2,8 +2,9 @@
 
     MUJOCO_GL=osmesa PYTHONPATH=src python benchmarks/served_anatomy.py [--steps 300] [--rounds 5]
 
-1. **codec**: CPU µs to encode and decode one step's request and answer (msgpack, openpi's array form) and to frame
-   both as websocket messages (websockets' sans-I/O objects), no socket;
+1. **codec**: CPU µs to encode and decode a lockstep batch's request and answer (``steps`` of 4 environments:
+   msgpack, openpi's array form, the answer in columns), and to frame both as websocket messages through the
+   channel (``served/transport.py``) over a Unix socket pair in one thread, beside a bare 4-byte length prefix;
 2. **a step after a wait**: one in-process environment stepped back to back, and with a 300 µs sleep before each
    step (as a served simulator waits for its client's next action between steps), median µs of ``step`` alone;
 3. **one round trip per environment or per batch**: two sessions of one connection to ``assay serve-sim``
@@ -27,12 +28,19 @@ TASK = "metaworld/pick-place@1"
 
 
 def codec(repeat: int = 5000) -> dict[str, float]:
-    """CPU µs of each part of a round trip's encoding, no socket."""
+    """CPU µs of each part of a lockstep round trip of 4 environments (``steps``), hot: the codec with no socket, then
+    the channel's framing over a Unix socket pair in this one thread (both sides' send and read, system calls
+    included) beside the least framing there is (a 4-byte length before each message) on the same pair."""
+    import socket
+    import struct
+
     from websockets.client import ClientProtocol
     from websockets.server import ServerProtocol
     from websockets.uri import parse_uri
 
-    from assay.served.protocol import decode_transition, packb, unpackb
+    from assay.served.protocol import decode_steps, encode_steps, packb, unpackb
+    from assay.served.transport import Channel
+    from assay.sim.protocol import Transition
 
     client, server = ClientProtocol(parse_uri("ws://localhost:1")), ServerProtocol()
     client.send_request(client.connect())
@@ -40,30 +48,50 @@ def codec(repeat: int = 5000) -> dict[str, float]:
     server.send_response(server.accept(server.events_received()[0]))
     client.receive_data(b"".join(server.data_to_send()))
     client.events_received()
-    action = np.zeros(4)
-    answer = {"observation": {"state": np.zeros(39)}, "reward": 1.0, "terminated": False, "truncated": False,
-              "success": False, "info": {f"event{i}": 0.5 for i in range(19)}}  # Meta-World's 19 info fields
-    request, packed = packb({"op": "step", "session": 1, "skip_frames": False, "action": action}), packb(answer)
+    actions = np.zeros((4, 4))
+    steps = [Transition({"state": np.zeros(39)}, 1.0, False, False, False, {f"event{i}": 0.5 for i in range(19)})
+             for _ in range(4)]  # Meta-World's 19 info fields
+
+    def request() -> bytes:
+        return packb({"op": "steps", "sessions": [1, 2, 3, 4], "skip_frames": [False] * 4, "actions": actions})
+
+    asked, answered = request(), packb(encode_steps(list(steps)))
+    mine, theirs = socket.socketpair()
+    near, far = Channel(mine, client, 1 << 24), Channel(theirs, server, 1 << 24)
+    raw_near, raw_far = socket.socketpair()
 
     def framed() -> None:
-        client.send_binary(request)
-        server.receive_data(b"".join(client.data_to_send()))
-        server.events_received()
-        server.send_binary(packed)
-        client.receive_data(b"".join(server.data_to_send()))
-        client.events_received()
+        near.send(asked)
+        far.recv()
+        far.send(answered)
+        near.recv()
 
-    parts = {"encode the request": lambda: packb({"op": "step", "session": 1, "skip_frames": False,
-                                                   "action": action}),
-             "decode the request": lambda: unpackb(request), "encode the answer": lambda: packb(answer),
-             "decode the answer": lambda: decode_transition(unpackb(packed), "here"),
-             "websocket framing, both messages, both sides": framed}
+    def least(sock: socket.socket, message: bytes, other: socket.socket) -> None:
+        sock.sendall(struct.pack("!I", len(message)) + message)
+        size = struct.unpack("!I", other.recv(4))[0]
+        while size:
+            size -= len(other.recv(size))
+
+    def length_prefixed() -> None:
+        least(raw_near, asked, raw_far)
+        least(raw_far, answered, raw_near)
+
+    parts = {"encode the request (4 actions, one array)": request,
+             "decode the request": lambda: unpackb(asked),
+             "encode the answer (columns)": lambda: packb(encode_steps(list(steps))),
+             "decode the answer into 4 transitions": lambda: decode_steps(unpackb(answered), 4, "here"),
+             "the channel's framing, both messages, both sides, with their system calls": framed,
+             "a 4-byte length instead, the same messages and socket pair": length_prefixed}
     out = {}
     for name, part in parts.items():
         started = time.process_time()
         for _ in range(repeat):
             part()
         out[name] = (time.process_time() - started) / repeat * 1e6
+    for sock in (raw_near, raw_far):
+        sock.close()
+    near.close()
+    far.close()
     return out
 
 
@@ -129,7 +157,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     os.environ.setdefault("MUJOCO_GL", "osmesa")
-    print(f"load average {os.getloadavg()[0]:.1f}\n\n| codec, no socket | CPU µs |\n|---|---:|")
+    print(f"load average {os.getloadavg()[0]:.1f}\n\n| a round trip of 4 environments, hot | CPU µs |\n|---|---:|")
     for name, us in codec().items():
         print(f"| {name} | {us:.1f} |")
     hot, waited = after_a_wait(args.steps, args.rounds)
