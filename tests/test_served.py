@@ -277,7 +277,9 @@ def test_a_lockstep_batch_steps_in_one_round_trip_and_each_environment_as_it_wou
                 alone = [env.step(action) for env, action in zip(local, step, strict=True)]
                 for a, b in zip(together, alone, strict=True):
                     assert np.array_equal(a.observation["state"], b.observation["state"])
-                    assert (a.reward, a.success, a.info) == (b.reward, b.success, b.info)
+                    assert (a.reward, a.terminated, a.truncated, a.success) == (
+                        b.reward, b.terminated, b.truncated, b.success)
+                    assert list(a.info.items()) == list(b.info.items())  # values and their order
             assert requests == ["steps"] * len(actions)  # one round trip per lockstep step, not one per environment
 
             wire.request({"op": "close", "session": remote[2].env._session})  # the server forgets the third

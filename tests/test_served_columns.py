@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from assay.errors import SimulatorRefused
-from assay.served.protocol import decode_steps, decode_transition, encode_steps, packb, unpackb
+from assay.served.protocol import decode_steps, decode_transition, encode_steps, encode_transition, packb, unpackb
 from assay.sim.protocol import Transition
 
 WHERE = "the test server"
@@ -24,6 +24,11 @@ def _transition(seed: int, *, image: tuple[int, ...] = (4, 5, 3), info: dict[str
 
 def _wire(outcomes: list[Transition | str]) -> dict:
     return unpackb(packb(encode_steps(outcomes)))
+
+
+def _per_step(transition: Transition) -> Transition:
+    """``transition`` as a lone ``step`` answers it: what the columns must equal."""
+    return decode_transition(unpackb(packb(encode_transition(transition))), WHERE)
 
 
 def _same(a: Transition, b: Transition) -> None:
@@ -45,6 +50,8 @@ def test_a_batch_of_one_task_comes_back_exactly_in_columns(count: int) -> None:
     for a, b in zip(got, sent, strict=True):
         assert isinstance(a, Transition)
         _same(a, b)
+        _same(a, _per_step(b))
+        assert not any(array.flags.writeable for array in a.observation.values())  # the frame's, read-only
         assert type(a.reward) is float and all(type(v) is float for v in a.info.values())
         assert all(type(flag) is bool for flag in (a.terminated, a.truncated, a.success))
 
@@ -107,3 +114,27 @@ def test_a_malformed_answer_is_refused_in_one_line(broken: str) -> None:
     with pytest.raises(SimulatorRefused, match=refused) as caught:
         decode_steps(reply, 2, WHERE)
     assert "\n" not in str(caught.value)
+
+
+def test_values_of_other_types_come_back_as_a_lone_step_gives_them() -> None:
+    """numpy scalars, a 0-d observation, a missing flag: the columns give what the per-step answer gives."""
+    sent = [Transition({"scalar": np.array(3.5), "state": np.arange(3, dtype=np.float32)}, np.float32(0.1),
+                       np.bool_(True), None, np.int64(0), {"grasped": np.float32(0.7), "moved": np.bool_(True)})
+            for _ in range(3)]  # type: ignore[arg-type]
+    got = decode_steps(_wire(sent), 3, WHERE)
+    for a, b in zip(got, sent, strict=True):
+        assert isinstance(a, Transition)
+        expected = _per_step(b)
+        _same(a, expected)
+        assert a.observation["scalar"].shape == () and isinstance(a.observation["scalar"], np.ndarray)
+        assert (a.terminated, a.truncated, a.success) == (True, False, False)
+
+
+def test_a_value_that_is_not_a_number_is_that_steps_fault_alone() -> None:
+    sent: list[Transition | str] = [_transition(0), _transition(1), _transition(2)]
+    alike = sent[1]
+    assert isinstance(alike, Transition)
+    sent[1] = Transition(alike.observation, None, False, False, False, alike.info)  # type: ignore[arg-type]
+    replies = decode_steps(_wire(sent), 3, WHERE)
+    assert isinstance(replies[1], str) and replies[1].startswith("E_SIM: ")
+    _same(decode_transition(replies[0], WHERE), sent[0])  # type: ignore[arg-type]

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
+from websockets.client import ClientProtocol
 from websockets.frames import CloseCode, Frame, Opcode
 from websockets.server import ServerProtocol
+from websockets.uri import parse_uri
 
 from assay.served import transport
 from assay.served.transport import READ_BYTES, Channel, accept, connect
@@ -194,4 +197,122 @@ def test_a_read_that_times_out_leaves_the_channel_usable(pair) -> None:
     server.send(b"late")
     assert client.recv(timeout=10) == b"late"
     client.send(b"and back")
-    assert server.recv() == b"and back"  # no timeout: the kernel's read waits for ever
+    got: list[bytes | str] = []
+    reader = threading.Thread(target=lambda: got.append(server.recv()), daemon=True)  # no timeout: waits for ever
+    reader.start()
+    reader.join(10)
+    assert got == [b"and back"]
+    server.send(b"again")
+    assert client.recv(timeout=float("inf")) == b"again"  # an infinite timeout is none
+    with pytest.raises(ValueError, match="at least 0"):
+        client.recv(timeout=-1.0)
+
+
+LENGTHS = [0, 1, 125, 126, 127, 65535, 65536, 70001]
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_the_channels_frames_are_websockets_own_bytes_both_ways(length: int) -> None:
+    """The channel's frames against websockets' own serializer and parser, so that a mistake shared by both ends of
+    the channel (a length's byte order, a mask) cannot pass: the server's frame is the bytes websockets would send, a
+    client's frame parses in websockets' server, and websockets' masked frame parses in the channel."""
+    payload = _payload(length, 7)
+    assert transport._header(length, masked=False) + payload == Frame(Opcode.BINARY, payload).serialize(mask=False)
+    mine, theirs = socket.socketpair()
+    client = ClientProtocol(parse_uri("ws://localhost:1"))
+    server = ServerProtocol(max_size=None)
+    client.send_request(client.connect())
+    server.receive_data(b"".join(client.data_to_send()))
+    server.send_response(server.accept(server.events_received()[0]))
+    client.receive_data(b"".join(server.data_to_send()))
+    client.events_received()
+    sender = Channel(mine, client, 1 << 23)
+    try:
+        sender.send(payload)
+        wire = b""
+        while len(wire) < length + 2:
+            wire += theirs.recv(1 << 20)
+        while True:  # the rest of a long frame
+            server.receive_data(wire)
+            frames = server.events_received()
+            if frames:
+                break
+            wire = theirs.recv(1 << 20)
+        assert [(frame.opcode, frame.data) for frame in frames] == [(Opcode.BINARY, payload)]
+        theirs.sendall(Frame(Opcode.BINARY, payload).serialize(mask=False))
+        assert sender.recv(timeout=10) == payload
+    finally:
+        sender.close()
+        theirs.close()
+
+
+def test_websockets_masked_frames_parse_in_the_channel(pair) -> None:
+    client, server = pair
+    for length in LENGTHS:
+        payload = _payload(length, 3)
+        client.sock.sendall(Frame(Opcode.BINARY, payload).serialize(mask=True))
+        assert server.recv(timeout=10) == payload
+
+
+def _request_head() -> tuple[ClientProtocol, bytes]:
+    protocol = ClientProtocol(parse_uri("ws://127.0.0.1:1"))
+    protocol.send_request(protocol.connect())
+    return protocol, b"".join(protocol.data_to_send())
+
+
+@pytest.mark.parametrize("split", ["in one write with a frame behind it", "its end split across two writes",
+                                   "with no end within the channel's head limit"])
+def test_a_request_head_and_the_frame_right_behind_it_are_read(monkeypatch, split: str) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[Channel | None] = []
+    thread = threading.Thread(target=lambda: accepted.append(accept(listener.accept()[0], 10.0, 1 << 20)),
+                              daemon=True)
+    thread.start()
+    raw = socket.create_connection(listener.getsockname())
+    _, head = _request_head()
+    frame = Frame(Opcode.BINARY, b"right behind the head").serialize(mask=True)
+    if split == "in one write with a frame behind it":
+        raw.sendall(head + frame)
+    elif split == "its end split across two writes":
+        raw.sendall(head[:-3])
+        time.sleep(0.05)  # most likely two reads; either way the same bytes must come out
+        raw.sendall(head[-3:] + frame)
+    else:  # more than the limit came with no end: websockets reads the head and everything after it
+        monkeypatch.setattr(transport, "_MAX_HEAD", 64)
+        raw.sendall(head[:-3])
+        time.sleep(0.05)
+        raw.sendall(head[-3:] + frame)
+    thread.join(10)
+    listener.close()
+    server = accepted[0]
+    assert server is not None
+    assert server._own_frames is (split != "with no end within the channel's head limit")
+    try:
+        assert server.recv(timeout=10) == b"right behind the head"
+        server.send(b"answer")
+        response = b""
+        while b"answer" not in response:
+            response += raw.recv(1 << 16)
+        assert response.startswith(b"HTTP/1.1 101") and response.endswith(b"answer")
+    finally:
+        raw.close()
+        server.close()
+
+
+def test_an_http_error_response_is_refused_with_its_status() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def server() -> None:  # a web server that is not a websocket server: a 404 with a body, then close
+        sock = listener.accept()[0]
+        request = b""
+        while not request.endswith(b"\r\n\r\n"):
+            request += sock.recv(1)
+        sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot here.")
+        sock.close()
+
+    thread = threading.Thread(target=server, daemon=True)
+    thread.start()
+    with pytest.raises(Exception, match="404"):
+        connect(f"ws://127.0.0.1:{listener.getsockname()[1]}", 10.0, 1 << 20)
+    thread.join(10)
+    listener.close()

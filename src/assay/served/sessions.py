@@ -123,10 +123,11 @@ class Sessions:
         the connection, as for ``step``)."""
         sessions, actions, skips = message.get("sessions"), message.get("actions"), message.get("skip_frames")
         if not (isinstance(sessions, list) and all(type(session) is int for session in sessions)
-                and isinstance(actions, np.ndarray) and actions.ndim >= 1 and len(actions) == len(sessions)
+                and isinstance(actions, np.ndarray) and actions.ndim >= 2 and len(actions) == len(sessions)
                 and isinstance(skips, list) and len(skips) == len(sessions)):
-            raise _Refusal(E_PROTOCOL, "steps needs sessions (a list of integers), actions (an array, a row a session) "
-                                       "and skip_frames (a list of booleans, one a session)")
+            raise _Refusal(E_PROTOCOL, "steps needs sessions (a list of integers), actions (an array of at least 2 "
+                                       "dimensions, a row a session) and skip_frames (a list of booleans, one a "
+                                       "session)")
         outcomes: list[Transition | str] = []
         for session, action, skip in zip(sessions, actions, skips, strict=True):
             env = self.envs.get(session)

@@ -13,6 +13,7 @@ websocket peer can talk to either side. A whole binary message in one frame is f
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import struct
@@ -34,7 +35,7 @@ except ImportError:  # pragma: no cover - websockets built without its C extensi
 READ_BYTES = 1 << 16
 _BINARY = 0x82  # FIN set, no extension bits, opcode 2: a whole binary message in one frame
 _HEAD_END = b"\r\n\r\n"
-_MAX_HEAD = 1 << 16  # an opening handshake's head longer than this goes whole to websockets, which refuses it
+_MAX_HEAD = 1 << 20  # an opening handshake's head with no end within this many bytes: websockets reads it all
 
 
 def _header(length: int, masked: bool) -> bytes:
@@ -138,9 +139,14 @@ class Channel:
     def _set_timeout(self, timeout: float | None) -> None:
         """Reads wait at most ``timeout`` seconds (None: for ever). On Linux the socket stays blocking and the
         kernel keeps the timeout (SO_RCVTIMEO): a read is one system call, where a Python timeout makes it three
-        (a read that finds nothing, a poll, the read). Set only when it changes: each setting is a system call."""
+        (a read that finds nothing, a poll, the read). Set only when it changes: each setting is a system call. The
+        kernel's timeout holds for each read and each send call, not for a whole message (``SO_SNDTIMEO`` too)."""
+        if timeout is not None and not math.isfinite(timeout):
+            timeout = None  # for ever
         if timeout == self._timeout:
             return
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"a timeout must be at least 0 seconds, got {timeout}")
         if sys.platform == "linux":
             if self.sock.gettimeout() is not None:
                 self.sock.settimeout(None)
@@ -184,7 +190,9 @@ class Channel:
             if first == _BINARY and masked is not self.client and not self._parts and \
                     self.protocol.state is State.OPEN:
                 with memoryview(buffer) as view:
-                    data = apply_mask(view[start:end], view[start - 4:start]) if masked else bytes(view[start:end])
+                    # the mask as bytes: websockets' pure-Python apply_mask takes no memoryview for it
+                    data = apply_mask(view[start:end], bytes(view[start - 4:start])) if masked else \
+                        bytes(view[start:end])
                 del buffer[:end]
                 return data
             frame = bytes(buffer[:end])  # any other frame: websockets' to parse, answer and account for
@@ -254,35 +262,46 @@ class Channel:
                 return
 
 
-def _handshake(sock: socket.socket, protocol: ClientProtocol | ServerProtocol) -> tuple[Any, bytearray, list[Any]]:
-    """Read the peer's opening handshake into ``protocol``: (its Request or Response, None if the peer closed first;
-    the bytes after its HTTP head; frames websockets parsed past it). websockets gets the head alone, so that its
-    parser stands at a frame boundary and the frames the peer sent right behind the head are the channel's to read;
-    a head websockets wants more than (a refusal's body) gets everything after it too."""
-    rest, seen, past_head = bytearray(), list[Any](), False
+def _handshake(sock: socket.socket,
+               protocol: ClientProtocol | ServerProtocol) -> tuple[Any, bytearray, list[Any], bool]:
+    """Read the peer's opening handshake into ``protocol``. Returns its Request or Response (None if none came: the
+    peer closed first, or websockets refused what came, ``handshake_exc``); the bytes after its HTTP head, for the
+    channel; the frames websockets parsed past it; and whether websockets reads everything from here on.
+
+    websockets gets the head alone, so that its parser stands at a frame boundary and the frames the peer sent right
+    behind the head are the channel's to read. It reads everything itself where it wants more than the head (a
+    refusal's body) or where no head's end came within ``_MAX_HEAD`` bytes."""
+    rest, seen, whole, searched = bytearray(), list[Any](), False, 0
     while True:
         data = sock.recv(1 << 16)
         if not data:
-            return None, bytearray(), seen
-        if past_head:
+            protocol.receive_eof()
+            seen += protocol.events_received()
+            return _head_of(seen), bytearray(), [e for e in seen if e is not _head_of(seen)], True
+        if whole:
             protocol.receive_data(data)
         else:
             rest += data
-            end = rest.find(_HEAD_END)
+            end = rest.find(_HEAD_END, max(0, searched - len(_HEAD_END) + 1))
+            searched = len(rest)
             if end < 0 and len(rest) <= _MAX_HEAD:
                 continue
             cut = end + len(_HEAD_END) if end >= 0 else len(rest)
             protocol.receive_data(bytes(rest[:cut]))
             del rest[:cut]
-            past_head = True
-        for feed in (b"", bytes(rest)):
-            if feed:  # websockets wants more than the head: what follows it is websockets' to read
-                protocol.receive_data(feed)
-                rest.clear()
             seen += protocol.events_received()
-            head = next((event for event in seen if isinstance(event, (Request, Response))), None)
-            if head is not None:
-                return head, rest, [event for event in seen if event is not head]
+            whole = _head_of(seen) is None  # websockets wants more (a body), or the head's end never came
+            if whole and rest:
+                protocol.receive_data(bytes(rest))
+                rest.clear()
+        seen += protocol.events_received()
+        head = _head_of(seen)
+        if head is not None or protocol.handshake_exc is not None:
+            return head, rest, [event for event in seen if event is not head], whole
+
+
+def _head_of(events: list[Any]) -> Any:
+    return next((event for event in events if isinstance(event, (Request, Response))), None)
 
 
 def connect(url: str, timeout: float, max_size: int) -> Channel:
@@ -296,15 +315,16 @@ def connect(url: str, timeout: float, max_size: int) -> Channel:
     protocol.send_request(protocol.connect())
     channel = Channel(sock, protocol, max_size)
     channel._flush()
-    response, rest, frames = _handshake(sock, protocol)
-    if response is None:
-        sock.close()
-        raise ConnectionError("the server closed the connection during the websocket handshake")
+    response, rest, frames, whole = _handshake(sock, protocol)
     if protocol.handshake_exc is not None:
         sock.close()
         raise protocol.handshake_exc
+    if response is None:
+        sock.close()
+        raise ConnectionError("the server closed the connection during the websocket handshake")
     channel._buffer += rest  # the server's first frame, when it came in the same bytes as its response
     channel.pending += frames
+    channel._own_frames = not whole
     if protocol.state is not State.OPEN and not channel.pending:
         sock.close()
         raise ConnectionError("the websocket handshake failed")
@@ -318,7 +338,7 @@ def accept(sock: socket.socket, timeout: float, max_size: int) -> Channel | None
     protocol = ServerProtocol(max_size=max_size)
     channel = Channel(sock, protocol, max_size)
     try:
-        request, rest, frames = _handshake(sock, protocol)
+        request, rest, frames, whole = _handshake(sock, protocol)
         if not isinstance(request, Request):
             return None
         protocol.send_response(protocol.accept(request))
@@ -327,4 +347,5 @@ def accept(sock: socket.socket, timeout: float, max_size: int) -> Channel | None
         return None
     channel._buffer += rest
     channel.pending += frames
+    channel._own_frames = not whole
     return channel if protocol.state is State.OPEN else None
