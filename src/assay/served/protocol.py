@@ -152,9 +152,9 @@ def decode_steps(reply: dict[str, Any], count: int, where: str) -> list[Transiti
         if not (isinstance(keys, list) and values.dtype == np.float64 and values.shape == (count, 4 + len(keys))
                 and all(array.shape[:1] == (count,) for _, array in arrays)):
             raise ValueError("columns of other lengths")
-        names = [str(key) for key in keys]  # a row is 4 + len(names) long: the shape says so
+        names = [str(key) for key in keys]  # a row is 4 + len(names) long: the shape check above says so
         return [Transition({name: array[i, ...] for name, array in arrays}, row[0], row[1] != 0.0, row[2] != 0.0,
-                           row[3] != 0.0, dict(zip(names, row[4:])))  # noqa: B905
+                           row[3] != 0.0, dict(zip(names, row[4:], strict=False)))
                 for i, row in enumerate(values.tolist())]
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise SimulatorRefused(f"{where} answered {count} steps with malformed columns ({exc}): it does not speak "

@@ -29,8 +29,7 @@ from assay.served.protocol import (
     packb,
     unpackb,
 )
-from assay.sim import SimEnv, SupportsFramesOnDemand, TaskRegistry, make_env, renderer_info
-from assay.sim.protocol import Transition
+from assay.sim import SimEnv, SupportsFramesOnDemand, TaskRegistry, Transition, make_env, renderer_info
 from assay.spec import TaskSpec, Variant
 
 log = logging.getLogger("assay.served")
