@@ -14,6 +14,12 @@ environments each, lockstep:
 * **floor, in process** and **floor, served**: ``served_floor.py``'s loops (a pickled, length-prefixed request and
   answer per lockstep step over localhost TCP; 2 server processes started once, before the first round).
 
+Both sets of servers stay up across rounds, as a deployed server does: from round 2 on, the served loops skip the
+first environment build's model compile (0.66-0.69 s of CPU a process here) that the in-process loops' new processes
+pay in every round. At 160 episodes (~5 s a campaign) that credits the served side several points; for a per-step
+figure in the steady state use ``--episodes 640`` (docs/PERFORMANCE.md, "The channel's own framing and
+``assay-sim/2``'s columns").
+
 Every other round runs the four in reverse order, so no loop always runs first or last. Each round gives two
 ratios, served / in process for Assay and for the floor, and their quotient: Assay's served ratio over the floor's
 in the same round (1.0: Assay's split costs what any split costs here; below 1.0: Assay's own share). Prints each
