@@ -127,8 +127,11 @@ class ModelPerturber:
         self.env.frame_skip = int(value_of(variant, "control.frame_skip"))
         import mujoco
 
-        # Derived quantities (world light directions, ...) follow the model only after a forward pass;
-        # it reads the state and never changes it.
+        # Derived quantities (world light directions, ...) follow the model only after a forward pass. It leaves
+        # positions and velocities as they are, but its constraint solve also sets MuJoCo's solver warm start
+        # (``qacc_warmstart``) for the first step: from the same state and actions, a loop without this pass (stock
+        # Meta-World's) steps differently in the last bits, and the difference grows over an episode. Every episode
+        # Assay has recorded was stepped with it (``benchmarks/inline_gap.py``'s bare loop makes the same pass).
         mujoco.mj_forward(model, self.env.data)
 
 
