@@ -46,7 +46,7 @@ from collections.abc import Callable
 import numpy as np
 from eval_throughput import HORIZON, _expert, assay
 
-CONSTANT_EVENTS: dict[str, float] = {}
+JSON_MARK = "inline-gap-rows: "  # a child's result line (``--json``), told apart from anything else on its stdout
 
 
 def _jobs(task: str, episodes: int) -> list:
@@ -92,17 +92,28 @@ def _side_by_side_worker(task: str, seeds: list[int], start, queue) -> None:
     queue.put((time.process_time() - cpu) / steps)
 
 
+SIDE_BY_SIDE_LIMIT_S = 600.0  # a child that never reaches the barrier or never answers ends the check, not the run
+
+
 def side_by_side(task: str, seeds: list[int], processes: int) -> float:
-    """The median CPU seconds a step of the bare loop in each of ``processes`` processes running at once."""
+    """The median CPU seconds a step of the bare loop in each of ``processes`` processes started together (a
+    process that finishes first leaves the others the tail alone, which understates the contention a little)."""
     context = multiprocessing.get_context("spawn")
-    start, queue = context.Barrier(processes), context.Queue()
+    start, queue = context.Barrier(processes, timeout=SIDE_BY_SIDE_LIMIT_S), context.Queue()
     workers = [context.Process(target=_side_by_side_worker, args=(task, seeds, start, queue))
                for _ in range(processes)]
     for worker in workers:
         worker.start()
-    per_step = [queue.get() for _ in workers]
-    for worker in workers:
-        worker.join()
+    try:
+        per_step = [queue.get(timeout=SIDE_BY_SIDE_LIMIT_S) for _ in workers]
+    except Exception as exc:  # queue.Empty: a child failed or hung (its traceback is on stderr)
+        raise SystemExit(f"side-by-side check: a child process gave no figure within {SIDE_BY_SIDE_LIMIT_S:.0f} s "
+                         f"(exit codes {[worker.exitcode for worker in workers]})") from exc
+    finally:
+        for worker in workers:
+            worker.join(timeout=10.0)
+            if worker.is_alive():
+                worker.kill()
     return statistics.median(per_step)
 
 
@@ -117,8 +128,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.processes > 1:
         over_processes(args)
-        return
+    else:
+        one_process(args)
+    if args.side_by_side and not args.json:
+        one, two = (side_by_side(args.task, [job.seed for job in _jobs(args.task, args.episodes)], n) for n in (1, 2))
+        print(f"\nbare loop, CPU a step: {one * 1e6:.0f} µs alone, {two * 1e6:.0f} µs in each of two processes at "
+              f"once ({two / one:.3f}×)")
 
+
+def one_process(args: argparse.Namespace) -> None:
+    """The loops in this process, round-robin: the table (or, for ``--json``, a child's row costs)."""
     from assay.run.worker import Worker
     from assay.sim import events
     from assay.sim.metaworld_env import sawyer_env
@@ -143,6 +162,7 @@ def main() -> None:
             events.EventTracker.step = tracked  # type: ignore[method-assign]
 
     saved = {"cpu": 0.0}
+    campaign_cpu: list[tuple[float, float]] = []
     save = Worker.save
 
     def timed_save(self, recorders):  # the writer thread's CPU for each batch's files and records
@@ -151,9 +171,6 @@ def main() -> None:
             return save(self, recorders)
         finally:
             saved["cpu"] += time.thread_time() - cpu
-
-    Worker.save = timed_save  # type: ignore[method-assign]
-    campaign_cpu: list[tuple[float, float]] = []
 
     def campaign() -> int:
         saved["cpu"] = 0.0
@@ -169,19 +186,25 @@ def main() -> None:
         ("rollout, events and trace (a campaign's stepping)", lambda: roll(traced, True)),
         ("inline campaign (set-up, writer thread, catalog)", campaign),
     ]
-    for _, loop in loops:  # warm: imports, the first builds
-        loop()
-    campaign_cpu.clear()
     per_step: dict[str, list[float]] = {name: [] for name, _ in loops}
     counted: dict[str, int] = {}
-    for round_ in range(args.rounds):
-        for name, loop in loops if round_ % 2 == 0 else loops[::-1]:
-            start = time.perf_counter()
-            counted[name] = loop()
-            per_step[name].append((time.perf_counter() - start) / counted[name])
+    Worker.save = timed_save  # type: ignore[method-assign]
+    try:
+        for _, loop in loops:  # warm: imports, the first builds
+            loop()
+        campaign_cpu.clear()
+        for round_ in range(args.rounds):
+            for name, loop in loops if round_ % 2 == 0 else loops[::-1]:
+                start = time.perf_counter()
+                counted[name] = loop()
+                per_step[name].append((time.perf_counter() - start) / counted[name])
+    finally:
+        Worker.save = save  # type: ignore[method-assign]
+        traced.close()  # the environments both workers stepped (one dict, shared)
+        env.close()
     base = statistics.median(per_step[loops[0][0]])
     if args.json:
-        print(json.dumps({name: statistics.median(per_step[name]) for name, _ in loops}))
+        print(JSON_MARK + json.dumps({name: statistics.median(per_step[name]) for name, _ in loops}))
         return
     print(f"{args.episodes} episodes of {args.task}, median of {args.rounds} rounds\n")
     print("| loop | steps | µs a step | × bare (steps/s) | µs a step over bare |\n|---|---:|---:|---:|---:|")
@@ -192,10 +215,6 @@ def main() -> None:
     writer = statistics.median(saved_cpu for _, saved_cpu in campaign_cpu)
     print(f"\ncampaign: the stepping thread's CPU {stepping * 1e6:.0f} µs a step; the writer thread's CPU "
           f"{writer * 1e3:.2f} ms an episode (median of {len(campaign_cpu)} rounds)")
-    if args.side_by_side:
-        one, two = side_by_side(args.task, seeds, 1), side_by_side(args.task, seeds, 2)
-        print(f"\nbare loop, CPU a step: {one * 1e6:.0f} µs alone, {two * 1e6:.0f} µs in each of two processes at "
-              f"once ({two / one:.3f}×)")
 
 
 def over_processes(args: argparse.Namespace) -> None:
@@ -204,8 +223,12 @@ def over_processes(args: argparse.Namespace) -> None:
                str(args.rounds), "--json"]
     runs = []
     for index in range(args.processes):
-        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-        runs.append(json.loads(out.strip().splitlines()[-1]))
+        child = subprocess.run(command, capture_output=True, text=True)
+        rows = [line.removeprefix(JSON_MARK) for line in child.stdout.splitlines() if line.startswith(JSON_MARK)]
+        if child.returncode != 0 or len(rows) != 1:
+            sys.stderr.write(child.stderr)
+            raise SystemExit(f"process {index + 1} failed (exit {child.returncode}); its stderr is above")
+        runs.append(json.loads(rows[0]))
         print(f"process {index + 1}: " + ", ".join(f"{name.split(' (')[0]} {cost * 1e6:.0f}"
                                                    for name, cost in runs[-1].items()) + " µs a step", flush=True)
     names = list(runs[0])

@@ -130,8 +130,9 @@ class ModelPerturber:
         # Derived quantities (world light directions, ...) follow the model only after a forward pass. It leaves
         # positions and velocities as they are, but its constraint solve also sets MuJoCo's solver warm start
         # (``qacc_warmstart``) for the first step: from the same state and actions, a loop without this pass (stock
-        # Meta-World's) steps differently in the last bits, and the difference grows over an episode. Every episode
-        # Assay has recorded was stepped with it (``benchmarks/inline_gap.py``'s bare loop makes the same pass).
+        # Meta-World's) steps differently in the last bits, and the difference grows over an episode. Every Meta-World
+        # episode since ``9c5087d`` (2026-12-02) was stepped with it (``benchmarks/inline_gap.py``'s bare loop makes the
+        # same pass).
         mujoco.mj_forward(model, self.env.data)
 
 
