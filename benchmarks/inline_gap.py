@@ -63,12 +63,11 @@ def bare_steps(env, policy, seeds: list[int]) -> int:
     the forward pass after the reset that sets MuJoCo's solver warm start, as Assay's nominal variant does)."""
     import mujoco
 
+    from assay.sim.metaworld_env import seeded_reset
+
     steps = 0
     for seed in seeds:
-        env.np_random = np.random.default_rng(seed)
-        env._freeze_rand_vec, env.seeded_rand_vec = False, True
-        observation, _ = env.reset()
-        env._freeze_rand_vec = True
+        observation = seeded_reset(env, seed)
         mujoco.mj_forward(env.model, env.data)
         for _ in range(HORIZON):
             # float64, as Assay's runner hands every action on: Meta-World scales a float32 action in float32,

@@ -61,17 +61,9 @@ class _Local:
         self.envs = _envs(count)
 
     def reset(self, seeds: list[int]) -> list[np.ndarray]:
-        observations = []
-        for env, seed in zip(self.envs, seeds, strict=False):
-            # as Assay's reset: Meta-World's reset ignores a seed argument, so the seed seeds the environment's own
-            # generator, which draws the episode's task vector (frozen for its steps)
-            env.np_random = np.random.default_rng(seed)
-            env._freeze_rand_vec = False
-            env.seeded_rand_vec = True
-            env._did_see_sim_exception = False
-            observations.append(env.reset()[0])
-            env._freeze_rand_vec = True
-        return observations
+        from assay.sim.metaworld_env import seeded_reset
+
+        return [seeded_reset(env, seed) for env, seed in zip(self.envs, seeds, strict=False)]
 
     def step(self, actions: list[np.ndarray | None]) -> list[tuple[np.ndarray, bool] | None]:
         out: list[tuple[np.ndarray, bool] | None] = []

@@ -63,6 +63,20 @@ def sawyer_env(env_name: str) -> Any:
     return env
 
 
+def seeded_reset(env: Any, seed: int) -> np.ndarray:
+    """Reset a Sawyer environment (``sawyer_env``) to the episode of ``seed``: Meta-World's reset ignores a seed
+    argument, so the seed seeds the environment's own generator, which draws the task vector (Meta-World's
+    ``seeded_rand_vec`` path), frozen for the episode's steps. The first observation. ``MetaWorldEnv.reset`` and the
+    benchmarks' hand-written loops reset through it, so they start the same episodes."""
+    env.np_random = np.random.default_rng(seed)
+    env._freeze_rand_vec = False
+    env.seeded_rand_vec = True
+    env._did_see_sim_exception = False
+    observation, _ = env.reset()
+    env._freeze_rand_vec = True  # the same vector for the rest of the episode
+    return np.asarray(observation)
+
+
 def metaworld_task(env_name: str, version: int = 1, horizon: int = MAX_PATH_LENGTH) -> TaskSpec:
     """The TaskSpec of Meta-World v3 environment ``env_name`` (its instruction, skill, family and level from the
     catalogue).
@@ -120,12 +134,7 @@ class MetaWorldEnv:
         env = self._env
         self._variant = variant or NOMINAL
         self._perturber.apply_before_reset(self._variant)
-        env.np_random = np.random.default_rng(seed)
-        env._freeze_rand_vec = False
-        env.seeded_rand_vec = True
-        env._did_see_sim_exception = False
-        observation, _ = env.reset()
-        env._freeze_rand_vec = True  # the same vector for the rest of the episode
+        observation = seeded_reset(env, seed)
         for site in env._target_site_config:  # Meta-World moves its goal markers only in step()
             env._set_pos_site(*site)
         self._rand_vec = np.array(env._last_rand_vec, dtype=np.float64)
